@@ -1,0 +1,102 @@
+#include "engine/allocator.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdlib>
+
+#include "kernels/error.h"
+
+namespace hg {
+
+namespace {
+constexpr size_t kAlignment = 64;
+constexpr size_t kSmallLimit = 4096;
+}  // namespace
+
+size_t CpuCachingAllocator::size_class(size_t nbytes) {
+  if (nbytes <= kSmallLimit) return std::max<size_t>(kAlignment, (nbytes + kAlignment - 1) / kAlignment * kAlignment);
+  // Eight classes per power of two: round up to a multiple of 2^(floor(log2 n) - 3).
+  const size_t step = std::bit_floor(nbytes) >> 3;
+  return (nbytes + step - 1) / step * step;
+}
+
+CpuCachingAllocator::~CpuCachingAllocator() { empty_cache(); }
+
+void* CpuCachingAllocator::allocate(size_t nbytes) {
+  const size_t size = size_class(nbytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  void* ptr = nullptr;
+  auto& cached = free_blocks_[size];
+  if (!cached.empty()) {
+    ptr = cached.back();
+    cached.pop_back();
+    ++stats_.cache_hits;
+  } else {
+    ptr = std::aligned_alloc(kAlignment, size);
+    if (ptr == nullptr) {
+      // Give the cache back and try once more before reporting.
+      for (auto& [cls, blocks] : free_blocks_) {
+        for (void* block : blocks) std::free(block);
+        stats_.reserved_bytes -= int64_t(cls * blocks.size());
+        blocks.clear();
+      }
+      ptr = std::aligned_alloc(kAlignment, size);
+    }
+    HG_CHECK(ptr != nullptr, "[CpuCachingAllocator] out of host memory: requested ", size, " bytes with ",
+             stats_.allocated_bytes, " bytes allocated and ", stats_.reserved_bytes, " reserved");
+    stats_.reserved_bytes += int64_t(size);
+    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+  }
+  block_size_[ptr] = size;
+  ++stats_.allocation_count;
+  stats_.allocated_bytes += int64_t(size);
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  return ptr;
+}
+
+void CpuCachingAllocator::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = block_size_.find(ptr);
+  if (it == block_size_.end()) return;  // not ours: nothing sensible to do in a deleter
+  const size_t size = it->second;
+  block_size_.erase(it);
+  stats_.allocated_bytes -= int64_t(size);
+  free_blocks_[size].push_back(ptr);
+}
+
+MemoryStats CpuCachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CpuCachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  stats_.peak_reserved_bytes = stats_.reserved_bytes;
+}
+
+void CpuCachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [size, blocks] : free_blocks_) {
+    for (void* block : blocks) std::free(block);
+    stats_.reserved_bytes -= int64_t(size * blocks.size());
+  }
+  free_blocks_.clear();
+}
+
+Allocator& allocator_for(const Device& device) {
+  if (device.is_cpu()) {
+    // Leaked on purpose: tensors in static storage may be freed after main returns.
+    static auto* cpu = new CpuCachingAllocator();
+    return *cpu;
+  }
+  HG_FAIL("[allocator] device ", device.str(),
+          " is not available: this build has no CUDA backend yet; expected \"cpu\"");
+}
+
+MemoryStats memory_stats(const Device& device) { return allocator_for(device).stats(); }
+void reset_peak_memory(const Device& device) { allocator_for(device).reset_peak(); }
+void empty_cache(const Device& device) { allocator_for(device).empty_cache(); }
+
+}  // namespace hg

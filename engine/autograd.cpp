@@ -1,0 +1,172 @@
+#include "engine/autograd.h"
+
+#include <unordered_map>
+
+#include "engine/ops.h"
+
+namespace hg {
+
+namespace {
+
+thread_local bool t_grad_mode = true;
+
+// A function node: the backward written next to an op's forward.
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(const char* name, std::vector<Edge> edges, BackwardFn backward, std::vector<Shape> input_shapes,
+               std::vector<DType> input_dtypes)
+      : Node(name, std::move(edges)),
+        backward_(std::move(backward)),
+        input_shapes_(std::move(input_shapes)),
+        input_dtypes_(std::move(input_dtypes)) {}
+
+  std::vector<Tensor> apply(const Tensor& grad_output) override {
+    HG_CHECK(backward_ != nullptr, "[backward] trying to backward through the graph a second time: the saved "
+             "tensors of '", name(), "' were freed by the first backward; call backward(grad, retain_graph=true) "
+             "the first time if you need to");
+    NeedsGrad needs(edges().size());
+    for (size_t i = 0; i < needs.size(); ++i) needs[i] = needs_input_grad(i);
+    std::vector<Tensor> grads = backward_(grad_output, needs);
+    HG_CHECK(grads.size() == edges().size(), "[backward] '", name(), "' returned ", grads.size(),
+             " gradients for ", edges().size(), " inputs");
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!needs[i] || !grads[i].defined()) continue;
+      HG_CHECK(grads[i].shape() == input_shapes_[i], "[backward] '", name(), "' produced a gradient of shape ",
+               shape_str(grads[i].shape()), " for input ", i, " of shape ", shape_str(input_shapes_[i]));
+      if (grads[i].dtype() != input_dtypes_[i]) grads[i] = grads[i].to(input_dtypes_[i]);
+    }
+    return grads;
+  }
+
+  void release() override { backward_ = nullptr; }
+
+ private:
+  BackwardFn backward_;
+  std::vector<Shape> input_shapes_;
+  std::vector<DType> input_dtypes_;
+};
+
+// The sink for a leaf: sums incoming gradients into leaf.grad().
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node("AccumulateGrad", {}), leaf_(std::move(leaf)) {}
+
+  std::vector<Tensor> apply(const Tensor& grad_output) override {
+    Tensor leaf(leaf_);
+    Tensor g = grad_output.dtype() == leaf_->dtype ? grad_output : grad_output.to(leaf_->dtype);
+    HG_CHECK(g.shape() == leaf_->shape, "[backward] gradient of shape ", shape_str(g.shape()),
+             " reached a leaf of shape ", shape_str(leaf_->shape));
+    if (leaf_->grad == nullptr) {
+      // Own the buffer: the incoming gradient may alias another tensor's memory.
+      leaf_->grad = g.clone().impl_ptr();
+    } else {
+      Tensor acc(leaf_->grad);
+      acc.copy_(add(acc, g));
+    }
+    return {};
+  }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
+  TensorImpl* impl = leaf.impl();
+  if (auto existing = impl->grad_accumulator.lock()) return existing;
+  auto node = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
+  impl->grad_accumulator = node;
+  return node;
+}
+
+Edge edge_for(const Tensor& input) {
+  if (!input.defined() || !input.requires_grad()) return Edge{};
+  if (input.grad_fn()) return Edge{input.grad_fn()};
+  return Edge{grad_accumulator(input)};
+}
+
+}  // namespace
+
+bool grad_mode_enabled() { return t_grad_mode; }
+
+NoGradGuard::NoGradGuard() : previous_(t_grad_mode) { t_grad_mode = false; }
+NoGradGuard::~NoGradGuard() { t_grad_mode = previous_; }
+
+bool should_record(std::initializer_list<const Tensor*> inputs) {
+  if (!t_grad_mode) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool should_record(const std::vector<Tensor>& inputs) {
+  if (!t_grad_mode) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record_op(const char* name, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward) {
+  std::vector<Edge> edges;
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  edges.reserve(inputs.size());
+  for (const Tensor& input : inputs) {
+    edges.push_back(edge_for(input));
+    shapes.push_back(input.defined() ? input.shape() : Shape{});
+    dtypes.push_back(input.defined() ? input.dtype() : DType::f32);
+  }
+  TensorImpl* out = output.impl();
+  out->grad_fn = std::make_shared<FunctionNode>(name, std::move(edges), std::move(backward), std::move(shapes),
+                                                std::move(dtypes));
+  out->requires_grad = true;
+}
+
+void run_backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
+  HG_CHECK(root.requires_grad(), "[backward] the tensor ", root.describe(),
+           " does not require grad and has no grad_fn: nothing to differentiate");
+  NoGradGuard no_grad;
+  std::shared_ptr<Node> start = root.is_leaf() ? grad_accumulator(root) : root.grad_fn();
+
+  // Count the consumers of every reachable node.
+  std::unordered_map<Node*, int> pending;
+  std::vector<Node*> stack{start.get()};
+  pending[start.get()] = 0;
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& edge : node->edges()) {
+      if (!edge.node) continue;
+      auto [it, inserted] = pending.try_emplace(edge.node.get(), 0);
+      ++it->second;
+      if (inserted) stack.push_back(edge.node.get());
+    }
+  }
+
+  // Run nodes whose consumers have all reported, summing what each received. A node that received
+  // nothing (every contribution was undefined) is not run, but still reports to its inputs.
+  std::unordered_map<Node*, Tensor> received;
+  received[start.get()] = grad_root;
+  std::vector<std::shared_ptr<Node>> ready{start};
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = std::move(ready.back());
+    ready.pop_back();
+    std::vector<Tensor> input_grads;
+    if (auto it = received.find(node.get()); it != received.end()) {
+      Tensor grad = std::move(it->second);
+      received.erase(it);
+      input_grads = node->apply(grad);
+    }
+    if (!retain_graph) node->release();
+    for (size_t i = 0; i < node->edges().size(); ++i) {
+      const std::shared_ptr<Node>& next = node->edges()[i].node;
+      if (!next) continue;
+      if (i < input_grads.size() && input_grads[i].defined()) {
+        Tensor& slot = received[next.get()];
+        slot = slot.defined() ? add(slot, input_grads[i]) : input_grads[i];
+      }
+      if (--pending[next.get()] == 0) ready.push_back(next);
+    }
+  }
+}
+
+}  // namespace hg

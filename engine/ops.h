@@ -1,0 +1,100 @@
+#pragma once
+// The differentiable ops of halfgrad. Each one checks its inputs (throwing hg::Error that names the
+// op, the shapes/dtypes/devices it got and what it expected), runs the kernel for the tensors'
+// device, and records its backward (written next to its forward in engine/ops/<area>.cpp).
+//
+// Binary ops need equal dtypes and devices and broadcast shapes NumPy-style.
+#include <utility>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/tensor.h"
+
+namespace hg {
+
+// ---- elementwise: engine/ops/elementwise.cpp ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+// y = alpha * x + beta (the scalar forms of + - * /).
+Tensor affine(const Tensor& x, double alpha, double beta);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+enum class GeluApproximation { Tanh, Erf };
+Tensor gelu(const Tensor& x, GeluApproximation approximation = GeluApproximation::Tanh);
+Tensor silu(const Tensor& x);
+Tensor abs(const Tensor& x);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double s);
+Tensor operator+(double s, const Tensor& a);
+Tensor operator-(const Tensor& a, double s);
+Tensor operator-(double s, const Tensor& a);
+Tensor operator*(const Tensor& a, double s);
+Tensor operator*(double s, const Tensor& a);
+Tensor operator/(const Tensor& a, double s);
+Tensor operator/(double s, const Tensor& a);
+
+// The shape a and b broadcast to; throws naming both shapes when they don't.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+// Sums `grad` down to `shape` (the backward of broadcasting).
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+// ---- reductions: engine/ops/reduce.cpp ----
+// Over `dims` (empty: all dimensions). Sums accumulate in fp32 (f64 for f64).
+Tensor sum(const Tensor& x, const std::vector<int>& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int>& dims = {}, bool keepdim = false);
+// Maximum over one dimension: (values, indices i64). The gradient flows to the first maximum.
+std::pair<Tensor, Tensor> max(const Tensor& x, int dim, bool keepdim = false);
+// Maximum of all elements (gradient to the first maximum).
+Tensor max(const Tensor& x);
+
+// ---- linear algebra: engine/ops/matmul.cpp ----
+// [.., m, k] @ [.., k, n] with broadcasting batch dimensions; 1-D operands as in NumPy.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- normalisation and losses ----
+Tensor softmax(const Tensor& x, int dim = -1);
+Tensor log_softmax(const Tensor& x, int dim = -1);
+// Fused log-softmax + negative log-likelihood. logits [N, C] (or [C]), targets [N] i32/i64.
+// Mean over targets != ignore_index; the loss is f32 (f64 for f64 logits).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// Over the last dimension, statistics in fp32. weight/bias may be undefined.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// weight [V, D], ids i32/i64 of any shape -> [ids.shape, D]. Deterministic backward.
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+// Zeroes each element with probability p and scales the rest by 1/(1-p) when training; the mask is
+// drawn from the default generator's Philox stream and regenerated (not stored) for backward.
+Tensor dropout(const Tensor& x, double p, bool training = true);
+// Causal scaled-dot-product attention: q, k, v [.., T, D] -> softmax(q k^T / sqrt(D) + causal mask) v.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true);
+
+// ---- shape: engine/ops/shape.cpp (the Tensor view methods are these) ----
+Tensor view(const Tensor& x, const Shape& shape);
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor transpose(const Tensor& x, int d0, int d1);
+Tensor permute(const Tensor& x, const std::vector<int>& dims);
+Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length);
+Tensor select(const Tensor& x, int dim, int64_t index);
+Tensor unsqueeze(const Tensor& x, int dim);
+Tensor squeeze(const Tensor& x, int dim);
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor contiguous(const Tensor& x);
+Tensor cat(const std::vector<Tensor>& tensors, int dim);
+
+// ---- dtype and device: engine/ops/cast.cpp ----
+Tensor cast(const Tensor& x, DType dtype);
+Tensor to_device(const Tensor& x, const Device& device);
+
+}  // namespace hg

@@ -1,0 +1,187 @@
+// Elementwise ops: broadcasting binary arithmetic, the scalar affine form, and unary math.
+// Backward formulas (before reducing a broadcast gradient back to its input's shape with sum_to):
+//   add: (g, g)   sub: (g, -g)   mul: (g b, g a)   div: (g / b, -g a / b^2)
+//   unary f: g * f'(x), with f' from kernels/unary_math.h (the CPU and CUDA share it).
+#include "engine/ops.h"
+#include "engine/ops/op_support.h"
+
+namespace hg {
+
+namespace {
+
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+  }
+  return "binary";
+}
+
+// Strides that read `t` at every index of `shape` (right-aligned; broadcast dimensions get 0).
+Shape broadcast_strides(const Tensor& t, const Shape& shape) {
+  Shape strides(shape.size(), 0);
+  const size_t lead = shape.size() - size_t(t.dim());
+  for (size_t i = 0; i < size_t(t.dim()); ++i)
+    strides[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+  return strides;
+}
+
+Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_name(op);
+  ops::check_floating(a, name, "a");
+  ops::check_floating(b, name, "b");
+  ops::check_same({&a, &b}, {"a", "b"}, name);
+  ops::check_backend(a, name);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = ops::empty_as(shape, a);
+  const Shape as = broadcast_strides(a, shape), bs = broadcast_strides(b, shape);
+  kernels::cpu::binary_forward(op, a.data_ptr(), as.data(), b.data_ptr(), bs.data(), out.data_ptr(), shape.data(),
+                               int(shape.size()), a.dtype());
+  return out;
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_kernel(op, a, b);
+  if (!should_record({&a, &b})) return out;
+  const Tensor sa = a.detach(), sb = b.detach();
+  record_op(binary_name(op), {a, b}, out, [op, sa, sb](const Tensor& g, const NeedsGrad& needs) {
+    Tensor ga, gb;
+    switch (op) {
+      case BinaryOp::Add:
+        ga = g;
+        gb = g;
+        break;
+      case BinaryOp::Sub:
+        ga = g;
+        if (needs[1]) gb = neg(g);
+        break;
+      case BinaryOp::Mul:
+        if (needs[0]) ga = mul(g, sb);
+        if (needs[1]) gb = mul(g, sa);
+        break;
+      case BinaryOp::Div:
+        if (needs[0]) ga = div(g, sb);
+        if (needs[1]) gb = neg(div(mul(g, sa), mul(sb, sb)));
+        break;
+    }
+    return std::vector<Tensor>{needs[0] ? sum_to(ga, sa.shape()) : Tensor(),
+                               needs[1] ? sum_to(gb, sb.shape()) : Tensor()};
+  });
+  return out;
+}
+
+const char* unary_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg: return "neg";
+    case UnaryOp::Exp: return "exp";
+    case UnaryOp::Log: return "log";
+    case UnaryOp::Sqrt: return "sqrt";
+    case UnaryOp::Tanh: return "tanh";
+    case UnaryOp::Sigmoid: return "sigmoid";
+    case UnaryOp::Relu: return "relu";
+    case UnaryOp::GeluTanh: return "gelu_tanh";
+    case UnaryOp::GeluErf: return "gelu_erf";
+    case UnaryOp::Silu: return "silu";
+    case UnaryOp::Pow: return "pow";
+    case UnaryOp::Abs: return "abs";
+  }
+  return "unary";
+}
+
+Tensor unary(UnaryOp op, const Tensor& input, double scalar = 0.0) {
+  const char* name = unary_name(op);
+  ops::check_floating(input, name, "input");
+  ops::check_backend(input, name);
+  const Tensor x = input.contiguous();
+  Tensor out = ops::empty_as(x.shape(), x);
+  kernels::cpu::unary_forward(op, x.data_ptr(), out.data_ptr(), x.numel(), scalar, x.dtype());
+  if (should_record({&input})) {
+    const Tensor sx = x.detach(), sy = out.detach();
+    record_op(name, {input}, out, [op, sx, sy, scalar](const Tensor& g, const NeedsGrad&) {
+      const Tensor dy = g.contiguous();
+      Tensor dx = ops::empty_as(dy.shape(), dy);
+      kernels::cpu::unary_backward(op, sx.data_ptr(), sy.data_ptr(), dy.data_ptr(), dx.data_ptr(), dy.numel(), scalar,
+                                   dy.dtype());
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    HG_CHECK(da == db || da == 1 || db == 1, "[", op, "] shapes ", shape_str(a), " and ", shape_str(b),
+             " cannot be broadcast: dimension ", i, " is ", da, " vs ", db, "; expected equal sizes or 1");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  const size_t lead = size_t(grad.dim()) - shape.size();
+  std::vector<int> dims;
+  for (size_t i = 0; i < size_t(grad.dim()); ++i)
+    if (i < lead || (shape[i - lead] == 1 && grad.shape()[i] != 1)) dims.push_back(int(i));
+  Tensor reduced = sum(grad, dims, /*keepdim=*/true);
+  return reduced.reshape(shape);
+}
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Div, a, b); }
+
+Tensor affine(const Tensor& input, double alpha, double beta) {
+  ops::check_floating(input, "affine", "input");
+  ops::check_backend(input, "affine");
+  const Tensor x = input.contiguous();
+  Tensor out = ops::empty_as(x.shape(), x);
+  kernels::cpu::affine(x.data_ptr(), out.data_ptr(), x.numel(), alpha, beta, x.dtype());
+  if (should_record({&input})) {
+    record_op("affine", {input}, out,
+              [alpha](const Tensor& g, const NeedsGrad&) { return std::vector<Tensor>{affine(g, alpha, 0.0)}; });
+  }
+  return out;
+}
+
+Tensor neg(const Tensor& x) { return affine(x, -1.0, 0.0); }
+Tensor exp(const Tensor& x) { return unary(UnaryOp::Exp, x); }
+Tensor log(const Tensor& x) { return unary(UnaryOp::Log, x); }
+Tensor sqrt(const Tensor& x) { return unary(UnaryOp::Sqrt, x); }
+Tensor pow(const Tensor& x, double exponent) { return unary(UnaryOp::Pow, x, exponent); }
+Tensor tanh(const Tensor& x) { return unary(UnaryOp::Tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::Sigmoid, x); }
+Tensor relu(const Tensor& x) { return unary(UnaryOp::Relu, x); }
+Tensor gelu(const Tensor& x, GeluApproximation approximation) {
+  return unary(approximation == GeluApproximation::Tanh ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x);
+}
+Tensor silu(const Tensor& x) { return unary(UnaryOp::Silu, x); }
+Tensor abs(const Tensor& x) { return unary(UnaryOp::Abs, x); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator+(const Tensor& a, double s) { return affine(a, 1.0, s); }
+Tensor operator+(double s, const Tensor& a) { return affine(a, 1.0, s); }
+Tensor operator-(const Tensor& a, double s) { return affine(a, 1.0, -s); }
+Tensor operator-(double s, const Tensor& a) { return affine(a, -1.0, s); }
+Tensor operator*(const Tensor& a, double s) { return affine(a, s, 0.0); }
+Tensor operator*(double s, const Tensor& a) { return affine(a, s, 0.0); }
+Tensor operator/(const Tensor& a, double s) { return affine(a, 1.0 / s, 0.0); }
+Tensor operator/(double s, const Tensor& a) { return mul(pow(a, -1.0), scalar_tensor(s, a.dtype(), a.device())); }
+
+}  // namespace hg

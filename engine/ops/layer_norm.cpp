@@ -1,0 +1,50 @@
+// layer_norm over the last dimension: y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps),
+// statistics (mean, rstd) in fp32 (f64 for f64) and saved for backward:
+//   xhat = (x - mean) rstd,  g = dy w
+//   dx = rstd (g - mean(g) - xhat mean(g xhat)),  dw = sum_rows dy xhat,  db = sum_rows dy
+#include "engine/ops.h"
+#include "engine/ops/op_support.h"
+
+namespace hg {
+
+Tensor layer_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* name = "layer_norm";
+  ops::check_floating(input, name, "input");
+  ops::check_backend(input, name);
+  HG_CHECK(input.dim() >= 1, "[", name, "] expected an input of rank >= 1, got ", input.describe());
+  HG_CHECK(eps > 0, "[", name, "] expected eps > 0, got ", eps);
+  const int64_t cols = input.size(-1);
+  const int64_t rows = cols == 0 ? 0 : input.numel() / cols;
+  for (const auto& [param, param_name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!param->defined()) continue;
+    ops::check_same({&input, param}, {"input", param_name}, name);
+    HG_CHECK(param->shape() == Shape{cols}, "[", name, "] ", param_name, " is ", param->describe(), " but input is ",
+             input.describe(), "; expected ", param_name, " of shape [", cols, "]");
+  }
+  const Tensor x = input.contiguous();
+  const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  const DType stat = accumulate_dtype(x.dtype());
+  Tensor y = ops::empty_as(x.shape(), x);
+  Tensor mean = empty({rows}, stat, x.device()), rstd = empty({rows}, stat, x.device());
+  kernels::cpu::layer_norm_forward(x.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
+                                   b.defined() ? b.data_ptr() : nullptr, y.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+                                   rows, cols, eps, x.dtype());
+  if (should_record({&input, &weight, &bias})) {
+    const Tensor sx = x.detach(), sw = w.defined() ? w.detach() : Tensor();
+    record_op(name, {input, weight, bias}, y, [sx, sw, mean, rstd, rows, cols](const Tensor& g, const NeedsGrad& needs) {
+      const Tensor dy = g.contiguous();
+      Tensor dx = empty_like(sx);
+      Tensor dw = needs[1] ? empty({cols}, sx.dtype(), sx.device()) : Tensor();
+      Tensor db = needs[2] ? empty({cols}, sx.dtype(), sx.device()) : Tensor();
+      kernels::cpu::layer_norm_backward(sx.data_ptr(), sw.defined() ? sw.data_ptr() : nullptr, mean.data_ptr(),
+                                        rstd.data_ptr(), dy.data_ptr(), dx.data_ptr(),
+                                        dw.defined() ? dw.data_ptr() : nullptr, db.defined() ? db.data_ptr() : nullptr,
+                                        rows, cols, sx.dtype());
+      return std::vector<Tensor>{dx, dw, db};
+    });
+  }
+  return y;
+}
+
+}  // namespace hg

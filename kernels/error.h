@@ -1,0 +1,34 @@
+#pragma once
+// The one error type of the project. Library code throws hg::Error with a message that names the
+// operation, what it was given and what it expected; it never calls exit() or abort().
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace hg {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+namespace detail {
+template <class... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+}  // namespace detail
+
+}  // namespace hg
+
+// HG_CHECK(cond, parts...): throws hg::Error("parts..." + " (file:line)") when cond is false.
+#define HG_CHECK(cond, ...)                                                                  \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      throw ::hg::Error(::hg::detail::concat(__VA_ARGS__, " [", __FILE__, ":", __LINE__, "]")); \
+    }                                                                                        \
+  } while (0)
+
+#define HG_FAIL(...) throw ::hg::Error(::hg::detail::concat(__VA_ARGS__, " [", __FILE__, ":", __LINE__, "]"))

@@ -1,0 +1,134 @@
+#pragma once
+// Every kernel of halfgrad, on raw pointers, sizes and a dtype; no Tensor in sight.
+//
+// Conventions (all backends):
+// - Pointers address the first element (any storage offset already applied).
+// - "Contiguous" means row-major with no gaps. Strided arguments are element strides.
+// - Floating kernels read and write their dtype and accumulate in acc_t (float; double for f64).
+// - `stat` buffers (softmax/LayerNorm statistics, per-row losses) are in accumulate_dtype(dtype).
+// - Outputs are written (=), never accumulated into, unless the name says `accumulate`.
+// - Index tensors (targets, token ids) are i32 or i64, given by `index_dtype`.
+#include <cstdint>
+
+#include "kernels/dtype.h"
+#include "kernels/unary_math.h"
+
+namespace hg::kernels {
+
+inline constexpr int kMaxRank = 8;
+
+enum class BinaryOp { Add, Sub, Mul, Div };
+enum class ReduceOp { Sum, Max };
+
+}  // namespace hg::kernels
+
+namespace hg::kernels::cpu {
+
+// ---- memory and layout -------------------------------------------------------------------------
+// y[i] = value for i < n (value converted to dtype).
+void fill(void* y, int64_t n, double value, DType dtype);
+// y[i] = convert(x[i]) between any two dtypes (floating <-> floating rounds to nearest even).
+void cast(const void* x, DType x_dtype, void* y, DType y_dtype, int64_t n);
+// Copies a strided view into another strided view of the same shape and dtype
+// (e.g. contiguous() materialisation, or writing into a slice for cat).
+void copy_strided(const void* src, const int64_t* src_strides, void* dst, const int64_t* dst_strides,
+                  const int64_t* shape, int rank, DType dtype);
+
+// ---- elementwise -------------------------------------------------------------------------------
+// y = op(x) over n contiguous elements; `scalar` is Pow's exponent.
+void unary_forward(UnaryOp op, const void* x, void* y, int64_t n, double scalar, DType dtype);
+// dx = dy * op'(x) over n contiguous elements (y = op(x) is passed for the ops that need it).
+void unary_backward(UnaryOp op, const void* x, const void* y, const void* dy, void* dx, int64_t n,
+                    double scalar, DType dtype);
+// y = alpha * x + beta, computed in acc_t.
+void affine(const void* x, void* y, int64_t n, double alpha, double beta, DType dtype);
+// y[idx] = a[idx . a_strides] op b[idx . b_strides] for every index of `shape`; y is contiguous.
+// A broadcast dimension has stride 0.
+void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const void* b,
+                    const int64_t* b_strides, void* y, const int64_t* shape, int rank, DType dtype);
+
+// ---- reductions --------------------------------------------------------------------------------
+// x viewed as contiguous [outer, n, inner]; y[o, i] = reduce_j x[o, j, i], times `scale` for Sum
+// (scale = 1/n gives the mean). For Max, `argmax` (nullable, i64) receives the first index of the
+// maximum; NaN propagates (a NaN is the maximum).
+void reduce(ReduceOp op, const void* x, void* y, int64_t* argmax, int64_t outer, int64_t n, int64_t inner,
+            double scale, DType dtype);
+
+// x viewed as contiguous [outer, n, inner], index [outer, inner] (i64, values in [0, n)):
+// y[o, index[o, i], i] = x[o, i]; every other element of y (shape [outer, n, inner]) is 0.
+// The backward of max over a dimension.
+void scatter_along(const void* x, const int64_t* index, void* y, int64_t outer, int64_t n, int64_t inner,
+                   DType dtype);
+
+// ---- GEMM --------------------------------------------------------------------------------------
+// Row-major C[m, n] = alpha * op(A) op(B) + beta * C, op(A) = A^T when trans_a (A stored [k, m]).
+// lda/ldb/ldc are row strides in elements. When beta == 0, C is not read (NaN in C is ignored).
+// f32: a cache-blocked packed GEMM with an AVX-512 micro-kernel when the CPU has AVX-512 (checked at
+// run time), Eigen otherwise; f64: Eigen; f16/bf16: converted to f32, multiplied, rounded back.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+          int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType dtype);
+// Reference triple loop (fp32/fp64 accumulation) used by tests and as the oracle.
+void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+                    int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType dtype);
+// Which f32 GEMM path gemm() takes on this CPU: "avx512" or "eigen".
+const char* gemm_f32_path();
+
+// ---- softmax -----------------------------------------------------------------------------------
+// Row-wise over contiguous [rows, cols], max-subtracted for stability. log_softmax when `log`.
+// causal_rows > 0 applies a causal mask for attention: row r sees columns
+// c <= (r % causal_rows) + (cols - causal_rows); masked outputs are 0 (softmax only, not log).
+void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, bool log, int64_t causal_rows,
+                     DType dtype);
+// softmax:     dx = y * (dy - sum_c dy * y)
+// log_softmax: dx = dy - exp(y) * sum_c dy
+void softmax_backward(const void* y, const void* dy, void* dx, int64_t rows, int64_t cols, bool log,
+                      DType dtype);
+
+// ---- cross entropy -----------------------------------------------------------------------------
+// Fused log-softmax + NLL over logits [rows, cols] and targets [rows]:
+//   loss[r] = logsumexp(x[r, :]) - x[r, t_r], lse[r] = logsumexp(x[r, :]);
+// rows whose target == ignore_index get loss 0. loss and lse are in accumulate_dtype(dtype).
+// Returns the number of non-ignored rows. Throws hg::Error naming the row if a target is outside
+// [0, cols) and is not ignore_index.
+int64_t cross_entropy_forward(const void* logits, const void* targets, DType index_dtype, void* loss, void* lse,
+                              int64_t rows, int64_t cols, int64_t ignore_index, DType dtype);
+// dlogits[r, c] = dloss[r] * (exp(x[r, c] - lse[r]) - [c == t_r]); 0 for ignored rows.
+// dloss is per row, in accumulate_dtype(dtype).
+void cross_entropy_backward(const void* logits, const void* targets, DType index_dtype, const void* lse,
+                            const void* dloss, void* dlogits, int64_t rows, int64_t cols, int64_t ignore_index,
+                            DType dtype);
+
+// ---- LayerNorm ---------------------------------------------------------------------------------
+// Per row of [rows, cols]: mean, rstd = 1/sqrt(var + eps) (biased variance, in acc_t), then
+// y = (x - mean) * rstd * w + b. weight/bias are nullable (then 1 and 0).
+void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, void* mean, void* rstd,
+                        int64_t rows, int64_t cols, double eps, DType dtype);
+// With xhat = (x - mean) * rstd and g = dy * w:
+//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  dw = sum_r dy * xhat,  db = sum_r dy.
+// dweight/dbias are nullable; the sums over rows are done in a fixed order (deterministic).
+void layer_norm_backward(const void* x, const void* weight, const void* mean, const void* rstd, const void* dy,
+                         void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype);
+
+// ---- embedding ---------------------------------------------------------------------------------
+// y[i, :] = weight[ids[i], :] for weight [vocab, dim]. Throws hg::Error naming the position of
+// the first id outside [0, vocab).
+void embedding_forward(const void* weight, const void* ids, DType index_dtype, void* y, int64_t n_ids,
+                       int64_t vocab, int64_t dim, DType dtype);
+// dweight = sum over i with ids[i] = v of dy[i, :], accumulated in acc_t in increasing i
+// (deterministic), written to all of dweight (rows with no id get 0).
+void embedding_backward(const void* dy, const void* ids, DType index_dtype, void* dweight, int64_t n_ids,
+                        int64_t vocab, int64_t dim, DType dtype);
+
+// ---- dropout -----------------------------------------------------------------------------------
+// y[i] = keep(i) ? x[i] / (1 - p) : 0, keep from philox.h's dropout_keep(seed, offset, i, p).
+void dropout_forward(const void* x, void* y, int64_t n, double p, uint64_t seed, uint64_t offset, DType dtype);
+// dx[i] = keep(i) ? dy[i] / (1 - p) : 0 (the mask is regenerated, never stored).
+void dropout_backward(const void* dy, void* dx, int64_t n, double p, uint64_t seed, uint64_t offset, DType dtype);
+
+// ---- random fill -------------------------------------------------------------------------------
+// Uniform in [low, high) or normal(mean, std) (Box-Muller on pairs of Philox words), element i a
+// pure function of (seed, offset, i).
+void uniform_fill(void* y, int64_t n, double low, double high, uint64_t seed, uint64_t offset, DType dtype);
+void normal_fill(void* y, int64_t n, double mean, double std, uint64_t seed, uint64_t offset, DType dtype);
+
+}  // namespace hg::kernels::cpu
