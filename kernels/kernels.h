@@ -76,7 +76,9 @@ const char* gemm_f32_path();
 // ---- softmax -----------------------------------------------------------------------------------
 // Row-wise over contiguous [rows, cols], max-subtracted for stability. log_softmax when `log`.
 // causal_rows > 0 applies a causal mask for attention: row r sees columns
-// c <= (r % causal_rows) + (cols - causal_rows); masked outputs are 0 (softmax only, not log).
+// c <= (r % causal_rows) + (cols - causal_rows), causal_rows <= cols; masked outputs are 0
+// (softmax) or -inf (log_softmax). softmax_backward needs no mask for softmax (y = 0 there gives
+// dx = 0); the engine never combines the mask with log_softmax, whose backward would not zero it.
 void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, bool log, int64_t causal_rows,
                      DType dtype);
 // softmax:     dx = y * (dy - sum_c dy * y)
@@ -127,7 +129,8 @@ void dropout_backward(const void* dy, void* dx, int64_t n, double p, uint64_t se
 
 // ---- random fill -------------------------------------------------------------------------------
 // Uniform in [low, high) or normal(mean, std) (Box-Muller on pairs of Philox words), element i a
-// pure function of (seed, offset, i).
+// pure function of (seed, offset, i). uniform_fill uses word i of the stream and consumes
+// philox_blocks(n) blocks; normal_fill uses words 2i and 2i+1 and consumes philox_blocks(2 n).
 void uniform_fill(void* y, int64_t n, double low, double high, uint64_t seed, uint64_t offset, DType dtype);
 void normal_fill(void* y, int64_t n, double mean, double std, uint64_t seed, uint64_t offset, DType dtype);
 

@@ -40,7 +40,7 @@ TEST_CASE("a diamond graph sums both paths") {
   }
 }
 
-TEST_CASE("a tensor used by several ops, through views") {
+TEST_CASE("a tensor used by several ops - through views") {
   Tensor x = leaf({1, 2, 3, 4});
   Tensor m = x.view({2, 2});
   Tensor y = sum(m.t() * m) + sum(m.select(0, 1));
@@ -49,7 +49,7 @@ TEST_CASE("a tensor used by several ops, through views") {
   CHECK(grad_of(x) == std::vector<double>{2, 2 * 3, 2 * 2 + 1, 2 * 4 + 1});
 }
 
-TEST_CASE("no_grad records nothing; detach cuts the graph") {
+TEST_CASE("no_grad records nothing - detach cuts the graph") {
   Tensor x = leaf({1, 2});
   {
     NoGradGuard guard;
@@ -66,7 +66,7 @@ TEST_CASE("no_grad records nothing; detach cuts the graph") {
   CHECK(grad_mode_enabled());
 }
 
-TEST_CASE("inputs that need no grad get none, and the backward may skip them") {
+TEST_CASE("inputs that need no grad get none - and the backward may skip them") {
   Tensor x = leaf({1, 2});
   Tensor c = from_vector(std::vector<double>{3, 4}, {2}, f64);
   sum(x * c).backward();
@@ -74,7 +74,7 @@ TEST_CASE("inputs that need no grad get none, and the backward may skip them") {
   CHECK_FALSE(c.grad().defined());
 }
 
-TEST_CASE("a second backward through a freed graph is a clear error; retain_graph allows it") {
+TEST_CASE("a second backward through a freed graph is a clear error - retain_graph allows it") {
   Tensor x = leaf({1, 2});
   Tensor y = sum(exp(x));
   y.backward();
@@ -89,7 +89,7 @@ TEST_CASE("a second backward through a freed graph is a clear error; retain_grap
   CHECK(g[1] == doctest::Approx(2 * std::exp(2.0)));
 }
 
-TEST_CASE("backward with an explicit gradient; implicit gradient needs a scalar") {
+TEST_CASE("backward with an explicit gradient - implicit gradient needs a scalar") {
   Tensor x = leaf({1, 2, 3});
   Tensor y = x * x;
   CHECK_THROWS_WITH_AS(y.backward(), doctest::Contains("implicit gradient needs a one-element tensor"), Error);
@@ -105,7 +105,7 @@ TEST_CASE("a branch that contributes nothing does not block the rest of the grap
   CHECK(grad_of(x) == std::vector<double>{2, 3, 2});
 }
 
-TEST_CASE("leaves keep their graph-free identity; in-place on a grad-requiring leaf is refused") {
+TEST_CASE("leaves keep their graph-free identity - in-place on a grad-requiring leaf is refused") {
   Tensor x = leaf({1, 2});
   CHECK(x.is_leaf());
   Tensor y = x * 2.0;

@@ -18,7 +18,7 @@ using namespace hg;
     for (const char* part : {__VA_ARGS__}) CHECK(message.find(part) != std::string::npos); \
   } while (0)
 
-TEST_CASE("shape errors name the op, both shapes and the rule") {
+TEST_CASE("shape errors name the op - both shapes and the rule") {
   CHECK_ERROR(add(zeros({2, 3}), zeros({4})), "[add]", "[2, 3]", "[4]", "cannot be broadcast", "equal sizes or 1");
   CHECK_ERROR(matmul(zeros({2, 3}), zeros({4, 5})), "[matmul]", "f32[2, 3] cpu", "f32[4, 5] cpu", "inner dimensions");
   CHECK_ERROR(matmul(zeros({2, 2, 3}), zeros({3, 3, 4})), "[matmul]", "cannot be broadcast");
@@ -49,10 +49,12 @@ TEST_CASE("dtype and device errors say what to do") {
 TEST_CASE("op-specific argument errors") {
   CHECK_ERROR(cross_entropy(zeros({3, 4}), zeros({3}, f32)), "[cross_entropy]", "targets", "i32 or i64");
   CHECK_ERROR(cross_entropy(zeros({3, 4}), zeros({2}, i64)), "[cross_entropy]", "expected targets of shape [3]");
-  CHECK_ERROR(cross_entropy(zeros({2, 4}), from_vector(std::vector<int64_t>{1, 4}, {2})), "[cross_entropy]", "4");
+  CHECK_ERROR(cross_entropy(zeros({2, 4}), from_vector(std::vector<int64_t>{1, 4}, {2})), "cross_entropy", "target 4 at row 1",
+              "expected 0 <= target < 4");
   CHECK_ERROR(layer_norm(zeros({2, 4}), zeros({3}), Tensor()), "[layer_norm]", "weight", "[4]");
   CHECK_ERROR(layer_norm(zeros({2, 4}), Tensor(), Tensor(), 0.0), "[layer_norm]", "eps > 0");
-  CHECK_ERROR(embedding(zeros({5, 2}), from_vector(std::vector<int64_t>{1, 5}, {2})), "[embedding]", "5");
+  CHECK_ERROR(embedding(zeros({5, 2}), from_vector(std::vector<int64_t>{1, 5}, {2})), "embedding", "id 5 at position 1",
+              "expected 0 <= id < 5");
   CHECK_ERROR(embedding(zeros({5}), from_vector(std::vector<int64_t>{1}, {1})), "[embedding]", "[vocab, dim]");
   CHECK_ERROR(dropout(zeros({4}), 1.0), "[dropout]", "outside [0, 1)");
   CHECK_ERROR(scaled_dot_product_attention(zeros({4, 2}), zeros({3, 2}), zeros({3, 2})), "causal", "Tq = 4");

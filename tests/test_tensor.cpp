@@ -37,7 +37,7 @@ TEST_CASE("views share storage and see writes through any alias") {
   CHECK(values_of(base)[1] == 9.0f);
 }
 
-TEST_CASE("contiguous and clone copy; reshape copies only when it must") {
+TEST_CASE("contiguous and clone copy - reshape copies only when it must") {
   Tensor base = randn({3, 4});
   Tensor same = base.reshape({4, 3});
   CHECK(same.storage() == base.storage());
@@ -55,7 +55,7 @@ TEST_CASE("contiguous and clone copy; reshape copies only when it must") {
   CHECK(base.contiguous().is_same(base));
 }
 
-TEST_CASE("permute, expand, squeeze and unsqueeze give the expected strides") {
+TEST_CASE("permute - expand - squeeze and unsqueeze give the expected strides") {
   Tensor x = zeros({2, 3, 4});
   Tensor p = x.permute({2, 0, 1});
   CHECK(p.shape() == Shape{4, 2, 3});

@@ -11,6 +11,7 @@ namespace ops {
 
 Tensor softmax_last_dim(const Tensor& input, bool log, int64_t causal_rows) {
   const char* name = log ? "log_softmax" : "softmax";
+  HG_CHECK(!(log && causal_rows > 0), "[", name, "] the causal mask is only supported for softmax");
   const Tensor x = input.contiguous();
   const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;

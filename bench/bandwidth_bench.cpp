@@ -1,0 +1,162 @@
+// Memory-bound CPU kernels in GB/s, at sizes far beyond the caches, with a memcpy baseline measured
+// in the same process so each figure can be read as a fraction of what the machine's memory allows.
+//
+//   GB/s = (bytes read + bytes written by one call) / best time over `repeats` calls, after one
+//          warm-up call. Buffers are allocated and first-touched (written) before any timing.
+//   softmax_forward:    reads x [rows, cols], writes y            -> 2 * rows * cols * sizeof(dtype)
+//   layer_norm_forward: reads x, weight, bias; writes y, mean, rstd
+//   unary GELU (tanh):  reads x, writes y over rows * cols elements
+//   memcpy:             one std::memcpy of the f32 tensor (read + write), on one thread, and the same
+//                       bytes split into one memcpy per OpenMP thread; fraction_of_memcpy divides by the
+//                       faster of the two.
+// Full size: rows = 16384, cols = 4096 (256 MiB per f32 tensor); --quick: 1/16 of the rows.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "bench_sections.h"
+#include "json_line.h"
+#include "kernels/kernels.h"
+
+namespace hg::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Shape {
+  int64_t rows, cols;
+  int repeats;
+};
+
+// 64-byte aligned bytes, written once so the pages are resident before timing.
+struct Bytes {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> memory;
+  size_t size;
+  explicit Bytes(size_t n) : memory(std::aligned_alloc(64, (n + 63) / 64 * 64)), size(n) {
+    unsigned char* p = static_cast<unsigned char*>(memory.get());
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < int64_t(n); i += 4096) p[i] = 1;
+  }
+  void* get() const { return memory.get(); }
+};
+
+// Best wall time in seconds of `repeats` calls of fn, after one warm-up call.
+template <class F>
+double best_seconds(int repeats, F&& fn) {
+  fn();
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+Bytes random_tensor(int64_t n, DType dtype, uint64_t seed) {
+  Bytes b(size_t(n) * dtype_size(dtype));
+  kernels::cpu::uniform_fill(b.get(), n, -3.0, 3.0, seed, 0, dtype);
+  return b;
+}
+
+void print_line(const std::string& kernel, DType dtype, const Shape& shape, double bytes, double seconds,
+                double memcpy_gbs) {
+  const double gbs = bytes / seconds / 1e9;
+  JsonLine(kernel)
+      .add("dtype", dtype_name(dtype))
+      .add("rows", (long long)shape.rows)
+      .add("cols", (long long)shape.cols)
+      .add("bytes", (long long)bytes)
+      .add("best_ms", seconds * 1e3)
+      .add("repeats", shape.repeats)
+      .add("threads", omp_get_max_threads())
+      .add("gbs", gbs)
+      .add("memcpy_gbs", memcpy_gbs)
+      .add("fraction_of_memcpy", gbs / memcpy_gbs)
+      .print();
+}
+
+// Prints the single-thread and per-thread memcpy lines; returns the faster GB/s.
+double memcpy_baseline(const Shape& shape) {
+  const size_t bytes = size_t(shape.rows * shape.cols) * sizeof(float);
+  const Bytes src(bytes), dst(bytes);
+  const char* s = static_cast<const char*>(src.get());
+  char* d = static_cast<char*>(dst.get());
+  const double plain = best_seconds(shape.repeats, [&] { std::memcpy(d, s, bytes); });
+  const double split = best_seconds(shape.repeats, [&] {
+#pragma omp parallel
+    {
+      const size_t threads = size_t(omp_get_num_threads()), t = size_t(omp_get_thread_num());
+      const size_t begin = bytes * t / threads, end = bytes * (t + 1) / threads;
+      std::memcpy(d + begin, s + begin, end - begin);
+    }
+  });
+  const double moved = 2.0 * double(bytes);
+  JsonLine("memcpy")
+      .add("threads", 1)
+      .add("bytes", (long long)moved)
+      .add("best_ms", plain * 1e3)
+      .add("gbs", moved / plain / 1e9)
+      .print();
+  JsonLine("memcpy")
+      .add("threads", omp_get_max_threads())
+      .add("bytes", (long long)moved)
+      .add("best_ms", split * 1e3)
+      .add("gbs", moved / split / 1e9)
+      .print();
+  return moved / std::min(plain, split) / 1e9;
+}
+
+void bench_softmax(DType dtype, const Shape& shape, double memcpy_gbs) {
+  const int64_t n = shape.rows * shape.cols;
+  const Bytes x = random_tensor(n, dtype, 1);
+  Bytes y(size_t(n) * dtype_size(dtype));
+  const double seconds = best_seconds(
+      shape.repeats, [&] { kernels::cpu::softmax_forward(x.get(), y.get(), shape.rows, shape.cols, false, 0, dtype); });
+  print_line("softmax", dtype, shape, 2.0 * double(x.size), seconds, memcpy_gbs);
+}
+
+void bench_layer_norm(DType dtype, const Shape& shape, double memcpy_gbs) {
+  const int64_t n = shape.rows * shape.cols;
+  const size_t stat_bytes = size_t(shape.rows) * dtype_size(accumulate_dtype(dtype));
+  const Bytes x = random_tensor(n, dtype, 2), weight = random_tensor(shape.cols, dtype, 3),
+              bias = random_tensor(shape.cols, dtype, 4);
+  Bytes y(size_t(n) * dtype_size(dtype)), mean(stat_bytes), rstd(stat_bytes);
+  const double seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::layer_norm_forward(x.get(), weight.get(), bias.get(), y.get(), mean.get(), rstd.get(), shape.rows,
+                                     shape.cols, 1e-5, dtype);
+  });
+  const double bytes = double(x.size + weight.size + bias.size + y.size + mean.size + rstd.size);
+  print_line("layer_norm", dtype, shape, bytes, seconds, memcpy_gbs);
+}
+
+void bench_gelu(DType dtype, const Shape& shape, double memcpy_gbs) {
+  const int64_t n = shape.rows * shape.cols;
+  const Bytes x = random_tensor(n, dtype, 5);
+  Bytes y(size_t(n) * dtype_size(dtype));
+  const double seconds = best_seconds(
+      shape.repeats, [&] { kernels::cpu::unary_forward(kernels::UnaryOp::GeluTanh, x.get(), y.get(), n, 0.0, dtype); });
+  print_line("gelu", dtype, shape, 2.0 * double(x.size), seconds, memcpy_gbs);
+}
+
+}  // namespace
+
+void run_bandwidth_bench(bool quick) {
+  const Shape shape{quick ? 1024 : 16384, 4096, quick ? 3 : 5};
+  const double memcpy_gbs = memcpy_baseline(shape);
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    bench_softmax(dtype, shape, memcpy_gbs);
+    bench_layer_norm(dtype, shape, memcpy_gbs);
+    bench_gelu(dtype, shape, memcpy_gbs);
+  }
+}
+
+}  // namespace hg::bench

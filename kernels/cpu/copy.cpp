@@ -1,0 +1,137 @@
+// copy_strided: dst[idx . dst_strides] = src[idx . src_strides] for every index of `shape`.
+//
+// The copy only moves bits, so it is templated on the element size (2, 4 or 8 bytes), not on the
+// dtype. Before copying, the layout is simplified:
+//   - size-1 dimensions are dropped (their stride never matters);
+//   - neighbouring dimensions d, d+1 are merged when both views step over them as one
+//     (stride[d] == stride[d+1] * shape[d+1] for src and for dst), so a contiguous tensor of any
+//     rank becomes a single row.
+// What remains is [rows..., cols]: the last dimension is the inner loop (a memcpy when it is
+// unit-stride on both sides), the leading ones are walked with an odometer.
+//
+// Parallel strategy: the outer rows are cut into one contiguous range per thread (when the copy is
+// large enough); each range unravels its first row index once and then steps the odometer.
+// Views must not overlap (the copy is not ordered).
+#include <cstring>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernels.h"
+
+#include <omp.h>
+
+namespace hg::kernels::cpu {
+namespace {
+
+constexpr int64_t kParallelMinElements = int64_t(1) << 16;
+
+// A shape with one stride per view, simplified as described in the header comment.
+struct CopyLayout {
+  int rank = 0;
+  int64_t shape[kMaxRank];
+  int64_t src[kMaxRank];
+  int64_t dst[kMaxRank];
+};
+
+CopyLayout simplify_layout(const int64_t* shape, const int64_t* src_strides, const int64_t* dst_strides, int rank) {
+  CopyLayout out;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 1) continue;
+    const int last = out.rank - 1;
+    const bool mergeable =
+        last >= 0 && out.src[last] == src_strides[d] * shape[d] && out.dst[last] == dst_strides[d] * shape[d];
+    if (mergeable) {
+      out.shape[last] *= shape[d];
+      out.src[last] = src_strides[d];
+      out.dst[last] = dst_strides[d];
+    } else {
+      out.shape[out.rank] = shape[d];
+      out.src[out.rank] = src_strides[d];
+      out.dst[out.rank] = dst_strides[d];
+      ++out.rank;
+    }
+  }
+  if (out.rank == 0) {  // a single element
+    out.rank = 1;
+    out.shape[0] = 1;
+    out.src[0] = out.dst[0] = 1;
+  }
+  return out;
+}
+
+template <class E>
+void copy_row(const E* __restrict src, int64_t src_stride, E* __restrict dst, int64_t dst_stride, int64_t n) {
+  if (src_stride == 1 && dst_stride == 1) {
+    std::memcpy(dst, src, size_t(n) * sizeof(E));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i * dst_stride] = src[i * src_stride];
+}
+
+// Copies outer rows [row_begin, row_end) of the layout; each row is the last dimension.
+template <class E>
+void copy_rows(const E* src, E* dst, const CopyLayout& layout, int64_t row_begin, int64_t row_end) {
+  const int outer_rank = layout.rank - 1;
+  int64_t index[kMaxRank] = {};
+  int64_t src_offset = 0, dst_offset = 0;
+  int64_t rest = row_begin;
+  for (int d = outer_rank - 1; d >= 0; --d) {
+    index[d] = rest % layout.shape[d];
+    rest /= layout.shape[d];
+    src_offset += index[d] * layout.src[d];
+    dst_offset += index[d] * layout.dst[d];
+  }
+  const int64_t cols = layout.shape[outer_rank];
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    copy_row(src + src_offset, layout.src[outer_rank], dst + dst_offset, layout.dst[outer_rank], cols);
+    for (int d = outer_rank - 1; d >= 0; --d) {  // odometer step
+      src_offset += layout.src[d];
+      dst_offset += layout.dst[d];
+      if (++index[d] < layout.shape[d]) break;
+      src_offset -= layout.src[d] * layout.shape[d];
+      dst_offset -= layout.dst[d] * layout.shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+template <class E>
+void copy_layout(const E* src, E* dst, const CopyLayout& layout) {
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < layout.rank; ++d) rows *= layout.shape[d];
+  const int64_t total = rows * layout.shape[layout.rank - 1];
+  if (rows == 1 || total < kParallelMinElements) {
+    copy_rows(src, dst, layout, 0, rows);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    copy_rows(src, dst, layout, rows * thread / threads, rows * (thread + 1) / threads);
+  }
+}
+
+}  // namespace
+
+void copy_strided(const void* src, const int64_t* src_strides, void* dst, const int64_t* dst_strides,
+                  const int64_t* shape, int rank, DType dtype) {
+  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[copy_strided] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
+  for (int d = 0; d < rank; ++d) {
+    HG_CHECK(shape[d] >= 0, "[copy_strided] shape[", d, "] = ", shape[d], ", expected >= 0");
+  }
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 0) return;
+  }
+  const CopyLayout layout = simplify_layout(shape, src_strides, dst_strides, rank);
+  switch (dtype_size(dtype)) {
+    case 2:
+      return copy_layout(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), layout);
+    case 4:
+      return copy_layout(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), layout);
+    case 8:
+      return copy_layout(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), layout);
+    default:
+      HG_FAIL("[copy_strided] unsupported dtype ", dtype_name(dtype));
+  }
+}
+
+}  // namespace hg::kernels::cpu

@@ -1,0 +1,360 @@
+// Elementwise kernels: unary ops (forward and backward), affine, and binary ops with broadcasting.
+//
+// Math (in acc_t, the dtype's accumulation type; half types are converted on load and store):
+//   unary_forward:  y = f(x)                  (f from unary_math.h's unary_value)
+//   unary_backward: dx = dy * f'(x, y)        (unary_derivative). x may be null when f' needs only y
+//                   (Neg, Exp, Sqrt, Tanh, Sigmoid); y may be null and is then recomputed from x.
+//   affine:         y = alpha * x + beta
+//   binary_forward: y[idx] = a[idx . a_strides] op b[idx . b_strides], a stride of 0 broadcasts.
+//
+// Speed: the op is resolved once per call into a compile-time constant (a template argument), so the
+// inner loops hold no switch and the compiler vectorises them. tanh and erf are declared to the
+// compiler as having SIMD variants (glibc's libmvec), so GELU/Tanh loops vectorise through the very
+// unary_math.h lines the CUDA backend uses. Half types are staged through small float buffers in
+// chunks (the results are rounded as they are stored), so the math loop is a plain float loop.
+//
+// Parallel strategy: contiguous work is cut into fixed chunks of kChunk elements and OpenMP spreads
+// the chunks over threads (only above kParallelMinElements). A chunk is computed the same way
+// whatever the thread count, so results do not depend on it. Strided binary ops are split into one
+// range of outer rows per thread, each walking its rows with an odometer.
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernels.h"
+
+#include <omp.h>
+
+// Tell GCC that glibc's libmvec has SIMD versions of these (math-vector.h only says so under
+// -ffast-math; the functions are there regardless, accurate to a few ulp). tanh/erf never set errno,
+// so loops calling them can be vectorised without -fno-math-errno.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(_OPENMP) && defined(__GLIBC__)
+#if __GLIBC_PREREQ(2, 35)
+#define HG_ELEMENTWISE_LIBMVEC 1
+#endif
+#endif
+#ifdef HG_ELEMENTWISE_LIBMVEC
+extern "C" {
+#pragma omp declare simd notinbranch
+float tanhf(float) noexcept;
+#pragma omp declare simd notinbranch
+double tanh(double) noexcept;
+#pragma omp declare simd notinbranch
+float erff(float) noexcept;
+#pragma omp declare simd notinbranch
+double erf(double) noexcept;
+}
+#endif
+
+namespace hg::kernels::cpu {
+namespace {
+
+constexpr int64_t kChunk = 2048;
+constexpr int64_t kParallelMinElements = int64_t(1) << 15;
+
+template <class T>
+constexpr bool is_staged_v = !std::is_same_v<T, acc_t<T>>;
+
+// ---- contiguous map: out[i] = fn(in[i]...) -------------------------------------------------------
+
+template <class T>
+void load_chunk(const T* __restrict in, acc_t<T>* __restrict out, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<acc_t<T>>(in[i]);
+}
+
+template <class T, class Fn, class... In, size_t... K>
+void map_chunk_staged(int64_t count, Fn& fn, T* out, std::index_sequence<K...>, const In*... in) {
+  using A = acc_t<T>;
+  A staged_in[sizeof...(In)][kChunk];
+  (load_chunk(in, staged_in[K], count), ...);
+  for (int64_t i = 0; i < count; ++i) out[i] = T(fn(staged_in[K][i]...));
+}
+
+template <class T, class Fn, class... In>
+void map_chunk(int64_t count, Fn& fn, T* __restrict out, const In* __restrict... in) {
+  if constexpr (is_staged_v<T>) {
+    map_chunk_staged(count, fn, out, std::index_sequence_for<In...>{}, in...);
+  } else {
+    for (int64_t i = 0; i < count; ++i) out[i] = fn(in[i]...);
+  }
+}
+
+// out[i] = T(fn(acc(in[i])...)) for i < n, chunked and parallel.
+template <class T, class Fn, class... In>
+void map_elements(int64_t n, Fn fn, T* out, const In*... in) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk;
+    const int64_t count = std::min(kChunk, n - begin);
+    map_chunk(count, fn, out + begin, (in + begin)...);
+  }
+}
+
+// ---- unary ---------------------------------------------------------------------------------------
+
+// Calls body.template operator()<kOp>() with op as a compile-time constant.
+template <class F>
+void with_unary_op(UnaryOp op, F&& body) {
+  switch (op) {
+    case UnaryOp::Neg:
+      return body.template operator()<UnaryOp::Neg>();
+    case UnaryOp::Exp:
+      return body.template operator()<UnaryOp::Exp>();
+    case UnaryOp::Log:
+      return body.template operator()<UnaryOp::Log>();
+    case UnaryOp::Sqrt:
+      return body.template operator()<UnaryOp::Sqrt>();
+    case UnaryOp::Tanh:
+      return body.template operator()<UnaryOp::Tanh>();
+    case UnaryOp::Sigmoid:
+      return body.template operator()<UnaryOp::Sigmoid>();
+    case UnaryOp::Relu:
+      return body.template operator()<UnaryOp::Relu>();
+    case UnaryOp::GeluTanh:
+      return body.template operator()<UnaryOp::GeluTanh>();
+    case UnaryOp::GeluErf:
+      return body.template operator()<UnaryOp::GeluErf>();
+    case UnaryOp::Silu:
+      return body.template operator()<UnaryOp::Silu>();
+    case UnaryOp::Pow:
+      return body.template operator()<UnaryOp::Pow>();
+    case UnaryOp::Abs:
+      return body.template operator()<UnaryOp::Abs>();
+  }
+  HG_FAIL("[unary] unknown UnaryOp ", int(op));
+}
+
+constexpr bool derivative_uses_y(UnaryOp op) {
+  return op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Tanh || op == UnaryOp::Sigmoid;
+}
+constexpr bool derivative_uses_x(UnaryOp op) { return op != UnaryOp::Neg && !derivative_uses_y(op); }
+
+template <UnaryOp kOp, class T>
+void unary_backward_typed(const T* x, const T* y, const T* dy, T* dx, int64_t n, acc_t<T> s) {
+  using A = acc_t<T>;
+  if (y != nullptr && x != nullptr) {
+    map_elements(
+        n, [s](A xv, A yv, A g) { return g * unary_derivative<A>(kOp, xv, yv, s); }, dx, x, y, dy);
+  } else if (x != nullptr) {  // y not given: recompute it when the derivative needs it
+    map_elements(
+        n,
+        [s](A xv, A g) {
+          const A yv = derivative_uses_y(kOp) ? unary_value<A>(kOp, xv, s) : A(0);
+          return g * unary_derivative<A>(kOp, xv, yv, s);
+        },
+        dx, x, dy);
+  } else {
+    HG_CHECK(!derivative_uses_x(kOp), "[unary_backward] op ", int(kOp), " needs x for its derivative, got x = nullptr");
+    map_elements(
+        n, [s](A yv, A g) { return g * unary_derivative<A>(kOp, A(0), yv, s); }, dx, y, dy);
+  }
+}
+
+// ---- binary --------------------------------------------------------------------------------------
+
+struct AddOp {
+  template <class A>
+  A operator()(A a, A b) const {
+    return a + b;
+  }
+};
+struct SubOp {
+  template <class A>
+  A operator()(A a, A b) const {
+    return a - b;
+  }
+};
+struct MulOp {
+  template <class A>
+  A operator()(A a, A b) const {
+    return a * b;
+  }
+};
+struct DivOp {
+  template <class A>
+  A operator()(A a, A b) const {
+    return a / b;
+  }
+};
+
+template <class F>
+void with_binary_op(BinaryOp op, F&& body) {
+  switch (op) {
+    case BinaryOp::Add:
+      return body(AddOp{});
+    case BinaryOp::Sub:
+      return body(SubOp{});
+    case BinaryOp::Mul:
+      return body(MulOp{});
+    case BinaryOp::Div:
+      return body(DivOp{});
+  }
+  HG_FAIL("[binary_forward] unknown BinaryOp ", int(op));
+}
+
+// The broadcast layout with size-1 dimensions dropped and mergeable neighbours merged (y is
+// contiguous, so only a's and b's strides decide whether two dimensions merge).
+struct BinaryLayout {
+  int rank = 0;
+  int64_t shape[kMaxRank];
+  int64_t a[kMaxRank];
+  int64_t b[kMaxRank];
+};
+
+BinaryLayout simplify_layout(const int64_t* shape, const int64_t* a_strides, const int64_t* b_strides, int rank) {
+  BinaryLayout out;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 1) continue;
+    const int last = out.rank - 1;
+    if (last >= 0 && out.a[last] == a_strides[d] * shape[d] && out.b[last] == b_strides[d] * shape[d]) {
+      out.shape[last] *= shape[d];
+      out.a[last] = a_strides[d];
+      out.b[last] = b_strides[d];
+    } else {
+      out.shape[out.rank] = shape[d];
+      out.a[out.rank] = a_strides[d];
+      out.b[out.rank] = b_strides[d];
+      ++out.rank;
+    }
+  }
+  if (out.rank == 0) {  // a single element
+    out.rank = 1;
+    out.shape[0] = 1;
+    out.a[0] = out.b[0] = 1;
+  }
+  return out;
+}
+
+// y[i] = a[i * sa] op b[i * sb]; the common stride patterns get their own loop so each vectorises.
+template <class T, class Op>
+void binary_row(const T* __restrict a, int64_t sa, const T* __restrict b, int64_t sb, T* __restrict y, int64_t n,
+                Op op) {
+  using A = acc_t<T>;
+  if (sa == 1 && sb == 1) {
+    for (int64_t i = 0; i < n; ++i) y[i] = T(op(A(a[i]), A(b[i])));
+  } else if (sa == 1 && sb == 0) {
+    const A bv = A(b[0]);
+    for (int64_t i = 0; i < n; ++i) y[i] = T(op(A(a[i]), bv));
+  } else if (sa == 0 && sb == 1) {
+    const A av = A(a[0]);
+    for (int64_t i = 0; i < n; ++i) y[i] = T(op(av, A(b[i])));
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = T(op(A(a[i * sa]), A(b[i * sb])));
+  }
+}
+
+// Rows [row_begin, row_end) of the layout's outer dimensions; y is contiguous.
+template <class T, class Op>
+void binary_rows(const T* a, const T* b, T* y, const BinaryLayout& layout, int64_t row_begin, int64_t row_end, Op op) {
+  const int outer_rank = layout.rank - 1;
+  const int64_t cols = layout.shape[outer_rank];
+  int64_t index[kMaxRank] = {};
+  int64_t a_offset = 0, b_offset = 0;
+  int64_t rest = row_begin;
+  for (int d = outer_rank - 1; d >= 0; --d) {
+    index[d] = rest % layout.shape[d];
+    rest /= layout.shape[d];
+    a_offset += index[d] * layout.a[d];
+    b_offset += index[d] * layout.b[d];
+  }
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    binary_row(a + a_offset, layout.a[outer_rank], b + b_offset, layout.b[outer_rank], y + row * cols, cols, op);
+    for (int d = outer_rank - 1; d >= 0; --d) {  // odometer step
+      a_offset += layout.a[d];
+      b_offset += layout.b[d];
+      if (++index[d] < layout.shape[d]) break;
+      a_offset -= layout.a[d] * layout.shape[d];
+      b_offset -= layout.b[d] * layout.shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+template <class T, class Op>
+void binary_typed(const T* a, const T* b, T* y, const BinaryLayout& layout, Op op) {
+  using A = acc_t<T>;
+  if (layout.rank == 1) {  // flat: both contiguous, or one side a scalar
+    const int64_t n = layout.shape[0];
+    const int64_t sa = layout.a[0], sb = layout.b[0];
+    if (sa == 1 && sb == 1)
+      return map_elements(
+          n, [op](A av, A bv) { return op(av, bv); }, y, a, b);
+    if (sa == 1 && sb == 0) {
+      const A bv = A(b[0]);
+      return map_elements(
+          n, [op, bv](A av) { return op(av, bv); }, y, a);
+    }
+    if (sa == 0 && sb == 1) {
+      const A av = A(a[0]);
+      return map_elements(
+          n, [op, av](A bv) { return op(av, bv); }, y, b);
+    }
+  }
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < layout.rank; ++d) rows *= layout.shape[d];
+  const int64_t total = rows * layout.shape[layout.rank - 1];
+  if (rows == 1 || total < kParallelMinElements) return binary_rows(a, b, y, layout, 0, rows, op);
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    binary_rows(a, b, y, layout, rows * thread / threads, rows * (thread + 1) / threads, op);
+  }
+}
+
+}  // namespace
+
+void unary_forward(UnaryOp op, const void* x, void* y, int64_t n, double scalar, DType dtype) {
+  HG_CHECK(n >= 0, "[unary_forward] n = ", n, ", expected n >= 0");
+  dispatch_floating(dtype, "unary_forward", [&]<class T>() {
+    using A = acc_t<T>;
+    const A s = A(scalar);
+    with_unary_op(op, [&]<UnaryOp kOp>() {
+      map_elements(
+          n, [s](A v) { return unary_value<A>(kOp, v, s); }, static_cast<T*>(y), static_cast<const T*>(x));
+    });
+  });
+}
+
+void unary_backward(UnaryOp op, const void* x, const void* y, const void* dy, void* dx, int64_t n, double scalar,
+                    DType dtype) {
+  HG_CHECK(n >= 0, "[unary_backward] n = ", n, ", expected n >= 0");
+  HG_CHECK(x != nullptr || y != nullptr, "[unary_backward] got x = nullptr and y = nullptr, expected at least one");
+  dispatch_floating(dtype, "unary_backward", [&]<class T>() {
+    with_unary_op(op, [&]<UnaryOp kOp>() {
+      unary_backward_typed<kOp>(static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
+                                static_cast<T*>(dx), n, acc_t<T>(scalar));
+    });
+  });
+}
+
+void affine(const void* x, void* y, int64_t n, double alpha, double beta, DType dtype) {
+  HG_CHECK(n >= 0, "[affine] n = ", n, ", expected n >= 0");
+  dispatch_floating(dtype, "affine", [&]<class T>() {
+    using A = acc_t<T>;
+    const A a = A(alpha), b = A(beta);
+    map_elements(
+        n, [a, b](A v) { return a * v + b; }, static_cast<T*>(y), static_cast<const T*>(x));
+  });
+}
+
+void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
+                    void* y, const int64_t* shape, int rank, DType dtype) {
+  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[binary_forward] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
+  for (int d = 0; d < rank; ++d) {
+    HG_CHECK(shape[d] >= 0, "[binary_forward] shape[", d, "] = ", shape[d], ", expected >= 0");
+  }
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 0) return;
+  }
+  const BinaryLayout layout = simplify_layout(shape, a_strides, b_strides, rank);
+  dispatch_floating(dtype, "binary_forward", [&]<class T>() {
+    with_binary_op(op, [&](auto functor) {
+      binary_typed(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), layout, functor);
+    });
+  });
+}
+
+}  // namespace hg::kernels::cpu

@@ -1,0 +1,195 @@
+// LayerNorm over the last dimension of contiguous [rows, cols], forward and backward.
+//
+// Forward, per row (acc_t; two passes over the row, which sits in cache after the first):
+//   mean = sum_c x / cols,  var = sum_c (x - mean)^2 / cols  (biased),  rstd = 1 / sqrt(var + eps)
+//   y = (x - mean) * rstd * w + b          (w = 1, b = 0 when weight / bias are null)
+// Backward, with xhat = (x - mean) * rstd and g = dy * w:
+//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))       written (=), per row
+//   dw = sum_r dy * xhat,  db = sum_r dy                           written (=), summed over rows
+//
+// Determinism of dw/db: the rows are cut into a fixed number of row blocks (kRowBlocks, fewer when
+// there are fewer rows), chosen from `rows` alone. Each block owns a partial dw/db row in acc_t,
+// accumulated over its rows in increasing order; the partials are then added in block order. The
+// result is therefore bitwise identical whatever the number of threads, while x and dy are still read
+// only once and every thread has whole blocks of rows to itself.
+//
+// Parallel strategy: forward, one row per OpenMP iteration; backward, one row block per iteration,
+// then the column sums of the partials split by columns. f16/bf16 input rows are converted into
+// per-thread float buffers and outputs are rounded in the pass that computes them; weight and bias
+// are converted once per call.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernels.h"
+
+namespace hg::kernels::cpu {
+namespace {
+
+constexpr int64_t kParallelMinElements = int64_t(1) << 15;
+constexpr int64_t kRowBlocks = 64;
+
+template <class T>
+constexpr bool is_staged_v = !std::is_same_v<T, acc_t<T>>;
+
+template <class T>
+void load_row(const T* __restrict in, acc_t<T>* __restrict out, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) out[c] = acc_t<T>(in[c]);
+}
+
+// The row as acc_t: the row itself for f32/f64, else converted into `staging`.
+template <class T>
+const acc_t<T>* row_as_acc(const T* row, std::vector<acc_t<T>>& staging, int64_t n) {
+  if constexpr (is_staged_v<T>) {
+    load_row(row, staging.data(), n);
+    return staging.data();
+  } else {
+    return row;
+  }
+}
+
+// weight or bias in acc_t, or `fallback` everywhere when the pointer is null.
+template <class T>
+std::vector<acc_t<T>> param_as_acc(const void* param, int64_t cols, acc_t<T> fallback) {
+  std::vector<acc_t<T>> out(size_t(cols), fallback);
+  if (param != nullptr) load_row(static_cast<const T*>(param), out.data(), cols);
+  return out;
+}
+
+// Normalises one row of x (acc_t) into y (dtype T, converted in the same pass).
+template <class T, class A = acc_t<T>>
+void normalize_row(const A* __restrict x, const A* __restrict w, const A* __restrict b, T* __restrict y, int64_t cols,
+                   A eps, A& mean_out, A& rstd_out) {
+  A sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < cols; ++c) sum += x[c];
+  const A mean = sum / A(cols);
+  A squares = 0;
+#pragma omp simd reduction(+ : squares)
+  for (int64_t c = 0; c < cols; ++c) squares += (x[c] - mean) * (x[c] - mean);
+  const A rstd = A(1) / std::sqrt(squares / A(cols) + eps);
+  for (int64_t c = 0; c < cols; ++c) y[c] = T((x[c] - mean) * rstd * w[c] + b[c]);
+  mean_out = mean;
+  rstd_out = rstd;
+}
+
+template <class T>
+void forward_typed(const T* x, const void* weight, const void* bias, T* y, acc_t<T>* mean, acc_t<T>* rstd, int64_t rows,
+                   int64_t cols, acc_t<T> eps) {
+  using A = acc_t<T>;
+  const std::vector<A> w = param_as_acc<T>(weight, cols, A(1));
+  const std::vector<A> b = param_as_acc<T>(bias, cols, A(0));
+#pragma omp parallel if (rows * cols >= kParallelMinElements && rows > 1)
+  {
+    std::vector<A> x_staging(is_staged_v<T> ? size_t(cols) : 0);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const A* xr = row_as_acc(x + r * cols, x_staging, cols);
+      A row_mean, row_rstd;
+      normalize_row(xr, w.data(), b.data(), y + r * cols, cols, eps, row_mean, row_rstd);
+      if (mean) mean[r] = row_mean;
+      if (rstd) rstd[r] = row_rstd;
+    }
+  }
+}
+
+// Per-thread buffers of the backward pass.
+template <class T>
+struct BackwardScratch {
+  std::vector<acc_t<T>> x, dy, xhat, g;
+  explicit BackwardScratch(int64_t cols)
+      : x(is_staged_v<T> ? size_t(cols) : 0), dy(x.size()), xhat(size_t(cols)), g(size_t(cols)) {}
+};
+
+// dx of one row, and (when dw_partial is not null) dw/db partial sums of the row's block.
+template <class T>
+void backward_row(const T* x_row, const T* dy_row, T* dx_row, const acc_t<T>* w, acc_t<T> mean, acc_t<T> rstd,
+                  int64_t cols, BackwardScratch<T>& scratch, acc_t<T>* dw_partial, acc_t<T>* db_partial) {
+  using A = acc_t<T>;
+  const A* __restrict x = row_as_acc(x_row, scratch.x, cols);
+  const A* __restrict dy = row_as_acc(dy_row, scratch.dy, cols);
+  A* __restrict xhat = scratch.xhat.data();
+  A* __restrict g = scratch.g.data();
+  A sum_g = 0, sum_gx = 0;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+  for (int64_t c = 0; c < cols; ++c) {
+    xhat[c] = (x[c] - mean) * rstd;
+    g[c] = dy[c] * w[c];
+    sum_g += g[c];
+    sum_gx += g[c] * xhat[c];
+  }
+  const A mean_g = sum_g / A(cols), mean_gx = sum_gx / A(cols);
+  for (int64_t c = 0; c < cols; ++c) dx_row[c] = T(rstd * (g[c] - mean_g - xhat[c] * mean_gx));
+  if (dw_partial) {
+    for (int64_t c = 0; c < cols; ++c) {
+      dw_partial[c] += dy[c] * xhat[c];
+      db_partial[c] += dy[c];
+    }
+  }
+}
+
+template <class T>
+void backward_typed(const T* x, const void* weight, const acc_t<T>* mean, const acc_t<T>* rstd, const T* dy, T* dx,
+                    T* dweight, T* dbias, int64_t rows, int64_t cols) {
+  using A = acc_t<T>;
+  const std::vector<A> w = param_as_acc<T>(weight, cols, A(1));
+  const bool want_param_grads = dweight != nullptr || dbias != nullptr;
+  const int64_t blocks = std::max<int64_t>(1, std::min(rows, kRowBlocks));
+  // partial[b] holds block b's dw row followed by its db row.
+  std::vector<A> partial(want_param_grads ? size_t(blocks * 2 * cols) : 0, A(0));
+  const bool parallel = rows * cols >= kParallelMinElements;
+#pragma omp parallel if (parallel && blocks > 1)
+  {
+    BackwardScratch<T> scratch(cols);
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      A* dw_partial = want_param_grads ? partial.data() + blk * 2 * cols : nullptr;
+      A* db_partial = want_param_grads ? dw_partial + cols : nullptr;
+      for (int64_t r = rows * blk / blocks; r < rows * (blk + 1) / blocks; ++r) {
+        backward_row(x + r * cols, dy + r * cols, dx + r * cols, w.data(), mean[r], rstd[r], cols, scratch, dw_partial,
+                     db_partial);
+      }
+    }
+  }
+  if (!want_param_grads) return;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t c = 0; c < cols; ++c) {
+    A dw = 0, db = 0;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      dw += partial[blk * 2 * cols + c];
+      db += partial[blk * 2 * cols + cols + c];
+    }
+    if (dweight) dweight[c] = T(dw);
+    if (dbias) dbias[c] = T(db);
+  }
+}
+
+}  // namespace
+
+void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, void* mean, void* rstd,
+                        int64_t rows, int64_t cols, double eps, DType dtype) {
+  HG_CHECK(rows >= 0 && cols > 0, "[layer_norm_forward] rows = ", rows, ", cols = ", cols,
+           ", expected rows >= 0 and cols >= 1");
+  HG_CHECK(eps >= 0, "[layer_norm_forward] eps = ", eps, ", expected eps >= 0");
+  dispatch_floating(dtype, "layer_norm_forward", [&]<class T>() {
+    using A = acc_t<T>;
+    forward_typed(static_cast<const T*>(x), weight, bias, static_cast<T*>(y), static_cast<A*>(mean),
+                  static_cast<A*>(rstd), rows, cols, A(eps));
+  });
+}
+
+void layer_norm_backward(const void* x, const void* weight, const void* mean, const void* rstd, const void* dy,
+                         void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype) {
+  HG_CHECK(rows >= 0 && cols > 0, "[layer_norm_backward] rows = ", rows, ", cols = ", cols,
+           ", expected rows >= 0 and cols >= 1");
+  dispatch_floating(dtype, "layer_norm_backward", [&]<class T>() {
+    using A = acc_t<T>;
+    backward_typed(static_cast<const T*>(x), weight, static_cast<const A*>(mean), static_cast<const A*>(rstd),
+                   static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(dweight), static_cast<T*>(dbias),
+                   rows, cols);
+  });
+}
+
+}  // namespace hg::kernels::cpu
