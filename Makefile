@@ -1,12 +1,12 @@
 # The two commands of the quick start:
 #   make test    install what is missing, configure, build, run every test suite
-#   make train   (arrives with the GPT sample)
+#   make train   install what is missing, build train_gpt, teach a tiny GPT 3-digit addition
 # Other targets: build, bench, format, clean.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: setup configure build test bench format clean
+.PHONY: setup configure build test train bench format clean
 
 setup:
 	@scripts/setup
@@ -19,6 +19,10 @@ build: configure
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+train: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_gpt
+	$(BUILD_DIR)/bin/train_gpt $(ARGS)
 
 bench: build
 	$(BUILD_DIR)/bin/bench_ops

@@ -159,7 +159,7 @@ void check_writable(const Tensor& t, const char* op) {
 }
 }  // namespace
 
-Tensor& Tensor::fill_(double value) {
+const Tensor& Tensor::fill_(double value) const {
   check_writable(*this, "fill_");
   HG_CHECK(device().is_cpu(), "[fill_] no kernel for ", device().str());
   if (is_contiguous()) {
@@ -171,7 +171,7 @@ Tensor& Tensor::fill_(double value) {
   return *this;
 }
 
-Tensor& Tensor::copy_(const Tensor& src) {
+const Tensor& Tensor::copy_(const Tensor& src) const {
   check_writable(*this, "copy_");
   HG_CHECK(src.shape() == shape(), "[copy_] source ", src.describe(), " does not match destination ", describe(),
            "; expected equal shapes");

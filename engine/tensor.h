@@ -126,10 +126,11 @@ class Tensor {
 
   // ---- in place (not recorded by autograd; refused on tensors that require grad while grad mode
   // is on, as silent in-place changes would corrupt saved values) ----
-  Tensor& fill_(double value);
-  Tensor& zero_() { return fill_(0.0); }
+  // (const: a Tensor is a handle; these change the elements it names, not the handle.)
+  const Tensor& fill_(double value) const;
+  const Tensor& zero_() const { return fill_(0.0); }
   // Copies src (same shape; any dtype and layout) into this tensor's elements.
-  Tensor& copy_(const Tensor& src);
+  const Tensor& copy_(const Tensor& src) const;
 
  private:
   const TensorImpl& checked() const {

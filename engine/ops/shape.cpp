@@ -2,6 +2,7 @@
 // change (shape, strides, offset). Backward of a view maps the gradient back to the input's shape.
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "engine/ops.h"
 #include "engine/ops/op_support.h"
@@ -48,14 +49,47 @@ Shape infer_shape(const Shape& requested, int64_t numel, const char* op, const T
 
 std::vector<Tensor> one(Tensor g) { return std::vector<Tensor>{std::move(g)}; }
 
+// Strides that present `x`'s elements in `shape` without copying, if any exist (empty otherwise).
+// Old dimensions are grouped into runs that are contiguous among themselves (stride[i] =
+// stride[i+1] * size[i+1]); each run can be re-split freely into new dimensions whose sizes
+// multiply to the run's size. E.g. splitting the last dimension of a narrowed slice is a view.
+std::optional<Shape> view_strides(const Tensor& x, const Shape& shape) {
+  if (x.numel() == 0 || x.dim() == 0) return contiguous_strides(shape);
+  Shape strides(shape.size());
+  int64_t view_d = int64_t(shape.size()) - 1;
+  int64_t chunk_base_stride = x.strides().back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = x.dim() - 1; d >= 0; --d) {
+    tensor_numel *= x.shape()[size_t(d)];
+    // At the start of a run (or its end when walking backwards), match the new dimensions.
+    if (d == 0 || (x.shape()[size_t(d - 1)] != 1 &&
+                   x.strides()[size_t(d - 1)] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[size_t(view_d)] == 1)) {
+        strides[size_t(view_d)] = view_numel * chunk_base_stride;
+        view_numel *= shape[size_t(view_d)];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = x.strides()[size_t(d - 1)];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return strides;
+}
+
 }  // namespace
 
 Tensor view(const Tensor& x, const Shape& requested) {
   ops::check_defined(x, "view", "input");
   Shape shape = infer_shape(requested, x.numel(), "view", x);
-  HG_CHECK(x.is_contiguous(), "[view] input ", x.describe(), " is not contiguous; use reshape() (which copies) or "
-           "call contiguous() first");
-  Tensor out = make_view(x, shape, contiguous_strides(shape), x.offset());
+  const std::optional<Shape> strides = view_strides(x, shape);
+  HG_CHECK(strides.has_value(), "[view] input ", x.describe(), " is not contiguous in a way that allows shape ",
+           shape_str(shape), "; use reshape() (which copies) or call contiguous() first");
+  Tensor out = make_view(x, shape, *strides, x.offset());
   if (should_record({&x})) {
     Shape in_shape = x.shape();
     record_op("view", {x}, out, [in_shape](const Tensor& g, const NeedsGrad&) { return one(g.reshape(in_shape)); });
@@ -65,7 +99,8 @@ Tensor view(const Tensor& x, const Shape& requested) {
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
   ops::check_defined(x, "reshape", "input");
-  return x.is_contiguous() ? view(x, shape) : view(contiguous(x), shape);
+  const Shape target = infer_shape(shape, x.numel(), "reshape", x);
+  return view_strides(x, target).has_value() ? view(x, target) : view(contiguous(x), target);
 }
 
 Tensor transpose(const Tensor& x, int d0, int d1) {

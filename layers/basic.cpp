@@ -1,0 +1,71 @@
+#include "layers/basic.h"
+
+#include <cmath>
+
+#include "layers/init.h"
+
+namespace hg::nn {
+
+Linear::Linear(const LinearOptions& opts) : options(opts) {
+  HG_CHECK(opts.in_features > 0 && opts.out_features > 0, "[Linear] expected positive sizes, got in_features = ",
+           opts.in_features, ", out_features = ", opts.out_features);
+  const double bound = 1.0 / std::sqrt(double(opts.in_features));
+  weight = register_parameter("weight", empty({opts.out_features, opts.in_features}));
+  init::uniform_(weight, -bound, bound);
+  if (opts.with_bias) {
+    bias = register_parameter("bias", empty({opts.out_features}));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  HG_CHECK(x.dim() >= 1 && x.size(-1) == options.in_features, "[Linear] input ", x.describe(),
+           " does not match in_features = ", options.in_features, "; expected [..., ", options.in_features, "]");
+  Tensor y = matmul(x, weight.t());
+  return bias.defined() ? y + bias : y;
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t dim) {
+  HG_CHECK(num_embeddings > 0 && dim > 0, "[Embedding] expected positive sizes, got num_embeddings = ",
+           num_embeddings, ", dim = ", dim);
+  weight = register_parameter("weight", empty({num_embeddings, dim}));
+  init::normal_(weight, 0.0, 1.0);
+}
+
+Tensor Embedding::forward(const Tensor& ids) { return embedding(weight, ids); }
+
+LayerNorm::LayerNorm(int64_t dim, double eps_, bool affine) : eps(eps_) {
+  HG_CHECK(dim > 0, "[LayerNorm] expected a positive dim, got ", dim);
+  HG_CHECK(eps_ > 0, "[LayerNorm] expected eps > 0, got ", eps_);
+  if (affine) {
+    weight = register_parameter("weight", ones({dim}));
+    bias = register_parameter("bias", zeros({dim}));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, eps); }
+
+Dropout::Dropout(double p_) : p(p_) {
+  HG_CHECK(p_ >= 0.0 && p_ < 1.0, "[Dropout] probability ", p_, " is outside [0, 1)");
+}
+
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); }
+
+Sequential::Sequential(std::vector<std::shared_ptr<UnaryModule>> layers) {
+  for (auto& layer : layers) push_back(std::move(layer));
+}
+
+Sequential& Sequential::push_back(std::shared_ptr<UnaryModule> layer) {
+  HG_CHECK(layer != nullptr, "[Sequential] cannot add a null layer");
+  register_module(std::to_string(layers_.size()), layer);
+  layers_.push_back(std::move(layer));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& layer : layers_) h = layer->forward(h);
+  return h;
+}
+
+}  // namespace hg::nn

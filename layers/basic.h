@@ -1,0 +1,75 @@
+#pragma once
+// The elementary layers: Linear, Embedding, LayerNorm, Dropout, GELU and Sequential.
+#include "layers/module.h"
+
+namespace hg::nn {
+
+struct LinearOptions {
+  LinearOptions(int64_t in, int64_t out) : in_features(in), out_features(out) {}
+  int64_t in_features;
+  int64_t out_features;
+  bool with_bias = true;
+  LinearOptions& bias(bool on) {
+    with_bias = on;
+    return *this;
+  }
+};
+
+// y = x W^T + b with weight [out, in] (PyTorch's layout) and bias [out]. Initialised like PyTorch:
+// U(-1/sqrt(in), 1/sqrt(in)) for both.
+class Linear : public UnaryModule {
+ public:
+  explicit Linear(const LinearOptions& options);
+  Linear(int64_t in, int64_t out, bool bias = true) : Linear(LinearOptions(in, out).bias(bias)) {}
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;  // bias undefined without bias
+  const LinearOptions options;
+};
+
+// y[..., :] = weight[ids[...], :], weight [num, dim] initialised N(0, 1).
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t dim);
+  Tensor forward(const Tensor& ids);
+  Tensor operator()(const Tensor& ids) { return forward(ids); }
+  Tensor weight;
+};
+
+// Normalises the last dimension: weight ones, bias zeros.
+class LayerNorm : public UnaryModule {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  const double eps;
+};
+
+// Active only in training mode.
+class Dropout : public UnaryModule {
+ public:
+  explicit Dropout(double p);
+  Tensor forward(const Tensor& x) override;
+  const double p;
+};
+
+class GELU : public UnaryModule {
+ public:
+  explicit GELU(GeluApproximation approximation = GeluApproximation::Tanh) : approximation(approximation) {}
+  Tensor forward(const Tensor& x) override { return gelu(x, approximation); }
+  const GeluApproximation approximation;
+};
+
+// Applies its children in order; they are named "0", "1", ...
+class Sequential : public UnaryModule {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<std::shared_ptr<UnaryModule>> layers);
+  Sequential& push_back(std::shared_ptr<UnaryModule> layer);
+  Tensor forward(const Tensor& x) override;
+  size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<UnaryModule>> layers_;
+};
+
+}  // namespace hg::nn

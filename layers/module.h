@@ -1,0 +1,84 @@
+#pragma once
+// Module: a node in a tree of layers that owns named parameters and buffers.
+//
+// CONVENTION
+//   - Names are hierarchical, joined with '.': a child registered as "attn" with a parameter
+//     "weight" contributes "attn.weight" (GPT: "h.0.attn.c_attn.weight").
+//   - A parameter is a leaf tensor with requires_grad; a buffer is state that is saved but not
+//     trained. A tensor registered twice (tied weights) is listed once, under its first name.
+//   - to(dtype) / to(device) and load_state_dict change tensors in place (the TensorImpl every
+//     handle points to is updated), so layers keep using their members and optimizers built later
+//     see the new tensors. Build the optimizer after converting the model.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/ops.h"
+
+namespace hg::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // ---- traversal (recursive, in registration order) ----
+  NamedTensors named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  NamedTensors named_buffers() const;
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  int64_t parameter_count() const;
+
+  // ---- mode, dtype, device ----
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Casts every floating parameter and buffer in place; gradients are dropped.
+  void to(DType dtype);
+  void to(const Device& device);
+  void zero_grad();
+
+  // ---- state ----
+  // Parameters then buffers, by full name.
+  NamedTensors state_dict() const;
+  // Copies values in by name. Shapes and dtypes must match exactly (the error names the tensor and
+  // both shapes/dtypes); with strict, missing and unexpected names are errors too.
+  void load_state_dict(const NamedTensors& state, bool strict = true);
+
+ protected:
+  Tensor register_parameter(const std::string& name, Tensor tensor);
+  Tensor register_buffer(const std::string& name, Tensor tensor);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    check_name(name);
+    children_.emplace_back(name, module);
+    return module;
+  }
+
+ private:
+  void check_name(const std::string& name) const;
+  void collect(const std::string& prefix, bool parameters, NamedTensors& out, std::vector<const TensorImpl*>& seen) const;
+
+  NamedTensors parameters_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// A module with one input and one output, so it can sit in a Sequential.
+class UnaryModule : public Module {
+ public:
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+};
+
+// Replaces the contents of `target` (every handle to it) with `source`'s storage, layout and dtype.
+void assign_in_place(const Tensor& target, const Tensor& source);
+
+}  // namespace hg::nn

@@ -1,0 +1,53 @@
+#include "layers/transformer.h"
+
+namespace hg::nn {
+
+void TransformerOptions::validate() const {
+  HG_CHECK(n_embd > 0 && n_head > 0, "[transformer] expected n_embd > 0 and n_head > 0, got n_embd = ", n_embd,
+           ", n_head = ", n_head);
+  HG_CHECK(n_embd % n_head == 0, "[transformer] n_embd = ", n_embd, " is not divisible by n_head = ", n_head,
+           "; expected n_embd % n_head == 0");
+  HG_CHECK(mlp_ratio > 0, "[transformer] expected mlp_ratio > 0, got ", mlp_ratio);
+  HG_CHECK(dropout >= 0 && dropout < 1, "[transformer] dropout ", dropout, " is outside [0, 1)");
+}
+
+MLP::MLP(const TransformerOptions& o) {
+  o.validate();
+  c_fc = register_module("c_fc", std::make_shared<Linear>(o.n_embd, o.mlp_ratio * o.n_embd));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(o.mlp_ratio * o.n_embd, o.n_embd));
+  drop = register_module("drop", std::make_shared<Dropout>(o.dropout));
+}
+
+Tensor MLP::forward(const Tensor& x) { return drop->forward(c_proj->forward(gelu(c_fc->forward(x)))); }
+
+CausalSelfAttention::CausalSelfAttention(const TransformerOptions& o) : n_head(o.n_head) {
+  o.validate();
+  c_attn = register_module("c_attn", std::make_shared<Linear>(o.n_embd, 3 * o.n_embd));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(o.n_embd, o.n_embd));
+  drop = register_module("drop", std::make_shared<Dropout>(o.dropout));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  HG_CHECK(x.dim() == 3, "[CausalSelfAttention] expected x [B, T, C], got ", x.describe());
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head;
+  const Tensor qkv = c_attn->forward(x);  // [B, T, 3C]
+  // Views only: [B, T, C] slice -> [B, T, H, D] -> [B, H, T, D]; the GEMMs read the strides.
+  auto heads = [&](int64_t which) { return qkv.narrow(2, which * C, C).view({B, T, n_head, D}).transpose(1, 2); };
+  const Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), /*causal=*/true);
+  return drop->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
+}
+
+Block::Block(const TransformerOptions& o) {
+  o.validate();
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(o.n_embd, o.layer_norm_eps));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(o));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(o.n_embd, o.layer_norm_eps));
+  mlp = register_module("mlp", std::make_shared<MLP>(o));
+}
+
+Tensor Block::forward(const Tensor& x) {
+  const Tensor h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+}  // namespace hg::nn

@@ -1,0 +1,47 @@
+#pragma once
+// The pieces of a GPT-2 style transformer: MLP, CausalSelfAttention and the pre-LN Block.
+//   Block(x) = x + attn(ln_1(x)),  then  + mlp(ln_2(x))
+//   attn(x)  = c_proj(softmax(q k^T / sqrt(D) + causal) v), q, k, v split from one c_attn(x)
+//   mlp(x)   = dropout(c_proj(gelu(c_fc(x))))
+#include "layers/basic.h"
+
+namespace hg::nn {
+
+struct TransformerOptions {
+  int64_t n_embd = 128;
+  int64_t n_head = 4;
+  int64_t mlp_ratio = 4;
+  double dropout = 0.0;
+  double layer_norm_eps = 1e-5;
+  // Throws naming the offending field (e.g. n_embd % n_head != 0).
+  void validate() const;
+};
+
+class MLP : public UnaryModule {
+ public:
+  explicit MLP(const TransformerOptions& options);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Linear> c_fc, c_proj;
+  std::shared_ptr<Dropout> drop;
+};
+
+class CausalSelfAttention : public UnaryModule {
+ public:
+  explicit CausalSelfAttention(const TransformerOptions& options);
+  // x [B, T, C] -> [B, T, C]
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Linear> c_attn, c_proj;
+  std::shared_ptr<Dropout> drop;
+  const int64_t n_head;
+};
+
+class Block : public UnaryModule {
+ public:
+  explicit Block(const TransformerOptions& options);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<MLP> mlp;
+};
+
+}  // namespace hg::nn

@@ -1,0 +1,124 @@
+#include "samples/cli.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <sstream>
+
+namespace hg::samples {
+
+Flags::Flags(std::string program, std::string description)
+    : program_(std::move(program)), description_(std::move(description)) {}
+
+int64_t& Flags::add_int(const std::string& name, int64_t value, const std::string& help, int64_t min) {
+  ints_.push_back(value);
+  flags_.push_back({name, help, "int", std::to_string(value), &ints_.back(), double(min), 0});
+  return ints_.back();
+}
+
+double& Flags::add_double(const std::string& name, double value, const std::string& help, double min, double max) {
+  doubles_.push_back(value);
+  std::ostringstream text;
+  text << value;
+  flags_.push_back({name, help, "float", text.str(), &doubles_.back(), min, max});
+  return doubles_.back();
+}
+
+std::string& Flags::add_string(const std::string& name, std::string value, const std::string& help) {
+  strings_.push_back(value);
+  flags_.push_back({name, help, "text", value.empty() ? "\"\"" : value, &strings_.back(), 0, 0});
+  return strings_.back();
+}
+
+bool& Flags::add_bool(const std::string& name, bool value, const std::string& help) {
+  bools_.push_back(value);
+  flags_.push_back({name, help, "bool", value ? "true" : "false", &bools_.back(), 0, 0});
+  return bools_.back();
+}
+
+Flags::Flag* Flags::find(const std::string& name) {
+  for (Flag& f : flags_)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+void exit_with_usage_error(const std::string& program, const std::string& message) {
+  std::fprintf(stderr, "%s: error: %s\n", program.c_str(), message.c_str());
+  std::exit(2);
+}
+
+void Flags::fail(const std::string& message) const {
+  exit_with_usage_error(program_, message + " (see --help)");
+}
+
+std::string Flags::usage() const {
+  std::ostringstream out;
+  out << description_ << "\n\nusage: " << program_ << " [flags]\n\n";
+  for (const Flag& f : flags_) {
+    std::string left = "  --" + f.name + (f.kind == "bool" ? "" : " " + std::string(f.kind == "int" ? "N" : f.kind == "float" ? "X" : "VALUE"));
+    left.resize(std::max<size_t>(left.size() + 2, 26), ' ');
+    out << left << f.help << " (default " << f.default_text << ")\n";
+  }
+  out << "  --help                  show this help\n";
+  return out.str();
+}
+
+void Flags::parse(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(usage().c_str(), stdout);
+      std::exit(0);
+    }
+    if (arg.rfind("--", 0) != 0) fail("unexpected argument \"" + arg + "\"; flags start with --");
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    bool has_value = eq != std::string::npos;
+    if (has_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    Flag* flag = find(name);
+    if (flag == nullptr && name.rfind("no-", 0) == 0 && find(name.substr(3)) && find(name.substr(3))->kind == "bool") {
+      *static_cast<bool*>(find(name.substr(3))->target) = false;
+      continue;
+    }
+    if (flag == nullptr) fail("unknown flag --" + name);
+    if (flag->kind == "bool") {
+      if (!has_value) value = "true";
+      if (value != "true" && value != "false") fail("--" + name + " expects true or false, got \"" + value + "\"");
+      *static_cast<bool*>(flag->target) = value == "true";
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) fail("--" + name + " needs a value");
+      value = argv[++i];
+    }
+    if (flag->kind == "text") {
+      *static_cast<std::string*>(flag->target) = value;
+      continue;
+    }
+    char* end = nullptr;
+    errno = 0;
+    if (flag->kind == "int") {
+      const long long parsed = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || errno == ERANGE) fail("--" + name + " expects an integer, got \"" + value + "\"");
+      if (double(parsed) < flag->min)
+        fail("--" + name + " must be >= " + std::to_string(int64_t(flag->min)) + ", got " + value);
+      *static_cast<int64_t*>(flag->target) = parsed;
+    } else {
+      const double parsed = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || errno == ERANGE || parsed != parsed)
+        fail("--" + name + " expects a number, got \"" + value + "\"");
+      if (parsed < flag->min || parsed > flag->max) {
+        std::ostringstream range;
+        range << "--" << name << " must be in [" << flag->min << ", " << flag->max << "], got " << value;
+        fail(range.str());
+      }
+      *static_cast<double*>(flag->target) = parsed;
+    }
+  }
+}
+
+}  // namespace hg::samples

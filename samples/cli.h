@@ -1,0 +1,47 @@
+#pragma once
+// A small command-line flag parser for the samples: flags are declared once with a default and a
+// help line, `--help` prints them, and a bad flag or value is a one-line error (exit code 2).
+//   Flags flags("train_gpt", "Trains a byte-level GPT.");
+//   int64_t& steps = flags.add_int("steps", 1000, "optimizer steps");
+//   flags.parse(argc, argv);   // exits 0 after --help, 2 on a bad flag
+#include <climits>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace hg::samples {
+
+class Flags {
+ public:
+  Flags(std::string program, std::string description);
+  int64_t& add_int(const std::string& name, int64_t value, const std::string& help, int64_t min = INT64_MIN);
+  double& add_double(const std::string& name, double value, const std::string& help, double min = -1e308,
+                     double max = 1e308);
+  std::string& add_string(const std::string& name, std::string value, const std::string& help);
+  bool& add_bool(const std::string& name, bool value, const std::string& help);
+  // Parses argv; prints help and exits 0 on --help; prints "program: error: ..." and exits 2 on
+  // an unknown flag, a missing or malformed value, or a value below its minimum.
+  void parse(int argc, char** argv);
+  std::string usage() const;
+
+ private:
+  struct Flag {
+    std::string name, help, kind, default_text;
+    void* target;
+    double min = 0, max = 0;
+  };
+  Flag* find(const std::string& name);
+  [[noreturn]] void fail(const std::string& message) const;
+  std::string program_, description_;
+  std::deque<Flag> flags_;
+  std::deque<int64_t> ints_;
+  std::deque<double> doubles_;
+  std::deque<std::string> strings_;
+  std::deque<bool> bools_;
+};
+
+// Prints "program: error: message" and exits with status 2 (for checks after parse()).
+[[noreturn]] void exit_with_usage_error(const std::string& program, const std::string& message);
+
+}  // namespace hg::samples
