@@ -134,4 +134,19 @@ void dropout_backward(const void* dy, void* dx, int64_t n, double p, uint64_t se
 void uniform_fill(void* y, int64_t n, double low, double high, uint64_t seed, uint64_t offset, DType dtype);
 void normal_fill(void* y, int64_t n, double mean, double std, uint64_t seed, uint64_t offset, DType dtype);
 
+// ---- optimizers --------------------------------------------------------------------------------
+// One fused AdamW step over n contiguous elements (math: kernels/adamw_math.h), PyTorch's AdamW:
+//   theta *= 1 - lr*weight_decay;  m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2;
+//   theta -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps),   step >= 1.
+// param and grad are of `dtype` (f32, f64, f16, bf16); exp_avg, exp_avg_sq and master are in
+// accumulate_dtype(dtype). master is nullable: without it theta is read from param, updated in acc_t
+// and rounded once on store; with it (mixed precision) theta is read from and written to master and
+// param receives its rounding. Elements are independent: the result does not depend on threads.
+void adamw_step(void* param, void* master, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+                double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step, DType dtype);
+// sum_i x[i]^2 over n contiguous elements of a floating dtype, accumulated in double in fixed-size
+// chunks whose partial sums are added in chunk order: the same bits whatever the thread count.
+// inf/NaN elements give an inf/NaN result.
+double sum_of_squares(const void* x, int64_t n, DType dtype);
+
 }  // namespace hg::kernels::cpu

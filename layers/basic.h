@@ -59,6 +59,11 @@ class GELU : public UnaryModule {
   const GeluApproximation approximation;
 };
 
+class ReLU : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+};
+
 // Applies its children in order; they are named "0", "1", ...
 class Sequential : public UnaryModule {
  public:

@@ -64,6 +64,8 @@ Options parse_options(int argc, char** argv) {
   if (o.dim % o.heads != 0)
     samples::exit_with_usage_error("train_gpt", "--heads " + std::to_string(o.heads) + " does not divide --dim " +
                                                     std::to_string(o.dim) + "; expected dim % heads == 0");
+  if (o.min_lr > o.lr)
+    samples::exit_with_usage_error("train_gpt", "--min-lr must not exceed --lr (the cosine decays from --lr to --min-lr)");
   if (o.digits > 9) samples::exit_with_usage_error("train_gpt", "--digits must be in [1, 9], got " + std::to_string(o.digits));
   if (o.data.empty() && o.context < 3 * o.digits + 3)
     samples::exit_with_usage_error("train_gpt", "--context " + std::to_string(o.context) + " is too short for " +
@@ -140,7 +142,9 @@ int run(const Options& o) {
 
   optim::AdamW optimizer(model->parameters(),
                          optim::AdamWOptions().lr(o.lr).weight_decay(o.weight_decay).decay_only_matrices(true));
-  optim::WarmupCosine schedule(o.lr, o.warmup, std::max<int64_t>(o.steps, 1), o.min_lr);
+  // A run shorter than the warmup warms up over all but its last step.
+  const int64_t total_steps = std::max<int64_t>(o.steps, 1);
+  optim::WarmupCosine schedule(o.lr, std::min(o.warmup, total_steps - 1), total_steps, o.min_lr);
 
   std::printf("train_gpt: %s | GPT L%lld H%lld C%lld T%lld, %.2fM parameters | batch %lld (%lld tokens) | %d threads\n",
               task ? (std::to_string(o.digits) + "-digit addition").c_str() : o.data.c_str(),

@@ -1,0 +1,60 @@
+#pragma once
+// Per-element math of the AdamW update (Loshchilov & Hutter, decoupled weight decay), exactly as
+// PyTorch's torch.optim.AdamW computes it, shared by the CPU and CUDA backends. At step t >= 1,
+// with learning rate lr, decay lambda, gradient g:
+//
+//   theta <- theta * (1 - lr * lambda)                         decoupled decay, before the update
+//   m     <- beta1 * m + (1 - beta1) * g                       first moment
+//   v     <- beta2 * v + (1 - beta2) * g^2                     second moment
+//   theta <- theta - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+//
+// The step-dependent scalars are computed once per tensor on the host, in double, and handed to
+// the per-element function in the accumulation type A (float, or double for f64 parameters); the
+// element update then holds no pow and no branch, so the CPU loop vectorises.
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/host_device.h"
+
+namespace hg::kernels {
+
+template <class A>
+struct AdamWCoefficients {
+  A decay;  // 1 - lr * lambda
+  A beta1;  // m <- beta1 m + one_minus_beta1 g
+  A one_minus_beta1;
+  A beta2;  // v <- beta2 v + one_minus_beta2 g^2
+  A one_minus_beta2;
+  A step_size;   // lr / (1 - beta1^t)
+  A bias2_sqrt;  // sqrt(1 - beta2^t)
+  A eps;
+};
+
+// The scalars of step t (t >= 1; the caller has validated the hyperparameters).
+template <class A>
+HG_HOST_DEVICE inline AdamWCoefficients<A> adamw_coefficients(double lr, double beta1, double beta2, double eps,
+                                                              double weight_decay, int64_t step) {
+  const double bias1 = 1.0 - std::pow(beta1, double(step));
+  const double bias2 = 1.0 - std::pow(beta2, double(step));
+  AdamWCoefficients<A> c;
+  c.decay = A(1.0 - lr * weight_decay);
+  c.beta1 = A(beta1);
+  c.one_minus_beta1 = A(1.0 - beta1);
+  c.beta2 = A(beta2);
+  c.one_minus_beta2 = A(1.0 - beta2);
+  c.step_size = A(lr / bias1);
+  c.bias2_sqrt = A(std::sqrt(bias2));
+  c.eps = A(eps);
+  return c;
+}
+
+// One element: updates theta, m, v in place (all in A; the caller converts on load and store).
+template <class A>
+HG_HOST_DEVICE inline void adamw_update(A& theta, A g, A& m, A& v, const AdamWCoefficients<A>& c) {
+  m = c.beta1 * m + c.one_minus_beta1 * g;
+  v = c.beta2 * v + c.one_minus_beta2 * g * g;
+  const A denom = std::sqrt(v) / c.bias2_sqrt + c.eps;
+  theta = theta * c.decay - c.step_size * (m / denom);
+}
+
+}  // namespace hg::kernels

@@ -1,0 +1,46 @@
+// AdamW (math in optim/adamw.h): state handling here, the update in the fused kernel
+// kernels::cpu::adamw_step.
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "kernels/kernels.h"
+
+namespace hg::optim {
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
+    : AdamW(std::vector<ParamGroup>{ParamGroup{std::move(params), options.lr(), options.weight_decay()}}, options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer("AdamW"), options_(options) {
+  check_options();
+  init_groups(std::move(groups));
+}
+
+void AdamW::check_options() const {
+  const AdamWOptions& o = options_;
+  check_lr(o.lr());
+  check_weight_decay(o.weight_decay());
+  HG_CHECK(o.beta1() >= 0.0 && o.beta1() < 1.0, "[AdamW] invalid beta1 ", o.beta1(), ": expected 0 <= beta1 < 1");
+  HG_CHECK(o.beta2() >= 0.0 && o.beta2() < 1.0, "[AdamW] invalid beta2 ", o.beta2(), ": expected 0 <= beta2 < 1");
+  HG_CHECK(std::isfinite(o.eps()) && o.eps() > 0.0, "[AdamW] invalid eps ", o.eps(), ": expected eps > 0");
+}
+
+std::vector<std::string> AdamW::state_buffer_names() const { return {"exp_avg", "exp_avg_sq"}; }
+
+DType AdamW::state_dtype(const Tensor& param) const { return accumulate_dtype(param.dtype()); }
+
+void AdamW::update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) {
+  HG_CHECK(param.device().is_cpu(), "[AdamW] parameter ", param.describe(), " is on ", param.device().str(),
+           "; this build only has the CPU kernel");
+  if (state.buffers.empty()) {
+    const DType acc = state_dtype(param);
+    state.buffers["exp_avg"] = zeros(param.shape(), acc, param.device());
+    state.buffers["exp_avg_sq"] = zeros(param.shape(), acc, param.device());
+  }
+  const double weight_decay = options_.decay_only_matrices() && param.dim() < 2 ? 0.0 : group.weight_decay;
+  kernels::cpu::adamw_step(param.data_ptr(), nullptr, grad.data_ptr(), state.buffers.at("exp_avg").data_ptr(),
+                           state.buffers.at("exp_avg_sq").data_ptr(), param.numel(), group.lr, options_.beta1(),
+                           options_.beta2(), options_.eps(), weight_decay, state.step, param.dtype());
+}
+
+}  // namespace hg::optim

@@ -1,0 +1,43 @@
+// Global gradient-norm clipping (math and the non-finite policy in optim/clip.h).
+#include "optim/clip.h"
+
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "kernels/kernels.h"
+
+namespace hg::optim {
+
+double grad_norm(const std::vector<Tensor>& params) {
+  double sum = 0.0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    HG_CHECK(params[i].defined(), "[clip_grad_norm] parameter ", i, " is an undefined tensor");
+    const Tensor grad = params[i].grad();
+    if (!grad.defined()) continue;
+    HG_CHECK(is_floating(grad.dtype()), "[clip_grad_norm] gradient of parameter ", i, " is ", grad.describe(),
+             "; expected a floating tensor");
+    HG_CHECK(grad.device().is_cpu(), "[clip_grad_norm] gradient of parameter ", i, " is ", grad.describe(),
+             "; this build only has the CPU kernel");
+    const Tensor dense = grad.contiguous();
+    sum += kernels::cpu::sum_of_squares(dense.data_ptr(), dense.numel(), dense.dtype());
+  }
+  return std::sqrt(sum);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  HG_CHECK(std::isfinite(max_norm) && max_norm > 0.0, "[clip_grad_norm] invalid max_norm ", max_norm,
+           ": expected a finite max_norm > 0");
+  NoGradGuard no_grad;
+  const double norm = grad_norm(params);
+  if (!std::isfinite(norm)) return norm;
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return norm;
+  for (const Tensor& p : params) {
+    Tensor grad = p.grad();
+    if (grad.defined()) grad.copy_(grad * coef);
+  }
+  return norm;
+}
+
+}  // namespace hg::optim

@@ -1,0 +1,80 @@
+#pragma once
+// Learning-rate schedules: small immutable objects that give lr(step) for step = 0, 1, 2, ... (the
+// number of optimizer steps already taken). A training loop calls opt.set_lr(schedule.lr(step))
+// before opt.step(). Schedules compose: Sequential runs one schedule after another at milestones.
+//
+//   ConstantLr(base):                     lr(s) = base
+//   LinearWarmup(base, W, f0):            lr(s) = base * (f0 + (1 - f0) * min(s, W) / W)
+//                                         (f0 * base at s = 0, base from s = W on; PyTorch's LinearLR)
+//   CosineDecay(base, S, min_lr):         lr(s) = min_lr + (base - min_lr) * (1 + cos(pi * min(s, S) / S)) / 2
+//                                         (base at 0, (base + min_lr) / 2 at S/2, min_lr from S on)
+//   Sequential({a, b, c}, {m1, m2}):      a(s) for s < m1, b(s - m1) for m1 <= s < m2, c(s - m2) after
+//   WarmupCosine(base, W, total, min_lr): Sequential({LinearWarmup(base, W, 0), CosineDecay(base, total - W,
+//                                         min_lr)}, {W}): the GPT recipe, min_lr from s = total on.
+//
+// With a start factor of 0 the warmup's first step (s = 0) has lr 0, as in PyTorch; it still
+// updates Adam's moments. Arguments are checked in the constructors (hg::Error).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace hg::optim {
+
+class LrSchedule {
+ public:
+  virtual ~LrSchedule() = default;
+  // The learning rate at `step` (>= 0).
+  virtual double lr(int64_t step) const = 0;
+};
+
+using LrSchedulePtr = std::shared_ptr<const LrSchedule>;
+
+class ConstantLr : public LrSchedule {
+ public:
+  explicit ConstantLr(double base_lr);
+  double lr(int64_t step) const override;
+
+ private:
+  double base_lr_;
+};
+
+class LinearWarmup : public LrSchedule {
+ public:
+  LinearWarmup(double base_lr, int64_t warmup_steps, double start_factor = 0.0);
+  double lr(int64_t step) const override;
+
+ private:
+  double base_lr_;
+  int64_t warmup_steps_;
+  double start_factor_;
+};
+
+class CosineDecay : public LrSchedule {
+ public:
+  CosineDecay(double base_lr, int64_t decay_steps, double min_lr = 0.0);
+  double lr(int64_t step) const override;
+
+ private:
+  double base_lr_;
+  int64_t decay_steps_;
+  double min_lr_;
+};
+
+class Sequential : public LrSchedule {
+ public:
+  // milestones: strictly increasing, > 0, one fewer than schedules.
+  Sequential(std::vector<LrSchedulePtr> schedules, std::vector<int64_t> milestones);
+  double lr(int64_t step) const override;
+
+ private:
+  std::vector<LrSchedulePtr> schedules_;
+  std::vector<int64_t> milestones_;
+};
+
+class WarmupCosine : public Sequential {
+ public:
+  // Linear warmup from 0 over warmup_steps (0: none), then cosine decay to min_lr at total_steps.
+  WarmupCosine(double base_lr, int64_t warmup_steps, int64_t total_steps, double min_lr = 0.0);
+};
+
+}  // namespace hg::optim

@@ -1,0 +1,46 @@
+#pragma once
+// Stochastic gradient descent with momentum, dampening, Nesterov momentum and (L2) weight decay,
+// with exactly PyTorch's torch.optim.SGD semantics. For a parameter theta with gradient g:
+//
+//   g   <- g + weight_decay * theta                          (coupled: decay goes through momentum)
+//   buf <- g                                     at the parameter's first update, else
+//   buf <- momentum * buf + (1 - dampening) * g              (only when momentum > 0)
+//   g   <- g + momentum * buf   (nesterov)   or   g <- buf   (momentum > 0)
+//   theta <- theta - lr * g
+//
+// The arithmetic is done in the accumulation dtype (f32 for f16/bf16 parameters, f64 for f64) and
+// the parameter is rounded once when stored; the momentum buffer ("momentum_buffer", only when
+// momentum > 0) is kept in that accumulation dtype.
+#include "optim/optimizer.h"
+
+namespace hg::optim {
+
+// SGDOptions().lr(0.1).momentum(0.9).nesterov(true)
+struct SGDOptions {
+  HG_OPTIM_ARG(SGDOptions, double, lr, 1e-3);
+  HG_OPTIM_ARG(SGDOptions, double, momentum, 0.0);
+  HG_OPTIM_ARG(SGDOptions, double, dampening, 0.0);
+  HG_OPTIM_ARG(SGDOptions, double, weight_decay, 0.0);
+  HG_OPTIM_ARG(SGDOptions, bool, nesterov, false);
+};
+
+class SGD : public Optimizer {
+ public:
+  // One group with the options' lr and weight_decay.
+  SGD(std::vector<Tensor> params, SGDOptions options = {});
+  // Groups with their own lr and weight_decay; momentum, dampening and nesterov from the options.
+  SGD(std::vector<ParamGroup> groups, SGDOptions options);
+
+  const SGDOptions& options() const { return options_; }
+
+ protected:
+  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  std::vector<std::string> state_buffer_names() const override;
+  DType state_dtype(const Tensor& param) const override;
+
+ private:
+  void check_options() const;
+  SGDOptions options_;
+};
+
+}  // namespace hg::optim

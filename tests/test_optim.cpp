@@ -1,0 +1,652 @@
+// optim/: SGD and AdamW against reference loops written here in plain doubles from PyTorch's
+// formulas (10 steps, fresh random parameters, a new random gradient every step), in f32, f64 and
+// (within dtype tolerance) f16/bf16; zero_grad, skipped parameters, the hyperparameter and parameter
+// errors (asserted on their text), schedules at chosen steps, clip_grad_norm (norm, scaling,
+// determinism across thread counts, non-finite policy) and the state_tensors round trip.
+//
+// The reference rounds the parameter to its dtype after every step, as the optimizer stores it, so
+// that the comparison measures the update's arithmetic and not the accumulated rounding of storage.
+#include <doctest/doctest.h>
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/ops.h"
+#include "kernels/half.h"
+#include "kernels/kernels.h"
+#include "optim/optim.h"
+
+using namespace hg;
+using namespace hg::optim;
+
+#define CHECK_ERROR(expr, ...)                                                             \
+  do {                                                                                     \
+    std::string message;                                                                   \
+    try {                                                                                  \
+      (void)(expr);                                                                        \
+    } catch (const Error& e) {                                                             \
+      message = e.what();                                                                  \
+    }                                                                                      \
+    INFO("message: ", message);                                                            \
+    CHECK_FALSE(message.empty());                                                          \
+    for (const char* part : {__VA_ARGS__}) CHECK(message.find(part) != std::string::npos); \
+  } while (0)
+
+namespace {
+
+constexpr int kSteps = 10;
+const DType kFloatingTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+
+// x rounded to dtype, as a store into a tensor of that dtype would.
+double round_to(DType dtype, double x) {
+  switch (dtype) {
+    case DType::f32:
+      return double(float(x));
+    case DType::f16:
+      return double(float(half(float(x))));
+    case DType::bf16:
+      return double(float(bfloat16(float(x))));
+    default:
+      return x;
+  }
+}
+
+// Tolerance of one stored parameter: a couple of units in the last place of the dtype (a rounding of
+// the f32 arithmetic may land on the other side of a half-way point), plus an absolute floor.
+double rel_tol(DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return 1e-12;
+    case DType::f32:
+      return 2e-6;
+    case DType::f16:
+      return 2e-3;
+    case DType::bf16:
+      return 1.6e-2;
+    default:
+      return 0;
+  }
+}
+
+// Absolute floor for values of order 1 that cancel towards 0 (a few ulp of 1 in the compute type).
+double abs_tol(DType dtype) { return dtype == DType::f64 ? 1e-13 : 1e-6; }
+
+std::vector<double> random_values(std::mt19937_64& rng, int64_t n, double scale = 1.0) {
+  std::normal_distribution<double> normal(0.0, scale);
+  std::vector<double> out(static_cast<size_t>(n));
+  for (double& v : out) v = normal(rng);
+  return out;
+}
+
+Tensor make_param(std::mt19937_64& rng, const Shape& shape, DType dtype) {
+  Tensor p = from_vector(random_values(rng, shape_numel(shape)), shape, dtype);
+  p.requires_grad_();
+  return p;
+}
+
+// Gives p a fresh random gradient of its dtype; returns the stored (rounded) values.
+std::vector<double> set_random_grad(std::mt19937_64& rng, const Tensor& p, double scale = 1.0) {
+  const Tensor g = from_vector(random_values(rng, p.numel(), scale), p.shape(), p.dtype());
+  p.set_grad(g);
+  return g.to_vector<double>();
+}
+
+void check_close(const std::vector<double>& got, const std::vector<double>& want, double rtol, double atol,
+                 const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  int failures = 0;
+  for (size_t i = 0; i < got.size() && failures < 5; ++i) {
+    const double err = std::abs(got[i] - want[i]);
+    if (!(err <= atol + rtol * std::abs(want[i]))) {
+      ++failures;
+      INFO(what, " element ", i, ": got ", got[i], ", want ", want[i], ", error ", err);
+      CHECK(err <= atol + rtol * std::abs(want[i]));
+    }
+  }
+  CHECK(failures == 0);
+}
+
+// ---- reference loops (plain doubles, PyTorch's formulas) ------------------------------------------
+
+struct AdamWRef {
+  double lr, beta1, beta2, eps, weight_decay;
+  DType dtype;
+  std::vector<double> theta, m, v;
+  int64_t t = 0;
+
+  void step(const std::vector<double>& g) {
+    ++t;
+    const double bias1 = 1.0 - std::pow(beta1, double(t));
+    const double bias2 = 1.0 - std::pow(beta2, double(t));
+    for (size_t i = 0; i < theta.size(); ++i) {
+      double th = theta[i] * (1.0 - lr * weight_decay);
+      m[i] = beta1 * m[i] + (1.0 - beta1) * g[i];
+      v[i] = beta2 * v[i] + (1.0 - beta2) * g[i] * g[i];
+      th -= lr / bias1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bias2) + eps);
+      theta[i] = round_to(dtype, th);
+    }
+  }
+};
+
+struct SGDRef {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+  DType dtype;
+  std::vector<double> theta, buf;
+  bool has_buf = false;
+
+  void step(std::vector<double> g) {
+    for (size_t i = 0; i < theta.size(); ++i) g[i] += weight_decay * theta[i];
+    if (momentum != 0.0) {
+      if (!has_buf) {
+        buf = g;
+        has_buf = true;
+      } else {
+        for (size_t i = 0; i < buf.size(); ++i) buf[i] = momentum * buf[i] + (1.0 - dampening) * g[i];
+      }
+      for (size_t i = 0; i < g.size(); ++i) g[i] = nesterov ? g[i] + momentum * buf[i] : buf[i];
+    }
+    for (size_t i = 0; i < theta.size(); ++i) theta[i] = round_to(dtype, theta[i] - lr * g[i]);
+  }
+};
+
+}  // namespace
+
+// ---- AdamW -----------------------------------------------------------------------------------------
+
+TEST_CASE("AdamW matches the double reference over 10 steps in every dtype") {
+  for (const DType dtype : kFloatingTypes) {
+    for (const bool decay_only_matrices : {false, true}) {
+      const std::string dtype_str = dtype_name(dtype);
+      CAPTURE(dtype_str);
+      CAPTURE(decay_only_matrices);
+      std::mt19937_64 rng(42 + int(dtype));
+      const double lr = is_half(dtype) ? 3e-2 : 1e-2;
+      std::vector<Tensor> params = {make_param(rng, {7, 5}, dtype), make_param(rng, {9}, dtype)};
+      AdamW opt(params, AdamWOptions().lr(lr).betas(0.9, 0.95).eps(1e-8).weight_decay(0.1).decay_only_matrices(
+                            decay_only_matrices));
+      std::vector<AdamWRef> refs;
+      for (const Tensor& p : params) {
+        const bool decayed = !decay_only_matrices || p.dim() >= 2;
+        const size_t n = size_t(p.numel());
+        refs.push_back({lr, 0.9, 0.95, 1e-8, decayed ? 0.1 : 0.0, dtype, p.to_vector<double>(),
+                        std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)});
+      }
+      for (int s = 0; s < kSteps; ++s) {
+        for (size_t i = 0; i < params.size(); ++i) refs[i].step(set_random_grad(rng, params[i]));
+        opt.step();
+      }
+      for (size_t i = 0; i < params.size(); ++i) {
+        const std::string name = "param " + std::to_string(i);
+        check_close(params[i].to_vector<double>(), refs[i].theta, rel_tol(dtype), abs_tol(dtype), name);
+        const ParamState& st = opt.state(int64_t(i));
+        CHECK(st.step == kSteps);
+        const Tensor& m = st.buffers.at("exp_avg");
+        CHECK(m.dtype() == accumulate_dtype(dtype));
+        CHECK(m.shape() == params[i].shape());
+        const double moment_tol = dtype == DType::f64 ? 1e-12 : 1e-5;
+        check_close(m.to_vector<double>(), refs[i].m, moment_tol, abs_tol(dtype), name + " exp_avg");
+        check_close(st.buffers.at("exp_avg_sq").to_vector<double>(), refs[i].v, moment_tol, abs_tol(dtype),
+                    name + " exp_avg_sq");
+      }
+    }
+  }
+}
+
+TEST_CASE("AdamW decay_only_matrices leaves vectors undecayed") {
+  // With a zero gradient the moments stay 0 and the update is pure decay: theta * (1 - lr wd).
+  Tensor w = ones({2, 3}, DType::f64).requires_grad_();
+  Tensor b = ones({3}, DType::f64).requires_grad_();
+  AdamW opt({w, b}, AdamWOptions().lr(0.1).weight_decay(0.5).decay_only_matrices(true));
+  w.set_grad(zeros({2, 3}, DType::f64));
+  b.set_grad(zeros({3}, DType::f64));
+  opt.step();
+  for (const double x : w.to_vector<double>()) CHECK(x == doctest::Approx(0.95).epsilon(1e-15));
+  for (const double x : b.to_vector<double>()) CHECK(x == 1.0);
+}
+
+TEST_CASE("AdamW groups keep their own lr and weight decay") {
+  std::mt19937_64 rng(7);
+  Tensor a = make_param(rng, {4, 4}, DType::f64);
+  Tensor b = make_param(rng, {6}, DType::f64);
+  AdamW opt(std::vector<ParamGroup>{{{a}, 1e-2, 0.2}, {{b}, 5e-3, 0.0}}, AdamWOptions().betas(0.8, 0.99));
+  AdamWRef ra{
+      1e-2, 0.8, 0.99, 1e-8, 0.2, DType::f64, a.to_vector<double>(), std::vector<double>(16), std::vector<double>(16)};
+  AdamWRef rb{
+      5e-3, 0.8, 0.99, 1e-8, 0.0, DType::f64, b.to_vector<double>(), std::vector<double>(6), std::vector<double>(6)};
+  for (int s = 0; s < kSteps; ++s) {
+    if (s == 5) {
+      opt.set_lr(0, 2e-2);  // a schedule may drive one group
+      ra.lr = 2e-2;
+    }
+    ra.step(set_random_grad(rng, a));
+    rb.step(set_random_grad(rng, b));
+    opt.step();
+  }
+  check_close(a.to_vector<double>(), ra.theta, 1e-12, 1e-15, "a");
+  check_close(b.to_vector<double>(), rb.theta, 1e-12, 1e-15, "b");
+  opt.set_lr(1e-4);
+  CHECK(opt.param_groups()[0].lr == 1e-4);
+  CHECK(opt.param_groups()[1].lr == 1e-4);
+}
+
+TEST_CASE("adamw_step kernel with an fp32 master copy matches the fp32 update") {
+  // Mixed precision: a bf16 parameter with an f32 master copy must follow the f32 parameter exactly,
+  // the bf16 copy being the master's rounding. n spans several chunks and the parallel threshold.
+  const int64_t n = 40000;
+  std::mt19937_64 rng(3);
+  std::vector<float> theta32(n), master(n), m32(n, 0.f), v32(n, 0.f), mb(n, 0.f), vb(n, 0.f), g32(n);
+  std::vector<bfloat16> theta_b(n), g_b(n);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (int64_t i = 0; i < n; ++i) {
+    theta32[i] = master[i] = normal(rng);
+    theta_b[i] = bfloat16(master[i]);
+  }
+  for (int64_t step = 1; step <= 3; ++step) {
+    for (int64_t i = 0; i < n; ++i) {
+      g_b[i] = bfloat16(normal(rng));
+      g32[i] = float(g_b[i]);
+    }
+    kernels::cpu::adamw_step(theta32.data(), nullptr, g32.data(), m32.data(), v32.data(), n, 1e-2, 0.9, 0.95, 1e-8, 0.1,
+                             step, DType::f32);
+    kernels::cpu::adamw_step(theta_b.data(), master.data(), g_b.data(), mb.data(), vb.data(), n, 1e-2, 0.9, 0.95, 1e-8,
+                             0.1, step, DType::bf16);
+  }
+  int mismatches = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float tol = 2e-7f * std::abs(theta32[i]) + 1e-12f;
+    if (std::abs(master[i] - theta32[i]) > tol || theta_b[i].bits != bfloat16(master[i]).bits) ++mismatches;
+  }
+  CHECK(mismatches == 0);
+}
+
+// ---- SGD ---------------------------------------------------------------------------------------------
+
+TEST_CASE("SGD matches the double reference over 10 steps") {
+  struct Config {
+    const char* name;
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov;
+  };
+  const Config configs[] = {
+      {"plain", 0.1, 0.0, 0.0, 0.0, false},
+      {"momentum", 0.05, 0.9, 0.0, 0.0, false},
+      {"nesterov", 0.05, 0.9, 0.0, 0.0, true},
+      {"weight decay", 0.1, 0.0, 0.0, 0.05, false},
+      {"momentum and weight decay", 0.05, 0.8, 0.0, 0.01, false},
+      {"dampening", 0.05, 0.9, 0.5, 0.01, false},
+      {"nesterov and weight decay", 0.02, 0.95, 0.0, 0.1, true},
+  };
+  for (const Config& c : configs) {
+    for (const DType dtype : kFloatingTypes) {
+      const std::string config = c.name;
+      CAPTURE(config);
+      const std::string dtype_str = dtype_name(dtype);
+      CAPTURE(dtype_str);
+      std::mt19937_64 rng(100 + int(dtype));
+      std::vector<Tensor> params = {make_param(rng, {6, 3}, dtype), make_param(rng, {11}, dtype)};
+      SGD opt(params, SGDOptions()
+                          .lr(c.lr)
+                          .momentum(c.momentum)
+                          .dampening(c.dampening)
+                          .weight_decay(c.weight_decay)
+                          .nesterov(c.nesterov));
+      std::vector<SGDRef> refs;
+      for (const Tensor& p : params) {
+        refs.push_back({c.lr, c.momentum, c.dampening, c.weight_decay, c.nesterov, dtype, p.to_vector<double>(), {}});
+      }
+      for (int s = 0; s < kSteps; ++s) {
+        for (size_t i = 0; i < params.size(); ++i) refs[i].step(set_random_grad(rng, params[i]));
+        opt.step();
+      }
+      for (size_t i = 0; i < params.size(); ++i) {
+        const std::string name = "param " + std::to_string(i);
+        check_close(params[i].to_vector<double>(), refs[i].theta, rel_tol(dtype), abs_tol(dtype), name);
+        const ParamState& st = opt.state(int64_t(i));
+        CHECK(st.step == kSteps);
+        if (c.momentum > 0) {
+          const Tensor& buf = st.buffers.at("momentum_buffer");
+          CHECK(buf.dtype() == accumulate_dtype(dtype));
+          const double tol = dtype == DType::f64 ? 1e-12 : 1e-5;
+          check_close(buf.to_vector<double>(), refs[i].buf, tol, abs_tol(dtype), name + " momentum_buffer");
+        } else {
+          CHECK(st.buffers.empty());
+        }
+      }
+    }
+  }
+}
+
+// ---- the Optimizer base ---------------------------------------------------------------------------
+
+TEST_CASE("zero_grad drops gradients or zeroes them in place") {
+  std::mt19937_64 rng(5);
+  Tensor a = make_param(rng, {3, 2}, DType::f32);
+  Tensor b = make_param(rng, {4}, DType::f32);
+  SGD opt({a, b}, SGDOptions().lr(0.1));
+
+  SUBCASE("set_to_none") {
+    set_random_grad(rng, a);
+    set_random_grad(rng, b);
+    opt.zero_grad();
+    CHECK_FALSE(a.grad().defined());
+    CHECK_FALSE(b.grad().defined());
+  }
+  SUBCASE("in place") {
+    set_random_grad(rng, a);
+    const Tensor before = a.grad();
+    opt.zero_grad(false);
+    REQUIRE(a.grad().defined());
+    CHECK(a.grad().is_same(before));
+    for (const double x : a.grad().to_vector<double>()) CHECK(x == 0.0);
+    CHECK_FALSE(b.grad().defined());  // an undefined gradient stays undefined
+  }
+  SUBCASE("after backward") {
+    sum(a * a).backward();
+    REQUIRE(a.grad().defined());
+    opt.zero_grad(false);
+    for (const double x : a.grad().to_vector<double>()) CHECK(x == 0.0);
+    sum(a * 3.0).backward();  // accumulates into the zeroed gradient
+    for (const double x : a.grad().to_vector<double>()) CHECK(x == 3.0);
+  }
+}
+
+TEST_CASE("parameters without a gradient are skipped and keep no state") {
+  std::mt19937_64 rng(9);
+  Tensor a = make_param(rng, {5}, DType::f32);
+  Tensor b = make_param(rng, {5}, DType::f32);
+  AdamW opt({a, b}, AdamWOptions().lr(0.1));
+  const std::vector<double> b_before = b.to_vector<double>();
+  const std::vector<double> a_before = a.to_vector<double>();
+  set_random_grad(rng, a);
+  opt.step();
+  CHECK(b.to_vector<double>() == b_before);
+  CHECK(a.to_vector<double>() != a_before);
+  CHECK(opt.state(0).step == 1);
+  CHECK(opt.state(1).step == 0);
+  CHECK(opt.state(1).buffers.empty());
+  set_random_grad(rng, b);
+  opt.step();
+  CHECK(opt.state(0).step == 2);
+  CHECK(opt.state(1).step == 1);  // b's first update uses bias correction of step 1
+}
+
+TEST_CASE("a full training loop lowers a quadratic loss") {
+  // theta* = target; loss = mean((theta - target)^2) through backward, with schedule and clipping.
+  Tensor target = from_vector(std::vector<float>{1, -2, 3, 0.5f}, {4});
+  Tensor theta = zeros({4}).requires_grad_();
+  AdamW opt({theta}, AdamWOptions().lr(0.1).weight_decay(0.0));
+  WarmupCosine schedule(0.1, 10, 200, 0.01);
+  double first = 0, last = 0;
+  for (int64_t s = 0; s < 200; ++s) {
+    opt.zero_grad();
+    Tensor diff = theta - target;
+    Tensor loss = mean(diff * diff);
+    loss.backward();
+    clip_grad_norm({theta}, 1.0);
+    opt.set_lr(schedule.lr(s));
+    opt.step();
+    (s == 0 ? first : last) = loss.item();
+  }
+  CHECK(last < 1e-3 * first);
+}
+
+TEST_CASE("bad hyperparameters are refused with a clear message") {
+  Tensor p = zeros({3}).requires_grad_();
+  CHECK_ERROR(AdamW({p}, AdamWOptions().lr(-1)), "[AdamW]", "invalid learning rate -1", "expected lr >= 0");
+  CHECK_ERROR(AdamW({p}, AdamWOptions().beta1(1.0)), "[AdamW]", "invalid beta1 1", "expected 0 <= beta1 < 1");
+  CHECK_ERROR(AdamW({p}, AdamWOptions().betas(0.9, -0.1)), "[AdamW]", "invalid beta2 -0.1", "0 <= beta2 < 1");
+  CHECK_ERROR(AdamW({p}, AdamWOptions().eps(0)), "[AdamW]", "invalid eps 0", "expected eps > 0");
+  CHECK_ERROR(AdamW({p}, AdamWOptions().weight_decay(-0.5)), "[AdamW]", "invalid weight_decay -0.5",
+              "expected weight_decay >= 0");
+  CHECK_ERROR(AdamW({p}, AdamWOptions().lr(std::numeric_limits<double>::quiet_NaN())), "invalid learning rate nan");
+  CHECK_ERROR(SGD({p}, SGDOptions().lr(-0.1)), "[SGD]", "invalid learning rate -0.1");
+  CHECK_ERROR(SGD({p}, SGDOptions().momentum(-0.9)), "[SGD]", "invalid momentum -0.9", "expected momentum >= 0");
+  CHECK_ERROR(SGD({p}, SGDOptions().dampening(1.5)), "[SGD]", "invalid dampening 1.5", "0 <= dampening <= 1");
+  CHECK_ERROR(SGD({p}, SGDOptions().nesterov(true)), "[SGD]",
+              "nesterov momentum requires momentum > 0 and dampening = 0", "got momentum 0 and dampening 0");
+  CHECK_ERROR(SGD({p}, SGDOptions().momentum(0.9).dampening(0.1).nesterov(true)), "[SGD]",
+              "got momentum 0.9 and dampening 0.1");
+  SGD opt({p}, SGDOptions());
+  CHECK_ERROR(opt.set_lr(-2), "[SGD]", "invalid learning rate -2");
+  CHECK_ERROR(opt.set_lr(3, 0.1), "[SGD]", "group 3 out of range", "1 groups");
+  CHECK_ERROR(opt.add_param_group({{zeros({2}).requires_grad_()}, 0.1, -1.0}), "[SGD]", "invalid weight_decay -1");
+}
+
+TEST_CASE("parameters must be floating leaves that require grad") {
+  Tensor ok = zeros({3}).requires_grad_();
+  Tensor leaf = ones({2, 2}).requires_grad_();
+  CHECK_ERROR(AdamW({ok, zeros({2, 3})}), "[AdamW] parameter 1 of group 0 (f32[2, 3] cpu)", "does not require grad",
+              "requires_grad_()");
+  CHECK_ERROR(AdamW({ok, arange(4)}), "[AdamW] parameter 1 of group 0 (i64[4] cpu)", "is not floating");
+  CHECK_ERROR(AdamW({leaf * 2.0}), "[AdamW] parameter 0 of group 0", "is not a leaf", "output of", "leaf tensor");
+  CHECK_ERROR(AdamW({ok, Tensor()}), "[AdamW] parameter 1 of group 0 is an undefined tensor");
+  CHECK_ERROR(SGD({ok, ok}), "[SGD] parameter 1 of group 0", "appears more than once");
+  CHECK_ERROR(SGD(std::vector<Tensor>{}), "[SGD] got an empty parameter list");
+  SGD opt({ok}, SGDOptions());
+  CHECK_ERROR(opt.add_param_group({{leaf, ok}, 0.1, 0.0}), "[SGD] parameter 1 of group 1", "appears more than once");
+  CHECK(opt.num_params() == 1);  // the failed group left nothing behind
+  opt.add_param_group({{leaf}, 0.1, 0.0});
+  CHECK(opt.num_params() == 2);
+  // A gradient of another dtype is refused at the step.
+  ok.set_grad(zeros({3}, DType::f64));
+  CHECK_ERROR(opt.step(), "[SGD] parameter 0 is f32[3] cpu", "gradient is f64[3] cpu", "same shape, dtype and device");
+}
+
+// ---- schedules -----------------------------------------------------------------------------------------
+
+TEST_CASE("learning-rate schedules at chosen steps") {
+  const LinearWarmup warm(2.0, 10);
+  CHECK(warm.lr(0) == 0.0);
+  CHECK(warm.lr(5) == doctest::Approx(1.0));
+  CHECK(warm.lr(10) == 2.0);
+  CHECK(warm.lr(1000) == 2.0);
+  const LinearWarmup warm_from(1.0, 4, 0.2);
+  CHECK(warm_from.lr(0) == doctest::Approx(0.2));
+  CHECK(warm_from.lr(2) == doctest::Approx(0.6));
+  CHECK(warm_from.lr(4) == 1.0);
+
+  const CosineDecay cosine(1.0, 100, 0.1);
+  CHECK(cosine.lr(0) == 1.0);
+  CHECK(cosine.lr(50) == doctest::Approx((1.0 + 0.1) / 2).epsilon(1e-14));
+  CHECK(cosine.lr(25) == doctest::Approx(0.1 + 0.9 * (1 + std::sqrt(0.5)) / 2).epsilon(1e-14));
+  CHECK(cosine.lr(100) == doctest::Approx(0.1).epsilon(1e-14));
+  CHECK(cosine.lr(5000) == doctest::Approx(0.1).epsilon(1e-14));
+
+  CHECK(ConstantLr(0.3).lr(123456) == 0.3);
+
+  // The GPT recipe: warmup 100, cosine to min over the remaining 1000 steps.
+  const WarmupCosine gpt(6e-4, 100, 1100, 6e-5);
+  CHECK(gpt.lr(0) == 0.0);
+  CHECK(gpt.lr(50) == doctest::Approx(3e-4));
+  CHECK(gpt.lr(99) == doctest::Approx(6e-4 * 0.99));
+  CHECK(gpt.lr(100) == doctest::Approx(6e-4).epsilon(1e-14));
+  CHECK(gpt.lr(600) == doctest::Approx((6e-4 + 6e-5) / 2).epsilon(1e-12));
+  CHECK(gpt.lr(1100) == doctest::Approx(6e-5).epsilon(1e-12));
+  CHECK(gpt.lr(100000) == doctest::Approx(6e-5).epsilon(1e-12));
+  for (int64_t s = 101; s < 1100; s += 37) CHECK(gpt.lr(s) < gpt.lr(s - 1));  // decreasing after warmup
+
+  const WarmupCosine no_warmup(1.0, 0, 10, 0.0);
+  CHECK(no_warmup.lr(0) == 1.0);
+  CHECK(no_warmup.lr(5) == doctest::Approx(0.5));
+
+  // Sequential composes any pieces; each sees steps counted from its milestone.
+  const Sequential seq({std::make_shared<ConstantLr>(0.5), std::make_shared<LinearWarmup>(1.0, 4),
+                        std::make_shared<CosineDecay>(1.0, 10, 0.0)},
+                       {3, 7});
+  CHECK(seq.lr(0) == 0.5);
+  CHECK(seq.lr(2) == 0.5);
+  CHECK(seq.lr(3) == 0.0);
+  CHECK(seq.lr(5) == doctest::Approx(0.5));
+  CHECK(seq.lr(7) == 1.0);
+  CHECK(seq.lr(12) == doctest::Approx(0.5));
+  CHECK(seq.lr(17) == doctest::Approx(0.0));
+}
+
+TEST_CASE("schedule arguments are validated") {
+  CHECK_ERROR(LinearWarmup(1.0, 0), "[LinearWarmup] invalid warmup_steps 0", "expected warmup_steps >= 1");
+  CHECK_ERROR(LinearWarmup(1.0, 5, 1.5), "[LinearWarmup] invalid start_factor 1.5");
+  CHECK_ERROR(LinearWarmup(-1.0, 5), "[LinearWarmup] invalid base_lr -1");
+  CHECK_ERROR(CosineDecay(1.0, 0), "[CosineDecay] invalid decay_steps 0");
+  CHECK_ERROR(CosineDecay(1.0, 10, 2.0), "[CosineDecay] min_lr 2 is above base_lr 1");
+  CHECK_ERROR(WarmupCosine(1.0, 10, 10), "[WarmupCosine] got warmup_steps 10 and total_steps 10",
+              "0 <= warmup_steps < total_steps");
+  CHECK_ERROR(Sequential({std::make_shared<ConstantLr>(1.0)}, {5}), "[Sequential] got 1 schedules and 1 milestones");
+  CHECK_ERROR(Sequential({std::make_shared<ConstantLr>(1.0), std::make_shared<ConstantLr>(2.0),
+                          std::make_shared<ConstantLr>(3.0)},
+                         {5, 5}),
+              "[Sequential] milestone 1 is 5", "strictly increasing");
+  CHECK_ERROR(Sequential({std::make_shared<ConstantLr>(1.0), nullptr}, {5}), "[Sequential] schedule 1 is null");
+  CHECK_ERROR(ConstantLr(1.0).lr(-1), "[ConstantLr] lr(step) needs step >= 0, got -1");
+}
+
+// ---- clip_grad_norm --------------------------------------------------------------------------------------
+
+TEST_CASE("clip_grad_norm returns the global norm and scales gradients to max_norm") {
+  std::mt19937_64 rng(11);
+  for (const DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const std::string dtype_str = dtype_name(dtype);
+    CAPTURE(dtype_str);
+    std::vector<Tensor> params = {make_param(rng, {13, 7}, dtype), make_param(rng, {5}, dtype),
+                                  make_param(rng, {3, 3}, dtype)};
+    double sum = 0;
+    for (size_t i = 0; i < 2; ++i) {  // the third parameter has no gradient
+      for (const double g : set_random_grad(rng, params[i], 3.0)) sum += g * g;
+    }
+    const double expected = std::sqrt(sum);
+    const double max_norm = expected / 4;
+    const double norm = clip_grad_norm(params, max_norm);
+    CHECK(norm == doctest::Approx(expected).epsilon(1e-12));
+    double after = 0;
+    for (size_t i = 0; i < 2; ++i) {
+      for (const double g : params[i].grad().to_vector<double>()) after += g * g;
+    }
+    // f64 holds the scaled values exactly enough for 1e-6; lower precisions add their rounding.
+    const double tol = dtype == DType::f64 ? 1e-6 : (dtype == DType::f32 ? 2e-6 : 1e-2);
+    CHECK(std::sqrt(after) == doctest::Approx(max_norm).epsilon(tol));
+    CHECK_FALSE(params[2].grad().defined());
+  }
+}
+
+TEST_CASE("clip_grad_norm leaves gradients under max_norm untouched") {
+  std::mt19937_64 rng(12);
+  Tensor p = make_param(rng, {100}, DType::f32);
+  const std::vector<double> g = set_random_grad(rng, p);
+  double sum = 0;
+  for (const double x : g) sum += x * x;
+  const double norm = clip_grad_norm({p}, std::sqrt(sum) * 2);
+  CHECK(norm == doctest::Approx(std::sqrt(sum)).epsilon(1e-12));
+  CHECK(p.grad().to_vector<double>() == g);
+}
+
+TEST_CASE("clip_grad_norm is deterministic across thread counts") {
+  std::mt19937_64 rng(13);
+  // Large enough to take the parallel path and many chunks.
+  std::vector<Tensor> params = {make_param(rng, {600, 1000}, DType::f32), make_param(rng, {70001}, DType::f32)};
+  for (const Tensor& p : params) set_random_grad(rng, p);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const double one = grad_norm(params);
+  omp_set_num_threads(2);
+  const double two = grad_norm(params);
+  omp_set_num_threads(threads);
+  CHECK(one == two);  // bit for bit
+  double sum = 0;
+  for (const Tensor& p : params) {
+    for (const double g : p.grad().to_vector<double>()) sum += g * g;
+  }
+  CHECK(one == doctest::Approx(std::sqrt(sum)).epsilon(1e-13));
+}
+
+TEST_CASE("clip_grad_norm returns a non-finite norm and leaves the gradients alone") {
+  Tensor a = zeros({4}).requires_grad_();
+  Tensor b = zeros({2}).requires_grad_();
+  a.set_grad(from_vector(std::vector<float>{1, 2, std::numeric_limits<float>::infinity(), 3}, {4}));
+  b.set_grad(from_vector(std::vector<float>{5, 6}, {2}));
+  CHECK(std::isinf(clip_grad_norm({a, b}, 1.0)));
+  CHECK(b.grad().to_vector<float>() == std::vector<float>{5, 6});
+  a.set_grad(from_vector(std::vector<float>{1, std::numeric_limits<float>::quiet_NaN(), 2, 3}, {4}));
+  CHECK(std::isnan(clip_grad_norm({a, b}, 1.0)));
+  CHECK(b.grad().to_vector<float>() == std::vector<float>{5, 6});
+  CHECK_ERROR(clip_grad_norm({a}, 0.0), "[clip_grad_norm] invalid max_norm 0", "finite max_norm > 0");
+}
+
+// ---- state_tensors -------------------------------------------------------------------------------------
+
+TEST_CASE("state_tensors round trip continues the run bit for bit") {
+  for (const bool adam : {true, false}) {
+    CAPTURE(adam);
+    std::mt19937_64 rng(21);
+    std::vector<Tensor> a = {make_param(rng, {4, 3}, DType::f32), make_param(rng, {3}, DType::bf16),
+                             make_param(rng, {2}, DType::f32)};
+    auto make = [&](const std::vector<Tensor>& params) -> std::unique_ptr<Optimizer> {
+      if (adam) return std::make_unique<AdamW>(params, AdamWOptions().lr(0.05).weight_decay(0.1));
+      return std::make_unique<SGD>(params, SGDOptions().lr(0.05).momentum(0.9).weight_decay(0.01));
+    };
+    std::unique_ptr<Optimizer> first = make(a);
+    for (int s = 0; s < 3; ++s) {
+      for (size_t i = 0; i < 2; ++i) set_random_grad(rng, a[i]);  // a[2] never gets a gradient
+      first->step();
+    }
+    const auto saved = first->state_tensors();
+    std::map<std::string, Tensor> named(saved.begin(), saved.end());
+    const std::vector<std::string> buffers =
+        adam ? std::vector<std::string>{"exp_avg", "exp_avg_sq"} : std::vector<std::string>{"momentum_buffer"};
+    CHECK(named.size() == 2 * (1 + buffers.size()));
+    for (const char* index : {"0", "1"}) {
+      REQUIRE(named.count(std::string(index) + ".step"));
+      CHECK(named.at(std::string(index) + ".step").item() == 3);
+      for (const std::string& b : buffers) REQUIRE(named.count(std::string(index) + "." + b));
+    }
+    CHECK(named.at("1." + buffers[0]).dtype() == DType::f32);  // bf16 parameter, f32 state
+
+    std::vector<Tensor> b;
+    for (const Tensor& p : a) b.push_back(p.detach().clone().requires_grad_());
+    std::unique_ptr<Optimizer> second = make(b);
+    second->load_state_tensors(saved);
+    for (int s = 0; s < 2; ++s) {
+      for (size_t i = 0; i < 2; ++i) {
+        set_random_grad(rng, a[i]);
+        b[i].set_grad(a[i].grad().clone());
+      }
+      first->step();
+      second->step();
+    }
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].to_vector<double>() == b[i].to_vector<double>());
+    CHECK(second->state(0).step == 5);
+    CHECK(second->state(2).step == 0);
+  }
+}
+
+TEST_CASE("load_state_tensors checks names - shapes and completeness") {
+  Tensor w = zeros({2, 3}).requires_grad_();
+  Tensor h = zeros({4}, DType::f16).requires_grad_();
+  AdamW opt({w, h});
+  const Tensor step = scalar_tensor(2, DType::i64);
+  const Tensor m = zeros({2, 3});
+  CHECK_ERROR(opt.load_state_tensors({{"0.exp_avg", zeros({3, 2})}}),
+              "[AdamW] load_state_tensors:", "'0.exp_avg' is f32[3, 2] cpu", "parameter 0 is f32[2, 3] cpu",
+              "expected f32[2, 3] cpu");
+  CHECK_ERROR(opt.load_state_tensors({{"1.exp_avg", zeros({4}, DType::f16)}}), "'1.exp_avg' is f16[4] cpu",
+              "expected f32[4] cpu");
+  CHECK_ERROR(opt.load_state_tensors({{"0.momentum_buffer", m}}), "unknown state 'momentum_buffer'",
+              "step, exp_avg, exp_avg_sq");
+  CHECK_ERROR(opt.load_state_tensors({{"5.step", step}}), "'5.step' names parameter 5", "has 2 parameters");
+  CHECK_ERROR(opt.load_state_tensors({{"exp_avg", m}}), "'exp_avg' is not named '{parameter index}.{state}'");
+  CHECK_ERROR(opt.load_state_tensors({{"0.step", scalar_tensor(0, DType::i64)}}),
+              "expected an integer step count >= 1");
+  CHECK_ERROR(opt.load_state_tensors({{"0.step", step}, {"0.exp_avg", m}}),
+              "parameter 0 has state but no '0.exp_avg_sq'");
+  CHECK_ERROR(opt.load_state_tensors({{"0.step", step}, {"0.step", step}}), "'0.step' appears more than once");
+  CHECK(opt.state_tensors().empty());  // every failed load left the state as it was
+  opt.load_state_tensors({{"0.step", step}, {"0.exp_avg", m}, {"0.exp_avg_sq", m}});
+  CHECK(opt.state(0).step == 2);
+  CHECK_FALSE(opt.state(1).initialized());
+}
