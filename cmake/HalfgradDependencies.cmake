@@ -3,6 +3,7 @@
 find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(Threads REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)  # safetensors headers (engine/safetensors.cpp)
 if(HALFGRAD_BUILD_TESTS)
   find_package(doctest REQUIRED)
 endif()

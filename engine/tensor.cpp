@@ -46,6 +46,7 @@ int64_t Tensor::numel() const { return shape_numel(shape()); }
 
 bool Tensor::is_contiguous() const {
   const TensorImpl& t = checked();
+  if (shape_numel(t.shape) == 0) return true;
   int64_t expected = 1;
   for (size_t i = t.shape.size(); i-- > 0;) {
     if (t.shape[i] == 1) continue;
