@@ -1,0 +1,30 @@
+# cmake --install puts headers, static libraries and a package config under the prefix, so another
+# project can do: find_package(halfgrad) + target_link_libraries(app halfgrad::halfgrad).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+# One umbrella target for users.
+add_library(halfgrad INTERFACE)
+target_link_libraries(halfgrad INTERFACE hg_kernels hg_engine hg_layers hg_optim)
+add_library(halfgrad::halfgrad ALIAS halfgrad)
+
+foreach(target hg_kernels hg_engine hg_layers hg_optim)
+  target_include_directories(${target} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/halfgrad>)
+endforeach()
+
+install(TARGETS halfgrad hg_kernels hg_engine hg_layers hg_optim halfgrad_flags
+        EXPORT halfgradTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+foreach(folder kernels engine layers optim)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/halfgrad/${folder}
+          FILES_MATCHING PATTERN "*.h")
+endforeach()
+
+set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/halfgrad)
+install(EXPORT halfgradTargets NAMESPACE halfgrad:: DESTINATION ${config_dir})
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/halfgradConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/halfgradConfig.cmake INSTALL_DESTINATION ${config_dir})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/halfgradConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/halfgradConfig.cmake ${PROJECT_BINARY_DIR}/halfgradConfigVersion.cmake
+        DESTINATION ${config_dir})

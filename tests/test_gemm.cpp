@@ -1,0 +1,296 @@
+// kernels/cpu/gemm*: gemm() and each f32 path (AVX-512 packed, Eigen) against gemm_reference.
+//
+// Every case draws fresh seeded random inputs in [-1, 1) rounded to the dtype, lays A, B and C out
+// with row strides larger than their rows (the gap holds a sentinel that must survive), and fills
+// C with NaN when beta == 0 (proving C is not read) or with random values otherwise. The tolerance
+// per element is
+//     tol = 4 * eps(accumulate) * sqrt(k + 1) * bound + 2 * eps(dtype) * |ref| + tiny,
+//     bound = |alpha| * sum_p |op(A)[i, p] op(B)[p, j]| + |beta * C[i, j]|,
+// i.e. the usual error of a k-term float sum relative to the size of its terms (a cancelled sum
+// is not held to a relative error), plus one ulp of the dtype: both sides round their fp32 sum to
+// the dtype once, and two sums a hair apart may round to neighbouring values.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm_avx512.h"
+#include "kernels/dispatch.h"
+#include "kernels/error.h"
+#include "kernels/kernels.h"
+
+namespace {
+
+using hg::DType;
+namespace cpu = hg::kernels::cpu;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kSentinel = 768.0;  // written into the gaps between rows, exact in every dtype
+const DType kFloatingTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+
+// Unit roundoff of a dtype: half the distance from 1 to the next representable value.
+double eps(DType t) {
+  switch (t) {
+    case DType::f64: return 0x1p-53;
+    case DType::f16: return 0x1p-11;
+    case DType::bf16: return 0x1p-8;
+    default: return 0x1p-24;
+  }
+}
+double accumulate_eps(DType t) { return t == DType::f64 ? 0x1p-53 : 0x1p-24; }
+
+// A row-major matrix of any floating dtype with a row stride, read and written as double.
+class Matrix {
+ public:
+  Matrix(DType dtype, int64_t rows, int64_t cols, int64_t ld)
+      : dtype_(dtype), rows_(rows), cols_(cols), ld_(ld), bytes_(size_t(std::max<int64_t>(rows * ld, 1)) *
+                                                                 hg::dtype_size(dtype)) {
+    for (int64_t i = 0; i < rows * ld; ++i) set_flat(i, kSentinel);
+  }
+  double get(int64_t r, int64_t c) const { return get_flat(r * ld_ + c); }
+  void set(int64_t r, int64_t c, double v) { set_flat(r * ld_ + c, v); }
+  void fill(double value) {
+    for (int64_t r = 0; r < rows_; ++r)
+      for (int64_t c = 0; c < cols_; ++c) set(r, c, value);
+  }
+  void fill_random(std::mt19937& rng) {
+    std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+    for (int64_t r = 0; r < rows_; ++r)
+      for (int64_t c = 0; c < cols_; ++c) set(r, c, uniform(rng));
+  }
+  // True when every element between the end of a row and the next row still holds the sentinel.
+  bool gaps_untouched() const {
+    for (int64_t r = 0; r < rows_; ++r)
+      for (int64_t c = cols_; c < ld_; ++c)
+        if (get(r, c) != kSentinel) return false;
+    return true;
+  }
+  void* data() { return bytes_.data(); }
+  const void* data() const { return bytes_.data(); }
+  int64_t ld() const { return ld_; }
+  DType dtype() const { return dtype_; }
+
+ private:
+  double get_flat(int64_t i) const {
+    return hg::kernels::dispatch_floating(dtype_, "test", [&]<class T>() {
+      return double(hg::kernels::acc_t<T>(reinterpret_cast<const T*>(bytes_.data())[i]));
+    });
+  }
+  void set_flat(int64_t i, double v) {
+    hg::kernels::dispatch_floating(dtype_, "test", [&]<class T>() {
+      reinterpret_cast<T*>(bytes_.data())[i] = T(hg::kernels::acc_t<T>(v));
+    });
+  }
+  DType dtype_;
+  int64_t rows_, cols_, ld_;
+  std::vector<unsigned char> bytes_;
+};
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+struct GemmCase {
+  DType dtype;
+  bool trans_a, trans_b;
+  Shape shape;
+  double alpha, beta;
+  int64_t pad = 3;  // extra elements at the end of every row of A, B and C
+};
+
+std::string describe(const GemmCase& g) {
+  return std::string(hg::dtype_name(g.dtype)) + " trans_a=" + std::to_string(g.trans_a) +
+         " trans_b=" + std::to_string(g.trans_b) + " m=" + std::to_string(g.shape.m) +
+         " n=" + std::to_string(g.shape.n) + " k=" + std::to_string(g.shape.k) +
+         " alpha=" + std::to_string(g.alpha) + " beta=" + std::to_string(g.beta) + " pad=" + std::to_string(g.pad);
+}
+
+// The inputs of one case: op(A) is [m, k] stored [k, m] when trans_a, likewise B. |op(A)| and
+// |op(B)| are also kept as dense doubles for the error bound.
+struct Operands {
+  Matrix a, b, c_initial;
+  std::vector<double> abs_op_a, abs_op_b;  // [m, k] and [k, n]
+  Operands(const GemmCase& g, uint32_t seed)
+      : a(g.dtype, g.trans_a ? g.shape.k : g.shape.m, g.trans_a ? g.shape.m : g.shape.k,
+          (g.trans_a ? g.shape.m : g.shape.k) + g.pad),
+        b(g.dtype, g.trans_b ? g.shape.n : g.shape.k, g.trans_b ? g.shape.k : g.shape.n,
+          (g.trans_b ? g.shape.k : g.shape.n) + g.pad),
+        c_initial(g.dtype, g.shape.m, g.shape.n, g.shape.n + g.pad) {
+    std::mt19937 rng(seed);
+    a.fill_random(rng);
+    b.fill_random(rng);
+    if (g.beta == 0.0)
+      c_initial.fill(kNaN);
+    else
+      c_initial.fill_random(rng);
+    const auto [m, n, k] = g.shape;
+    abs_op_a.resize(size_t(m * k));
+    abs_op_b.resize(size_t(k * n));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p) abs_op_a[i * k + p] = std::abs(g.trans_a ? a.get(p, i) : a.get(i, p));
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) abs_op_b[p * n + j] = std::abs(g.trans_b ? b.get(j, p) : b.get(p, j));
+  }
+  // |alpha| * sum_p |op(A)[i, p] op(B)[p, j]| + |beta * C[i, j]|: the size of the terms summed.
+  double bound(const GemmCase& g, int64_t i, int64_t j) const {
+    const int64_t n = g.shape.n, k = g.shape.k;
+    double sum = 0;
+    for (int64_t p = 0; p < k; ++p) sum += abs_op_a[i * k + p] * abs_op_b[p * n + j];
+    return std::abs(g.alpha) * sum + (g.beta == 0.0 ? 0.0 : std::abs(g.beta * c_initial.get(i, j)));
+  }
+};
+
+// Any GEMM with gemm()'s signature: gemm itself, or one of the f32 paths wrapped to look like it.
+using GemmFunction = void (*)(bool, bool, int64_t, int64_t, int64_t, double, const void*, int64_t, const void*,
+                              int64_t, double, void*, int64_t, DType);
+
+void avx512_as_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType) {
+  cpu::detail::gemm_f32_avx512(ta, tb, m, n, k, float(alpha), static_cast<const float*>(a), lda,
+                               static_cast<const float*>(b), ldb, float(beta), static_cast<float*>(c), ldc);
+}
+void eigen_as_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
+                   const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType) {
+  cpu::detail::gemm_f32_eigen(ta, tb, m, n, k, float(alpha), static_cast<const float*>(a), lda,
+                              static_cast<const float*>(b), ldb, float(beta), static_cast<float*>(c), ldc);
+}
+
+// Runs `gemm_under_test` and gemm_reference on the same inputs; checks every element and the gaps.
+void check_against_reference(const GemmCase& g, GemmFunction gemm_under_test, uint32_t seed) {
+  INFO(describe(g));
+  const auto [m, n, k] = g.shape;
+  const Operands in(g, seed);
+  Matrix c = in.c_initial, c_ref = in.c_initial;
+  gemm_under_test(g.trans_a, g.trans_b, m, n, k, g.alpha, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), g.beta,
+                  c.data(), c.ld(), g.dtype);
+  cpu::gemm_reference(g.trans_a, g.trans_b, m, n, k, g.alpha, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(),
+                      g.beta, c_ref.data(), c_ref.ld(), g.dtype);
+
+  int64_t failures = 0;
+  std::string first_failure;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const double ref = c_ref.get(i, j), got = c.get(i, j);
+      const double tol = 4.0 * accumulate_eps(g.dtype) * std::sqrt(double(k + 1)) * in.bound(g, i, j) +
+                         2.0 * eps(g.dtype) * std::abs(ref) + 1e-30;
+      if (!(std::abs(got - ref) <= tol) && failures++ == 0)
+        first_failure = "C[" + std::to_string(i) + ", " + std::to_string(j) + "] = " + std::to_string(got) +
+                        ", reference " + std::to_string(ref) + ", tolerance " + std::to_string(tol);
+    }
+  INFO(first_failure);
+  CHECK(failures == 0);
+  CHECK(c.gaps_untouched());
+}
+
+const bool kTransposes[] = {false, true};
+
+// Shapes around the edges that matter: 1, odd sizes, k = 1, and more than one 14 x 32 tile.
+const Shape kOddShapes[] = {{1, 1, 1},     {7, 13, 5},   {13, 7, 31},  {31, 33, 65}, {33, 65, 1},
+                            {65, 100, 13}, {100, 31, 257}, {1, 65, 33}, {257, 1, 7},  {130, 140, 150}};
+
+}  // namespace
+
+TEST_CASE("gemm matches gemm_reference for every dtype, transpose and odd shape") {
+  uint32_t seed = 1;
+  for (DType dtype : kFloatingTypes)
+    for (bool trans_a : kTransposes)
+      for (bool trans_b : kTransposes)
+        for (const Shape& shape : kOddShapes) {
+          check_against_reference({dtype, trans_a, trans_b, shape, 1.0, 0.0}, cpu::gemm, seed++);
+          check_against_reference({dtype, trans_a, trans_b, shape, -0.75, 1.5, 5}, cpu::gemm, seed++);
+        }
+}
+
+// Shapes that cross the AVX-512 path's blocking: MR = 14 rows, NR = 32 columns, MC = 224 rows,
+// KC = 512, NC = 2048, and sizes large enough to run on every OpenMP thread.
+const Shape kBlockingShapes[] = {{14, 32, 16}, {15, 33, 17},   {29, 64, 511},  {28, 95, 513},   {225, 47, 9},
+                                 {9, 9, 9},    {225, 33, 1025}, {13, 2081, 40}, {150, 70, 600}, {8, 1000, 300}};
+
+TEST_CASE("each f32 GEMM path matches gemm_reference across its blocking edges") {
+  struct Path {
+    const char* name;
+    GemmFunction run;
+  };
+  std::vector<Path> paths = {{"eigen", eigen_as_gemm}};
+  if (cpu::detail::cpu_has_avx512_gemm())
+    paths.push_back({"avx512", avx512_as_gemm});
+  else
+    MESSAGE("this CPU has no AVX-512: the avx512 GEMM path is not tested here, only the eigen path");
+
+  uint32_t seed = 1000;
+  for (const Path& path : paths) {
+    INFO("path ", path.name);
+    for (bool trans_a : kTransposes)
+      for (bool trans_b : kTransposes)
+        for (const Shape& shape : kBlockingShapes) {
+          check_against_reference({DType::f32, trans_a, trans_b, shape, 1.0, 0.0, 1}, path.run, seed++);
+          check_against_reference({DType::f32, trans_a, trans_b, shape, 0.5, -2.0, 17}, path.run, seed++);
+        }
+  }
+}
+
+TEST_CASE("gemm_f32_path names the path gemm takes for f32") {
+  const std::string expected = cpu::detail::cpu_has_avx512_gemm() ? "avx512" : "eigen";
+  CHECK(std::string(cpu::gemm_f32_path()) == expected);
+}
+
+TEST_CASE("gemm with k == 0 or alpha == 0 scales C by beta without reading A, B or C when beta == 0") {
+  for (DType dtype : kFloatingTypes) {
+    INFO(hg::dtype_name(dtype));
+    Matrix poison_a(dtype, 4, 3, 3), poison_b(dtype, 3, 5, 5);
+    poison_a.fill(kNaN);
+    poison_b.fill(kNaN);
+
+    Matrix c(dtype, 4, 5, 6);
+    c.fill(kNaN);
+    cpu::gemm(false, false, 4, 5, 0, 1.0, poison_a.data(), 0, poison_b.data(), 5, 0.0, c.data(), c.ld(), dtype);
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 5; ++j) CHECK(c.get(i, j) == 0.0);
+
+    c.fill(2.0);
+    cpu::gemm(false, false, 4, 5, 0, 1.0, poison_a.data(), 0, poison_b.data(), 5, -0.5, c.data(), c.ld(), dtype);
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 5; ++j) CHECK(c.get(i, j) == -1.0);
+
+    c.fill(2.0);
+    cpu::gemm(false, false, 4, 5, 3, 0.0, poison_a.data(), 3, poison_b.data(), 5, 0.25, c.data(), c.ld(), dtype);
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 5; ++j) CHECK(c.get(i, j) == 0.5);
+    CHECK(c.gaps_untouched());
+  }
+}
+
+TEST_CASE("gemm with m == 0 or n == 0 writes nothing") {
+  Matrix a(DType::f32, 3, 3, 3), b(DType::f32, 3, 3, 3), c(DType::f32, 3, 3, 3);
+  c.fill(7.0);
+  cpu::gemm(false, false, 0, 3, 3, 1.0, a.data(), 3, b.data(), 3, 0.0, c.data(), 3, DType::f32);
+  cpu::gemm(false, false, 3, 0, 3, 1.0, a.data(), 3, b.data(), 3, 0.0, c.data(), 3, DType::f32);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 3; ++j) CHECK(c.get(i, j) == 7.0);
+}
+
+TEST_CASE("gemm rejects integer dtypes, negative sizes and short strides with a clear message") {
+  std::vector<int64_t> buffer(64);
+  void* p = buffer.data();
+  CHECK_THROWS_WITH_AS(cpu::gemm(false, false, 2, 2, 2, 1.0, p, 2, p, 2, 0.0, p, 2, DType::i32),
+                       doctest::Contains("[gemm] expected a floating dtype (f32, f64, f16, bf16), got i32"),
+                       hg::Error);
+  CHECK_THROWS_WITH_AS(cpu::gemm(false, false, 2, 2, 2, 1.0, p, 2, p, 2, 0.0, p, 2, DType::i64),
+                       doctest::Contains("got i64"), hg::Error);
+  CHECK_THROWS_WITH_AS(cpu::gemm_reference(false, false, 2, 2, 2, 1.0, p, 2, p, 2, 0.0, p, 2, DType::i32),
+                       doctest::Contains("[gemm_reference] expected a floating dtype"), hg::Error);
+  CHECK_THROWS_WITH_AS(cpu::gemm(false, false, -1, 2, 2, 1.0, p, 2, p, 2, 0.0, p, 2, DType::f32),
+                       doctest::Contains("[gemm] expected non-negative sizes, got m=-1, n=2, k=2"), hg::Error);
+  CHECK_THROWS_WITH_AS(cpu::gemm(true, false, 3, 2, 2, 1.0, p, 2, p, 2, 0.0, p, 2, DType::f32),
+                       doctest::Contains("[gemm] expected lda >= 3 for A stored [2, 3] (trans_a=1), got lda=2"),
+                       hg::Error);
+  CHECK_THROWS_WITH_AS(cpu::gemm(false, true, 2, 4, 3, 1.0, p, 3, p, 2, 0.0, p, 4, DType::f32),
+                       doctest::Contains("[gemm] expected ldb >= 3"), hg::Error);
+  CHECK_THROWS_WITH_AS(cpu::gemm(false, false, 2, 4, 3, 1.0, p, 3, p, 4, 0.0, p, 3, DType::f32),
+                       doctest::Contains("[gemm] expected ldc >= 4"), hg::Error);
+}
