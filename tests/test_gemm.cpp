@@ -36,10 +36,14 @@ const DType kFloatingTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16}
 // Unit roundoff of a dtype: half the distance from 1 to the next representable value.
 double eps(DType t) {
   switch (t) {
-    case DType::f64: return 0x1p-53;
-    case DType::f16: return 0x1p-11;
-    case DType::bf16: return 0x1p-8;
-    default: return 0x1p-24;
+    case DType::f64:
+      return 0x1p-53;
+    case DType::f16:
+      return 0x1p-11;
+    case DType::bf16:
+      return 0x1p-8;
+    default:
+      return 0x1p-24;
   }
 }
 double accumulate_eps(DType t) { return t == DType::f64 ? 0x1p-53 : 0x1p-24; }
@@ -48,8 +52,11 @@ double accumulate_eps(DType t) { return t == DType::f64 ? 0x1p-53 : 0x1p-24; }
 class Matrix {
  public:
   Matrix(DType dtype, int64_t rows, int64_t cols, int64_t ld)
-      : dtype_(dtype), rows_(rows), cols_(cols), ld_(ld), bytes_(size_t(std::max<int64_t>(rows * ld, 1)) *
-                                                                 hg::dtype_size(dtype)) {
+      : dtype_(dtype),
+        rows_(rows),
+        cols_(cols),
+        ld_(ld),
+        bytes_(size_t(std::max<int64_t>(rows * ld, 1)) * hg::dtype_size(dtype)) {
     for (int64_t i = 0; i < rows * ld; ++i) set_flat(i, kSentinel);
   }
   double get(int64_t r, int64_t c) const { return get_flat(r * ld_ + c); }
@@ -82,9 +89,8 @@ class Matrix {
     });
   }
   void set_flat(int64_t i, double v) {
-    hg::kernels::dispatch_floating(dtype_, "test", [&]<class T>() {
-      reinterpret_cast<T*>(bytes_.data())[i] = T(hg::kernels::acc_t<T>(v));
-    });
+    hg::kernels::dispatch_floating(
+        dtype_, "test", [&]<class T>() { reinterpret_cast<T*>(bytes_.data())[i] = T(hg::kernels::acc_t<T>(v)); });
   }
   DType dtype_;
   int64_t rows_, cols_, ld_;
@@ -106,8 +112,8 @@ struct GemmCase {
 std::string describe(const GemmCase& g) {
   return std::string(hg::dtype_name(g.dtype)) + " trans_a=" + std::to_string(g.trans_a) +
          " trans_b=" + std::to_string(g.trans_b) + " m=" + std::to_string(g.shape.m) +
-         " n=" + std::to_string(g.shape.n) + " k=" + std::to_string(g.shape.k) +
-         " alpha=" + std::to_string(g.alpha) + " beta=" + std::to_string(g.beta) + " pad=" + std::to_string(g.pad);
+         " n=" + std::to_string(g.shape.n) + " k=" + std::to_string(g.shape.k) + " alpha=" + std::to_string(g.alpha) +
+         " beta=" + std::to_string(g.beta) + " pad=" + std::to_string(g.pad);
 }
 
 // The inputs of one case: op(A) is [m, k] stored [k, m] when trans_a, likewise B. |op(A)| and
@@ -146,8 +152,8 @@ struct Operands {
 };
 
 // Any GEMM with gemm()'s signature: gemm itself, or one of the f32 paths wrapped to look like it.
-using GemmFunction = void (*)(bool, bool, int64_t, int64_t, int64_t, double, const void*, int64_t, const void*,
-                              int64_t, double, void*, int64_t, DType);
+using GemmFunction = void (*)(bool, bool, int64_t, int64_t, int64_t, double, const void*, int64_t, const void*, int64_t,
+                              double, void*, int64_t, DType);
 
 void avx512_as_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
                     const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType) {
@@ -168,8 +174,8 @@ void check_against_reference(const GemmCase& g, GemmFunction gemm_under_test, ui
   Matrix c = in.c_initial, c_ref = in.c_initial;
   gemm_under_test(g.trans_a, g.trans_b, m, n, k, g.alpha, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), g.beta,
                   c.data(), c.ld(), g.dtype);
-  cpu::gemm_reference(g.trans_a, g.trans_b, m, n, k, g.alpha, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(),
-                      g.beta, c_ref.data(), c_ref.ld(), g.dtype);
+  cpu::gemm_reference(g.trans_a, g.trans_b, m, n, k, g.alpha, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), g.beta,
+                      c_ref.data(), c_ref.ld(), g.dtype);
 
   int64_t failures = 0;
   std::string first_failure;
@@ -190,7 +196,7 @@ void check_against_reference(const GemmCase& g, GemmFunction gemm_under_test, ui
 const bool kTransposes[] = {false, true};
 
 // Shapes around the edges that matter: 1, odd sizes, k = 1, and more than one 14 x 32 tile.
-const Shape kOddShapes[] = {{1, 1, 1},     {7, 13, 5},   {13, 7, 31},  {31, 33, 65}, {33, 65, 1},
+const Shape kOddShapes[] = {{1, 1, 1},     {7, 13, 5},     {13, 7, 31}, {31, 33, 65}, {33, 65, 1},
                             {65, 100, 13}, {100, 31, 257}, {1, 65, 33}, {257, 1, 7},  {130, 140, 150}};
 
 }  // namespace
@@ -208,7 +214,7 @@ TEST_CASE("gemm matches gemm_reference for every dtype, transpose and odd shape"
 
 // Shapes that cross the AVX-512 path's blocking: MR = 14 rows, NR = 32 columns, MC = 224 rows,
 // KC = 512, NC = 2048, and sizes large enough to run on every OpenMP thread.
-const Shape kBlockingShapes[] = {{14, 32, 16}, {15, 33, 17},   {29, 64, 511},  {28, 95, 513},   {225, 47, 9},
+const Shape kBlockingShapes[] = {{14, 32, 16}, {15, 33, 17},    {29, 64, 511},  {28, 95, 513},  {225, 47, 9},
                                  {9, 9, 9},    {225, 33, 1025}, {13, 2081, 40}, {150, 70, 600}, {8, 1000, 300}};
 
 TEST_CASE("each f32 GEMM path matches gemm_reference across its blocking edges") {
@@ -278,8 +284,7 @@ TEST_CASE("gemm rejects integer dtypes, negative sizes and short strides with a 
   std::vector<int64_t> buffer(64);
   void* p = buffer.data();
   CHECK_THROWS_WITH_AS(cpu::gemm(false, false, 2, 2, 2, 1.0, p, 2, p, 2, 0.0, p, 2, DType::i32),
-                       doctest::Contains("[gemm] expected a floating dtype (f32, f64, f16, bf16), got i32"),
-                       hg::Error);
+                       doctest::Contains("[gemm] expected a floating dtype (f32, f64, f16, bf16), got i32"), hg::Error);
   CHECK_THROWS_WITH_AS(cpu::gemm(false, false, 2, 2, 2, 1.0, p, 2, p, 2, 0.0, p, 2, DType::i64),
                        doctest::Contains("got i64"), hg::Error);
   CHECK_THROWS_WITH_AS(cpu::gemm_reference(false, false, 2, 2, 2, 1.0, p, 2, p, 2, 0.0, p, 2, DType::i32),

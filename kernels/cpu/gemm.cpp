@@ -1,0 +1,242 @@
+// CPU GEMM: C[m, n] = alpha * op(A) op(B) + beta * C, row-major, lda/ldb/ldc row strides,
+// op(A) = A^T when trans_a (then A is stored [k, m]), op(B) = B^T when trans_b (B stored [n, k]).
+//
+// - gemm_reference: the oracle, a plain triple loop accumulating in acc_t (float; double for f64).
+// - gemm, f32: the packed AVX-512 GEMM of gemm_avx512.cpp when the CPU has AVX-512 (checked once at
+//   run time, so one binary runs everywhere), Eigen otherwise. Matrix-vector-like and tiny products
+//   go to Eigen on every CPU: there packing and zero-padding to 14 x 32 tiles cost more than the
+//   micro-kernel saves (measured: Eigen's GEMV is 2-3x faster at m = 1 or n = 1).
+// - gemm, f64: Eigen.
+// - gemm, f16/bf16: A, B (and C when beta != 0) are converted to f32 temporaries, multiplied by
+//   the f32 GEMM (fp32 accumulation) and the result rounded back to nearest even once.
+//
+// beta == 0 means C is never read (NaN or garbage in C is overwritten), and alpha == 0 or k == 0
+// means C = beta * C without reading A or B (the BLAS conventions).
+
+// Eigen's AVX-512 code trips GCC 12's false -Wmaybe-uninitialized on the intrinsics' undefined
+// merge operands (GCC bug 105593, fixed in GCC 13); the pragma covers the headers it comes from.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <memory>
+#include <type_traits>
+
+#include "kernels/cpu/gemm_avx512.h"
+#include "kernels/dispatch.h"
+#include "kernels/kernels.h"
+
+namespace hg::kernels::cpu {
+namespace {
+
+// The stored shape of an operand: op(X) is [rows_of_op, cols_of_op] and X is stored transposed
+// when `transposed`.
+struct StoredShape {
+  int64_t rows, cols;
+};
+StoredShape stored_shape(bool transposed, int64_t op_rows, int64_t op_cols) {
+  return transposed ? StoredShape{op_cols, op_rows} : StoredShape{op_rows, op_cols};
+}
+
+void check_arguments(const char* op, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda,
+                     int64_t ldb, int64_t ldc, DType dtype) {
+  HG_CHECK(m >= 0 && n >= 0 && k >= 0, "[", op, "] expected non-negative sizes, got m=", m, ", n=", n, ", k=", k);
+  HG_CHECK(is_floating(dtype), "[", op, "] expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(dtype));
+  const StoredShape a = stored_shape(trans_a, m, k), b = stored_shape(trans_b, k, n);
+  HG_CHECK(lda >= a.cols, "[", op, "] expected lda >= ", a.cols, " for A stored [", a.rows, ", ", a.cols,
+           "] (trans_a=", trans_a, "), got lda=", lda);
+  HG_CHECK(ldb >= b.cols, "[", op, "] expected ldb >= ", b.cols, " for B stored [", b.rows, ", ", b.cols,
+           "] (trans_b=", trans_b, "), got ldb=", ldb);
+  HG_CHECK(ldc >= n, "[", op, "] expected ldc >= ", n, " for C [", m, ", ", n, "], got ldc=", ldc);
+}
+
+// C = beta * C, computed in acc_t; C is not read when beta == 0.
+template <class T>
+void scale_c(int64_t m, int64_t n, double beta, T* c, int64_t ldc) {
+  using Acc = acc_t<T>;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      T& out = c[i * ldc + j];
+      out = beta == 0.0 ? T(Acc(0)) : T(Acc(beta) * Acc(out));
+    }
+}
+
+// ---- reference -----------------------------------------------------------------------------------
+
+template <class T>
+void gemm_reference_typed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const T* a,
+                          int64_t lda, const T* b, int64_t ldb, double beta, T* c, int64_t ldc) {
+  using Acc = acc_t<T>;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      Acc sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const Acc a_ip = Acc(trans_a ? a[p * lda + i] : a[i * lda + p]);
+        const Acc b_pj = Acc(trans_b ? b[j * ldb + p] : b[p * ldb + j]);
+        sum += a_ip * b_pj;
+      }
+      T& out = c[i * ldc + j];
+      Acc result = Acc(alpha) * sum;
+      if (beta != 0.0) result += Acc(beta) * Acc(out);
+      out = T(result);
+    }
+}
+
+// ---- Eigen ---------------------------------------------------------------------------------------
+
+template <class T>
+using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstStridedMap = Eigen::Map<const RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class T>
+using StridedMap = Eigen::Map<RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+template <class T>
+void gemm_eigen(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const StoredShape as = stored_shape(trans_a, m, k), bs = stored_shape(trans_b, k, n);
+  const ConstStridedMap<T> a_stored(a, as.rows, as.cols, Eigen::OuterStride<>(lda));
+  const ConstStridedMap<T> b_stored(b, bs.rows, bs.cols, Eigen::OuterStride<>(ldb));
+  StridedMap<T> c_map(c, m, n, Eigen::OuterStride<>(ldc));
+  // `noalias() =` writes the product over C without reading it, which is what beta == 0 promises.
+  const auto multiply = [&](const auto& op_a, const auto& op_b) {
+    if (beta == T(0)) {
+      c_map.noalias() = alpha * op_a * op_b;
+    } else {
+      c_map *= beta;
+      c_map.noalias() += alpha * op_a * op_b;
+    }
+  };
+  if (!trans_a && !trans_b) multiply(a_stored, b_stored);
+  if (!trans_a && trans_b) multiply(a_stored, b_stored.transpose());
+  if (trans_a && !trans_b) multiply(a_stored.transpose(), b_stored);
+  if (trans_a && trans_b) multiply(a_stored.transpose(), b_stored.transpose());
+}
+
+// ---- f32 -----------------------------------------------------------------------------------------
+
+bool has_avx512() {
+  static const bool has = detail::cpu_has_avx512_gemm();
+  return has;
+}
+
+// Shapes where packing into 14 x 32 tiles costs more than it saves (see the file comment).
+bool better_unpacked(int64_t m, int64_t n, int64_t k) {
+  return std::min(m, n) < 8 || double(m) * double(n) * double(k) <= 64.0 * 64.0 * 64.0;
+}
+
+void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (has_avx512() && !better_unpacked(m, n, k))
+    detail::gemm_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    detail::gemm_f32_eigen(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// ---- f16 / bf16 through f32 ----------------------------------------------------------------------
+
+// A grow-only f32 buffer kept per thread: large temporaries would otherwise land on fresh pages on
+// every call, and first-touching a page costs ~17 us per 4 KiB on these VMs.
+class Scratch {
+ public:
+  float* get(int64_t floats) {
+    if (floats > size_) {
+      data_.reset(new float[size_t(floats)]);
+      size_ = floats;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<float[]> data_;
+  int64_t size_ = 0;
+};
+
+// Enough elements that splitting a conversion over the OpenMP threads pays for the fork.
+constexpr int64_t kParallelConvertElements = 1 << 16;
+
+template <class T>
+void widen(const T* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+#pragma omp parallel for if (rows * cols >= kParallelConvertElements)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = float(src[r * ld + c]);
+}
+
+template <class T>
+void narrow(const float* src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
+#pragma omp parallel for if (rows * cols >= kParallelConvertElements)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * ld + c] = T(src[r * cols + c]);
+}
+
+template <class T>
+void gemm_via_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const T* a, int64_t lda,
+                  const T* b, int64_t ldb, double beta, T* c, int64_t ldc) {
+  thread_local Scratch a_scratch, b_scratch, c_scratch;
+  const StoredShape as = stored_shape(trans_a, m, k), bs = stored_shape(trans_b, k, n);
+  float* a32 = a_scratch.get(as.rows * as.cols);
+  float* b32 = b_scratch.get(bs.rows * bs.cols);
+  float* c32 = c_scratch.get(m * n);
+  widen(a, as.rows, as.cols, lda, a32);
+  widen(b, bs.rows, bs.cols, ldb, b32);
+  if (beta != 0.0) widen(c, m, n, ldc, c32);
+  gemm_f32(trans_a, trans_b, m, n, k, float(alpha), a32, as.cols, b32, bs.cols, float(beta), c32, n);
+  narrow(c32, m, n, c, ldc);
+}
+
+}  // namespace
+
+namespace detail {
+
+bool cpu_has_avx512_gemm() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();  // needed if this first runs from a static initializer
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+void gemm_f32_eigen(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) return scale_c(m, n, beta, c, ldc);
+  gemm_eigen<float>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace detail
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
+          const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType dtype) {
+  check_arguments("gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc, dtype);
+  dispatch_floating(dtype, "gemm", [&]<class T>() {
+    const T* a_t = static_cast<const T*>(a);
+    const T* b_t = static_cast<const T*>(b);
+    T* c_t = static_cast<T*>(c);
+    if (m == 0 || n == 0) return;
+    if (k == 0 || alpha == 0.0) return scale_c(m, n, beta, c_t, ldc);
+    if constexpr (std::is_same_v<T, float>)
+      gemm_f32(trans_a, trans_b, m, n, k, float(alpha), a_t, lda, b_t, ldb, float(beta), c_t, ldc);
+    else if constexpr (std::is_same_v<T, double>)
+      gemm_eigen<double>(trans_a, trans_b, m, n, k, alpha, a_t, lda, b_t, ldb, beta, c_t, ldc);
+    else
+      gemm_via_f32<T>(trans_a, trans_b, m, n, k, alpha, a_t, lda, b_t, ldb, beta, c_t, ldc);
+  });
+}
+
+void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+                    int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType dtype) {
+  check_arguments("gemm_reference", trans_a, trans_b, m, n, k, lda, ldb, ldc, dtype);
+  dispatch_floating(dtype, "gemm_reference", [&]<class T>() {
+    gemm_reference_typed<T>(trans_a, trans_b, m, n, k, alpha, static_cast<const T*>(a), lda, static_cast<const T*>(b),
+                            ldb, beta, static_cast<T*>(c), ldc);
+  });
+}
+
+const char* gemm_f32_path() { return has_avx512() ? "avx512" : "eigen"; }
+
+}  // namespace hg::kernels::cpu
