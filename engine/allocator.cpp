@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstdlib>
 
+#include "engine/cuda/cuda_allocator.h"
 #include "kernels/error.h"
 
 namespace hg {
@@ -91,8 +92,7 @@ Allocator& allocator_for(const Device& device) {
     static auto* cpu = new CpuCachingAllocator();
     return *cpu;
   }
-  HG_FAIL("[allocator] device ", device.str(),
-          " is not available: this build has no CUDA backend yet; expected \"cpu\"");
+  return cuda::device_allocator(device.index);
 }
 
 MemoryStats memory_stats(const Device& device) { return allocator_for(device).stats(); }

@@ -28,6 +28,8 @@ struct MemoryStats {
   int64_t peak_reserved_bytes = 0;
   int64_t allocation_count = 0;      // allocate() calls since start
   int64_t cache_hits = 0;            // allocate() calls served from the cache
+  int64_t alloc_retries = 0;         // device allocations retried after freeing the cache
+  int64_t oom_count = 0;             // allocations that failed even after the retry
 };
 
 class Allocator {

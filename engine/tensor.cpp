@@ -4,6 +4,7 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "engine/ops/op_support.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
@@ -35,8 +36,8 @@ Shape contiguous_strides(const Shape& shape) {
 
 int normalize_dim(int dim, int rank, const char* op) {
   const int wrapped = dim < 0 ? dim + rank : dim;
-  HG_CHECK(wrapped >= 0 && wrapped < rank, "[", op, "] dimension ", dim, " is out of range for a tensor of rank ",
-           rank, "; expected a dimension in [", -rank, ", ", rank - 1, "]");
+  HG_CHECK(wrapped >= 0 && wrapped < rank, "[", op, "] dimension ", dim, " is out of range for a tensor of rank ", rank,
+           "; expected a dimension in [", -rank, ", ", rank - 1, "]");
   return wrapped;
 }
 
@@ -73,7 +74,7 @@ double Tensor::item() const {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  HG_CHECK(device().is_cpu(), "[Tensor::to_vector] expected a CPU tensor, got ", describe(), "; call .to(kCPU)");
+  if (!device().is_cpu()) return to(kCPU).to_vector<T>();
   Tensor dense = contiguous();
   std::vector<T> out(static_cast<size_t>(dense.numel()));
   kernels::cpu::cast(dense.data_ptr(), dense.dtype(), out.data(), dtype_of<T>(), dense.numel());
@@ -162,9 +163,8 @@ void check_writable(const Tensor& t, const char* op) {
 
 const Tensor& Tensor::fill_(double value) const {
   check_writable(*this, "fill_");
-  HG_CHECK(device().is_cpu(), "[fill_] no kernel for ", device().str());
   if (is_contiguous()) {
-    kernels::cpu::fill(data_ptr(), numel(), value, dtype());
+    HG_KERNEL(device(), fill, data_ptr(), numel(), value, dtype());
   } else {
     Tensor source = full(shape(), value, dtype(), device());
     copy_(source);
@@ -176,15 +176,14 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   check_writable(*this, "copy_");
   HG_CHECK(src.shape() == shape(), "[copy_] source ", src.describe(), " does not match destination ", describe(),
            "; expected equal shapes");
-  HG_CHECK(device().is_cpu() && src.device().is_cpu(), "[copy_] no kernel between ", src.device().str(), " and ",
-           device().str());
   Tensor source = src;
-  if (source.dtype() != dtype()) {
+  {
     NoGradGuard no_grad;
-    source = src.to(dtype());
+    if (source.device() != device()) source = source.to(device());
+    if (source.dtype() != dtype()) source = source.to(dtype());
   }
-  kernels::cpu::copy_strided(source.data_ptr(), source.strides().data(), data_ptr(), strides().data(),
-                             shape().data(), dim(), dtype());
+  HG_KERNEL(device(), copy_strided, source.data_ptr(), source.strides().data(), data_ptr(), strides().data(),
+            shape().data(), dim(), dtype());
   return *this;
 }
 

@@ -27,7 +27,9 @@ Tensor empty(const Shape& shape, DType dtype, const Device& device) {
   return Tensor(std::move(impl));
 }
 
+// Factories fill on the CPU; a tensor for another device is made there and moved (one copy).
 Tensor full(const Shape& shape, double value, DType dtype, const Device& device) {
+  if (!device.is_cpu()) return full(shape, value, dtype, kCPU).to(device);
   Tensor t = empty(shape, dtype, device);
   kernels::cpu::fill(t.data_ptr(), t.numel(), value, dtype);
   return t;
@@ -48,6 +50,7 @@ Tensor arange(int64_t n, DType dtype, const Device& device) {
 }
 
 Tensor rand(const Shape& shape, DType dtype, const Device& device) {
+  if (!device.is_cpu()) return rand(shape, dtype, kCPU).to(device);
   Tensor t = empty(shape, dtype, device);
   const GeneratorState s = default_generator().reserve(philox_blocks(uint64_t(t.numel())));
   kernels::cpu::uniform_fill(t.data_ptr(), t.numel(), 0.0, 1.0, s.seed, s.offset, dtype);
@@ -55,6 +58,7 @@ Tensor rand(const Shape& shape, DType dtype, const Device& device) {
 }
 
 Tensor randn(const Shape& shape, DType dtype, const Device& device) {
+  if (!device.is_cpu()) return randn(shape, dtype, kCPU).to(device);
   Tensor t = empty(shape, dtype, device);
   // normal_fill consumes two Philox words per element.
   const GeneratorState s = default_generator().reserve(philox_blocks(2 * uint64_t(t.numel())));
@@ -81,8 +85,9 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype, const
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, DType dtype, const Device& device) {
   check_shape(shape, "from_vector");
-  HG_CHECK(int64_t(values.size()) == shape_numel(shape), "[from_vector] ", values.size(),
-           " values cannot fill shape ", shape_str(shape), " (", shape_numel(shape), " elements)");
+  HG_CHECK(int64_t(values.size()) == shape_numel(shape), "[from_vector] ", values.size(), " values cannot fill shape ",
+           shape_str(shape), " (", shape_numel(shape), " elements)");
+  if (!device.is_cpu()) return from_vector(values, shape, dtype, kCPU).to(device);
   Tensor t = empty(shape, dtype, device);
   kernels::cpu::cast(values.data(), dtype_of<T>(), t.data_ptr(), dtype, t.numel());
   return t;

@@ -1,6 +1,8 @@
 // AdamW (math in optim/adamw.h): state handling here, the update in the fused kernel
-// kernels::cpu::adamw_step.
+// the fused adamw_step kernel of the parameter's device.
 #include "optim/adamw.h"
+
+#include "engine/kernel_dispatch.h"
 
 #include <cmath>
 
@@ -30,17 +32,17 @@ std::vector<std::string> AdamW::state_buffer_names() const { return {"exp_avg", 
 DType AdamW::state_dtype(const Tensor& param) const { return accumulate_dtype(param.dtype()); }
 
 void AdamW::update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) {
-  HG_CHECK(param.device().is_cpu(), "[AdamW] parameter ", param.describe(), " is on ", param.device().str(),
-           "; this build only has the CPU kernel");
+  HG_CHECK(param.is_contiguous() && grad.is_contiguous() && grad.device() == param.device(), "[AdamW] parameter ",
+           param.describe(), " and its gradient ", grad.describe(), " must be contiguous and on one device");
   if (state.buffers.empty()) {
     const DType acc = state_dtype(param);
     state.buffers["exp_avg"] = zeros(param.shape(), acc, param.device());
     state.buffers["exp_avg_sq"] = zeros(param.shape(), acc, param.device());
   }
   const double weight_decay = options_.decay_only_matrices() && param.dim() < 2 ? 0.0 : group.weight_decay;
-  kernels::cpu::adamw_step(param.data_ptr(), nullptr, grad.data_ptr(), state.buffers.at("exp_avg").data_ptr(),
-                           state.buffers.at("exp_avg_sq").data_ptr(), param.numel(), group.lr, options_.beta1(),
-                           options_.beta2(), options_.eps(), weight_decay, state.step, param.dtype());
+  HG_KERNEL(param.device(), adamw_step, param.data_ptr(), nullptr, grad.data_ptr(),
+            state.buffers.at("exp_avg").data_ptr(), state.buffers.at("exp_avg_sq").data_ptr(), param.numel(), group.lr,
+            options_.beta1(), options_.beta2(), options_.eps(), weight_decay, state.step, param.dtype());
 }
 
 }  // namespace hg::optim

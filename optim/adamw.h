@@ -8,7 +8,7 @@
 //   theta <- theta - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 //
 // m and v start at zero and are kept in fp32 (f64 for f64 parameters); the update is one fused
-// kernel (kernels::cpu::adamw_step, per-element math in kernels/adamw_math.h) that computes in that
+// kernel (kernels::{cpu,cuda}::adamw_step, per-element math in kernels/adamw_math.h) that computes in that
 // precision and rounds the parameter once on store. decay_only_matrices(true) applies weight decay
 // only to tensors of rank >= 2 (weights of linear layers and embeddings), not to biases and norm
 // gains: the usual GPT recipe, without building two groups by hand.

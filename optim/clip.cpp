@@ -5,7 +5,7 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
-#include "kernels/kernels.h"
+#include "engine/kernel_dispatch.h"
 
 namespace hg::optim {
 
@@ -17,10 +17,8 @@ double grad_norm(const std::vector<Tensor>& params) {
     if (!grad.defined()) continue;
     HG_CHECK(is_floating(grad.dtype()), "[clip_grad_norm] gradient of parameter ", i, " is ", grad.describe(),
              "; expected a floating tensor");
-    HG_CHECK(grad.device().is_cpu(), "[clip_grad_norm] gradient of parameter ", i, " is ", grad.describe(),
-             "; this build only has the CPU kernel");
     const Tensor dense = grad.contiguous();
-    sum += kernels::cpu::sum_of_squares(dense.data_ptr(), dense.numel(), dense.dtype());
+    sum += HG_KERNEL(dense.device(), sum_of_squares, dense.data_ptr(), dense.numel(), dense.dtype());
   }
   return std::sqrt(sum);
 }

@@ -5,7 +5,7 @@
 //   coef = min(1, max_norm / (norm + 1e-6));   every gradient *= coef when coef < 1
 //
 // Returns the norm before clipping. The sum is accumulated in double, in a fixed order (parameters
-// in the order given, each through kernels::cpu::sum_of_squares), so it does not depend on the
+// in the order given, each through the sum_of_squares kernel of its device), so it does not depend on the
 // number of threads. Parameters without a gradient are skipped.
 //
 // A non-finite norm (an inf or NaN in some gradient, e.g. an fp16 overflow) is returned as is and

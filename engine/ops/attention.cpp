@@ -16,8 +16,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const char* name = "scaled_dot_product_attention";
   ops::check_floating(q, name, "q");
   ops::check_same({&q, &k, &v}, {"q", "k", "v"}, name);
-  HG_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), "[", name, "] expected q, k, v of equal rank >= 2, got q ",
-           q.describe(), ", k ", k.describe(), ", v ", v.describe());
+  HG_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), "[", name,
+           "] expected q, k, v of equal rank >= 2, got q ", q.describe(), ", k ", k.describe(), ", v ", v.describe());
   const int64_t tq = q.size(-2), tk = k.size(-2), d = q.size(-1);
   HG_CHECK(k.size(-1) == d && v.size(-2) == tk, "[", name, "] expected k [.., Tk, ", d, "] and v [.., Tk, Dv], got q ",
            q.describe(), ", k ", k.describe(), ", v ", v.describe());

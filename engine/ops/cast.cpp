@@ -1,5 +1,6 @@
 // cast between dtypes (floating <-> floating is differentiable: the gradient is cast back) and
-// moves between devices (only the CPU exists in this build).
+// moves between the CPU and a CUDA device (differentiable: the gradient moves back).
+#include "engine/cuda/cuda_context.h"
 #include "engine/ops.h"
 #include "engine/ops/op_support.h"
 
@@ -11,10 +12,11 @@ Tensor cast(const Tensor& input, DType dtype) {
   ops::check_backend(input, "cast");
   const Tensor x = input.contiguous();
   Tensor y = empty(x.shape(), dtype, x.device());
-  kernels::cpu::cast(x.data_ptr(), x.dtype(), y.data_ptr(), dtype, x.numel());
+  HG_KERNEL(x.device(), cast, x.data_ptr(), x.dtype(), y.data_ptr(), dtype, x.numel());
   if (is_floating(dtype) && should_record({&input})) {
     const DType from = input.dtype();
-    record_op("cast", {input}, y, [from](const Tensor& g, const NeedsGrad&) { return std::vector<Tensor>{cast(g, from)}; });
+    record_op("cast", {input}, y,
+              [from](const Tensor& g, const NeedsGrad&) { return std::vector<Tensor>{cast(g, from)}; });
   }
   return y;
 }
@@ -22,8 +24,23 @@ Tensor cast(const Tensor& input, DType dtype) {
 Tensor to_device(const Tensor& input, const Device& device) {
   ops::check_defined(input, "to", "input");
   if (input.device() == device) return input;
-  HG_FAIL("[to] cannot move ", input.describe(), " to ", device.str(),
-          ": this build has no CUDA backend; expected device \"cpu\"");
+  HG_CHECK(device.is_cpu() || cuda::is_available(), "[to] cannot move ", input.describe(), " to ", device.str(), ": ",
+           cuda::unavailable_reason());
+  const Tensor x = input.contiguous();
+  Tensor y = empty(x.shape(), x.dtype(), device);
+  const size_t bytes = size_t(x.numel()) * x.element_size();
+  if (x.device().is_cpu())
+    cuda::copy_to_device(y.data_ptr(), x.data_ptr(), bytes, device.index);
+  else if (device.is_cpu())
+    cuda::copy_to_host(y.data_ptr(), x.data_ptr(), bytes, x.device().index);
+  else
+    HG_CHECK(x.device() == device, "[to] copies between two CUDA devices (", x.device().str(), " -> ", device.str(),
+             ") are not supported; go through the CPU");
+  if (is_floating(x.dtype()) && should_record({&input})) {
+    const Device from = input.device();
+    record_op("to", {input}, y, [from](const Tensor& g, const NeedsGrad&) { return std::vector<Tensor>{g.to(from)}; });
+  }
+  return y;
 }
 
 }  // namespace hg

@@ -18,12 +18,13 @@ Tensor dropout(const Tensor& input, double p, bool training) {
   const int64_t n = x.numel();
   const GeneratorState state = default_generator().reserve(philox_blocks(uint64_t(n)));
   Tensor y = ops::empty_as(x.shape(), x);
-  kernels::cpu::dropout_forward(x.data_ptr(), y.data_ptr(), n, p, state.seed, state.offset, x.dtype());
+  HG_KERNEL(x.device(), dropout_forward, x.data_ptr(), y.data_ptr(), n, p, state.seed, state.offset, x.dtype());
   if (should_record({&input})) {
     record_op(name, {input}, y, [n, p, state](const Tensor& g, const NeedsGrad&) {
       const Tensor dy = g.contiguous();
       Tensor dx = ops::empty_as(dy.shape(), dy);
-      kernels::cpu::dropout_backward(dy.data_ptr(), dx.data_ptr(), n, p, state.seed, state.offset, dy.dtype());
+      HG_KERNEL(dy.device(), dropout_backward, dy.data_ptr(), dx.data_ptr(), n, p, state.seed, state.offset,
+                dy.dtype());
       return std::vector<Tensor>{dx};
     });
   }

@@ -14,10 +14,14 @@ using kernels::UnaryOp;
 
 const char* binary_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
+    case BinaryOp::Add:
+      return "add";
+    case BinaryOp::Sub:
+      return "sub";
+    case BinaryOp::Mul:
+      return "mul";
+    case BinaryOp::Div:
+      return "div";
   }
   return "binary";
 }
@@ -26,8 +30,7 @@ const char* binary_name(BinaryOp op) {
 Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   Shape strides(shape.size(), 0);
   const size_t lead = shape.size() - size_t(t.dim());
-  for (size_t i = 0; i < size_t(t.dim()); ++i)
-    strides[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+  for (size_t i = 0; i < size_t(t.dim()); ++i) strides[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
   return strides;
 }
 
@@ -40,8 +43,8 @@ Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = ops::empty_as(shape, a);
   const Shape as = broadcast_strides(a, shape), bs = broadcast_strides(b, shape);
-  kernels::cpu::binary_forward(op, a.data_ptr(), as.data(), b.data_ptr(), bs.data(), out.data_ptr(), shape.data(),
-                               int(shape.size()), a.dtype());
+  HG_KERNEL(a.device(), binary_forward, op, a.data_ptr(), as.data(), b.data_ptr(), bs.data(), out.data_ptr(),
+            shape.data(), int(shape.size()), a.dtype());
   return out;
 }
 
@@ -77,18 +80,30 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 const char* unary_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::Neg: return "neg";
-    case UnaryOp::Exp: return "exp";
-    case UnaryOp::Log: return "log";
-    case UnaryOp::Sqrt: return "sqrt";
-    case UnaryOp::Tanh: return "tanh";
-    case UnaryOp::Sigmoid: return "sigmoid";
-    case UnaryOp::Relu: return "relu";
-    case UnaryOp::GeluTanh: return "gelu_tanh";
-    case UnaryOp::GeluErf: return "gelu_erf";
-    case UnaryOp::Silu: return "silu";
-    case UnaryOp::Pow: return "pow";
-    case UnaryOp::Abs: return "abs";
+    case UnaryOp::Neg:
+      return "neg";
+    case UnaryOp::Exp:
+      return "exp";
+    case UnaryOp::Log:
+      return "log";
+    case UnaryOp::Sqrt:
+      return "sqrt";
+    case UnaryOp::Tanh:
+      return "tanh";
+    case UnaryOp::Sigmoid:
+      return "sigmoid";
+    case UnaryOp::Relu:
+      return "relu";
+    case UnaryOp::GeluTanh:
+      return "gelu_tanh";
+    case UnaryOp::GeluErf:
+      return "gelu_erf";
+    case UnaryOp::Silu:
+      return "silu";
+    case UnaryOp::Pow:
+      return "pow";
+    case UnaryOp::Abs:
+      return "abs";
   }
   return "unary";
 }
@@ -99,14 +114,14 @@ Tensor unary(UnaryOp op, const Tensor& input, double scalar = 0.0) {
   ops::check_backend(input, name);
   const Tensor x = input.contiguous();
   Tensor out = ops::empty_as(x.shape(), x);
-  kernels::cpu::unary_forward(op, x.data_ptr(), out.data_ptr(), x.numel(), scalar, x.dtype());
+  HG_KERNEL(x.device(), unary_forward, op, x.data_ptr(), out.data_ptr(), x.numel(), scalar, x.dtype());
   if (should_record({&input})) {
     const Tensor sx = x.detach(), sy = out.detach();
     record_op(name, {input}, out, [op, sx, sy, scalar](const Tensor& g, const NeedsGrad&) {
       const Tensor dy = g.contiguous();
       Tensor dx = ops::empty_as(dy.shape(), dy);
-      kernels::cpu::unary_backward(op, sx.data_ptr(), sy.data_ptr(), dy.data_ptr(), dx.data_ptr(), dy.numel(), scalar,
-                                   dy.dtype());
+      HG_KERNEL(dy.device(), unary_backward, op, sx.data_ptr(), sy.data_ptr(), dy.data_ptr(), dx.data_ptr(), dy.numel(),
+                scalar, dy.dtype());
       return std::vector<Tensor>{dx};
     });
   }
@@ -148,7 +163,7 @@ Tensor affine(const Tensor& input, double alpha, double beta) {
   ops::check_backend(input, "affine");
   const Tensor x = input.contiguous();
   Tensor out = ops::empty_as(x.shape(), x);
-  kernels::cpu::affine(x.data_ptr(), out.data_ptr(), x.numel(), alpha, beta, x.dtype());
+  HG_KERNEL(x.device(), affine, x.data_ptr(), out.data_ptr(), x.numel(), alpha, beta, x.dtype());
   if (should_record({&input})) {
     record_op("affine", {input}, out,
               [alpha](const Tensor& g, const NeedsGrad&) { return std::vector<Tensor>{affine(g, alpha, 0.0)}; });

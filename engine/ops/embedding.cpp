@@ -19,14 +19,14 @@ Tensor embedding(const Tensor& weight_in, const Tensor& ids_in) {
   Shape out_shape = ids.shape();
   out_shape.push_back(dim);
   Tensor y = ops::empty_as(out_shape, weight);
-  kernels::cpu::embedding_forward(weight.data_ptr(), ids.data_ptr(), ids.dtype(), y.data_ptr(), n, vocab, dim,
-                                  weight.dtype());
+  HG_KERNEL(weight.device(), embedding_forward, weight.data_ptr(), ids.data_ptr(), ids.dtype(), y.data_ptr(), n, vocab,
+            dim, weight.dtype());
   if (should_record({&weight_in})) {
     record_op(name, {weight_in, ids_in}, y, [ids, n, vocab, dim](const Tensor& g, const NeedsGrad&) {
       const Tensor dy = g.contiguous();
       Tensor dweight = empty({vocab, dim}, dy.dtype(), dy.device());
-      kernels::cpu::embedding_backward(dy.data_ptr(), ids.data_ptr(), ids.dtype(), dweight.data_ptr(), n, vocab, dim,
-                                       dy.dtype());
+      HG_KERNEL(dy.device(), embedding_backward, dy.data_ptr(), ids.data_ptr(), ids.dtype(), dweight.data_ptr(), n,
+                vocab, dim, dy.dtype());
       return std::vector<Tensor>{dweight, Tensor()};
     });
   }

@@ -27,22 +27,23 @@ Tensor layer_norm(const Tensor& input, const Tensor& weight, const Tensor& bias,
   const DType stat = accumulate_dtype(x.dtype());
   Tensor y = ops::empty_as(x.shape(), x);
   Tensor mean = empty({rows}, stat, x.device()), rstd = empty({rows}, stat, x.device());
-  kernels::cpu::layer_norm_forward(x.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
-                                   b.defined() ? b.data_ptr() : nullptr, y.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
-                                   rows, cols, eps, x.dtype());
+  HG_KERNEL(x.device(), layer_norm_forward, x.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
+            b.defined() ? b.data_ptr() : nullptr, y.data_ptr(), mean.data_ptr(), rstd.data_ptr(), rows, cols, eps,
+            x.dtype());
   if (should_record({&input, &weight, &bias})) {
     const Tensor sx = x.detach(), sw = w.defined() ? w.detach() : Tensor();
-    record_op(name, {input, weight, bias}, y, [sx, sw, mean, rstd, rows, cols](const Tensor& g, const NeedsGrad& needs) {
-      const Tensor dy = g.contiguous();
-      Tensor dx = empty_like(sx);
-      Tensor dw = needs[1] ? empty({cols}, sx.dtype(), sx.device()) : Tensor();
-      Tensor db = needs[2] ? empty({cols}, sx.dtype(), sx.device()) : Tensor();
-      kernels::cpu::layer_norm_backward(sx.data_ptr(), sw.defined() ? sw.data_ptr() : nullptr, mean.data_ptr(),
-                                        rstd.data_ptr(), dy.data_ptr(), dx.data_ptr(),
-                                        dw.defined() ? dw.data_ptr() : nullptr, db.defined() ? db.data_ptr() : nullptr,
-                                        rows, cols, sx.dtype());
-      return std::vector<Tensor>{dx, dw, db};
-    });
+    record_op(name, {input, weight, bias}, y,
+              [sx, sw, mean, rstd, rows, cols](const Tensor& g, const NeedsGrad& needs) {
+                const Tensor dy = g.contiguous();
+                Tensor dx = empty_like(sx);
+                Tensor dw = needs[1] ? empty({cols}, sx.dtype(), sx.device()) : Tensor();
+                Tensor db = needs[2] ? empty({cols}, sx.dtype(), sx.device()) : Tensor();
+                HG_KERNEL(sx.device(), layer_norm_backward, sx.data_ptr(), sw.defined() ? sw.data_ptr() : nullptr,
+                          mean.data_ptr(), rstd.data_ptr(), dy.data_ptr(), dx.data_ptr(),
+                          dw.defined() ? dw.data_ptr() : nullptr, db.defined() ? db.data_ptr() : nullptr, rows, cols,
+                          sx.dtype());
+                return std::vector<Tensor>{dx, dw, db};
+              });
   }
   return y;
 }

@@ -31,12 +31,13 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
   const DType stat = accumulate_dtype(logits.dtype());
   Tensor row_loss = empty({rows}, stat, logits.device());
   Tensor lse = empty({rows}, stat, logits.device());
-  const int64_t count = kernels::cpu::cross_entropy_forward(logits.data_ptr(), targets.data_ptr(), targets.dtype(),
-                                                            row_loss.data_ptr(), lse.data_ptr(), rows, cols,
-                                                            ignore_index, logits.dtype());
+  const int64_t count =
+      HG_KERNEL(logits.device(), cross_entropy_forward, logits.data_ptr(), targets.data_ptr(), targets.dtype(),
+                row_loss.data_ptr(), lse.data_ptr(), rows, cols, ignore_index, logits.dtype());
   const double scale = count > 0 ? 1.0 / double(count) : std::numeric_limits<double>::quiet_NaN();
   Tensor loss = empty({}, stat, logits.device());
-  kernels::cpu::reduce(kernels::ReduceOp::Sum, row_loss.data_ptr(), loss.data_ptr(), nullptr, 1, rows, 1, scale, stat);
+  HG_KERNEL(logits.device(), reduce, kernels::ReduceOp::Sum, row_loss.data_ptr(), loss.data_ptr(), nullptr, 1, rows, 1,
+            scale, stat);
 
   if (should_record({&logits_in})) {
     const Tensor saved_logits = logits.detach();
@@ -44,9 +45,9 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
               [saved_logits, targets, lse, rows, cols, ignore_index, scale](const Tensor& g, const NeedsGrad&) {
                 const Tensor dloss = (g * scale).reshape({1}).expand({rows}).contiguous();
                 Tensor dlogits = empty_like(saved_logits);
-                kernels::cpu::cross_entropy_backward(saved_logits.data_ptr(), targets.data_ptr(), targets.dtype(),
-                                                     lse.data_ptr(), dloss.data_ptr(), dlogits.data_ptr(), rows, cols,
-                                                     ignore_index, saved_logits.dtype());
+                HG_KERNEL(saved_logits.device(), cross_entropy_backward, saved_logits.data_ptr(), targets.data_ptr(),
+                          targets.dtype(), lse.data_ptr(), dloss.data_ptr(), dlogits.data_ptr(), rows, cols,
+                          ignore_index, saved_logits.dtype());
                 return std::vector<Tensor>{dlogits, Tensor()};
               });
   }

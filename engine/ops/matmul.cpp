@@ -48,8 +48,8 @@ Tensor matmul_kernel(const Tensor& a_in, const Tensor& b_in) {
   if (b_in.dim() == 2 && a_in.is_contiguous()) {
     const Tensor b = with_usable_layout(b_in);
     const MatrixLayout lb = matrix_layout(b);
-    kernels::cpu::gemm(false, lb.transposed, batch_count * m, n, k, 1.0, a_in.data_ptr(), k, b.data_ptr(), lb.ld, 0.0,
-                       out.data_ptr(), n, a_in.dtype());
+    HG_KERNEL(a_in.device(), gemm, false, lb.transposed, batch_count * m, n, k, 1.0, a_in.data_ptr(), k, b.data_ptr(),
+              lb.ld, 0.0, out.data_ptr(), n, a_in.dtype());
     return out;
   }
 
@@ -68,9 +68,10 @@ Tensor matmul_kernel(const Tensor& a_in, const Tensor& b_in) {
       a_off += index[size_t(d)] * a.strides()[size_t(d)];
       b_off += index[size_t(d)] * b.strides()[size_t(d)];
     }
-    kernels::cpu::gemm(la.transposed, lb.transposed, m, n, k, 1.0, static_cast<const char*>(a.data_ptr()) + a_off * esize,
-                       la.ld, static_cast<const char*>(b.data_ptr()) + b_off * esize, lb.ld, 0.0,
-                       static_cast<char*>(out.data_ptr()) + i * m * n * esize, n, a.dtype());
+    HG_KERNEL(a.device(), gemm, la.transposed, lb.transposed, m, n, k, 1.0,
+              static_cast<const char*>(a.data_ptr()) + a_off * esize, la.ld,
+              static_cast<const char*>(b.data_ptr()) + b_off * esize, lb.ld, 0.0,
+              static_cast<char*>(out.data_ptr()) + i * m * n * esize, n, a.dtype());
     for (int d = batch_rank - 1; d >= 0; --d) {
       if (++index[size_t(d)] < batch[size_t(d)]) break;
       index[size_t(d)] = 0;

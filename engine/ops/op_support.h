@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "engine/tensor.h"
+#include "engine/kernel_dispatch.h"
 #include "kernels/kernels.h"
 
 namespace hg::ops {
@@ -13,7 +14,7 @@ void check_floating(const Tensor& t, const char* op, const char* what);
 void check_index(const Tensor& t, const char* op, const char* what);
 // Same dtype and device for all of `tensors`; names each by `names`.
 void check_same(const std::vector<const Tensor*>& tensors, const std::vector<const char*>& names, const char* op);
-// The tensors' device has a backend in this build (CPU always; CUDA when built with it).
+// The tensor's device has kernels in this build (a CUDA tensor exists only in a CUDA build).
 void check_backend(const Tensor& t, const char* op);
 // An empty contiguous tensor with x's dtype and device.
 Tensor empty_as(const Shape& shape, const Tensor& x);

@@ -46,9 +46,12 @@ Tensor sum_kernel(const Tensor& x, const std::vector<int>& dims, double scale) {
   if (adjacent && x.is_contiguous()) {
     for (int d = 0; d < x.dim(); ++d) {
       const int64_t s = x.shape()[size_t(d)];
-      if (!dims.empty() && d < dims.front()) outer *= s;
-      else if (!dims.empty() && d > dims.back()) inner *= s;
-      else n *= s;
+      if (!dims.empty() && d < dims.front())
+        outer *= s;
+      else if (!dims.empty() && d > dims.back())
+        inner *= s;
+      else
+        n *= s;
     }
   } else {
     std::vector<int> order;
@@ -60,8 +63,8 @@ Tensor sum_kernel(const Tensor& x, const std::vector<int>& dims, double scale) {
     outer = n == 0 ? shape_numel(kept) : x.numel() / n;
   }
   Tensor out = ops::empty_as(kept, x);
-  kernels::cpu::reduce(kernels::ReduceOp::Sum, src.data_ptr(), out.data_ptr(), nullptr, outer, n, inner, scale,
-                       x.dtype());
+  HG_KERNEL(x.device(), reduce, kernels::ReduceOp::Sum, src.data_ptr(), out.data_ptr(), nullptr, outer, n, inner, scale,
+            x.dtype());
   return out;
 }
 
@@ -106,16 +109,16 @@ std::pair<Tensor, Tensor> max(const Tensor& input, int dim, bool keepdim) {
   const Shape shape = reduced_shape(x.shape(), {d}, keepdim);
   Tensor values = ops::empty_as(shape, x);
   Tensor indices = empty(shape, i64, x.device());
-  kernels::cpu::reduce(kernels::ReduceOp::Max, x.data_ptr(), values.data_ptr(), indices.data<int64_t>(), outer, n,
-                       inner, 1.0, x.dtype());
+  HG_KERNEL(x.device(), reduce, kernels::ReduceOp::Max, x.data_ptr(), values.data_ptr(), indices.data<int64_t>(), outer,
+            n, inner, 1.0, x.dtype());
   if (should_record({&input})) {
     const Shape in_shape = x.shape();
     const Tensor saved_indices = indices;
     record_op("max", {input}, values, [in_shape, saved_indices, outer, n, inner](const Tensor& g, const NeedsGrad&) {
       const Tensor dy = g.contiguous();
       Tensor dx = ops::empty_as(in_shape, dy);
-      kernels::cpu::scatter_along(dy.data_ptr(), saved_indices.data<int64_t>(), dx.data_ptr(), outer, n, inner,
-                                  dy.dtype());
+      HG_KERNEL(dy.device(), scatter_along, dy.data_ptr(), saved_indices.data<int64_t>(), dx.data_ptr(), outer, n,
+                inner, dy.dtype());
       return std::vector<Tensor>{dx};
     });
   }

@@ -62,8 +62,7 @@ std::optional<Shape> view_strides(const Tensor& x, const Shape& shape) {
   for (int64_t d = x.dim() - 1; d >= 0; --d) {
     tensor_numel *= x.shape()[size_t(d)];
     // At the start of a run (or its end when walking backwards), match the new dimensions.
-    if (d == 0 || (x.shape()[size_t(d - 1)] != 1 &&
-                   x.strides()[size_t(d - 1)] != tensor_numel * chunk_base_stride)) {
+    if (d == 0 || (x.shape()[size_t(d - 1)] != 1 && x.strides()[size_t(d - 1)] != tensor_numel * chunk_base_stride)) {
       while (view_d >= 0 && (view_numel < tensor_numel || shape[size_t(view_d)] == 1)) {
         strides[size_t(view_d)] = view_numel * chunk_base_stride;
         view_numel *= shape[size_t(view_d)];
@@ -233,8 +232,8 @@ Tensor contiguous(const Tensor& x) {
   if (x.is_contiguous()) return x;
   ops::check_backend(x, "contiguous");
   Tensor out = ops::empty_as(x.shape(), x);
-  kernels::cpu::copy_strided(x.data_ptr(), x.strides().data(), out.data_ptr(), out.strides().data(), x.shape().data(),
-                             x.dim(), x.dtype());
+  HG_KERNEL(x.device(), copy_strided, x.data_ptr(), x.strides().data(), out.data_ptr(), out.strides().data(),
+            x.shape().data(), x.dim(), x.dtype());
   if (should_record({&x})) {
     record_op("contiguous", {x}, out, [](const Tensor& g, const NeedsGrad&) { return one(g); });
   }
@@ -253,7 +252,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int dim) {
     const Tensor& t = tensors[i];
     ops::check_same({&first, &t}, {"tensor 0", "another tensor"}, "cat");
     bool compatible = t.dim() == first.dim();
-    for (int j = 0; compatible && j < t.dim(); ++j) compatible = j == d || t.shape()[size_t(j)] == first.shape()[size_t(j)];
+    for (int j = 0; compatible && j < t.dim(); ++j)
+      compatible = j == d || t.shape()[size_t(j)] == first.shape()[size_t(j)];
     HG_CHECK(compatible, "[cat] tensor ", i, " is ", t.describe(), " but tensor 0 is ", first.describe(),
              "; expected equal shapes except in dimension ", d);
     sizes.push_back(t.shape()[size_t(d)]);

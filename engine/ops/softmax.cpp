@@ -16,13 +16,14 @@ Tensor softmax_last_dim(const Tensor& input, bool log, int64_t causal_rows) {
   const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   Tensor y = empty_as(x.shape(), x);
-  kernels::cpu::softmax_forward(x.data_ptr(), y.data_ptr(), rows, cols, log, causal_rows, x.dtype());
+  HG_KERNEL(x.device(), softmax_forward, x.data_ptr(), y.data_ptr(), rows, cols, log, causal_rows, x.dtype());
   if (should_record({&input})) {
     const Tensor sy = y.detach();
     record_op(name, {input}, y, [sy, rows, cols, log](const Tensor& g, const NeedsGrad&) {
       const Tensor dy = g.contiguous();
       Tensor dx = empty_as(dy.shape(), dy);
-      kernels::cpu::softmax_backward(sy.data_ptr(), dy.data_ptr(), dx.data_ptr(), rows, cols, log, dy.dtype());
+      HG_KERNEL(dy.device(), softmax_backward, sy.data_ptr(), dy.data_ptr(), dx.data_ptr(), rows, cols, log,
+                dy.dtype());
       return std::vector<Tensor>{dx};
     });
   }

@@ -1,0 +1,307 @@
+#include "engine/cuda/cuda_allocator.h"
+
+#include <algorithm>
+#include <array>
+#include <tuple>
+
+#include "kernels/cuda/check.h"
+
+namespace hg::cuda {
+
+namespace {
+constexpr size_t kRound = 512;
+constexpr size_t kSmallLimit = size_t(1) << 20;    // requests up to 1 MiB use the small pool
+constexpr size_t kSmallSegment = size_t(2) << 20;  // carved from 2 MiB segments
+constexpr size_t kLargeRound = size_t(2) << 20;    // large segments: the request rounded to 2 MiB
+}  // namespace
+
+// A piece of a segment. prev/next link the pieces of one segment in address order.
+struct CudaCachingAllocator::Block {
+  Block(void* ptr_, size_t size_, Stream stream_, bool small_)
+      : ptr(ptr_), size(size_), stream(stream_), small(small_) {}
+  void* ptr;
+  size_t size;
+  Stream stream;
+  bool small;
+  bool allocated = false;
+  Block* prev = nullptr;
+  Block* next = nullptr;
+  std::vector<Stream> used_on;  // streams besides `stream` (record_stream)
+};
+
+bool CudaCachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
+  return std::make_tuple(reinterpret_cast<uintptr_t>(a->stream), a->size, reinterpret_cast<uintptr_t>(a->ptr)) <
+         std::make_tuple(reinterpret_cast<uintptr_t>(b->stream), b->size, reinterpret_cast<uintptr_t>(b->ptr));
+}
+
+size_t CudaCachingAllocator::round_size(size_t nbytes) {
+  return std::max(kRound, (nbytes + kRound - 1) / kRound * kRound);
+}
+
+void* CudaCachingAllocator::allocate(size_t nbytes) { return allocate(nbytes, compute_stream(device_)); }
+
+CudaCachingAllocator::Block* CudaCachingAllocator::find_free_block(Pool& pool, Stream stream, size_t size) {
+  Block key{nullptr, size, stream, false};
+  auto it = pool.lower_bound(&key);
+  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  Block* block = *it;
+  pool.erase(it);
+  return block;
+}
+
+CudaCachingAllocator::Block* CudaCachingAllocator::allocate_segment(size_t segment_size, Stream stream, bool small,
+                                                                    size_t request) {
+  void* ptr = nullptr;
+  cudaError_t status = cudaMalloc(&ptr, segment_size);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    ++stats_.alloc_retries;
+    release_cached_segments();
+    status = cudaMalloc(&ptr, segment_size);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      ++stats_.oom_count;
+      throw_out_of_memory(request, segment_size, int(status));
+    }
+  }
+  stats_.reserved_bytes += int64_t(segment_size);
+  stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+  return new Block{ptr, segment_size, stream, small};
+}
+
+void CudaCachingAllocator::throw_out_of_memory(size_t request, size_t segment_size, int error) {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
+  auto mib = [](double bytes) { return std::to_string(int64_t(bytes / (1024.0 * 1024.0))) + " MiB"; };
+  HG_FAIL("[cuda] out of memory on cuda:", device_, ": tried to allocate ", mib(double(request)), " (segment ",
+          mib(double(segment_size)), "); ", mib(double(stats_.allocated_bytes)), " allocated by tensors, ",
+          mib(double(stats_.reserved_bytes)), " reserved by the caching allocator, device reports ",
+          mib(double(free_bytes)), " free of ", mib(double(total_bytes)), " (", cudaGetErrorName(cudaError_t(error)),
+          ")");
+}
+
+void* CudaCachingAllocator::allocate(size_t nbytes, Stream stream) {
+  const size_t size = round_size(nbytes);
+  const bool small = size <= kSmallLimit;
+  std::lock_guard<std::mutex> lock(mutex_);
+  process_pending_frees();
+  Pool& pool = small ? small_pool_ : large_pool_;
+  Block* block = find_free_block(pool, stream, size);
+  if (block) {
+    ++stats_.cache_hits;
+  } else {
+    const size_t segment = small ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
+    block = allocate_segment(segment, stream, small, nbytes);
+  }
+  // Split off the remainder when it is worth keeping.
+  const size_t remainder = block->size - size;
+  if ((small && remainder >= kRound) || (!small && remainder > kSmallLimit)) {
+    Block* rest = new Block{static_cast<char*>(block->ptr) + size, remainder, stream, small};
+    rest->prev = block;
+    rest->next = block->next;
+    if (block->next) block->next->prev = rest;
+    block->next = rest;
+    block->size = size;
+    pool.insert(rest);
+  }
+  block->allocated = true;
+  active_[block->ptr] = block;
+  ++stats_.allocation_count;
+  stats_.allocated_bytes += int64_t(block->size);
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  return block->ptr;
+}
+
+void CudaCachingAllocator::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = active_.find(ptr);
+  if (it == active_.end()) return;
+  Block* block = it->second;
+  active_.erase(it);
+  stats_.allocated_bytes -= int64_t(block->size);
+  if (block->used_on.empty()) {
+    free_block(block);
+    return;
+  }
+  // Used on other streams: reusable once the work queued there so far has finished.
+  PendingFree pending{block, {}};
+  for (Stream s : block->used_on) {
+    cudaEvent_t event = nullptr;
+    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess &&
+        cudaEventRecord(event, s) == cudaSuccess) {
+      pending.events.push_back(event);
+    } else {
+      (void)cudaGetLastError();
+      (void)cudaStreamSynchronize(s);  // cannot track: wait instead (a destructor must not throw)
+    }
+  }
+  block->used_on.clear();
+  pending_.push_back(std::move(pending));
+}
+
+void CudaCachingAllocator::record_stream(void* ptr, Stream stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = active_.find(ptr);
+  HG_CHECK(it != active_.end(), "[cuda] record_stream: pointer is not an allocation of cuda:", device_);
+  Block* block = it->second;
+  if (stream != block->stream &&
+      std::find(block->used_on.begin(), block->used_on.end(), stream) == block->used_on.end())
+    block->used_on.push_back(stream);
+}
+
+void CudaCachingAllocator::process_pending_frees() {
+  for (size_t i = 0; i < pending_.size();) {
+    PendingFree& p = pending_[i];
+    bool done = true;
+    for (void* e : p.events) {
+      const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(e));
+      if (status == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        done = false;
+        break;
+      }
+    }
+    if (!done) {
+      ++i;
+      continue;
+    }
+    for (void* e : p.events) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    free_block(p.block);
+    pending_[i] = std::move(pending_.back());
+    pending_.pop_back();
+  }
+}
+
+void CudaCachingAllocator::free_block(Block* block) {
+  block->allocated = false;
+  Pool& pool = block->small ? small_pool_ : large_pool_;
+  // Merge with free neighbours of the same segment (never with a block still pending).
+  auto is_free = [&](Block* b) { return b && !b->allocated && pool.count(b); };
+  if (is_free(block->prev)) {
+    Block* prev = block->prev;
+    pool.erase(prev);
+    prev->size += block->size;
+    prev->next = block->next;
+    if (block->next) block->next->prev = prev;
+    delete block;
+    block = prev;
+  }
+  if (is_free(block->next)) {
+    Block* next = block->next;
+    pool.erase(next);
+    block->size += next->size;
+    block->next = next->next;
+    if (next->next) next->next->prev = block;
+    delete next;
+  }
+  pool.insert(block);
+}
+
+size_t CudaCachingAllocator::release_cached_segments() {
+  size_t released = 0;
+  for (Pool* pool : {&small_pool_, &large_pool_}) {
+    for (auto it = pool->begin(); it != pool->end();) {
+      Block* b = *it;
+      if (b->prev == nullptr && b->next == nullptr) {  // a whole free segment
+        (void)cudaFree(b->ptr);
+        stats_.reserved_bytes -= int64_t(b->size);
+        released += b->size;
+        delete b;
+        it = pool->erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return released;
+}
+
+MemoryStats CudaCachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CudaCachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  stats_.peak_reserved_bytes = stats_.reserved_bytes;
+}
+
+void CudaCachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& p : pending_)
+    for (void* e : p.events) (void)cudaEventSynchronize(static_cast<cudaEvent_t>(e));
+  process_pending_frees();
+  release_cached_segments();
+}
+
+CudaCachingAllocator& device_allocator(int device) {
+  HG_CHECK(
+      device >= 0 && device < device_count(), "[cuda] device cuda:", device, " is not available: ",
+      device_count() == 0 ? unavailable_reason() : "this machine has " + std::to_string(device_count()) + " device(s)");
+  static std::array<CudaCachingAllocator*, 16> allocators{};
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!allocators[size_t(device)]) allocators[size_t(device)] = new CudaCachingAllocator(device);  // process lifetime
+  return *allocators[size_t(device)];
+}
+
+// ---- pinned host memory ----
+
+void* PinnedHostAllocator::allocate(size_t nbytes) {
+  const size_t size = CpuCachingAllocator::size_class(nbytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  void* ptr = nullptr;
+  auto& cached = free_blocks_[size];
+  if (!cached.empty()) {
+    ptr = cached.back();
+    cached.pop_back();
+    ++stats_.cache_hits;
+  } else {
+    HG_CUDA_CHECK(cudaMallocHost(&ptr, size));
+    stats_.reserved_bytes += int64_t(size);
+    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+  }
+  block_size_[ptr] = size;
+  ++stats_.allocation_count;
+  stats_.allocated_bytes += int64_t(size);
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  return ptr;
+}
+
+void PinnedHostAllocator::deallocate(void* ptr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = block_size_.find(ptr);
+  if (it == block_size_.end()) return;
+  stats_.allocated_bytes -= int64_t(it->second);
+  free_blocks_[it->second].push_back(ptr);
+  block_size_.erase(it);
+}
+
+MemoryStats PinnedHostAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void PinnedHostAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  stats_.peak_reserved_bytes = stats_.reserved_bytes;
+}
+
+void PinnedHostAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [size, blocks] : free_blocks_) {
+    for (void* b : blocks) (void)cudaFreeHost(b);
+    stats_.reserved_bytes -= int64_t(size * blocks.size());
+  }
+  free_blocks_.clear();
+}
+
+PinnedHostAllocator& pinned_allocator() {
+  static auto* allocator = new PinnedHostAllocator();  // process lifetime
+  return *allocator;
+}
+
+}  // namespace hg::cuda

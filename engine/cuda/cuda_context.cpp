@@ -1,0 +1,133 @@
+#include "engine/cuda/cuda_context.h"
+
+#include <array>
+#include <mutex>
+
+#include "kernels/cuda/check.h"
+
+namespace hg::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 16;
+
+struct DeviceStreams {
+  std::once_flag once;
+  cudaStream_t compute = nullptr;
+  cudaStream_t copy = nullptr;
+};
+
+std::array<DeviceStreams, kMaxDevices>& streams() {
+  static std::array<DeviceStreams, kMaxDevices> all;
+  return all;
+}
+
+struct Discovery {
+  int count = 0;
+  std::string reason;
+};
+
+const Discovery& discovery() {
+  static const Discovery d = [] {
+    Discovery result;
+    const cudaError_t status = cudaGetDeviceCount(&result.count);
+    if (status != cudaSuccess) {
+      result.count = 0;
+      result.reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status);
+      (void)cudaGetLastError();  // clear the sticky error
+    } else if (result.count == 0) {
+      result.reason = "no CUDA device is present";
+    }
+    return result;
+  }();
+  return d;
+}
+
+void check_device(int device) {
+  HG_CHECK(
+      device >= 0 && device < device_count(), "[cuda] device cuda:", device, " does not exist: ",
+      device_count() == 0 ? unavailable_reason() : "this machine has " + std::to_string(device_count()) + " device(s)");
+}
+
+DeviceStreams& streams_of(int device) {
+  check_device(device);
+  DeviceStreams& s = streams()[size_t(device)];
+  std::call_once(s.once, [&] {
+    HG_CUDA_CHECK(cudaSetDevice(device));
+    HG_CUDA_CHECK(cudaStreamCreateWithFlags(&s.compute, cudaStreamNonBlocking));
+    HG_CUDA_CHECK(cudaStreamCreateWithFlags(&s.copy, cudaStreamNonBlocking));
+  });
+  return s;
+}
+
+}  // namespace
+
+int device_count() { return std::min(discovery().count, kMaxDevices); }
+bool is_available() { return device_count() > 0; }
+std::string unavailable_reason() { return discovery().reason; }
+
+bool is_emulated() {
+#if defined(HALFGRAD_EMULATED_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string device_name(int device) {
+  check_device(device);
+  cudaDeviceProp properties{};
+  HG_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return std::string(properties.name) + " (sm_" + std::to_string(properties.major) + std::to_string(properties.minor) +
+         ", " + std::to_string(properties.totalGlobalMem >> 30) + " GiB)";
+}
+
+Stream compute_stream(int device) { return streams_of(device).compute; }
+Stream copy_stream(int device) { return streams_of(device).copy; }
+void synchronize(int device) {
+  synchronize(compute_stream(device));
+  synchronize(copy_stream(device));
+}
+void synchronize(Stream stream) { HG_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+
+void copy_to_device(void* dst, const void* src, size_t nbytes, int device) {
+  if (nbytes == 0) return;
+  HG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, compute_stream(device)));
+  // A pageable source is staged before cudaMemcpyAsync returns; a pinned one is read later, so wait.
+  synchronize(compute_stream(device));
+}
+
+void copy_to_host(void* dst, const void* src, size_t nbytes, int device) {
+  if (nbytes == 0) return;
+  HG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, compute_stream(device)));
+  synchronize(compute_stream(device));
+}
+
+void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device) {
+  if (nbytes == 0) return;
+  HG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, compute_stream(device)));
+}
+
+Event::Event() { HG_CUDA_CHECK(cudaEventCreate(&event_)); }
+Event::~Event() {
+  if (event_) (void)cudaEventDestroy(event_);
+}
+void Event::record(Stream stream) { HG_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+void Event::block(Stream stream) const { HG_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0)); }
+void Event::synchronize() const { HG_CUDA_CHECK(cudaEventSynchronize(event_)); }
+bool Event::query() const {
+  const cudaError_t status = cudaEventQuery(event_);
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  HG_CUDA_CHECK(status);
+  return true;
+}
+float Event::elapsed_ms_since(const Event& start) const {
+  float ms = 0;
+  HG_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
+  return ms;
+}
+
+}  // namespace hg::cuda

@@ -1,0 +1,60 @@
+#pragma once
+// The CUDA device layer of the engine: device discovery, one compute stream and one copy stream per
+// device, events. Compiled against the CUDA runtime (normal build) or the SIMT emulator's runtime
+// (emulated build); without a CUDA backend, engine/cuda/no_cuda.cpp answers "unavailable".
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+struct CUstream_st;
+struct CUevent_st;
+
+namespace hg::cuda {
+
+using Stream = CUstream_st*;
+
+// Number of CUDA devices that answer (0 without a backend, a driver or a GPU).
+int device_count();
+bool is_available();
+// Why no device answers (for skipped tests and error messages); "" when one does.
+std::string unavailable_reason();
+// "NVIDIA H200 (sm_90, 139 GiB)" or "halfgrad SIMT emulator (...)".
+std::string device_name(int device);
+bool is_emulated();
+
+// The stream kernels of `device` run on (created on first use, never destroyed).
+Stream compute_stream(int device);
+// The stream for asynchronous host<->device copies that overlap compute.
+Stream copy_stream(int device);
+void synchronize(int device);
+void synchronize(Stream stream);
+
+// The caching allocator of `device` (engine/cuda/cuda_allocator.h).
+class CudaCachingAllocator;
+CudaCachingAllocator& device_allocator(int device);
+// Copies between host memory and `device`'s memory, ordered on its compute stream. To the host
+// waits for completion; to the device returns once the host buffer may be reused.
+void copy_to_device(void* dst, const void* src, size_t nbytes, int device);
+void copy_to_host(void* dst, const void* src, size_t nbytes, int device);
+void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device);
+
+// A CUDA event (timing enabled). Records on a stream; waits host-side or stream-side.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(Stream stream);
+  // Makes `stream` wait for this event (no host block).
+  void block(Stream stream) const;
+  void synchronize() const;
+  bool query() const;  // true when the recorded work has completed
+  // Milliseconds between `start` and this event (both recorded and completed).
+  float elapsed_ms_since(const Event& start) const;
+
+ private:
+  CUevent_st* event_ = nullptr;
+};
+
+}  // namespace hg::cuda

@@ -1,0 +1,38 @@
+// The engine's CUDA device layer in a build without a CUDA backend: no device answers, and anything
+// that needs one says how to get one.
+#include "engine/cuda/cuda_context.h"
+#include "kernels/error.h"
+
+namespace hg::cuda {
+
+namespace {
+constexpr const char* kReason =
+    "this build has no CUDA backend (configure with -DHALFGRAD_CUDA=ON on a machine with the CUDA toolkit, "
+    "or -DHALFGRAD_CUDA=EMULATED to run CUDA kernels on the CPU)";
+[[noreturn]] void unavailable() { HG_FAIL("[cuda] ", kReason); }
+}  // namespace
+
+int device_count() { return 0; }
+bool is_available() { return false; }
+std::string unavailable_reason() { return kReason; }
+std::string device_name(int) { unavailable(); }
+bool is_emulated() { return false; }
+Stream compute_stream(int) { unavailable(); }
+Stream copy_stream(int) { unavailable(); }
+void synchronize(int) { unavailable(); }
+void synchronize(Stream) { unavailable(); }
+CudaCachingAllocator& device_allocator(int device) {
+  HG_FAIL("[cuda] device cuda:", device, " is not available: ", kReason);
+}
+void copy_to_device(void*, const void*, size_t, int) { unavailable(); }
+void copy_to_host(void*, const void*, size_t, int) { unavailable(); }
+void copy_device_to_device(void*, const void*, size_t, int) { unavailable(); }
+Event::Event() { unavailable(); }
+Event::~Event() = default;
+void Event::record(Stream) { unavailable(); }
+void Event::block(Stream) const { unavailable(); }
+void Event::synchronize() const { unavailable(); }
+bool Event::query() const { unavailable(); }
+float Event::elapsed_ms_since(const Event&) const { unavailable(); }
+
+}  // namespace hg::cuda
