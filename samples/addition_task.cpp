@@ -61,7 +61,7 @@ std::vector<std::pair<int64_t, int64_t>> AdditionTask::held_out_pairs(int64_t n)
 
 Tensor generate_greedy(nn::GPT& model, const Tensor& prompts, int64_t steps) {
   NoGradGuard no_grad;
-  Tensor ids = prompts.to(i64);
+  Tensor ids = prompts.to(i64).to(model.wte->weight.device());
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t T = ids.size(1);
     const Tensor window = T > model.config.context ? ids.narrow(1, T - model.config.context, model.config.context) : ids;

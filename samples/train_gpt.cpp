@@ -13,6 +13,7 @@
 #include <string>
 
 #include "engine/allocator.h"
+#include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
@@ -36,7 +37,7 @@ Options parse_options(int argc, char** argv) {
                        "Trains a byte-level GPT on the CPU. By default it learns 3-digit addition and reports\n"
                        "exact-match accuracy on held-out problems; --data FILE trains on a text file instead.");
   Options o;
-  auto& device = flags.add_string("device", "cpu", "device to train on: cpu (cuda arrives with the CUDA backend)");
+  auto& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
   auto& data = flags.add_string("data", "", "train on this text file (byte-level) instead of the addition task");
   auto& layers = flags.add_int("layers", 2, "transformer blocks", 1);
   auto& heads = flags.add_int("heads", 4, "attention heads (must divide --dim)", 1);
@@ -71,12 +72,17 @@ Options parse_options(int argc, char** argv) {
     samples::exit_with_usage_error("train_gpt", "--context " + std::to_string(o.context) + " is too short for " +
                                                     std::to_string(o.digits) + "-digit problems; expected at least " +
                                                     std::to_string(3 * o.digits + 3));
+  Device device_choice;
   try {
-    if (!Device::parse(o.device).is_cpu())
-      samples::exit_with_usage_error("train_gpt", "--device " + o.device + " is not available in this build; expected cpu");
+    device_choice = Device::parse(o.device);
   } catch (const Error&) {
     samples::exit_with_usage_error("train_gpt", "unknown --device \"" + o.device + "\"; expected cpu, cuda or cuda:N");
   }
+  if (device_choice.is_cuda() && device_choice.index >= cuda::device_count())
+    samples::exit_with_usage_error("train_gpt", "--device " + o.device + " is not available: " +
+                                                    (cuda::is_available() ? "this machine has " +
+                                                     std::to_string(cuda::device_count()) + " CUDA device(s)"
+                                                                          : cuda::unavailable_reason()));
   return o;
 }
 
@@ -126,6 +132,8 @@ int run(const Options& o) {
     config.dropout = o.dropout;
     model = std::make_shared<nn::GPT>(config);
   }
+  const Device device = Device::parse(o.device);
+  model->to(device);
   const int64_t T = o.data.empty() ? 0 : std::min(o.context, model->config.context);
 
   std::unique_ptr<samples::AdditionTask> task;
@@ -146,8 +154,8 @@ int run(const Options& o) {
   const int64_t total_steps = std::max<int64_t>(o.steps, 1);
   optim::WarmupCosine schedule(o.lr, std::min(o.warmup, total_steps - 1), total_steps, o.min_lr);
 
-  std::printf("train_gpt: %s | GPT L%lld H%lld C%lld T%lld, %.2fM parameters | batch %lld (%lld tokens) | %d threads\n",
-              task ? (std::to_string(o.digits) + "-digit addition").c_str() : o.data.c_str(),
+  std::printf("train_gpt: %s on %s | GPT L%lld H%lld C%lld T%lld, %.2fM parameters | batch %lld (%lld tokens) | %d threads\n",
+              task ? (std::to_string(o.digits) + "-digit addition").c_str() : o.data.c_str(), device.str().c_str(),
               (long long)model->config.n_layer, (long long)model->config.n_head, (long long)model->config.n_embd,
               (long long)model->config.context, double(model->parameter_count()) / 1e6, (long long)o.batch,
               (long long)tokens_per_step, omp_get_max_threads());
@@ -161,7 +169,7 @@ int run(const Options& o) {
     const int batches = 8;
     for (int i = 0; i < batches; ++i) {
       auto [ids, targets] = text->batch(o.batch, true, val_rng);
-      loss += model->loss(ids, targets).item() / batches;
+      loss += model->loss(ids.to(device), targets.to(device)).item() / batches;
     }
     model->train();
     return {NAN, loss};
@@ -176,7 +184,7 @@ int run(const Options& o) {
   for (int64_t step = 1; step <= o.steps; ++step) {
     const auto step_start = Clock::now();
     auto [ids, targets] = task ? task->training_batch(o.batch, data_rng) : text->batch(o.batch, false, data_rng);
-    const Tensor loss = model->loss(ids, targets);
+    const Tensor loss = model->loss(ids.to(device), targets.to(device));
     loss.backward();
     if (o.clip > 0) optim::clip_grad_norm(model->parameters(), o.clip);
     const double lr = schedule.lr(step - 1);
@@ -189,7 +197,7 @@ int run(const Options& o) {
     timed_seconds += seconds;
 
     const bool eval_now = (o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps;
-    const MemoryStats memory = memory_stats();
+    const MemoryStats memory = memory_stats(device);
     char line[256];
     std::snprintf(line, sizeof line, "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | %6.1f ms/step | mem %s/%s MiB",
                   (long long)step, (long long)o.steps, last_loss, lr, double(tokens_per_step) / seconds,
@@ -244,7 +252,7 @@ int run(const Options& o) {
   std::printf(" | %.0f tok/s | %.1f ms/step | peak memory %s MiB\n",
               timed_seconds > 0 ? double(tokens_per_step) * double(timed_steps) / timed_seconds : 0.0,
               timed_steps > 0 ? 1e3 * timed_seconds / double(timed_steps) : 0.0,
-              megabytes(memory_stats().peak_allocated_bytes).c_str());
+              megabytes(memory_stats(device).peak_allocated_bytes).c_str());
   return 0;
 }
 
