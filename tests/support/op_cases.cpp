@@ -1,0 +1,125 @@
+#include "support/op_cases.h"
+
+#include <cmath>
+
+#include "engine/ops.h"
+#include "engine/random.h"
+
+namespace hg::testing {
+
+namespace {
+
+// Index tensors on the device of the op's first input, so a case runs on any device.
+Tensor ids(const std::vector<int64_t>& values, const Shape& shape, const Tensor& like) {
+  return from_vector(values, shape, i64, like.device());
+}
+
+}  // namespace
+
+std::vector<double> domain_values(const Shape& shape, Domain domain) {
+  std::vector<double> v = randn(shape, f64).to_vector<double>();
+  for (double& x : v) {
+    if (domain == Domain::Positive) x = std::abs(x) + 0.5;
+    if (domain == Domain::AwayFromZero) x = (x < 0 ? -1 : 1) * (std::abs(x) + 0.3);
+  }
+  return v;
+}
+
+const std::vector<OpCase>& op_cases() {
+  using V = const std::vector<Tensor>&;
+  static const std::vector<OpCase> kCases = {
+      // ---- elementwise binary, with broadcasting and strided inputs ----
+      {"add", {{2, 3}, {2, 3}}, Domain::Any, [](V x) { return x[0] + x[1]; }},
+      {"add broadcast", {{2, 1, 3}, {4, 1}}, Domain::Any, [](V x) { return x[0] + x[1]; }},
+      {"sub broadcast", {{3}, {2, 3}}, Domain::Any, [](V x) { return x[0] - x[1]; }},
+      {"mul broadcast", {{2, 3, 1}, {1, 4}}, Domain::Any, [](V x) { return x[0] * x[1]; }},
+      {"div broadcast", {{2, 3}, {3}}, Domain::AwayFromZero, [](V x) { return x[0] / x[1]; }},
+      {"mul transposed", {{3, 2}, {2, 3}}, Domain::Any, [](V x) { return x[0].t() * x[1]; }},
+      {"add scalar tensor", {{}, {2, 2}}, Domain::Any, [](V x) { return x[0] + x[1]; }},
+      {"same tensor twice", {{2, 3}}, Domain::Any, [](V x) { return x[0] * x[0]; }},
+      // ---- scalar forms ----
+      {"affine", {{2, 3}}, Domain::Any, [](V x) { return 2.5 * x[0] - 1.0; }},
+      {"scalar divided by", {{2, 3}}, Domain::AwayFromZero, [](V x) { return 3.0 / x[0]; }},
+      {"neg", {{4}}, Domain::Any, [](V x) { return -x[0]; }},
+      // ---- unary ----
+      {"exp", {{2, 3}}, Domain::Any, [](V x) { return exp(x[0]); }},
+      {"log", {{2, 3}}, Domain::Positive, [](V x) { return log(x[0]); }},
+      {"sqrt", {{2, 3}}, Domain::Positive, [](V x) { return sqrt(x[0]); }},
+      {"pow 3", {{2, 3}}, Domain::Any, [](V x) { return pow(x[0], 3.0); }},
+      {"pow 0.5", {{2, 3}}, Domain::Positive, [](V x) { return pow(x[0], 0.5); }},
+      {"tanh", {{2, 3}}, Domain::Any, [](V x) { return tanh(x[0]); }},
+      {"sigmoid", {{2, 3}}, Domain::Any, [](V x) { return sigmoid(x[0]); }},
+      {"relu", {{2, 3}}, Domain::AwayFromZero, [](V x) { return relu(x[0]); }},
+      {"gelu tanh", {{2, 3}}, Domain::Any, [](V x) { return gelu(x[0], GeluApproximation::Tanh); }},
+      {"gelu erf", {{2, 3}}, Domain::Any, [](V x) { return gelu(x[0], GeluApproximation::Erf); }},
+      {"silu", {{2, 3}}, Domain::Any, [](V x) { return silu(x[0]); }},
+      {"abs", {{2, 3}}, Domain::AwayFromZero, [](V x) { return abs(x[0]); }},
+      {"exp of strided", {{3, 4}}, Domain::Any, [](V x) { return exp(x[0].t()); }},
+      // ---- reductions ----
+      {"sum all", {{2, 3, 4}}, Domain::Any, [](V x) { return sum(x[0]); }},
+      {"sum dim keepdim", {{2, 3, 4}}, Domain::Any, [](V x) { return sum(x[0], {1}, true); }},
+      {"sum two dims", {{2, 3, 4}}, Domain::Any, [](V x) { return sum(x[0], {0, 2}); }},
+      {"sum of strided", {{3, 4}}, Domain::Any, [](V x) { return sum(x[0].t(), {1}); }},
+      {"mean dims", {{2, 3, 4}}, Domain::Any, [](V x) { return mean(x[0], {-1, 0}); }},
+      {"mean all", {{5}}, Domain::Any, [](V x) { return mean(x[0]); }},
+      {"max dim", {{3, 4}}, Domain::Any, [](V x) { return max(x[0], 1).first; }},
+      {"max dim 0 keepdim", {{3, 4}}, Domain::Any, [](V x) { return max(x[0], 0, true).first; }},
+      {"max all", {{2, 5}}, Domain::Any, [](V x) { return max(x[0]); }},
+      // ---- matmul ----
+      {"matmul 2d", {{3, 4}, {4, 2}}, Domain::Any, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul batched", {{2, 3, 4}, {2, 4, 2}}, Domain::Any, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul batch broadcast", {{2, 1, 3, 4}, {3, 4, 2}}, Domain::Any, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul batched x 2d", {{2, 3, 4}, {4, 5}}, Domain::Any, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul 2d x batched", {{3, 4}, {2, 4, 2}}, Domain::Any, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul transposed operands", {{4, 3}, {2, 4}}, Domain::Any, [](V x) { return matmul(x[0].t(), x[1].t()); }},
+      {"matmul vector vector", {{4}, {4}}, Domain::Any, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul vector matrix", {{4}, {4, 3}}, Domain::Any, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul matrix vector", {{3, 4}, {4}}, Domain::Any, [](V x) { return matmul(x[0], x[1]); }},
+      {"matmul permuted batch", {{3, 2, 4}, {2, 4, 3}}, Domain::Any,
+       [](V x) { return matmul(x[0].permute({1, 0, 2}), x[1]); }},
+      // ---- softmax family and losses ----
+      {"softmax last", {{3, 5}}, Domain::Any, [](V x) { return softmax(x[0], -1); }},
+      {"softmax dim 0", {{3, 4}}, Domain::Any, [](V x) { return softmax(x[0], 0); }},
+      {"log_softmax", {{2, 3, 4}}, Domain::Any, [](V x) { return log_softmax(x[0], -1); }},
+      {"cross_entropy", {{4, 5}}, Domain::Any, [](V x) { return cross_entropy(x[0], ids({1, 0, 4, 2}, {4}, x[0])); }},
+      {"cross_entropy ignore_index", {{4, 5}}, Domain::Any,
+       [](V x) { return cross_entropy(x[0], ids({1, -100, 4, -100}, {4}, x[0])); }},
+      {"cross_entropy single row", {{6}}, Domain::Any,
+       [](V x) { return cross_entropy(x[0], from_vector(std::vector<int32_t>{3}, {}, i32, x[0].device())); }},
+      {"layer_norm", {{3, 5}, {5}, {5}}, Domain::Any, [](V x) { return layer_norm(x[0], x[1], x[2]); }},
+      {"layer_norm no affine", {{2, 2, 4}}, Domain::Any, [](V x) { return layer_norm(x[0], Tensor(), Tensor()); }},
+      {"layer_norm of strided", {{5, 3}, {5}, {5}}, Domain::Any,
+       [](V x) { return layer_norm(x[0].t(), x[1], x[2], 1e-3); }},
+      {"embedding", {{5, 3}}, Domain::Any, [](V x) { return embedding(x[0], ids({4, 0, 4, 2, 1, 4}, {2, 3}, x[0])); }},
+      {"dropout", {{4, 6}}, Domain::Any,
+       [](V x) {
+         default_generator().set_state({1234, 7});  // the same mask on every evaluation
+         return dropout(x[0], 0.3);
+       }},
+      {"attention causal", {{2, 3, 4}, {2, 3, 4}, {2, 3, 2}}, Domain::Any,
+       [](V x) { return scaled_dot_product_attention(x[0], x[1], x[2]); }},
+      {"attention causal, fewer queries", {{1, 2, 3}, {1, 4, 3}, {1, 4, 2}}, Domain::Any,
+       [](V x) { return scaled_dot_product_attention(x[0], x[1], x[2]); }},
+      {"attention full", {{2, 3, 2}, {2, 4, 2}, {2, 4, 3}}, Domain::Any,
+       [](V x) { return scaled_dot_product_attention(x[0], x[1], x[2], false); }},
+      // ---- shape ----
+      {"view", {{2, 6}}, Domain::Any, [](V x) { return x[0].view({3, 4}) * 2.0; }},
+      {"reshape of strided", {{3, 4}}, Domain::Any, [](V x) { return x[0].t().reshape({-1}) * 2.0; }},
+      {"transpose", {{2, 3, 4}}, Domain::Any, [](V x) { return exp(x[0].transpose(0, 2)); }},
+      {"permute", {{2, 3, 4}}, Domain::Any, [](V x) { return exp(x[0].permute({2, 0, 1})); }},
+      {"narrow", {{4, 5}}, Domain::Any, [](V x) { return exp(x[0].narrow(1, 1, 3)); }},
+      {"select", {{4, 5}}, Domain::Any, [](V x) { return exp(x[0].select(0, -2)); }},
+      {"unsqueeze squeeze", {{3, 4}}, Domain::Any, [](V x) { return x[0].unsqueeze(1).squeeze(1) * 3.0; }},
+      {"expand", {{3, 1}}, Domain::Any, [](V x) { return x[0].expand({2, 3, 4}) * x[0].expand({2, 3, 4}); }},
+      {"contiguous", {{3, 4}}, Domain::Any, [](V x) { return x[0].t().contiguous() * 2.0; }},
+      {"cat", {{2, 3}, {2, 1}, {2, 2}}, Domain::Any, [](V x) { return exp(cat({x[0], x[1], x[2]}, 1)); }},
+      {"clone", {{2, 2}}, Domain::Any, [](V x) { return x[0].clone() * x[0]; }},
+      // ---- composition: a tiny MLP layer with a loss ----
+      {"mlp", {{4, 3}, {3, 5}, {5}}, Domain::Any,
+       [](V x) { return cross_entropy(gelu(matmul(x[0], x[1]) + x[2]), ids({0, 4, 2, 1}, {4}, x[0])); }},
+  };
+  return kCases;
+}
+
+
+}  // namespace hg::testing
