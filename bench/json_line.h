@@ -10,7 +10,15 @@ class JsonLine {
  public:
   explicit JsonLine(const std::string& bench) { add("bench", bench); }
   JsonLine& add(const std::string& key, const std::string& value) {
-    field(key) << '"' << value << '"';
+    std::ostringstream& out = field(key);
+    out << '"';
+    for (char c : value) {
+      if (c == '"' || c == '\\') out << '\\' << c;
+      else if (c == '\n') out << "\\n";
+      else if (static_cast<unsigned char>(c) < 0x20) out << ' ';
+      else out << c;
+    }
+    out << '"';
     return *this;
   }
   JsonLine& add(const std::string& key, const char* value) { return add(key, std::string(value)); }
