@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
         .add("gbs", gbs)
         .add("fraction_of_copy", copy_gbs > 0 ? gbs / copy_gbs : 0.0)
         .add("device", cuda::device_name(0))
-        .add("emulated", emulated ? "true" : "false")
+        .add("emulated", emulated)
         .print();
     return gbs;
   };
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
         .add("m", (long long)g)
         .add("median_ms", ms)
         .add("tflops", 2.0 * double(g) * double(g) * double(g) / (ms * 1e-3) / 1e12)
-        .add("emulated", emulated ? "true" : "false")
+        .add("emulated", emulated)
         .print();
   }
   for (void* p : {x, y, w, stats, m, v, ga, gb, gc}) HG_CUDA_CHECK(cudaFree(p));

@@ -30,6 +30,10 @@ class JsonLine {
     field(key) << value;
     return *this;
   }
+  JsonLine& add(const std::string& key, bool value) {
+    field(key) << (value ? "true" : "false");
+    return *this;
+  }
   JsonLine& add(const std::string& key, int value) { return add(key, (long long)value); }
   JsonLine& add(const std::string& key, long value) { return add(key, (long long)value); }
   void print() const {
