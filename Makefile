@@ -1,12 +1,18 @@
 # The two commands of the quick start:
-#   make test    install what is missing, configure, build, run every test suite
+#   make test    install what is missing, configure, build, run every test suite: the normal build in
+#                build/, then the CUDA suite on the SIMT emulator under AddressSanitizer in build-emu/
 #   make train   install what is missing, build train_gpt, teach a tiny GPT 3-digit addition
-# Other targets: build, bench, format, clean.
+# Other targets: build, test-emu (only the emulated CUDA suite), bench, format, clean.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
+# The emulated build: kernels/cuda/*.cu compiled as C++ and run by the SIMT emulator (kernels/emu),
+# everything instrumented with ASan + UBSan; only the CUDA-labelled tests are built and run there.
+EMU_BUILD_DIR ?= build-emu
+EMU_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_CUDA=EMULATED -DHALFGRAD_SANITIZE=address \
+                   -DHALFGRAD_BUILD_BENCH=OFF
 
-.PHONY: setup configure build test train bench format clean
+.PHONY: setup configure build test test-emu train bench format clean
 
 setup:
 	@scripts/setup
@@ -19,6 +25,12 @@ build: configure
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	$(MAKE) --no-print-directory test-emu
+
+test-emu: setup
+	cmake -S . -B $(EMU_BUILD_DIR) $(EMU_CMAKE_FLAGS)
+	cmake --build $(EMU_BUILD_DIR) -j $(JOBS) --target cuda_tests
+	ctest --test-dir $(EMU_BUILD_DIR) -L cuda --output-on-failure -j $(JOBS)
 
 train: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_gpt
@@ -31,4 +43,4 @@ format:
 	git ls-files '*.h' '*.cpp' '*.cu' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(EMU_BUILD_DIR)

@@ -21,11 +21,53 @@ function(halfgrad_resolve option found result)
   endif()
 endfunction()
 
-# CUDA: the toolkit is wired from the start; the backend that uses it arrives with kernels/cuda.
+# CUDA. HALFGRAD_CUDA_MODE is
+#   NVCC      kernels/cuda/*.cu compiled by nvcc, linked with the CUDA runtime (AUTO/ON with a toolkit
+#             whose nvcc works);
+#   EMULATED  the same sources compiled as C++ and run by the SIMT emulator (kernels/emu); needs only
+#             the toolkit's headers (cuda_fp16.h, cuda_bf16.h, vector_types.h, cuda_runtime_api.h);
+#   OFF       no CUDA code at all (HALFGRAD_CUDA=OFF, or AUTO without a toolkit).
+# HALFGRAD_CUDA_BACKEND is ON for NVCC and EMULATED; HALFGRAD_HAS_CUDA_TOOLKIT whether the toolkit's
+# headers are known (the half tests compare against them).
+set(HALFGRAD_CUDA_MODE OFF)
+if(NOT HALFGRAD_CUDA MATCHES "^(AUTO|ON|OFF|EMULATED)$")
+  message(FATAL_ERROR "HALFGRAD_CUDA=${HALFGRAD_CUDA}: expected AUTO, ON, OFF or EMULATED")
+endif()
 if(NOT HALFGRAD_CUDA STREQUAL "OFF")
   find_package(CUDAToolkit QUIET)
 endif()
-halfgrad_resolve(${HALFGRAD_CUDA} CUDAToolkit_FOUND HALFGRAD_HAS_CUDA_TOOLKIT)
+if(HALFGRAD_CUDA STREQUAL "EMULATED")
+  if(CUDAToolkit_FOUND)
+    find_file(HALFGRAD_CUDA_FP16_HEADER cuda_fp16.h PATHS ${CUDAToolkit_INCLUDE_DIRS} NO_DEFAULT_PATH)
+  endif()
+  if(NOT CUDAToolkit_FOUND OR NOT HALFGRAD_CUDA_FP16_HEADER)
+    message(FATAL_ERROR "HALFGRAD_CUDA=EMULATED compiles the CUDA kernels as C++ and needs the CUDA toolkit's "
+                        "headers (cuda_fp16.h, cuda_bf16.h, vector_types.h, cuda_runtime_api.h), which were not "
+                        "found: install the toolkit or point CUDAToolkit_ROOT at it")
+  endif()
+  set(HALFGRAD_CUDA_MODE EMULATED)
+elseif(NOT HALFGRAD_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(CUDAToolkit_FOUND)
+    check_language(CUDA)
+  endif()
+  if(CUDAToolkit_FOUND AND CMAKE_CUDA_COMPILER)
+    set(HALFGRAD_CUDA_MODE NVCC)
+  elseif(HALFGRAD_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "HALFGRAD_CUDA=ON but no working CUDA toolkit (nvcc and headers) was found: install it, "
+                        "point CUDAToolkit_ROOT / CMAKE_CUDA_COMPILER at it, or use HALFGRAD_CUDA=AUTO|OFF|EMULATED")
+  endif()
+endif()
+if(HALFGRAD_CUDA_MODE STREQUAL "OFF")
+  set(HALFGRAD_CUDA_BACKEND OFF)
+else()
+  set(HALFGRAD_CUDA_BACKEND ON)
+endif()
+if(CUDAToolkit_FOUND)
+  set(HALFGRAD_HAS_CUDA_TOOLKIT ON)
+else()
+  set(HALFGRAD_HAS_CUDA_TOOLKIT OFF)
+endif()
 
 if(NOT HALFGRAD_MPI STREQUAL "OFF")
   find_package(MPI QUIET COMPONENTS CXX)

@@ -8,11 +8,11 @@ add_library(halfgrad INTERFACE)
 target_link_libraries(halfgrad INTERFACE hg_kernels hg_engine hg_layers hg_optim)
 add_library(halfgrad::halfgrad ALIAS halfgrad)
 
-foreach(target hg_kernels hg_engine hg_layers hg_optim)
+foreach(target hg_kernels hg_engine hg_layers hg_optim ${HALFGRAD_CUDA_EXPORTED_TARGETS})
   target_include_directories(${target} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/halfgrad>)
 endforeach()
 
-install(TARGETS halfgrad hg_kernels hg_engine hg_layers hg_optim halfgrad_flags
+install(TARGETS halfgrad hg_kernels hg_engine hg_layers hg_optim halfgrad_flags ${HALFGRAD_CUDA_EXPORTED_TARGETS}
         EXPORT halfgradTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

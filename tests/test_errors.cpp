@@ -1,6 +1,7 @@
 // Bad input gets an hg::Error whose message names the op, what it was given and what it expected.
 #include <doctest/doctest.h>
 
+#include "engine/cuda/cuda_context.h"
 #include "engine/ops.h"
 
 using namespace hg;
@@ -40,7 +41,9 @@ TEST_CASE("shape errors name the op - both shapes and the rule") {
 TEST_CASE("dtype and device errors say what to do") {
   CHECK_ERROR(add(zeros({2}), zeros({2}, f64)), "[add]", "dtype mismatch", "f32[2] cpu", "f64[2] cpu", ".to(dtype)");
   CHECK_ERROR(exp(zeros({2}, i64)), "[exp]", "must be floating", "i64[2] cpu");
-  CHECK_ERROR(zeros({2}).to(Device::cuda(0)), "[to]", "cuda:0", "no CUDA backend");
+  const std::string reason = cuda::unavailable_reason();  // kept alive for the check's pointers
+  if (!cuda::is_available()) CHECK_ERROR(zeros({2}).to(Device::cuda(0)), "[to]", "cuda:0", reason.c_str());
+  CHECK_ERROR(zeros({2}).to(Device::cuda(15)), "cuda:15", "not available");
   CHECK_ERROR(empty({2}, f32, Device::cuda(1)), "cuda:1", "not available");
   CHECK_ERROR(zeros({2}).data<double>(), "[Tensor::data]", "f32", "f64");
   CHECK_ERROR(zeros({2}).item(), "[Tensor::item]", "one-element", "f32[2]");

@@ -24,8 +24,11 @@ Tensor cast(const Tensor& input, DType dtype) {
 Tensor to_device(const Tensor& input, const Device& device) {
   ops::check_defined(input, "to", "input");
   if (input.device() == device) return input;
-  HG_CHECK(device.is_cpu() || cuda::is_available(), "[to] cannot move ", input.describe(), " to ", device.str(), ": ",
-           cuda::unavailable_reason());
+  HG_CHECK(device.is_cpu() || device.index < cuda::device_count(), "[to] cannot move ", input.describe(), " to ",
+           device.str(), ": the device is not available (",
+           cuda::is_available() ? "this machine has " + std::to_string(cuda::device_count()) + " CUDA device(s)"
+                                : cuda::unavailable_reason(),
+           ")");
   const Tensor x = input.contiguous();
   Tensor y = empty(x.shape(), x.dtype(), device);
   const size_t bytes = size_t(x.numel()) * x.element_size();

@@ -1,0 +1,162 @@
+// binary_forward: y[idx] = a[idx . a_strides] op b[idx . b_strides] for every index of `shape`,
+// y contiguous, a stride of 0 broadcasting; op in {Add, Sub, Mul, Div}, computed in acc_t<T>.
+//
+// The layout is first simplified on the host exactly as the CPU backend does (size-1 dimensions
+// dropped, neighbours merged when both inputs step over them as one), then handed to the kernel
+// by value (BroadcastLayout: rank <= kMaxRank, shape and both stride vectors), so no host array is
+// ever read on the device.
+//
+// Parallel strategy:
+//   - rank 1 with unit or zero strides (same shape, or one side a scalar): map_elements (map.h),
+//     one 16-byte pack per thread with 128-bit loads/stores where aligned;
+//   - anything else: a grid-stride loop with one output element per thread; the thread unravels its
+//     flat index into the simplified shape (innermost dimension fastest, so neighbouring threads read
+//     neighbouring elements of the inputs whose inner stride is 1) and gathers a and b.
+#include "kernels/cuda/dispatch_cuda.h"
+#include "kernels/cuda/map.h"
+#include "kernels/kernels_cuda.h"
+
+namespace hg::kernels::cuda {
+namespace {
+
+struct BroadcastLayout {
+  int rank = 0;
+  int64_t shape[kMaxRank];
+  int64_t a[kMaxRank];
+  int64_t b[kMaxRank];
+};
+
+BroadcastLayout simplify_layout(const int64_t* shape, const int64_t* a_strides, const int64_t* b_strides, int rank) {
+  BroadcastLayout out;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 1) continue;
+    const int last = out.rank - 1;
+    if (last >= 0 && out.a[last] == a_strides[d] * shape[d] && out.b[last] == b_strides[d] * shape[d]) {
+      out.shape[last] *= shape[d];
+      out.a[last] = a_strides[d];
+      out.b[last] = b_strides[d];
+    } else {
+      out.shape[out.rank] = shape[d];
+      out.a[out.rank] = a_strides[d];
+      out.b[out.rank] = b_strides[d];
+      ++out.rank;
+    }
+  }
+  if (out.rank == 0) {  // a single element
+    out.rank = 1;
+    out.shape[0] = 1;
+    out.a[0] = out.b[0] = 1;
+  }
+  return out;
+}
+
+template <class A>
+HG_DEVICE A apply(BinaryOp op, A a, A b) {
+  switch (op) {
+    case BinaryOp::Add:
+      return a + b;
+    case BinaryOp::Sub:
+      return a - b;
+    case BinaryOp::Mul:
+      return a * b;
+    case BinaryOp::Div:
+      return a / b;
+  }
+  return a;
+}
+
+// y = a op b on two contiguous inputs.
+template <BinaryOp kOp, class A>
+struct Both {
+  HG_DEVICE A operator()(const A* v) const { return apply(kOp, v[0], v[1]); }
+};
+template <class T>
+__global__ void broadcast_kernel(BinaryOp op, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y,
+                                 BroadcastLayout layout, int64_t total) {
+  for (int64_t i = flat_worker(); i < total; i += flat_workers()) {
+    int64_t rest = i, a_offset = 0, b_offset = 0;
+    for (int d = layout.rank - 1; d >= 0; --d) {
+      const int64_t index = rest % layout.shape[d];
+      rest /= layout.shape[d];
+      a_offset += index * layout.a[d];
+      b_offset += index * layout.b[d];
+    }
+    y[i] = from_acc<T>(apply(op, to_acc(a[a_offset]), to_acc(b[b_offset])));
+  }
+}
+
+// One side is a single element (stride 0): every thread reads it once, then streams the other side
+// in packs.
+template <class T, BinaryOp kOp>
+__global__ void scalar_kernel(const T* __restrict__ tensor, const T* __restrict__ scalar, bool scalar_right,
+                              T* __restrict__ y, int64_t n, int64_t head) {
+  using A = acc_t<T>;
+  const A s = to_acc(scalar[0]);
+  for_packs<kPack<T>>(n, head, flat_worker(), flat_workers(), [&](int64_t i, auto width) {
+    constexpr int W = decltype(width)::value;
+    const Pack<T, W> in = load_pack<W>(tensor + i);
+    Pack<T, W> out;
+    HG_UNROLL
+    for (int k = 0; k < W; ++k) {
+      const A v = to_acc(in.v[k]);
+      out.v[k] = from_acc<T>(scalar_right ? apply(kOp, v, s) : apply(kOp, s, v));
+    }
+    store_pack<W>(y + i, out);
+  });
+}
+
+template <class F>
+void with_binary_op(BinaryOp op, F&& body) {
+  switch (op) {
+    case BinaryOp::Add:
+      return body.template operator()<BinaryOp::Add>();
+    case BinaryOp::Sub:
+      return body.template operator()<BinaryOp::Sub>();
+    case BinaryOp::Mul:
+      return body.template operator()<BinaryOp::Mul>();
+    case BinaryOp::Div:
+      return body.template operator()<BinaryOp::Div>();
+  }
+  HG_FAIL("[binary_forward] unknown BinaryOp ", int(op));
+}
+
+}  // namespace
+
+void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
+                    void* y, const int64_t* shape, int rank, DType dtype, Stream stream) {
+  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[binary_forward] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
+  for (int d = 0; d < rank; ++d) {
+    HG_CHECK(shape[d] >= 0, "[binary_forward] shape[", d, "] = ", shape[d], ", expected >= 0");
+  }
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 0) return;
+  }
+  const BroadcastLayout layout = simplify_layout(shape, a_strides, b_strides, rank);
+  int64_t total = 1;
+  for (int d = 0; d < layout.rank; ++d) total *= layout.shape[d];
+  dispatch_floating_cuda(dtype, "binary_forward", [&]<class T>() {
+    using A = acc_t<T>;
+    const T* at = static_cast<const T*>(a);
+    const T* bt = static_cast<const T*>(b);
+    T* yt = static_cast<T*>(y);
+    if (layout.rank == 1 && layout.a[0] == 1 && layout.b[0] == 1) {
+      with_binary_op(op, [&]<BinaryOp kOp>() { map_elements(stream, total, Both<kOp, A>{}, yt, at, bt); });
+      return;
+    }
+    if (layout.rank == 1 && (layout.a[0] == 0) != (layout.b[0] == 0) && (layout.a[0] == 1 || layout.b[0] == 1)) {
+      const bool scalar_right = layout.b[0] == 0;
+      const T* tensor = scalar_right ? at : bt;
+      const T* scalar = scalar_right ? bt : at;
+      const int64_t head = pack_head<T>(total, yt, tensor);
+      const int64_t units = head < 0 ? total : (total + kPack<T> - 1) / kPack<T> + 1;
+      with_binary_op(op, [&]<BinaryOp kOp>() {
+        launch(scalar_kernel<T, kOp>, flat_grid(units), dim3(kFlatThreads), 0, stream, tensor, scalar, scalar_right, yt,
+               total, head);
+      });
+      return;
+    }
+    launch(broadcast_kernel<T>, flat_grid(total), dim3(kFlatThreads), 0, stream, op, at, bt, yt, layout, total);
+  });
+}
+
+}  // namespace hg::kernels::cuda

@@ -1,0 +1,77 @@
+#pragma once
+// The CUDA runtime for the emulated build. Declarations are the toolkit's own (cuda_runtime.h, which a
+// host compiler reads fine), so host code compiles unchanged against the real runtime or this one;
+// runtime.cpp implements the subset the project uses on the host. A function outside that subset is a
+// link error, never a silent stub.
+//
+// The emulated device: one device, "halfgrad SIMT emulator", compute capability 9.0, 132 SMs,
+// 48 KiB shared memory per block (227 KiB opt-in via cudaFuncSetAttribute), 1024 threads per block,
+// device memory = host memory (total: the host's physical memory, or set_malloc_limit).
+//
+// Implemented: cudaGetErrorName/String, cudaGetLastError/PeekAtLastError, cudaGetDeviceCount,
+// cudaSetDevice/GetDevice, cudaGetDeviceProperties, cudaDeviceGetAttribute, cudaDeviceSynchronize,
+// cudaDeviceReset, cudaDeviceGetStreamPriorityRange, cudaMemGetInfo, cudaMalloc/Free,
+// cudaMallocHost/FreeHost/HostAlloc, cudaPointerGetAttributes, cudaMemcpy(Async) (all kinds),
+// cudaMemset(Async), cudaStreamCreate(WithFlags/WithPriority)/Destroy/Synchronize/Query/WaitEvent,
+// cudaLaunchHostFunc, cudaEventCreate(WithFlags)/Record/Synchronize/Query/ElapsedTime/Destroy,
+// cudaFuncSetAttribute (MaxDynamicSharedMemorySize, PreferredSharedMemoryCarveout).
+//
+// Work runs synchronously when it is enqueued: a kernel launch or cudaMemcpyAsync has finished when
+// the call returns, whatever the stream. So stream-ordering bugs (a missing cudaStreamWaitEvent, a
+// buffer freed while a kernel still reads it) do not show under emulation; the real-GPU run of the
+// CUDA suite (scripts/gpu-check) and record_stream tests of the allocator are what catch them.
+//
+// Checks a GPU would not always make, so that host-side mistakes fail here rather than corrupt memory:
+// cudaMemcpy/cudaMemset check that device ranges lie inside one live cudaMalloc allocation and that the
+// pointers match the copy kind (a host pointer passed as a device one is cudaErrorInvalidValue);
+// cudaFree/cudaFreeHost/cudaStreamDestroy/cudaEventDestroy reject handles they did not hand out.
+// Fresh cudaMalloc and cudaMallocHost memory is filled with 0xff bytes (NaN in every float type), so
+// reading memory nobody wrote shows up.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+// CUDA's opaque handle types, defined by the emulator (the toolkit only declares them).
+struct CUstream_st;
+struct CUevent_st;
+
+// The C++ overload nvcc's cuda_runtime.h adds (for nvcc only): cudaFuncSetAttribute(kernel, ...).
+template <class T>
+inline cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(entry), attr, value);
+}
+
+namespace hg::emu {
+
+// Device memory the emulated device reports (cudaMemGetInfo, totalGlobalMem) and cudaMalloc allows in
+// total; past it cudaMalloc returns cudaErrorMemoryAllocation. 0 restores the default (the host's
+// physical memory). For out-of-memory tests of allocators.
+void set_malloc_limit(size_t bytes);
+// Bytes currently allocated with cudaMalloc.
+size_t device_bytes_in_use();
+
+// Seed of the block and thread orders (default: HG_EMU_SEED from the environment, else a fixed value).
+// Each launch derives its own orders from the seed and a launch counter, so a run is reproducible.
+void set_seed(uint64_t seed);
+// OS threads that run blocks of one grid (default: OpenMP's maximum). Ignored when blocks run serially
+// (AddressSanitizer builds, see config.h).
+void set_num_threads(int threads);
+
+namespace detail {
+// The kernel's dynamic shared memory limit: 48 KiB unless raised with cudaFuncSetAttribute.
+size_t kernel_max_dynamic_shared(const void* kernel);
+// Whether `stream` is 0, cudaStreamLegacy, cudaStreamPerThread or a live stream.
+bool is_valid_stream(cudaStream_t stream);
+}  // namespace detail
+
+// The emulated device's limits.
+inline constexpr int kMaxThreadsPerBlock = 1024;
+inline constexpr unsigned kMaxBlockDim[3] = {1024, 1024, 64};
+inline constexpr unsigned kMaxGridDim[3] = {2147483647u, 65535u, 65535u};
+inline constexpr size_t kSharedMemPerBlock = 48 * 1024;
+inline constexpr size_t kSharedMemPerBlockOptin = 227 * 1024;
+inline constexpr int kMultiProcessorCount = 132;
+inline constexpr size_t kMaxKernelArgumentBytes = 32764;
+
+}  // namespace hg::emu
