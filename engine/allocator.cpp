@@ -21,7 +21,25 @@ size_t CpuCachingAllocator::size_class(size_t nbytes) {
   return (nbytes + step - 1) / step * step;
 }
 
+namespace {
+void* aligned_host_allocate(size_t bytes) { return std::aligned_alloc(kAlignment, bytes); }
+void host_free(void* ptr) { std::free(ptr); }
+}  // namespace
+
+CpuCachingAllocator::CpuCachingAllocator(const char* name, RawAllocate raw_allocate, RawFree raw_free)
+    : name_(name),
+      raw_allocate_(raw_allocate ? raw_allocate : aligned_host_allocate),
+      raw_free_(raw_free ? raw_free : host_free) {}
+
 CpuCachingAllocator::~CpuCachingAllocator() { empty_cache(); }
+
+void CpuCachingAllocator::release_cached_blocks() {
+  for (auto& [size, blocks] : free_blocks_) {
+    for (void* block : blocks) raw_free_(block);
+    stats_.reserved_bytes -= int64_t(size * blocks.size());
+  }
+  free_blocks_.clear();
+}
 
 void* CpuCachingAllocator::allocate(size_t nbytes) {
   const size_t size = size_class(nbytes);
@@ -33,17 +51,15 @@ void* CpuCachingAllocator::allocate(size_t nbytes) {
     cached.pop_back();
     ++stats_.cache_hits;
   } else {
-    ptr = std::aligned_alloc(kAlignment, size);
+    ptr = raw_allocate_(size);
     if (ptr == nullptr) {
       // Give the cache back and try once more before reporting.
-      for (auto& [cls, blocks] : free_blocks_) {
-        for (void* block : blocks) std::free(block);
-        stats_.reserved_bytes -= int64_t(cls * blocks.size());
-        blocks.clear();
-      }
-      ptr = std::aligned_alloc(kAlignment, size);
+      ++stats_.alloc_retries;
+      release_cached_blocks();
+      ptr = raw_allocate_(size);
     }
-    HG_CHECK(ptr != nullptr, "[CpuCachingAllocator] out of host memory: requested ", size, " bytes with ",
+    if (ptr == nullptr) ++stats_.oom_count;
+    HG_CHECK(ptr != nullptr, "[", name_, "] out of host memory: requested ", size, " bytes with ",
              stats_.allocated_bytes, " bytes allocated and ", stats_.reserved_bytes, " reserved");
     stats_.reserved_bytes += int64_t(size);
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
@@ -79,11 +95,7 @@ void CpuCachingAllocator::reset_peak() {
 
 void CpuCachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [size, blocks] : free_blocks_) {
-    for (void* block : blocks) std::free(block);
-    stats_.reserved_bytes -= int64_t(size * blocks.size());
-  }
-  free_blocks_.clear();
+  release_cached_blocks();
 }
 
 Allocator& allocator_for(const Device& device) {

@@ -46,6 +46,12 @@ class Allocator {
 
 class CpuCachingAllocator final : public Allocator {
  public:
+  // Where blocks come from and go back to: aligned host memory by default; pinned (page-locked)
+  // memory for the CUDA pinned allocator. raw_allocate returns nullptr on failure.
+  using RawAllocate = void* (*)(size_t bytes);
+  using RawFree = void (*)(void* ptr);
+  CpuCachingAllocator(const char* name = "CpuCachingAllocator", RawAllocate raw_allocate = nullptr,
+                      RawFree raw_free = nullptr);
   ~CpuCachingAllocator() override;
   void* allocate(size_t nbytes) override;
   void deallocate(void* ptr) override;
@@ -56,6 +62,11 @@ class CpuCachingAllocator final : public Allocator {
   static size_t size_class(size_t nbytes);
 
  private:
+  void release_cached_blocks();  // with mutex_ held
+
+  const char* name_;
+  RawAllocate raw_allocate_;
+  RawFree raw_free_;
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // size class -> cached blocks
   std::unordered_map<void*, size_t> block_size_;                // live block -> its size class

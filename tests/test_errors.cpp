@@ -1,23 +1,12 @@
 // Bad input gets an hg::Error whose message names the op, what it was given and what it expected.
 #include <doctest/doctest.h>
 
+#include "support/check_error.h"
+
 #include "engine/cuda/cuda_context.h"
 #include "engine/ops.h"
 
 using namespace hg;
-
-#define CHECK_ERROR(expr, ...)                                        \
-  do {                                                                \
-    std::string message;                                              \
-    try {                                                             \
-      (void)(expr);                                                   \
-    } catch (const Error& e) {                                        \
-      message = e.what();                                             \
-    }                                                                 \
-    INFO("message: ", message);                                       \
-    CHECK_FALSE(message.empty());                                     \
-    for (const char* part : {__VA_ARGS__}) CHECK(message.find(part) != std::string::npos); \
-  } while (0)
 
 TEST_CASE("shape errors name the op - both shapes and the rule") {
   CHECK_ERROR(add(zeros({2, 3}), zeros({4})), "[add]", "[2, 3]", "[4]", "cannot be broadcast", "equal sizes or 1");

@@ -8,6 +8,8 @@
 // that the comparison measures the update's arithmetic and not the accumulated rounding of storage.
 #include <doctest/doctest.h>
 
+#include "support/check_error.h"
+
 #include <omp.h>
 
 #include <cmath>
@@ -25,19 +27,6 @@
 
 using namespace hg;
 using namespace hg::optim;
-
-#define CHECK_ERROR(expr, ...)                                                             \
-  do {                                                                                     \
-    std::string message;                                                                   \
-    try {                                                                                  \
-      (void)(expr);                                                                        \
-    } catch (const Error& e) {                                                             \
-      message = e.what();                                                                  \
-    }                                                                                      \
-    INFO("message: ", message);                                                            \
-    CHECK_FALSE(message.empty());                                                          \
-    for (const char* part : {__VA_ARGS__}) CHECK(message.find(part) != std::string::npos); \
-  } while (0)
 
 namespace {
 

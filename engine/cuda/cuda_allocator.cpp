@@ -249,59 +249,21 @@ CudaCachingAllocator& device_allocator(int device) {
 
 // ---- pinned host memory ----
 
-void* PinnedHostAllocator::allocate(size_t nbytes) {
-  const size_t size = CpuCachingAllocator::size_class(nbytes);
-  std::lock_guard<std::mutex> lock(mutex_);
+namespace {
+void* pinned_allocate(size_t bytes) {
   void* ptr = nullptr;
-  auto& cached = free_blocks_[size];
-  if (!cached.empty()) {
-    ptr = cached.back();
-    cached.pop_back();
-    ++stats_.cache_hits;
-  } else {
-    HG_CUDA_CHECK(cudaMallocHost(&ptr, size));
-    stats_.reserved_bytes += int64_t(size);
-    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+  if (cudaMallocHost(&ptr, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
   }
-  block_size_[ptr] = size;
-  ++stats_.allocation_count;
-  stats_.allocated_bytes += int64_t(size);
-  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
   return ptr;
 }
+void pinned_free(void* ptr) { (void)cudaFreeHost(ptr); }
+}  // namespace
 
-void PinnedHostAllocator::deallocate(void* ptr) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = block_size_.find(ptr);
-  if (it == block_size_.end()) return;
-  stats_.allocated_bytes -= int64_t(it->second);
-  free_blocks_[it->second].push_back(ptr);
-  block_size_.erase(it);
-}
-
-MemoryStats PinnedHostAllocator::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
-}
-
-void PinnedHostAllocator::reset_peak() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  stats_.peak_allocated_bytes = stats_.allocated_bytes;
-  stats_.peak_reserved_bytes = stats_.reserved_bytes;
-}
-
-void PinnedHostAllocator::empty_cache() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [size, blocks] : free_blocks_) {
-    for (void* b : blocks) (void)cudaFreeHost(b);
-    stats_.reserved_bytes -= int64_t(size * blocks.size());
-  }
-  free_blocks_.clear();
-}
-
-PinnedHostAllocator& pinned_allocator() {
-  static auto* allocator = new PinnedHostAllocator();  // process lifetime
-  return *allocator;
+CpuCachingAllocator& pinned_allocator() {
+  static auto* allocator = new CpuCachingAllocator("pinned host allocator", pinned_allocate, pinned_free);
+  return *allocator;  // process lifetime
 }
 
 }  // namespace hg::cuda

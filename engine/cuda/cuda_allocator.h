@@ -71,22 +71,8 @@ class CudaCachingAllocator final : public Allocator {
 // The caching allocator of CUDA device `device` (process-wide).
 CudaCachingAllocator& device_allocator(int device);
 
-// Page-locked host memory for asynchronous copies, cached by size class like the CPU allocator.
-class PinnedHostAllocator final : public Allocator {
- public:
-  void* allocate(size_t nbytes) override;
-  void deallocate(void* ptr) override;
-  MemoryStats stats() const override;
-  void reset_peak() override;
-  void empty_cache() override;
-
- private:
-  mutable std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks_;
-  std::unordered_map<void*, size_t> block_size_;
-  MemoryStats stats_;
-};
-
-PinnedHostAllocator& pinned_allocator();
+// Page-locked host memory for asynchronous copies: the CPU caching allocator (size classes, free
+// lists, statistics) over cudaMallocHost / cudaFreeHost.
+CpuCachingAllocator& pinned_allocator();
 
 }  // namespace hg::cuda
