@@ -64,6 +64,10 @@ Tensor max(const Tensor& x);
 // [.., m, k] @ [.., k, n] with broadcasting batch dimensions; 1-D operands as in NumPy.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// y = x W^T + b for x [..., in], weight [out, in], bias [out] (may be undefined): one GEMM with a
+// bias epilogue (engine/ops/linear.cpp).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
 // ---- normalisation and losses ----
 Tensor softmax(const Tensor& x, int dim = -1);
 Tensor log_softmax(const Tensor& x, int dim = -1);

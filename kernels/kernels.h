@@ -72,6 +72,10 @@ void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                     int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType dtype);
 // Which f32 GEMM path gemm() takes on this CPU: "avx512" or "eigen".
 const char* gemm_f32_path();
+// GEMM with a bias epilogue: C[i, :] = alpha op(A) op(B)[i, :] + bias (bias [n], one value per
+// output column, broadcast over the m rows). C is written, not read. (The Linear layer's forward.)
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+               int64_t lda, const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, DType dtype);
 
 // ---- softmax -----------------------------------------------------------------------------------
 // Row-wise over contiguous [rows, cols], max-subtracted for stability. log_softmax when `log`.

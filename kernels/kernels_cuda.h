@@ -75,5 +75,9 @@ double sum_of_squares(const void* x, int64_t n, DType dtype, Stream stream);
 // ---- GEMM (cuBLASLt on a GPU; the CPU backend on the emulator) ----
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType dtype, Stream stream);
+// cuBLASLt's bias epilogue (CUBLASLT_EPILOGUE_BIAS): the bias is added before C is stored.
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+               int64_t lda, const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, DType dtype,
+               Stream stream);
 
 }  // namespace hg::kernels::cuda

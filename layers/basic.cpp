@@ -21,8 +21,7 @@ Linear::Linear(const LinearOptions& opts) : options(opts) {
 Tensor Linear::forward(const Tensor& x) {
   HG_CHECK(x.dim() >= 1 && x.size(-1) == options.in_features, "[Linear] input ", x.describe(),
            " does not match in_features = ", options.in_features, "; expected [..., ", options.in_features, "]");
-  Tensor y = matmul(x, weight.t());
-  return bias.defined() ? y + bias : y;
+  return linear(x, weight, bias);
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim) {

@@ -239,4 +239,18 @@ void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 
 const char* gemm_f32_path() { return has_avx512() ? "avx512" : "eigen"; }
 
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+               int64_t lda, const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, DType dtype) {
+  check_arguments("gemm_bias", trans_a, trans_b, m, n, k, lda, ldb, ldc, dtype);
+  HG_CHECK(bias != nullptr || n == 0, "[gemm_bias] bias is null; expected a vector of n = ", n, " values");
+  // Every row of C starts as the bias; the GEMM then accumulates onto it (beta = 1), so the sum is
+  // rounded once, as in the fused epilogue of the GPU path.
+  dispatch_floating(dtype, "gemm_bias", [&]<class T>() {
+    const T* bias_t = static_cast<const T*>(bias);
+    T* c_t = static_cast<T*>(c);
+    for (int64_t i = 0; i < m; ++i) std::copy(bias_t, bias_t + n, c_t + i * ldc);
+  });
+  gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0, c, ldc, dtype);
+}
+
 }  // namespace hg::kernels::cpu

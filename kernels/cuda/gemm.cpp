@@ -31,6 +31,12 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
   cpu::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, dtype);
 }
 
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
+               const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, DType dtype, Stream stream) {
+  HG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cpu::gemm_bias(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc, dtype);
+}
+
 #else
 
 namespace {
@@ -97,15 +103,15 @@ bool tf32_enabled() {
   return enabled;
 }
 
-}  // namespace
-
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
-          const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType dtype, Stream stream) {
+// C = alpha op(A) op(B) + beta C, plus `bias` per output column when non-null (then beta = 0).
+void matmul_lt(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
+               const void* b, int64_t ldb, double beta, const void* bias, void* c, int64_t ldc, DType dtype,
+               Stream stream) {
   HG_CHECK(m >= 0 && n >= 0 && k >= 0, "[gemm] negative size: m = ", m, ", n = ", n, ", k = ", k);
   if (m == 0 || n == 0) return;
   const cudaDataType_t type = data_type(dtype);
   if (k == 0) {  // C = beta C; an empty product contributes nothing
-    HG_CHECK(beta == 0.0, "[gemm] k = 0 with beta != 0 is not supported on CUDA");
+    HG_CHECK(beta == 0.0 && bias == nullptr, "[gemm] k = 0 with beta != 0 or a bias is not supported on CUDA");
     const size_t esize = dtype_size(dtype);
     HG_CUDA_CHECK(cudaMemset2DAsync(c, size_t(ldc) * esize, 0, size_t(n) * esize, size_t(m), stream));
     return;
@@ -123,6 +129,14 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
   const cublasOperation_t op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   HG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
   HG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+  if (bias != nullptr) {
+    // In the column-major view the output C' is n x m: the bias (one value per output column of C)
+    // is one value per row of C', which is what CUBLASLT_EPILOGUE_BIAS broadcasts.
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    HG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    HG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    HG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type));
+  }
   // Stored (column-major) shapes: B' is n x k (k x n when transposed), A' is k x m (m x k when transposed).
   HG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, type, trans_b ? k : n, trans_b ? n : k, ldb));
   HG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, type, trans_a ? m : k, trans_a ? k : m, lda));
@@ -140,6 +154,19 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
   const void* beta_ptr = f64 ? static_cast<const void*>(&beta) : &beta32;
   HG_CUBLAS_CHECK(cublasLtMatmul(h.handle, d.op, alpha_ptr, b, d.a, a, d.b, beta_ptr, c, d.c, c, d.c,
                                  &heuristic.algo, h.workspace, kWorkspaceBytes, stream));
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
+          const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType dtype, Stream stream) {
+  matmul_lt(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, nullptr, c, ldc, dtype, stream);
+}
+
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
+               const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, DType dtype, Stream stream) {
+  HG_CHECK(bias != nullptr, "[gemm_bias] bias is null; expected a vector of n = ", n, " values");
+  matmul_lt(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0, bias, c, ldc, dtype, stream);
 }
 
 #endif

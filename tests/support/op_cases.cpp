@@ -77,6 +77,10 @@ const std::vector<OpCase>& op_cases() {
       {"matmul matrix vector", {{3, 4}, {4}}, Domain::Any, [](V x) { return matmul(x[0], x[1]); }},
       {"matmul permuted batch", {{3, 2, 4}, {2, 4, 3}}, Domain::Any,
        [](V x) { return matmul(x[0].permute({1, 0, 2}), x[1]); }},
+      {"linear", {{4, 3}, {5, 3}, {5}}, Domain::Any, [](V x) { return linear(x[0], x[1], x[2]); }},
+      {"linear batched", {{2, 3, 4}, {5, 4}, {5}}, Domain::Any, [](V x) { return linear(x[0], x[1], x[2]); }},
+      {"linear without bias", {{3, 4}, {2, 4}}, Domain::Any, [](V x) { return linear(x[0], x[1], Tensor()); }},
+      {"linear of strided", {{4, 3}, {5, 4}, {5}}, Domain::Any, [](V x) { return linear(x[0].t(), x[1], x[2]); }},
       // ---- softmax family and losses ----
       {"softmax last", {{3, 5}}, Domain::Any, [](V x) { return softmax(x[0], -1); }},
       {"softmax dim 0", {{3, 4}}, Domain::Any, [](V x) { return softmax(x[0], 0); }},
