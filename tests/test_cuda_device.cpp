@@ -171,3 +171,19 @@ TEST_CASE("pinned host memory is cached") {
   pinned.empty_cache();
   CHECK(pinned.stats().reserved_bytes == pinned.stats().allocated_bytes);
 }
+
+TEST_CASE("host-to-device copies are staged in pinned memory and the staging is released when done") {
+  if (skip_without_cuda()) return;
+  auto& pinned = cuda::pinned_allocator();
+  const int64_t allocations = pinned.stats().allocation_count;
+  std::vector<Tensor> hosts, devices;
+  for (int i = 0; i < 8; ++i) {
+    hosts.push_back(randn({1000 + i}));
+    devices.push_back(hosts.back().to(Device::cuda(0)));
+  }
+  for (size_t i = 0; i < hosts.size(); ++i) CHECK(devices[i].to(kCPU).to_vector<float>() == hosts[i].to_vector<float>());
+  CHECK(pinned.stats().allocation_count >= allocations + 8);
+  cuda::synchronize(0);
+  const Tensor last = randn({10}).to(Device::cuda(0));  // finds the earlier copies done and releases them
+  CHECK(pinned.stats().allocated_bytes <= int64_t(CpuCachingAllocator::size_class(10 * sizeof(float))));
+}

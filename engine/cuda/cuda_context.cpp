@@ -1,7 +1,10 @@
 #include "engine/cuda/cuda_context.h"
+#include "engine/cuda/cuda_allocator.h"
 
 #include <array>
+#include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "kernels/cuda/check.h"
 
@@ -90,11 +93,50 @@ void synchronize(int device) {
 }
 void synchronize(Stream stream) { HG_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 
+namespace {
+
+// Pinned staging buffers of host-to-device copies still in flight, each released once its event
+// (recorded on the copy stream after the copy) has completed.
+struct StagingBuffer {
+  void* pinned;
+  cudaEvent_t done;
+};
+std::mutex g_staging_mutex;
+std::vector<StagingBuffer> g_staging;
+
+void release_finished_staging() {
+  for (size_t i = 0; i < g_staging.size();) {
+    const cudaError_t status = cudaEventQuery(g_staging[i].done);
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      ++i;
+      continue;
+    }
+    (void)cudaEventDestroy(g_staging[i].done);
+    pinned_allocator().deallocate(g_staging[i].pinned);
+    g_staging[i] = g_staging.back();
+    g_staging.pop_back();
+  }
+}
+
+}  // namespace
+
 void copy_to_device(void* dst, const void* src, size_t nbytes, int device) {
   if (nbytes == 0) return;
-  HG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, compute_stream(device)));
-  // A pageable source is staged before cudaMemcpyAsync returns; a pinned one is read later, so wait.
-  synchronize(compute_stream(device));
+  // Asynchronous: the bytes are staged in pinned memory (so the caller may reuse `src` at once), the
+  // DMA runs on the copy stream, and the compute stream waits for it with an event, so every later
+  // kernel on the compute stream sees the data while the host goes on. The destination needs no
+  // record_stream: its block is reused only by compute-stream work, which is ordered after the wait.
+  std::lock_guard<std::mutex> lock(g_staging_mutex);
+  release_finished_staging();
+  void* pinned = pinned_allocator().allocate(nbytes);
+  std::memcpy(pinned, src, nbytes);
+  cudaEvent_t done = nullptr;
+  HG_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  g_staging.push_back({pinned, done});
+  HG_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, nbytes, cudaMemcpyHostToDevice, copy_stream(device)));
+  HG_CUDA_CHECK(cudaEventRecord(done, copy_stream(device)));
+  HG_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device), done, 0));
 }
 
 void copy_to_host(void* dst, const void* src, size_t nbytes, int device) {

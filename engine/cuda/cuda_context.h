@@ -32,8 +32,9 @@ void synchronize(Stream stream);
 // The caching allocator of `device` (engine/cuda/cuda_allocator.h).
 class CudaCachingAllocator;
 CudaCachingAllocator& device_allocator(int device);
-// Copies between host memory and `device`'s memory, ordered on its compute stream. To the host
-// waits for completion; to the device returns once the host buffer may be reused.
+// Copies between host memory and `device`'s memory. To the device is asynchronous: staged through
+// pinned memory, run on the copy stream, and ordered before all later compute-stream work (the host
+// buffer may be reused on return). To the host waits for the compute stream's work and the copy.
 void copy_to_device(void* dst, const void* src, size_t nbytes, int device);
 void copy_to_host(void* dst, const void* src, size_t nbytes, int device);
 void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device);
