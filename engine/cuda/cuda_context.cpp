@@ -85,7 +85,16 @@ std::string device_name(int device) {
          ", " + std::to_string(properties.totalGlobalMem >> 30) + " GiB)";
 }
 
-Stream compute_stream(int device) { return streams_of(device).compute; }
+// Also makes `device` current for this thread, so kernels enqueued on its stream run on it.
+Stream compute_stream(int device) {
+  thread_local int current = -1;
+  DeviceStreams& s = streams_of(device);
+  if (current != device) {
+    HG_CUDA_CHECK(cudaSetDevice(device));
+    current = device;
+  }
+  return s.compute;
+}
 Stream copy_stream(int device) { return streams_of(device).copy; }
 void synchronize(int device) {
   synchronize(compute_stream(device));

@@ -22,7 +22,8 @@ std::string unavailable_reason();
 std::string device_name(int device);
 bool is_emulated();
 
-// The stream kernels of `device` run on (created on first use, never destroyed).
+// The stream kernels of `device` run on (created on first use, never destroyed); makes `device` the
+// calling thread's current CUDA device, so what is enqueued next runs there.
 Stream compute_stream(int device);
 // The stream for asynchronous host<->device copies that overlap compute.
 Stream copy_stream(int device);
