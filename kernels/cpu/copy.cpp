@@ -16,6 +16,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
+#include "kernels/pair_layout.h"
 
 #include <omp.h>
 
@@ -23,40 +24,6 @@ namespace hg::kernels::cpu {
 namespace {
 
 constexpr int64_t kParallelMinElements = int64_t(1) << 16;
-
-// A shape with one stride per view, simplified as described in the header comment.
-struct CopyLayout {
-  int rank = 0;
-  int64_t shape[kMaxRank];
-  int64_t src[kMaxRank];
-  int64_t dst[kMaxRank];
-};
-
-CopyLayout simplify_layout(const int64_t* shape, const int64_t* src_strides, const int64_t* dst_strides, int rank) {
-  CopyLayout out;
-  for (int d = 0; d < rank; ++d) {
-    if (shape[d] == 1) continue;
-    const int last = out.rank - 1;
-    const bool mergeable =
-        last >= 0 && out.src[last] == src_strides[d] * shape[d] && out.dst[last] == dst_strides[d] * shape[d];
-    if (mergeable) {
-      out.shape[last] *= shape[d];
-      out.src[last] = src_strides[d];
-      out.dst[last] = dst_strides[d];
-    } else {
-      out.shape[out.rank] = shape[d];
-      out.src[out.rank] = src_strides[d];
-      out.dst[out.rank] = dst_strides[d];
-      ++out.rank;
-    }
-  }
-  if (out.rank == 0) {  // a single element
-    out.rank = 1;
-    out.shape[0] = 1;
-    out.src[0] = out.dst[0] = 1;
-  }
-  return out;
-}
 
 template <class E>
 void copy_row(const E* __restrict src, int64_t src_stride, E* __restrict dst, int64_t dst_stride, int64_t n) {
@@ -69,7 +36,7 @@ void copy_row(const E* __restrict src, int64_t src_stride, E* __restrict dst, in
 
 // Copies outer rows [row_begin, row_end) of the layout; each row is the last dimension.
 template <class E>
-void copy_rows(const E* src, E* dst, const CopyLayout& layout, int64_t row_begin, int64_t row_end) {
+void copy_rows(const E* src, E* dst, const PairLayout& layout, int64_t row_begin, int64_t row_end) {
   const int outer_rank = layout.rank - 1;
   int64_t index[kMaxRank] = {};
   int64_t src_offset = 0, dst_offset = 0;
@@ -77,25 +44,25 @@ void copy_rows(const E* src, E* dst, const CopyLayout& layout, int64_t row_begin
   for (int d = outer_rank - 1; d >= 0; --d) {
     index[d] = rest % layout.shape[d];
     rest /= layout.shape[d];
-    src_offset += index[d] * layout.src[d];
-    dst_offset += index[d] * layout.dst[d];
+    src_offset += index[d] * layout.first[d];
+    dst_offset += index[d] * layout.second[d];
   }
   const int64_t cols = layout.shape[outer_rank];
   for (int64_t row = row_begin; row < row_end; ++row) {
-    copy_row(src + src_offset, layout.src[outer_rank], dst + dst_offset, layout.dst[outer_rank], cols);
+    copy_row(src + src_offset, layout.first[outer_rank], dst + dst_offset, layout.second[outer_rank], cols);
     for (int d = outer_rank - 1; d >= 0; --d) {  // odometer step
-      src_offset += layout.src[d];
-      dst_offset += layout.dst[d];
+      src_offset += layout.first[d];
+      dst_offset += layout.second[d];
       if (++index[d] < layout.shape[d]) break;
-      src_offset -= layout.src[d] * layout.shape[d];
-      dst_offset -= layout.dst[d] * layout.shape[d];
+      src_offset -= layout.first[d] * layout.shape[d];
+      dst_offset -= layout.second[d] * layout.shape[d];
       index[d] = 0;
     }
   }
 }
 
 template <class E>
-void copy_layout(const E* src, E* dst, const CopyLayout& layout) {
+void copy_layout(const E* src, E* dst, const PairLayout& layout) {
   int64_t rows = 1;
   for (int d = 0; d + 1 < layout.rank; ++d) rows *= layout.shape[d];
   const int64_t total = rows * layout.shape[layout.rank - 1];
@@ -121,7 +88,7 @@ void copy_strided(const void* src, const int64_t* src_strides, void* dst, const 
   for (int d = 0; d < rank; ++d) {
     if (shape[d] == 0) return;
   }
-  const CopyLayout layout = simplify_layout(shape, src_strides, dst_strides, rank);
+  const PairLayout layout = collapse_dimensions(shape, src_strides, dst_strides, rank);
   switch (dtype_size(dtype)) {
     case 2:
       return copy_layout(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), layout);

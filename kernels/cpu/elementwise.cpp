@@ -24,6 +24,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
+#include "kernels/pair_layout.h"
 
 #include <omp.h>
 
@@ -195,39 +196,6 @@ void with_binary_op(BinaryOp op, F&& body) {
   HG_FAIL("[binary_forward] unknown BinaryOp ", int(op));
 }
 
-// The broadcast layout with size-1 dimensions dropped and mergeable neighbours merged (y is
-// contiguous, so only a's and b's strides decide whether two dimensions merge).
-struct BinaryLayout {
-  int rank = 0;
-  int64_t shape[kMaxRank];
-  int64_t a[kMaxRank];
-  int64_t b[kMaxRank];
-};
-
-BinaryLayout simplify_layout(const int64_t* shape, const int64_t* a_strides, const int64_t* b_strides, int rank) {
-  BinaryLayout out;
-  for (int d = 0; d < rank; ++d) {
-    if (shape[d] == 1) continue;
-    const int last = out.rank - 1;
-    if (last >= 0 && out.a[last] == a_strides[d] * shape[d] && out.b[last] == b_strides[d] * shape[d]) {
-      out.shape[last] *= shape[d];
-      out.a[last] = a_strides[d];
-      out.b[last] = b_strides[d];
-    } else {
-      out.shape[out.rank] = shape[d];
-      out.a[out.rank] = a_strides[d];
-      out.b[out.rank] = b_strides[d];
-      ++out.rank;
-    }
-  }
-  if (out.rank == 0) {  // a single element
-    out.rank = 1;
-    out.shape[0] = 1;
-    out.a[0] = out.b[0] = 1;
-  }
-  return out;
-}
-
 // y[i] = a[i * sa] op b[i * sb]; the common stride patterns get their own loop so each vectorises.
 template <class T, class Op>
 void binary_row(const T* __restrict a, int64_t sa, const T* __restrict b, int64_t sb, T* __restrict y, int64_t n,
@@ -248,7 +216,7 @@ void binary_row(const T* __restrict a, int64_t sa, const T* __restrict b, int64_
 
 // Rows [row_begin, row_end) of the layout's outer dimensions; y is contiguous.
 template <class T, class Op>
-void binary_rows(const T* a, const T* b, T* y, const BinaryLayout& layout, int64_t row_begin, int64_t row_end, Op op) {
+void binary_rows(const T* a, const T* b, T* y, const PairLayout& layout, int64_t row_begin, int64_t row_end, Op op) {
   const int outer_rank = layout.rank - 1;
   const int64_t cols = layout.shape[outer_rank];
   int64_t index[kMaxRank] = {};
@@ -257,28 +225,28 @@ void binary_rows(const T* a, const T* b, T* y, const BinaryLayout& layout, int64
   for (int d = outer_rank - 1; d >= 0; --d) {
     index[d] = rest % layout.shape[d];
     rest /= layout.shape[d];
-    a_offset += index[d] * layout.a[d];
-    b_offset += index[d] * layout.b[d];
+    a_offset += index[d] * layout.first[d];
+    b_offset += index[d] * layout.second[d];
   }
   for (int64_t row = row_begin; row < row_end; ++row) {
-    binary_row(a + a_offset, layout.a[outer_rank], b + b_offset, layout.b[outer_rank], y + row * cols, cols, op);
+    binary_row(a + a_offset, layout.first[outer_rank], b + b_offset, layout.second[outer_rank], y + row * cols, cols, op);
     for (int d = outer_rank - 1; d >= 0; --d) {  // odometer step
-      a_offset += layout.a[d];
-      b_offset += layout.b[d];
+      a_offset += layout.first[d];
+      b_offset += layout.second[d];
       if (++index[d] < layout.shape[d]) break;
-      a_offset -= layout.a[d] * layout.shape[d];
-      b_offset -= layout.b[d] * layout.shape[d];
+      a_offset -= layout.first[d] * layout.shape[d];
+      b_offset -= layout.second[d] * layout.shape[d];
       index[d] = 0;
     }
   }
 }
 
 template <class T, class Op>
-void binary_typed(const T* a, const T* b, T* y, const BinaryLayout& layout, Op op) {
+void binary_typed(const T* a, const T* b, T* y, const PairLayout& layout, Op op) {
   using A = acc_t<T>;
   if (layout.rank == 1) {  // flat: both contiguous, or one side a scalar
     const int64_t n = layout.shape[0];
-    const int64_t sa = layout.a[0], sb = layout.b[0];
+    const int64_t sa = layout.first[0], sb = layout.second[0];
     if (sa == 1 && sb == 1)
       return map_elements(
           n, [op](A av, A bv) { return op(av, bv); }, y, a, b);
@@ -349,7 +317,7 @@ void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const 
   for (int d = 0; d < rank; ++d) {
     if (shape[d] == 0) return;
   }
-  const BinaryLayout layout = simplify_layout(shape, a_strides, b_strides, rank);
+  const PairLayout layout = collapse_dimensions(shape, a_strides, b_strides, rank);
   dispatch_floating(dtype, "binary_forward", [&]<class T>() {
     with_binary_op(op, [&](auto functor) {
       binary_typed(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), layout, functor);

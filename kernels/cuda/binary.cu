@@ -3,7 +3,7 @@
 //
 // The layout is first simplified on the host exactly as the CPU backend does (size-1 dimensions
 // dropped, neighbours merged when both inputs step over them as one), then handed to the kernel
-// by value (BroadcastLayout: rank <= kMaxRank, shape and both stride vectors), so no host array is
+// by value (PairLayout: rank <= kMaxRank, shape and both stride vectors), so no host array is
 // ever read on the device.
 //
 // Parallel strategy:
@@ -15,40 +15,10 @@
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/cuda/map.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/pair_layout.h"
 
 namespace hg::kernels::cuda {
 namespace {
-
-struct BroadcastLayout {
-  int rank = 0;
-  int64_t shape[kMaxRank];
-  int64_t a[kMaxRank];
-  int64_t b[kMaxRank];
-};
-
-BroadcastLayout simplify_layout(const int64_t* shape, const int64_t* a_strides, const int64_t* b_strides, int rank) {
-  BroadcastLayout out;
-  for (int d = 0; d < rank; ++d) {
-    if (shape[d] == 1) continue;
-    const int last = out.rank - 1;
-    if (last >= 0 && out.a[last] == a_strides[d] * shape[d] && out.b[last] == b_strides[d] * shape[d]) {
-      out.shape[last] *= shape[d];
-      out.a[last] = a_strides[d];
-      out.b[last] = b_strides[d];
-    } else {
-      out.shape[out.rank] = shape[d];
-      out.a[out.rank] = a_strides[d];
-      out.b[out.rank] = b_strides[d];
-      ++out.rank;
-    }
-  }
-  if (out.rank == 0) {  // a single element
-    out.rank = 1;
-    out.shape[0] = 1;
-    out.a[0] = out.b[0] = 1;
-  }
-  return out;
-}
 
 template <class A>
 HG_DEVICE A apply(BinaryOp op, A a, A b) {
@@ -72,14 +42,14 @@ struct Both {
 };
 template <class T>
 __global__ void broadcast_kernel(BinaryOp op, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y,
-                                 BroadcastLayout layout, int64_t total) {
+                                 PairLayout layout, int64_t total) {
   for (int64_t i = flat_worker(); i < total; i += flat_workers()) {
     int64_t rest = i, a_offset = 0, b_offset = 0;
     for (int d = layout.rank - 1; d >= 0; --d) {
       const int64_t index = rest % layout.shape[d];
       rest /= layout.shape[d];
-      a_offset += index * layout.a[d];
-      b_offset += index * layout.b[d];
+      a_offset += index * layout.first[d];
+      b_offset += index * layout.second[d];
     }
     y[i] = from_acc<T>(apply(op, to_acc(a[a_offset]), to_acc(b[b_offset])));
   }
@@ -131,7 +101,7 @@ void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const 
   for (int d = 0; d < rank; ++d) {
     if (shape[d] == 0) return;
   }
-  const BroadcastLayout layout = simplify_layout(shape, a_strides, b_strides, rank);
+  const PairLayout layout = collapse_dimensions(shape, a_strides, b_strides, rank);
   int64_t total = 1;
   for (int d = 0; d < layout.rank; ++d) total *= layout.shape[d];
   dispatch_floating_cuda(dtype, "binary_forward", [&]<class T>() {
@@ -139,12 +109,12 @@ void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const 
     const T* at = static_cast<const T*>(a);
     const T* bt = static_cast<const T*>(b);
     T* yt = static_cast<T*>(y);
-    if (layout.rank == 1 && layout.a[0] == 1 && layout.b[0] == 1) {
+    if (layout.rank == 1 && layout.first[0] == 1 && layout.second[0] == 1) {
       with_binary_op(op, [&]<BinaryOp kOp>() { map_elements(stream, total, Both<kOp, A>{}, yt, at, bt); });
       return;
     }
-    if (layout.rank == 1 && (layout.a[0] == 0) != (layout.b[0] == 0) && (layout.a[0] == 1 || layout.b[0] == 1)) {
-      const bool scalar_right = layout.b[0] == 0;
+    if (layout.rank == 1 && (layout.first[0] == 0) != (layout.second[0] == 0) && (layout.first[0] == 1 || layout.second[0] == 1)) {
+      const bool scalar_right = layout.second[0] == 0;
       const T* tensor = scalar_right ? at : bt;
       const T* scalar = scalar_right ? bt : at;
       const int64_t head = pack_head<T>(total, yt, tensor);

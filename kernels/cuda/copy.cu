@@ -3,7 +3,7 @@
 // The copy only moves bits, so it is templated on the element size (uint16_t, uint32_t, uint64_t),
 // not on the dtype. The layout is simplified on the host exactly as the CPU backend does (size-1
 // dimensions dropped, neighbours merged when both views step over them as one, so a contiguous
-// tensor of any rank becomes one row) and handed to the kernel by value (CopyLayout, rank <=
+// tensor of any rank becomes one row) and handed to the kernel by value (PairLayout, rank <=
 // kMaxRank): no host array is read on the device.
 //
 // Parallel strategy:
@@ -15,40 +15,10 @@
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/pair_layout.h"
 
 namespace hg::kernels::cuda {
 namespace {
-
-struct CopyLayout {
-  int rank = 0;
-  int64_t shape[kMaxRank];
-  int64_t src[kMaxRank];
-  int64_t dst[kMaxRank];
-};
-
-CopyLayout simplify_layout(const int64_t* shape, const int64_t* src_strides, const int64_t* dst_strides, int rank) {
-  CopyLayout out;
-  for (int d = 0; d < rank; ++d) {
-    if (shape[d] == 1) continue;
-    const int last = out.rank - 1;
-    if (last >= 0 && out.src[last] == src_strides[d] * shape[d] && out.dst[last] == dst_strides[d] * shape[d]) {
-      out.shape[last] *= shape[d];
-      out.src[last] = src_strides[d];
-      out.dst[last] = dst_strides[d];
-    } else {
-      out.shape[out.rank] = shape[d];
-      out.src[out.rank] = src_strides[d];
-      out.dst[out.rank] = dst_strides[d];
-      ++out.rank;
-    }
-  }
-  if (out.rank == 0) {  // a single element
-    out.rank = 1;
-    out.shape[0] = 1;
-    out.src[0] = out.dst[0] = 1;
-  }
-  return out;
-}
 
 template <class E>
 __global__ void copy_contiguous_kernel(const E* __restrict__ src, E* __restrict__ dst, int64_t n, int64_t head) {
@@ -59,14 +29,14 @@ __global__ void copy_contiguous_kernel(const E* __restrict__ src, E* __restrict_
 }
 
 template <class E>
-__global__ void copy_strided_kernel(const E* __restrict__ src, E* __restrict__ dst, CopyLayout layout, int64_t total) {
+__global__ void copy_strided_kernel(const E* __restrict__ src, E* __restrict__ dst, PairLayout layout, int64_t total) {
   for (int64_t i = flat_worker(); i < total; i += flat_workers()) {
     int64_t rest = i, src_offset = 0, dst_offset = 0;
     for (int d = layout.rank - 1; d >= 0; --d) {
       const int64_t index = rest % layout.shape[d];
       rest /= layout.shape[d];
-      src_offset += index * layout.src[d];
-      dst_offset += index * layout.dst[d];
+      src_offset += index * layout.first[d];
+      dst_offset += index * layout.second[d];
     }
     dst[dst_offset] = src[src_offset];
   }
@@ -83,13 +53,13 @@ void copy_strided(const void* src, const int64_t* src_strides, void* dst, const 
   for (int d = 0; d < rank; ++d) {
     if (shape[d] == 0) return;
   }
-  const CopyLayout layout = simplify_layout(shape, src_strides, dst_strides, rank);
+  const PairLayout layout = collapse_dimensions(shape, src_strides, dst_strides, rank);
   int64_t total = 1;
   for (int d = 0; d < layout.rank; ++d) total *= layout.shape[d];
   dispatch_bits_cuda(dtype, "copy_strided", [&]<class E>() {
     const E* s = static_cast<const E*>(src);
     E* t = static_cast<E*>(dst);
-    if (layout.rank == 1 && layout.src[0] == 1 && layout.dst[0] == 1) {
+    if (layout.rank == 1 && layout.first[0] == 1 && layout.second[0] == 1) {
       const int64_t head = pack_head<E>(total, s, t);
       const int64_t units = head < 0 ? total : (total + kPack<E> - 1) / kPack<E> + 1;
       launch(copy_contiguous_kernel<E>, flat_grid(units), dim3(kFlatThreads), 0, stream, s, t, total, head);
