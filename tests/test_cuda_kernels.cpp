@@ -36,6 +36,8 @@
 // and passes; the emulated build (HALFGRAD_CUDA=EMULATED) and a GPU machine run them all.
 #include <doctest/doctest.h>
 
+#include "support/host_buffer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -106,69 +108,7 @@ void sync() { HG_CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
 // ---- host buffers of any dtype -------------------------------------------------------------------
 
-class Buffer {
- public:
-  Buffer(DType dtype, int64_t n)
-      : dtype_(dtype), n_(n), bytes_(size_t(std::max<int64_t>(n, 1)) * hg::dtype_size(dtype), 0xff) {}
-
-  DType dtype() const { return dtype_; }
-  int64_t size() const { return n_; }
-  size_t bytes() const { return size_t(n_) * hg::dtype_size(dtype_); }
-  void* data() { return bytes_.data(); }
-  const void* data() const { return bytes_.data(); }
-  template <class T>
-  T* as() {
-    return reinterpret_cast<T*>(bytes_.data());
-  }
-
-  void set(int64_t i, double v) {
-    switch (dtype_) {
-      case DType::f32:
-        as<float>()[i] = float(v);
-        break;
-      case DType::f64:
-        as<double>()[i] = v;
-        break;
-      case DType::f16:
-        as<hg::half>()[i] = hg::half(float(v));
-        break;
-      case DType::bf16:
-        as<hg::bfloat16>()[i] = hg::bfloat16(float(v));
-        break;
-      case DType::i32:
-        as<int32_t>()[i] = int32_t(v);
-        break;
-      case DType::i64:
-        as<int64_t>()[i] = int64_t(v);
-        break;
-    }
-  }
-  double get(int64_t i) const {
-    const void* p = bytes_.data();
-    switch (dtype_) {
-      case DType::f32:
-        return static_cast<const float*>(p)[i];
-      case DType::f64:
-        return static_cast<const double*>(p)[i];
-      case DType::f16:
-        return float(static_cast<const hg::half*>(p)[i]);
-      case DType::bf16:
-        return float(static_cast<const hg::bfloat16*>(p)[i]);
-      case DType::i32:
-        return static_cast<const int32_t*>(p)[i];
-      case DType::i64:
-        return double(static_cast<const int64_t*>(p)[i]);
-    }
-    return kNaN;
-  }
-  // 0xff in every byte: NaN in every float type, -1 in the index types; the device poison too.
-  void poison() { std::fill(bytes_.begin(), bytes_.end(), 0xff); }
-
- private:
-  DType dtype_;
-  int64_t n_;
-  std::vector<unsigned char> bytes_;
-};
+using Buffer = hg::testing::HostBuffer;
 
 struct Rng {
   std::mt19937_64 engine;

@@ -7,6 +7,8 @@
 // transcendental functions); the four floating dtypes run through every check.
 #include <doctest/doctest.h>
 
+#include "support/host_buffer.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -54,81 +56,7 @@ double eps(DType t) {
 
 // ---- a host buffer of any dtype ------------------------------------------------------------------
 
-class Buffer {
- public:
-  Buffer(DType dtype, int64_t n)
-      : dtype_(dtype), n_(n), bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * hg::dtype_size(dtype)) {}
-
-  DType dtype() const { return dtype_; }
-  int64_t size() const { return n_; }
-  void* data() { return bytes_.data(); }
-  const void* data() const { return bytes_.data(); }
-  template <class T>
-  T* as() {
-    return reinterpret_cast<T*>(bytes_.data());
-  }
-
-  // Stores v rounded to the dtype (half.h's float conversion; integers truncate).
-  void set(int64_t i, double v) {
-    switch (dtype_) {
-      case DType::f32:
-        as<float>()[i] = float(v);
-        break;
-      case DType::f64:
-        as<double>()[i] = v;
-        break;
-      case DType::f16:
-        as<hg::half>()[i] = hg::half(float(v));
-        break;
-      case DType::bf16:
-        as<hg::bfloat16>()[i] = hg::bfloat16(float(v));
-        break;
-      case DType::i32:
-        as<int32_t>()[i] = int32_t(v);
-        break;
-      case DType::i64:
-        as<int64_t>()[i] = int64_t(v);
-        break;
-    }
-  }
-  double get(int64_t i) const {
-    const void* p = bytes_.data();
-    switch (dtype_) {
-      case DType::f32:
-        return static_cast<const float*>(p)[i];
-      case DType::f64:
-        return static_cast<const double*>(p)[i];
-      case DType::f16:
-        return float(static_cast<const hg::half*>(p)[i]);
-      case DType::bf16:
-        return float(static_cast<const hg::bfloat16*>(p)[i]);
-      case DType::i32:
-        return static_cast<const int32_t*>(p)[i];
-      case DType::i64:
-        return double(static_cast<const int64_t*>(p)[i]);
-    }
-    return kNaN;
-  }
-  std::vector<double> values() const {
-    std::vector<double> out(static_cast<size_t>(n_));
-    for (int64_t i = 0; i < n_; ++i) out[i] = get(i);
-    return out;
-  }
-  // NaN in every element (a recognisable garbage pattern for integer dtypes).
-  void poison() {
-    if (hg::is_floating(dtype_)) {
-      for (int64_t i = 0; i < n_; ++i) set(i, kNaN);
-    } else {
-      std::memset(bytes_.data(), 0x5a, bytes_.size());
-    }
-  }
-  bool bitwise_equal(const Buffer& other) const { return bytes_ == other.bytes_; }
-
- private:
-  DType dtype_;
-  int64_t n_;
-  std::vector<unsigned char> bytes_;
-};
+using Buffer = hg::testing::HostBuffer;
 
 struct Rng {
   std::mt19937_64 engine;
@@ -145,7 +73,7 @@ Buffer random_buffer(DType dtype, int64_t n, Rng& rng, double lo, double hi) {
 
 Buffer poisoned(DType dtype, int64_t n) {
   Buffer b(dtype, n);
-  b.poison();
+  b.poison_with_nan();
   return b;
 }
 
