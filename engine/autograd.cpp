@@ -53,7 +53,8 @@ class AccumulateGrad final : public Node {
 
   std::vector<Tensor> apply(const Tensor& grad_output) override {
     Tensor leaf(leaf_);
-    Tensor g = grad_output.dtype() == leaf_->dtype ? grad_output : grad_output.to(leaf_->dtype);
+    const DType dtype = leaf.grad_dtype();
+    Tensor g = grad_output.dtype() == dtype ? grad_output : grad_output.to(dtype);
     HG_CHECK(g.shape() == leaf_->shape, "[backward] gradient of shape ", shape_str(g.shape()),
              " reached a leaf of shape ", shape_str(leaf_->shape));
     if (leaf_->grad == nullptr) {

@@ -99,6 +99,22 @@ Tensor& Tensor::requires_grad_(bool enabled) {
 
 Tensor Tensor::grad() const { return Tensor(checked().grad); }
 
+DType Tensor::grad_dtype() const {
+  const TensorImpl& t = checked();
+  return t.grad_dtype.value_or(t.dtype);
+}
+
+Tensor& Tensor::set_grad_dtype(DType dtype) {
+  checked();
+  TensorImpl& t = *impl_;
+  HG_CHECK(is_floating(dtype), "[set_grad_dtype] gradients must be floating, got ", dtype_name(dtype), " for ",
+           describe());
+  HG_CHECK(t.grad == nullptr || Tensor(t.grad).dtype() == dtype, "[set_grad_dtype] ", describe(),
+           " already holds a ", dtype_name(Tensor(t.grad).dtype()), " gradient; clear it (zero_grad) first");
+  t.grad_dtype = dtype;
+  return *this;
+}
+
 void Tensor::set_grad(const Tensor& grad) const {
   if (grad.defined()) {
     HG_CHECK(grad.shape() == shape(), "[set_grad] gradient ", grad.describe(), " does not match tensor ", describe());

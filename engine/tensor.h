@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;        // accumulated gradient of a leaf
   std::shared_ptr<Node> grad_fn;           // the node that produced this tensor (non-leaf)
   std::weak_ptr<Node> grad_accumulator;    // a leaf's AccumulateGrad node, while a graph holds it
+  std::optional<DType> grad_dtype;         // the dtype grad accumulates in, when not `dtype`
 };
 
 template <class T>
@@ -99,6 +101,12 @@ class Tensor {
   bool is_leaf() const { return checked().grad_fn == nullptr; }
   Tensor grad() const;
   void set_grad(const Tensor& grad) const;
+  // The dtype a leaf's gradient is kept and summed in: the tensor's own, unless set_grad_dtype chose
+  // another floating dtype. set_grad_dtype(f32) on a half parameter keeps an fp32 gradient buffer:
+  // each backward's gradient is converted up and added in fp32, so summing many micro-batches does
+  // not round to half at every addition (the optimizer reads the fp32 gradient as it is).
+  DType grad_dtype() const;
+  Tensor& set_grad_dtype(DType dtype);
   const std::shared_ptr<Node>& grad_fn() const { return checked().grad_fn; }
   // Back-propagates from this tensor (a one-element tensor, or any tensor with `gradient` of its
   // shape). Gradients accumulate (+=) into the grad() of leaves. The graph's saved tensors are

@@ -138,6 +138,13 @@ void dropout_backward(const void* dy, void* dx, int64_t n, double p, uint64_t se
 void uniform_fill(void* y, int64_t n, double low, double high, uint64_t seed, uint64_t offset, DType dtype);
 void normal_fill(void* y, int64_t n, double mean, double std, uint64_t seed, uint64_t offset, DType dtype);
 
+// ---- stochastic rounding -----------------------------------------------------------------------
+// y[i] = x[i] rounded to `dtype` (f16 or bf16) stochastically (kernels/stochastic_round.h): up or
+// down with probabilities that make the expected result x[i]. Element i draws word i % 4 of Philox
+// block offset + i / 4 (the convention of philox.h), so a call consumes philox_blocks(n) blocks and
+// the CPU and CUDA backends round every element the same way.
+void stochastic_round(const float* x, void* y, int64_t n, uint64_t seed, uint64_t offset, DType dtype);
+
 // ---- optimizers --------------------------------------------------------------------------------
 // One fused AdamW step over n contiguous elements (math: kernels/adamw_math.h), PyTorch's AdamW:
 //   theta *= 1 - lr*weight_decay;  m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2;

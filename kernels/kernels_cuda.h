@@ -66,6 +66,8 @@ void uniform_fill(void* y, int64_t n, double low, double high, uint64_t seed, ui
 void normal_fill(void* y, int64_t n, double mean, double std, uint64_t seed, uint64_t offset, DType dtype,
                  Stream stream);
 
+void stochastic_round(const float* x, void* y, int64_t n, uint64_t seed, uint64_t offset, DType dtype, Stream stream);
+
 // ---- optimizers ----
 void adamw_step(void* param, void* master, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n, double lr,
                 double beta1, double beta2, double eps, double weight_decay, int64_t step, DType dtype, Stream stream);

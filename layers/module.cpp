@@ -96,6 +96,10 @@ void Module::to(const Device& device) {
     if (t.device() != device) assign_in_place(t, t.to(device));
 }
 
+void Module::set_grad_dtype(DType dtype) {
+  for (Tensor p : parameters()) p.set_grad_dtype(dtype);
+}
+
 void Module::zero_grad() {
   for (const Tensor& p : parameters()) p.set_grad(Tensor());
 }

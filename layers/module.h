@@ -43,6 +43,9 @@ class Module {
   void to(DType dtype);
   void to(const Device& device);
   void zero_grad();
+  // The dtype every parameter's gradient accumulates in (Tensor::set_grad_dtype): f32 keeps fp32
+  // gradient buffers for a half model. Gradients must be cleared first.
+  void set_grad_dtype(DType dtype);
 
   // ---- state ----
   // Parameters then buffers, by full name.

@@ -31,16 +31,27 @@ std::vector<std::string> AdamW::state_buffer_names() const { return {"exp_avg", 
 
 DType AdamW::state_dtype(const Tensor& param) const { return accumulate_dtype(param.dtype()); }
 
+bool AdamW::update_with_master(const ParamGroup& group, const Tensor& param, const Tensor& master,
+                               const Tensor& grad, ParamState& state) {
+  fused_step(group, param, master.data_ptr(), grad, state);
+  return true;
+}
+
 void AdamW::update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) {
+  fused_step(group, param, nullptr, grad, state);
+}
+
+void AdamW::fused_step(const ParamGroup& group, const Tensor& param, void* master, const Tensor& grad,
+                       ParamState& state) {
   HG_CHECK(param.is_contiguous() && grad.is_contiguous() && grad.device() == param.device(), "[AdamW] parameter ",
            param.describe(), " and its gradient ", grad.describe(), " must be contiguous and on one device");
-  if (state.buffers.empty()) {
+  if (!state.buffers.count("exp_avg")) {
     const DType acc = state_dtype(param);
     state.buffers["exp_avg"] = zeros(param.shape(), acc, param.device());
     state.buffers["exp_avg_sq"] = zeros(param.shape(), acc, param.device());
   }
   const double weight_decay = options_.decay_only_matrices() && param.dim() < 2 ? 0.0 : group.weight_decay;
-  HG_KERNEL(param.device(), adamw_step, param.data_ptr(), nullptr, grad.data_ptr(),
+  HG_KERNEL(param.device(), adamw_step, param.data_ptr(), master, grad.data_ptr(),
             state.buffers.at("exp_avg").data_ptr(), state.buffers.at("exp_avg_sq").data_ptr(), param.numel(), group.lr,
             options_.beta1(), options_.beta2(), options_.eps(), weight_decay, state.step, param.dtype());
 }

@@ -40,11 +40,16 @@ class AdamW : public Optimizer {
 
  protected:
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  // The fused kernel's master-copy path: one pass reads and writes param, master, m and v.
+  bool update_with_master(const ParamGroup& group, const Tensor& param, const Tensor& master, const Tensor& grad,
+                          ParamState& state) override;
   std::vector<std::string> state_buffer_names() const override;
   DType state_dtype(const Tensor& param) const override;
 
  private:
   void check_options() const;
+  // One adamw_step kernel call; master is null or the fp32 master copy of a half param.
+  void fused_step(const ParamGroup& group, const Tensor& param, void* master, const Tensor& grad, ParamState& state);
   AdamWOptions options_;
 };
 

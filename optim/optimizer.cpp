@@ -7,6 +7,9 @@
 #include <set>
 #include <unordered_set>
 
+#include "engine/kernel_dispatch.h"
+#include "kernels/philox.h"
+
 namespace hg::optim {
 
 Optimizer::Optimizer(std::string name) : name_(std::move(name)) {}
@@ -89,6 +92,17 @@ void Optimizer::zero_grad(bool set_to_none) {
   }
 }
 
+void Optimizer::set_mixed_precision(const MixedPrecisionOptions& options) {
+  if (options.master_weights() != mixed_precision_.master_weights()) {
+    for (const ParamState& st : state_) {
+      HG_CHECK(!st.initialized(), "[", name_, "] set_mixed_precision: cannot turn master weights ",
+               options.master_weights() ? "on" : "off",
+               " after the first step (the state would no longer match); set it before stepping");
+    }
+  }
+  mixed_precision_ = options;
+}
+
 void Optimizer::step() {
   NoGradGuard no_grad;
   size_t index = 0;
@@ -97,14 +111,64 @@ void Optimizer::step() {
       ParamState& st = state_[index++];
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      HG_CHECK(grad.shape() == p.shape() && grad.dtype() == p.dtype() && grad.device() == p.device(), "[", name_,
-               "] parameter ", index - 1, " is ", p.describe(), " but its gradient is ", grad.describe(),
-               "; expected the same shape, dtype and device");
+      const bool fp32_grad_of_half = is_half(p.dtype()) && grad.dtype() == DType::f32;
+      HG_CHECK(grad.shape() == p.shape() && (grad.dtype() == p.dtype() || fp32_grad_of_half) &&
+                   grad.device() == p.device(),
+               "[", name_, "] parameter ", index - 1, " is ", p.describe(), " but its gradient is ", grad.describe(),
+               "; expected the same shape and device, and the parameter's dtype (or f32 for a half parameter)");
       if (!grad.is_contiguous()) grad = grad.contiguous();
       ++st.step;
-      update(group, p, grad, st);
+      update_param(group, p, grad, st, index - 1);
     }
   }
+}
+
+namespace {
+
+// A well-mixed 64-bit key per (seed, parameter index) (splitmix64's finaliser), so the stochastic
+// rounding streams of different parameters do not overlap.
+uint64_t rounding_key(uint64_t seed, size_t index) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t(index) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void Optimizer::update_param(const ParamGroup& group, const Tensor& param, Tensor grad, ParamState& state,
+                             size_t index) {
+  if (!is_half(param.dtype())) {
+    update(group, param, grad, state);
+    return;
+  }
+  const bool stochastic = mixed_precision_.stochastic_rounding();
+  Tensor master;
+  if (keeps_master(param)) {
+    auto it = state.buffers.find("master");
+    if (it == state.buffers.end()) it = state.buffers.emplace("master", param.to(DType::f32)).first;
+    master = it->second;
+    if (!stochastic && grad.dtype() == param.dtype() && update_with_master(group, param, master, grad, state)) return;
+  } else {
+    master = param.to(DType::f32);  // a working copy, dropped after the update
+  }
+  update(group, master, grad.dtype() == DType::f32 ? grad : grad.to(DType::f32), state);
+  Tensor target = param;
+  if (stochastic) {
+    // Draws depend on (seed, parameter index, step) only: a resumed run rounds as the original.
+    const uint64_t n = uint64_t(param.numel());
+    HG_KERNEL(param.device(), stochastic_round, static_cast<const float*>(master.data_ptr()), target.data_ptr(),
+              param.numel(), rounding_key(mixed_precision_.rounding_seed(), index),
+              uint64_t(state.step - 1) * philox_blocks(n), param.dtype());
+  } else {
+    target.copy_(master);  // round to nearest even
+  }
+}
+
+std::vector<std::string> Optimizer::buffers_of(const Tensor& p) const {
+  std::vector<std::string> names = state_buffer_names();
+  if (keeps_master(p)) names.push_back("master");
+  return names;
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state_tensors() const {
@@ -120,7 +184,6 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state_tensors() const {
 
 void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) {
   const std::string op = "[" + name_ + "] load_state_tensors:";
-  const std::vector<std::string> buffer_names = state_buffer_names();
   std::vector<const Tensor*> params;
   for (const ParamGroup& g : groups_) {
     for (const Tensor& p : g.params) params.push_back(&p);
@@ -150,12 +213,14 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
       loaded[index].step = int64_t(step);
       continue;
     }
+    const std::vector<std::string> buffer_names = buffers_of(p);
     bool known = false;
     for (const std::string& b : buffer_names) known = known || b == what;
     std::string expected = "step";
     for (const std::string& b : buffer_names) expected += ", " + b;
-    HG_CHECK(known, op, " entry '", key, "' names unknown state '", what, "'; ", name_, " keeps: ", expected);
-    const DType dtype = state_dtype(p);
+    HG_CHECK(known, op, " entry '", key, "' names unknown state '", what, "'; ", name_, " keeps for parameter ",
+             index, ": ", expected);
+    const DType dtype = what == "master" ? accumulate_dtype(p.dtype()) : state_dtype(p);
     HG_CHECK(value.shape() == p.shape() && value.dtype() == dtype && value.device() == p.device(), op, " entry '", key,
              "' is ", value.describe(), " but parameter ", index, " is ", p.describe(), "; expected ",
              dtype_name(dtype), shape_str(p.shape()), " ", p.device().str());
@@ -169,7 +234,7 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
   for (size_t i = 0; i < loaded.size(); ++i) {
     if (present[i].empty()) continue;
     HG_CHECK(present[i].count("step"), op, " parameter ", i, " has state but no '", i, ".step'");
-    for (const std::string& b : buffer_names) {
+    for (const std::string& b : buffers_of(*params[i])) {
       HG_CHECK(present[i].count(b), op, " parameter ", i, " has state but no '", i, ".", b, "'");
     }
   }

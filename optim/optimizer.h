@@ -15,6 +15,20 @@
 //     left as it is) and needs each other gradient to have its parameter's shape, dtype and device.
 //   - A parameter's state is created at its first update: step = number of updates applied to it,
 //     and the optimizer's named buffers (same shape as the parameter, dtype from state_dtype()).
+//
+// MIXED PRECISION (set_mixed_precision; see MixedPrecisionOptions)
+//   A half parameter (f16/bf16) is updated through an fp32 copy: with master_weights (the default)
+//   the optimizer keeps that copy as the state buffer "master" (created from the parameter at its
+//   first update, saved and loaded with the other state), applies the update rule to it in fp32 and
+//   writes its rounding back into the parameter — round-to-nearest-even, or stochastic rounding
+//   (seeded: the draws are a pure function of the seed, the parameter's index and its step count,
+//   so a resumed run rounds as the uninterrupted one). Without master weights the update is computed
+//   in fp32 from the half value and rounded straight back (no extra memory; stochastic rounding then
+//   keeps small updates from vanishing). A half parameter may carry an fp32 gradient
+//   (Tensor::set_grad_dtype), which the update reads without rounding it to half first.
+//   Model-state bytes per parameter (Adam): f32 4+4+8 = 16; half params, half grads, fp32
+//   master/m/v 2+2+12 = 16 (the ZeRO paper's accounting); with fp32 grads 2+4+12 = 18; half params
+//   without master 2+2+8 = 12.
 #include <map>
 #include <string>
 #include <utility>
@@ -38,6 +52,14 @@
   T name##_ = default_value
 
 namespace hg::optim {
+
+// How half-precision parameters are updated (see MIXED PRECISION above). No effect on f32/f64.
+// MixedPrecisionOptions().master_weights(true).stochastic_rounding(true).rounding_seed(7)
+struct MixedPrecisionOptions {
+  HG_OPTIM_ARG(MixedPrecisionOptions, bool, master_weights, true);
+  HG_OPTIM_ARG(MixedPrecisionOptions, bool, stochastic_rounding, false);
+  HG_OPTIM_ARG(MixedPrecisionOptions, uint64_t, rounding_seed, 0);
+};
 
 // Parameters sharing a learning rate and weight decay. The other hyperparameters (betas, eps,
 // momentum, ...) are the optimizer's, from its options.
@@ -72,6 +94,13 @@ class Optimizer {
   // Adds a group; its parameters are checked as the constructor checks them.
   void add_param_group(ParamGroup group);
 
+  // How half parameters are updated. Changing master_weights once any parameter has state is an
+  // error (the state would no longer match); rounding can change at any time.
+  void set_mixed_precision(const MixedPrecisionOptions& options);
+  const MixedPrecisionOptions& mixed_precision() const { return mixed_precision_; }
+  // Whether parameter p is updated through a stored fp32 master copy.
+  bool keeps_master(const Tensor& p) const { return mixed_precision_.master_weights() && is_half(p.dtype()); }
+
   // Read-only: parameters are added through add_param_group, which keeps the state in step.
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // Number of parameters over all groups.
@@ -96,8 +125,16 @@ class Optimizer {
   void init_groups(std::vector<ParamGroup> groups);
 
   // Updates one parameter. `state.step` has already been incremented (1 at the first update);
-  // `grad` is contiguous with the parameter's shape, dtype and device.
+  // `grad` is contiguous with the parameter's shape, dtype and device. For a half parameter,
+  // `param` is its fp32 master copy (or an fp32 working copy) and `grad` is fp32.
   virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) = 0;
+  // Optionally, the update of a half parameter and its fp32 master copy in one fused pass with
+  // round-to-nearest-even into `param` (grad in the parameter's dtype). Returns false when the
+  // optimizer has no such path; step() then runs update() on the master copy and rounds.
+  virtual bool update_with_master(const ParamGroup& group, const Tensor& param, const Tensor& master,
+                                  const Tensor& grad, ParamState& state) {
+    return false;
+  }
   // The buffers an initialised parameter has (e.g. {"exp_avg", "exp_avg_sq"}).
   virtual std::vector<std::string> state_buffer_names() const = 0;
   // The dtype of those buffers for `param`.
@@ -109,9 +146,15 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
   std::vector<ParamState> state_;  // one per parameter, by index
 
+  // Updates parameter `index` of `group` from its gradient (the mixed-precision routing above).
+  void update_param(const ParamGroup& group, const Tensor& param, Tensor grad, ParamState& state, size_t index);
+
  private:
   void check_param(const Tensor& p, size_t group, size_t index_in_group) const;
+  // The state buffers parameter p has once initialised: the optimizer's plus "master" if kept.
+  std::vector<std::string> buffers_of(const Tensor& p) const;
   std::string name_;
+  MixedPrecisionOptions mixed_precision_;
 };
 
 }  // namespace hg::optim
