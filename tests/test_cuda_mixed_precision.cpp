@@ -1,0 +1,137 @@
+// Mixed precision on a CUDA device (a GPU, or the SIMT emulator in CI): the stochastic-rounding
+// kernel equals the CPU's bit for bit, AdamW with fp32 master weights on the device follows the
+// CPU, and a tiny GPT trained in bf16 and f16 on the device tracks the f32 run.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "engine/cuda/cuda_context.h"
+#include "engine/ops.h"
+#include "engine/random.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_cuda.h"
+#include "layers/nn.h"
+#include "optim/optim.h"
+
+using namespace hg;
+
+namespace {
+
+bool skip_without_cuda() {
+  if (cuda::is_available()) return false;
+  std::printf("SKIPPED (CUDA mixed precision): no CUDA device: %s\n", cuda::unavailable_reason().c_str());
+  MESSAGE("skipped: no CUDA device: ", cuda::unavailable_reason());
+  return true;
+}
+
+const Device kGpu = Device::cuda(0);
+
+std::vector<uint16_t> bits_of(const Tensor& t) {
+  const Tensor c = t.to(kCPU).contiguous();
+  const auto* data = static_cast<const uint16_t*>(c.data_ptr());
+  return std::vector<uint16_t>(data, data + c.numel());
+}
+
+}  // namespace
+
+TEST_CASE("cuda stochastic_round equals the CPU bit for bit") {
+  if (skip_without_cuda()) return;
+  std::mt19937_64 rng(77);
+  std::uniform_real_distribution<double> exponent(-30.0, 20.0), unit(0.0, 1.0);
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    for (int64_t n : {1, 3, 4, 1000, 4099}) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(n);
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = float((unit(rng) < 0.5 ? -1.0 : 1.0) * std::exp2(exponent(rng)));
+      std::vector<uint16_t> want(x.size(), 0xffffu);
+      kernels::cpu::stochastic_round(x.data(), want.data(), n, 1234, 17, dtype);
+      const Tensor x_gpu = from_vector(x, {n}, DType::f32).to(kGpu);
+      Tensor y_gpu = full({n}, NAN, dtype, kGpu);  // poisoned
+      kernels::cuda::stochastic_round(static_cast<const float*>(x_gpu.data_ptr()), y_gpu.data_ptr(), n, 1234, 17,
+                                      dtype, cuda::compute_stream(0));
+      CHECK(bits_of(y_gpu) == want);
+    }
+  }
+}
+
+TEST_CASE("cuda AdamW with fp32 master weights follows the CPU") {
+  if (skip_without_cuda()) return;
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    for (bool stochastic : {false, true}) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(stochastic);
+      manual_seed(5);
+      Tensor on_cpu = randn({33, 7}).to(dtype);
+      on_cpu.requires_grad_();
+      Tensor on_gpu = on_cpu.detach().to(kGpu);
+      on_gpu.requires_grad_();
+      const auto options = optim::AdamWOptions().lr(1e-2).weight_decay(0.1);
+      const auto precision = optim::MixedPrecisionOptions().stochastic_rounding(stochastic).rounding_seed(3);
+      optim::AdamW a({on_cpu}, options), b({on_gpu}, options);
+      a.set_mixed_precision(precision);
+      b.set_mixed_precision(precision);
+      for (int step = 0; step < 4; ++step) {
+        manual_seed(90 + uint64_t(step));
+        const Tensor g = randn({33, 7}).to(dtype);
+        on_cpu.set_grad(g.clone());
+        on_gpu.set_grad(g.to(kGpu));
+        a.step();
+        b.step();
+      }
+      // The master copies agree to a few fp32 ulps (nvcc may contract the moment updates into fmas);
+      // the parameter on each device is its own master's rounding.
+      const std::vector<float> master_cpu = a.state(0).buffers.at("master").to_vector<float>();
+      const Tensor master_gpu_tensor = b.state(0).buffers.at("master");
+      CHECK(master_gpu_tensor.device() == kGpu);
+      const std::vector<float> master_gpu = master_gpu_tensor.to(kCPU).to_vector<float>();
+      for (size_t i = 0; i < master_cpu.size(); ++i)
+        CHECK(std::abs(master_cpu[i] - master_gpu[i]) <= 1e-6f * (1.0f + std::abs(master_cpu[i])));
+      if (!stochastic) CHECK(bits_of(on_gpu) == bits_of(master_gpu_tensor.to(dtype)));
+    }
+  }
+}
+
+TEST_CASE("a tiny GPT trained on the CUDA device in bf16 and f16 tracks f32") {
+  if (skip_without_cuda()) return;
+  // 40 steps overfitting one batch of 4 x 12 tokens over 16 classes: the loss falls from ln 16 =
+  // 2.77 to ~0.3 in f32. Half precision rounds activations to 8 (bf16) or 11 (f16) bits, which
+  // moves each step's loss by well under 0.1 here; the bound below leaves room for that, and a run
+  // that did not learn (or diverged) would miss it by more than 1.
+  auto train = [](DType dtype) {
+    manual_seed(11);
+    nn::GPTConfig config;
+    config.vocab_size = 16;
+    config.context = 12;
+    config.n_layer = 1;
+    config.n_head = 2;
+    config.n_embd = 32;
+    nn::GPT model(config);
+    model.to(dtype);
+    model.to(kGpu);
+    optim::AdamW adamw(model.parameters(), optim::AdamWOptions().lr(1e-2).weight_decay(0.0));
+    const Tensor ids = randint(0, 16, {4, 12}).to(kGpu), targets = randint(0, 16, {4, 12}).to(kGpu);
+    std::vector<double> losses;
+    for (int step = 0; step < 40; ++step) {
+      const Tensor loss = model.loss(ids, targets);
+      loss.backward();
+      adamw.step();
+      adamw.zero_grad();
+      losses.push_back(loss.item());
+    }
+    return losses;
+  };
+  const std::vector<double> f32 = train(DType::f32);
+  CHECK(f32.front() == doctest::Approx(std::log(16.0)).epsilon(0.1));
+  CHECK(f32.back() < 1.0);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(dtype));
+    const std::vector<double> half = train(dtype);
+    CHECK(half.back() < 1.0);
+    CHECK(std::abs(half.back() - f32.back()) < 0.15);
+    CHECK(std::abs(half.front() - f32.front()) < 0.02);
+  }
+}
