@@ -16,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/random.h"
@@ -279,6 +280,18 @@ TEST_CASE("bad checkpoints are refused with a clear error and the live state unt
   CHECK_ERROR(train::load_checkpoint(edited("h.safetensors", replace("extra.loader", zeros({2}))), run.state),
               "'extra.loader' is f32[2]", "expected i64[2]");
   unchanged();
+
+  // Metadata: another version, no step.
+  for (const auto& [key, value, expected] :
+       {std::tuple<std::string, std::string, const char*>{"version", "7", "version '7'"},
+        {"step", "soon", "no valid 'step'"}}) {
+    safetensors::Metadata metadata = good.metadata;
+    metadata[key] = value;
+    const std::string out = dir.file("meta_" + key + ".safetensors");
+    safetensors::save(out, good.tensors, metadata);
+    CHECK_ERROR(train::load_checkpoint(out, run.state), expected);
+    unchanged();
+  }
 
   // Another architecture (width 32 instead of 16).
   const GeneratorState generator_before = default_generator().state();

@@ -60,6 +60,20 @@ void check_unique(const std::vector<std::pair<std::string, T>>& list, const std:
   }
 }
 
+std::string metadata_value(const safetensors::File& file, const std::string& key) {
+  const auto it = file.metadata.find(key);
+  return it == file.metadata.end() ? std::string() : it->second;
+}
+
+void check_format(const safetensors::File& file, const std::string& source) {
+  const std::string format = metadata_value(file, "format"), version = metadata_value(file, "version");
+  HG_CHECK(format == kFormat, "[load_checkpoint] '", source,
+           "': is not a halfgrad training checkpoint (metadata format '", format, "', expected '", kFormat,
+           "'); a model-only file loads with GPT::load or --load");
+  HG_CHECK(version == kVersion, "[load_checkpoint] '", source, "': has checkpoint version '", version,
+           "'; this build reads ", kVersion);
+}
+
 std::string describe_tensor(const Tensor& t) { return std::string(dtype_name(t.dtype())) + shape_str(t.shape()); }
 
 }  // namespace
@@ -149,14 +163,8 @@ safetensors::NamedTensors TrainingState::tensors() const {
 
 void TrainingState::restore(const safetensors::File& file, const std::string& source) const {
   const std::string where = "[load_checkpoint] '" + source + "':";
-  auto meta = [&](const std::string& key) {
-    const auto it = file.metadata.find(key);
-    return it == file.metadata.end() ? std::string() : it->second;
-  };
-  HG_CHECK(meta("format") == kFormat, where, " is not a halfgrad training checkpoint (metadata format '",
-           meta("format"), "', expected '", kFormat, "'); a model-only file loads with GPT::load or --load");
-  HG_CHECK(meta("version") == kVersion, where, " has checkpoint version '", meta("version"), "'; this build reads ",
-           kVersion);
+  auto meta = [&](const std::string& key) { return metadata_value(file, key); };
+  check_format(file, source);
 
   // Sort the file's entries by kind; anything of a kind not registered, or unknown, is an error.
   std::map<std::string, safetensors::NamedTensors> by_kind;
@@ -327,8 +335,9 @@ int64_t load_checkpoint(const std::string& path, const TrainingState& state) {
     const auto parsed = std::from_chars(it->second.data(), it->second.data() + it->second.size(), step);
     if (parsed.ec != std::errc() || parsed.ptr != it->second.data() + it->second.size()) step = -1;
   }
-  state.restore(file, path);
+  check_format(file, path);
   HG_CHECK(step >= 0, "[load_checkpoint] '", path, "' has no valid 'step' in its metadata");
+  state.restore(file, path);
   return step;
 }
 
