@@ -20,6 +20,14 @@ inline constexpr int kMaxRank = 8;
 enum class BinaryOp { Add, Sub, Mul, Div };
 enum class ReduceOp { Sum, Max };
 
+// One tensor of a multi-tensor kernel: n contiguous elements of a floating dtype at data (a device
+// pointer for the CUDA backend). The tensors of one call may differ in dtype and size.
+struct TensorSpan {
+  void* data = nullptr;
+  int64_t n = 0;
+  DType dtype = DType::f32;
+};
+
 }  // namespace hg::kernels
 
 namespace hg::kernels::cpu {
@@ -159,5 +167,11 @@ void adamw_step(void* param, void* master, const void* grad, void* exp_avg, void
 // chunks whose partial sums are added in chunk order: the same bits whatever the thread count.
 // inf/NaN elements give an inf/NaN result.
 double sum_of_squares(const void* x, int64_t n, DType dtype);
+// The loss scaler's fused pass (optim/loss_scaler.h) over `count` tensors of any floating dtypes:
+//   x[i] = round(acc_t(x[i]) * acc_t(inv_scale))   for every element of every tensor, in place;
+// returns true when some element is inf or NaN before or after the multiplication (found_inf).
+// Every element is scaled even when one is not finite (the caller then discards the gradients).
+// inv_scale == 1 only checks and writes nothing. The result does not depend on thread count.
+bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scale);
 
 }  // namespace hg::kernels::cpu

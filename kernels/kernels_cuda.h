@@ -73,6 +73,9 @@ void adamw_step(void* param, void* master, const void* grad, void* exp_avg, void
                 double beta1, double beta2, double eps, double weight_decay, int64_t step, DType dtype, Stream stream);
 // Synchronises the stream to return the value.
 double sum_of_squares(const void* x, int64_t n, DType dtype, Stream stream);
+// One launch over every tensor (`tensors` is a host array of device spans); synchronises the stream
+// to return found_inf.
+bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scale, Stream stream);
 
 // ---- GEMM (cuBLASLt on a GPU; the CPU backend on the emulator) ----
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,

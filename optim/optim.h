@@ -1,11 +1,13 @@
 #pragma once
 // hg::optim in one include: the Optimizer base (parameter groups, per-parameter state, checkpoint
-// accessors), SGD and AdamW, learning-rate schedules and global gradient-norm clipping. A step:
+// accessors), SGD and AdamW, learning-rate schedules, global gradient-norm clipping and the fp16
+// loss scaler (optim/loss_scaler.h: scale, unscale_, clip, step, update). A step:
 //
 //   opt.zero_grad(); loss.backward();
 //   clip_grad_norm(params, 1.0); opt.set_lr(schedule.lr(step)); opt.step();
 #include "optim/adamw.h"
 #include "optim/clip.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "optim/sgd.h"

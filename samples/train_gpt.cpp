@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -20,6 +22,7 @@
 #include "samples/addition_task.h"
 #include "samples/cli.h"
 #include "samples/text_data.h"
+#include "train/checkpoint.h"
 
 using namespace hg;
 using Clock = std::chrono::steady_clock;
@@ -30,6 +33,9 @@ struct Options {
   std::string device, data, save, load;
   int64_t layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads, sample, digits, eval_problems;
   double lr, min_lr, weight_decay, clip, dropout;
+  std::string checkpoint_dir = "";  // checkpoint and resume (train/checkpoint.h)
+  int64_t checkpoint_every = 0, keep_checkpoints = 3, stop_after = 0;
+  bool resume = false;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -59,9 +65,21 @@ Options parse_options(int argc, char** argv) {
   auto& save = flags.add_string("save", "", "save the trained model to this safetensors file");
   auto& load = flags.add_string("load", "", "start from this safetensors file (native or GPT-2 layout)");
   auto& sample = flags.add_int("sample", 8, "print N answers (or N bytes of text) at the end", 0);
+  auto& checkpoint_dir = flags.add_string("checkpoint-dir", "", "write training checkpoints into this directory");
+  auto& checkpoint_every =
+      flags.add_int("checkpoint-every-steps", 0, "checkpoint every N steps (0: only at the end)", 0);
+  auto& keep_checkpoints = flags.add_int("keep-checkpoints", 3, "keep the newest K checkpoints", 1);
+  auto& resume =
+      flags.add_bool("resume", false, "continue from the newest checkpoint in --checkpoint-dir, bit-exactly");
+  auto& stop_after =
+      flags.add_int("stop-after-steps", 0, "end this run after step N (the schedule still spans --steps)", 0);
   flags.parse(argc, argv);
   o = Options{device, data, save, load, layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
               sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout};
+  o.checkpoint_dir = checkpoint_dir, o.checkpoint_every = checkpoint_every, o.keep_checkpoints = keep_checkpoints;
+  o.resume = resume, o.stop_after = stop_after;
+  if (o.checkpoint_dir.empty() && (o.resume || o.checkpoint_every > 0))
+    samples::exit_with_usage_error("train_gpt", "--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
   if (o.dim % o.heads != 0)
     samples::exit_with_usage_error("train_gpt", "--heads " + std::to_string(o.heads) + " does not divide --dim " +
                                                     std::to_string(o.dim) + "; expected dim % heads == 0");
@@ -175,13 +193,31 @@ int run(const Options& o) {
     return {NAN, loss};
   };
 
+  // Checkpoints hold everything that decides the next step: weights, AdamW state, the step, the
+  // dropout generator and the data order. A resumed run continues bit-exactly.
+  int64_t completed_steps = 0;
+  train::TrainingState state;
+  state.model(*model).optimizer(optimizer).counter("step", completed_steps);
+  state.generator("default", default_generator()).mt19937_64("data", data_rng);
+  std::optional<train::CheckpointDirectory> checkpoints;
+  if (!o.checkpoint_dir.empty()) checkpoints.emplace(o.checkpoint_dir, o.keep_checkpoints);
+  if (o.resume) {
+    if (const auto latest = checkpoints->latest()) {
+      train::load_checkpoint(*latest, state);
+      std::printf("resumed from %s at step %lld\n", latest->c_str(), (long long)completed_steps);
+    } else {
+      std::printf("no checkpoint in %s yet: starting at step 0\n", o.checkpoint_dir.c_str());
+    }
+  }
+  const int64_t last_step = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
+
   Progress progress;
   model->train();
   const auto start = Clock::now();
   double last_loss = NAN, accuracy = NAN, val_loss = NAN;
   int64_t timed_steps = 0;
   double timed_seconds = 0;
-  for (int64_t step = 1; step <= o.steps; ++step) {
+  for (int64_t step = completed_steps + 1; step <= last_step; ++step) {
     const auto step_start = Clock::now();
     auto [ids, targets] = task ? task->training_batch(o.batch, data_rng) : text->batch(o.batch, false, data_rng);
     const Tensor loss = model->loss(ids.to(device), targets.to(device));
@@ -213,6 +249,16 @@ int run(const Options& o) {
       else
         std::snprintf(result, sizeof result, "eval  step %lld | validation loss %.4f", (long long)step, val_loss);
       progress.line(result);
+    }
+    completed_steps = step;
+    if (checkpoints && ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == last_step)) {
+      const auto save_start = Clock::now();
+      const std::string path = checkpoints->save(state, step);
+      char saved[512];
+      std::snprintf(saved, sizeof saved, "checkpoint step %lld -> %s | loss %.9g | %s MiB in %.0f ms", (long long)step,
+                    path.c_str(), last_loss, megabytes(int64_t(std::filesystem::file_size(path))).c_str(),
+                    1e3 * std::chrono::duration<double>(Clock::now() - save_start).count());
+      progress.line(saved);
     }
   }
   const double total = std::chrono::duration<double>(Clock::now() - start).count();

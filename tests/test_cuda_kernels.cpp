@@ -44,6 +44,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -1087,4 +1088,55 @@ TEST_CASE("cuda sum_of_squares: double accumulation, deterministic, inf and NaN 
   d_special.upload(special);
   CHECK(std::isnan(gpu::sum_of_squares(d_special.data(), 1000, DType::f32, stream())));
   CHECK(gpu::sum_of_squares(nullptr, 0, DType::f32, stream()) == 0.0);
+}
+
+TEST_CASE("cuda unscale_and_check: one launch over mixed tensors matches the CPU bit for bit and finds planted inf and NaN") {
+  SKIP_WITHOUT_DEVICE();
+  // Tensors of every floating dtype, sizes around and not multiples of the chunk (65536), stored
+  // as [NaN guard, x..., NaN guard] at aligned and unaligned addresses: a read outside a tensor
+  // would report found_inf on clean data, a write would change a guard.
+  Rng rng(131);
+  const int64_t sizes[] = {1, 5, 1000, 65537, 70001};
+  for (int trial = 0; trial < 6; ++trial) {
+    CAPTURE(trial);
+    std::vector<Buffer> host;
+    std::vector<std::unique_ptr<DeviceBuffer>> device;
+    std::vector<hg::kernels::TensorSpan> cpu_spans, gpu_spans;
+    for (int64_t n : sizes) {
+      for (DType t : kFloatingTypes) {
+        if ((n > 1000) && rng.integer(0, 3) != 0) continue;  // a few large ones per trial
+        Buffer b(t, n + 2);
+        for (int64_t i = 1; i <= n; ++i) b.set(i, rng.uniform(-3, 3));
+        host.push_back(std::move(b));
+      }
+    }
+    const bool plant = trial % 3 != 0;
+    if (plant) {
+      Buffer& victim = host[size_t(rng.integer(0, int64_t(host.size()) - 1))];
+      victim.set(rng.integer(1, victim.size() - 2), trial % 3 == 1 ? kNaN : -kInf);
+    }
+    for (size_t k = 0; k < host.size(); ++k) {
+      device.push_back(std::make_unique<DeviceBuffer>(host[k], int64_t(k % 2)));
+      const size_t element = hg::dtype_size(host[k].dtype());
+      cpu_spans.push_back({static_cast<char*>(host[k].data()) + element, host[k].size() - 2, host[k].dtype()});
+      gpu_spans.push_back({static_cast<char*>(device[k]->data()) + element, host[k].size() - 2, host[k].dtype()});
+    }
+    const double inv_scale = trial < 3 ? 0x1p-12 : 1.0 / 3.0;
+    const bool gpu_found = gpu::unscale_and_check(gpu_spans.data(), int64_t(gpu_spans.size()), inv_scale, stream());
+    const bool cpu_found = cpu::unscale_and_check(cpu_spans.data(), int64_t(cpu_spans.size()), inv_scale);
+    CHECK(gpu_found == plant);
+    CHECK(cpu_found == plant);
+    for (size_t k = 0; k < host.size(); ++k) {
+      CAPTURE(k);
+      CHECK(device[k]->download().bitwise_equal(host[k]));
+    }
+    // inv_scale 1: a check that writes nothing.
+    const bool again = gpu::unscale_and_check(gpu_spans.data(), int64_t(gpu_spans.size()), 1.0, stream());
+    CHECK(again == plant);
+    for (size_t k = 0; k < host.size(); ++k) CHECK(device[k]->download().bitwise_equal(host[k]));
+  }
+  CHECK_FALSE(gpu::unscale_and_check(nullptr, 0, 0.5, stream()));
+  DeviceBuffer ints(DType::i32, 4);
+  const hg::kernels::TensorSpan bad{ints.data(), 4, DType::i32};
+  CHECK_THROWS_AS(gpu::unscale_and_check(&bad, 1, 0.5, stream()), hg::Error);
 }

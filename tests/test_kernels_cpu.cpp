@@ -1194,3 +1194,131 @@ TEST_CASE("invalid arguments throw hg::Error naming the op, the value and what w
       [&] { cpu::layer_norm_forward(f.data(), nullptr, nullptr, f.data(), nullptr, nullptr, 1, 0, 1e-5, DType::f32); },
       {"[layer_norm_forward]", "cols = 0"});
 }
+
+// ==== loss scaler: fused unscale and check ========================================================
+
+namespace {
+
+// Tensors of mixed dtypes and sizes (some not multiples of the kernel's chunk), each stored as
+// [NaN, x_0 .. x_{n-1}, NaN]: the NaN guards make any read or write outside a tensor show (a read
+// would report found_inf on clean tensors, a write would change the guard bits).
+struct GuardedTensors {
+  std::vector<Buffer> buffers;
+  std::vector<hg::kernels::TensorSpan> spans() {
+    std::vector<hg::kernels::TensorSpan> out;
+    for (Buffer& b : buffers) {
+      out.push_back({static_cast<char*>(b.data()) + hg::dtype_size(b.dtype()), b.size() - 2, b.dtype()});
+    }
+    return out;
+  }
+};
+
+GuardedTensors guarded_tensors(Rng& rng) {
+  GuardedTensors g;
+  const int64_t sizes[] = {1, 7, 16383, 16385, 40001, 3};
+  int k = 0;
+  for (int64_t n : sizes) {
+    for (DType t : kFloatingTypes) {
+      if (++k % 2 == 0 && n > 7) continue;  // keep the test small: half of the large ones
+      Buffer b(t, n + 2);                      // starts NaN everywhere: the guards stay NaN
+      for (int64_t i = 1; i <= n; ++i) b.set(i, rng.uniform(-3, 3));
+      g.buffers.push_back(std::move(b));
+    }
+  }
+  return g;
+}
+
+// The kernel's math (kernels/unscale_math.h) written out: one product in acc_t, one rounding.
+double unscaled(DType t, double x, double inv_scale) {
+  return t == DType::f64 ? x * inv_scale : double(float(x) * float(inv_scale));
+}
+
+}  // namespace
+
+TEST_CASE("unscale_and_check: every element of many mixed-dtype tensors scaled bit for bit and no thread dependence") {
+  Rng rng(501);
+  for (double inv_scale : {0x1p-16, 1.0 / 3.0, 4.0}) {
+    CAPTURE(inv_scale);
+    GuardedTensors g = guarded_tensors(rng);
+    GuardedTensors expected = g;
+    for (Buffer& b : expected.buffers) {
+      for (int64_t i = 1; i < b.size() - 1; ++i) b.set(i, unscaled(b.dtype(), b.get(i), inv_scale));
+    }
+    GuardedTensors single = g;
+    auto spans = g.spans();
+    CHECK_FALSE(cpu::unscale_and_check(spans.data(), int64_t(spans.size()), inv_scale));
+    auto single_spans = single.spans();
+    with_threads(1, [&] {
+      CHECK_FALSE(cpu::unscale_and_check(single_spans.data(), int64_t(single_spans.size()), inv_scale));
+    });
+    for (size_t t = 0; t < g.buffers.size(); ++t) {
+      CAPTURE(t);
+      CHECK(g.buffers[t].bitwise_equal(expected.buffers[t]));  // the NaN guards are compared too
+      CHECK(g.buffers[t].bitwise_equal(single.buffers[t]));
+    }
+  }
+}
+
+TEST_CASE("unscale_and_check: an inf or NaN planted anywhere in one tensor of many is found") {
+  Rng rng(502);
+  for (int trial = 0; trial < 12; ++trial) {
+    GuardedTensors g = guarded_tensors(rng);
+    const size_t victim = size_t(rng.integer(0, int64_t(g.buffers.size()) - 1));
+    Buffer& b = g.buffers[victim];
+    const int64_t position = rng.integer(1, b.size() - 2);
+    const double planted = trial % 3 == 0 ? kInf : trial % 3 == 1 ? -kInf : kNaN;
+    b.set(position, planted);
+    CAPTURE(trial);
+    CAPTURE(victim);
+    CAPTURE(position);
+    GuardedTensors expected = g;
+    for (Buffer& e : expected.buffers) {
+      for (int64_t i = 1; i < e.size() - 1; ++i) e.set(i, unscaled(e.dtype(), e.get(i), 0x1p-8));
+    }
+    auto spans = g.spans();
+    CHECK(cpu::unscale_and_check(spans.data(), int64_t(spans.size()), 0x1p-8));
+    for (size_t t = 0; t < g.buffers.size(); ++t) CHECK(g.buffers[t].bitwise_equal(expected.buffers[t]));
+  }
+}
+
+TEST_CASE("unscale_and_check: inv_scale 1 only checks, a product that overflows the dtype is found") {
+  Rng rng(503);
+  GuardedTensors g = guarded_tensors(rng);
+  const GuardedTensors before = g;
+  auto spans = g.spans();
+  CHECK_FALSE(cpu::unscale_and_check(spans.data(), int64_t(spans.size()), 1.0));
+  g.buffers[2].set(1, kNaN);
+  const GuardedTensors planted = g;
+  CHECK(cpu::unscale_and_check(spans.data(), int64_t(spans.size()), 1.0));
+  for (size_t t = 0; t < g.buffers.size(); ++t) CHECK(g.buffers[t].bitwise_equal(planted.buffers[t]));
+  CHECK(before.buffers[0].bitwise_equal(g.buffers[0]));
+
+  // 40000 is finite in f16 but 40000 * 2 is not (max 65504): the stored inf is what counts.
+  Buffer h(DType::f16, 3);
+  h.set(0, 40000.0);
+  h.set(1, -1.0);
+  h.set(2, 0.5);
+  const hg::kernels::TensorSpan span{h.data(), 3, DType::f16};
+  CHECK(cpu::unscale_and_check(&span, 1, 2.0));
+  CHECK(h.get(0) == kInf);
+  CHECK(h.get(1) == -2.0);
+  CHECK(cpu::unscale_and_check(nullptr, 0, 0.5) == false);
+}
+
+TEST_CASE("unscale_and_check: invalid arguments throw before any element changes") {
+  Buffer f(DType::f32, 8), i(DType::i32, 8);
+  for (int64_t k = 0; k < 8; ++k) f.set(k, double(k));
+  const Buffer before = f;
+  const hg::kernels::TensorSpan good{f.data(), 8, DType::f32};
+  const hg::kernels::TensorSpan bad_dtype[] = {good, {i.data(), 8, DType::i32}};
+  check_error([&] { cpu::unscale_and_check(bad_dtype, 2, 0.5); },
+              {"[unscale_and_check]", "tensor 1 is i32", "expected a floating dtype"});
+  const hg::kernels::TensorSpan null_data[] = {good, {nullptr, 4, DType::f16}};
+  check_error([&] { cpu::unscale_and_check(null_data, 2, 0.5); }, {"[unscale_and_check]", "tensor 1 is null"});
+  const hg::kernels::TensorSpan negative[] = {good, {f.data(), -1, DType::f32}};
+  check_error([&] { cpu::unscale_and_check(negative, 2, 0.5); }, {"[unscale_and_check]", "n = -1"});
+  for (double inv : {0.0, -1.0, kInf, kNaN}) {
+    check_error([&] { cpu::unscale_and_check(&good, 1, inv); }, {"[unscale_and_check]", "invalid inv_scale"});
+  }
+  CHECK(f.bitwise_equal(before));
+}

@@ -1,0 +1,128 @@
+// unscale_and_check: the loss scaler's fused pass over every gradient tensor in ONE launch (math in
+// kernels/unscale_math.h): x *= inv_scale in place, and whether any element is inf or NaN.
+//
+// Multi-tensor apply (as apex/PyTorch's multi_tensor_apply, with the table in device memory): the
+// host cuts every tensor into chunks of kChunk elements (a chunk never spans two tensors; the last
+// one of a tensor is shorter) and uploads one table -- a found word followed by one entry per chunk
+// (address, length, dtype, scalar head) -- with a single host-to-device copy. The kernel's blocks
+// take chunks in a grid-stride loop over the table; within a chunk the block's threads take its
+// 16-byte packs (thread t: packs t, t + blockDim, ...), the unaligned head and the tail one element
+// per thread, and the dtype switch is uniform across the block. Each thread ORs an inf/NaN flag in
+// a register; at the end of the block __syncthreads_or combines them and thread 0 of a block that
+// saw one does atomicOr(found, 1) -- at most one atomic per block, and no plain racing stores. One
+// device-to-host copy of the found word ends the call (and synchronises the stream).
+// Every element is independent, so the stored values and the flag do not depend on block order.
+#include <cstring>
+#include <vector>
+
+#include "kernels/cuda/device_math.h"
+#include "kernels/cuda/dispatch_cuda.h"
+#include "kernels/kernels_cuda.h"
+#include "kernels/unscale_math.h"
+
+namespace hg::kernels::cuda {
+namespace {
+
+constexpr int64_t kChunk = 65536;
+constexpr int kThreads = 256;
+
+struct UnscaleChunk {
+  void* data;     // first element of the chunk
+  int64_t n;      // elements in the chunk
+  int32_t dtype;  // DType
+  int32_t head;   // pack_head of the chunk, or -1 (element by element)
+};
+
+// The table's first 16 bytes: the found word (keeps the entries 16-byte aligned).
+struct TableHeader {
+  int found;
+  int padding[3];
+};
+
+template <class T>
+HG_DEVICE int unscale_span(T* __restrict__ x, int64_t n, int64_t head, double inv_scale, bool write) {
+  using A = acc_t<T>;
+  const A inv = A(inv_scale);
+  int found = 0;
+  for_packs<kPack<T>>(n, head, threadIdx.x, blockDim.x, [&](int64_t i, auto width) {
+    constexpr int W = decltype(width)::value;
+    Pack<T, W> p = load_pack<W>(x + i);
+    HG_UNROLL
+    for (int k = 0; k < W; ++k) {
+      if (write) p.v[k] = from_acc<T>(to_acc(p.v[k]) * inv);
+      found |= int(is_nonfinite(to_acc(p.v[k])));
+    }
+    if (write) store_pack<W>(x + i, p);
+  });
+  return found;
+}
+
+__global__ void unscale_and_check_kernel(const UnscaleChunk* __restrict__ chunks, int64_t count, double inv_scale,
+                                         bool write, int* __restrict__ found) {
+  int local = 0;
+  for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
+    const UnscaleChunk chunk = chunks[c];
+    switch (DType(chunk.dtype)) {
+      case DType::f32:
+        local |= unscale_span(static_cast<float*>(chunk.data), chunk.n, chunk.head, inv_scale, write);
+        break;
+      case DType::f64:
+        local |= unscale_span(static_cast<double*>(chunk.data), chunk.n, chunk.head, inv_scale, write);
+        break;
+      case DType::f16:
+        local |= unscale_span(static_cast<__half*>(chunk.data), chunk.n, chunk.head, inv_scale, write);
+        break;
+      case DType::bf16:
+        local |= unscale_span(static_cast<__nv_bfloat16*>(chunk.data), chunk.n, chunk.head, inv_scale, write);
+        break;
+      default:
+        break;  // unreachable: the host validated every dtype
+    }
+  }
+  if (__syncthreads_or(local) && threadIdx.x == 0) atomicOr(found, 1);
+}
+
+}  // namespace
+
+bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scale, Stream stream) {
+  HG_CHECK(count >= 0, "[unscale_and_check] expected count >= 0 tensors, got ", count);
+  HG_CHECK(count == 0 || tensors != nullptr, "[unscale_and_check] null tensor list for count = ", count);
+  HG_CHECK(std::isfinite(inv_scale) && inv_scale > 0.0, "[unscale_and_check] invalid inv_scale ", inv_scale,
+           ": expected a finite value > 0 (1 / loss scale)");
+  std::vector<UnscaleChunk> chunks;
+  for (int64_t t = 0; t < count; ++t) {
+    const TensorSpan& s = tensors[t];
+    HG_CHECK(s.n >= 0, "[unscale_and_check] tensor ", t, " has n = ", s.n, "; expected n >= 0");
+    HG_CHECK(is_floating(s.dtype), "[unscale_and_check] tensor ", t, " is ", dtype_name(s.dtype),
+             "; expected a floating dtype (f32, f64, f16, bf16)");
+    if (s.n == 0) continue;
+    HG_CHECK(s.data != nullptr, "[unscale_and_check] tensor ", t, " is null with n = ", s.n);
+    dispatch_floating_cuda(s.dtype, "unscale_and_check", [&]<class T>() {
+      for (int64_t begin = 0; begin < s.n; begin += kChunk) {
+        T* data = static_cast<T*>(s.data) + begin;
+        const int64_t n = s.n - begin < kChunk ? s.n - begin : kChunk;
+        chunks.push_back({data, n, int32_t(s.dtype), int32_t(pack_head<T>(n, data))});
+      }
+    });
+  }
+  if (chunks.empty()) return false;
+
+  const size_t table_bytes = sizeof(TableHeader) + chunks.size() * sizeof(UnscaleChunk);
+  std::vector<unsigned char> table(table_bytes);
+  const TableHeader header{0, {0, 0, 0}};
+  std::memcpy(table.data(), &header, sizeof header);
+  std::memcpy(table.data() + sizeof header, chunks.data(), chunks.size() * sizeof(UnscaleChunk));
+  Scratch scratch(table_bytes, stream);
+  HG_CUDA_CHECK(cudaMemcpyAsync(scratch.as<void>(), table.data(), table_bytes, cudaMemcpyHostToDevice, stream));
+  int* found = scratch.as<int>();
+  const auto* d_chunks = reinterpret_cast<const UnscaleChunk*>(scratch.as<unsigned char>() + sizeof header);
+  const int64_t blocks = int64_t(chunks.size()) < kMaxFlatBlocks ? int64_t(chunks.size()) : kMaxFlatBlocks;
+  launch(unscale_and_check_kernel, dim3(unsigned(blocks)), dim3(kThreads), 0, stream, d_chunks, int64_t(chunks.size()),
+         inv_scale, inv_scale != 1.0, found);
+  int host_found = 0;
+  HG_CUDA_CHECK(cudaMemcpyAsync(&host_found, found, sizeof host_found, cudaMemcpyDeviceToHost, stream));
+  HG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return host_found != 0;
+}
+
+}  // namespace hg::kernels::cuda

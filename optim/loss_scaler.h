@@ -1,0 +1,134 @@
+#pragma once
+// LossScaler: loss scaling for fp16 training (Micikevicius et al. 2018, "Mixed Precision Training"),
+// with PyTorch GradScaler's dynamic policy and DeepSpeed's hysteresis.
+//
+// fp16 gradients below 2^-24 flush to zero. Multiplying the loss by S before backward multiplies
+// every gradient by S (backward is linear in the loss gradient), lifting small gradients into fp16's
+// range; they are divided by S again before the optimizer sees them. Too large an S overflows some
+// gradient to inf/NaN: that step is skipped and S is lowered. Dynamic scaling keeps S near the
+// largest value that does not overflow:
+//
+//   overflow:  hysteresis_left > 1 ? hysteresis_left -= 1 : S = max(S * backoff_factor, min_scale);
+//              the count of consecutive clean steps restarts at 0
+//   clean:     good_steps += 1; good_steps == growth_interval ?
+//                  S = min(S * growth_factor, max_scale), good_steps = 0, hysteresis_left = hysteresis
+//              (consecutive_hysteresis: hysteresis_left = hysteresis after every clean step)
+//
+// Modes: none (bf16/f32: scale 1, no checks, step() is optimizer.step()); static (a fixed S; an
+// overflowing step is still skipped); dynamic (the policy above; defaults: S0 = 2^16, x2 after 2000
+// clean steps, x0.5 on overflow, min 1, max 2^127, hysteresis 1 = back off at the first overflow).
+//
+// One optimizer step, in this order:
+//
+//   scaler.scale(loss).backward();           // (gradient accumulation: once per micro-batch)
+//   scaler.unscale_(params);                 // grads /= S, one fused pass; false when inf/NaN
+//   clip_grad_norm(params, max_norm);        // on true gradients (a non-finite norm touches nothing)
+//   if (scaler.step(optimizer, params)) ...  // false: skipped, do not advance the LR schedule
+//   scaler.update();                         // grow / back off S for the next step
+//
+// CONVENTION
+//   - unscale_ runs the kernels::{cpu,cuda}::unscale_and_check pass once per device over every
+//     defined gradient of `params` (one launch per device on CUDA) and remembers the result: later
+//     calls before update() return it without touching the gradients again (idempotent in a step).
+//   - step() unscales first when unscale_ was not called. On overflow it does not call the optimizer
+//     (parameters and optimizer state stay bit-identical), zeroes the gradients in place, counts a
+//     skipped step and returns false. update() must follow every unscale_/step, and only them.
+//   - Distributed training: every rank must skip the same steps. set_overflow_reducer(f) installs a
+//     function called by unscale_ with this rank's found_inf that returns the combined one (an
+//     all-reduce with MAX/OR over ranks); every rank then calls unscale_ at the same point.
+//   - The state that a checkpoint saves: state_tensors() / load_state_tensors() (names below).
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/tensor.h"
+#include "optim/optimizer.h"
+
+namespace hg::optim {
+
+enum class LossScaleMode { None, Static, Dynamic };
+
+// The dynamic policy's knobs: DynamicLossScaleOptions().init_scale(1024).hysteresis(2)
+struct DynamicLossScaleOptions {
+  HG_OPTIM_ARG(DynamicLossScaleOptions, double, init_scale, 65536.0);
+  HG_OPTIM_ARG(DynamicLossScaleOptions, double, growth_factor, 2.0);
+  HG_OPTIM_ARG(DynamicLossScaleOptions, double, backoff_factor, 0.5);
+  HG_OPTIM_ARG(DynamicLossScaleOptions, int64_t, growth_interval, 2000);
+  HG_OPTIM_ARG(DynamicLossScaleOptions, double, min_scale, 1.0);
+  // 2^127: the largest power of two a float holds, so S and 1/S stay exact and S * loss stays
+  // finite for |loss| < 2; the scale never grows to inf.
+  HG_OPTIM_ARG(DynamicLossScaleOptions, double, max_scale, 0x1p127);
+  // Overflows tolerated before backing off (DeepSpeed's delayed_shift); 1 backs off at once.
+  HG_OPTIM_ARG(DynamicLossScaleOptions, int64_t, hysteresis, 1);
+  // Restore the hysteresis budget after every clean step (DeepSpeed's consecutive_hysteresis)
+  // rather than only when the scale grows.
+  HG_OPTIM_ARG(DynamicLossScaleOptions, bool, consecutive_hysteresis, false);
+};
+
+class LossScaler {
+ public:
+  // Mode none: scale 1, nothing checked.
+  LossScaler();
+  static LossScaler none();
+  // A fixed scale (finite, > 0).
+  static LossScaler fixed(double scale);
+  // The dynamic policy; the options are validated here (hg::Error naming the bad one).
+  static LossScaler dynamic(DynamicLossScaleOptions options = {});
+
+  LossScaleMode mode() const { return mode_; }
+  // "none", "static" or "dynamic".
+  const char* mode_name() const;
+  bool enabled() const { return mode_ != LossScaleMode::None; }
+
+  // loss * S (the loss itself for mode none), differentiable: backward of it gives S * dL/dtheta.
+  Tensor scale(const Tensor& loss) const;
+  // Divides every defined gradient of `params` by S in one fused pass per device and returns true
+  // when all are finite (combined across ranks by the overflow reducer, when set). See CONVENTION.
+  bool unscale_(const std::vector<Tensor>& params);
+  // optimizer.step() when the gradients are finite (unscaling them first if needed) and true;
+  // otherwise no step, gradients zeroed, skipped_steps() + 1, and false.
+  bool step(Optimizer& optimizer, const std::vector<Tensor>& params);
+  // The dynamic policy on this step's result; ends the step. No-op in mode none.
+  void update();
+
+  double scale_value() const { return scale_; }
+  // Steps skipped because of inf/NaN gradients, over the whole run (checkpointed).
+  int64_t skipped_steps() const { return skipped_steps_; }
+  // Consecutive clean steps since the last growth or overflow (the growth tracker).
+  int64_t good_steps() const { return good_steps_; }
+  // Overflows still tolerated before the next backoff.
+  int64_t hysteresis_left() const { return hysteresis_left_; }
+  // This step's unscale_ result so far: true once an inf/NaN was found (false before unscale_).
+  bool found_inf() const { return unscaled_ && found_inf_; }
+  const DynamicLossScaleOptions& options() const { return options_; }
+
+  // f(local_found_inf) -> global_found_inf, called once per step by unscale_ (an empty function
+  // removes it). For data parallelism: all-reduce the flag (MAX) so every rank skips together.
+  void set_overflow_reducer(std::function<bool(bool)> reducer) { reducer_ = std::move(reducer); }
+
+  // For checkpoints: "mode" (i64: 0 none, 1 static, 2 dynamic), "scale" (f64), "good_steps",
+  // "hysteresis_left", "skipped_steps" (i64), all scalars on the CPU.
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  // Restores them, checking every entry (present once, known, a one-element tensor, an integer where
+  // one is expected, the same mode, a scale within [min_scale, max_scale] for dynamic and equal to
+  // the configured one for static) and throwing before anything changes when one does not fit.
+  void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries);
+
+ private:
+  LossScaler(LossScaleMode mode, double scale, DynamicLossScaleOptions options);
+
+  LossScaleMode mode_ = LossScaleMode::None;
+  double scale_ = 1.0;
+  DynamicLossScaleOptions options_;
+  int64_t good_steps_ = 0;
+  int64_t hysteresis_left_ = 1;
+  int64_t skipped_steps_ = 0;
+  bool unscaled_ = false;   // unscale_ ran in this step
+  bool found_inf_ = false;  // its result
+  bool stepped_ = false;    // step() ran in this step
+  std::function<bool(bool)> reducer_;
+};
+
+}  // namespace hg::optim

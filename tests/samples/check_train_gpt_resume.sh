@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# train_gpt checkpoint and resume: 2N steps in one run equal N steps, a checkpoint, and a second
+# process that resumes and trains N more -- the final checkpoints (weights, AdamW state, step, RNG
+# states) byte for byte, and the printed final losses (%.9g: every bit of an f32) equal. Dropout is
+# on, so the Philox generator's state matters; keep-last-K and the --resume errors are checked too.
+set -uo pipefail
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+n=6
+tiny=(--layers 1 --heads 2 --dim 32 --batch 8 --eval-problems 20 --eval-every 0 --sample 0 --threads 1
+      --dropout 0.1 --steps $((2 * n)) --warmup 2)
+
+out=$("$bin" "${tiny[@]}" --checkpoint-dir "$work/straight" --checkpoint-every-steps 2 --keep-checkpoints 2) \
+  || fail "straight run exited $?: $out"
+ls "$work/straight" | grep -qx "step_0000000012.safetensors" || fail "no final checkpoint: $(ls "$work/straight")"
+[[ $(ls "$work/straight" | wc -l) -eq 2 ]] || fail "keep-checkpoints 2 left: $(ls "$work/straight")"
+straight_loss=$(grep "checkpoint step $((2 * n)) " <<<"$out" | grep -o "| loss [^ ]*") || fail "no checkpoint line: $out"
+
+out=$("$bin" "${tiny[@]}" --checkpoint-dir "$work/resumed" --checkpoint-every-steps 4 --stop-after-steps $n) \
+  || fail "first half exited $?: $out"
+grep -q "checkpoint step $n " <<<"$out" || fail "first half wrote no step-$n checkpoint: $out"
+[[ $(ls "$work/resumed" | tr '\n' ' ') == "step_0000000004.safetensors step_000000000$n.safetensors " ]] \
+  || fail "first half left: $(ls "$work/resumed")"
+out=$("$bin" "${tiny[@]}" --checkpoint-dir "$work/resumed" --checkpoint-every-steps 4 --resume) \
+  || fail "resumed run exited $?: $out"
+grep -q "resumed from .*step_000000000$n.safetensors at step $n" <<<"$out" || fail "did not resume at step $n: $out"
+resumed_loss=$(grep "checkpoint step $((2 * n)) " <<<"$out" | grep -o "| loss [^ ]*") || fail "no checkpoint line: $out"
+
+[[ "$straight_loss" == "$resumed_loss" ]] || fail "final losses differ: $straight_loss vs $resumed_loss"
+cmp "$work/straight/step_0000000012.safetensors" "$work/resumed/step_0000000012.safetensors" \
+  || fail "the final checkpoints differ"
+
+# A checkpoint of another architecture is refused with a clear error (exit 1), no usage error.
+wide=("${tiny[@]}")
+wide[5]=64  # --dim 32 -> 64
+err=$("$bin" "${wide[@]}" --checkpoint-dir "$work/resumed" --resume 2>&1 >/dev/null)
+code=$?
+[[ $code -eq 1 ]] || fail "resuming a dim-32 checkpoint with --dim 64 exited $code: $err"
+grep -q "another model configuration" <<<"$err" || fail "unclear error for another architecture: $err"
+err=$("$bin" --resume 2>&1 >/dev/null)
+[[ $? -eq 2 ]] && grep -q -- "need --checkpoint-dir" <<<"$err" || fail "--resume without a directory: $err"
+echo "train_gpt resume ok"
