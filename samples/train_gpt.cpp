@@ -21,6 +21,7 @@
 #include "optim/optim.h"
 #include "samples/addition_task.h"
 #include "samples/cli.h"
+#include "samples/precision_flags.h"
 #include "samples/text_data.h"
 #include "train/checkpoint.h"
 
@@ -36,6 +37,9 @@ struct Options {
   std::string checkpoint_dir = "";  // checkpoint and resume (train/checkpoint.h)
   int64_t checkpoint_every = 0, keep_checkpoints = 3, stop_after = 0;
   bool resume = false;
+  std::string precision = "fp32", loss_scale = "";  // mixed precision (samples/precision_flags.h)
+  int64_t grad_accum = 1, batch_tokens = 0;
+  bool fp32_grads = false, stochastic_rounding = false;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -49,7 +53,7 @@ Options parse_options(int argc, char** argv) {
   auto& heads = flags.add_int("heads", 4, "attention heads (must divide --dim)", 1);
   auto& dim = flags.add_int("dim", 128, "model width", 1);
   auto& context = flags.add_int("context", 16, "context length in bytes", 1);
-  auto& batch = flags.add_int("batch", 64, "sequences per step", 1);
+  auto& batch = flags.add_int("batch", 64, "sequences per micro-batch (x --grad-accum per optimizer step)", 1);
   auto& steps = flags.add_int("steps", 3000, "optimizer steps", 0);
   auto& lr = flags.add_double("lr", 2e-3, "peak learning rate", 0.0);
   auto& warmup = flags.add_int("warmup", 100, "linear warmup steps", 0);
@@ -73,11 +77,24 @@ Options parse_options(int argc, char** argv) {
       flags.add_bool("resume", false, "continue from the newest checkpoint in --checkpoint-dir, bit-exactly");
   auto& stop_after =
       flags.add_int("stop-after-steps", 0, "end this run after step N (the schedule still spans --steps)", 0);
+  auto& precision = flags.add_string("precision", "fp32", "compute dtype of the model: fp32, bf16 or fp16");
+  auto& loss_scale = flags.add_string("loss-scale", "",
+                                      "dynamic, static:S or none (default: dynamic for fp16, none otherwise)");
+  auto& grad_accum = flags.add_int("grad-accum", 1, "micro-batches per optimizer step", 1);
+  auto& batch_tokens =
+      flags.add_int("batch-tokens", 0, "tokens per optimizer step; sets --grad-accum to match (0: off)", 0);
+  auto& fp32_grads = flags.add_bool("fp32-grads", false, "keep fp32 gradient buffers for a half model");
+  auto& stochastic_rounding =
+      flags.add_bool("stochastic-rounding", false, "round updated half weights stochastically (seeded)");
   flags.parse(argc, argv);
   o = Options{device, data, save, load, layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
               sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout};
   o.checkpoint_dir = checkpoint_dir, o.checkpoint_every = checkpoint_every, o.keep_checkpoints = keep_checkpoints;
   o.resume = resume, o.stop_after = stop_after;
+  o.precision = precision, o.loss_scale = loss_scale, o.grad_accum = grad_accum, o.batch_tokens = batch_tokens;
+  o.fp32_grads = fp32_grads, o.stochastic_rounding = stochastic_rounding;
+  const DType dtype = samples::parse_precision("train_gpt", o.precision);
+  samples::parse_loss_scale("train_gpt", o.loss_scale, dtype);  // validated here, built again in run()
   if (o.checkpoint_dir.empty() && (o.resume || o.checkpoint_every > 0))
     samples::exit_with_usage_error("train_gpt", "--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
   if (o.dim % o.heads != 0)
@@ -151,7 +168,10 @@ int run(const Options& o) {
     model = std::make_shared<nn::GPT>(config);
   }
   const Device device = Device::parse(o.device);
+  const DType precision = samples::parse_precision("train_gpt", o.precision);
+  model->to(precision);
   model->to(device);
+  if (o.fp32_grads) model->set_grad_dtype(DType::f32);
   const int64_t T = o.data.empty() ? 0 : std::min(o.context, model->config.context);
 
   std::unique_ptr<samples::AdditionTask> task;
@@ -164,19 +184,29 @@ int run(const Options& o) {
     text = std::make_unique<samples::TextData>(o.data, T);
   }
   const auto held_out = task ? task->held_out_pairs(o.eval_problems) : std::vector<std::pair<int64_t, int64_t>>{};
-  const int64_t tokens_per_step = o.batch * (task ? task->problem_length() - 1 : T);
+  const int64_t tokens_per_micro_batch = o.batch * (task ? task->problem_length() - 1 : T);
+  const int64_t micro_batches =
+      samples::accumulation_steps("train_gpt", o.grad_accum, o.batch_tokens, tokens_per_micro_batch);
+  const int64_t tokens_per_step = tokens_per_micro_batch * micro_batches;
 
   optim::AdamW optimizer(model->parameters(),
                          optim::AdamWOptions().lr(o.lr).weight_decay(o.weight_decay).decay_only_matrices(true));
+  // Half weights are updated through fp32 master copies (the optimizer's default).
+  optimizer.set_mixed_precision(
+      optim::MixedPrecisionOptions().stochastic_rounding(o.stochastic_rounding).rounding_seed(uint64_t(o.seed)));
+  optim::LossScaler scaler = samples::parse_loss_scale("train_gpt", o.loss_scale, precision);
   // A run shorter than the warmup warms up over all but its last step.
   const int64_t total_steps = std::max<int64_t>(o.steps, 1);
   optim::WarmupCosine schedule(o.lr, std::min(o.warmup, total_steps - 1), total_steps, o.min_lr);
 
-  std::printf("train_gpt: %s on %s | GPT L%lld H%lld C%lld T%lld, %.2fM parameters | batch %lld (%lld tokens) | %d threads\n",
+  std::printf("train_gpt: %s on %s | GPT L%lld H%lld C%lld T%lld, %.2fM parameters | batch %lld x %lld (%lld tokens) "
+              "| %s%s | %d threads\n",
               task ? (std::to_string(o.digits) + "-digit addition").c_str() : o.data.c_str(), device.str().c_str(),
               (long long)model->config.n_layer, (long long)model->config.n_head, (long long)model->config.n_embd,
               (long long)model->config.context, double(model->parameter_count()) / 1e6, (long long)o.batch,
-              (long long)tokens_per_step, omp_get_max_threads());
+              (long long)micro_batches, (long long)tokens_per_step, samples::precision_name(precision),
+              scaler.enabled() ? (std::string(", ") + scaler.mode_name() + " loss scale").c_str() : "",
+              omp_get_max_threads());
 
   auto evaluate = [&](std::vector<std::string>* answers = nullptr) -> std::pair<double, double> {
     if (task) return {task->accuracy(*model, held_out, answers), NAN};
@@ -195,9 +225,10 @@ int run(const Options& o) {
 
   // Checkpoints hold everything that decides the next step: weights, AdamW state, the step, the
   // dropout generator and the data order. A resumed run continues bit-exactly.
-  int64_t completed_steps = 0;
+  int64_t completed_steps = 0, optimizer_steps = 0;  // optimizer_steps: not skipped by the scaler
   train::TrainingState state;
-  state.model(*model).optimizer(optimizer).counter("step", completed_steps);
+  state.model(*model).optimizer(optimizer).scaler(scaler).counter("step", completed_steps);
+  state.counter("optimizer_steps", optimizer_steps);
   state.generator("default", default_generator()).mt19937_64("data", data_rng);
   std::optional<train::CheckpointDirectory> checkpoints;
   if (!o.checkpoint_dir.empty()) checkpoints.emplace(o.checkpoint_dir, o.keep_checkpoints);
@@ -219,26 +250,40 @@ int run(const Options& o) {
   double timed_seconds = 0;
   for (int64_t step = completed_steps + 1; step <= last_step; ++step) {
     const auto step_start = Clock::now();
-    auto [ids, targets] = task ? task->training_batch(o.batch, data_rng) : text->batch(o.batch, false, data_rng);
-    const Tensor loss = model->loss(ids.to(device), targets.to(device));
-    loss.backward();
-    if (o.clip > 0) optim::clip_grad_norm(model->parameters(), o.clip);
-    const double lr = schedule.lr(step - 1);
+    // Each micro-batch's loss is divided by their number, so the summed gradients are those of the
+    // mean over all of them; the scaler multiplies it by S for fp16 (1 otherwise).
+    last_loss = 0.0;
+    for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      auto [ids, targets] = task ? task->training_batch(o.batch, data_rng) : text->batch(o.batch, false, data_rng);
+      const Tensor loss = model->loss(ids.to(device), targets.to(device)) * (1.0 / double(micro_batches));
+      scaler.scale(loss).backward();
+      last_loss += loss.item();
+    }
+    // unscale -> clip -> step -> update. A step with inf/NaN gradients is skipped: the weights and
+    // the LR schedule stay where they are.
+    const std::vector<Tensor> params = model->parameters();
+    scaler.unscale_(params);
+    if (o.clip > 0) optim::clip_grad_norm(params, o.clip);
+    const double lr = schedule.lr(optimizer_steps);
     optimizer.set_lr(lr);
-    optimizer.step();
+    if (scaler.step(optimizer, params)) ++optimizer_steps;
+    scaler.update();
     optimizer.zero_grad();
-    last_loss = loss.item();
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     timed_steps += 1;
     timed_seconds += seconds;
 
     const bool eval_now = (o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps;
     const MemoryStats memory = memory_stats(device);
-    char line[256];
-    std::snprintf(line, sizeof line, "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | %6.1f ms/step | mem %s/%s MiB",
-                  (long long)step, (long long)o.steps, last_loss, lr, double(tokens_per_step) / seconds,
-                  seconds * 1e3, megabytes(memory.allocated_bytes).c_str(),
-                  megabytes(memory.peak_allocated_bytes).c_str());
+    char line[320];
+    int length = std::snprintf(line, sizeof line,
+                               "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | %6.1f ms/step | mem %s/%s MiB",
+                               (long long)step, (long long)o.steps, last_loss, lr, double(tokens_per_step) / seconds,
+                               seconds * 1e3, megabytes(memory.allocated_bytes).c_str(),
+                               megabytes(memory.peak_allocated_bytes).c_str());
+    if (scaler.enabled())
+      std::snprintf(line + length, sizeof line - size_t(length), " | scale %g | skipped %lld", scaler.scale_value(),
+                    (long long)scaler.skipped_steps());
     progress.step_line(line, eval_now || step % 100 == 0);
     if (eval_now) {
       std::tie(accuracy, val_loss) = evaluate();
@@ -295,6 +340,7 @@ int run(const Options& o) {
     std::printf("held-out exact match %.2f%%", 100.0 * accuracy);
   else
     std::printf("validation loss %.4f", val_loss);
+  if (scaler.enabled()) std::printf(" | %lld skipped steps", (long long)scaler.skipped_steps());
   std::printf(" | %.0f tok/s | %.1f ms/step | peak memory %s MiB\n",
               timed_seconds > 0 ? double(tokens_per_step) * double(timed_steps) / timed_seconds : 0.0,
               timed_steps > 0 ? 1e3 * timed_seconds / double(timed_steps) : 0.0,

@@ -21,6 +21,15 @@ out=$("$bin" --data "$work/text.txt" --layers 1 --heads 2 --dim 32 --batch 8 --s
   || fail "text run exited $?: $out"
 grep -q "validation loss" <<<"$out" || fail "no validation loss: $out"
 
+# Mixed precision and accumulation: fp16 with dynamic loss scaling over 2 micro-batches per step.
+out=$("$bin" "${tiny[@]}" --steps 20 --eval-every 0 --sample 0 --precision fp16 --grad-accum 2) \
+  || fail "fp16 run exited $?: $out"
+grep -q "batch 16 x 2 (384 tokens) | fp16, dynamic loss scale" <<<"$out" || fail "no fp16 header: $out"
+grep -q "skipped steps" <<<"$out" || fail "no skipped-step count in the fp16 summary: $out"
+out=$("$bin" "${tiny[@]}" --steps 10 --eval-every 0 --sample 0 --precision bf16 --batch-tokens 768 --fp32-grads \
+  --stochastic-rounding) || fail "bf16 run exited $?: $out"
+grep -q "batch 16 x 4 (768 tokens) | bf16 |" <<<"$out" || fail "--batch-tokens 768 did not give 4 micro-batches: $out"
+
 expect_usage_error() {
   local expected=$1
   shift
@@ -37,5 +46,10 @@ expect_usage_error "unknown flag --bogus" --bogus 1
 expect_usage_error "expects an integer" --steps ten
 expect_usage_error "unknown --device" --device tpu
 expect_usage_error "too short for 3-digit problems" --context 8
+expect_usage_error "unknown --precision \"fp8\"; expected fp32, bf16 or fp16" --precision fp8
+expect_usage_error "expected static:S with a finite S > 0" --loss-scale static:-4
+expect_usage_error "unknown --loss-scale" --loss-scale sometimes
+expect_usage_error "is not a multiple of the micro-batch's 768 tokens" --batch-tokens 1000
+expect_usage_error "either --grad-accum or --batch-tokens" --grad-accum 2 --batch-tokens 1536
 "$bin" --help | grep -q -- "--weight-decay" || fail "--help does not list the flags"
 echo "train_gpt checks ok"
