@@ -41,6 +41,7 @@ std::vector<unsigned char> bytes_of(const Tensor& t) {
   return out;
 }
 
+#if !defined(HG_LOSS_SCALER_ON_CUDA)
 // A parameter with a fresh random gradient; `poison` (inf or NaN) goes into its element 3.
 Tensor param_with_grad(double poison = 0.0) {
   Tensor p = randn({8}).requires_grad_();
@@ -56,6 +57,8 @@ void policy_step(LossScaler& scaler, bool overflow) {
   CHECK(scaler.unscale_({p}) == !overflow);
   scaler.update();
 }
+
+#endif  // !HG_LOSS_SCALER_ON_CUDA
 
 }  // namespace
 
