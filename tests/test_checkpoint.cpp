@@ -33,6 +33,13 @@
 #include "engine/cuda/cuda_context.h"
 #endif
 
+// The model cases' names say where they run, so the two builds of this file list apart in ctest.
+#if defined(HG_CHECKPOINT_ON_CUDA)
+#define ON_DEVICE "cuda: "
+#else
+#define ON_DEVICE ""
+#endif
+
 using namespace hg;
 
 namespace {
@@ -138,7 +145,7 @@ struct Run {
 
 }  // namespace
 
-TEST_CASE("training 2N steps equals N steps then save then load into fresh objects then N more bit for bit") {
+TEST_CASE(ON_DEVICE "training 2N steps equals N steps then save then load into fresh objects then N more bit for bit") {
 #if defined(HG_CHECKPOINT_ON_CUDA)
   if (!cuda::is_available()) {
     MESSAGE("SKIPPED: no CUDA device: " << cuda::unavailable_reason() << "; runs on a GPU or in the emulated build");
