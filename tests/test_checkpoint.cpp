@@ -4,6 +4,10 @@
 // losses, weights, optimizer state and counters bit for bit on the CPU in f32. Plus keep-last-K,
 // and errors on truncated, foreign, mismatched and incomplete checkpoints, each leaving the live
 // state untouched.
+//
+// The same source is compiled twice: test_checkpoint runs everything on the CPU;
+// test_cuda_checkpoint (HG_CHECKPOINT_ON_CUDA) runs the resume case with the model and optimizer on
+// the CUDA device (the SIMT emulator in the emulated build), loading from the CPU-side file.
 #include <doctest/doctest.h>
 
 #include "support/check_error.h"
@@ -25,11 +29,30 @@
 #include "optim/optim.h"
 #include "train/checkpoint.h"
 
+#if defined(HG_CHECKPOINT_ON_CUDA)
+#include "engine/cuda/cuda_context.h"
+#endif
+
+// The model cases' names say where they run, so the two builds of this file list apart in ctest.
+#if defined(HG_CHECKPOINT_ON_CUDA)
+#define ON_DEVICE "cuda: "
+#else
+#define ON_DEVICE ""
+#endif
+
 using namespace hg;
 
 namespace {
 
 constexpr int64_t kVocab = 16;
+
+Device model_device() {
+#if defined(HG_CHECKPOINT_ON_CUDA)
+  return Device::cuda(0);
+#else
+  return kCPU;
+#endif
+}
 
 std::vector<unsigned char> bytes_of(const Tensor& t) {
   const Tensor host = t.to(kCPU).contiguous();
@@ -79,6 +102,7 @@ struct Run {
     config.n_embd = width;
     config.dropout = 0.1;
     model = std::make_shared<nn::GPT>(config);
+    model->to(model_device());
     optimizer = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions().lr(1e-2).weight_decay(0.1));
     scaler = optim::LossScaler::dynamic(optim::DynamicLossScaleOptions().init_scale(256).growth_interval(3));
     data_rng.seed(seed * 31 + 7);
@@ -96,7 +120,7 @@ struct Run {
   double train_step() {
     std::vector<int64_t> tokens(2 * 9);
     for (int64_t& t : tokens) t = int64_t(data_rng() % uint64_t(kVocab));
-    const Tensor batch = from_vector(tokens, {2, 9});
+    const Tensor batch = from_vector(tokens, {2, 9}).to(model_device());
     const Tensor ids = batch.narrow(1, 0, 8).contiguous(), targets = batch.narrow(1, 1, 8).contiguous();
     const std::vector<Tensor> params = model->parameters();
     const Tensor loss = model->loss(ids, targets);
@@ -121,7 +145,13 @@ struct Run {
 
 }  // namespace
 
-TEST_CASE("training 2N steps equals N steps then save then load into fresh objects then N more bit for bit") {
+TEST_CASE(ON_DEVICE "training 2N steps equals N steps then save then load into fresh objects then N more bit for bit") {
+#if defined(HG_CHECKPOINT_ON_CUDA)
+  if (!cuda::is_available()) {
+    MESSAGE("SKIPPED: no CUDA device: " << cuda::unavailable_reason() << "; runs on a GPU or in the emulated build");
+    return;
+  }
+#endif
   constexpr int kN = 4;
   TempDir dir;
   std::vector<double> straight;
@@ -165,6 +195,8 @@ TEST_CASE("training 2N steps equals N steps then save then load into fresh objec
   }
   CHECK(second.scaler.scale_value() == straight_scale);
 }
+
+#if !defined(HG_CHECKPOINT_ON_CUDA)
 
 TEST_CASE("a checkpoint directory keeps the last K and ignores temporary and foreign files") {
   TempDir dir;
@@ -321,3 +353,5 @@ TEST_CASE("TrainingState registration errors") {
   Tensor undefined;
   CHECK_ERROR(state.extra("x", undefined), "extra 'x' is an undefined tensor");
 }
+
+#endif  // !HG_CHECKPOINT_ON_CUDA
