@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 
+#include "engine/activation_offload.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
@@ -30,6 +31,8 @@ struct Options {
   std::string device, data, save, load;
   int64_t layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads, sample, digits, eval_problems;
   double lr, min_lr, weight_decay, clip, dropout;
+  int64_t checkpoint_every = 0;         // activation checkpointing: segments of K blocks (0: off)
+  std::string offload_activations;      // "off", "inputs" (checkpoint inputs) or "all"
 };
 
 Options parse_options(int argc, char** argv) {
@@ -59,9 +62,19 @@ Options parse_options(int argc, char** argv) {
   auto& save = flags.add_string("save", "", "save the trained model to this safetensors file");
   auto& load = flags.add_string("load", "", "start from this safetensors file (native or GPT-2 layout)");
   auto& sample = flags.add_int("sample", 8, "print N answers (or N bytes of text) at the end", 0);
+  auto& checkpoint_every = flags.add_int("checkpoint-every", 0,
+                                         "activation checkpointing: recompute segments of K blocks in backward (0: off)", 0);
+  auto& offload = flags.add_string("offload-activations", "off",
+                                   "move saved activations to host memory: off, inputs (checkpoint inputs) or all");
   flags.parse(argc, argv);
   o = Options{device, data, save, load, layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
-              sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout};
+              sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout, checkpoint_every, offload};
+  if (o.offload_activations != "off" && o.offload_activations != "inputs" && o.offload_activations != "all")
+    samples::exit_with_usage_error("train_gpt", "unknown --offload-activations \"" + o.offload_activations +
+                                                    "\"; expected off, inputs or all");
+  if (o.offload_activations == "inputs" && o.checkpoint_every == 0)
+    samples::exit_with_usage_error("train_gpt", "--offload-activations inputs offloads checkpoint inputs; "
+                                                "it needs --checkpoint-every K");
   if (o.dim % o.heads != 0)
     samples::exit_with_usage_error("train_gpt", "--heads " + std::to_string(o.heads) + " does not divide --dim " +
                                                     std::to_string(o.dim) + "; expected dim % heads == 0");
@@ -134,6 +147,7 @@ int run(const Options& o) {
   }
   const Device device = Device::parse(o.device);
   model->to(device);
+  model->set_checkpoint_every(o.checkpoint_every);
   const int64_t T = o.data.empty() ? 0 : std::min(o.context, model->config.context);
 
   std::unique_ptr<samples::AdditionTask> task;
@@ -160,6 +174,10 @@ int run(const Options& o) {
               (long long)model->config.context, double(model->parameter_count()) / 1e6, (long long)o.batch,
               (long long)tokens_per_step, omp_get_max_threads());
 
+  if (o.checkpoint_every > 0 || o.offload_activations != "off")
+    std::printf("memory savers: checkpoint every %lld block(s) | activation offload %s\n", (long long)o.checkpoint_every,
+                o.offload_activations.c_str());
+
   auto evaluate = [&](std::vector<std::string>* answers = nullptr) -> std::pair<double, double> {
     if (task) return {task->accuracy(*model, held_out, answers), NAN};
     NoGradGuard no_grad;
@@ -184,7 +202,13 @@ int run(const Options& o) {
   for (int64_t step = 1; step <= o.steps; ++step) {
     const auto step_start = Clock::now();
     auto [ids, targets] = task ? task->training_batch(o.batch, data_rng) : text->batch(o.batch, false, data_rng);
-    const Tensor loss = model->loss(ids.to(device), targets.to(device));
+    Tensor loss;
+    if (o.offload_activations != "off") {
+      ActivationOffload offload(parse_offload_mode(o.offload_activations));
+      loss = model->loss(ids.to(device), targets.to(device));
+    } else {
+      loss = model->loss(ids.to(device), targets.to(device));
+    }
     loss.backward();
     if (o.clip > 0) optim::clip_grad_norm(model->parameters(), o.clip);
     const double lr = schedule.lr(step - 1);
@@ -199,10 +223,11 @@ int run(const Options& o) {
     const bool eval_now = (o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps;
     const MemoryStats memory = memory_stats(device);
     char line[256];
-    std::snprintf(line, sizeof line, "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | %6.1f ms/step | mem %s/%s MiB",
+    std::snprintf(line, sizeof line,
+                  "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | %6.1f ms/step | mem %s/%s MiB (reserved %s)",
                   (long long)step, (long long)o.steps, last_loss, lr, double(tokens_per_step) / seconds,
                   seconds * 1e3, megabytes(memory.allocated_bytes).c_str(),
-                  megabytes(memory.peak_allocated_bytes).c_str());
+                  megabytes(memory.peak_allocated_bytes).c_str(), megabytes(memory.reserved_bytes).c_str());
     progress.step_line(line, eval_now || step % 100 == 0);
     if (eval_now) {
       std::tie(accuracy, val_loss) = evaluate();
@@ -253,6 +278,7 @@ int run(const Options& o) {
               timed_seconds > 0 ? double(tokens_per_step) * double(timed_steps) / timed_seconds : 0.0,
               timed_steps > 0 ? 1e3 * timed_seconds / double(timed_steps) : 0.0,
               megabytes(memory_stats(device).peak_allocated_bytes).c_str());
+  std::printf("%s", memory_summary().c_str());
   return 0;
 }
 

@@ -51,8 +51,14 @@ Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b) {
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor out = binary_kernel(op, a, b);
   if (!should_record({&a, &b})) return out;
-  const Tensor sa = a.detach(), sb = b.detach();
-  record_op(binary_name(op), {a, b}, out, [op, sa, sb](const Tensor& g, const NeedsGrad& needs) {
+  // Add and Sub need only the shapes; Mul and Div also the values.
+  const bool needs_values = op == BinaryOp::Mul || op == BinaryOp::Div;
+  const SavedTensor saved_a = needs_values ? SavedTensor(a) : SavedTensor();
+  const SavedTensor saved_b = needs_values ? SavedTensor(b) : SavedTensor();
+  const Shape a_shape = a.shape(), b_shape = b.shape();
+  record_op(binary_name(op), {a, b}, out,
+            [op, saved_a, saved_b, a_shape, b_shape](const Tensor& g, const NeedsGrad& needs) {
+    const Tensor sa = saved_a.unpack(), sb = saved_b.unpack();
     Tensor ga, gb;
     switch (op) {
       case BinaryOp::Add:
@@ -72,8 +78,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
         if (needs[1]) gb = neg(div(mul(g, sa), mul(sb, sb)));
         break;
     }
-    return std::vector<Tensor>{needs[0] ? sum_to(ga, sa.shape()) : Tensor(),
-                               needs[1] ? sum_to(gb, sb.shape()) : Tensor()};
+    return std::vector<Tensor>{needs[0] ? sum_to(ga, a_shape) : Tensor(),
+                               needs[1] ? sum_to(gb, b_shape) : Tensor()};
   });
   return out;
 }
@@ -116,8 +122,9 @@ Tensor unary(UnaryOp op, const Tensor& input, double scalar = 0.0) {
   Tensor out = ops::empty_as(x.shape(), x);
   HG_KERNEL(x.device(), unary_forward, op, x.data_ptr(), out.data_ptr(), x.numel(), scalar, x.dtype());
   if (should_record({&input})) {
-    const Tensor sx = x.detach(), sy = out.detach();
-    record_op(name, {input}, out, [op, sx, sy, scalar](const Tensor& g, const NeedsGrad&) {
+    const SavedTensor saved_x(x), saved_y(out);
+    record_op(name, {input}, out, [op, saved_x, saved_y, scalar](const Tensor& g, const NeedsGrad&) {
+      const Tensor sx = saved_x.unpack(), sy = saved_y.unpack();
       const Tensor dy = g.contiguous();
       Tensor dx = ops::empty_as(dy.shape(), dy);
       HG_KERNEL(dy.device(), unary_backward, op, sx.data_ptr(), sy.data_ptr(), dy.data_ptr(), dx.data_ptr(), dy.numel(),

@@ -42,9 +42,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
               y.data_ptr(), out, x.dtype());
   }
   if (should_record({&x, &weight, &bias})) {
-    const Tensor sx = x2.detach(), sw = w.detach();
+    const SavedTensor saved_x(x2), saved_w(w);
     const Shape x_shape = x.shape();
-    record_op(name, {x, weight, bias}, y, [sx, sw, x_shape, rows, in, out](const Tensor& g, const NeedsGrad& needs) {
+    record_op(name, {x, weight, bias}, y,
+              [saved_x, saved_w, x_shape, rows, in, out](const Tensor& g, const NeedsGrad& needs) {
+      const Tensor sx = saved_x.unpack(), sw = saved_w.unpack();
       const Tensor g2 = rows_of(g);
       const Device device = g2.device();
       Tensor dx, dw, db;

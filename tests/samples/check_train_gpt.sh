@@ -21,6 +21,16 @@ out=$("$bin" --data "$work/text.txt" --layers 1 --heads 2 --dim 32 --batch 8 --s
   || fail "text run exited $?: $out"
 grep -q "validation loss" <<<"$out" || fail "no validation loss: $out"
 
+# Checkpointing and activation offload change memory, not the run: the same seed gives the same losses.
+final_loss() { "$bin" --layers 2 --heads 2 --dim 32 --batch 8 --dropout 0.1 --steps 12 --eval-every 0 --eval-problems 20 \
+  --threads 1 --sample 0 "$@" | grep -o "final loss [0-9.]*"; }
+plain=$(final_loss) || fail "plain run failed"
+[[ -n "$plain" ]] || fail "no final loss in the plain run"
+for savers in "--checkpoint-every 1" "--checkpoint-every 2 --offload-activations inputs" "--offload-activations all"; do
+  # shellcheck disable=SC2086
+  [[ $(final_loss $savers) == "$plain" ]] || fail "$savers changed the run: $(final_loss $savers) vs $plain"
+done
+
 expect_usage_error() {
   local expected=$1
   shift
@@ -37,5 +47,7 @@ expect_usage_error "unknown flag --bogus" --bogus 1
 expect_usage_error "expects an integer" --steps ten
 expect_usage_error "unknown --device" --device tpu
 expect_usage_error "too short for 3-digit problems" --context 8
+expect_usage_error "unknown --offload-activations" --offload-activations gpu
+expect_usage_error "it needs --checkpoint-every" --offload-activations inputs
 "$bin" --help | grep -q -- "--weight-decay" || fail "--help does not list the flags"
 echo "train_gpt checks ok"
