@@ -177,8 +177,8 @@ int main(int argc, char** argv) {
       reset_peak_memory(s.device);
       host_offload_allocator().reset_peak();
       if (s.device.is_cuda()) cuda::pinned_allocator().reset_peak();
-      const int64_t host_before = s.device.is_cpu() ? host_offload_allocator().stats().allocated_bytes
-                                                    : pinned_memory_stats().allocated_bytes;
+      const int64_t host_before =
+          s.device.is_cpu() ? host_offload_allocator().stats().allocated_bytes : pinned_memory_stats().allocated_bytes;
       trainers[i]->step(s.B);
       peak[i] = memory_stats(s.device).peak_allocated_bytes;
       host_peak[i] = (s.device.is_cpu() ? host_offload_allocator().stats().peak_allocated_bytes
@@ -215,8 +215,8 @@ int main(int argc, char** argv) {
       if (i == 0) none_max_batch = max_batch;
       bench::JsonLine("memory")
           .add("strategy", strategies[i].name)
-          .add("model", "gpt_L" + std::to_string(s.L) + "_H" + std::to_string(s.H) + "_C" + std::to_string(s.C) +
-                            "_T" + std::to_string(s.T))
+          .add("model", "gpt_L" + std::to_string(s.L) + "_H" + std::to_string(s.H) + "_C" + std::to_string(s.C) + "_T" +
+                            std::to_string(s.T))
           .add("layers", (long long)s.L)
           .add("batch", (long long)s.B)
           .add("model_state_mib", double(model_state) / (1 << 20))

@@ -15,7 +15,8 @@ namespace {
 // One Storage that a saved tensor lives in, held in host memory between forward and backward.
 class OffloadedStorage {
  public:
-  OffloadedStorage(const Storage& source, int group) : device_(source.device()), nbytes_(source.nbytes()), group_(group) {
+  OffloadedStorage(const Storage& source, int group)
+      : device_(source.device()), nbytes_(source.nbytes()), group_(group) {
     host_allocator_ = device_.is_cpu() ? &host_offload_allocator() : &cuda::pinned_allocator();
     host_ = host_allocator_->allocate(nbytes_);
     if (device_.is_cpu()) {

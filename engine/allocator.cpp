@@ -69,8 +69,8 @@ void* CpuCachingAllocator::allocate(size_t nbytes) {
       lock.unlock();  // the summary reads every allocator's statistics, this one's too
       HG_FAIL("[", name_, "] out of host memory: requested ", size, " bytes with ", at_failure.allocated_bytes,
               " bytes allocated and ", at_failure.reserved_bytes, " reserved",
-              at_failure.limit_bytes > 0 ? " (limit " + std::to_string(at_failure.limit_bytes) + " bytes)" : "",
-              "\n", memory_summary(), out_of_memory_advice());
+              at_failure.limit_bytes > 0 ? " (limit " + std::to_string(at_failure.limit_bytes) + " bytes)" : "", "\n",
+              memory_summary(), out_of_memory_advice());
     }
     stats_.reserved_bytes += int64_t(size);
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);

@@ -31,8 +31,8 @@ struct Options {
   std::string device, data, save, load;
   int64_t layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads, sample, digits, eval_problems;
   double lr, min_lr, weight_decay, clip, dropout;
-  int64_t checkpoint_every = 0;         // activation checkpointing: segments of K blocks (0: off)
-  std::string offload_activations;      // "off", "inputs" (checkpoint inputs) or "all"
+  int64_t checkpoint_every = 0;     // activation checkpointing: segments of K blocks (0: off)
+  std::string offload_activations;  // "off", "inputs" (checkpoint inputs) or "all"
 };
 
 Options parse_options(int argc, char** argv) {

@@ -127,7 +127,12 @@ TEST_CASE("checkpoint without grad mode just runs the function") {
   const Tensor x = randn({3, 3}).requires_grad_();
   NoGradGuard no_grad;
   int calls = 0;
-  const Tensor y = checkpoint([&](const Tensor& t) { ++calls; return t * 2.0; }, x);
+  const Tensor y = checkpoint(
+      [&](const Tensor& t) {
+        ++calls;
+        return t * 2.0;
+      },
+      x);
   CHECK(calls == 1);
   CHECK_FALSE(y.requires_grad());
 }
@@ -216,9 +221,8 @@ TEST_CASE("peak memory falls as the model's sizes say with checkpointing and off
   // Offloading the checkpoint inputs: all but the two groups in flight leave the device.
   const int64_t inputs = peak(1, true, OffloadMode::checkpoint_inputs);
   CHECK(k1 - inputs >= (s.L - 2) * x);
-  MESSAGE("peak above parameters and gradients: none ", none, " B, K=1 ", k1, " B, K=2 ", k2, " B, offload all ",
-          all, " B, K=1 + offloaded inputs ", inputs, " B (one block's activations >= ", a, " B, its input ", x,
-          " B)");
+  MESSAGE("peak above parameters and gradients: none ", none, " B, K=1 ", k1, " B, K=2 ", k2, " B, offload all ", all,
+          " B, K=1 + offloaded inputs ", inputs, " B (one block's activations >= ", a, " B, its input ", x, " B)");
 }
 
 TEST_CASE("saved-tensor hooks see activations but not parameters and restore views") {

@@ -86,9 +86,12 @@ TEST_CASE("cuda activation offload goes through pinned memory and gives the plai
   const StepResult all = memory_model_step(*plain, s, true, OffloadMode::all);
   check_same_gradients(reference, all, "offload all");
   const MemoryStats pinned_after = pinned_memory_stats();
-  // Every offloaded byte sat in pinned memory, and all of it was given back after the backward.
+  // Every offloaded byte sat in pinned memory, and all of it was given back after the backward
+  // (up to the staging buffer of the last host-to-device copy, which copy_to_device frees lazily).
   CHECK(pinned_after.peak_allocated_bytes - pinned_before.allocated_bytes >= all.offload.bytes_offloaded);
-  CHECK(pinned_after.allocated_bytes == pinned_before.allocated_bytes);
+  const int64_t staging = int64_t(CpuCachingAllocator::size_class(size_t(s.B * s.T * 8)));
+  CHECK(pinned_after.allocated_bytes <= pinned_before.allocated_bytes + staging);
+  CHECK(all.offload.bytes_offloaded > staging);
   CHECK(all.offload.bytes_offloaded >= s.L * block_activation_bytes(s, 4));
 
   auto checkpointed = make_memory_model(s, 1, f32, kGPU);

@@ -84,9 +84,9 @@ void CudaCachingAllocator::throw_out_of_memory(size_t request, size_t segment_si
   HG_FAIL("[cuda] out of memory on cuda:", device_, ": tried to allocate ", mib(double(request)), " (segment ",
           mib(double(segment_size)), "); ", mib(double(at_failure.allocated_bytes)), " allocated by tensors, ",
           mib(double(at_failure.reserved_bytes)), " reserved by the caching allocator",
-          at_failure.limit_bytes > 0 ? " (limit " + mib(double(at_failure.limit_bytes)) + ")" : "",
-          ", device reports ", mib(double(free_bytes)), " free of ", mib(double(total_bytes)), " (",
-          cudaGetErrorName(cudaError_t(error)), ")\n", memory_summary(), out_of_memory_advice());
+          at_failure.limit_bytes > 0 ? " (limit " + mib(double(at_failure.limit_bytes)) + ")" : "", ", device reports ",
+          mib(double(free_bytes)), " free of ", mib(double(total_bytes)), " (", cudaGetErrorName(cudaError_t(error)),
+          ")\n", memory_summary(), out_of_memory_advice());
 }
 
 void* CudaCachingAllocator::allocate(size_t nbytes, Stream stream) {
@@ -244,7 +244,8 @@ void CudaCachingAllocator::reset_peak() {
 }
 
 void CudaCachingAllocator::set_limit(int64_t bytes) {
-  HG_CHECK(bytes >= 0, "[cuda] memory limit ", bytes, " for cuda:", device_, " is negative; expected bytes >= 0 (0: no limit)");
+  HG_CHECK(bytes >= 0, "[cuda] memory limit ", bytes, " for cuda:", device_,
+           " is negative; expected bytes >= 0 (0: no limit)");
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.limit_bytes = bytes;
 }

@@ -48,17 +48,21 @@ Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// A binary op's operand as its backward keeps it: the value (when the formula needs it) and the shape.
+struct SavedOperand {
+  SavedTensor value;
+  Shape shape;
+};
+
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor out = binary_kernel(op, a, b);
   if (!should_record({&a, &b})) return out;
   // Add and Sub need only the shapes; Mul and Div also the values.
-  const bool needs_values = op == BinaryOp::Mul || op == BinaryOp::Div;
-  const SavedTensor saved_a = needs_values ? SavedTensor(a) : SavedTensor();
-  const SavedTensor saved_b = needs_values ? SavedTensor(b) : SavedTensor();
-  const Shape a_shape = a.shape(), b_shape = b.shape();
-  record_op(binary_name(op), {a, b}, out,
-            [op, saved_a, saved_b, a_shape, b_shape](const Tensor& g, const NeedsGrad& needs) {
-    const Tensor sa = saved_a.unpack(), sb = saved_b.unpack();
+  const bool keep_values = op == BinaryOp::Mul || op == BinaryOp::Div;
+  const SavedOperand sa{keep_values ? SavedTensor(a) : SavedTensor(), a.shape()};
+  const SavedOperand sb{keep_values ? SavedTensor(b) : SavedTensor(), b.shape()};
+  record_op(binary_name(op), {a, b}, out, [op, sa, sb](const Tensor& g, const NeedsGrad& needs) {
+    const Tensor va = sa.value.unpack(), vb = sb.value.unpack();
     Tensor ga, gb;
     switch (op) {
       case BinaryOp::Add:
@@ -70,16 +74,15 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
         if (needs[1]) gb = neg(g);
         break;
       case BinaryOp::Mul:
-        if (needs[0]) ga = mul(g, sb);
-        if (needs[1]) gb = mul(g, sa);
+        if (needs[0]) ga = mul(g, vb);
+        if (needs[1]) gb = mul(g, va);
         break;
       case BinaryOp::Div:
-        if (needs[0]) ga = div(g, sb);
-        if (needs[1]) gb = neg(div(mul(g, sa), mul(sb, sb)));
+        if (needs[0]) ga = div(g, vb);
+        if (needs[1]) gb = neg(div(mul(g, va), mul(vb, vb)));
         break;
     }
-    return std::vector<Tensor>{needs[0] ? sum_to(ga, a_shape) : Tensor(),
-                               needs[1] ? sum_to(gb, b_shape) : Tensor()};
+    return std::vector<Tensor>{needs[0] ? sum_to(ga, sa.shape) : Tensor(), needs[1] ? sum_to(gb, sb.shape) : Tensor()};
   });
   return out;
 }
