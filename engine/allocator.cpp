@@ -41,9 +41,14 @@ void CpuCachingAllocator::release_cached_blocks() {
   free_blocks_.clear();
 }
 
+void* CpuCachingAllocator::raw_allocate(size_t size) {
+  if (stats_.limit_bytes > 0 && stats_.reserved_bytes + int64_t(size) > stats_.limit_bytes) return nullptr;
+  return raw_allocate_(size);
+}
+
 void* CpuCachingAllocator::allocate(size_t nbytes) {
   const size_t size = size_class(nbytes);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   void* ptr = nullptr;
   auto& cached = free_blocks_[size];
   if (!cached.empty()) {
@@ -51,16 +56,22 @@ void* CpuCachingAllocator::allocate(size_t nbytes) {
     cached.pop_back();
     ++stats_.cache_hits;
   } else {
-    ptr = raw_allocate_(size);
+    ptr = raw_allocate(size);
     if (ptr == nullptr) {
       // Give the cache back and try once more before reporting.
       ++stats_.alloc_retries;
       release_cached_blocks();
-      ptr = raw_allocate_(size);
+      ptr = raw_allocate(size);
     }
-    if (ptr == nullptr) ++stats_.oom_count;
-    HG_CHECK(ptr != nullptr, "[", name_, "] out of host memory: requested ", size, " bytes with ",
-             stats_.allocated_bytes, " bytes allocated and ", stats_.reserved_bytes, " reserved");
+    if (ptr == nullptr) {
+      ++stats_.oom_count;
+      const MemoryStats at_failure = stats_;
+      lock.unlock();  // the summary reads every allocator's statistics, this one's too
+      HG_FAIL("[", name_, "] out of host memory: requested ", size, " bytes with ", at_failure.allocated_bytes,
+              " bytes allocated and ", at_failure.reserved_bytes, " reserved",
+              at_failure.limit_bytes > 0 ? " (limit " + std::to_string(at_failure.limit_bytes) + " bytes)" : "", "\n",
+              memory_summary(), out_of_memory_advice());
+    }
     stats_.reserved_bytes += int64_t(size);
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
   }
@@ -98,6 +109,12 @@ void CpuCachingAllocator::empty_cache() {
   release_cached_blocks();
 }
 
+void CpuCachingAllocator::set_limit(int64_t bytes) {
+  HG_CHECK(bytes >= 0, "[", name_, "] memory limit ", bytes, " is negative; expected bytes >= 0 (0: no limit)");
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.limit_bytes = bytes;
+}
+
 Allocator& allocator_for(const Device& device) {
   if (device.is_cpu()) {
     // Leaked on purpose: tensors in static storage may be freed after main returns.
@@ -110,5 +127,11 @@ Allocator& allocator_for(const Device& device) {
 MemoryStats memory_stats(const Device& device) { return allocator_for(device).stats(); }
 void reset_peak_memory(const Device& device) { allocator_for(device).reset_peak(); }
 void empty_cache(const Device& device) { allocator_for(device).empty_cache(); }
+void set_memory_limit(const Device& device, int64_t bytes) { allocator_for(device).set_limit(bytes); }
+
+Allocator& host_offload_allocator() {
+  static auto* pool = new CpuCachingAllocator("host offload pool");  // process lifetime, like the CPU's
+  return *pool;
+}
 
 }  // namespace hg

@@ -10,10 +10,14 @@
 //     to the OS make training steps 2-20x slower.
 //   - allocated = bytes of blocks in use (rounded sizes); reserved = allocated + cached.
 //   - Thread-safe (one mutex): data-loader threads allocate too.
+//   - An optional limit caps reserved bytes (a memory budget, like a smaller device); past it the
+//     cache is released and the request retried once, then it fails like the system would.
+//   - Out of memory throws hg::Error with the figures, memory_summary() and the ways to need less.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -30,6 +34,7 @@ struct MemoryStats {
   int64_t cache_hits = 0;            // allocate() calls served from the cache
   int64_t alloc_retries = 0;         // device allocations retried after freeing the cache
   int64_t oom_count = 0;             // allocations that failed even after the retry
+  int64_t limit_bytes = 0;           // cap on reserved_bytes (0: none), see set_memory_limit()
 };
 
 class Allocator {
@@ -42,6 +47,8 @@ class Allocator {
   virtual void reset_peak() = 0;
   // Gives every cached (free) block back to the system.
   virtual void empty_cache() = 0;
+  // Caps the bytes held from the system (0: no cap); blocks already held stay.
+  virtual void set_limit(int64_t bytes) = 0;
 };
 
 class CpuCachingAllocator final : public Allocator {
@@ -58,11 +65,13 @@ class CpuCachingAllocator final : public Allocator {
   MemoryStats stats() const override;
   void reset_peak() override;
   void empty_cache() override;
+  void set_limit(int64_t bytes) override;
 
   static size_t size_class(size_t nbytes);
 
  private:
-  void release_cached_blocks();  // with mutex_ held
+  void release_cached_blocks();     // with mutex_ held
+  void* raw_allocate(size_t size);  // with mutex_ held; nullptr past the limit or on failure
 
   const char* name_;
   RawAllocate raw_allocate_;
@@ -78,5 +87,22 @@ Allocator& allocator_for(const Device& device);
 MemoryStats memory_stats(const Device& device = kCPU);
 void reset_peak_memory(const Device& device = kCPU);
 void empty_cache(const Device& device = kCPU);
+// Caps what `device`'s allocator may reserve (0: no cap): a fixed memory budget for benchmarks and
+// tests on the CPU and the emulated device, or a share of a real GPU.
+void set_memory_limit(const Device& device, int64_t bytes);
+
+// Host memory that holds activations offloaded from the CPU device (engine/activation_offload.h),
+// kept apart from the CPU device's allocator so that the split shows in the statistics. Offload from
+// a CUDA device goes to pinned memory instead.
+Allocator& host_offload_allocator();
+// Statistics of pinned (page-locked) host memory; zeros in a build without a CUDA backend.
+MemoryStats pinned_memory_stats();
+
+// A table of every allocator's statistics: the CPU, each CUDA device in use, pinned host memory and
+// the host offload pool -- allocated and reserved (current / peak), allocation count, cache hits,
+// retries, out-of-memory count, limit.
+std::string memory_summary();
+// The ways to need less memory (appended to out-of-memory errors).
+std::string out_of_memory_advice();
 
 }  // namespace hg

@@ -92,6 +92,9 @@ bool grad_mode_enabled() { return t_grad_mode; }
 NoGradGuard::NoGradGuard() : previous_(t_grad_mode) { t_grad_mode = false; }
 NoGradGuard::~NoGradGuard() { t_grad_mode = previous_; }
 
+GradModeGuard::GradModeGuard(bool enabled) : previous_(t_grad_mode) { t_grad_mode = enabled; }
+GradModeGuard::~GradModeGuard() { t_grad_mode = previous_; }
+
 bool should_record(std::initializer_list<const Tensor*> inputs) {
   if (!t_grad_mode) return false;
   for (const Tensor* t : inputs)

@@ -39,6 +39,18 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Sets grad mode to `enabled` in its scope (hg::checkpoint turns it on to recompute inside backward).
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 class Node;
 struct Edge {
   std::shared_ptr<Node> node;  // null: this input needs no gradient

@@ -1,6 +1,10 @@
 #include "layers/gpt.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "engine/checkpoint.h"
+#include "engine/saved_tensor.h"
 
 #include "layers/init.h"
 
@@ -10,6 +14,8 @@ void GPTConfig::validate() const {
   HG_CHECK(vocab_size > 0, "[GPT] expected vocab_size > 0, got ", vocab_size);
   HG_CHECK(context > 0, "[GPT] expected context > 0, got ", context);
   HG_CHECK(n_layer > 0, "[GPT] expected n_layer > 0, got ", n_layer);
+  HG_CHECK(checkpoint_every >= 0, "[GPT] expected checkpoint_every >= 0 (0: off, K: segments of K blocks), got ",
+           checkpoint_every);
   block_options().validate();
 }
 
@@ -21,7 +27,7 @@ TransformerOptions GPTConfig::block_options() const {
   return o;
 }
 
-GPT::GPT(const GPTConfig& c) : config(c) {
+GPT::GPT(const GPTConfig& c) : config(c), checkpoint_every_(c.checkpoint_every) {
   c.validate();
   wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
   wpe = register_module("wpe", std::make_shared<Embedding>(c.context, c.n_embd));
@@ -55,9 +61,26 @@ Tensor GPT::forward(const Tensor& ids) {
            config.context, " positions");
   const Tensor positions = arange(T, i64, ids.device());
   Tensor x = wte->forward(ids) + wpe->forward(positions);
-  for (auto& block : h) x = block->forward(x);
+  // Each segment of blocks starts a group of saved tensors (activation offload brings groups back
+  // one ahead of use); with checkpoint_every = K a segment is K blocks run as one checkpoint region.
+  const size_t segment = checkpoint_every_ > 0 ? size_t(checkpoint_every_) : 1;
+  for (size_t first = 0; first < h.size(); first += segment) {
+    const size_t last = std::min(h.size(), first + segment);
+    auto run_segment = [this, first, last](const Tensor& input) {
+      Tensor y = input;
+      for (size_t i = first; i < last; ++i) y = h[i]->forward(y);
+      return y;
+    };
+    begin_saved_tensor_group();
+    x = checkpoint_every_ > 0 ? checkpoint(run_segment, x) : run_segment(x);
+  }
   x = ln_f->forward(x);
   return matmul(x, wte->weight.t());
+}
+
+void GPT::set_checkpoint_every(int64_t k) {
+  HG_CHECK(k >= 0, "[GPT] expected checkpoint_every >= 0 (0: off, K: segments of K blocks), got ", k);
+  checkpoint_every_ = k;
 }
 
 Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {

@@ -18,6 +18,10 @@ struct GPTConfig {
   int64_t n_head = 4;
   int64_t n_embd = 128;
   double dropout = 0.0;
+  // Activation checkpointing (engine/checkpoint.h): 0 keeps every activation; K >= 1 runs the blocks
+  // in segments of K consecutive blocks, each one hg::checkpoint region (K = 1: every block), so the
+  // forward keeps only the segments' inputs and the backward recomputes one segment at a time.
+  int64_t checkpoint_every = 0;
   void validate() const;
   TransformerOptions block_options() const;
 };
@@ -36,10 +40,17 @@ class GPT : public Module {
   // transposed on load, optional "transformer." prefix, config inferred from the tensors).
   static std::shared_ptr<GPT> load(const std::string& path);
 
+  // Activation checkpointing from now on (starts at config.checkpoint_every; also for loaded models).
+  void set_checkpoint_every(int64_t k);
+  int64_t checkpoint_every() const { return checkpoint_every_; }
+
   const GPTConfig config;
   std::shared_ptr<Embedding> wte, wpe;
   std::vector<std::shared_ptr<Block>> h;
   std::shared_ptr<LayerNorm> ln_f;
+
+ private:
+  int64_t checkpoint_every_ = 0;
 };
 
 }  // namespace hg::nn

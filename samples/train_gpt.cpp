@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 
+#include "engine/activation_offload.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
@@ -40,6 +41,8 @@ struct Options {
   std::string precision = "fp32", loss_scale = "";  // mixed precision (samples/precision_flags.h)
   int64_t grad_accum = 1, batch_tokens = 0;
   bool fp32_grads = false, stochastic_rounding = false;
+  int64_t recompute_every = 0;     // activation checkpointing: segments of K blocks (0: off)
+  std::string offload_activations;  // "off", "inputs" (checkpoint inputs) or "all"
 };
 
 Options parse_options(int argc, char** argv) {
@@ -86,6 +89,10 @@ Options parse_options(int argc, char** argv) {
   auto& fp32_grads = flags.add_bool("fp32-grads", false, "keep fp32 gradient buffers for a half model");
   auto& stochastic_rounding =
       flags.add_bool("stochastic-rounding", false, "round updated half weights stochastically (seeded)");
+  auto& recompute_every = flags.add_int(
+      "checkpoint-every", 0, "activation checkpointing: recompute segments of K blocks in backward (0: off)", 0);
+  auto& offload = flags.add_string("offload-activations", "off",
+                                   "move saved activations to host memory: off, inputs (checkpoint inputs) or all");
   flags.parse(argc, argv);
   o = Options{device, data, save, load, layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
               sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout};
@@ -93,6 +100,13 @@ Options parse_options(int argc, char** argv) {
   o.resume = resume, o.stop_after = stop_after;
   o.precision = precision, o.loss_scale = loss_scale, o.grad_accum = grad_accum, o.batch_tokens = batch_tokens;
   o.fp32_grads = fp32_grads, o.stochastic_rounding = stochastic_rounding;
+  o.recompute_every = recompute_every, o.offload_activations = offload;
+  if (o.offload_activations != "off" && o.offload_activations != "inputs" && o.offload_activations != "all")
+    samples::exit_with_usage_error("train_gpt", "unknown --offload-activations \"" + o.offload_activations +
+                                                    "\"; expected off, inputs or all");
+  if (o.offload_activations == "inputs" && o.recompute_every == 0)
+    samples::exit_with_usage_error("train_gpt", "--offload-activations inputs offloads checkpoint inputs; "
+                                                "it needs --checkpoint-every K");
   const DType dtype = samples::parse_precision("train_gpt", o.precision);
   samples::parse_loss_scale("train_gpt", o.loss_scale, dtype);  // validated here, built again in run()
   if (o.checkpoint_dir.empty() && (o.resume || o.checkpoint_every > 0))
@@ -172,6 +186,7 @@ int run(const Options& o) {
   model->to(precision);
   model->to(device);
   if (o.fp32_grads) model->set_grad_dtype(DType::f32);
+  model->set_checkpoint_every(o.recompute_every);
   const int64_t T = o.data.empty() ? 0 : std::min(o.context, model->config.context);
 
   std::unique_ptr<samples::AdditionTask> task;
@@ -207,6 +222,10 @@ int run(const Options& o) {
               (long long)micro_batches, (long long)tokens_per_step, samples::precision_name(precision),
               scaler.enabled() ? (std::string(", ") + scaler.mode_name() + " loss scale").c_str() : "",
               omp_get_max_threads());
+
+  if (o.recompute_every > 0 || o.offload_activations != "off")
+    std::printf("memory savers: checkpoint every %lld block(s) | activation offload %s\n", (long long)o.recompute_every,
+                o.offload_activations.c_str());
 
   auto evaluate = [&](std::vector<std::string>* answers = nullptr) -> std::pair<double, double> {
     if (task) return {task->accuracy(*model, held_out, answers), NAN};
@@ -255,7 +274,13 @@ int run(const Options& o) {
     last_loss = 0.0;
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       auto [ids, targets] = task ? task->training_batch(o.batch, data_rng) : text->batch(o.batch, false, data_rng);
-      const Tensor loss = model->loss(ids.to(device), targets.to(device)) * (1.0 / double(micro_batches));
+      Tensor loss;
+      if (o.offload_activations != "off") {
+        ActivationOffload offload(parse_offload_mode(o.offload_activations));
+        loss = model->loss(ids.to(device), targets.to(device)) * (1.0 / double(micro_batches));
+      } else {
+        loss = model->loss(ids.to(device), targets.to(device)) * (1.0 / double(micro_batches));
+      }
       scaler.scale(loss).backward();
       last_loss += loss.item();
     }
@@ -277,10 +302,12 @@ int run(const Options& o) {
     const MemoryStats memory = memory_stats(device);
     char line[320];
     int length = std::snprintf(line, sizeof line,
-                               "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | %6.1f ms/step | mem %s/%s MiB",
+                               "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | %6.1f ms/step | mem %s/%s MiB "
+                               "(reserved %s)",
                                (long long)step, (long long)o.steps, last_loss, lr, double(tokens_per_step) / seconds,
                                seconds * 1e3, megabytes(memory.allocated_bytes).c_str(),
-                               megabytes(memory.peak_allocated_bytes).c_str());
+                               megabytes(memory.peak_allocated_bytes).c_str(),
+                               megabytes(memory.reserved_bytes).c_str());
     if (scaler.enabled())
       std::snprintf(line + length, sizeof line - size_t(length), " | scale %g | skipped %lld", scaler.scale_value(),
                     (long long)scaler.skipped_steps());
@@ -345,6 +372,7 @@ int run(const Options& o) {
               timed_seconds > 0 ? double(tokens_per_step) * double(timed_steps) / timed_seconds : 0.0,
               timed_steps > 0 ? 1e3 * timed_seconds / double(timed_steps) : 0.0,
               megabytes(memory_stats(device).peak_allocated_bytes).c_str());
+  std::printf("%s", memory_summary().c_str());
   return 0;
 }
 

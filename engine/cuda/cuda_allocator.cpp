@@ -49,19 +49,26 @@ CudaCachingAllocator::Block* CudaCachingAllocator::find_free_block(Pool& pool, S
   return block;
 }
 
+int CudaCachingAllocator::device_malloc(void** ptr, size_t segment_size) {
+  if (stats_.limit_bytes > 0 && stats_.reserved_bytes + int64_t(segment_size) > stats_.limit_bytes)
+    return int(cudaErrorMemoryAllocation);
+  const cudaError_t status = cudaMalloc(ptr, segment_size);
+  if (status != cudaSuccess) (void)cudaGetLastError();
+  return int(status);
+}
+
 CudaCachingAllocator::Block* CudaCachingAllocator::allocate_segment(size_t segment_size, Stream stream, bool small,
-                                                                    size_t request) {
+                                                                    int* error) {
   void* ptr = nullptr;
-  cudaError_t status = cudaMalloc(&ptr, segment_size);
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();
+  int status = device_malloc(&ptr, segment_size);
+  if (status != int(cudaSuccess)) {
     ++stats_.alloc_retries;
     release_cached_segments();
-    status = cudaMalloc(&ptr, segment_size);
-    if (status != cudaSuccess) {
-      (void)cudaGetLastError();
+    status = device_malloc(&ptr, segment_size);
+    if (status != int(cudaSuccess)) {
       ++stats_.oom_count;
-      throw_out_of_memory(request, segment_size, int(status));
+      *error = status;
+      return nullptr;
     }
   }
   stats_.reserved_bytes += int64_t(segment_size);
@@ -69,21 +76,23 @@ CudaCachingAllocator::Block* CudaCachingAllocator::allocate_segment(size_t segme
   return new Block{ptr, segment_size, stream, small};
 }
 
-void CudaCachingAllocator::throw_out_of_memory(size_t request, size_t segment_size, int error) {
+void CudaCachingAllocator::throw_out_of_memory(size_t request, size_t segment_size, int error,
+                                               const MemoryStats& at_failure) {
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
   auto mib = [](double bytes) { return std::to_string(int64_t(bytes / (1024.0 * 1024.0))) + " MiB"; };
   HG_FAIL("[cuda] out of memory on cuda:", device_, ": tried to allocate ", mib(double(request)), " (segment ",
-          mib(double(segment_size)), "); ", mib(double(stats_.allocated_bytes)), " allocated by tensors, ",
-          mib(double(stats_.reserved_bytes)), " reserved by the caching allocator, device reports ",
+          mib(double(segment_size)), "); ", mib(double(at_failure.allocated_bytes)), " allocated by tensors, ",
+          mib(double(at_failure.reserved_bytes)), " reserved by the caching allocator",
+          at_failure.limit_bytes > 0 ? " (limit " + mib(double(at_failure.limit_bytes)) + ")" : "", ", device reports ",
           mib(double(free_bytes)), " free of ", mib(double(total_bytes)), " (", cudaGetErrorName(cudaError_t(error)),
-          ")");
+          ")\n", memory_summary(), out_of_memory_advice());
 }
 
 void* CudaCachingAllocator::allocate(size_t nbytes, Stream stream) {
   const size_t size = round_size(nbytes);
   const bool small = size <= kSmallLimit;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   process_pending_frees();
   Pool& pool = small ? small_pool_ : large_pool_;
   Block* block = find_free_block(pool, stream, size);
@@ -91,7 +100,13 @@ void* CudaCachingAllocator::allocate(size_t nbytes, Stream stream) {
     ++stats_.cache_hits;
   } else {
     const size_t segment = small ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
-    block = allocate_segment(segment, stream, small, nbytes);
+    int error = 0;
+    block = allocate_segment(segment, stream, small, &error);
+    if (block == nullptr) {
+      const MemoryStats at_failure = stats_;
+      lock.unlock();
+      throw_out_of_memory(nbytes, segment, error, at_failure);
+    }
   }
   // Split off the remainder when it is worth keeping.
   const size_t remainder = block->size - size;
@@ -228,6 +243,13 @@ void CudaCachingAllocator::reset_peak() {
   stats_.peak_reserved_bytes = stats_.reserved_bytes;
 }
 
+void CudaCachingAllocator::set_limit(int64_t bytes) {
+  HG_CHECK(bytes >= 0, "[cuda] memory limit ", bytes, " for cuda:", device_,
+           " is negative; expected bytes >= 0 (0: no limit)");
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.limit_bytes = bytes;
+}
+
 void CudaCachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& p : pending_)
@@ -246,6 +268,8 @@ CudaCachingAllocator& device_allocator(int device) {
   if (!allocators[size_t(device)]) allocators[size_t(device)] = new CudaCachingAllocator(device);  // process lifetime
   return *allocators[size_t(device)];
 }
+
+void record_stream(void* ptr, int device, Stream stream) { device_allocator(device).record_stream(ptr, stream); }
 
 // ---- pinned host memory ----
 
@@ -267,3 +291,7 @@ CpuCachingAllocator& pinned_allocator() {
 }
 
 }  // namespace hg::cuda
+
+namespace hg {
+MemoryStats pinned_memory_stats() { return cuda::pinned_allocator().stats(); }
+}  // namespace hg

@@ -15,6 +15,9 @@
 //     once (alloc_retries); if it fails again the allocation throws hg::Error with what is
 //     allocated, reserved and requested and what the device reports free (oom_count).
 //   - Memory is returned to the device only by empty_cache() (and the OOM retry).
+//   - set_limit(bytes) caps reserved bytes (a budget, like PyTorch's per-process memory fraction): a
+//     segment that would pass it fails like cudaMalloc, with the same retry and error. The error
+//     carries memory_summary() and the ways to need less memory.
 #include <cstddef>
 #include <mutex>
 #include <set>
@@ -39,6 +42,7 @@ class CudaCachingAllocator final : public Allocator {
   MemoryStats stats() const override;
   void reset_peak() override;
   void empty_cache() override;
+  void set_limit(int64_t bytes) override;
 
   static size_t round_size(size_t nbytes);
 
@@ -54,11 +58,14 @@ class CudaCachingAllocator final : public Allocator {
   };
 
   Block* find_free_block(Pool& pool, Stream stream, size_t size);
-  Block* allocate_segment(size_t segment_size, Stream stream, bool small, size_t request);
+  // nullptr when the device (or the limit) refuses even after releasing the cache; *error says why.
+  Block* allocate_segment(size_t segment_size, Stream stream, bool small, int* error);
+  int device_malloc(void** ptr, size_t segment_size);  // cudaMalloc within the limit: a cudaError_t
   void free_block(Block* block);
   void process_pending_frees();
   size_t release_cached_segments();
-  [[noreturn]] void throw_out_of_memory(size_t request, size_t segment_size, int error);
+  // Called without mutex_ held (the summary reads this allocator's statistics too).
+  [[noreturn]] void throw_out_of_memory(size_t request, size_t segment_size, int error, const MemoryStats& at_failure);
 
   const int device_;
   mutable std::mutex mutex_;
@@ -70,6 +77,9 @@ class CudaCachingAllocator final : public Allocator {
 
 // The caching allocator of CUDA device `device` (process-wide).
 CudaCachingAllocator& device_allocator(int device);
+
+// record_stream on `device`'s allocator (a free function so code outside engine/cuda/ links in every build).
+void record_stream(void* ptr, int device, Stream stream);
 
 // Page-locked host memory for asynchronous copies: the CPU caching allocator (size classes, free
 // lists, statistics) over cudaMallocHost / cudaFreeHost.

@@ -159,6 +159,16 @@ void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device
   HG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, compute_stream(device)));
 }
 
+void copy_to_host_async(void* dst_host, const void* src_device, size_t nbytes, Stream stream) {
+  if (nbytes == 0) return;
+  HG_CUDA_CHECK(cudaMemcpyAsync(dst_host, src_device, nbytes, cudaMemcpyDeviceToHost, stream));
+}
+
+void copy_to_device_async(void* dst_device, const void* src_host, size_t nbytes, Stream stream) {
+  if (nbytes == 0) return;
+  HG_CUDA_CHECK(cudaMemcpyAsync(dst_device, src_host, nbytes, cudaMemcpyHostToDevice, stream));
+}
+
 Event::Event() { HG_CUDA_CHECK(cudaEventCreate(&event_)); }
 Event::~Event() {
   if (event_) (void)cudaEventDestroy(event_);

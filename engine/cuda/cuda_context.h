@@ -39,6 +39,10 @@ CudaCachingAllocator& device_allocator(int device);
 void copy_to_device(void* dst, const void* src, size_t nbytes, int device);
 void copy_to_host(void* dst, const void* src, size_t nbytes, int device);
 void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device);
+// Enqueues a copy on `stream` and returns at once: no staging, no host wait (activation offload).
+// The host side must be pinned memory that stays untouched until the copy has completed (an Event).
+void copy_to_host_async(void* dst_host, const void* src_device, size_t nbytes, Stream stream);
+void copy_to_device_async(void* dst_device, const void* src_host, size_t nbytes, Stream stream);
 
 // A CUDA event (timing enabled). Records on a stream; waits host-side or stream-side.
 class Event {

@@ -1,5 +1,6 @@
 // The engine's CUDA device layer in a build without a CUDA backend: no device answers, and anything
 // that needs one says how to get one.
+#include "engine/cuda/cuda_allocator.h"
 #include "engine/cuda/cuda_context.h"
 #include "kernels/error.h"
 
@@ -27,6 +28,10 @@ CudaCachingAllocator& device_allocator(int device) {
 void copy_to_device(void*, const void*, size_t, int) { unavailable(); }
 void copy_to_host(void*, const void*, size_t, int) { unavailable(); }
 void copy_device_to_device(void*, const void*, size_t, int) { unavailable(); }
+void copy_to_host_async(void*, const void*, size_t, Stream) { unavailable(); }
+void copy_to_device_async(void*, const void*, size_t, Stream) { unavailable(); }
+void record_stream(void*, int, Stream) { unavailable(); }
+CpuCachingAllocator& pinned_allocator() { unavailable(); }
 Event::Event() { unavailable(); }
 Event::~Event() = default;
 void Event::record(Stream) { unavailable(); }
@@ -36,3 +41,7 @@ bool Event::query() const { unavailable(); }
 float Event::elapsed_ms_since(const Event&) const { unavailable(); }
 
 }  // namespace hg::cuda
+
+namespace hg {
+MemoryStats pinned_memory_stats() { return {}; }
+}  // namespace hg

@@ -48,11 +48,21 @@ Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// A binary op's operand as its backward keeps it: the value (when the formula needs it) and the shape.
+struct SavedOperand {
+  SavedTensor value;
+  Shape shape;
+};
+
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor out = binary_kernel(op, a, b);
   if (!should_record({&a, &b})) return out;
-  const Tensor sa = a.detach(), sb = b.detach();
+  // Add and Sub need only the shapes; Mul and Div also the values.
+  const bool keep_values = op == BinaryOp::Mul || op == BinaryOp::Div;
+  const SavedOperand sa{keep_values ? SavedTensor(a) : SavedTensor(), a.shape()};
+  const SavedOperand sb{keep_values ? SavedTensor(b) : SavedTensor(), b.shape()};
   record_op(binary_name(op), {a, b}, out, [op, sa, sb](const Tensor& g, const NeedsGrad& needs) {
+    const Tensor va = sa.value.unpack(), vb = sb.value.unpack();
     Tensor ga, gb;
     switch (op) {
       case BinaryOp::Add:
@@ -64,16 +74,15 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
         if (needs[1]) gb = neg(g);
         break;
       case BinaryOp::Mul:
-        if (needs[0]) ga = mul(g, sb);
-        if (needs[1]) gb = mul(g, sa);
+        if (needs[0]) ga = mul(g, vb);
+        if (needs[1]) gb = mul(g, va);
         break;
       case BinaryOp::Div:
-        if (needs[0]) ga = div(g, sb);
-        if (needs[1]) gb = neg(div(mul(g, sa), mul(sb, sb)));
+        if (needs[0]) ga = div(g, vb);
+        if (needs[1]) gb = neg(div(mul(g, va), mul(vb, vb)));
         break;
     }
-    return std::vector<Tensor>{needs[0] ? sum_to(ga, sa.shape()) : Tensor(),
-                               needs[1] ? sum_to(gb, sb.shape()) : Tensor()};
+    return std::vector<Tensor>{needs[0] ? sum_to(ga, sa.shape) : Tensor(), needs[1] ? sum_to(gb, sb.shape) : Tensor()};
   });
   return out;
 }
@@ -116,8 +125,9 @@ Tensor unary(UnaryOp op, const Tensor& input, double scalar = 0.0) {
   Tensor out = ops::empty_as(x.shape(), x);
   HG_KERNEL(x.device(), unary_forward, op, x.data_ptr(), out.data_ptr(), x.numel(), scalar, x.dtype());
   if (should_record({&input})) {
-    const Tensor sx = x.detach(), sy = out.detach();
-    record_op(name, {input}, out, [op, sx, sy, scalar](const Tensor& g, const NeedsGrad&) {
+    const SavedTensor saved_x(x), saved_y(out);
+    record_op(name, {input}, out, [op, saved_x, saved_y, scalar](const Tensor& g, const NeedsGrad&) {
+      const Tensor sx = saved_x.unpack(), sy = saved_y.unpack();
       const Tensor dy = g.contiguous();
       Tensor dx = ops::empty_as(dy.shape(), dy);
       HG_KERNEL(dy.device(), unary_backward, op, sx.data_ptr(), sy.data_ptr(), dy.data_ptr(), dx.data_ptr(), dy.numel(),

@@ -22,7 +22,9 @@ Tensor embedding(const Tensor& weight_in, const Tensor& ids_in) {
   HG_KERNEL(weight.device(), embedding_forward, weight.data_ptr(), ids.data_ptr(), ids.dtype(), y.data_ptr(), n, vocab,
             dim, weight.dtype());
   if (should_record({&weight_in})) {
-    record_op(name, {weight_in, ids_in}, y, [ids, n, vocab, dim](const Tensor& g, const NeedsGrad&) {
+    const SavedTensor saved_ids(ids);
+    record_op(name, {weight_in, ids_in}, y, [saved_ids, n, vocab, dim](const Tensor& g, const NeedsGrad&) {
+      const Tensor ids = saved_ids.unpack();
       const Tensor dy = g.contiguous();
       Tensor dweight = empty({vocab, dim}, dy.dtype(), dy.device());
       HG_KERNEL(dy.device(), embedding_backward, dy.data_ptr(), ids.data_ptr(), ids.dtype(), dweight.data_ptr(), n,

@@ -31,9 +31,11 @@ Tensor layer_norm(const Tensor& input, const Tensor& weight, const Tensor& bias,
             b.defined() ? b.data_ptr() : nullptr, y.data_ptr(), mean.data_ptr(), rstd.data_ptr(), rows, cols, eps,
             x.dtype());
   if (should_record({&input, &weight, &bias})) {
-    const Tensor sx = x.detach(), sw = w.defined() ? w.detach() : Tensor();
+    const SavedTensor saved_x(x), saved_w(w), saved_mean(mean), saved_rstd(rstd);
     record_op(name, {input, weight, bias}, y,
-              [sx, sw, mean, rstd, rows, cols](const Tensor& g, const NeedsGrad& needs) {
+              [saved_x, saved_w, saved_mean, saved_rstd, rows, cols](const Tensor& g, const NeedsGrad& needs) {
+                const Tensor sx = saved_x.unpack(), sw = saved_w.unpack();
+                const Tensor mean = saved_mean.unpack(), rstd = saved_rstd.unpack();
                 const Tensor dy = g.contiguous();
                 Tensor dx = empty_like(sx);
                 Tensor dw = needs[1] ? empty({cols}, sx.dtype(), sx.device()) : Tensor();

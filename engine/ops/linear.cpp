@@ -42,21 +42,22 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
               y.data_ptr(), out, x.dtype());
   }
   if (should_record({&x, &weight, &bias})) {
-    const Tensor sx = x2.detach(), sw = w.detach();
+    const SavedTensor sx(x2), sw(w);
     const Shape x_shape = x.shape();
     record_op(name, {x, weight, bias}, y, [sx, sw, x_shape, rows, in, out](const Tensor& g, const NeedsGrad& needs) {
+      const Tensor x_rows = sx.unpack(), w_saved = sw.unpack();
       const Tensor g2 = rows_of(g);
       const Device device = g2.device();
       Tensor dx, dw, db;
       if (needs[0]) {
         dx = ops::empty_as({rows, in}, g2);
-        HG_KERNEL(device, gemm, false, false, rows, in, out, 1.0, g2.data_ptr(), out, sw.data_ptr(), in, 0.0,
+        HG_KERNEL(device, gemm, false, false, rows, in, out, 1.0, g2.data_ptr(), out, w_saved.data_ptr(), in, 0.0,
                   dx.data_ptr(), in, g2.dtype());
         dx = dx.reshape(x_shape);
       }
       if (needs[1]) {
         dw = ops::empty_as({out, in}, g2);
-        HG_KERNEL(device, gemm, true, false, out, in, rows, 1.0, g2.data_ptr(), out, sx.data_ptr(), in, 0.0,
+        HG_KERNEL(device, gemm, true, false, out, in, rows, 1.0, g2.data_ptr(), out, x_rows.data_ptr(), in, 0.0,
                   dw.data_ptr(), in, g2.dtype());
       }
       if (needs[2]) db = sum(g2, {0});

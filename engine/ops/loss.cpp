@@ -40,9 +40,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
             scale, stat);
 
   if (should_record({&logits_in})) {
-    const Tensor saved_logits = logits.detach();
+    const SavedTensor saved(logits), saved_targets(targets), saved_lse(lse);
     record_op(name, {logits_in, targets_in}, loss,
-              [saved_logits, targets, lse, rows, cols, ignore_index, scale](const Tensor& g, const NeedsGrad&) {
+              [saved, saved_targets, saved_lse, rows, cols, ignore_index, scale](const Tensor& g, const NeedsGrad&) {
+                const Tensor saved_logits = saved.unpack(), targets = saved_targets.unpack();
+                const Tensor lse = saved_lse.unpack();
                 const Tensor dloss = (g * scale).reshape({1}).expand({rows}).contiguous();
                 Tensor dlogits = empty_like(saved_logits);
                 HG_KERNEL(saved_logits.device(), cross_entropy_backward, saved_logits.data_ptr(), targets.data_ptr(),

@@ -83,8 +83,9 @@ Tensor matmul_kernel(const Tensor& a_in, const Tensor& b_in) {
 Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   Tensor out = matmul_kernel(a, b);
   if (!should_record({&a, &b})) return out;
-  const Tensor sa = a.detach(), sb = b.detach();
-  record_op("matmul", {a, b}, out, [sa, sb](const Tensor& g, const NeedsGrad& needs) {
+  const SavedTensor saved_a(a), saved_b(b);
+  record_op("matmul", {a, b}, out, [saved_a, saved_b](const Tensor& g, const NeedsGrad& needs) {
+    const Tensor sa = saved_a.unpack(), sb = saved_b.unpack();
     Tensor ga, gb;
     if (needs[0]) ga = sum_to(matmul_kernel(g, sb.transpose(-1, -2)), sa.shape());
     if (needs[1]) {

@@ -5,6 +5,7 @@
 
 #include "engine/tensor.h"
 #include "engine/kernel_dispatch.h"
+#include "engine/saved_tensor.h"
 #include "kernels/kernels.h"
 
 namespace hg::ops {

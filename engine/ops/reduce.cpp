@@ -113,8 +113,9 @@ std::pair<Tensor, Tensor> max(const Tensor& input, int dim, bool keepdim) {
             n, inner, 1.0, x.dtype());
   if (should_record({&input})) {
     const Shape in_shape = x.shape();
-    const Tensor saved_indices = indices;
-    record_op("max", {input}, values, [in_shape, saved_indices, outer, n, inner](const Tensor& g, const NeedsGrad&) {
+    const SavedTensor saved(indices);
+    record_op("max", {input}, values, [in_shape, saved, outer, n, inner](const Tensor& g, const NeedsGrad&) {
+      const Tensor saved_indices = saved.unpack();
       const Tensor dy = g.contiguous();
       Tensor dx = ops::empty_as(in_shape, dy);
       HG_KERNEL(dy.device(), scatter_along, dy.data_ptr(), saved_indices.data<int64_t>(), dx.data_ptr(), outer, n,

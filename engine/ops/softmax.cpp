@@ -18,8 +18,9 @@ Tensor softmax_last_dim(const Tensor& input, bool log, int64_t causal_rows) {
   Tensor y = empty_as(x.shape(), x);
   HG_KERNEL(x.device(), softmax_forward, x.data_ptr(), y.data_ptr(), rows, cols, log, causal_rows, x.dtype());
   if (should_record({&input})) {
-    const Tensor sy = y.detach();
-    record_op(name, {input}, y, [sy, rows, cols, log](const Tensor& g, const NeedsGrad&) {
+    const SavedTensor saved_y(y);
+    record_op(name, {input}, y, [saved_y, rows, cols, log](const Tensor& g, const NeedsGrad&) {
+      const Tensor sy = saved_y.unpack();
       const Tensor dy = g.contiguous();
       Tensor dx = empty_as(dy.shape(), dy);
       HG_KERNEL(dy.device(), softmax_backward, sy.data_ptr(), dy.data_ptr(), dx.data_ptr(), rows, cols, log,
