@@ -148,6 +148,11 @@ void copy_to_device(void* dst, const void* src, size_t nbytes, int device) {
   HG_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device), done, 0));
 }
 
+void copy_to_device_async(void* dst, const void* pinned_src, size_t nbytes, Stream stream) {
+  if (nbytes == 0) return;
+  HG_CUDA_CHECK(cudaMemcpyAsync(dst, pinned_src, nbytes, cudaMemcpyHostToDevice, stream));
+}
+
 void copy_to_host(void* dst, const void* src, size_t nbytes, int device) {
   if (nbytes == 0) return;
   HG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, compute_stream(device)));

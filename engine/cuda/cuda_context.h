@@ -39,6 +39,9 @@ CudaCachingAllocator& device_allocator(int device);
 void copy_to_device(void* dst, const void* src, size_t nbytes, int device);
 void copy_to_host(void* dst, const void* src, size_t nbytes, int device);
 void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device);
+// Enqueues a host-to-device copy from pinned memory on `stream`, without staging: `pinned_src` must
+// stay untouched until the copy has completed (record an Event on `stream` after it and wait for it).
+void copy_to_device_async(void* dst, const void* pinned_src, size_t nbytes, Stream stream);
 
 // A CUDA event (timing enabled). Records on a stream; waits host-side or stream-side.
 class Event {

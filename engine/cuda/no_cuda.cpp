@@ -1,6 +1,7 @@
 // The engine's CUDA device layer in a build without a CUDA backend: no device answers, and anything
 // that needs one says how to get one.
 #include "engine/cuda/cuda_context.h"
+#include "engine/cuda/cuda_allocator.h"
 #include "kernels/error.h"
 
 namespace hg::cuda {
@@ -27,6 +28,8 @@ CudaCachingAllocator& device_allocator(int device) {
 void copy_to_device(void*, const void*, size_t, int) { unavailable(); }
 void copy_to_host(void*, const void*, size_t, int) { unavailable(); }
 void copy_device_to_device(void*, const void*, size_t, int) { unavailable(); }
+void copy_to_device_async(void*, const void*, size_t, Stream) { unavailable(); }
+CpuCachingAllocator& pinned_allocator() { unavailable(); }
 Event::Event() { unavailable(); }
 Event::~Event() = default;
 void Event::record(Stream) { unavailable(); }
