@@ -12,6 +12,8 @@
 #include <random>
 #include <string>
 
+#include "data/curriculum.h"
+#include "data/data_loader.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
@@ -19,7 +21,7 @@
 #include "optim/optim.h"
 #include "samples/addition_task.h"
 #include "samples/cli.h"
-#include "samples/text_data.h"
+#include "samples/gpt_datasets.h"
 
 using namespace hg;
 using Clock = std::chrono::steady_clock;
@@ -27,7 +29,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Options {
-  std::string device, data, save, load;
+  std::string device, data, save, load, curriculum;
+  int64_t workers, seq_warmup_steps, seq_warmup_start, curriculum_steps;
   int64_t layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads, sample, digits, eval_problems;
   double lr, min_lr, weight_decay, clip, dropout;
 };
@@ -38,7 +41,8 @@ Options parse_options(int argc, char** argv) {
                        "exact-match accuracy on held-out problems; --data FILE trains on a text file instead.");
   Options o;
   auto& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
-  auto& data = flags.add_string("data", "", "train on this text file (byte-level) instead of the addition task");
+  auto& data = flags.add_string("data", "", "train on this text file (byte-level) or these comma-separated token "
+                                            "shards (prepare_data) instead of the addition task");
   auto& layers = flags.add_int("layers", 2, "transformer blocks", 1);
   auto& heads = flags.add_int("heads", 4, "attention heads (must divide --dim)", 1);
   auto& dim = flags.add_int("dim", 128, "model width", 1);
@@ -59,8 +63,14 @@ Options parse_options(int argc, char** argv) {
   auto& save = flags.add_string("save", "", "save the trained model to this safetensors file");
   auto& load = flags.add_string("load", "", "start from this safetensors file (native or GPT-2 layout)");
   auto& sample = flags.add_int("sample", 8, "print N answers (or N bytes of text) at the end", 0);
+  // The data pipeline (data/): loader threads and curriculum learning.
+  auto& workers = flags.add_int("workers", 1, "data loader threads (0: build batches on the training thread)", 0);
+  auto& seq_warmup_steps = flags.add_int("seq-warmup-steps", 0, "grow the sequence length to full over N steps (0: off)", 0);
+  auto& seq_warmup_start = flags.add_int("seq-warmup-start", 0, "first length of the warmup (0: the shortest with a target)", 0);
+  auto& curriculum = flags.add_string("curriculum", "none", "example order: none, or easy-to-hard (addition: fewer digits first)");
+  auto& curriculum_steps = flags.add_int("curriculum-steps", 600, "steps until easy-to-hard reaches the full task", 1);
   flags.parse(argc, argv);
-  o = Options{device, data, save, load, layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
+  o = Options{device, data, save, load, curriculum, workers, seq_warmup_steps, seq_warmup_start, curriculum_steps, layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
               sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout};
   if (o.dim % o.heads != 0)
     samples::exit_with_usage_error("train_gpt", "--heads " + std::to_string(o.heads) + " does not divide --dim " +
@@ -72,6 +82,11 @@ Options parse_options(int argc, char** argv) {
     samples::exit_with_usage_error("train_gpt", "--context " + std::to_string(o.context) + " is too short for " +
                                                     std::to_string(o.digits) + "-digit problems; expected at least " +
                                                     std::to_string(3 * o.digits + 3));
+  if (o.curriculum != "none" && o.curriculum != "easy-to-hard")
+    samples::exit_with_usage_error("train_gpt", "unknown --curriculum \"" + o.curriculum + "\"; expected none or easy-to-hard");
+  if (o.curriculum != "none" && !o.data.empty())
+    samples::exit_with_usage_error("train_gpt", "--curriculum easy-to-hard needs the addition task's difficulty score; "
+                                                "it does not apply to --data");
   Device device_choice;
   try {
     device_choice = Device::parse(o.device);
@@ -117,7 +132,6 @@ class Progress {
 int run(const Options& o) {
   if (o.threads > 0) omp_set_num_threads(int(o.threads));
   manual_seed(uint64_t(o.seed));
-  std::mt19937_64 data_rng(uint64_t(o.seed) * 7919 + 1);
 
   std::shared_ptr<nn::GPT> model;
   if (!o.load.empty()) {
@@ -137,16 +151,37 @@ int run(const Options& o) {
   const int64_t T = o.data.empty() ? 0 : std::min(o.context, model->config.context);
 
   std::unique_ptr<samples::AdditionTask> task;
-  std::unique_ptr<samples::TextData> text;
+  std::unique_ptr<samples::TokenData> text;
+  std::shared_ptr<data::Dataset> train_set;
+  std::vector<std::pair<Tensor, Tensor>> validation;
   if (o.data.empty()) {
     task = std::make_unique<samples::AdditionTask>(int(o.digits));
     HG_CHECK(model->config.context >= task->problem_length() - 1, "[train_gpt] the loaded model's context (",
              model->config.context, ") is too short for ", o.digits, "-digit problems");
+    train_set = std::make_shared<samples::AdditionDataset>(*task, int64_t(1) << 20, uint64_t(o.seed) * 7919 + 1);
   } else {
-    text = std::make_unique<samples::TextData>(o.data, T);
+    text = std::make_unique<samples::TokenData>(samples::load_token_data(o.data, T));
+    train_set = std::make_shared<data::TokenWindowDataset>(text->train, T, 1);
+    validation = samples::validation_batches(*text, T, o.batch, 8);
   }
   const auto held_out = task ? task->held_out_pairs(o.eval_problems) : std::vector<std::pair<int64_t, int64_t>>{};
-  const int64_t tokens_per_step = o.batch * (task ? task->problem_length() - 1 : T);
+  const int64_t full_length = task ? task->problem_length() - 1 : T;
+  // Batches come from the DataLoader (worker threads; on CUDA, pinned staging + async copies), in an
+  // order fixed by the seed (the addition pool is random already: read in order); --curriculum
+  // easy-to-hard draws the first steps from easy problems.
+  const auto loader_options = data::DataLoaderOptions().batch_size(o.batch).seed(uint64_t(o.seed)).drop_last(true)
+                                  .shuffle(!task).workers(int(o.workers)).device(device);
+  std::shared_ptr<const data::BatchSampler> sampler =
+      std::make_shared<data::DistributedBatchSampler>(train_set->size(), loader_options.sampler());
+  if (o.curriculum == "easy-to-hard")
+    sampler = std::make_shared<data::DifficultyCurriculumSampler>(
+        sampler, static_cast<const samples::AdditionDataset&>(*train_set).difficulties(), o.curriculum_steps, o.batch,
+        uint64_t(o.seed));
+  data::DataLoader loader(train_set, sampler, loader_options);
+  // Sequence-length warmup starts at the shortest prefix that still scores a token.
+  const int64_t warmup_start = o.seq_warmup_start > 0 ? std::min(o.seq_warmup_start, full_length)
+                                                      : (task ? task->prompt_length() : std::min<int64_t>(8, full_length));
+  const data::SequenceLengthWarmup seq_warmup(warmup_start, full_length, o.seq_warmup_steps);
 
   optim::AdamW optimizer(model->parameters(),
                          optim::AdamWOptions().lr(o.lr).weight_decay(o.weight_decay).decay_only_matrices(true));
@@ -154,8 +189,9 @@ int run(const Options& o) {
   const int64_t total_steps = std::max<int64_t>(o.steps, 1);
   optim::WarmupCosine schedule(o.lr, std::min(o.warmup, total_steps - 1), total_steps, o.min_lr);
 
+  const int64_t tokens_per_step = o.batch * full_length;
   std::printf("train_gpt: %s on %s | GPT L%lld H%lld C%lld T%lld, %.2fM parameters | batch %lld (%lld tokens) | %d threads\n",
-              task ? (std::to_string(o.digits) + "-digit addition").c_str() : o.data.c_str(), device.str().c_str(),
+              task ? (std::to_string(o.digits) + "-digit addition").c_str() : text->description.c_str(), device.str().c_str(),
               (long long)model->config.n_layer, (long long)model->config.n_head, (long long)model->config.n_embd,
               (long long)model->config.context, double(model->parameter_count()) / 1e6, (long long)o.batch,
               (long long)tokens_per_step, omp_get_max_threads());
@@ -164,13 +200,9 @@ int run(const Options& o) {
     if (task) return {task->accuracy(*model, held_out, answers), NAN};
     NoGradGuard no_grad;
     model->eval();
-    std::mt19937_64 val_rng(99);
     double loss = 0;
-    const int batches = 8;
-    for (int i = 0; i < batches; ++i) {
-      auto [ids, targets] = text->batch(o.batch, true, val_rng);
-      loss += model->loss(ids.to(device), targets.to(device)).item() / batches;
-    }
+    for (const auto& [ids, targets] : validation)
+      loss += model->loss(ids.to(device), targets.to(device)).item() / double(validation.size());
     model->train();
     return {NAN, loss};
   };
@@ -180,11 +212,15 @@ int run(const Options& o) {
   const auto start = Clock::now();
   double last_loss = NAN, accuracy = NAN, val_loss = NAN;
   int64_t timed_steps = 0;
-  double timed_seconds = 0;
+  double timed_seconds = 0, timed_tokens = 0;
   for (int64_t step = 1; step <= o.steps; ++step) {
     const auto step_start = Clock::now();
-    auto [ids, targets] = task ? task->training_batch(o.batch, data_rng) : text->batch(o.batch, false, data_rng);
-    const Tensor loss = model->loss(ids.to(device), targets.to(device));
+    const data::Batch batch = loader.next();
+    const int64_t length = seq_warmup.length(step - 1);
+    const Tensor ids = length < full_length ? batch[0].narrow(1, 0, length).contiguous() : batch[0];
+    const Tensor targets = length < full_length ? batch[1].narrow(1, 0, length).contiguous() : batch[1];
+    const Tensor loss = model->loss(ids, targets);
+    timed_tokens += double(ids.numel());
     loss.backward();
     if (o.clip > 0) optim::clip_grad_norm(model->parameters(), o.clip);
     const double lr = schedule.lr(step - 1);
@@ -200,7 +236,7 @@ int run(const Options& o) {
     const MemoryStats memory = memory_stats(device);
     char line[256];
     std::snprintf(line, sizeof line, "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | %6.1f ms/step | mem %s/%s MiB",
-                  (long long)step, (long long)o.steps, last_loss, lr, double(tokens_per_step) / seconds,
+                  (long long)step, (long long)o.steps, last_loss, lr, double(ids.numel()) / seconds,
                   seconds * 1e3, megabytes(memory.allocated_bytes).c_str(),
                   megabytes(memory.peak_allocated_bytes).c_str());
     progress.step_line(line, eval_now || step % 100 == 0);
@@ -229,9 +265,8 @@ int run(const Options& o) {
       std::printf("  %s  %s\n", answer.c_str(), right ? "ok" : "WRONG");
     }
   } else if (o.sample > 0 && text) {
-    const int64_t prompt_length = std::min<int64_t>(8, int64_t(text->train().size()));
-    std::vector<int64_t> prompt;
-    for (int64_t i = 0; i < prompt_length; ++i) prompt.push_back((unsigned char)text->train()[size_t(i)]);
+    const std::vector<int64_t> prompt = text->prompt(8);
+    const int64_t prompt_length = int64_t(prompt.size());
     model->eval();
     const std::vector<int64_t> out =
         samples::generate_greedy(*model, from_vector(prompt, {1, prompt_length}), o.sample).to_vector<int64_t>();
@@ -249,8 +284,9 @@ int run(const Options& o) {
     std::printf("held-out exact match %.2f%%", 100.0 * accuracy);
   else
     std::printf("validation loss %.4f", val_loss);
+  std::printf(" | waiting for data %.2f%% of the time", timed_seconds > 0 ? 100.0 * loader.wait_seconds() / timed_seconds : 0.0);
   std::printf(" | %.0f tok/s | %.1f ms/step | peak memory %s MiB\n",
-              timed_seconds > 0 ? double(tokens_per_step) * double(timed_steps) / timed_seconds : 0.0,
+              timed_seconds > 0 ? timed_tokens / timed_seconds : 0.0,
               timed_steps > 0 ? 1e3 * timed_seconds / double(timed_steps) : 0.0,
               megabytes(memory_stats(device).peak_allocated_bytes).c_str());
   return 0;
