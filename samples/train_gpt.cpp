@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -70,7 +71,8 @@ Options parse_options(int argc, char** argv) {
   auto& curriculum = flags.add_string("curriculum", "none", "example order: none, or easy-to-hard (addition: fewer digits first)");
   auto& curriculum_steps = flags.add_int("curriculum-steps", 600, "steps until easy-to-hard reaches the full task", 1);
   flags.parse(argc, argv);
-  o = Options{device, data, save, load, curriculum, workers, seq_warmup_steps, seq_warmup_start, curriculum_steps, layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
+  o = Options{device, data, save, load, curriculum, workers, seq_warmup_steps, seq_warmup_start, curriculum_steps,
+              layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
               sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout};
   if (o.dim % o.heads != 0)
     samples::exit_with_usage_error("train_gpt", "--heads " + std::to_string(o.heads) + " does not divide --dim " +
@@ -158,7 +160,9 @@ int run(const Options& o) {
     task = std::make_unique<samples::AdditionTask>(int(o.digits));
     HG_CHECK(model->config.context >= task->problem_length() - 1, "[train_gpt] the loaded model's context (",
              model->config.context, ") is too short for ", o.digits, "-digit problems");
-    train_set = std::make_shared<samples::AdditionDataset>(*task, int64_t(1) << 20, uint64_t(o.seed) * 7919 + 1);
+    // A fresh problem for every training row (up to 2^24 of them; a longer run repeats the pool).
+    const int64_t pool = std::clamp<int64_t>(o.steps * o.batch, int64_t(1) << 20, int64_t(1) << 24);
+    train_set = std::make_shared<samples::AdditionDataset>(*task, pool, uint64_t(o.seed) * 7919 + 1);
   } else {
     text = std::make_unique<samples::TokenData>(samples::load_token_data(o.data, T));
     train_set = std::make_shared<data::TokenWindowDataset>(text->train, T, 1);
