@@ -9,6 +9,7 @@
 #include "data/device_stager.h"
 #include "engine/cuda/cuda_allocator.h"
 #include "engine/ops.h"
+#include "kernels/cuda/check.h"
 #include "support/check_error.h"
 
 using namespace hg;
@@ -98,6 +99,9 @@ TEST_CASE("the device stager keeps the order issue then take") {
   CHECK_ERROR(stager.take(), "no batch is staged");
   Batch host;
   host.tensors.push_back(empty_pinned({3}, f32));
+  cudaPointerAttributes attributes{};
+  HG_CUDA_CHECK(cudaPointerGetAttributes(&attributes, host.tensors[0].data_ptr()));
+  CHECK(attributes.type == cudaMemoryTypeHost);  // page-locked, not pageable
   float* p = host.tensors[0].data<float>();
   p[0] = 1.5f, p[1] = -2.f, p[2] = 7.25f;
   host.indices = {4, 5, 6};
