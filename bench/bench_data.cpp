@@ -39,7 +39,8 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 // Drains `batches` batches (after 3 warmup batches) and reports batches/s.
 double drain(const std::shared_ptr<data::Dataset>& dataset, int64_t batch, int workers, int batches) {
-  data::DataLoader loader(dataset, data::DataLoaderOptions().batch_size(batch).seed(1).workers(workers).device(g_device));
+  data::DataLoader loader(dataset,
+                          data::DataLoaderOptions().batch_size(batch).seed(1).workers(workers).device(g_device));
   for (int i = 0; i < 3; ++i) loader.next();
   if (g_device.is_cuda()) cuda::synchronize(g_device.index);
   const auto start = Clock::now();
@@ -106,9 +107,10 @@ void data_wait(int steps, double micros_per_example) {
     nn::GPT model(config);
     model.to(g_device);
     model.train();
-    optim::AdamW optimizer(model.parameters(), optim::AdamWOptions().lr(2e-3).weight_decay(0.1).decay_only_matrices(true));
-    data::DataLoader loader(dataset, data::DataLoaderOptions().batch_size(64).seed(1337).drop_last(true)
-                                         .workers(workers).device(g_device));
+    optim::AdamW optimizer(model.parameters(),
+                           optim::AdamWOptions().lr(2e-3).weight_decay(0.1).decay_only_matrices(true));
+    data::DataLoader loader(
+        dataset, data::DataLoaderOptions().batch_size(64).seed(1337).drop_last(true).workers(workers).device(g_device));
     auto step = [&] {
       const data::Batch batch = loader.next();
       const Tensor loss = model.loss(batch[0], batch[1]);

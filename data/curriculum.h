@@ -45,9 +45,9 @@ class DifficultyCurriculumSampler final : public BatchSampler {
 
  private:
   std::shared_ptr<const BatchSampler> base_;
-  std::vector<int64_t> by_difficulty_;    // example indices sorted by difficulty (stable)
-  std::vector<int32_t> levels_;           // the distinct difficulty levels, ascending
-  std::vector<int64_t> level_end_;        // level_end_[k]: examples with difficulty <= levels_[k]
+  std::vector<int64_t> by_difficulty_;  // example indices sorted by difficulty (stable)
+  std::vector<int32_t> levels_;         // the distinct difficulty levels, ascending
+  std::vector<int64_t> level_end_;      // level_end_[k]: examples with difficulty <= levels_[k]
   int64_t steps_, batch_size_, rank_;
   uint64_t seed_;
 };

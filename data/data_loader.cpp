@@ -141,8 +141,8 @@ bool DataLoader::try_take_host(int64_t position, Slot& out) {
 
 namespace {
 [[noreturn]] void rethrow_worker_error(const std::exception_ptr& error, int64_t position, int64_t per_epoch) {
-  const std::string where = "batch " + std::to_string(position % per_epoch) + " of epoch " +
-                            std::to_string(position / per_epoch);
+  const std::string where =
+      "batch " + std::to_string(position % per_epoch) + " of epoch " + std::to_string(position / per_epoch);
   try {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {
@@ -159,7 +159,8 @@ Batch DataLoader::next() {
   if (!stager_) {
     const auto start = std::chrono::steady_clock::now();
     Slot slot = take_host(position);
-    if (workers_.empty()) wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (workers_.empty())
+      wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     next_position_ = position + 1;
     if (slot.error) rethrow_worker_error(slot.error, position, per_epoch);
     return std::move(slot.batch);

@@ -42,19 +42,40 @@ class DeviceStager;
 
 class DataLoaderOptions {
  public:
-  DataLoaderOptions& batch_size(int64_t v) { sampler_.batch_size = v; return *this; }
-  DataLoaderOptions& shuffle(bool v) { sampler_.shuffle = v; return *this; }
-  DataLoaderOptions& drop_last(bool v) { sampler_.drop_last = v; return *this; }
-  DataLoaderOptions& seed(uint64_t v) { sampler_.seed = v; return *this; }
+  DataLoaderOptions& batch_size(int64_t v) {
+    sampler_.batch_size = v;
+    return *this;
+  }
+  DataLoaderOptions& shuffle(bool v) {
+    sampler_.shuffle = v;
+    return *this;
+  }
+  DataLoaderOptions& drop_last(bool v) {
+    sampler_.drop_last = v;
+    return *this;
+  }
+  DataLoaderOptions& seed(uint64_t v) {
+    sampler_.seed = v;
+    return *this;
+  }
   DataLoaderOptions& rank(int64_t rank, int64_t world_size) {
     sampler_.rank = rank;
     sampler_.world_size = world_size;
     return *this;
   }
-  DataLoaderOptions& workers(int v) { workers_ = v; return *this; }
-  DataLoaderOptions& prefetch_factor(int v) { prefetch_factor_ = v; return *this; }
+  DataLoaderOptions& workers(int v) {
+    workers_ = v;
+    return *this;
+  }
+  DataLoaderOptions& prefetch_factor(int v) {
+    prefetch_factor_ = v;
+    return *this;
+  }
   // Where next() delivers batches; a CUDA device turns on pinned staging and async copies.
-  DataLoaderOptions& device(const Device& v) { device_ = v; return *this; }
+  DataLoaderOptions& device(const Device& v) {
+    device_ = v;
+    return *this;
+  }
 
   const SamplerOptions& sampler() const { return sampler_; }
   int workers() const { return workers_; }

@@ -196,7 +196,8 @@ std::vector<Field> TokenWindowDataset::fields() const {
 
 void TokenWindowDataset::get(int64_t index, const std::vector<void*>& out) const {
   HG_CHECK(index >= 0 && index < total_, "[TokenWindowDataset] index ", index, " is outside [0, ", total_, ")");
-  const size_t s = size_t(std::upper_bound(first_window_.begin(), first_window_.end(), index) - first_window_.begin()) - 1;
+  const size_t s =
+      size_t(std::upper_bound(first_window_.begin(), first_window_.end(), index) - first_window_.begin()) - 1;
   const TokenSpan& span = spans_[s];
   const int64_t start = (index - first_window_[s]) * stride_;
   int64_t* ids = static_cast<int64_t*>(out[0]);

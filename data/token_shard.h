@@ -50,7 +50,8 @@ class TokenShard {
   int64_t size() const { return count_; }
   uint64_t vocab_size() const { return vocab_size_; }
   uint32_t operator[](int64_t i) const {
-    return dtype_ == TokenDType::u16 ? static_cast<const uint16_t*>(tokens_)[i] : static_cast<const uint32_t*>(tokens_)[i];
+    return dtype_ == TokenDType::u16 ? static_cast<const uint16_t*>(tokens_)[i]
+                                     : static_cast<const uint32_t*>(tokens_)[i];
   }
 
  private:
@@ -65,9 +66,9 @@ class TokenShard {
 
 // Tokens in memory (e.g. the bytes of a text file), for the same window dataset.
 struct TokenSpan {
-  std::shared_ptr<const TokenShard> shard;        // either a shard ...
+  std::shared_ptr<const TokenShard> shard;              // either a shard ...
   std::shared_ptr<const std::vector<uint32_t>> memory;  // ... or tokens in memory
-  int64_t begin = 0, end = 0;                     // the range of tokens used
+  int64_t begin = 0, end = 0;                           // the range of tokens used
   uint32_t at(int64_t i) const { return shard ? (*shard)[begin + i] : (*memory)[size_t(begin + i)]; }
   int64_t size() const { return end - begin; }
 };

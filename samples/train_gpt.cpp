@@ -66,9 +66,12 @@ Options parse_options(int argc, char** argv) {
   auto& sample = flags.add_int("sample", 8, "print N answers (or N bytes of text) at the end", 0);
   // The data pipeline (data/): loader threads and curriculum learning.
   auto& workers = flags.add_int("workers", 1, "data loader threads (0: build batches on the training thread)", 0);
-  auto& seq_warmup_steps = flags.add_int("seq-warmup-steps", 0, "grow the sequence length to full over N steps (0: off)", 0);
-  auto& seq_warmup_start = flags.add_int("seq-warmup-start", 0, "first length of the warmup (0: the shortest with a target)", 0);
-  auto& curriculum = flags.add_string("curriculum", "none", "example order: none, or easy-to-hard (addition: fewer digits first)");
+  auto& seq_warmup_steps =
+      flags.add_int("seq-warmup-steps", 0, "grow the sequence length to full over N steps (0: off)", 0);
+  auto& seq_warmup_start =
+      flags.add_int("seq-warmup-start", 0, "first length of the warmup (0: the shortest with a target)", 0);
+  auto& curriculum =
+      flags.add_string("curriculum", "none", "example order: none, or easy-to-hard (addition: fewer digits first)");
   auto& curriculum_steps = flags.add_int("curriculum-steps", 600, "steps until easy-to-hard reaches the full task", 1);
   flags.parse(argc, argv);
   o = Options{device, data, save, load, curriculum, workers, seq_warmup_steps, seq_warmup_start, curriculum_steps,
@@ -85,7 +88,8 @@ Options parse_options(int argc, char** argv) {
                                                     std::to_string(o.digits) + "-digit problems; expected at least " +
                                                     std::to_string(3 * o.digits + 3));
   if (o.curriculum != "none" && o.curriculum != "easy-to-hard")
-    samples::exit_with_usage_error("train_gpt", "unknown --curriculum \"" + o.curriculum + "\"; expected none or easy-to-hard");
+    samples::exit_with_usage_error("train_gpt",
+                                   "unknown --curriculum \"" + o.curriculum + "\"; expected none or easy-to-hard");
   if (o.curriculum != "none" && !o.data.empty())
     samples::exit_with_usage_error("train_gpt", "--curriculum easy-to-hard needs the addition task's difficulty score; "
                                                 "it does not apply to --data");
@@ -173,8 +177,13 @@ int run(const Options& o) {
   // Batches come from the DataLoader (worker threads; on CUDA, pinned staging + async copies), in an
   // order fixed by the seed (the addition pool is random already: read in order); --curriculum
   // easy-to-hard draws the first steps from easy problems.
-  const auto loader_options = data::DataLoaderOptions().batch_size(o.batch).seed(uint64_t(o.seed)).drop_last(true)
-                                  .shuffle(!task).workers(int(o.workers)).device(device);
+  const auto loader_options = data::DataLoaderOptions()
+                                  .batch_size(o.batch)
+                                  .seed(uint64_t(o.seed))
+                                  .drop_last(true)
+                                  .shuffle(!task)
+                                  .workers(int(o.workers))
+                                  .device(device);
   std::shared_ptr<const data::BatchSampler> sampler =
       std::make_shared<data::DistributedBatchSampler>(train_set->size(), loader_options.sampler());
   if (o.curriculum == "easy-to-hard")
@@ -183,8 +192,9 @@ int run(const Options& o) {
         uint64_t(o.seed));
   data::DataLoader loader(train_set, sampler, loader_options);
   // Sequence-length warmup starts at the shortest prefix that still scores a token.
-  const int64_t warmup_start = o.seq_warmup_start > 0 ? std::min(o.seq_warmup_start, full_length)
-                                                      : (task ? task->prompt_length() : std::min<int64_t>(8, full_length));
+  const int64_t warmup_start = o.seq_warmup_start > 0
+                                   ? std::min(o.seq_warmup_start, full_length)
+                                   : (task ? task->prompt_length() : std::min<int64_t>(8, full_length));
   const data::SequenceLengthWarmup seq_warmup(warmup_start, full_length, o.seq_warmup_steps);
 
   optim::AdamW optimizer(model->parameters(),
@@ -288,7 +298,8 @@ int run(const Options& o) {
     std::printf("held-out exact match %.2f%%", 100.0 * accuracy);
   else
     std::printf("validation loss %.4f", val_loss);
-  std::printf(" | waiting for data %.2f%% of the time", timed_seconds > 0 ? 100.0 * loader.wait_seconds() / timed_seconds : 0.0);
+  std::printf(" | waiting for data %.2f%% of the time",
+              timed_seconds > 0 ? 100.0 * loader.wait_seconds() / timed_seconds : 0.0);
   std::printf(" | %.0f tok/s | %.1f ms/step | peak memory %s MiB\n",
               timed_seconds > 0 ? timed_tokens / timed_seconds : 0.0,
               timed_steps > 0 ? 1e3 * timed_seconds / double(timed_steps) : 0.0,

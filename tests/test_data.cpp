@@ -110,9 +110,7 @@ std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 }  // namespace
 
@@ -289,11 +287,13 @@ TEST_CASE("the prefetch queue is bounded by workers times prefetch_factor") {
   auto dataset = std::make_shared<NumberDataset>(1000);
   DataLoader loader(dataset, DataLoaderOptions().batch_size(5).workers(2).prefetch_factor(3));
   // Nobody consumes: the workers build 2 * 3 batches and stop.
-  for (int i = 0; i < 500 && dataset->calls.load() < 30; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && dataset->calls.load() < 30; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK(dataset->calls.load() == 30);
   loader.next();  // one slot frees: exactly one more batch is built
-  for (int i = 0; i < 500 && dataset->calls.load() < 35; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && dataset->calls.load() < 35; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK(dataset->calls.load() == 35);
 }
@@ -302,7 +302,8 @@ TEST_CASE("destroying a loader mid-epoch stops its workers") {
   auto dataset = std::make_shared<NumberDataset>(10000);
   dataset->delay_us = 100;
   for (int taken : {0, 1, 3}) {
-    auto loader = std::make_unique<DataLoader>(dataset, DataLoaderOptions().batch_size(8).workers(4).prefetch_factor(4));
+    auto loader =
+        std::make_unique<DataLoader>(dataset, DataLoaderOptions().batch_size(8).workers(4).prefetch_factor(4));
     for (int i = 0; i < taken; ++i) loader->next();
     loader.reset();  // joins: a hang here fails the test by ctest's timeout
   }

@@ -33,8 +33,7 @@ class PatternDataset final : public Dataset {
   int64_t size() const override { return n_; }
   std::vector<Field> fields() const override { return {{"ids", i64, {16}}, {"w", f32, {4}}}; }
   void get(int64_t index, const std::vector<void*>& out) const override {
-    for (int64_t t = 0; t < 16; ++t)
-      static_cast<int64_t*>(out[0])[t] = int64_t(mix64(uint64_t(index * 16 + t)) % 1000);
+    for (int64_t t = 0; t < 16; ++t) static_cast<int64_t*>(out[0])[t] = int64_t(mix64(uint64_t(index * 16 + t)) % 1000);
     for (int64_t t = 0; t < 4; ++t) static_cast<float*>(out[1])[t] = float(index) + float(t) / 4;
   }
 
