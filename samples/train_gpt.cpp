@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,8 @@
 #include <string>
 
 #include "engine/activation_offload.h"
+#include "data/curriculum.h"
+#include "data/data_loader.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
@@ -23,8 +26,8 @@
 #include "samples/addition_task.h"
 #include "samples/cli.h"
 #include "samples/precision_flags.h"
-#include "samples/text_data.h"
 #include "train/checkpoint.h"
+#include "samples/gpt_datasets.h"
 
 using namespace hg;
 using Clock = std::chrono::steady_clock;
@@ -32,7 +35,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Options {
-  std::string device, data, save, load;
+  std::string device, data, save, load, curriculum;
+  int64_t workers, seq_warmup_steps, seq_warmup_start, curriculum_steps;
   int64_t layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads, sample, digits, eval_problems;
   double lr, min_lr, weight_decay, clip, dropout;
   std::string checkpoint_dir = "";  // checkpoint and resume (train/checkpoint.h)
@@ -51,7 +55,8 @@ Options parse_options(int argc, char** argv) {
                        "exact-match accuracy on held-out problems; --data FILE trains on a text file instead.");
   Options o;
   auto& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
-  auto& data = flags.add_string("data", "", "train on this text file (byte-level) instead of the addition task");
+  auto& data = flags.add_string("data", "", "train on this text file (byte-level) or these comma-separated token "
+                                            "shards (prepare_data) instead of the addition task");
   auto& layers = flags.add_int("layers", 2, "transformer blocks", 1);
   auto& heads = flags.add_int("heads", 4, "attention heads (must divide --dim)", 1);
   auto& dim = flags.add_int("dim", 128, "model width", 1);
@@ -93,8 +98,18 @@ Options parse_options(int argc, char** argv) {
       "checkpoint-every", 0, "activation checkpointing: recompute segments of K blocks in backward (0: off)", 0);
   auto& offload = flags.add_string("offload-activations", "off",
                                    "move saved activations to host memory: off, inputs (checkpoint inputs) or all");
+  // The data pipeline (data/): loader threads and curriculum learning.
+  auto& workers = flags.add_int("workers", 1, "data loader threads (0: build batches on the training thread)", 0);
+  auto& seq_warmup_steps =
+      flags.add_int("seq-warmup-steps", 0, "grow the sequence length to full over N steps (0: off)", 0);
+  auto& seq_warmup_start =
+      flags.add_int("seq-warmup-start", 0, "first length of the warmup (0: the shortest with a target)", 0);
+  auto& curriculum =
+      flags.add_string("curriculum", "none", "example order: none, or easy-to-hard (addition: fewer digits first)");
+  auto& curriculum_steps = flags.add_int("curriculum-steps", 600, "steps until easy-to-hard reaches the full task", 1);
   flags.parse(argc, argv);
-  o = Options{device, data, save, load, layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
+  o = Options{device, data, save, load, curriculum, workers, seq_warmup_steps, seq_warmup_start, curriculum_steps,
+              layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
               sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout};
   o.checkpoint_dir = checkpoint_dir, o.checkpoint_every = checkpoint_every, o.keep_checkpoints = keep_checkpoints;
   o.resume = resume, o.stop_after = stop_after;
@@ -121,6 +136,12 @@ Options parse_options(int argc, char** argv) {
     samples::exit_with_usage_error("train_gpt", "--context " + std::to_string(o.context) + " is too short for " +
                                                     std::to_string(o.digits) + "-digit problems; expected at least " +
                                                     std::to_string(3 * o.digits + 3));
+  if (o.curriculum != "none" && o.curriculum != "easy-to-hard")
+    samples::exit_with_usage_error("train_gpt",
+                                   "unknown --curriculum \"" + o.curriculum + "\"; expected none or easy-to-hard");
+  if (o.curriculum != "none" && !o.data.empty())
+    samples::exit_with_usage_error("train_gpt", "--curriculum easy-to-hard needs the addition task's difficulty score; "
+                                                "it does not apply to --data");
   Device device_choice;
   try {
     device_choice = Device::parse(o.device);
@@ -166,7 +187,6 @@ class Progress {
 int run(const Options& o) {
   if (o.threads > 0) omp_set_num_threads(int(o.threads));
   manual_seed(uint64_t(o.seed));
-  std::mt19937_64 data_rng(uint64_t(o.seed) * 7919 + 1);
 
   std::shared_ptr<nn::GPT> model;
   if (!o.load.empty()) {
@@ -190,16 +210,46 @@ int run(const Options& o) {
   const int64_t T = o.data.empty() ? 0 : std::min(o.context, model->config.context);
 
   std::unique_ptr<samples::AdditionTask> task;
-  std::unique_ptr<samples::TextData> text;
+  std::unique_ptr<samples::TokenData> text;
+  std::shared_ptr<data::Dataset> train_set;
+  std::vector<std::pair<Tensor, Tensor>> validation;
   if (o.data.empty()) {
     task = std::make_unique<samples::AdditionTask>(int(o.digits));
     HG_CHECK(model->config.context >= task->problem_length() - 1, "[train_gpt] the loaded model's context (",
              model->config.context, ") is too short for ", o.digits, "-digit problems");
+    // A fresh problem for every training row (up to 2^24 of them; a longer run repeats the pool).
+    const int64_t pool = std::clamp<int64_t>(o.steps * o.batch, int64_t(1) << 20, int64_t(1) << 24);
+    train_set = std::make_shared<samples::AdditionDataset>(*task, pool, uint64_t(o.seed) * 7919 + 1);
   } else {
-    text = std::make_unique<samples::TextData>(o.data, T);
+    text = std::make_unique<samples::TokenData>(samples::load_token_data(o.data, T));
+    train_set = std::make_shared<data::TokenWindowDataset>(text->train, T, 1);
+    validation = samples::validation_batches(*text, T, o.batch, 8);
   }
   const auto held_out = task ? task->held_out_pairs(o.eval_problems) : std::vector<std::pair<int64_t, int64_t>>{};
-  const int64_t tokens_per_micro_batch = o.batch * (task ? task->problem_length() - 1 : T);
+  const int64_t full_length = task ? task->problem_length() - 1 : T;
+  // Batches come from the DataLoader (worker threads; on CUDA, pinned staging + async copies), in an
+  // order fixed by the seed (the addition pool is random already: read in order); --curriculum
+  // easy-to-hard draws the first steps from easy problems.
+  const auto loader_options = data::DataLoaderOptions()
+                                  .batch_size(o.batch)
+                                  .seed(uint64_t(o.seed))
+                                  .drop_last(true)
+                                  .shuffle(!task)
+                                  .workers(int(o.workers))
+                                  .device(device);
+  std::shared_ptr<const data::BatchSampler> sampler =
+      std::make_shared<data::DistributedBatchSampler>(train_set->size(), loader_options.sampler());
+  if (o.curriculum == "easy-to-hard")
+    sampler = std::make_shared<data::DifficultyCurriculumSampler>(
+        sampler, static_cast<const samples::AdditionDataset&>(*train_set).difficulties(), o.curriculum_steps, o.batch,
+        uint64_t(o.seed));
+  data::DataLoader loader(train_set, sampler, loader_options);
+  // Sequence-length warmup starts at the shortest prefix that still scores a token.
+  const int64_t warmup_start = o.seq_warmup_start > 0
+                                   ? std::min(o.seq_warmup_start, full_length)
+                                   : (task ? task->prompt_length() : std::min<int64_t>(8, full_length));
+  const data::SequenceLengthWarmup seq_warmup(warmup_start, full_length, o.seq_warmup_steps);
+  const int64_t tokens_per_micro_batch = o.batch * full_length;
   const int64_t micro_batches =
       samples::accumulation_steps("train_gpt", o.grad_accum, o.batch_tokens, tokens_per_micro_batch);
   const int64_t tokens_per_step = tokens_per_micro_batch * micro_batches;
@@ -216,7 +266,7 @@ int run(const Options& o) {
 
   std::printf("train_gpt: %s on %s | GPT L%lld H%lld C%lld T%lld, %.2fM parameters | batch %lld x %lld (%lld tokens) "
               "| %s%s | %d threads\n",
-              task ? (std::to_string(o.digits) + "-digit addition").c_str() : o.data.c_str(), device.str().c_str(),
+              task ? (std::to_string(o.digits) + "-digit addition").c_str() : text->description.c_str(), device.str().c_str(),
               (long long)model->config.n_layer, (long long)model->config.n_head, (long long)model->config.n_embd,
               (long long)model->config.context, double(model->parameter_count()) / 1e6, (long long)o.batch,
               (long long)micro_batches, (long long)tokens_per_step, samples::precision_name(precision),
@@ -231,13 +281,9 @@ int run(const Options& o) {
     if (task) return {task->accuracy(*model, held_out, answers), NAN};
     NoGradGuard no_grad;
     model->eval();
-    std::mt19937_64 val_rng(99);
     double loss = 0;
-    const int batches = 8;
-    for (int i = 0; i < batches; ++i) {
-      auto [ids, targets] = text->batch(o.batch, true, val_rng);
-      loss += model->loss(ids.to(device), targets.to(device)).item() / batches;
-    }
+    for (const auto& [ids, targets] : validation)
+      loss += model->loss(ids.to(device), targets.to(device)).item() / double(validation.size());
     model->train();
     return {NAN, loss};
   };
@@ -248,12 +294,14 @@ int run(const Options& o) {
   train::TrainingState state;
   state.model(*model).optimizer(optimizer).scaler(scaler).counter("step", completed_steps);
   state.counter("optimizer_steps", optimizer_steps);
-  state.generator("default", default_generator()).mt19937_64("data", data_rng);
+  Tensor loader_position = loader.state();  // where the data order stands (refreshed before each save)
+  state.generator("default", default_generator()).extra("loader", loader_position);
   std::optional<train::CheckpointDirectory> checkpoints;
   if (!o.checkpoint_dir.empty()) checkpoints.emplace(o.checkpoint_dir, o.keep_checkpoints);
   if (o.resume) {
     if (const auto latest = checkpoints->latest()) {
       train::load_checkpoint(*latest, state);
+      loader.load_state(loader_position);
       std::printf("resumed from %s at step %lld\n", latest->c_str(), (long long)completed_steps);
     } else {
       std::printf("no checkpoint in %s yet: starting at step 0\n", o.checkpoint_dir.c_str());
@@ -266,24 +314,30 @@ int run(const Options& o) {
   const auto start = Clock::now();
   double last_loss = NAN, accuracy = NAN, val_loss = NAN;
   int64_t timed_steps = 0;
-  double timed_seconds = 0;
+  double timed_seconds = 0, timed_tokens = 0;
   for (int64_t step = completed_steps + 1; step <= last_step; ++step) {
     const auto step_start = Clock::now();
+    const int64_t length = seq_warmup.length(step - 1);
     // Each micro-batch's loss is divided by their number, so the summed gradients are those of the
     // mean over all of them; the scaler multiplies it by S for fp16 (1 otherwise).
     last_loss = 0.0;
+    double step_tokens = 0;
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
-      auto [ids, targets] = task ? task->training_batch(o.batch, data_rng) : text->batch(o.batch, false, data_rng);
+      const data::Batch batch = loader.next();
+      const Tensor ids = length < full_length ? batch[0].narrow(1, 0, length).contiguous() : batch[0];
+      const Tensor targets = length < full_length ? batch[1].narrow(1, 0, length).contiguous() : batch[1];
+      step_tokens += double(ids.numel());
       Tensor loss;
       if (o.offload_activations != "off") {
         ActivationOffload offload(parse_offload_mode(o.offload_activations));
-        loss = model->loss(ids.to(device), targets.to(device)) * (1.0 / double(micro_batches));
+        loss = model->loss(ids, targets) * (1.0 / double(micro_batches));
       } else {
-        loss = model->loss(ids.to(device), targets.to(device)) * (1.0 / double(micro_batches));
+        loss = model->loss(ids, targets) * (1.0 / double(micro_batches));
       }
       scaler.scale(loss).backward();
       last_loss += loss.item();
     }
+    timed_tokens += step_tokens;
     // unscale -> clip -> step -> update. A step with inf/NaN gradients is skipped: the weights and
     // the LR schedule stay where they are.
     const std::vector<Tensor> params = model->parameters();
@@ -304,7 +358,7 @@ int run(const Options& o) {
     int length = std::snprintf(line, sizeof line,
                                "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | %6.1f ms/step | mem %s/%s MiB "
                                "(reserved %s)",
-                               (long long)step, (long long)o.steps, last_loss, lr, double(tokens_per_step) / seconds,
+                               (long long)step, (long long)o.steps, last_loss, lr, step_tokens / seconds,
                                seconds * 1e3, megabytes(memory.allocated_bytes).c_str(),
                                megabytes(memory.peak_allocated_bytes).c_str(),
                                megabytes(memory.reserved_bytes).c_str());
@@ -325,6 +379,7 @@ int run(const Options& o) {
     completed_steps = step;
     if (checkpoints && ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == last_step)) {
       const auto save_start = Clock::now();
+      loader_position = loader.state();
       const std::string path = checkpoints->save(state, step);
       char saved[512];
       std::snprintf(saved, sizeof saved, "checkpoint step %lld -> %s | loss %.9g | %s MiB in %.0f ms", (long long)step,
@@ -347,9 +402,8 @@ int run(const Options& o) {
       std::printf("  %s  %s\n", answer.c_str(), right ? "ok" : "WRONG");
     }
   } else if (o.sample > 0 && text) {
-    const int64_t prompt_length = std::min<int64_t>(8, int64_t(text->train().size()));
-    std::vector<int64_t> prompt;
-    for (int64_t i = 0; i < prompt_length; ++i) prompt.push_back((unsigned char)text->train()[size_t(i)]);
+    const std::vector<int64_t> prompt = text->prompt(8);
+    const int64_t prompt_length = int64_t(prompt.size());
     model->eval();
     const std::vector<int64_t> out =
         samples::generate_greedy(*model, from_vector(prompt, {1, prompt_length}), o.sample).to_vector<int64_t>();
@@ -368,8 +422,10 @@ int run(const Options& o) {
   else
     std::printf("validation loss %.4f", val_loss);
   if (scaler.enabled()) std::printf(" | %lld skipped steps", (long long)scaler.skipped_steps());
+  std::printf(" | waiting for data %.2f%% of the time",
+              timed_seconds > 0 ? 100.0 * loader.wait_seconds() / timed_seconds : 0.0);
   std::printf(" | %.0f tok/s | %.1f ms/step | peak memory %s MiB\n",
-              timed_seconds > 0 ? double(tokens_per_step) * double(timed_steps) / timed_seconds : 0.0,
+              timed_seconds > 0 ? timed_tokens / timed_seconds : 0.0,
               timed_steps > 0 ? 1e3 * timed_seconds / double(timed_steps) : 0.0,
               megabytes(memory_stats(device).peak_allocated_bytes).c_str());
   std::printf("%s", memory_summary().c_str());

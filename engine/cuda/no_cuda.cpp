@@ -2,6 +2,7 @@
 // that needs one says how to get one.
 #include "engine/cuda/cuda_allocator.h"
 #include "engine/cuda/cuda_context.h"
+#include "engine/cuda/cuda_allocator.h"
 #include "kernels/error.h"
 
 namespace hg::cuda {

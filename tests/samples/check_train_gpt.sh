@@ -38,6 +38,29 @@ for savers in "--checkpoint-every 1" "--checkpoint-every 2 --offload-activations
   # shellcheck disable=SC2086
   [[ $(final_loss $savers) == "$plain" ]] || fail "$savers changed the run: $(final_loss $savers) vs $plain"
 done
+# The data pipeline: the same losses whatever the number of loader workers; curriculum flags; token
+# shards written by prepare_data (its bad flags and bad files answered with exit codes 2 and 1).
+loss_of() { grep -o "final loss [0-9.]*" <<<"$1"; }
+out0=$("$bin" "${tiny[@]}" --steps 12 --eval-every 0 --sample 0 --workers 0) || fail "--workers 0 exited $?: $out0"
+out2=$("$bin" "${tiny[@]}" --steps 12 --eval-every 0 --sample 0 --workers 2) || fail "--workers 2 exited $?: $out2"
+[[ -n "$(loss_of "$out0")" && "$(loss_of "$out0")" == "$(loss_of "$out2")" ]] || fail "workers 0 and 2 differ: $out0 / $out2"
+grep -q "waiting for data" <<<"$out2" || fail "no data-wait figure: $out2"
+out=$("$bin" "${tiny[@]}" --steps 12 --eval-every 0 --sample 0 --curriculum easy-to-hard --curriculum-steps 6 \
+      --seq-warmup-steps 6) || fail "curriculum run exited $?: $out"
+prepare=$(dirname "$bin")/prepare_data
+"$prepare" --input "$work/text.txt" --output "$work/shard" --shard-tokens 700 --dtype u32 >"$work/prep.log" \
+  || fail "prepare_data exited $?: $(cat "$work/prep.log")"
+[[ -s "$work/shard_000000.bin" && -s "$work/shard_000001.bin" ]] || fail "prepare_data wrote no shards: $(cat "$work/prep.log")"
+out=$("$bin" --data "$work/shard_000000.bin,$work/shard_000001.bin" --layers 1 --heads 2 --dim 32 --batch 8 --steps 20 \
+      --eval-every 10 --threads 1 --sample 8) || fail "shard run exited $?: $out"
+grep -q "shard_000001.bin: .* u32 tokens" <<<"$out" || fail "shards not described: $out"
+grep -q "validation loss" <<<"$out" || fail "no validation loss on shards: $out"
+head -c 40 "$work/shard_000000.bin" > "$work/truncated.bin"
+err=$("$bin" --data "$work/truncated.bin" --steps 1 2>&1 >/dev/null); code=$?
+[[ $code -eq 1 ]] && grep -q "truncated: the header promises 700 u32 tokens" <<<"$err" || fail "truncated shard: $code $err"
+"$prepare" --help | grep -q -- "--shard-tokens" || fail "prepare_data --help does not list the flags"
+"$prepare" --input "$work/none.txt" --output "$work/x" 2>/dev/null; [[ $? -eq 2 ]] || fail "prepare_data: missing input not exit 2"
+"$prepare" --input "$work/text.txt" --output "$work/x" --dtype u8 2>/dev/null; [[ $? -eq 2 ]] || fail "prepare_data: --dtype u8 not exit 2"
 
 expect_usage_error() {
   local expected=$1
@@ -62,5 +85,7 @@ expect_usage_error "is not a multiple of the micro-batch's 768 tokens" --batch-t
 expect_usage_error "either --grad-accum or --batch-tokens" --grad-accum 2 --batch-tokens 1536
 expect_usage_error "unknown --offload-activations" --offload-activations gpu
 expect_usage_error "it needs --checkpoint-every" --offload-activations inputs
+expect_usage_error "unknown --curriculum" --curriculum hardest-first
+expect_usage_error "does not apply to --data" --curriculum easy-to-hard --data "$work/text.txt"
 "$bin" --help | grep -q -- "--weight-decay" || fail "--help does not list the flags"
 echo "train_gpt checks ok"

@@ -1,0 +1,47 @@
+#pragma once
+// Dataset: random access to examples, each a fixed set of named fields of fixed shape and dtype
+// (e.g. "ids" [T] i64 and "targets" [T] i64). A batch is the same fields with a leading batch
+// dimension. Datasets write an example straight into its row of a batch buffer (which may be pinned
+// host memory), so collation is free and no per-example tensor is ever allocated.
+//
+// CONVENTION
+//   - get() is const, thread-safe and a pure function of the index: DataLoader workers call it
+//     concurrently and in any order, and the same index must give the same bytes every time (that
+//     is what makes a run independent of the number of workers and resumable). Randomness inside an
+//     example is seeded from the index.
+//   - Every example has exactly the shapes fields() declares.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace hg::data {
+
+struct Field {
+  std::string name;
+  DType dtype;
+  Shape shape;  // of one example, without the batch dimension
+  int64_t numel() const { return shape_numel(shape); }
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual std::vector<Field> fields() const = 0;
+  // Writes example `index` (0 <= index < size()) into out[f], one pointer per field, each to
+  // fields()[f].numel() contiguous elements of fields()[f].dtype.
+  virtual void get(int64_t index, const std::vector<void*>& out) const = 0;
+};
+
+// One batch: a tensor per field ([B, ...field shape]) in fields() order, and the example indices.
+struct Batch {
+  std::vector<Tensor> tensors;
+  std::vector<int64_t> indices;
+  int64_t epoch = 0, index_in_epoch = 0;
+  const Tensor& operator[](size_t field) const { return tensors.at(field); }
+  int64_t size() const { return int64_t(indices.size()); }
+};
+
+}  // namespace hg::data
