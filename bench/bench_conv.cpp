@@ -109,12 +109,12 @@ Conv2dGeometry shape(int64_t n, int64_t c, int64_t hw, int64_t oc, int64_t k, in
   return g;
 }
 
-void bench(const char* name, const Conv2dGeometry& g, int reps) {
+void run_shape(const char* name, const Conv2dGeometry& g, int reps) {
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   const int64_t nx = g.batch * g.in_channels * g.height * g.width, ny = g.batch * g.out_channels * g.out_pixels();
-  std::vector<float> x(size_t(nx)), w(size_t(g.weight_numel())), dy(size_t(ny)), y(size_t(ny)), dx(size_t(nx)),
-      dw(size_t(g.weight_numel()));
+  const size_t sx = static_cast<size_t>(nx), sy = static_cast<size_t>(ny), sw = static_cast<size_t>(g.weight_numel());
+  std::vector<float> x(sx), w(sw), dy(sy), y(sy), dx(sx), dw(sw);
   for (auto* v : {&x, &w, &dy})
     for (float& e : *v) e = normal(rng);
   auto workspace = [&](ConvPass pass) {
@@ -155,8 +155,8 @@ void bench(const char* name, const Conv2dGeometry& g, int reps) {
 }  // namespace
 
 int main() {
-  bench("train_cnn conv2 (16x16 digits)", shape(64, 16, 8, 32, 3, 1, 1), 9);
-  bench("resnet-like 3x3", shape(16, 64, 28, 64, 3, 1, 1), 3);
-  bench("strided 5x5", shape(32, 32, 32, 64, 5, 2, 2), 3);
+  run_shape("train_cnn conv2 (16x16 digits)", shape(64, 16, 8, 32, 3, 1, 1), 9);
+  run_shape("resnet-like 3x3", shape(16, 64, 28, 64, 3, 1, 1), 3);
+  run_shape("strided 5x5", shape(32, 32, 32, 64, 5, 2, 2), 3);
   return 0;
 }

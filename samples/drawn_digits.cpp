@@ -68,20 +68,24 @@ std::vector<float> DrawnDigits::draw(int label, uint64_t example_seed) const {
   HG_CHECK(label >= 0 && label <= 9, "[DrawnDigits] label ", label, " is not a digit");
   std::mt19937_64 rng(example_seed);
   std::uniform_real_distribution<double> u(-1.0, 1.0);
-  const double angle = 0.2 * u(rng), scale = 0.92 + 0.12 * u(rng), shear = 0.18 * u(rng);
-  const double aspect = 1.0 + 0.12 * u(rng), shift_x = 0.07 * u(rng), shift_y = 0.07 * u(rng);
-  const double half_width = 0.045 + 0.025 * (u(rng) + 1.0) / 2.0;
+  const double angle = 0.3 * u(rng), scale = 0.9 + 0.12 * u(rng), shear = 0.3 * u(rng);
+  const double aspect = 1.0 + 0.2 * u(rng), shift_x = 0.1 * u(rng), shift_y = 0.1 * u(rng);
+  const double half_width = 0.035 + 0.025 * (u(rng) + 1.0);
   const double c = std::cos(angle), s = std::sin(angle);
   std::vector<Stroke> strokes = strokes_of(label);
   for (Stroke& stroke : strokes) {
     for (Point& p : stroke) {
-      const double x = p.x - 0.5 + 0.025 * u(rng), y = p.y - 0.5 + 0.025 * u(rng);
+      const double x = p.x - 0.5 + 0.05 * u(rng), y = p.y - 0.5 + 0.05 * u(rng);
       const double sx = scale * aspect * (x + shear * y), sy = scale * y;
       p = {0.5 + shift_x + c * sx - s * sy, 0.5 + shift_y + s * sx + c * sy};
     }
   }
+  if (u(rng) > 0.0) {  // half of the images get a stray pen mark somewhere
+    const Point a{0.5 + 0.45 * u(rng), 0.5 + 0.45 * u(rng)};
+    strokes.push_back({a, {a.x + 0.2 * u(rng), a.y + 0.2 * u(rng)}});
+  }
   std::vector<float> image(size_t(size_ * size_));
-  std::normal_distribution<float> noise(0.0f, 0.08f);
+  std::normal_distribution<float> noise(0.0f, 0.2f);
   const double pixel = 1.0 / double(size_);
   for (int64_t py = 0; py < size_; ++py) {
     for (int64_t px = 0; px < size_; ++px) {

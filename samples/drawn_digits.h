@@ -1,7 +1,8 @@
 #pragma once
 // Procedurally drawn digits: each class 0-9 is a few pen strokes (polylines in a unit box), drawn
 // into a size x size image with a random affine jitter (rotation, scale, shear, shift), random pen
-// thickness, wobbly stroke vertices and pixel noise, anti-aliased by distance to the stroke. Every
+// thickness, wobbly stroke vertices, a stray pen mark on half of the images and pixel noise,
+// anti-aliased by distance to the stroke. Every
 // image is a pure function of (seed, index), so a training stream and a held-out set from another
 // seed never share an image, and a run is reproducible.
 #include <cstdint>

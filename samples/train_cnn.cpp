@@ -38,11 +38,11 @@ Options parse_options(int argc, char** argv) {
   auto& size = flags.add_int("size", 16, "image side in pixels (a multiple of 4, 8 to 256)", 8);
   auto& channels = flags.add_int("channels", 16, "channels of the first conv (the second has twice as many)", 1);
   auto& batch = flags.add_int("batch", 64, "images per step", 1);
-  auto& steps = flags.add_int("steps", 500, "optimizer steps", 0);
+  auto& steps = flags.add_int("steps", 400, "optimizer steps", 0);
   auto& lr = flags.add_double("lr", 3e-3, "peak learning rate (AdamW)", 0.0);
   auto& warmup = flags.add_int("warmup", 50, "linear warmup steps", 0);
   auto& weight_decay = flags.add_double("weight-decay", 0.01, "AdamW decoupled weight decay", 0.0);
-  auto& eval_every = flags.add_int("eval-every", 250, "evaluate every N steps (0: only at the end)", 0);
+  auto& eval_every = flags.add_int("eval-every", 200, "evaluate every N steps (0: only at the end)", 0);
   auto& eval_images = flags.add_int("eval-images", 2000, "held-out images per evaluation", 1);
   auto& seed = flags.add_int("seed", 1337, "random seed (weights, training images; held-out images use seed + 1)", 0);
   auto& threads = flags.add_int("threads", 0, "CPU threads (0: all cores)", 0);

@@ -35,8 +35,8 @@ Options parse_options(int argc, char** argv) {
   samples::Flags flags("train_mlp", "Trains an MLP to tell interleaved 2-D spiral arms apart and reports held-out accuracy.");
   auto& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
   auto& classes = flags.add_int("classes", 5, "spiral arms (classes)", 2);
-  auto& turns = flags.add_double("turns", 1.0, "turns of each arm", 0.0, 10.0);
-  auto& noise = flags.add_double("noise", 0.15, "angular noise in radians (scaled by the radius)", 0.0, 10.0);
+  auto& turns = flags.add_double("turns", 1.5, "turns of each arm", 0.0, 10.0);
+  auto& noise = flags.add_double("noise", 0.2, "angular noise in radians (scaled by the radius)", 0.0, 10.0);
   auto& points = flags.add_int("points", 4000, "training points (the held-out set has as many)", 1);
   auto& width = flags.add_int("width", 128, "hidden units per layer", 1);
   auto& depth = flags.add_int("depth", 2, "hidden layers", 1);

@@ -5,10 +5,10 @@ set -uo pipefail
 bin=$1
 fail() { echo "FAIL: $*"; exit 1; }
 
-out=$("$bin" --channels 4 --batch 32 --steps 120 --eval-every 60 --eval-images 300 --threads 2 --show 1) \
+out=$("$bin" --channels 4 --batch 32 --lr 1e-2 --steps 80 --eval-every 40 --eval-images 300 --threads 1 --show 1) \
   || fail "run exited $?: $out"
-grep -q "eval  step 60 | held-out accuracy" <<<"$out" || fail "no evaluation line: $out"
-grep -q "summary: 120 steps" <<<"$out" || fail "no summary: $out"
+grep -q "eval  step 40 | held-out accuracy" <<<"$out" || fail "no evaluation line: $out"
+grep -q "summary: 80 steps" <<<"$out" || fail "no summary: $out"
 grep -q "held-out image 0: label [0-9], model says [0-9]" <<<"$out" || fail "no drawn image: $out"
 accuracy=$(grep -o "summary:.*held-out accuracy [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
 awk -v a="$accuracy" 'BEGIN { exit !(a != "" && a >= 60) }' || fail "held-out accuracy $accuracy% < 60% (chance: 10%): $out"

@@ -4,7 +4,7 @@
 # SKIPPED (ctest lists it as skipped).
 set -uo pipefail
 bin=$1
-tiny=(--size 8 --channels 2 --batch 8 --steps 6 --eval-every 6 --eval-images 16 --threads 2)
+tiny=(--size 8 --channels 2 --batch 8 --steps 6 --eval-every 6 --eval-images 16 --threads 1)
 out=$("$bin" "${tiny[@]}" --device cuda 2>&1)
 code=$?
 if [[ $code -eq 2 && "$out" == *"is not available"* ]]; then

@@ -5,11 +5,11 @@ set -uo pipefail
 bin=$1
 fail() { echo "FAIL: $*"; exit 1; }
 
-out=$("$bin" --classes 3 --points 600 --width 32 --steps 300 --eval-every 150 --threads 1) || fail "run exited $?: $out"
+out=$("$bin" --classes 3 --turns 0.5 --points 600 --width 32 --lr 1e-2 --steps 300 --eval-every 150 --threads 1) || fail "run exited $?: $out"
 grep -q "eval  step 150 | train accuracy" <<<"$out" || fail "no evaluation line: $out"
 grep -q "summary: 300 steps" <<<"$out" || fail "no summary: $out"
 accuracy=$(grep -o "summary:.*held-out accuracy [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
-awk -v a="$accuracy" 'BEGIN { exit !(a != "" && a >= 80) }' || fail "held-out accuracy $accuracy% < 80% (chance: 33%): $out"
+awk -v a="$accuracy" 'BEGIN { exit !(a != "" && a >= 95) }' || fail "held-out accuracy $accuracy% < 95% (chance: 33%): $out"
 
 expect_usage_error() {
   local expected=$1
