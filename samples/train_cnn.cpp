@@ -45,7 +45,7 @@ Options parse_options(int argc, char** argv) {
   auto& eval_every = flags.add_int("eval-every", 200, "evaluate every N steps (0: only at the end)", 0);
   auto& eval_images = flags.add_int("eval-images", 2000, "held-out images per evaluation", 1);
   auto& seed = flags.add_int("seed", 1337, "random seed (weights, training images; held-out images use seed + 1)", 0);
-  auto& threads = flags.add_int("threads", 0, "CPU threads (0: all cores)", 0);
+  auto& threads = flags.add_int("threads", 1, "CPU threads (0: all cores; one suits a model this small)", 0);
   auto& show = flags.add_int("show", 0, "draw N held-out images with the model's answers at the end", 0);
   flags.parse(argc, argv);
   const Options o{device, size, channels, batch, steps, warmup, eval_every, eval_images, seed, threads, show,

@@ -47,7 +47,7 @@ Options parse_options(int argc, char** argv) {
   auto& weight_decay = flags.add_double("weight-decay", 0.0, "AdamW decoupled weight decay", 0.0);
   auto& eval_every = flags.add_int("eval-every", 500, "evaluate every N steps (0: only at the end)", 0);
   auto& seed = flags.add_int("seed", 1337, "random seed (weights, data, batches)", 0);
-  auto& threads = flags.add_int("threads", 0, "CPU threads (0: all cores)", 0);
+  auto& threads = flags.add_int("threads", 1, "CPU threads (0: all cores; one suits a model this small)", 0);
   flags.parse(argc, argv);
   const Options o{device, classes, points, width, depth, batch, steps, warmup, eval_every, seed, threads,
                   turns, noise, lr, weight_decay};
