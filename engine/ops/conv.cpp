@@ -7,6 +7,8 @@
 // conv2d_workspace_bytes for the pass, and released when the call returns.
 // Pooling: forward saves nothing for Avg and the argmax (i32 plane offsets) for Max; backward
 // gathers dy through the windows (deterministic on both backends).
+#include <climits>
+
 #include "engine/ops.h"
 #include "engine/ops/op_support.h"
 
@@ -104,6 +106,8 @@ Tensor pool2d(kernels::PoolMode mode, const char* name, const Tensor& x, Size2d 
   ops::check_floating(x, name, "x");
   ops::check_backend(x, name);
   HG_CHECK(x.dim() == 4, "[", name, "] x ", x.describe(), " must be 4-D [N, C, H, W]");
+  HG_CHECK(x.size(2) * x.size(3) <= INT32_MAX, "[", name, "] planes of ", x.size(2), "x", x.size(3),
+           " elements are too large for the i32 argmax; expected H * W <= ", INT32_MAX);
   check_pair(kernel, 1, name, "kernel");
   check_pair(stride, 0, name, "stride");
   check_pair(padding, 0, name, "padding");
