@@ -215,7 +215,7 @@ TEST_CASE("conv2d op: bad shapes name what was wrong") {
   CHECK_ERROR(max_pool2d(randn({6, 6}), {2, 2}), "[max_pool2d] x", "must be 4-D");
 }
 
-TEST_CASE("max_pool2d and avg_pool2d: known answers, overlapping windows and padding") {
+TEST_CASE("max_pool2d and avg_pool2d: known answers with overlapping windows and padding") {
   // x = 0..15 as a 4x4 plane.
   std::vector<float> values(16);
   for (int i = 0; i < 16; ++i) values[size_t(i)] = float(i);
@@ -241,7 +241,7 @@ TEST_CASE("max_pool2d and avg_pool2d: known answers, overlapping windows and pad
   CHECK(std::isnan(max_pool2d(from_vector(values, {1, 1, 4, 4}), {2, 2}).to_vector<float>()[1]));
 }
 
-TEST_CASE("layers: Conv2d parameters and shapes, Flatten, option errors") {
+TEST_CASE("layers: Conv2d parameters and shapes with Flatten and option errors") {
   manual_seed(3);
   nn::Conv2d conv(nn::Conv2dOptions(4, 6, {3, 2}).stride(2).padding(1).groups(2));
   CHECK(conv.weight.shape() == Shape{6, 2, 3, 2});

@@ -201,7 +201,7 @@ TEST_CASE("conv2d on CUDA rejects a workspace smaller than it asked for") {
   CHECK(message.find("workspace of") != std::string::npos);
 }
 
-TEST_CASE("max and avg pooling on CUDA equal the CPU, backward deterministic") {
+TEST_CASE("max and avg pooling on CUDA equal the CPU with a deterministic backward") {
   if (skip_without_device()) return;
   std::mt19937_64 rng(22);
   struct PoolCase {
