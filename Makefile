@@ -2,7 +2,7 @@
 #   make test    install what is missing, configure, build, run every test suite: the normal build in
 #                build/, then the CUDA suite on the SIMT emulator under AddressSanitizer in build-emu/
 #   make train   install what is missing, build train_gpt, teach a tiny GPT 3-digit addition
-# Other targets: build, test-emu (only the emulated CUDA suite), bench, format, clean.
+# Other targets: build, test-emu (only the emulated CUDA suite), train-mlp, train-cnn, bench, format, clean.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
@@ -12,7 +12,7 @@ EMU_BUILD_DIR ?= build-emu
 EMU_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_CUDA=EMULATED -DHALFGRAD_SANITIZE=address \
                    -DHALFGRAD_BUILD_BENCH=OFF
 
-.PHONY: setup configure build test test-emu train bench format clean
+.PHONY: setup configure build test test-emu train train-mlp train-cnn bench format clean
 
 setup:
 	@scripts/setup
@@ -36,6 +36,15 @@ test-emu: setup
 train: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_gpt
 	$(BUILD_DIR)/bin/train_gpt $(ARGS)
+
+# The small classifiers: an MLP on 2-D spirals, a CNN on procedurally drawn digits.
+train-mlp: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_mlp
+	$(BUILD_DIR)/bin/train_mlp $(ARGS)
+
+train-cnn: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_cnn
+	$(BUILD_DIR)/bin/train_cnn $(ARGS)
 
 bench: build
 	$(BUILD_DIR)/bin/bench_ops

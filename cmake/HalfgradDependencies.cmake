@@ -69,6 +69,20 @@ else()
   set(HALFGRAD_HAS_CUDA_TOOLKIT OFF)
 endif()
 
+# cuDNN (optional; nvcc builds only, the emulator cannot run it): convolutions go through it when
+# found (kernels/cuda/cudnn/conv2d_cudnn.cpp), through im2col + GEMM otherwise. HALFGRAD_CUDNN=AUTO|ON|OFF.
+set(HALFGRAD_CUDNN AUTO CACHE STRING "cuDNN for convolutions in nvcc builds: AUTO, ON or OFF")
+set(HALFGRAD_HAS_CUDNN OFF)
+if(HALFGRAD_CUDA_MODE STREQUAL "NVCC" AND NOT HALFGRAD_CUDNN STREQUAL "OFF")
+  find_path(HALFGRAD_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV CUDNN_ROOT PATH_SUFFIXES include)
+  find_library(HALFGRAD_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} ENV CUDNN_ROOT PATH_SUFFIXES lib64 lib)
+  if(HALFGRAD_CUDNN_INCLUDE_DIR AND HALFGRAD_CUDNN_LIBRARY)
+    set(HALFGRAD_HAS_CUDNN ON)
+  elseif(HALFGRAD_CUDNN STREQUAL "ON")
+    message(FATAL_ERROR "HALFGRAD_CUDNN=ON but cudnn.h / libcudnn were not found: set CUDNN_ROOT or use AUTO|OFF")
+  endif()
+endif()
+
 if(NOT HALFGRAD_MPI STREQUAL "OFF")
   find_package(MPI QUIET COMPONENTS CXX)
 endif()

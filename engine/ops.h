@@ -4,6 +4,7 @@
 // device, and records its backward (written next to its forward in engine/ops/<area>.cpp).
 //
 // Binary ops need equal dtypes and devices and broadcast shapes NumPy-style.
+#include <array>
 #include <utility>
 #include <vector>
 
@@ -83,6 +84,18 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor dropout(const Tensor& x, double p, bool training = true);
 // Causal scaled-dot-product attention: q, k, v [.., T, D] -> softmax(q k^T / sqrt(D) + causal mask) v.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true);
+
+// ---- convolution and pooling over NCHW: engine/ops/conv.cpp ----
+using Size2d = std::array<int64_t, 2>;  // (height, width)
+// x [N, C, H, W], weight [OC, C / groups, KH, KW], bias [OC] (may be undefined) -> [N, OC, OH, OW]
+// with OH = (H + 2 padding - dilation (KH - 1) - 1) / stride + 1 (cross-correlation, as PyTorch).
+// CPU: im2col + GEMM; CUDA: cuDNN (im2col + GEMM on the emulator or without cuDNN).
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride = {1, 1},
+              Size2d padding = {0, 0}, Size2d dilation = {1, 1}, int64_t groups = 1);
+// Window maximum / mean over each plane of x [N, C, H, W]; stride {0, 0} means stride = kernel;
+// padding at most half the kernel. avg_pool2d divides by KH KW (padding counts as zeros).
+Tensor max_pool2d(const Tensor& x, Size2d kernel, Size2d stride = {0, 0}, Size2d padding = {0, 0});
+Tensor avg_pool2d(const Tensor& x, Size2d kernel, Size2d stride = {0, 0}, Size2d padding = {0, 0});
 
 // ---- shape: engine/ops/shape.cpp (the Tensor view methods are these) ----
 Tensor view(const Tensor& x, const Shape& shape);

@@ -10,6 +10,7 @@
 // - Index tensors (targets, token ids) are i32 or i64, given by `index_dtype`.
 #include <cstdint>
 
+#include "kernels/conv_geometry.h"
 #include "kernels/dtype.h"
 #include "kernels/unary_math.h"
 
@@ -173,5 +174,34 @@ double sum_of_squares(const void* x, int64_t n, DType dtype);
 // Every element is scaled even when one is not finite (the caller then discards the gradients).
 // inv_scale == 1 only checks and writes nothing. The result does not depend on thread count.
 bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scale);
+
+// ---- convolution and pooling over NCHW (geometry and output sizes: kernels/conv_geometry.h) ----
+// x [N, C, H, W], weight [OC, C/groups, KH, KW], bias [OC] (nullable), y [N, OC, OH, OW], contiguous:
+//   y[n, o, i, j] = bias[o] + sum_{c in group(o), p, q} w[o, c, p, q] x[n, c, i sh - ph + p dh, j sw - pw + q dw]
+// with x = 0 outside the image. im2col + GEMM in acc_t: per image and group, col[(c, p, q), (i, j)] is
+// the patch matrix, y = W col (forward), dcol = W^T dy scattered back by col2im (backward data),
+// dW += dy col^T (backward filter). `workspace` (at least conv2d_workspace_bytes(g, pass, dtype)
+// bytes, e.g. from the caching allocator) holds the patch matrices; outputs are written, not accumulated.
+size_t conv2d_workspace_bytes(const Conv2dGeometry& g, ConvPass pass, DType dtype);
+void conv2d_forward(const Conv2dGeometry& g, const void* x, const void* weight, const void* bias, void* y,
+                    void* workspace, size_t workspace_bytes, DType dtype);
+// dx[n, c, h, w] = sum over (o, p, q) with an output (i, j) that read x[n, c, h, w] of w[o, c, p, q] dy[n, o, i, j].
+void conv2d_backward_data(const Conv2dGeometry& g, const void* dy, const void* weight, void* dx, void* workspace,
+                          size_t workspace_bytes, DType dtype);
+// dweight[o, c, p, q] = sum_{n, i, j} dy[n, o, i, j] x[n, c, i sh - ph + p dh, j sw - pw + q dw].
+void conv2d_backward_filter(const Conv2dGeometry& g, const void* x, const void* dy, void* dweight, void* workspace,
+                            size_t workspace_bytes, DType dtype);
+// The same forward as direct nested loops with a double accumulator: the tests' oracle and the
+// benchmark's baseline.
+void conv2d_forward_reference(const Conv2dGeometry& g, const void* x, const void* weight, const void* bias, void* y,
+                              DType dtype);
+// Pooling over each [H, W] plane of x [N, C, H, W] into y [N, C, OH, OW] (kernels/conv_geometry.h:
+// PoolMode). Max writes argmax[n, c, i, j] = h * W + w of the first maximum of the window (i32,
+// required for Max, unused for Avg). Needs pad <= kernel / 2, so that every window holds an input.
+void pool2d_forward(PoolMode mode, const Pool2dGeometry& g, const void* x, void* y, int32_t* argmax, DType dtype);
+// dx[n, c, h, w] = sum over the windows (i, j) covering (h, w) of dy[n, c, i, j] times [argmax == h W + w]
+// (Max) or 1 / (KH KW) (Avg); gathered per input element in a fixed order (deterministic, no atomics).
+void pool2d_backward(PoolMode mode, const Pool2dGeometry& g, const void* dy, const int32_t* argmax, void* dx,
+                     DType dtype);
 
 }  // namespace hg::kernels::cpu

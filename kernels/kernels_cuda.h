@@ -85,4 +85,20 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doub
                int64_t lda, const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, DType dtype,
                Stream stream);
 
+// ---- convolution and pooling (kernels/conv2d.cu: cuDNN on a GPU when built with it, else
+// im2col + GEMM; kernels/pool2d.cu) ----
+// The workspace size depends on the path and, with cuDNN, on the algorithm chosen for the shape
+// (cached per shape): ask for it with the same geometry and dtype before each call.
+size_t conv2d_workspace_bytes(const Conv2dGeometry& g, ConvPass pass, DType dtype, Stream stream);
+void conv2d_forward(const Conv2dGeometry& g, const void* x, const void* weight, const void* bias, void* y,
+                    void* workspace, size_t workspace_bytes, DType dtype, Stream stream);
+void conv2d_backward_data(const Conv2dGeometry& g, const void* dy, const void* weight, void* dx, void* workspace,
+                          size_t workspace_bytes, DType dtype, Stream stream);
+void conv2d_backward_filter(const Conv2dGeometry& g, const void* x, const void* dy, void* dweight, void* workspace,
+                            size_t workspace_bytes, DType dtype, Stream stream);
+void pool2d_forward(PoolMode mode, const Pool2dGeometry& g, const void* x, void* y, int32_t* argmax, DType dtype,
+                    Stream stream);
+void pool2d_backward(PoolMode mode, const Pool2dGeometry& g, const void* dy, const int32_t* argmax, void* dx,
+                     DType dtype, Stream stream);
+
 }  // namespace hg::kernels::cuda

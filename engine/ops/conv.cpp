@@ -1,0 +1,151 @@
+// conv2d, max_pool2d and avg_pool2d over NCHW tensors: input checks, workspace, dispatch, backward.
+//
+// conv2d: y = W * x + b (cross-correlation, kernels/kernels.h has the index math). Backward:
+//   dx = conv2d_backward_data(dy, W),  dW = conv2d_backward_filter(x, dy),  db = sum_{n, i, j} dy.
+// The kernels' workspace (im2col patch matrices on the CPU and the emulator, cuDNN's per-algorithm
+// workspace on a GPU) is a tensor from the device's caching allocator, sized by
+// conv2d_workspace_bytes for the pass, and released when the call returns.
+// Pooling: forward saves nothing for Avg and the argmax (i32 plane offsets) for Max; backward
+// gathers dy through the windows (deterministic on both backends).
+#include <climits>
+
+#include "engine/ops.h"
+#include "engine/ops/op_support.h"
+
+namespace hg {
+
+namespace {
+
+// A scratch buffer of at least `bytes` on `device`, from its caching allocator.
+Tensor workspace(size_t bytes, const Device& device) {
+  return empty({int64_t((bytes + sizeof(int64_t) - 1) / sizeof(int64_t))}, i64, device);
+}
+
+void* pointer_of(const Tensor& t) { return t.numel() > 0 ? t.data_ptr() : nullptr; }
+
+Tensor conv_pass(kernels::ConvPass pass, const kernels::Conv2dGeometry& g, const Tensor& a, const Tensor& b,
+                 const Tensor& bias, const Shape& out_shape) {
+  Tensor out = ops::empty_as(out_shape, a);
+  if (g.batch == 0) {
+    if (pass == kernels::ConvPass::BackwardFilter) out = zeros(out_shape, a.dtype(), a.device());
+    return out;
+  }
+  const Device device = a.device();
+  const size_t bytes = HG_KERNEL(device, conv2d_workspace_bytes, g, pass, a.dtype());
+  const Tensor ws = workspace(bytes, device);
+  switch (pass) {
+    case kernels::ConvPass::Forward:
+      HG_KERNEL(device, conv2d_forward, g, a.data_ptr(), b.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr,
+                out.data_ptr(), pointer_of(ws), bytes, a.dtype());
+      break;
+    case kernels::ConvPass::BackwardData:  // a = dy, b = weight
+      HG_KERNEL(device, conv2d_backward_data, g, a.data_ptr(), b.data_ptr(), out.data_ptr(), pointer_of(ws), bytes,
+                a.dtype());
+      break;
+    case kernels::ConvPass::BackwardFilter:  // a = x, b = dy
+      HG_KERNEL(device, conv2d_backward_filter, g, a.data_ptr(), b.data_ptr(), out.data_ptr(), pointer_of(ws), bytes,
+                a.dtype());
+      break;
+  }
+  return out;
+}
+
+void check_pair(const Size2d& v, int64_t minimum, const char* op, const char* what) {
+  HG_CHECK(v[0] >= minimum && v[1] >= minimum, "[", op, "] ", what, " (", v[0], ", ", v[1], ") must be >= ", minimum);
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
+              Size2d dilation, int64_t groups) {
+  const char* name = "conv2d";
+  ops::check_floating(x, name, "x");
+  ops::check_floating(weight, name, "weight");
+  ops::check_same({&x, &weight}, {"x", "weight"}, name);
+  ops::check_backend(x, name);
+  HG_CHECK(x.dim() == 4, "[", name, "] x ", x.describe(), " must be 4-D [N, C, H, W]");
+  HG_CHECK(weight.dim() == 4, "[", name, "] weight ", weight.describe(), " must be 4-D [out_channels, in_channels / groups, KH, KW]");
+  check_pair(stride, 1, name, "stride");
+  check_pair(padding, 0, name, "padding");
+  check_pair(dilation, 1, name, "dilation");
+  HG_CHECK(groups >= 1 && weight.size(0) % groups == 0, "[", name, "] groups = ", groups,
+           " must be >= 1 and divide the weight's ", weight.size(0), " output channels");
+  HG_CHECK(x.size(1) == weight.size(1) * groups, "[", name, "] x ", x.describe(), " has ", x.size(1),
+           " channels but weight ", weight.describe(), " with groups = ", groups, " expects ", weight.size(1) * groups);
+  if (bias.defined()) {
+    ops::check_same({&x, &bias}, {"x", "bias"}, name);
+    HG_CHECK(bias.shape() == Shape{weight.size(0)}, "[", name, "] bias ", bias.describe(), " does not match weight ",
+             weight.describe(), "; expected bias [", weight.size(0), "]");
+  }
+  kernels::Conv2dGeometry g;
+  g.batch = x.size(0), g.in_channels = x.size(1), g.height = x.size(2), g.width = x.size(3);
+  g.out_channels = weight.size(0), g.kernel_h = weight.size(2), g.kernel_w = weight.size(3);
+  g.stride_h = stride[0], g.stride_w = stride[1], g.pad_h = padding[0], g.pad_w = padding[1];
+  g.dilation_h = dilation[0], g.dilation_w = dilation[1], g.groups = groups;
+  kernels::check_conv2d_geometry(g, name);
+
+  const Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.defined() ? bias.contiguous() : Tensor();
+  Tensor y = conv_pass(kernels::ConvPass::Forward, g, xc, wc, bc, {g.batch, g.out_channels, g.out_h(), g.out_w()});
+  if (should_record({&x, &weight, &bias})) {
+    const Tensor sx = xc.detach(), sw = wc.detach();
+    record_op(name, {x, weight, bias}, y, [sx, sw, g](const Tensor& grad, const NeedsGrad& needs) {
+      const Tensor dy = grad.contiguous();
+      Tensor dx, dw, db;
+      if (needs[0]) dx = conv_pass(kernels::ConvPass::BackwardData, g, dy, sw, Tensor(), sx.shape());
+      if (needs[1]) dw = conv_pass(kernels::ConvPass::BackwardFilter, g, sx, dy, Tensor(), sw.shape());
+      if (needs[2]) db = sum(dy, {0, 2, 3});
+      return std::vector<Tensor>{dx, dw, db};
+    });
+  }
+  return y;
+}
+
+namespace {
+
+Tensor pool2d(kernels::PoolMode mode, const char* name, const Tensor& x, Size2d kernel, Size2d stride, Size2d padding) {
+  ops::check_floating(x, name, "x");
+  ops::check_backend(x, name);
+  HG_CHECK(x.dim() == 4, "[", name, "] x ", x.describe(), " must be 4-D [N, C, H, W]");
+  HG_CHECK(x.size(2) * x.size(3) <= INT32_MAX, "[", name, "] planes of ", x.size(2), "x", x.size(3),
+           " elements are too large for the i32 argmax; expected H * W <= ", INT32_MAX);
+  check_pair(kernel, 1, name, "kernel");
+  check_pair(stride, 0, name, "stride");
+  check_pair(padding, 0, name, "padding");
+  kernels::Pool2dGeometry g;
+  g.batch = x.size(0), g.channels = x.size(1), g.height = x.size(2), g.width = x.size(3);
+  g.kernel_h = kernel[0], g.kernel_w = kernel[1];
+  g.stride_h = stride[0] == 0 ? kernel[0] : stride[0], g.stride_w = stride[1] == 0 ? kernel[1] : stride[1];
+  g.pad_h = padding[0], g.pad_w = padding[1];
+  // (Avg: the argmax buffer is allocated below for Max, so only the geometry is checked here.)
+  kernels::check_pool2d_geometry(kernels::PoolMode::Avg, g, nullptr, name);
+
+  const Tensor xc = x.contiguous();
+  const Shape out_shape{g.batch, g.channels, g.out_h(), g.out_w()};
+  Tensor y = ops::empty_as(out_shape, x);
+  const Tensor argmax = mode == kernels::PoolMode::Max ? empty(out_shape, i32, x.device()) : Tensor();
+  int32_t* argmax_ptr = argmax.defined() ? static_cast<int32_t*>(argmax.data_ptr()) : nullptr;
+  if (y.numel() > 0) HG_KERNEL(x.device(), pool2d_forward, mode, g, xc.data_ptr(), y.data_ptr(), argmax_ptr, x.dtype());
+  if (should_record({&x})) {
+    const Shape x_shape = x.shape();
+    record_op(name, {x}, y, [mode, g, argmax, x_shape](const Tensor& grad, const NeedsGrad&) {
+      const Tensor dy = grad.contiguous();
+      Tensor dx = ops::empty_as(x_shape, dy);
+      const int32_t* index = argmax.defined() ? static_cast<const int32_t*>(argmax.data_ptr()) : nullptr;
+      if (dx.numel() > 0) HG_KERNEL(dy.device(), pool2d_backward, mode, g, dy.data_ptr(), index, dx.data_ptr(), dy.dtype());
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, Size2d kernel, Size2d stride, Size2d padding) {
+  return pool2d(kernels::PoolMode::Max, "max_pool2d", x, kernel, stride, padding);
+}
+
+Tensor avg_pool2d(const Tensor& x, Size2d kernel, Size2d stride, Size2d padding) {
+  return pool2d(kernels::PoolMode::Avg, "avg_pool2d", x, kernel, stride, padding);
+}
+
+}  // namespace hg

@@ -1,0 +1,56 @@
+#pragma once
+// The layers of a convolutional network over NCHW tensors: Conv2d, MaxPool2d, AvgPool2d, Flatten.
+#include "layers/module.h"
+
+namespace hg::nn {
+
+struct Conv2dOptions {
+  Conv2dOptions(int64_t in, int64_t out, Size2d kernel) : in_channels(in), out_channels(out), kernel_size(kernel) {}
+  Conv2dOptions(int64_t in, int64_t out, int64_t kernel) : Conv2dOptions(in, out, Size2d{kernel, kernel}) {}
+  int64_t in_channels;
+  int64_t out_channels;
+  Size2d kernel_size;
+  Size2d stride_ = {1, 1}, padding_ = {0, 0}, dilation_ = {1, 1};
+  int64_t groups_ = 1;
+  bool with_bias = true;
+  Conv2dOptions& stride(int64_t s) { return stride_ = {s, s}, *this; }
+  Conv2dOptions& padding(int64_t p) { return padding_ = {p, p}, *this; }
+  Conv2dOptions& dilation(int64_t d) { return dilation_ = {d, d}, *this; }
+  Conv2dOptions& groups(int64_t g) { return groups_ = g, *this; }
+  Conv2dOptions& bias(bool on) { return with_bias = on, *this; }
+};
+
+// y = conv2d(x, weight, bias) with weight [out, in / groups, KH, KW] and bias [out]; initialised like
+// PyTorch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in / groups * KH * KW, for both.
+class Conv2d : public UnaryModule {
+ public:
+  explicit Conv2d(const Conv2dOptions& options);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;  // bias undefined without bias
+  const Conv2dOptions options;
+};
+
+// stride {0, 0} (the default) means stride = kernel.
+class MaxPool2d : public UnaryModule {
+ public:
+  explicit MaxPool2d(Size2d kernel, Size2d stride = {0, 0}, Size2d padding = {0, 0});
+  explicit MaxPool2d(int64_t kernel) : MaxPool2d(Size2d{kernel, kernel}) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel, stride, padding); }
+  const Size2d kernel, stride, padding;
+};
+
+class AvgPool2d : public UnaryModule {
+ public:
+  explicit AvgPool2d(Size2d kernel, Size2d stride = {0, 0}, Size2d padding = {0, 0});
+  explicit AvgPool2d(int64_t kernel) : AvgPool2d(Size2d{kernel, kernel}) {}
+  Tensor forward(const Tensor& x) override { return avg_pool2d(x, kernel, stride, padding); }
+  const Size2d kernel, stride, padding;
+};
+
+// [N, d1, d2, ...] -> [N, d1 d2 ...] (a view when x is contiguous).
+class Flatten : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override;
+};
+
+}  // namespace hg::nn
