@@ -9,9 +9,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 
+#include "dist/bootstrap.h"
+#include "dist/communicator.h"
+#include "dist/distributed_sampler.h"
+#include "dist/zero_optimizer.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
@@ -30,6 +35,8 @@ struct Options {
   std::string device, data, save, load;
   int64_t layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads, sample, digits, eval_problems;
   double lr, min_lr, weight_decay, clip, dropout;
+  int64_t zero = -1;  // data-parallel ZeRO stage; -1: plain AdamW unless launched as several processes
+  bool offload = false;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -59,9 +66,16 @@ Options parse_options(int argc, char** argv) {
   auto& save = flags.add_string("save", "", "save the trained model to this safetensors file");
   auto& load = flags.add_string("load", "", "start from this safetensors file (native or GPT-2 layout)");
   auto& sample = flags.add_int("sample", 8, "print N answers (or N bytes of text) at the end", 0);
+  auto& zero = flags.add_int("zero", -1, "data parallel with ZeRO stage 0, 1 or 2 across the processes of mpirun or "
+                             "RANK/WORLD_SIZE (-1: off in a single process, stage 0 otherwise)", -1);
+  auto& offload = flags.add_bool("offload-optimizer", false, "keep the optimizer state in host memory, updated by the "
+                                 "SIMD CPU AdamW (ZeRO-Offload; implies --zero 0 or higher)");
   flags.parse(argc, argv);
   o = Options{device, data, save, load, layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
-              sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout};
+              sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout, zero, offload};
+  if (o.zero > 2)
+    samples::exit_with_usage_error("train_gpt", "--zero " + std::to_string(o.zero) + " is not available: stages 0, 1 "
+                                                    "and 2 are implemented (stage 3 is not yet)");
   if (o.dim % o.heads != 0)
     samples::exit_with_usage_error("train_gpt", "--heads " + std::to_string(o.heads) + " does not divide --dim " +
                                                     std::to_string(o.dim) + "; expected dim % heads == 0");
@@ -148,8 +162,28 @@ int run(const Options& o) {
   const auto held_out = task ? task->held_out_pairs(o.eval_problems) : std::vector<std::pair<int64_t, int64_t>>{};
   const int64_t tokens_per_step = o.batch * (task ? task->problem_length() - 1 : T);
 
-  optim::AdamW optimizer(model->parameters(),
-                         optim::AdamWOptions().lr(o.lr).weight_decay(o.weight_decay).decay_only_matrices(true));
+  const auto adamw_options = optim::AdamWOptions().lr(o.lr).weight_decay(o.weight_decay).decay_only_matrices(true);
+  optim::AdamW optimizer(model->parameters(), adamw_options);
+  // Data parallel (dist/): each rank trains on its DistributedSampler rows of the same global batch;
+  // only rank 0 prints.
+  std::unique_ptr<dist::Communicator> comm;
+  std::unique_ptr<dist::ZeroOptimizer> zero;
+  std::vector<int64_t> my_rows;
+  if (o.zero >= 0 || o.offload || dist::detect_process().world_size > 1) {
+    comm = std::make_unique<dist::Communicator>();
+    HG_CHECK(o.batch % comm->world_size() == 0, "[train_gpt] --batch ", o.batch, " must be a multiple of the ",
+             comm->world_size(), " ranks (each trains on batch / ranks rows of the global batch)");
+    zero = std::make_unique<dist::ZeroOptimizer>(
+        model->parameters(), *comm,
+        dist::ZeroOptions().stage(int(std::max<int64_t>(o.zero, 0))).offload_optimizer(o.offload).adamw(adamw_options));
+    my_rows = dist::DistributedSampler(o.batch, comm->world_size(), comm->rank(), false).indices();
+    if (comm->rank() != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
+  }
+  auto rows_of_rank = [&](const Tensor& x) {
+    std::vector<Tensor> rows;
+    for (int64_t r : my_rows) rows.push_back(x.narrow(0, r, 1));
+    return cat(rows, 0);
+  };
   // A run shorter than the warmup warms up over all but its last step.
   const int64_t total_steps = std::max<int64_t>(o.steps, 1);
   optim::WarmupCosine schedule(o.lr, std::min(o.warmup, total_steps - 1), total_steps, o.min_lr);
@@ -184,14 +218,23 @@ int run(const Options& o) {
   for (int64_t step = 1; step <= o.steps; ++step) {
     const auto step_start = Clock::now();
     auto [ids, targets] = task ? task->training_batch(o.batch, data_rng) : text->batch(o.batch, false, data_rng);
+    if (zero) std::tie(ids, targets) = std::pair(rows_of_rank(ids), rows_of_rank(targets));
     const Tensor loss = model->loss(ids.to(device), targets.to(device));
     loss.backward();
-    if (o.clip > 0) optim::clip_grad_norm(model->parameters(), o.clip);
     const double lr = schedule.lr(step - 1);
-    optimizer.set_lr(lr);
-    optimizer.step();
-    optimizer.zero_grad();
+    if (zero) {
+      if (o.clip > 0) zero->clip_grad_norm(o.clip);
+      zero->set_lr(lr);
+      zero->step();
+      zero->zero_grad();
+    } else {
+      if (o.clip > 0) optim::clip_grad_norm(model->parameters(), o.clip);
+      optimizer.set_lr(lr);
+      optimizer.step();
+      optimizer.zero_grad();
+    }
     last_loss = loss.item();
+    if (comm) comm->all_reduce(&last_loss, 1, DType::f64, dist::ReduceOp::avg).wait();
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     timed_steps += 1;
     timed_seconds += seconds;
@@ -203,6 +246,9 @@ int run(const Options& o) {
                   (long long)step, (long long)o.steps, last_loss, lr, double(tokens_per_step) / seconds,
                   seconds * 1e3, megabytes(memory.allocated_bytes).c_str(),
                   megabytes(memory.peak_allocated_bytes).c_str());
+    if (zero)  // this rank's model state (parameters + gradients + optimizer) under its ZeRO stage
+      std::snprintf(line + std::strlen(line), sizeof line - std::strlen(line), " | zero %d x%d: state %s MiB/rank",
+                    zero->stage(), comm->world_size(), megabytes(zero->model_state_bytes().total()).c_str());
     progress.step_line(line, eval_now || step % 100 == 0);
     if (eval_now) {
       std::tie(accuracy, val_loss) = evaluate();
