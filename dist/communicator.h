@@ -80,6 +80,9 @@ struct CommunicatorOptions {
   // How long a collective may take before Work::wait() gives up. Default: $HALFGRAD_DIST_TIMEOUT
   // seconds when set, otherwise 300 s.
   std::chrono::milliseconds timeout{0};
+  // A communicator of this process alone (world size 1), whatever the launcher says: e.g. to resume a
+  // sharded checkpoint in one process, or to compare against single-process training.
+  bool this_process_only = false;
 };
 
 class HostTransport;

@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <set>
+#include <string>
 
 #include "engine/autograd.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/kernel_dispatch.h"
 #include "engine/ops.h"
+#include "engine/safetensors.h"
 #include "kernels/kernels.h"
 
 namespace hg::dist {
@@ -297,6 +300,75 @@ std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::state_tensors() const
   out.emplace_back("exp_avg", exp_avg_);
   out.emplace_back("exp_avg_sq", exp_avg_sq_);
   return out;
+}
+
+namespace {
+std::string shard_path(const std::string& prefix, int rank, int world) {
+  return prefix + ".rank" + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
+}
+int64_t metadata_int(const safetensors::File& file, const std::string& key, const std::string& path) {
+  auto it = file.metadata.find(key);
+  HG_CHECK(it != file.metadata.end(), "[ZeroOptimizer] load_state: ", path, " has no '", key,
+           "' metadata (not a file written by save_state)");
+  return std::stoll(it->second);
+}
+}  // namespace
+
+void ZeroOptimizer::save_state(const std::string& prefix) {
+  const int world = comm_.world_size();
+  const int rank = comm_.rank();
+  const int64_t part = partition_numel();
+  const int64_t begin = std::min(rank * part, total_);
+  const int64_t count = std::min((rank + 1) * part, total_) - begin;
+  safetensors::NamedTensors tensors;
+  for (const auto& [name, t] : state_tensors())
+    tensors.emplace_back(name, t.narrow(0, begin - opt_begin_, count).to(kCPU));
+  safetensors::save(shard_path(prefix, rank, world), tensors,
+                    {{"offset", std::to_string(begin)}, {"count", std::to_string(count)},
+                     {"numel", std::to_string(total_)}, {"step", std::to_string(step_)},
+                     {"world", std::to_string(world)}});
+  comm_.barrier().wait();
+}
+
+int ZeroOptimizer::saved_world_size(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  const fs::path base(prefix);
+  const fs::path dir = base.has_parent_path() ? base.parent_path() : fs::path(".");
+  const std::string start = base.filename().string() + ".rank0-of-";
+  int saved_world = 0;
+  std::error_code error;
+  if (fs::is_directory(dir, error))
+    for (const auto& entry : fs::directory_iterator(dir, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(start, 0) == 0) saved_world = std::max(saved_world, std::atoi(name.c_str() + start.size()));
+    }
+  return saved_world;
+}
+
+void ZeroOptimizer::load_state(const std::string& prefix) {
+  const int saved_world = saved_world_size(prefix);
+  HG_CHECK(saved_world > 0, "[ZeroOptimizer] load_state: no optimizer shards ", prefix, ".rank0-of-N.safetensors");
+  const int64_t my_end = std::min(opt_begin_ + opt_count_, total_);
+  for (int r = 0; r < saved_world; ++r) {
+    const std::string path = shard_path(prefix, r, saved_world);
+    const safetensors::File file = safetensors::load(path);
+    HG_CHECK(metadata_int(file, "numel", path) == total_, "[ZeroOptimizer] load_state: ", path, " holds the state of ",
+             metadata_int(file, "numel", path), " parameters but this optimizer has ", total_);
+    const int64_t offset = metadata_int(file, "offset", path);
+    const int64_t count = metadata_int(file, "count", path);
+    step_ = metadata_int(file, "step", path);
+    const int64_t lo = std::max(offset, opt_begin_), hi = std::min(offset + count, my_end);
+    if (hi <= lo) continue;
+    for (const auto& [name, t] : state_tensors()) {
+      const Tensor* saved = file.find(name);
+      if (!saved) {
+        HG_CHECK(name == "master", "[ZeroOptimizer] load_state: ", path, " has no '", name, "'");
+        continue;  // keeps the copy of the loaded parameters
+      }
+      t.narrow(0, lo - opt_begin_, hi - lo).copy_(saved->narrow(0, lo - offset, hi - lo));
+    }
+  }
+  comm_.barrier().wait();
 }
 
 }  // namespace hg::dist

@@ -101,6 +101,19 @@ class ZeroOptimizer {
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;
   int64_t state_offset() const { return opt_begin_; }
 
+  // Checkpoints of the optimizer state, one file per rank: `prefix`.rank{r}-of-{N}.safetensors holds
+  // flat fp32 "exp_avg", "exp_avg_sq" (and "master" when kept) over rank r's partition of the flat
+  // buffer (cut at the unpadded length), with metadata {offset, count, numel, step, world}. The
+  // parameters themselves are saved whole by the model (every rank holds them in stages 0-2).
+  // save_state is collective: it returns on every rank once every file is written.
+  void save_state(const std::string& prefix);
+  // Loads files written by save_state at any world size and stage: every rank reads the pieces of
+  // all the saved ranks' files that overlap its own partition (so the state is re-partitioned when
+  // the world size changed). Load the parameters first; a master the files lack is their copy.
+  void load_state(const std::string& prefix);
+  // The world size of the shards saved under `prefix` (0: none).
+  static int saved_world_size(const std::string& prefix);
+
  private:
   struct Bucket {
     int64_t begin = 0, end = 0;  // range of the flat buffer

@@ -176,6 +176,7 @@ int run(const Options& o) {
     zero = std::make_unique<dist::ZeroOptimizer>(
         model->parameters(), *comm,
         dist::ZeroOptions().stage(int(std::max<int64_t>(o.zero, 0))).offload_optimizer(o.offload).adamw(adamw_options));
+    if (!o.load.empty() && dist::ZeroOptimizer::saved_world_size(o.load) > 0) zero->load_state(o.load);
     my_rows = dist::DistributedSampler(o.batch, comm->world_size(), comm->rank(), false).indices();
     if (comm->rank() != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
   }
@@ -287,7 +288,8 @@ int run(const Options& o) {
   }
 
   if (!o.save.empty()) {
-    model->save(o.save);
+    if (!comm || comm->rank() == 0) model->save(o.save);  // whole weights (stages 0-2 keep them on every rank)
+    if (zero) zero->save_state(o.save);                     // + each rank's optimizer shard
     std::printf("saved %s\n", o.save.c_str());
   }
   std::printf("summary: %lld steps in %.1f s | final loss %.4f | ", (long long)o.steps, total, last_loss);

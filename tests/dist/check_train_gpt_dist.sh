@@ -35,6 +35,15 @@ if [[ $# -gt 0 ]]; then
   for stage in 0 1 2; do check "mpirun x2 zero $stage" "$@" -np 2 "$bin" "${tiny[@]}" --zero $stage; done
   check "mpirun x2 zero 2 offload" "$@" -np 2 "$bin" "${tiny[@]}" --zero 2 --offload-optimizer
   check "mpirun x4 zero 2" "$@" -np 4 "$bin" "${tiny[@]}" --zero 2
+  # Checkpoint at 2 ranks (weights + optimizer shards), resumed at 4 ranks and in one process: same run.
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" --zero 2 --save "$work/m.safetensors" 2>&1) || fail "save at 2 ranks: $out"
+  [[ -s "$work/m.safetensors" && -s "$work/m.safetensors.rank1-of-2.safetensors" ]] || fail "no checkpoint files"
+  four=$(final_loss "$("$@" -np 4 "$bin" "${tiny[@]}" --zero 1 --load "$work/m.safetensors" 2>&1)")
+  one=$(final_loss "$("$bin" "${tiny[@]}" --zero 0 --load "$work/m.safetensors" 2>&1)")
+  [[ -n "$four" && "$four" == "$one" ]] || fail "resumed at 4 ranks: final loss '$four', in one process: '$one'"
+  echo "ok: checkpoint at 2 ranks resumed at 4 and at 1 (final loss $one)"
 fi
 out=$("$bin" "${tiny[@]}" --zero 3 2>&1)
 [[ $? -eq 2 ]] || fail "--zero 3 should be a usage error: $out"
