@@ -13,7 +13,15 @@
 //                                     Baseline "state_stream": the same 4 streams read and 3 written
 //                                     with trivial math, over the threads — the most an optimizer pass
 //                                     can reach here; fraction_of_stream is each variant's share of it.
+//   {"bench":"zero_stage", ...}       (any world size: run it under mpirun -np N) a bf16 GPT (L2 C128,
+//                                     0.44M parameters) trained with ZeroOptimizer at each stage, with and
+//                                     without offload: model-state MiB per rank (ZeroOptimizer's count and
+//                                     the allocator's), the ZeRO formula, and the median step time.
+//   {"bench":"zero_capacity", ...}    from the measured bytes per parameter per rank: the largest
+//                                     model whose model state fits a 16 GiB (or --budget-gib) budget per
+//                                     rank, per stage (activations excluded).
 // Times: best of `repeats` calls after one warm-up call; buffers first-touched in parallel before timing.
+// Under mpirun only rank 0 prints, and the single-process CPU AdamW lines are skipped.
 #include <omp.h>
 
 #include <algorithm>
@@ -25,7 +33,14 @@
 #include <string>
 
 #include "json_line.h"
+#include "dist/bootstrap.h"
+#include "dist/communicator.h"
+#include "dist/zero_optimizer.h"
+#include "engine/allocator.h"
+#include "engine/ops.h"
+#include "engine/random.h"
 #include "kernels/kernels.h"
+#include "layers/gpt.h"
 
 namespace hg::bench {
 namespace {
@@ -164,22 +179,93 @@ void cpu_adamw_bench(int64_t n, int repeats) {
   }), triad_gbs);
 }
 
+void zero_stages(double budget_gib) {
+  dist::Communicator comm;
+  const int world = comm.world_size();
+  nn::GPTConfig config;
+  config.vocab_size = 256;
+  config.context = 32;
+  config.n_layer = 2;
+  config.n_head = 2;
+  config.n_embd = 128;
+  for (int stage : {0, 1, 2})
+    for (bool offload : {false, true}) {
+      const int64_t before = memory_stats().allocated_bytes;
+      manual_seed(1);
+      nn::GPT model(config);
+      model.to(DType::bf16);
+      dist::ZeroOptimizer opt(model.parameters(), comm, dist::ZeroOptions().stage(stage).offload_optimizer(offload));
+      Tensor ids = randint(0, 256, {2, 32}), targets = randint(0, 256, {2, 32});
+      std::vector<double> ms;
+      int64_t state_allocated = 0;
+      for (int step = 0; step < 4; ++step) {
+        const auto start = Clock::now();
+        {
+          Tensor loss = model.loss(ids, targets);
+          loss.backward();
+        }
+        opt.step();
+        opt.zero_grad();
+        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+        if (step == 0) state_allocated = memory_stats().allocated_bytes - before - 2 * ids.numel() * 8;
+      }
+      std::sort(ms.begin(), ms.end());
+      const double psi = double(opt.padded_numel());
+      const double formula = stage == 0 ? 16 * psi : stage == 1 ? 4 * psi + 12 * psi / world : 2 * psi + 14 * psi / world;
+      const double mib = 1024.0 * 1024.0;
+      const double bytes_per_param = double(opt.model_state_bytes().total()) / double(opt.numel());
+      if (comm.rank() == 0) {
+        JsonLine("zero_stage")
+            .add("world", world)
+            .add("stage", stage)
+            .add("offload", offload)
+            .add("params", (long long)opt.numel())
+            .add("state_mib_per_rank", double(opt.model_state_bytes().total()) / mib)
+            .add("allocator_mib_per_rank", double(state_allocated) / mib)
+            .add("formula_mib", formula / mib)
+            .add("bytes_per_param_per_rank", bytes_per_param)
+            .add("step_ms_median", ms[ms.size() / 2])
+            .add("backend", comm.backend())
+            .print();
+        if (!offload)
+          JsonLine("zero_capacity")
+              .add("world", world)
+              .add("stage", stage)
+              .add("budget_gib", budget_gib)
+              .add("max_params_millions", budget_gib * 1024 * mib / bytes_per_param / 1e6)
+              .add("note", "model state only (bf16 params + grads, fp32 master + Adam moments), activations excluded")
+              .print();
+      }
+    }
+}
+
 }  // namespace
 }  // namespace hg::bench
 
 int main(int argc, char** argv) {
   bool quick = false;
+  double budget_gib = 16.0;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--quick") {
       quick = true;
+    } else if (std::string(argv[i]) == "--budget-gib" && i + 1 < argc) {
+      budget_gib = std::atof(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--budget-gib X]\n", argv[0]);
       return 2;
     }
   }
-  const int64_t n = quick ? 1'000'000 : 10'000'000;
-  const int repeats = quick ? 3 : 10;
-  hg::bench::host_bandwidth(n, repeats);
-  hg::bench::cpu_adamw_bench(n, repeats);
+  try {
+    const int64_t n = quick ? 1'000'000 : 10'000'000;
+    const int repeats = quick ? 3 : 10;
+    if (hg::dist::detect_process().world_size == 1) {
+      hg::bench::host_bandwidth(n, repeats);
+      hg::bench::cpu_adamw_bench(n, repeats);
+    }
+    hg::bench::zero_stages(budget_gib);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_zero: error: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }
