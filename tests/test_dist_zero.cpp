@@ -14,6 +14,7 @@
 #include "dist/distributed_sampler.h"
 #include "dist/zero_optimizer.h"
 #include "engine/allocator.h"
+#include "engine/cuda/cuda_context.h"
 #include "engine/ops.h"
 #include "engine/random.h"
 #include "engine/safetensors.h"
@@ -93,6 +94,7 @@ struct Plan {
   Communicator* comm = nullptr;  // default: the launcher's world
   int first_step = 0, last_step = kSteps;
   std::string load_prefix, save_prefix;  // optimizer shards + "<prefix>.params.safetensors"
+  Device device = kCPU;
 };
 
 Run zero_run(const Plan& plan) {
@@ -105,6 +107,7 @@ Run zero_run(const Plan& plan) {
     NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) params[i].copy_(file.tensors.at(i).second);
   }
+  model.to(plan.device);
   ZeroOptimizer opt(model.parameters(), c,
                     ZeroOptions().stage(plan.stage).offload_optimizer(plan.offload).bucket_bytes(4096).adamw(adamw_options()));
   if (!plan.load_prefix.empty()) opt.load_state(plan.load_prefix);
@@ -120,7 +123,8 @@ Run zero_run(const Plan& plan) {
     for (int k = 0; k < plan.micro; ++k) {
       const std::vector<int64_t> part(rows.begin() + k * per_micro, rows.begin() + (k + 1) * per_micro);
       opt.set_gradient_sync(k == plan.micro - 1);
-      Tensor loss = model.loss(take_rows(ids, part), take_rows(targets, part)) * (1.0 / plan.micro);
+      Tensor loss = model.loss(take_rows(ids, part).to(plan.device), take_rows(targets, part).to(plan.device)) *
+                    (1.0 / plan.micro);
       loss.backward();
       loss_sum += loss.item();
     }
@@ -133,7 +137,7 @@ Run zero_run(const Plan& plan) {
     if (c.rank() == 0) safetensors::save(plan.save_prefix + ".params.safetensors", model.named_parameters());
     c.barrier().wait();
   }
-  for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
+  for (const Tensor& p : model.parameters()) run.params.push_back(p.to(kCPU).to_vector<float>());
   return run;
 }
 
@@ -195,6 +199,23 @@ TEST_CASE("ZeRO stages 0 1 2 with and without offload train like one process on 
     for (bool offload : {false, true}) {
       INFO("stage ", stage, std::string(offload ? " + offload" : ""));
       check_equal_runs(zero_run(stage, offload), want);
+    }
+}
+
+TEST_CASE("ZeRO stages on the CUDA device train like one process on the CPU") {
+  if (!cuda::is_available()) {
+    MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
+    return;
+  }
+  const Run want = reference_run();
+  for (int stage : {0, 1, 2})
+    for (bool offload : {false, true}) {
+      INFO("stage ", stage, std::string(offload ? " + offload" : ""), " on cuda:", comm().local_rank());
+      Plan plan;
+      plan.stage = stage;
+      plan.offload = offload;
+      plan.device = Device::cuda(comm().local_rank());
+      check_equal_runs(zero_run(plan), want);
     }
 }
 
