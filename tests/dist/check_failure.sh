@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 fail() { echo "FAIL: $*"; exit 1; }
 export HALFGRAD_DIST_TIMEOUT=2
 
-# expect NAME PATTERN command...: exits non-zero, within 20 s, output matching PATTERN.
+# expect NAME PATTERN command...: exits non-zero, within 30 s, output matching PATTERN.
 expect() {
   local name=$1 pattern=$2
   shift 2
@@ -19,7 +19,7 @@ expect() {
   local elapsed=$((SECONDS - start))
   [[ $code -ne 0 ]] || fail "$name: exited 0: $out"
   [[ $code -ne 124 ]] || fail "$name: still running after 60 s (hang): $out"
-  ((elapsed <= 20)) || fail "$name: took ${elapsed} s: $out"
+  ((elapsed <= 30)) || fail "$name: took ${elapsed} s: $out"
   grep -Eq "$pattern" <<<"$out" || fail "$name: no message matching '$pattern': $out"
   echo "ok: $name (exit $code after ${elapsed} s)"
 }
