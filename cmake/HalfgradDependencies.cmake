@@ -87,3 +87,23 @@ if(NOT HALFGRAD_MPI STREQUAL "OFF")
   find_package(MPI QUIET COMPONENTS CXX)
 endif()
 halfgrad_resolve(${HALFGRAD_MPI} MPI_FOUND HALFGRAD_HAS_MPI)
+
+# NCCL, for collectives on real CUDA devices (dist/nccl_transport.cpp): only in the nvcc build, found
+# next to the CUDA toolkit (or NCCL_ROOT). Without it dist/ builds its stub (no_nccl.cpp).
+set(HALFGRAD_HAS_NCCL OFF)
+if(HALFGRAD_CUDA_MODE STREQUAL "NVCC")
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY nccl HINTS ${NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    add_library(NCCL::NCCL UNKNOWN IMPORTED)
+    set_target_properties(NCCL::NCCL PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
+                                                INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+    set(HALFGRAD_HAS_NCCL ON)
+  endif()
+endif()
+
+# How ctest launches the multi-process dist/ suites: mpirun with more ranks than cores allowed
+# (--oversubscribe) and, where CI runs as root, --allow-run-as-root.
+if(HALFGRAD_HAS_MPI)
+  set(HALFGRAD_MPIEXEC_FLAGS --oversubscribe --allow-run-as-root CACHE STRING "Flags for mpirun in the dist/ tests")
+endif()

@@ -64,6 +64,7 @@ class AccumulateGrad final : public Node {
       Tensor acc(leaf_->grad);
       acc.copy_(add(acc, g));
     }
+    for (const auto& hook : leaf_->post_accumulate_grad_hooks) hook();
     return {};
   }
 
@@ -88,6 +89,16 @@ Edge edge_for(const Tensor& input) {
 }  // namespace
 
 bool grad_mode_enabled() { return t_grad_mode; }
+
+void register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void()> hook) {
+  HG_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(), "[register_post_accumulate_grad_hook] expected "
+           "a leaf tensor that requires grad, got ", leaf.defined() ? leaf.describe() : std::string("an undefined tensor"));
+  leaf.impl()->post_accumulate_grad_hooks.push_back(std::move(hook));
+}
+
+void clear_post_accumulate_grad_hooks(const Tensor& leaf) {
+  if (leaf.defined()) leaf.impl()->post_accumulate_grad_hooks.clear();
+}
 
 NoGradGuard::NoGradGuard() : previous_(t_grad_mode) { t_grad_mode = false; }
 NoGradGuard::~NoGradGuard() { t_grad_mode = previous_; }

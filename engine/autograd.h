@@ -86,6 +86,13 @@ bool should_record(const std::vector<Tensor>& inputs);
 // Call only when should_record() said so.
 void record_op(const char* name, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward);
 
+// Registers `hook` to run each time a backward has finished summing a gradient into leaf.grad()
+// (once per backward, after every contribution to the leaf arrived). Data-parallel training starts
+// communicating a gradient from here while the rest of the backward runs (dist/). Hooks run in
+// registration order, in grad mode off; clear_post_accumulate_grad_hooks removes them all.
+void register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void()> hook);
+void clear_post_accumulate_grad_hooks(const Tensor& leaf);
+
 // Runs backward from `root` seeded with `grad_root` (same shape as root).
 void run_backward(const Tensor& root, const Tensor& grad_root, bool retain_graph);
 

@@ -11,6 +11,7 @@
 //   - Autograd: a tensor that requires grad is either a leaf (made by the user; gradients
 //     accumulate into grad()) or the output of an op (grad_fn() is the graph node that made it).
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -43,6 +44,8 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;           // the node that produced this tensor (non-leaf)
   std::weak_ptr<Node> grad_accumulator;    // a leaf's AccumulateGrad node, while a graph holds it
   std::optional<DType> grad_dtype;         // the dtype grad accumulates in, when not `dtype`
+  // Run after a backward has summed its gradient into `grad` (engine/autograd.h).
+  std::vector<std::function<void()>> post_accumulate_grad_hooks;
 };
 
 template <class T>

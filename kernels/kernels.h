@@ -164,6 +164,18 @@ void stochastic_round(const float* x, void* y, int64_t n, uint64_t seed, uint64_
 // param receives its rounding. Elements are independent: the result does not depend on threads.
 void adamw_step(void* param, void* master, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
                 double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step, DType dtype);
+// The optimizer-offload AdamW (ZeRO-Offload's CPU Adam; kernels/cpu/adamw_offload.cpp): one fused pass
+// over an fp32 master copy and fp32 moments with the math of adamw_step with a master (to a few ulp:
+// fused multiply-adds), g = grad * grad_scale (grad_scale folds in a loss scaler's 1/scale). grad is f32, f16 or
+// bf16; param_out (nullable) receives the updated master rounded to param_dtype (f32, f16, bf16).
+// SIMD (AVX-512, or AVX2 + FMA + F16C) chosen at run time; `isa` forces a narrower path (tests, bench).
+enum class AdamWIsa : uint8_t { scalar, avx2, avx512 };
+AdamWIsa adamw_offload_best_isa();
+const char* adamw_isa_name(AdamWIsa isa);
+void adamw_offload_step(float* master, const void* grad, DType grad_dtype, float* exp_avg, float* exp_avg_sq,
+                        void* param_out, DType param_dtype, int64_t n, double lr, double beta1, double beta2,
+                        double eps, double weight_decay, int64_t step, double grad_scale = 1.0,
+                        AdamWIsa isa = adamw_offload_best_isa());
 // sum_i x[i]^2 over n contiguous elements of a floating dtype, accumulated in double in fixed-size
 // chunks whose partial sums are added in chunk order: the same bits whatever the thread count.
 // inf/NaN elements give an inf/NaN result.

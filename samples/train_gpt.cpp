@@ -10,14 +10,19 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <random>
 #include <string>
 
-#include "engine/activation_offload.h"
 #include "data/curriculum.h"
 #include "data/data_loader.h"
+#include "dist/bootstrap.h"
+#include "dist/communicator.h"
+#include "dist/distributed_sampler.h"
+#include "dist/zero_optimizer.h"
+#include "engine/activation_offload.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
@@ -47,6 +52,8 @@ struct Options {
   bool fp32_grads = false, stochastic_rounding = false;
   int64_t recompute_every = 0;     // activation checkpointing: segments of K blocks (0: off)
   std::string offload_activations;  // "off", "inputs" (checkpoint inputs) or "all"
+  int64_t zero = -1;  // data-parallel ZeRO stage; -1: plain AdamW unless launched as several processes
+  bool offload_optimizer = false;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -107,6 +114,10 @@ Options parse_options(int argc, char** argv) {
   auto& curriculum =
       flags.add_string("curriculum", "none", "example order: none, or easy-to-hard (addition: fewer digits first)");
   auto& curriculum_steps = flags.add_int("curriculum-steps", 600, "steps until easy-to-hard reaches the full task", 1);
+  auto& zero = flags.add_int("zero", -1, "data parallel with ZeRO stage 0, 1 or 2 across the processes of mpirun or "
+                             "RANK/WORLD_SIZE (-1: off in a single process, stage 0 otherwise)", -1);
+  auto& offload_optimizer = flags.add_bool("offload-optimizer", false, "keep the optimizer state in host memory, "
+                                           "updated by the SIMD CPU AdamW (ZeRO-Offload; implies --zero 0 or higher)");
   flags.parse(argc, argv);
   o = Options{device, data, save, load, curriculum, workers, seq_warmup_steps, seq_warmup_start, curriculum_steps,
               layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
@@ -116,6 +127,10 @@ Options parse_options(int argc, char** argv) {
   o.precision = precision, o.loss_scale = loss_scale, o.grad_accum = grad_accum, o.batch_tokens = batch_tokens;
   o.fp32_grads = fp32_grads, o.stochastic_rounding = stochastic_rounding;
   o.recompute_every = recompute_every, o.offload_activations = offload;
+  o.zero = zero, o.offload_optimizer = offload_optimizer;
+  if (o.zero > 2)
+    samples::exit_with_usage_error("train_gpt", "--zero " + std::to_string(o.zero) + " is not available: stages 0, 1 "
+                                                    "and 2 are implemented (stage 3 is not yet)");
   if (o.offload_activations != "off" && o.offload_activations != "inputs" && o.offload_activations != "all")
     samples::exit_with_usage_error("train_gpt", "unknown --offload-activations \"" + o.offload_activations +
                                                     "\"; expected off, inputs or all");
@@ -123,7 +138,10 @@ Options parse_options(int argc, char** argv) {
     samples::exit_with_usage_error("train_gpt", "--offload-activations inputs offloads checkpoint inputs; "
                                                 "it needs --checkpoint-every K");
   const DType dtype = samples::parse_precision("train_gpt", o.precision);
-  samples::parse_loss_scale("train_gpt", o.loss_scale, dtype);  // validated here, built again in run()
+  const bool scaled = samples::parse_loss_scale("train_gpt", o.loss_scale, dtype).enabled();  // built again in run()
+  if (scaled && (o.zero >= 0 || o.offload_optimizer))
+    samples::exit_with_usage_error("train_gpt", "--loss-scale is not wired to --zero / --offload-optimizer in train_gpt "
+                                                "yet; expected --precision bf16 or fp32 with them");
   if (o.checkpoint_dir.empty() && (o.resume || o.checkpoint_every > 0))
     samples::exit_with_usage_error("train_gpt", "--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
   if (o.dim % o.heads != 0)
@@ -254,12 +272,38 @@ int run(const Options& o) {
       samples::accumulation_steps("train_gpt", o.grad_accum, o.batch_tokens, tokens_per_micro_batch);
   const int64_t tokens_per_step = tokens_per_micro_batch * micro_batches;
 
-  optim::AdamW optimizer(model->parameters(),
-                         optim::AdamWOptions().lr(o.lr).weight_decay(o.weight_decay).decay_only_matrices(true));
+  const auto adamw_options = optim::AdamWOptions().lr(o.lr).weight_decay(o.weight_decay).decay_only_matrices(true);
+  optim::AdamW optimizer(model->parameters(), adamw_options);
   // Half weights are updated through fp32 master copies (the optimizer's default).
   optimizer.set_mixed_precision(
       optim::MixedPrecisionOptions().stochastic_rounding(o.stochastic_rounding).rounding_seed(uint64_t(o.seed)));
   optim::LossScaler scaler = samples::parse_loss_scale("train_gpt", o.loss_scale, precision);
+  // Data parallel (dist/): each rank trains on its DistributedSampler rows of the same global batch;
+  // only rank 0 prints.
+  std::unique_ptr<dist::Communicator> comm;
+  std::unique_ptr<dist::ZeroOptimizer> zero;
+  std::vector<int64_t> my_rows;
+  if (o.zero >= 0 || o.offload_optimizer || dist::detect_process().world_size > 1) {
+    comm = std::make_unique<dist::Communicator>();
+    HG_CHECK(o.batch % comm->world_size() == 0, "[train_gpt] --batch ", o.batch, " must be a multiple of the ",
+             comm->world_size(), " ranks (each trains on batch / ranks rows of the global batch)");
+    zero = std::make_unique<dist::ZeroOptimizer>(
+        model->parameters(), *comm,
+        dist::ZeroOptions()
+            .stage(int(std::max<int64_t>(o.zero, 0)))
+            .offload_optimizer(o.offload_optimizer)
+            .adamw(adamw_options));
+    if (!o.load.empty() && dist::ZeroOptimizer::saved_world_size(o.load) > 0) zero->load_state(o.load);
+    my_rows = dist::DistributedSampler(o.batch, comm->world_size(), comm->rank(), false).indices();
+    if (comm->rank() != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
+    HG_CHECK(o.checkpoint_dir.empty(), "[train_gpt] --checkpoint-dir does not hold ZeRO's sharded optimizer state; "
+                                       "with --zero use --save / --load (whole weights + per-rank shards)");
+  }
+  auto rows_of_rank = [&](const Tensor& x) {
+    std::vector<Tensor> rows;
+    for (int64_t r : my_rows) rows.push_back(x.narrow(0, r, 1));
+    return cat(rows, 0);
+  };
   // A run shorter than the warmup warms up over all but its last step.
   const int64_t total_steps = std::max<int64_t>(o.steps, 1);
   optim::WarmupCosine schedule(o.lr, std::min(o.warmup, total_steps - 1), total_steps, o.min_lr);
@@ -319,14 +363,20 @@ int run(const Options& o) {
     const auto step_start = Clock::now();
     const int64_t length = seq_warmup.length(step - 1);
     // Each micro-batch's loss is divided by their number, so the summed gradients are those of the
-    // mean over all of them; the scaler multiplies it by S for fp16 (1 otherwise).
+    // mean over all of them; the scaler multiplies it by S for fp16 (1 otherwise). Under data
+    // parallelism each rank takes its rows of every global micro-batch, and only the last micro-batch's
+    // backward communicates.
     last_loss = 0.0;
     double step_tokens = 0;
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       const data::Batch batch = loader.next();
-      const Tensor ids = length < full_length ? batch[0].narrow(1, 0, length).contiguous() : batch[0];
-      const Tensor targets = length < full_length ? batch[1].narrow(1, 0, length).contiguous() : batch[1];
+      Tensor ids = length < full_length ? batch[0].narrow(1, 0, length).contiguous() : batch[0];
+      Tensor targets = length < full_length ? batch[1].narrow(1, 0, length).contiguous() : batch[1];
       step_tokens += double(ids.numel());
+      if (zero) {
+        std::tie(ids, targets) = std::pair(rows_of_rank(ids), rows_of_rank(targets));
+        zero->set_gradient_sync(micro == micro_batches - 1);
+      }
       Tensor loss;
       if (o.offload_activations != "off") {
         ActivationOffload offload(parse_offload_mode(o.offload_activations));
@@ -338,16 +388,24 @@ int run(const Options& o) {
       last_loss += loss.item();
     }
     timed_tokens += step_tokens;
-    // unscale -> clip -> step -> update. A step with inf/NaN gradients is skipped: the weights and
-    // the LR schedule stay where they are.
-    const std::vector<Tensor> params = model->parameters();
-    scaler.unscale_(params);
-    if (o.clip > 0) optim::clip_grad_norm(params, o.clip);
     const double lr = schedule.lr(optimizer_steps);
-    optimizer.set_lr(lr);
-    if (scaler.step(optimizer, params)) ++optimizer_steps;
-    scaler.update();
-    optimizer.zero_grad();
+    if (zero) {
+      if (o.clip > 0) zero->clip_grad_norm(o.clip);
+      zero->set_lr(lr);
+      if (zero->step()) ++optimizer_steps;  // skipped on every rank alike on inf/NaN
+      zero->zero_grad();
+    } else {
+      // unscale -> clip -> step -> update. A step with inf/NaN gradients is skipped: the weights and
+      // the LR schedule stay where they are.
+      const std::vector<Tensor> params = model->parameters();
+      scaler.unscale_(params);
+      if (o.clip > 0) optim::clip_grad_norm(params, o.clip);
+      optimizer.set_lr(lr);
+      if (scaler.step(optimizer, params)) ++optimizer_steps;
+      scaler.update();
+      optimizer.zero_grad();
+    }
+    if (comm) comm->all_reduce(&last_loss, 1, DType::f64, dist::ReduceOp::avg).wait();
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     timed_steps += 1;
     timed_seconds += seconds;
@@ -365,6 +423,9 @@ int run(const Options& o) {
     if (scaler.enabled())
       std::snprintf(line + length, sizeof line - size_t(length), " | scale %g | skipped %lld", scaler.scale_value(),
                     (long long)scaler.skipped_steps());
+    if (zero)  // this rank's model state (parameters + gradients + optimizer) under its ZeRO stage
+      std::snprintf(line + std::strlen(line), sizeof line - std::strlen(line), " | zero %d x%d: state %s MiB/rank",
+                    zero->stage(), comm->world_size(), megabytes(zero->model_state_bytes().total()).c_str());
     progress.step_line(line, eval_now || step % 100 == 0);
     if (eval_now) {
       std::tie(accuracy, val_loss) = evaluate();
@@ -413,7 +474,8 @@ int run(const Options& o) {
   }
 
   if (!o.save.empty()) {
-    model->save(o.save);
+    if (!comm || comm->rank() == 0) model->save(o.save);  // whole weights (stages 0-2 keep them on every rank)
+    if (zero) zero->save_state(o.save);                     // + each rank's optimizer shard
     std::printf("saved %s\n", o.save.c_str());
   }
   std::printf("summary: %lld steps in %.1f s | final loss %.4f | ", (long long)o.steps, total, last_loss);

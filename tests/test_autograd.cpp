@@ -132,3 +132,23 @@ TEST_CASE("graphs free their memory: no reference cycles through saved outputs")
   }
   CHECK(watched.expired());
 }
+
+TEST_CASE("post-accumulate-grad hooks run once per backward after the gradient is complete") {
+  Tensor w = randn({3}).requires_grad_();
+  Tensor x = randn({3});
+  std::vector<std::vector<float>> seen;
+  register_post_accumulate_grad_hook(w, [&] { seen.push_back(w.grad().to_vector<float>()); });
+  // w feeds two consumers: the hook must see the sum of both contributions, once.
+  Tensor loss = sum(mul(w, x)) + sum(mul(w, w));
+  loss.backward();
+  REQUIRE(seen.size() == 1);
+  const std::vector<float> xs = x.to_vector<float>(), ws = w.to_vector<float>();
+  for (size_t i = 0; i < 3; ++i) CHECK(seen[0][i] == doctest::Approx(xs[i] + 2 * ws[i]));
+  sum(mul(w, x)).backward();  // accumulates: the hook sees grad + x
+  REQUIRE(seen.size() == 2);
+  for (size_t i = 0; i < 3; ++i) CHECK(seen[1][i] == doctest::Approx(2 * xs[i] + 2 * ws[i]));
+  clear_post_accumulate_grad_hooks(w);
+  sum(w).backward();
+  CHECK(seen.size() == 2);
+  CHECK_THROWS_AS(register_post_accumulate_grad_hook(x, [] {}), hg::Error);
+}

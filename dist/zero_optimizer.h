@@ -1,0 +1,154 @@
+#pragma once
+// ZeroOptimizer: data-parallel AdamW with the ZeRO stages of DeepSpeed (Rajbhandari et al. 2020),
+// for N ranks that each run the same model on their own part of the global batch.
+//
+//   stage 0  (DDP)           every rank keeps all parameters, gradients and optimizer state; gradients
+//                            are averaged with all-reduce.                    bytes/param: 2 + 2 + 12
+//   stage 1  (FSDP: none)    the fp32 master weights and Adam moments are sharded: rank r updates only
+//                            its partition, then the parameters are all-gathered.    2 + 2 + 12/N
+//   stage 2  (SHARD_GRAD_OP) also the gradients: each bucket is reduce-scattered into its owners'
+//                            gradient shards and the full-size gradients are freed.  2 + (2 + 12)/N
+//   (byte counts for half parameters with an fp32 master; f32 parameters: 4 + 4 + 8, no separate master)
+//
+// Layout. The parameters (one dtype, one device) are copied into one flat buffer, padded so that its
+// length is N equal partitions of a multiple of kAlignElements; each parameter tensor becomes a view
+// of it (the module's handles stay valid). Stages 0/1 keep a flat gradient buffer the same way (each
+// parameter's grad() is a view of it, so backward accumulates into it).
+//
+// Overlap. Buckets of about bucket_bytes are cut from the last parameter backwards (the order backward
+// produces gradients). A hook on each parameter (engine/autograd.h post-accumulate-grad) counts a
+// bucket down; when it is complete its collective is launched asynchronously (dist::Communicator),
+// in bucket order so every rank issues the same sequence, while backward continues. step() (or
+// grad_norm / clip_grad_norm) waits for the rest. With set_gradient_sync(false) — the accumulation
+// micro-steps — the hooks do nothing and gradients accumulate locally; the backward of the last
+// micro-step (sync on) communicates once.
+//
+// Optimizer. AdamW with PyTorch's semantics over this rank's partition (stage 0: everything), one
+// kernel call per parameter slice (weight decay may differ per parameter): kernels::adamw_step on the
+// parameters' device with the master copy, or, with offload_optimizer (ZeRO-Offload), the master and
+// moments in host memory and kernels::cpu::adamw_offload_step (SIMD) writing the rounded parameter.
+// Gradient norm and the non-finite check are combined across ranks (all-reduce of the sum of squares
+// of each partition), so every rank clips by the same factor and skips the same steps.
+//
+// CONVENTION
+//   - Every rank constructs it over the same parameters in the same order; rank 0's values are
+//     broadcast at construction.
+//   - Between two step() calls, each parameter's gradient is produced by at most one backward with
+//     gradient sync on (an error says otherwise).
+//   - grad_scale (1 / loss scale of a fp16 LossScaler) multiplies gradients inside the update.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "optim/adamw.h"
+
+namespace hg::dist {
+
+struct ZeroOptions {
+  HG_OPTIM_ARG(ZeroOptions, int, stage, 0);
+  HG_OPTIM_ARG(ZeroOptions, bool, offload_optimizer, false);
+  HG_OPTIM_ARG(ZeroOptions, int64_t, bucket_bytes, int64_t(25) << 20);
+  HG_OPTIM_ARG(ZeroOptions, optim::AdamWOptions, adamw, optim::AdamWOptions());
+};
+
+// Bytes of model state this rank holds (what ZeRO divides).
+struct ModelStateBytes {
+  int64_t params = 0;
+  int64_t grads = 0;
+  int64_t optimizer = 0;  // fp32 master (when separate) + exp_avg + exp_avg_sq
+  int64_t total() const { return params + grads + optimizer; }
+};
+
+class ZeroOptimizer {
+ public:
+  static constexpr int64_t kAlignElements = 32;
+
+  ZeroOptimizer(std::vector<Tensor> params, Communicator& comm, ZeroOptions options = {});
+  ~ZeroOptimizer();
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
+
+  // Off for gradient-accumulation micro-steps, on (the default) for the last one.
+  void set_gradient_sync(bool sync) { sync_ = sync; }
+  bool gradient_sync() const { return sync_; }
+
+  // The global L2 norm of the averaged gradients (waits for the gradient collectives).
+  double grad_norm();
+  // grad_norm(), then scales every gradient by max_norm / (norm + 1e-6) when that is < 1 (a
+  // non-finite norm leaves them as they are; step() then skips). Returns the norm before clipping.
+  double clip_grad_norm(double max_norm);
+  // One AdamW update of this rank's partition and the parameter exchange of the stage. Returns false,
+  // on every rank alike, when a gradient is inf or NaN (the step is skipped, the state unchanged).
+  bool step();
+  // Clears the gradients (stages 0/1: zeros in the flat buffer; stage 2: the shard and any leftovers).
+  void zero_grad();
+
+  void set_lr(double lr) { lr_ = lr; }
+  double lr() const { return lr_; }
+  void set_grad_scale(double scale) { grad_scale_ = scale; }
+
+  int stage() const { return options_.stage(); }
+  int64_t step_count() const { return step_; }
+  int64_t numel() const { return total_; }             // parameters (unpadded)
+  int64_t padded_numel() const { return padded_; }     // flat buffer length
+  int64_t partition_numel() const { return padded_ / comm_.world_size(); }
+  ModelStateBytes model_state_bytes() const;
+  const std::vector<Tensor>& params() const { return params_; }
+
+  // This rank's optimizer state (checkpoints): "master" (when separate), "exp_avg", "exp_avg_sq" —
+  // flat fp32 tensors over [state_offset(), state_offset() + numel) of the flat parameter buffer.
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  int64_t state_offset() const { return opt_begin_; }
+
+  // Checkpoints of the optimizer state, one file per rank: `prefix`.rank{r}-of-{N}.safetensors holds
+  // flat fp32 "exp_avg", "exp_avg_sq" (and "master" when kept) over rank r's partition of the flat
+  // buffer (cut at the unpadded length), with metadata {offset, count, numel, step, world}. The
+  // parameters themselves are saved whole by the model (every rank holds them in stages 0-2).
+  // save_state is collective: it returns on every rank once every file is written.
+  void save_state(const std::string& prefix);
+  // Loads files written by save_state at any world size and stage: every rank reads the pieces of
+  // all the saved ranks' files that overlap its own partition (so the state is re-partitioned when
+  // the world size changed). Load the parameters first; a master the files lack is their copy.
+  void load_state(const std::string& prefix);
+  // The world size of the shards saved under `prefix` (0: none).
+  static int saved_world_size(const std::string& prefix);
+
+ private:
+  struct Bucket {
+    int64_t begin = 0, end = 0;  // range of the flat buffer
+    std::vector<size_t> params;
+    int pending = 0;
+  };
+  void on_grad_ready(size_t index);
+  void launch_ready_buckets();
+  void launch(size_t bucket);
+  void finish_gradient_sync();
+  // The gradient of flat element `global` (stage 0/1: the flat buffer; stage 2: the shard).
+  Tensor grad_range(int64_t global_begin, int64_t count) const;
+  double local_sum_of_squares();
+
+  Communicator& comm_;
+  ZeroOptions options_;
+  double lr_;
+  double grad_scale_ = 1.0;
+  std::vector<Tensor> params_;
+  std::vector<int64_t> offsets_;
+  DType dtype_;
+  Device device_;
+  Device state_device_;
+  int64_t total_ = 0, padded_ = 0, opt_begin_ = 0, opt_count_ = 0;
+  Tensor flat_params_, flat_grads_, grad_shard_, master_, exp_avg_, exp_avg_sq_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;
+  std::vector<bool> ready_;
+  size_t next_bucket_ = 0;
+  std::vector<Work> in_flight_;
+  std::vector<Tensor> in_flight_buffers_;
+  bool sync_ = true;
+  bool synced_ = false;    // gradients of this step are reduced
+  double norm_ = -1.0;     // global norm of this step, once computed
+  int64_t step_ = 0;
+};
+
+}  // namespace hg::dist

@@ -1,0 +1,228 @@
+// dist::Communicator collectives, run by ctest under `mpirun -np 2` and `-np 4` (and under the TCP
+// transport by tests/dist/run_env.sh; and at world size 1 as a plain process). Every rank generates
+// every rank's input from a seed rank 0 broadcasts, so each rank checks the full expected result.
+// Sizes are chosen so the world size does not divide them; outputs are poisoned with NaN first.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+
+#include "dist/communicator.h"
+#include "engine/cuda/cuda_context.h"
+#include "engine/ops.h"
+#include "support/check_error.h"
+#include "support/host_buffer.h"
+
+using namespace hg;
+using namespace hg::dist;
+using hg::testing::HostBuffer;
+
+namespace {
+
+Communicator& comm() {
+  static Communicator instance(CommunicatorOptions{std::chrono::seconds(60)});
+  return instance;
+}
+
+uint64_t shared_seed() {
+  uint64_t seed = comm().rank() == 0 ? std::random_device{}() : 0;
+  comm().broadcast(&seed, 1, DType::i64, 0).wait();
+  return seed;
+}
+
+// Rank r's input: n values in [-2, 2), rounded to the dtype.
+HostBuffer input_of(int r, int64_t n, DType dtype, uint64_t seed) {
+  std::mt19937_64 rng(seed * 1000003 + uint64_t(r));
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  HostBuffer b(dtype, n);
+  for (int64_t i = 0; i < n; ++i) b.set(i, u(rng));
+  return b;
+}
+
+// The reduction of every rank's input, in double (then compared with a dtype-aware tolerance).
+std::vector<double> expected_reduction(int64_t n, DType dtype, ReduceOp op, uint64_t seed) {
+  const int world = comm().world_size();
+  std::vector<double> out(size_t(n), op == ReduceOp::max ? -INFINITY : 0.0);
+  for (int r = 0; r < world; ++r) {
+    const HostBuffer in = input_of(r, n, dtype, seed);
+    for (int64_t i = 0; i < n; ++i)
+      out[size_t(i)] = op == ReduceOp::max ? std::max(out[size_t(i)], in.get(i)) : out[size_t(i)] + in.get(i);
+  }
+  if (op == ReduceOp::avg)
+    for (double& v : out) v /= world;
+  return out;
+}
+
+double tolerance(DType dtype, double expected) {
+  const double eps = dtype == DType::f32 ? 1e-6 : dtype == DType::f16 ? 1e-3 : 8e-3;  // 1 ulp of the result
+  return eps * (std::abs(expected) + 1.0);
+}
+
+void check_close(const HostBuffer& got, const std::vector<double>& want, int64_t offset, const char* what) {
+  for (int64_t i = 0; i < got.size(); ++i) {
+    const double w = want[size_t(offset + i)];
+    INFO(what, " ", dtype_name(got.dtype()), " element ", i, " on rank ", comm().rank());
+    REQUIRE(std::abs(got.get(i) - w) <= tolerance(got.dtype(), w));
+  }
+}
+
+const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+const int64_t kSizes[] = {1, 7, 1001, 4099};
+
+}  // namespace
+
+TEST_CASE("shard_of splits any size into balanced contiguous shards") {
+  for (int world : {1, 2, 3, 4, 7}) {
+    for (int64_t n : {0, 1, 5, 1001}) {
+      int64_t next = 0;
+      for (int r = 0; r < world; ++r) {
+        const Shard s = shard_of(n, r, world);
+        CHECK(s.offset == next);
+        CHECK((s.count == n / world || s.count == n / world + 1));
+        next += s.count;
+      }
+      CHECK(next == n);
+    }
+  }
+  CHECK_THROWS_AS(shard_of(5, 2, 2), hg::Error);
+}
+
+TEST_CASE("all_reduce sum avg max on every float dtype") {
+  const uint64_t seed = shared_seed();
+  for (DType dtype : kDtypes)
+    for (int64_t n : kSizes)
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+        HostBuffer data = input_of(comm().rank(), n, dtype, seed);
+        comm().all_reduce(data.data(), n, dtype, op).wait();
+        check_close(data, expected_reduction(n, dtype, op, seed), 0, reduce_op_name(op));
+      }
+}
+
+TEST_CASE("reduce_scatter with balanced and uneven counts") {
+  const uint64_t seed = shared_seed();
+  const int world = comm().world_size();
+  for (DType dtype : kDtypes)
+    for (int64_t n : kSizes) {
+      std::vector<std::vector<int64_t>> splits{shard_counts(n, world)};
+      // Uneven: everything on the last rank (the others receive nothing).
+      std::vector<int64_t> last(size_t(world), 0);
+      last.back() = n;
+      splits.push_back(last);
+      for (const auto& counts : splits)
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+          const HostBuffer send = input_of(comm().rank(), n, dtype, seed);
+          int64_t offset = 0;
+          for (int r = 0; r < comm().rank(); ++r) offset += counts[size_t(r)];
+          HostBuffer recv(dtype, counts[size_t(comm().rank())]);
+          recv.poison_with_nan();
+          comm().reduce_scatter(send.data(), recv.data(), counts, dtype, op).wait();
+          check_close(recv, expected_reduction(n, dtype, op, seed), offset, "reduce_scatter");
+        }
+    }
+}
+
+TEST_CASE("all_gather with uneven counts and in place") {
+  const uint64_t seed = shared_seed();
+  const int world = comm().world_size();
+  const int rank = comm().rank();
+  for (DType dtype : kDtypes)
+    for (int64_t n : kSizes) {
+      const std::vector<int64_t> counts = shard_counts(n, world);
+      const Shard mine = shard_of(n, rank, world);
+      const HostBuffer full = input_of(0, n, dtype, seed);  // what the gathered buffer must hold
+      HostBuffer send(dtype, mine.count);
+      for (int64_t i = 0; i < mine.count; ++i) send.set(i, full.get(mine.offset + i));
+      HostBuffer recv(dtype, n);
+      recv.poison_with_nan();
+      comm().all_gather(send.data(), recv.data(), counts, dtype).wait();
+      CHECK(recv.values() == full.values());
+
+      // In place: this rank's shard already sits in its slot of the output (ZeRO's flat buffers).
+      HostBuffer in_place(dtype, n);
+      in_place.poison_with_nan();
+      for (int64_t i = 0; i < mine.count; ++i) in_place.set(mine.offset + i, full.get(mine.offset + i));
+      auto* slot = static_cast<char*>(in_place.data()) + size_t(mine.offset) * dtype_size(dtype);
+      comm().all_gather(slot, in_place.data(), counts, dtype).wait();
+      CHECK(in_place.values() == full.values());
+    }
+}
+
+TEST_CASE("broadcast from every root and barrier") {
+  const uint64_t seed = shared_seed();
+  for (int root = 0; root < comm().world_size(); ++root)
+    for (DType dtype : kDtypes) {
+      HostBuffer data(dtype, 1001);
+      if (comm().rank() == root) {
+        data = input_of(root, 1001, dtype, seed);
+      } else {
+        data.poison_with_nan();
+      }
+      comm().broadcast(data.data(), 1001, dtype, root).wait();
+      CHECK(data.values() == input_of(root, 1001, dtype, seed).values());
+    }
+  comm().barrier().wait();
+}
+
+TEST_CASE("collectives queue asynchronously and complete in order") {
+  const uint64_t seed = shared_seed();
+  std::vector<HostBuffer> buffers;
+  for (int k = 0; k < 8; ++k) buffers.push_back(input_of(comm().rank(), 513 + k, DType::f32, seed + uint64_t(k)));
+  std::vector<Work> works;
+  for (auto& b : buffers) works.push_back(comm().all_reduce(b.data(), b.size(), DType::f32, ReduceOp::sum));
+  works.back().wait();  // the last one done implies the earlier ones (one communication stream)
+  for (Work& w : works) CHECK(w.completed());
+  for (int k = 0; k < 8; ++k)
+    check_close(buffers[size_t(k)], expected_reduction(513 + k, DType::f32, ReduceOp::sum, seed + uint64_t(k)), 0,
+                "async");
+}
+
+TEST_CASE("tensor collectives use balanced shards") {
+  const int world = comm().world_size();
+  const int rank = comm().rank();
+  Tensor x = full({1003}, float(rank + 1));
+  comm().all_reduce(x, ReduceOp::avg).wait();
+  CHECK(x.to_vector<float>()[1002] == doctest::Approx((world + 1) / 2.0));
+
+  Tensor send = full({1003}, 1.0f);
+  Tensor recv = full({shard_of(1003, rank, world).count}, NAN);
+  comm().reduce_scatter(send, recv).wait();
+  for (float v : recv.to_vector<float>()) CHECK(v == float(world));
+
+  Tensor part = full({shard_of(1003, rank, world).count}, float(rank));
+  Tensor gathered = full({1003}, NAN);
+  comm().all_gather(part, gathered).wait();
+  const std::vector<float> g = gathered.to_vector<float>();
+  for (int r = 0; r < world; ++r) {
+    const Shard s = shard_of(1003, r, world);
+    for (int64_t i = 0; i < s.count; ++i) CHECK(g[size_t(s.offset + i)] == float(r));
+  }
+}
+
+TEST_CASE("collectives on the emulated CUDA device") {
+  if (!cuda::is_available()) {
+    MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
+    return;
+  }
+  if (!cuda::is_emulated() && comm().backend().find("nccl") == std::string::npos) {
+    MESSAGE("SKIPPED: a real GPU without NCCL in this build");
+    return;
+  }
+  const int world = comm().world_size();
+  for (DType dtype : kDtypes) {
+    Tensor x = full({1001}, float(comm().rank() + 1)).to(dtype).to(Device::cuda(comm().local_rank()));
+    comm().all_reduce(x, ReduceOp::sum).wait();
+    for (float v : x.to(kCPU).to(DType::f32).to_vector<float>()) CHECK(v == float(world * (world + 1) / 2));
+  }
+}
+
+TEST_CASE("bad collective arguments are errors") {
+  std::vector<int64_t> wrong(size_t(comm().world_size() + 1), 1);
+  float buffer[8] = {};
+  CHECK_THROWS_WITH_AS(comm().all_gather(buffer, buffer, wrong, DType::f32), doctest::Contains("one count per rank"),
+                       hg::Error);
+  CHECK_THROWS_WITH_AS(comm().broadcast(buffer, 1, DType::f32, comm().world_size()), doctest::Contains("root"),
+                       hg::Error);
+  int32_t ints[2] = {};
+  CHECK_THROWS_WITH_AS(comm().all_reduce(ints, 2, DType::i32, ReduceOp::avg), doctest::Contains("avg of i32"),
+                       hg::Error);
+}
