@@ -6,6 +6,7 @@
 //   clip_grad_norm(params, 1.0); opt.set_lr(schedule.lr(step)); opt.step();
 #include "optim/adamw.h"
 #include "optim/clip.h"
+#include "optim/early_stopping.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "optim/sgd.h"

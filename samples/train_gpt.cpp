@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "samples/addition_task.h"
 #include "samples/cli.h"
 #include "samples/text_data.h"
+#include "samples/training_monitor.h"
 
 using namespace hg;
 using Clock = std::chrono::steady_clock;
@@ -30,6 +32,7 @@ struct Options {
   std::string device, data, save, load;
   int64_t layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads, sample, digits, eval_problems;
   double lr, min_lr, weight_decay, clip, dropout;
+  samples::MonitorOptions monitor = {};
 };
 
 Options parse_options(int argc, char** argv) {
@@ -59,9 +62,15 @@ Options parse_options(int argc, char** argv) {
   auto& save = flags.add_string("save", "", "save the trained model to this safetensors file");
   auto& load = flags.add_string("load", "", "start from this safetensors file (native or GPT-2 layout)");
   auto& sample = flags.add_int("sample", 8, "print N answers (or N bytes of text) at the end", 0);
+  auto& profile = flags.add_string("profile", "", "profile the run: Chrome trace JSON to this file, tables at the end");
+  auto& profile_ops = flags.add_bool("profile-ops", false, "with --profile: also a range per kernel call (trace detail)");
+  auto& metrics_log = flags.add_string("metrics-log", "", "write one JSON line of metrics per step to this file");
+  auto& early_stop = flags.add_int("early-stop", 0, "stop after N evaluations without improvement, keep the best weights (0: off)", 0);
+  auto& early_stop_delta = flags.add_double("early-stop-delta", 0.0, "smallest change that counts as an improvement", 0.0);
   flags.parse(argc, argv);
   o = Options{device, data, save, load, layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
               sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout};
+  o.monitor = {profile, metrics_log, profile_ops, early_stop, early_stop_delta, Device::cpu()};
   if (o.dim % o.heads != 0)
     samples::exit_with_usage_error("train_gpt", "--heads " + std::to_string(o.heads) + " does not divide --dim " +
                                                     std::to_string(o.dim) + "; expected dim % heads == 0");
@@ -175,6 +184,12 @@ int run(const Options& o) {
     return {NAN, loss};
   };
 
+  samples::MonitorOptions monitor_options = o.monitor;
+  monitor_options.device = device;
+  samples::TrainingMonitor monitor(monitor_options, model->parameters(), task ? optim::StopMode::max : optim::StopMode::min);
+  using profiler::Category;
+  using profiler::ScopedRange;
+
   Progress progress;
   model->train();
   const auto start = Clock::now();
@@ -183,14 +198,23 @@ int run(const Options& o) {
   double timed_seconds = 0;
   for (int64_t step = 1; step <= o.steps; ++step) {
     const auto step_start = Clock::now();
-    auto [ids, targets] = task ? task->training_batch(o.batch, data_rng) : text->batch(o.batch, false, data_rng);
-    const Tensor loss = model->loss(ids.to(device), targets.to(device));
+    monitor.begin_step(step);
+    std::optional<ScopedRange> step_range(std::in_place, "step", Category::step);
+    std::optional<ScopedRange> phase(std::in_place, "data", Category::data);
+    auto [batch_ids, batch_targets] = task ? task->training_batch(o.batch, data_rng) : text->batch(o.batch, false, data_rng);
+    const Tensor ids = batch_ids.to(device), targets = batch_targets.to(device);
+    phase.emplace("forward", Category::forward, device);
+    const Tensor loss = model->loss(ids, targets);
+    phase.emplace("backward", Category::backward, device);
     loss.backward();
-    if (o.clip > 0) optim::clip_grad_norm(model->parameters(), o.clip);
+    phase.emplace("optimizer", Category::optimizer, device);
+    double grad_norm = NAN;
+    if (o.clip > 0) grad_norm = optim::clip_grad_norm(model->parameters(), o.clip);
     const double lr = schedule.lr(step - 1);
     optimizer.set_lr(lr);
     optimizer.step();
     optimizer.zero_grad();
+    phase.reset();
     last_loss = loss.item();
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     timed_steps += 1;
@@ -204,8 +228,18 @@ int run(const Options& o) {
                   seconds * 1e3, megabytes(memory.allocated_bytes).c_str(),
                   megabytes(memory.peak_allocated_bytes).c_str());
     progress.step_line(line, eval_now || step % 100 == 0);
+    step_range.reset();
+    metrics::Record record(step);
+    record.set("loss", last_loss).set("lr", lr).set("tokens_per_s", double(tokens_per_step) / seconds).set("step_ms", seconds * 1e3);
+    if (o.clip > 0) record.set("grad_norm", grad_norm);
+    bool stop = false;
     if (eval_now) {
-      std::tie(accuracy, val_loss) = evaluate();
+      {
+        ScopedRange eval_range("evaluate", Category::other);
+        std::tie(accuracy, val_loss) = evaluate();
+      }
+      record.set(task ? "accuracy" : "val_loss", task ? accuracy : val_loss);
+      stop = monitor.evaluated(step, task ? accuracy : val_loss);
       char result[128];
       if (task)
         std::snprintf(result, sizeof result, "eval  step %lld | held-out exact match %.2f%% (%zu problems)",
@@ -214,6 +248,16 @@ int run(const Options& o) {
         std::snprintf(result, sizeof result, "eval  step %lld | validation loss %.4f", (long long)step, val_loss);
       progress.line(result);
     }
+    monitor.end_step(std::move(record));
+    if (stop) {
+      progress.line("early stopping: no improvement in " + std::to_string(o.monitor.early_stop_patience) +
+                    " evaluations, stopping at step " + std::to_string(step));
+      break;
+    }
+  }
+  if (const std::string restored = monitor.finish(); !restored.empty()) {
+    progress.line(restored);
+    (task ? accuracy : val_loss) = *monitor.best();
   }
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
 
@@ -244,7 +288,7 @@ int run(const Options& o) {
     model->save(o.save);
     std::printf("saved %s\n", o.save.c_str());
   }
-  std::printf("summary: %lld steps in %.1f s | final loss %.4f | ", (long long)o.steps, total, last_loss);
+  std::printf("summary: %lld steps in %.1f s | final loss %.4f | ", (long long)timed_steps, total, last_loss);
   if (task)
     std::printf("held-out exact match %.2f%%", 100.0 * accuracy);
   else
