@@ -33,16 +33,12 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// ns per call of `call`, best of `rounds` (the least disturbed round).
+// ns per call of `call` in one round of `calls` calls.
 template <class Call>
-double ns_per_call(int64_t calls, int rounds, Call&& call) {
-  double best = 1e30;
-  for (int r = 0; r < rounds; ++r) {
-    const auto start = Clock::now();
-    for (int64_t i = 0; i < calls; ++i) call();
-    best = std::min(best, std::chrono::duration<double, std::nano>(Clock::now() - start).count() / double(calls));
-  }
-  return best;
+double ns_per_call(int64_t calls, Call&& call) {
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < calls; ++i) call();
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / double(calls);
 }
 
 // Keeps the compiler from hoisting the flag load or merging loops: the kernel writes through memory.
@@ -54,23 +50,26 @@ __attribute__((noinline)) void hooked_call() { HG_KERNEL(kCPU, affine, &g_x, &g_
 double g_off_ns_per_call = 0;
 
 void bench_dispatch(bool quick) {
-  const int64_t calls = quick ? 200'000 : 2'000'000;
-  const int rounds = 7;
-  double direct = 0, off = 0;
-  // Interleave so drift in the machine's speed hits both.
-  std::vector<double> directs, offs;
-  for (int i = 0; i < 3; ++i) {
-    directs.push_back(ns_per_call(calls, rounds, direct_call));
-    offs.push_back(ns_per_call(calls, rounds, hooked_call));
-  }
-  direct = *std::min_element(directs.begin(), directs.end());
-  off = *std::min_element(offs.begin(), offs.end());
+  // Short rounds, interleaved, and the minimum over many of them: a round that the scheduler
+  // interrupted (the machine may be shared) is simply not the minimum, and drift hits all three alike.
+  const int64_t calls = 2000;
+  const int rounds = quick ? 100 : 1000;
   profiler::Options options;
   options.op_ranges = true;
-  options.max_ranges = size_t(calls) * 2 + 16;
-  profiler::start(options);
-  const double on = ns_per_call(calls / 4, 1, hooked_call);
-  const profiler::Profile profile = profiler::stop();
+  options.max_ranges = size_t(calls) * size_t(rounds) + 16;
+  double direct = 1e30, off = 1e30, on = 1e30;
+  for (int r = 0; r < rounds; ++r) {
+    direct = std::min(direct, ns_per_call(calls, direct_call));
+    off = std::min(off, ns_per_call(calls, hooked_call));
+    profiler::start(options);
+    on = std::min(on, ns_per_call(calls, hooked_call));
+    const profiler::Profile round = profiler::stop();
+    if (r == 0 && round.ranges.size() != size_t(calls)) {
+      std::fprintf(stderr, "bench_profiler: expected %lld op ranges, recorded %zu\n", (long long)calls,
+                   round.ranges.size());
+      std::exit(1);
+    }
+  }
   g_off_ns_per_call = std::max(0.0, off - direct);
   bench::JsonLine("profiler_dispatch")
       .add("kernel", "affine n=1 f32 (cpu)")
@@ -80,8 +79,8 @@ void bench_dispatch(bool quick) {
       .add("hook_off_cost_ns", off - direct)
       .add("op_range_on_ns_per_call", on)
       .add("op_range_cost_ns", on - direct)
-      .add("ranges_recorded", (long long)profile.ranges.size())
-      .add("calls", (long long)calls)
+      .add("calls_per_round", (long long)calls)
+      .add("rounds", rounds)
       .print();
 }
 
@@ -176,8 +175,10 @@ int main(int argc, char** argv) {
   bool quick = false;
   Device device = kCPU;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = Device::parse(argv[++i]);
+    if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--device") && i + 1 < argc)
+      device = Device::parse(argv[++i]);
     else {
       std::fprintf(stderr, "usage: bench_profiler [--quick] [--device cpu|cuda]\n");
       return 2;

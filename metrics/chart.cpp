@@ -11,7 +11,8 @@ namespace hg::metrics {
 namespace {
 
 constexpr Color kText{40, 40, 40}, kGrid{228, 228, 228}, kFrame{120, 120, 120}, kBackground{255, 255, 255};
-constexpr Color kPalette[] = {{31, 119, 180}, {255, 127, 14}, {44, 160, 44}, {214, 39, 40}, {148, 103, 189}, {140, 86, 75}};
+constexpr Color kPalette[] = {{31, 119, 180}, {255, 127, 14},  {44, 160, 44},
+                              {214, 39, 40},  {148, 103, 189}, {140, 86, 75}};
 constexpr int kTitleHeight = 34;
 
 struct Range {
@@ -98,9 +99,12 @@ void draw_chart(const Chart& chart, double x0, double y0, double w, double h, Ca
       run.emplace_back(px(x), py(y));
     }
     flush();
-    // Legend, top right, one line per series.
+  }
+  // Legend, top right, one line per series, on a white box so curves do not run through it.
+  canvas.rect(right - 156, top + 2, 154, 16.0 * double(chart.series.size()) + 4, kBackground);
+  for (size_t i = 0; i < chart.series.size(); ++i) {
     const double ly = top + 14 + 16 * double(i);
-    canvas.line(right - 150, ly - 4, right - 128, ly - 4, color, 2.5);
+    canvas.line(right - 150, ly - 4, right - 128, ly - 4, kPalette[i % std::size(kPalette)], 2.5);
     canvas.text(right - 122, ly, chart.series[i].name, 11, kText, Anchor::start);
   }
 }

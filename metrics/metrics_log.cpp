@@ -10,7 +10,8 @@
 namespace hg::metrics {
 
 Record& Record::set(const std::string& key, double value) {
-  HG_CHECK(!key.empty() && key != "step", "[metrics] field name \"", key, "\" is reserved or empty; expected a name such as \"loss\"");
+  HG_CHECK(!key.empty() && key != "step", "[metrics] field name \"", key,
+           "\" is reserved or empty; expected a name such as \"loss\"");
   for (auto& [k, v] : fields_) {
     if (k == key) {
       v = value;

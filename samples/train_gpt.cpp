@@ -71,6 +71,7 @@ Options parse_options(int argc, char** argv) {
   o = Options{device, data, save, load, layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
               sample, digits, eval_problems, lr, min_lr, weight_decay, clip, dropout};
   o.monitor = {profile, metrics_log, profile_ops, early_stop, early_stop_delta, Device::cpu()};
+  if (profile_ops && profile.empty()) samples::exit_with_usage_error("train_gpt", "--profile-ops needs --profile FILE");
   if (o.dim % o.heads != 0)
     samples::exit_with_usage_error("train_gpt", "--heads " + std::to_string(o.heads) + " does not divide --dim " +
                                                     std::to_string(o.dim) + "; expected dim % heads == 0");

@@ -2,8 +2,10 @@
 #include "samples/training_monitor.h"
 
 #include <cstdio>
+#include <fstream>
 
 #include "engine/allocator.h"
+#include "kernels/error.h"
 
 namespace hg::samples {
 
@@ -19,10 +21,15 @@ TrainingMonitor::TrainingMonitor(const MonitorOptions& options, std::vector<Tens
     if (!nvml_->available()) std::printf("note: %s\n", nvml_->unavailable_reason().c_str());
   }
   if (options_.early_stop_patience > 0)
-    stopper_ = std::make_unique<optim::EarlyStopping>(
-        std::move(parameters),
-        optim::EarlyStoppingOptions().mode(mode).patience(options_.early_stop_patience).min_delta(options_.early_stop_min_delta));
+    stopper_ =
+        std::make_unique<optim::EarlyStopping>(std::move(parameters), optim::EarlyStoppingOptions()
+                                                                          .mode(mode)
+                                                                          .patience(options_.early_stop_patience)
+                                                                          .min_delta(options_.early_stop_min_delta));
   if (!options_.profile_path.empty()) {
+    // Fail now, not after the run, when the trace cannot be written.
+    HG_CHECK(std::ofstream(options_.profile_path).is_open(), "[train] cannot open trace file \"",
+             options_.profile_path, "\" for writing");
     profiler::Options p;
     p.op_ranges = options_.profile_ops;
     profiler::start(p);
@@ -72,17 +79,17 @@ std::string TrainingMonitor::finish() {
     const profiler::Profile profile = profiler::stop();
     profiling_ = false;
     profiler::write_chrome_trace(profile, options_.profile_path);
-    std::printf("profile: %zu ranges -> %s (open in ui.perfetto.dev or chrome://tracing)\n%s%s",
-                profile.ranges.size(), options_.profile_path.c_str(), profiler::format_summary(profile).c_str(),
+    std::printf("profile: %zu ranges -> %s (open in ui.perfetto.dev or chrome://tracing)\n%s%s", profile.ranges.size(),
+                options_.profile_path.c_str(), profiler::format_summary(profile).c_str(),
                 profiler::format_step_breakdown(profiler::step_breakdown(profile)).c_str());
   }
   if (!stopper_ || !stopper_->has_best()) return "";
   stopper_->restore_best();
   const int64_t step = eval_steps_[size_t(stopper_->best_evaluation() - 1)];
   char line[160];
-  std::snprintf(line, sizeof line, "early stopping: restored the weights of step %lld (best metric %.6g, %lld evaluation%s)",
-                (long long)step, stopper_->best(), (long long)stopper_->evaluations(),
-                stopper_->evaluations() == 1 ? "" : "s");
+  std::snprintf(
+      line, sizeof line, "early stopping: restored the weights of step %lld (best metric %.6g, %lld evaluation%s)",
+      (long long)step, stopper_->best(), (long long)stopper_->evaluations(), stopper_->evaluations() == 1 ? "" : "s");
   return line;
 }
 

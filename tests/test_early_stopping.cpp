@@ -66,7 +66,8 @@ TEST_CASE("early stopping counts evaluations without improvement beyond min_delt
 TEST_CASE("early stopping restores bitwise the weights of the best evaluation") {
   manual_seed(11);
   // A real model trained by a real optimizer between evaluations.
-  nn::Sequential model({std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(16, 3)});
+  nn::Sequential model(
+      {std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(16, 3)});
   SGD optimizer(model.parameters(), SGDOptions().lr(0.1).momentum(0.9));
   EarlyStopping stopper(model.parameters(), EarlyStoppingOptions().mode(StopMode::min).patience(2));
   const Tensor x = randn({32, 8});

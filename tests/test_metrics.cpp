@@ -26,7 +26,9 @@ using namespace hg::metrics;
 
 namespace {
 
-std::string temp_path(const std::string& name) { return "/tmp/hg_test_metrics_" + std::to_string(::getpid()) + "_" + name; }
+std::string temp_path(const std::string& name) {
+  return "/tmp/hg_test_metrics_" + std::to_string(::getpid()) + "_" + name;
+}
 
 std::string read_all(const std::string& path) {
   std::ifstream file(path);
@@ -103,7 +105,8 @@ TEST_CASE("metrics JSONL round trip keeps values exactly and omits absent fields
   CHECK_FALSE(back[23].has("val_loss"));
   const std::string text = read_all(path);
   CHECK(text.rfind("{\"step\":1,\"loss\":", 0) == 0);
-  CHECK(text.find("\"accuracy\"") == text.find("{\"step\":10,") + text.substr(text.find("{\"step\":10,")).find("\"accuracy\""));
+  CHECK(text.find("\"accuracy\"") ==
+        text.find("{\"step\":10,") + text.substr(text.find("{\"step\":10,")).find("\"accuracy\""));
   std::remove(path.c_str());
 }
 
@@ -225,7 +228,8 @@ DecodedPng decode_stored_png(const std::vector<uint8_t>& png) {
       CHECK(png[at + 16] == 8);  // bit depth
       CHECK(png[at + 17] == 2);  // RGB
     }
-    if (type == "IDAT") out.zlib.insert(out.zlib.end(), png.begin() + ptrdiff_t(at + 8), png.begin() + ptrdiff_t(at + 8 + length));
+    if (type == "IDAT")
+      out.zlib.insert(out.zlib.end(), png.begin() + ptrdiff_t(at + 8), png.begin() + ptrdiff_t(at + 8 + length));
     at += 12 + length;
   }
   CHECK(types == std::vector<std::string>{"IHDR", "IDAT", "IEND"});
@@ -288,7 +292,8 @@ TEST_CASE("PNG writer output decodes to the pixels it was given") {
   bool pixels_equal = true;
   for (int y = 0; y < h; ++y) {
     const uint8_t* row = &d.raw[size_t(y) * (size_t(w) * 3 + 1)];
-    pixels_equal = pixels_equal && row[0] == 0 && std::equal(row + 1, row + 1 + w * 3, rgb.begin() + ptrdiff_t(size_t(y) * w * 3));
+    pixels_equal =
+        pixels_equal && row[0] == 0 && std::equal(row + 1, row + 1 + w * 3, rgb.begin() + ptrdiff_t(size_t(y) * w * 3));
   }
   CHECK(pixels_equal);
 #if defined(HG_TEST_HAVE_ZLIB)
@@ -319,7 +324,7 @@ TEST_CASE("raster canvas draws rectangles lines and text where asked") {
   for (int x = 10; x < 30; ++x) CHECK(c.pixel(x, 20) == blue);
   CHECK(c.pixel(20, 18) == white);
   CHECK(c.pixel(20, 22) == white);
-  CHECK(c.pixel(20, 19) != blue);  // at most partly covered
+  CHECK(c.pixel(20, 19) != blue);              // at most partly covered
   c.text(10, 12, "1", 9, red, Anchor::start);  // glyph '1': column 2 is the stem, rows 0..6
   for (int row = 0; row < 7; ++row) CHECK(c.pixel(12, 5 + row) == red);
   CHECK(c.pixel(10, 5) == white);

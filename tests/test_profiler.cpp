@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "engine/ops.h"

@@ -47,7 +47,7 @@ struct DeviceReference {
 // Everything a session shares, guarded by `mutex` (ranges themselves go to per-thread buffers).
 struct Session {
   std::mutex mutex;
-  uint64_t number = 0;
+  std::atomic<uint64_t> number{0};
   Options options;
   Clock::time_point origin;
   std::atomic<int64_t> step{-1};
@@ -104,14 +104,22 @@ void ensure_reference(Session& s, int device) {
 
 const char* category_name(Category category) {
   switch (category) {
-    case Category::step: return "step";
-    case Category::data: return "data";
-    case Category::forward: return "forward";
-    case Category::backward: return "backward";
-    case Category::optimizer: return "optimizer";
-    case Category::communication: return "communication";
-    case Category::op: return "op";
-    case Category::other: return "other";
+    case Category::step:
+      return "step";
+    case Category::data:
+      return "data";
+    case Category::forward:
+      return "forward";
+    case Category::backward:
+      return "backward";
+    case Category::optimizer:
+      return "optimizer";
+    case Category::communication:
+      return "communication";
+    case Category::op:
+      return "op";
+    case Category::other:
+      return "other";
   }
   return "other";
 }

@@ -43,12 +43,12 @@ struct Options {
 struct RangeRecord {
   std::string name;
   Category category = Category::other;
-  uint32_t thread = 0;   // index into Profile::thread_names
-  int32_t depth = 0;     // nesting depth on its thread (0: outermost)
-  int64_t parent = -1;   // index into Profile::ranges of the enclosing range on the same thread
-  int64_t step = -1;     // the step set by set_step() when the range began (-1: none)
-  double start_us = 0, end_us = 0;  // host time since start()
-  int device = -1;                  // CUDA device timed with events (-1: host only)
+  uint32_t thread = 0;                         // index into Profile::thread_names
+  int32_t depth = 0;                           // nesting depth on its thread (0: outermost)
+  int64_t parent = -1;                         // index into Profile::ranges of the enclosing range on the same thread
+  int64_t step = -1;                           // the step set by set_step() when the range began (-1: none)
+  double start_us = 0, end_us = 0;             // host time since start()
+  int device = -1;                             // CUDA device timed with events (-1: host only)
   double device_start_us = 0, device_ms = -1;  // device_ms < 0: no device time
   double duration_us() const { return end_us - start_us; }
 };
@@ -93,12 +93,12 @@ inline bool op_ranges_enabled() { return detail::g_op_ranges.load(std::memory_or
 class ScopedRange {
  public:
   explicit ScopedRange(const char* name, Category category = Category::other) {
-    if (detail::g_recording.load(std::memory_order_relaxed)) begin(name, category, nullptr);
+    if (detail::g_recording.load(std::memory_order_acquire)) begin(name, category, nullptr);
   }
   ScopedRange(const std::string& name, Category category) : ScopedRange(name.c_str(), category) {}
   // Also timed with CUDA events when `device` is a CUDA device (and Options::device_timing).
   ScopedRange(const char* name, Category category, const Device& device) {
-    if (detail::g_recording.load(std::memory_order_relaxed)) begin(name, category, &device);
+    if (detail::g_recording.load(std::memory_order_acquire)) begin(name, category, &device);
   }
   ~ScopedRange() {
     if (buffer_) end();

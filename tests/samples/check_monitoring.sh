@@ -35,4 +35,8 @@ out=$("$bin" "${tiny[@]}" --steps 400 --eval-every 5 --early-stop 1 --lr 0 --min
 grep -q "early stopping: no improvement in 1 evaluations, stopping at step 10" <<<"$out" || fail "did not stop at step 10: $out"
 grep -q "early stopping: restored the weights of step 5" <<<"$out" || fail "did not restore step 5: $out"
 grep -q "summary: 10 steps" <<<"$out" || fail "summary should count the 10 steps run: $out"
+err=$("$bin" --profile-ops 2>&1 >/dev/null)
+[[ $? -eq 2 ]] && grep -q -- "--profile-ops needs --profile FILE" <<<"$err" || fail "--profile-ops alone: '$err'"
+err=$("$bin" "${tiny[@]}" --steps 1 --profile /nonexistent/trace.json 2>&1 >/dev/null)
+[[ $? -eq 1 ]] && grep -q "cannot open trace file" <<<"$err" || fail "unwritable trace: '$err'"
 echo "monitoring checks ok"
