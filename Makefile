@@ -2,7 +2,8 @@
 #   make test    install what is missing, configure, build, run every test suite: the normal build in
 #                build/, then the CUDA suite on the SIMT emulator under AddressSanitizer in build-emu/
 #   make train   install what is missing, build train_gpt, teach a tiny GPT 3-digit addition
-# Other targets: build, test-emu (only the emulated CUDA suite), train-mlp, train-cnn, bench, format, clean.
+# Other targets: build, test-emu (only the emulated CUDA suite), train-mlp, train-cnn, bench, plot (train_gpt
+# with a metrics log, rendered to build/train_gpt_metrics.svg and .png), format, clean.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
@@ -12,7 +13,7 @@ EMU_BUILD_DIR ?= build-emu
 EMU_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_CUDA=EMULATED -DHALFGRAD_SANITIZE=address \
                    -DHALFGRAD_BUILD_BENCH=OFF
 
-.PHONY: setup configure build test test-emu train train-mlp train-cnn bench format clean
+.PHONY: setup configure build test test-emu train train-mlp train-cnn plot bench format clean
 
 setup:
 	@scripts/setup
@@ -45,6 +46,12 @@ train-mlp: configure
 train-cnn: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_cnn
 	$(BUILD_DIR)/bin/train_cnn $(ARGS)
+
+plot: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_gpt plot_metrics
+	$(BUILD_DIR)/bin/train_gpt --metrics-log $(BUILD_DIR)/train_gpt_metrics.jsonl $(ARGS)
+	$(BUILD_DIR)/bin/plot_metrics $(BUILD_DIR)/train_gpt_metrics.jsonl --title "train_gpt $(ARGS)" \
+	  -o $(BUILD_DIR)/train_gpt_metrics.svg -o $(BUILD_DIR)/train_gpt_metrics.png
 
 bench: build
 	$(BUILD_DIR)/bin/bench_ops

@@ -5,18 +5,18 @@ include(CMakePackageConfigHelpers)
 
 # One umbrella target for users.
 add_library(halfgrad INTERFACE)
-target_link_libraries(halfgrad INTERFACE hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist)
+target_link_libraries(halfgrad INTERFACE hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics)
 add_library(halfgrad::halfgrad ALIAS halfgrad)
 
-foreach(target hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist ${HALFGRAD_CUDA_EXPORTED_TARGETS})
+foreach(target hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics ${HALFGRAD_CUDA_EXPORTED_TARGETS})
   target_include_directories(${target} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/halfgrad>)
 endforeach()
 
-install(TARGETS halfgrad hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist halfgrad_flags ${HALFGRAD_CUDA_EXPORTED_TARGETS}
+install(TARGETS halfgrad hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics halfgrad_flags ${HALFGRAD_CUDA_EXPORTED_TARGETS}
         EXPORT halfgradTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(folder kernels engine layers optim train data dist)
+foreach(folder kernels engine layers optim train data dist metrics)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/halfgrad/${folder}
           FILES_MATCHING PATTERN "*.h")
 endforeach()

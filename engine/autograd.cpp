@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "engine/ops.h"
+#include "engine/profiler/profiler.h"
 
 namespace hg {
 
@@ -169,7 +170,12 @@ void run_backward(const Tensor& root, const Tensor& grad_root, bool retain_graph
     if (auto it = received.find(node.get()); it != received.end()) {
       Tensor grad = std::move(it->second);
       received.erase(it);
-      input_grads = node->apply(grad);
+      if (profiler::op_ranges_enabled()) {
+        profiler::ScopedRange range(node->name() + " backward", profiler::Category::op);
+        input_grads = node->apply(grad);
+      } else {
+        input_grads = node->apply(grad);
+      }
     }
     if (!retain_graph) node->release();
     for (size_t i = 0; i < node->edges().size(); ++i) {

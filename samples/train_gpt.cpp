@@ -30,9 +30,10 @@
 #include "optim/optim.h"
 #include "samples/addition_task.h"
 #include "samples/cli.h"
-#include "samples/precision_flags.h"
-#include "train/checkpoint.h"
 #include "samples/gpt_datasets.h"
+#include "samples/precision_flags.h"
+#include "samples/training_monitor.h"
+#include "train/checkpoint.h"
 
 using namespace hg;
 using Clock = std::chrono::steady_clock;
@@ -54,6 +55,7 @@ struct Options {
   std::string offload_activations;  // "off", "inputs" (checkpoint inputs) or "all"
   int64_t zero = -1;  // data-parallel ZeRO stage; -1: plain AdamW unless launched as several processes
   bool offload_optimizer = false;
+  samples::MonitorOptions monitor = {};
 };
 
 Options parse_options(int argc, char** argv) {
@@ -118,6 +120,11 @@ Options parse_options(int argc, char** argv) {
                              "RANK/WORLD_SIZE (-1: off in a single process, stage 0 otherwise)", -1);
   auto& offload_optimizer = flags.add_bool("offload-optimizer", false, "keep the optimizer state in host memory, "
                                            "updated by the SIMD CPU AdamW (ZeRO-Offload; implies --zero 0 or higher)");
+  auto& profile = flags.add_string("profile", "", "profile the run: Chrome trace JSON to this file, tables at the end");
+  auto& profile_ops = flags.add_bool("profile-ops", false, "with --profile: also a range per kernel call (trace detail)");
+  auto& metrics_log = flags.add_string("metrics-log", "", "write one JSON line of metrics per step to this file");
+  auto& early_stop = flags.add_int("early-stop", 0, "stop after N evaluations without improvement, keep the best weights (0: off)", 0);
+  auto& early_stop_delta = flags.add_double("early-stop-delta", 0.0, "smallest change that counts as an improvement", 0.0);
   flags.parse(argc, argv);
   o = Options{device, data, save, load, curriculum, workers, seq_warmup_steps, seq_warmup_start, curriculum_steps,
               layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
@@ -144,6 +151,8 @@ Options parse_options(int argc, char** argv) {
                                                 "yet; expected --precision bf16 or fp32 with them");
   if (o.checkpoint_dir.empty() && (o.resume || o.checkpoint_every > 0))
     samples::exit_with_usage_error("train_gpt", "--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
+  o.monitor = {profile, metrics_log, profile_ops, early_stop, early_stop_delta, Device::cpu()};
+  if (profile_ops && profile.empty()) samples::exit_with_usage_error("train_gpt", "--profile-ops needs --profile FILE");
   if (o.dim % o.heads != 0)
     samples::exit_with_usage_error("train_gpt", "--heads " + std::to_string(o.heads) + " does not divide --dim " +
                                                     std::to_string(o.dim) + "; expected dim % heads == 0");
@@ -352,6 +361,11 @@ int run(const Options& o) {
     }
   }
   const int64_t last_step = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
+  samples::MonitorOptions monitor_options = o.monitor;
+  monitor_options.device = device;
+  samples::TrainingMonitor monitor(monitor_options, model->parameters(), task ? optim::StopMode::max : optim::StopMode::min);
+  using profiler::Category;
+  using profiler::ScopedRange;
 
   Progress progress;
   model->train();
@@ -361,6 +375,9 @@ int run(const Options& o) {
   double timed_seconds = 0, timed_tokens = 0;
   for (int64_t step = completed_steps + 1; step <= last_step; ++step) {
     const auto step_start = Clock::now();
+    monitor.begin_step(step);
+    std::optional<ScopedRange> step_range(std::in_place, "step", Category::step);
+    std::optional<ScopedRange> phase;
     const int64_t length = seq_warmup.length(step - 1);
     // Each micro-batch's loss is divided by their number, so the summed gradients are those of the
     // mean over all of them; the scaler multiplies it by S for fp16 (1 otherwise). Under data
@@ -369,6 +386,7 @@ int run(const Options& o) {
     last_loss = 0.0;
     double step_tokens = 0;
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      phase.emplace("data", Category::data);
       const data::Batch batch = loader.next();
       Tensor ids = length < full_length ? batch[0].narrow(1, 0, length).contiguous() : batch[0];
       Tensor targets = length < full_length ? batch[1].narrow(1, 0, length).contiguous() : batch[1];
@@ -377,6 +395,7 @@ int run(const Options& o) {
         std::tie(ids, targets) = std::pair(rows_of_rank(ids), rows_of_rank(targets));
         zero->set_gradient_sync(micro == micro_batches - 1);
       }
+      phase.emplace("forward", Category::forward, device);
       Tensor loss;
       if (o.offload_activations != "off") {
         ActivationOffload offload(parse_offload_mode(o.offload_activations));
@@ -384,13 +403,17 @@ int run(const Options& o) {
       } else {
         loss = model->loss(ids, targets) * (1.0 / double(micro_batches));
       }
+      phase.emplace("backward", Category::backward, device);
       scaler.scale(loss).backward();
+      phase.reset();
       last_loss += loss.item();
     }
     timed_tokens += step_tokens;
+    phase.emplace("optimizer", Category::optimizer, device);
+    double grad_norm = NAN;
     const double lr = schedule.lr(optimizer_steps);
     if (zero) {
-      if (o.clip > 0) zero->clip_grad_norm(o.clip);
+      if (o.clip > 0) grad_norm = zero->clip_grad_norm(o.clip);
       zero->set_lr(lr);
       if (zero->step()) ++optimizer_steps;  // skipped on every rank alike on inf/NaN
       zero->zero_grad();
@@ -399,12 +422,13 @@ int run(const Options& o) {
       // the LR schedule stay where they are.
       const std::vector<Tensor> params = model->parameters();
       scaler.unscale_(params);
-      if (o.clip > 0) optim::clip_grad_norm(params, o.clip);
+      if (o.clip > 0) grad_norm = optim::clip_grad_norm(params, o.clip);
       optimizer.set_lr(lr);
       if (scaler.step(optimizer, params)) ++optimizer_steps;
       scaler.update();
       optimizer.zero_grad();
     }
+    phase.reset();
     if (comm) comm->all_reduce(&last_loss, 1, DType::f64, dist::ReduceOp::avg).wait();
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     timed_steps += 1;
@@ -413,7 +437,7 @@ int run(const Options& o) {
     const bool eval_now = (o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps;
     const MemoryStats memory = memory_stats(device);
     char line[320];
-    int length = std::snprintf(line, sizeof line,
+    const int used = std::snprintf(line, sizeof line,
                                "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | %6.1f ms/step | mem %s/%s MiB "
                                "(reserved %s)",
                                (long long)step, (long long)o.steps, last_loss, lr, step_tokens / seconds,
@@ -421,14 +445,25 @@ int run(const Options& o) {
                                megabytes(memory.peak_allocated_bytes).c_str(),
                                megabytes(memory.reserved_bytes).c_str());
     if (scaler.enabled())
-      std::snprintf(line + length, sizeof line - size_t(length), " | scale %g | skipped %lld", scaler.scale_value(),
+      std::snprintf(line + used, sizeof line - size_t(used), " | scale %g | skipped %lld", scaler.scale_value(),
                     (long long)scaler.skipped_steps());
     if (zero)  // this rank's model state (parameters + gradients + optimizer) under its ZeRO stage
       std::snprintf(line + std::strlen(line), sizeof line - std::strlen(line), " | zero %d x%d: state %s MiB/rank",
                     zero->stage(), comm->world_size(), megabytes(zero->model_state_bytes().total()).c_str());
     progress.step_line(line, eval_now || step % 100 == 0);
+    step_range.reset();
+    metrics::Record record(step);
+    record.set("loss", last_loss).set("lr", lr).set("tokens_per_s", step_tokens / seconds).set("step_ms", seconds * 1e3);
+    if (o.clip > 0) record.set("grad_norm", grad_norm);
+    if (scaler.enabled()) record.set("loss_scale", scaler.scale_value()).set("skipped_steps", double(scaler.skipped_steps()));
+    bool stop = false;
     if (eval_now) {
-      std::tie(accuracy, val_loss) = evaluate();
+      {
+        ScopedRange eval_range("evaluate", Category::other);
+        std::tie(accuracy, val_loss) = evaluate();
+      }
+      record.set(task ? "accuracy" : "val_loss", task ? accuracy : val_loss);
+      stop = monitor.evaluated(step, task ? accuracy : val_loss);
       char result[128];
       if (task)
         std::snprintf(result, sizeof result, "eval  step %lld | held-out exact match %.2f%% (%zu problems)",
@@ -448,6 +483,16 @@ int run(const Options& o) {
                     1e3 * std::chrono::duration<double>(Clock::now() - save_start).count());
       progress.line(saved);
     }
+    monitor.end_step(std::move(record));
+    if (stop) {
+      progress.line("early stopping: no improvement in " + std::to_string(o.monitor.early_stop_patience) +
+                    " evaluations, stopping at step " + std::to_string(step));
+      break;
+    }
+  }
+  if (const std::string restored = monitor.finish(); !restored.empty()) {
+    progress.line(restored);
+    (task ? accuracy : val_loss) = *monitor.best();
   }
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
 
@@ -478,7 +523,7 @@ int run(const Options& o) {
     if (zero) zero->save_state(o.save);                     // + each rank's optimizer shard
     std::printf("saved %s\n", o.save.c_str());
   }
-  std::printf("summary: %lld steps in %.1f s | final loss %.4f | ", (long long)o.steps, total, last_loss);
+  std::printf("summary: %lld steps in %.1f s | final loss %.4f | ", (long long)timed_steps, total, last_loss);
   if (task)
     std::printf("held-out exact match %.2f%%", 100.0 * accuracy);
   else
