@@ -203,8 +203,8 @@ TEST_CASE("collectives on the emulated CUDA device") {
     MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
     return;
   }
-  if (!cuda::is_emulated() && comm().backend().find("nccl") == std::string::npos) {
-    MESSAGE("SKIPPED: a real GPU without NCCL in this build");
+  if (!cuda::is_emulated() && (!Communicator::nccl_available() || comm().local_rank() >= cuda::device_count())) {
+    MESSAGE("SKIPPED: a real GPU without NCCL in this build, or fewer GPUs than local ranks");
     return;
   }
   const int world = comm().world_size();
