@@ -155,7 +155,7 @@ Communicator::Communicator(CommunicatorOptions options)
   }
   host_ = host_shared_.get();
   stream_->thread = std::thread([s = stream_.get()] { s->loop(); });
-  if (cuda::is_available() && !cuda::is_emulated()) device_ = make_nccl_transport(process, *host_, timeout_);
+  process_ = process;
 }
 
 namespace {
@@ -204,12 +204,21 @@ std::string Communicator::backend() const {
 
 bool Communicator::broken() const { return stream_->broken->load(); }
 
-bool Communicator::use_device_transport(const Device& device) const {
+bool Communicator::nccl_available() { return nccl_unavailable_reason().empty(); }
+
+bool Communicator::use_device_transport(const Device& device) {
   if (!device.is_cuda() || cuda::is_emulated()) return false;
-  HG_CHECK(device_ != nullptr, "[dist] a collective on a ", device.str(), " buffer needs NCCL, which is unavailable: ",
+  HG_CHECK(nccl_available(), "[dist] a collective on a ", device.str(), " buffer needs NCCL, which is unavailable: ",
            nccl_unavailable_reason());
   HG_CHECK(device.index == local_rank_, "[dist] rank ", rank_, " drives cuda:", local_rank_,
            " (one process per device, device = local rank) but the buffer is on ", device.str());
+  if (!device_) {
+    // NCCL starts at the first CUDA collective (every rank reaches it in the same order), so CPU-only
+    // jobs never initialise it. The unique id travels over the host transport: drain the
+    // communication thread first, so that the bootstrap is the only host collective in flight.
+    barrier().wait();
+    device_ = make_nccl_transport(process_, *host_, timeout_);
+  }
   return true;
 }
 

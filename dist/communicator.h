@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/bootstrap.h"
 #include "engine/device.h"
 #include "engine/tensor.h"
 #include "kernels/dtype.h"
@@ -101,7 +102,8 @@ class Communicator {
   int rank() const { return rank_; }
   int world_size() const { return world_; }
   int local_rank() const { return local_rank_; }
-  // "mpi", "tcp" or "single" (+ "+nccl" when CUDA buffers go through NCCL).
+  // "mpi", "tcp" or "single" (+ "+nccl" once CUDA buffers went through NCCL, which starts at the
+  // first collective on a CUDA buffer).
   std::string backend() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
 
@@ -124,15 +126,18 @@ class Communicator {
 
   // Whether a collective has failed (then every later call throws).
   bool broken() const;
+  // Whether this build has NCCL (CUDA buffers of a real GPU need it).
+  static bool nccl_available();
 
  private:
   void check_counts(const char* op, const std::vector<int64_t>& counts) const;
-  bool use_device_transport(const Device& device) const;
+  bool use_device_transport(const Device& device);
   Work enqueue_host(const char* op, const Device& device, std::function<void(HostTransport&)> run);
 
   int rank_ = 0;
   int world_ = 1;
   int local_rank_ = 0;
+  ProcessInfo process_;
   std::chrono::milliseconds timeout_;
   HostTransport* host_ = nullptr;  // owned through host_shared_ (the TCP transport is per process)
   std::unique_ptr<DeviceTransport> device_;

@@ -13,10 +13,10 @@ class LocalTransport final : public HostTransport {
   void all_reduce(void*, int64_t, DType, ReduceOp) override {}
   void reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
                       ReduceOp) override {
-    if (send != recv) std::memmove(recv, send, size_t(counts[0]) * dtype_size(dtype));
+    if (send != recv && counts[0] > 0) std::memmove(recv, send, size_t(counts[0]) * dtype_size(dtype));
   }
   void all_gather(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype) override {
-    if (send != recv) std::memmove(recv, send, size_t(counts[0]) * dtype_size(dtype));
+    if (send != recv && counts[0] > 0) std::memmove(recv, send, size_t(counts[0]) * dtype_size(dtype));
   }
   void broadcast(void*, size_t, int) override {}
   void barrier() override {}

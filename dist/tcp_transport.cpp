@@ -116,6 +116,11 @@ void recv_all(int fd, void* data, size_t nbytes, Clock::time_point deadline, con
   }
 }
 
+// memmove that accepts empty ranges with null pointers (an empty std::vector's data()).
+void copy_bytes(void* dst, const void* src, size_t nbytes) {
+  if (nbytes > 0) std::memmove(dst, src, nbytes);
+}
+
 template <class T>
 void reduce_into(T* acc, const T* x, int64_t n, ReduceOp op) {
   if (op == ReduceOp::max) {
@@ -169,7 +174,7 @@ class TcpTransport final : public HostTransport {
           std::vector<char> acc(static_cast<const char*>(send), static_cast<const char*>(send) + total * element);
           for (int r = 1; r < world_; ++r) reduce_into(acc.data(), from[size_t(r)].data(), total, dtype, op);
           int64_t offset = counts[0];
-          std::memcpy(recv, acc.data(), size_t(counts[0]) * element);
+          copy_bytes(recv, acc.data(), size_t(counts[0]) * element);
           for (int r = 1; r < world_; ++r) {
             send_all(peers_[size_t(r)].fd(), acc.data() + offset * element, size_t(counts[size_t(r)]) * element,
                      deadline, peer_name(r));
@@ -192,9 +197,9 @@ class TcpTransport final : public HostTransport {
     run(TcpOp::all_gather, uint64_t(dtype), send, size_t(counts[size_t(rank_)]) * element,
         [&](std::vector<std::vector<char>>& from, auto deadline) {
           char* out = static_cast<char*>(recv);
-          std::memmove(out, send, size_t(counts[0]) * element);
+          copy_bytes(out, send, size_t(counts[0]) * element);
           for (int r = 1; r < world_; ++r)
-            std::memcpy(out + offsets[size_t(r)] * element, from[size_t(r)].data(), from[size_t(r)].size());
+            copy_bytes(out + offsets[size_t(r)] * element, from[size_t(r)].data(), from[size_t(r)].size());
           for (int r = 1; r < world_; ++r)
             send_all(peers_[size_t(r)].fd(), out, size_t(total) * element, deadline, peer_name(r));
         },
@@ -207,7 +212,7 @@ class TcpTransport final : public HostTransport {
   void broadcast(void* data, size_t nbytes, int root_rank) override {
     run(TcpOp::broadcast, uint64_t(root_rank), data, rank_ == root_rank ? nbytes : 0,
         [&](std::vector<std::vector<char>>& from, auto deadline) {
-          if (root_rank != 0) std::memcpy(data, from[size_t(root_rank)].data(), nbytes);
+          if (root_rank != 0) copy_bytes(data, from[size_t(root_rank)].data(), nbytes);
           for (int r = 1; r < world_; ++r)
             if (r != root_rank) send_all(peers_[size_t(r)].fd(), data, nbytes, deadline, peer_name(r));
         },

@@ -203,13 +203,15 @@ TEST_CASE("collectives on the emulated CUDA device") {
     MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
     return;
   }
-  if (!cuda::is_emulated() && comm().backend().find("nccl") == std::string::npos) {
-    MESSAGE("SKIPPED: a real GPU without NCCL in this build");
+  if (!cuda::is_emulated() && (!Communicator::nccl_available() || comm().local_rank() >= cuda::device_count())) {
+    MESSAGE("SKIPPED: a real GPU without NCCL in this build, or fewer GPUs than local ranks");
     return;
   }
   const int world = comm().world_size();
   for (DType dtype : kDtypes) {
-    Tensor x = full({1001}, float(comm().rank() + 1)).to(dtype).to(Device::cuda(comm().local_rank()));
+    // The emulator has one device, which every rank may use (its memory is host memory).
+    const int device = cuda::is_emulated() ? comm().local_rank() % cuda::device_count() : comm().local_rank();
+    Tensor x = full({1001}, float(comm().rank() + 1)).to(dtype).to(Device::cuda(device));
     comm().all_reduce(x, ReduceOp::sum).wait();
     for (float v : x.to(kCPU).to(DType::f32).to_vector<float>()) CHECK(v == float(world * (world + 1) / 2));
   }

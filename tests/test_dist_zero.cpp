@@ -210,12 +210,15 @@ TEST_CASE("ZeRO stages on the CUDA device train like one process on the CPU") {
   const Run want = reference_run();
   for (int stage : {0, 1, 2})
     for (bool offload : {false, true}) {
-      INFO("stage ", stage, std::string(offload ? " + offload" : ""), " on cuda:", comm().local_rank());
+      INFO("stage ", stage, std::string(offload ? " + offload" : ""));
       Plan plan;
       plan.stage = stage;
       plan.offload = offload;
-      plan.device = Device::cuda(comm().local_rank());
-      check_equal_runs(zero_run(plan), want);
+      // The emulator has one device, which every rank may use (its memory is host memory).
+      plan.device = Device::cuda(cuda::is_emulated() ? comm().local_rank() % cuda::device_count() : comm().local_rank());
+      // The device's own kernels (reductions in another order than the CPU's) add to the rounding
+      // noise that Adam amplifies on zero-gradient elements (see check_equal_runs): 5e-4 of the scale.
+      check_equal_runs(zero_run(plan), want, 5e-4);
     }
 }
 
