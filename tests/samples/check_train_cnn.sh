@@ -27,5 +27,5 @@ expect_usage_error "must be a multiple of 4" --size 18
 expect_usage_error "--channels must be >= 1" --channels 0
 expect_usage_error "unknown flag --bogus" --bogus 1
 expect_usage_error "unknown --device" --device tpu
-"$bin" --help | grep -q -- "--eval-images" || fail "--help does not list the flags"
+help=$("$bin" --help); grep -q -- "--eval-images" <<<"$help" || fail "--help does not list the flags"
 echo "train_cnn checks ok"

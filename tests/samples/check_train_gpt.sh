@@ -58,7 +58,7 @@ grep -q "validation loss" <<<"$out" || fail "no validation loss on shards: $out"
 head -c 40 "$work/shard_000000.bin" > "$work/truncated.bin"
 err=$("$bin" --data "$work/truncated.bin" --steps 1 2>&1 >/dev/null); code=$?
 [[ $code -eq 1 ]] && grep -q "truncated: the header promises 700 u32 tokens" <<<"$err" || fail "truncated shard: $code $err"
-"$prepare" --help | grep -q -- "--shard-tokens" || fail "prepare_data --help does not list the flags"
+help=$("$prepare" --help); grep -q -- "--shard-tokens" <<<"$help" || fail "prepare_data --help does not list the flags"
 "$prepare" --input "$work/none.txt" --output "$work/x" 2>/dev/null; [[ $? -eq 2 ]] || fail "prepare_data: missing input not exit 2"
 "$prepare" --input "$work/text.txt" --output "$work/x" --dtype u8 2>/dev/null; [[ $? -eq 2 ]] || fail "prepare_data: --dtype u8 not exit 2"
 
@@ -87,5 +87,5 @@ expect_usage_error "unknown --offload-activations" --offload-activations gpu
 expect_usage_error "it needs --checkpoint-every" --offload-activations inputs
 expect_usage_error "unknown --curriculum" --curriculum hardest-first
 expect_usage_error "does not apply to --data" --curriculum easy-to-hard --data "$work/text.txt"
-"$bin" --help | grep -q -- "--weight-decay" || fail "--help does not list the flags"
+help=$("$bin" --help); grep -q -- "--weight-decay" <<<"$help" || fail "--help does not list the flags"
 echo "train_gpt checks ok"

@@ -25,5 +25,5 @@ expect_usage_error "--classes must be >= 2" --classes 1
 expect_usage_error "unknown flag --bogus" --bogus 1
 expect_usage_error "expects an integer" --steps ten
 expect_usage_error "unknown --device" --device tpu
-"$bin" --help | grep -q -- "--turns" || fail "--help does not list the flags"
+help=$("$bin" --help); grep -q -- "--turns" <<<"$help" || fail "--help does not list the flags"
 echo "train_mlp checks ok"
