@@ -8,7 +8,9 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 # The emulated build: kernels/cuda/*.cu compiled as C++ and run by the SIMT emulator (kernels/emu),
-# everything instrumented with ASan + UBSan; only the CUDA-labelled tests are built and run there.
+# everything instrumented with ASan + UBSan; the CUDA-labelled tests run there, and so do the fuzz
+# targets' corpus + 10,000 mutations each (label fuzz) and the CPU suites that read untrusted bytes
+# (label sanitize: safetensors, data, checkpoint, checkpoint crash, anomaly, errors).
 EMU_BUILD_DIR ?= build-emu
 EMU_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_CUDA=EMULATED -DHALFGRAD_SANITIZE=address \
                    -DHALFGRAD_BUILD_BENCH=OFF
@@ -32,7 +34,7 @@ test: build
 test-emu: setup
 	cmake -S . -B $(EMU_BUILD_DIR) $(EMU_CMAKE_FLAGS)
 	cmake --build $(EMU_BUILD_DIR) -j $(JOBS) --target cuda_tests
-	ctest --test-dir $(EMU_BUILD_DIR) -L cuda --output-on-failure -j $(JOBS)
+	ctest --test-dir $(EMU_BUILD_DIR) -L 'cuda|fuzz|sanitize' --output-on-failure -j $(JOBS)
 
 # Every reader of untrusted bytes under libFuzzer + ASan + UBSan, 10,000 inputs per target (scripts/fuzz).
 fuzz: setup

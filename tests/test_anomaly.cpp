@@ -71,7 +71,7 @@ TEST_CASE("has_non_finite finds one NaN or inf in any floating dtype and ignores
   CHECK_FALSE(has_non_finite(from_vector(std::vector<int64_t>{1, 2}, {2})));
 }
 
-TEST_CASE("a NaN planted in a weight names the op, its shapes and the module stack in the forward") {
+TEST_CASE("a NaN planted in a weight names the op with its shapes and module stack in the forward") {
   auto model = tiny_gpt();
   plant(*model, "h.1.mlp.c_fc.weight", 5, std::numeric_limits<float>::quiet_NaN());
   const Tensor ids = random_ids(2, 8), targets = random_ids(2, 8);
