@@ -127,3 +127,37 @@ TEST_CASE("a clean training step under anomaly mode matches the step without it"
     CHECK(ga == gb);
   }
 }
+
+namespace {
+// Records the module stack its forward sees, under a parent that registers it as "inner".
+struct Probe final : nn::UnaryModule {
+  std::string seen;
+  Tensor forward(const Tensor& x) override {
+    nn::ModuleScope scope(*this);
+    seen = anomaly::module_stack();
+    return x * 2.0;
+  }
+};
+struct Outer final : nn::UnaryModule {
+  std::shared_ptr<Probe> inner = register_module("inner", std::make_shared<Probe>());
+  Tensor forward(const Tensor& x) override {
+    nn::ModuleScope scope(*this);
+    return inner->forward(x);
+  }
+};
+}  // namespace
+
+TEST_CASE("off the module scopes push nothing and on they name the path through the tree") {
+  Outer outer;
+  const Tensor x = from_vector(std::vector<float>{1, 2}, {2});
+  outer.forward(x);
+  CHECK(outer.inner->seen == "(no module)");  // off: ModuleScope is the one branch, nothing else
+  {
+    DetectAnomaly anomaly;
+    outer.forward(x);
+    CHECK(outer.inner->seen == "Outer > inner");
+    outer.inner->forward(x);
+    CHECK(outer.inner->seen == "Probe");  // called on its own: its class name
+  }
+  CHECK(anomaly::module_stack() == "(no module)");  // every scope popped
+}
