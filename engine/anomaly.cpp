@@ -72,8 +72,8 @@ void check_backward(const std::string& op, const std::string& where, const std::
             << " " << describe_shape(grads[i].shape(), grads[i].dtype()) << "; inputs: ";
     for (size_t j = 0; j < input_shapes.size(); ++j) message << (j ? ", " : "") << shape_str(input_shapes[j]);
     message << "; incoming gradient " << describe_shape(grad_output.shape(), grad_output.dtype())
-            << (has_non_finite(grad_output) ? " (already NaN or inf)" : " (finite)") << "; module stack (forward): "
-            << (where.empty() ? "(no module)" : where);
+            << (has_non_finite(grad_output) ? " (already NaN or inf)" : " (finite)")
+            << "; module stack (forward): " << (where.empty() ? "(no module)" : where);
     throw Error(message.str());
   }
 }

@@ -43,11 +43,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   hg::safetensors::save(copy, file.tensors, file.metadata);
   const hg::safetensors::File again = hg::safetensors::load(copy);
   ::unlink(copy.c_str());
-  require(again.tensors.size() == file.tensors.size() && again.metadata == file.metadata, "round trip changed the file");
+  require(again.tensors.size() == file.tensors.size() && again.metadata == file.metadata,
+          "round trip changed the file");
   for (size_t i = 0; i < file.tensors.size(); ++i) {
     const hg::Tensor* t = again.find(file.tensors[i].first);
-    require(t != nullptr && t->shape() == file.tensors[i].second.shape() && t->dtype() == file.tensors[i].second.dtype(),
-            "round trip lost a tensor or changed its shape or dtype");
+    require(
+        t != nullptr && t->shape() == file.tensors[i].second.shape() && t->dtype() == file.tensors[i].second.dtype(),
+        "round trip lost a tensor or changed its shape or dtype");
     require(checksum(*t) == sums[i], "round trip changed a tensor's bytes");
   }
   return 0;

@@ -56,8 +56,16 @@ void mutate_once(Bytes& input, const Bytes& other, std::mt19937_64& rng) {
       const size_t at = pick(n - width + 1);
       uint64_t v = 0;
       std::memcpy(&v, &input[at], width);
-      static const uint64_t values[] = {0, 1, ~0ull, 0x7fffffffffffffffull, 0x8000000000000000ull, 0xffffffffull,
-                                        0x80000000ull, 0x7fffffffull, 0xffffull, 100000000ull};
+      static const uint64_t values[] = {0,
+                                        1,
+                                        ~0ull,
+                                        0x7fffffffffffffffull,
+                                        0x8000000000000000ull,
+                                        0xffffffffull,
+                                        0x80000000ull,
+                                        0x7fffffffull,
+                                        0xffffull,
+                                        100000000ull};
       v = rng() % 2 ? values[pick(std::size(values))] : v + uint64_t(int64_t(rng() % 33) - 16);
       std::memcpy(&input[at], &v, width);
       break;

@@ -63,18 +63,20 @@ void exit_with_usage_error(const std::string& program, const std::string& messag
 void check_at_most(const std::string& program, std::initializer_list<FlagBound> bounds) {
   for (const FlagBound& b : bounds)
     if (b.value > b.max)
-      exit_with_usage_error(program, std::string("--") + b.flag + " " + std::to_string(b.value) + " is too large; expected at most " +
-                                         std::to_string(b.max));
+      exit_with_usage_error(program, std::string("--") + b.flag + " " + std::to_string(b.value) +
+                                         " is too large; expected at most " + std::to_string(b.max));
 }
 
 void check_readable_file(const std::string& program, const std::string& flag, const std::string& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0)
-    exit_with_usage_error(program, "--" + flag + " \"" + path + "\": " + std::strerror(errno) + "; expected a readable file");
+    exit_with_usage_error(program,
+                          "--" + flag + " \"" + path + "\": " + std::strerror(errno) + "; expected a readable file");
   if (!S_ISREG(info.st_mode))
     exit_with_usage_error(program, "--" + flag + " \"" + path + "\" is not a regular file; expected a readable file");
   if (::access(path.c_str(), R_OK) != 0)
-    exit_with_usage_error(program, "--" + flag + " \"" + path + "\": " + std::strerror(errno) + "; expected a readable file");
+    exit_with_usage_error(program,
+                          "--" + flag + " \"" + path + "\": " + std::strerror(errno) + "; expected a readable file");
 }
 
 void Flags::fail(const std::string& message) const {

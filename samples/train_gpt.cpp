@@ -113,7 +113,8 @@ Options parse_options(int argc, char** argv) {
   // Reliability: anomaly mode, a memory budget (rehearses out-of-memory), the allocators' table.
   auto& detect_anomaly = flags.add_bool("detect-anomaly", false, "stop at the first op whose output or gradient "
                                                                  "holds NaN/inf, naming it and its module (slow)");
-  auto& memory_limit = flags.add_int("memory-limit-mib", 0, "cap the training device's allocator at N MiB (0: none)", 0);
+  auto& memory_limit =
+      flags.add_int("memory-limit-mib", 0, "cap the training device's allocator at N MiB (0: none)", 0);
   auto& memory_summary = flags.add_bool("memory-summary", false, "print every allocator's statistics at the end");
   flags.parse(argc, argv);
   o = Options{device, data, save, load, curriculum, workers, seq_warmup_steps, seq_warmup_start, curriculum_steps,
@@ -153,8 +154,9 @@ Options parse_options(int argc, char** argv) {
                                                 "it does not apply to --data");
   // Sizes within bounds (no overflow in batch x context x dim), input files readable: a bad flag is a
   // one-line usage error, exit 2 (run() turns a --load / --data / --resume file it cannot use into one).
-  samples::check_at_most("train_gpt", {{"layers", o.layers, 1024}, {"dim", o.dim, 65536}, {"context", o.context, 1 << 20},
-                                       {"batch", o.batch, 1 << 20}, {"grad-accum", o.grad_accum, 1 << 20},
+  samples::check_at_most("train_gpt", {{"layers", o.layers, 1024}, {"dim", o.dim, 65536},
+                                       {"context", o.context, 1 << 20}, {"batch", o.batch, 1 << 20},
+                                       {"grad-accum", o.grad_accum, 1 << 20},
                                        {"eval-problems", o.eval_problems, 1 << 24}, {"workers", o.workers, 256},
                                        {"threads", o.threads, 4096}, {"sample", o.sample, 1 << 20},
                                        {"memory-limit-mib", o.memory_limit_mib, int64_t(1) << 30}});
@@ -333,7 +335,8 @@ int run(const Options& o) {
   if (!o.checkpoint_dir.empty()) checkpoints.emplace(o.checkpoint_dir, o.keep_checkpoints);
   if (o.resume) {
     if (const auto latest = checkpoints->latest()) {
-      samples::or_usage_error("train_gpt", "--resume from " + *latest, [&] { return train::load_checkpoint(*latest, state); });
+      samples::or_usage_error("train_gpt", "--resume from " + *latest,
+                              [&] { return train::load_checkpoint(*latest, state); });
       loader.load_state(loader_position);
       std::printf("resumed from %s at step %lld\n", latest->c_str(), (long long)completed_steps);
     } else {

@@ -360,7 +360,8 @@ void CheckpointDirectory::remove_stale_temporaries() const {
   for (const auto& entry : std::filesystem::directory_iterator(directory_, error)) {
     const std::string file = entry.path().filename().string();
     const std::string marker = ".safetensors.tmp.";
-    if (file.rfind("step_", 0) != 0 || file.size() <= 15 + marker.size() || file.compare(15, marker.size(), marker) != 0)
+    if (file.rfind("step_", 0) != 0 || file.size() <= 15 + marker.size() ||
+        file.compare(15, marker.size(), marker) != 0)
       continue;
     long long pid = 0;
     const char* digits = file.data() + 15 + marker.size();
