@@ -2,18 +2,21 @@
 #   make test    install what is missing, configure, build, run every test suite: the normal build in
 #                build/, then the CUDA suite on the SIMT emulator under AddressSanitizer in build-emu/
 #   make train   install what is missing, build train_gpt, teach a tiny GPT 3-digit addition
-# Other targets: build, test-emu (only the emulated CUDA suite), train-mlp, train-cnn, bench, plot (train_gpt
-# with a metrics log, rendered to build/train_gpt_metrics.svg and .png), format, clean.
+# Other targets: build, test-emu (only the emulated CUDA suite), fuzz (libFuzzer, scripts/fuzz), train-mlp,
+# train-cnn, bench, plot (train_gpt with a metrics log, rendered to build/train_gpt_metrics.svg and .png),
+# format, clean.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 # The emulated build: kernels/cuda/*.cu compiled as C++ and run by the SIMT emulator (kernels/emu),
-# everything instrumented with ASan + UBSan; only the CUDA-labelled tests are built and run there.
+# everything instrumented with ASan + UBSan; the CUDA-labelled tests run there, and so do the fuzz
+# targets' corpus + 10,000 mutations each (label fuzz) and the CPU suites that read untrusted bytes
+# (label sanitize: safetensors, data, checkpoint, checkpoint crash, anomaly, errors).
 EMU_BUILD_DIR ?= build-emu
 EMU_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_CUDA=EMULATED -DHALFGRAD_SANITIZE=address \
                    -DHALFGRAD_BUILD_BENCH=OFF
 
-.PHONY: setup configure build test test-emu train train-mlp train-cnn plot bench format clean
+.PHONY: setup configure build test test-emu fuzz train train-mlp train-cnn plot bench format clean
 
 setup:
 	@scripts/setup
@@ -32,7 +35,11 @@ test: build
 test-emu: setup
 	cmake -S . -B $(EMU_BUILD_DIR) $(EMU_CMAKE_FLAGS)
 	cmake --build $(EMU_BUILD_DIR) -j $(JOBS) --target cuda_tests
-	ctest --test-dir $(EMU_BUILD_DIR) -L cuda --output-on-failure -j $(JOBS)
+	ctest --test-dir $(EMU_BUILD_DIR) -L 'cuda|fuzz|sanitize' --output-on-failure -j $(JOBS)
+
+# Every reader of untrusted bytes under libFuzzer + ASan + UBSan, 10,000 inputs per target (scripts/fuzz).
+fuzz: setup
+	JOBS=$(JOBS) scripts/fuzz
 
 train: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_gpt

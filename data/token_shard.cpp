@@ -158,6 +158,12 @@ TokenShard::TokenShard(const std::string& path, const TokenDType* expected) : pa
   }
 }
 
+void TokenShard::check_tokens() const {
+  for (int64_t i = 0; i < count_; ++i)
+    HG_CHECK((*this)[i] < vocab_size_, "[TokenShard] '", path_, "': token ", i, " is ", (*this)[i],
+             ", not below the header's vocabulary size ", vocab_size_, " (a damaged or foreign shard)");
+}
+
 TokenShard::~TokenShard() {
   if (mapping_) ::munmap(mapping_, mapping_bytes_);
 }

@@ -49,6 +49,9 @@ class TokenShard {
   TokenDType dtype() const { return dtype_; }
   int64_t size() const { return count_; }
   uint64_t vocab_size() const { return vocab_size_; }
+  // Throws hg::Error naming the first token >= vocab_size() (the header's promise; reads the whole
+  // shard once -- prepare_data's shards always pass, foreign or damaged ones may not).
+  void check_tokens() const;
   uint32_t operator[](int64_t i) const {
     return dtype_ == TokenDType::u16 ? static_cast<const uint16_t*>(tokens_)[i]
                                      : static_cast<const uint32_t*>(tokens_)[i];

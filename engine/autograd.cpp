@@ -2,6 +2,7 @@
 
 #include <unordered_map>
 
+#include "engine/anomaly.h"
 #include "engine/ops.h"
 #include "engine/profiler/profiler.h"
 
@@ -36,10 +37,13 @@ class FunctionNode final : public Node {
                shape_str(grads[i].shape()), " for input ", i, " of shape ", shape_str(input_shapes_[i]));
       if (grads[i].dtype() != input_dtypes_[i]) grads[i] = grads[i].to(input_dtypes_[i]);
     }
+    if (detect_anomaly_enabled()) anomaly::check_backward(name(), recorded_in, grads, input_shapes_, grad_output);
     return grads;
   }
 
   void release() override { backward_ = nullptr; }
+
+  std::string recorded_in;  // the module stack at record time (anomaly mode only)
 
  private:
   BackwardFn backward_;
@@ -132,8 +136,13 @@ void record_op(const char* name, const std::vector<Tensor>& inputs, Tensor& outp
     dtypes.push_back(input.defined() ? input.dtype() : DType::f32);
   }
   TensorImpl* out = output.impl();
-  out->grad_fn = std::make_shared<FunctionNode>(name, std::move(edges), std::move(backward), std::move(shapes),
-                                                std::move(dtypes));
+  auto node = std::make_shared<FunctionNode>(name, std::move(edges), std::move(backward), std::move(shapes),
+                                             std::move(dtypes));
+  if (detect_anomaly_enabled()) {
+    anomaly::check_forward(name, inputs, output);
+    node->recorded_in = anomaly::module_stack();
+  }
+  out->grad_fn = std::move(node);
   out->requires_grad = true;
 }
 

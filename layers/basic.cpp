@@ -19,6 +19,7 @@ Linear::Linear(const LinearOptions& opts) : options(opts) {
 }
 
 Tensor Linear::forward(const Tensor& x) {
+  ModuleScope scope(*this);
   HG_CHECK(x.dim() >= 1 && x.size(-1) == options.in_features, "[Linear] input ", x.describe(),
            " does not match in_features = ", options.in_features, "; expected [..., ", options.in_features, "]");
   return linear(x, weight, bias);
@@ -31,7 +32,10 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim) {
   init::normal_(weight, 0.0, 1.0);
 }
 
-Tensor Embedding::forward(const Tensor& ids) { return embedding(weight, ids); }
+Tensor Embedding::forward(const Tensor& ids) {
+  ModuleScope scope(*this);
+  return embedding(weight, ids);
+}
 
 LayerNorm::LayerNorm(int64_t dim, double eps_, bool affine) : eps(eps_) {
   HG_CHECK(dim > 0, "[LayerNorm] expected a positive dim, got ", dim);
@@ -42,7 +46,10 @@ LayerNorm::LayerNorm(int64_t dim, double eps_, bool affine) : eps(eps_) {
   }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, eps); }
+Tensor LayerNorm::forward(const Tensor& x) {
+  ModuleScope scope(*this);
+  return layer_norm(x, weight, bias, eps);
+}
 
 Dropout::Dropout(double p_) : p(p_) {
   HG_CHECK(p_ >= 0.0 && p_ < 1.0, "[Dropout] probability ", p_, " is outside [0, 1)");
@@ -62,6 +69,7 @@ Sequential& Sequential::push_back(std::shared_ptr<UnaryModule> layer) {
 }
 
 Tensor Sequential::forward(const Tensor& x) {
+  ModuleScope scope(*this);
   Tensor h = x;
   for (auto& layer : layers_) h = layer->forward(h);
   return h;

@@ -28,6 +28,7 @@ Conv2d::Conv2d(const Conv2dOptions& opts) : options(opts) {
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
+  ModuleScope scope(*this);
   HG_CHECK(x.dim() == 4 && x.size(1) == options.in_channels, "[Conv2d] input ", x.describe(),
            " does not match in_channels = ", options.in_channels, "; expected [N, ", options.in_channels, ", H, W]");
   return conv2d(x, weight, bias, options.stride_, options.padding_, options.dilation_, options.groups_);

@@ -55,6 +55,7 @@ GPT::GPT(const GPTConfig& c) : config(c), checkpoint_every_(c.checkpoint_every) 
 }
 
 Tensor GPT::forward(const Tensor& ids) {
+  ModuleScope scope(*this);
   HG_CHECK(ids.dim() == 2, "[GPT] expected ids [B, T], got ", ids.describe());
   const int64_t T = ids.size(1);
   HG_CHECK(T >= 1 && T <= config.context, "[GPT] sequence length ", T, " exceeds the model's context of ",
@@ -84,6 +85,7 @@ void GPT::set_checkpoint_every(int64_t k) {
 }
 
 Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {
+  ModuleScope scope(*this);
   const Tensor logits = forward(ids);
   const int64_t V = config.vocab_size;
   return cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));

@@ -1,6 +1,10 @@
 #include "layers/module.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <typeinfo>
 #include <map>
 
 namespace hg::nn {
@@ -140,6 +144,54 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
     for (const auto& [n, t] : given) names += (names.empty() ? "" : ", ") + n;
     HG_FAIL("[load_state_dict] not in the model: ", names);
   }
+}
+
+// ---- anomaly-mode module stack ----
+
+namespace {
+
+thread_local std::vector<const Module*> t_modules;  // parallel to engine/anomaly.h's name stack
+
+// "GPT" for hg::nn::GPT (the demangled class name without namespaces).
+std::string class_name(const Module& module) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(typeid(module).name(), nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : typeid(module).name();
+  std::free(demangled);
+  const size_t colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
+}
+
+// The dotted path from `from` down to `target` through registered children, or "" if none.
+bool find_path(const Module& from, const Module* target, std::string& path) {
+  for (const auto& [name, child] : from.children()) {
+    if (child.get() == target) {
+      path = name;
+      return true;
+    }
+    std::string rest;
+    if (find_path(*child, target, rest)) {
+      path = name + "." + rest;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void ModuleScope::enter(const Module& module) {
+  if (!t_modules.empty() && t_modules.back() == &module) return;  // GPT::loss calling GPT::forward
+  std::string name;
+  if (t_modules.empty() || !find_path(*t_modules.back(), &module, name)) name = class_name(module);
+  t_modules.push_back(&module);
+  anomaly::push_module(std::move(name));
+  entered_ = true;
+}
+
+void ModuleScope::leave() {
+  t_modules.pop_back();
+  anomaly::pop_module();
 }
 
 }  // namespace hg::nn

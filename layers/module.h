@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/anomaly.h"
 #include "engine/ops.h"
 
 namespace hg::nn {
@@ -79,6 +80,27 @@ class UnaryModule : public Module {
  public:
   virtual Tensor forward(const Tensor& x) = 0;
   Tensor operator()(const Tensor& x) { return forward(x); }
+};
+
+// Names `module` on this thread's anomaly-mode module stack (engine/anomaly.h) for its scope; a
+// layer's forward opens one first thing. Off anomaly mode it is one test of a global bool. The name
+// is the module's registered name under the module that called it (the path through the tree,
+// "h.0" when GPT runs its block 0), or its class name at the top of the stack.
+class ModuleScope {
+ public:
+  explicit ModuleScope(const Module& module) {
+    if (detect_anomaly_enabled()) enter(module);
+  }
+  ~ModuleScope() {
+    if (entered_) leave();
+  }
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  void enter(const Module& module);
+  void leave();
+  bool entered_ = false;
 };
 
 // Replaces the contents of `target` (every handle to it) with `source`'s storage, layout and dtype.

@@ -18,7 +18,10 @@ MLP::MLP(const TransformerOptions& o) {
   drop = register_module("drop", std::make_shared<Dropout>(o.dropout));
 }
 
-Tensor MLP::forward(const Tensor& x) { return drop->forward(c_proj->forward(gelu(c_fc->forward(x)))); }
+Tensor MLP::forward(const Tensor& x) {
+  ModuleScope scope(*this);
+  return drop->forward(c_proj->forward(gelu(c_fc->forward(x))));
+}
 
 CausalSelfAttention::CausalSelfAttention(const TransformerOptions& o) : n_head(o.n_head) {
   o.validate();
@@ -28,6 +31,7 @@ CausalSelfAttention::CausalSelfAttention(const TransformerOptions& o) : n_head(o
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
+  ModuleScope scope(*this);
   HG_CHECK(x.dim() == 3, "[CausalSelfAttention] expected x [B, T, C], got ", x.describe());
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head;
   const Tensor qkv = c_attn->forward(x);  // [B, T, 3C]
@@ -46,6 +50,7 @@ Block::Block(const TransformerOptions& o) {
 }
 
 Tensor Block::forward(const Tensor& x) {
+  ModuleScope scope(*this);
   const Tensor h = x + attn->forward(ln_1->forward(x));
   return h + mlp->forward(ln_2->forward(h));
 }

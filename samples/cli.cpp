@@ -1,8 +1,12 @@
 #include "samples/cli.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <algorithm>
 #include <sstream>
 
@@ -11,9 +15,9 @@ namespace hg::samples {
 Flags::Flags(std::string program, std::string description)
     : program_(std::move(program)), description_(std::move(description)) {}
 
-int64_t& Flags::add_int(const std::string& name, int64_t value, const std::string& help, int64_t min) {
+int64_t& Flags::add_int(const std::string& name, int64_t value, const std::string& help, int64_t min, int64_t max) {
   ints_.push_back(value);
-  flags_.push_back({name, help, "int", std::to_string(value), &ints_.back(), double(min), 0});
+  flags_.push_back({name, help, "int", std::to_string(value), &ints_.back(), double(min), 0, min, max});
   return ints_.back();
 }
 
@@ -21,19 +25,19 @@ double& Flags::add_double(const std::string& name, double value, const std::stri
   doubles_.push_back(value);
   std::ostringstream text;
   text << value;
-  flags_.push_back({name, help, "float", text.str(), &doubles_.back(), min, max});
+  flags_.push_back({name, help, "float", text.str(), &doubles_.back(), min, max, 0, 0});
   return doubles_.back();
 }
 
 std::string& Flags::add_string(const std::string& name, std::string value, const std::string& help) {
   strings_.push_back(value);
-  flags_.push_back({name, help, "text", value.empty() ? "\"\"" : value, &strings_.back(), 0, 0});
+  flags_.push_back({name, help, "text", value.empty() ? "\"\"" : value, &strings_.back(), 0, 0, 0, 0});
   return strings_.back();
 }
 
 bool& Flags::add_bool(const std::string& name, bool value, const std::string& help) {
   bools_.push_back(value);
-  flags_.push_back({name, help, "bool", value ? "true" : "false", &bools_.back(), 0, 0});
+  flags_.push_back({name, help, "bool", value ? "true" : "false", &bools_.back(), 0, 0, 0, 0});
   return bools_.back();
 }
 
@@ -43,9 +47,36 @@ Flags::Flag* Flags::find(const std::string& name) {
   return nullptr;
 }
 
+namespace {
+bool throw_usage_exits = false;
+}
+
+ThrowUsageExits::ThrowUsageExits() : previous_(throw_usage_exits) { throw_usage_exits = true; }
+ThrowUsageExits::~ThrowUsageExits() { throw_usage_exits = previous_; }
+
 void exit_with_usage_error(const std::string& program, const std::string& message) {
+  if (throw_usage_exits) throw UsageExit{2, program + ": error: " + message};
   std::fprintf(stderr, "%s: error: %s\n", program.c_str(), message.c_str());
   std::exit(2);
+}
+
+void check_at_most(const std::string& program, std::initializer_list<FlagBound> bounds) {
+  for (const FlagBound& b : bounds)
+    if (b.value > b.max)
+      exit_with_usage_error(program, std::string("--") + b.flag + " " + std::to_string(b.value) +
+                                         " is too large; expected at most " + std::to_string(b.max));
+}
+
+void check_readable_file(const std::string& program, const std::string& flag, const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0)
+    exit_with_usage_error(program,
+                          "--" + flag + " \"" + path + "\": " + std::strerror(errno) + "; expected a readable file");
+  if (!S_ISREG(info.st_mode))
+    exit_with_usage_error(program, "--" + flag + " \"" + path + "\" is not a regular file; expected a readable file");
+  if (::access(path.c_str(), R_OK) != 0)
+    exit_with_usage_error(program,
+                          "--" + flag + " \"" + path + "\": " + std::strerror(errno) + "; expected a readable file");
 }
 
 void Flags::fail(const std::string& message) const {
@@ -68,6 +99,7 @@ void Flags::parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
+      if (throw_usage_exits) throw UsageExit{0, usage()};
       std::fputs(usage().c_str(), stdout);
       std::exit(0);
     }
@@ -104,8 +136,10 @@ void Flags::parse(int argc, char** argv) {
     if (flag->kind == "int") {
       const long long parsed = std::strtoll(value.c_str(), &end, 10);
       if (value.empty() || *end != '\0' || errno == ERANGE) fail("--" + name + " expects an integer, got \"" + value + "\"");
-      if (double(parsed) < flag->min)
-        fail("--" + name + " must be >= " + std::to_string(int64_t(flag->min)) + ", got " + value);
+      if (parsed < flag->int_min)
+        fail("--" + name + " must be >= " + std::to_string(flag->int_min) + ", got " + value);
+      if (parsed > flag->int_max)
+        fail("--" + name + " must be <= " + std::to_string(flag->int_max) + ", got " + value);
       *static_cast<int64_t*>(flag->target) = parsed;
     } else {
       const double parsed = std::strtod(value.c_str(), &end);

@@ -83,6 +83,7 @@ TokenData load_token_data(const std::string& paths, int64_t context) {
       auto shard = std::make_shared<const data::TokenShard>(path);
       HG_CHECK(shard->vocab_size() <= 256, "[train_gpt] token shard \"", path, "\" has a vocabulary of ",
                shard->vocab_size(), " ids; this byte-level model has 256 (write it with prepare_data)");
+      shard->check_tokens();
       data.description += (data.description.empty() ? "" : ", ") + path + ": " + std::to_string(shard->size()) + " " +
                           data::token_dtype_name(shard->dtype()) + " tokens";
       whole_file = data::whole(shard);

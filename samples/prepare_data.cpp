@@ -3,6 +3,8 @@
 // Tokenization is byte-level: token = byte value (0..255), vocabulary 256, the same as train_gpt's
 // model; no merges, so any file round-trips exactly. The input is cut into shards of at most
 // --shard-tokens tokens, written atomically as PREFIX_000000.bin, PREFIX_000001.bin, ...
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +30,12 @@ int main(int argc, char** argv) {
   if (dtype_name != "u16" && dtype_name != "u32")
     samples::exit_with_usage_error("prepare_data", "unknown --dtype \"" + dtype_name + "\"; expected u16 or u32");
   const data::TokenDType dtype = dtype_name == "u16" ? data::TokenDType::u16 : data::TokenDType::u32;
+  samples::check_readable_file("prepare_data", "input", input);
+  const std::string output_dir = output.find('/') == std::string::npos ? "." : output.substr(0, output.rfind('/') + 1);
+  if (::access(output_dir.c_str(), W_OK) != 0)
+    samples::exit_with_usage_error("prepare_data", "--output " + output + ": the directory \"" + output_dir +
+                                                       "\" is not writable (" + std::strerror(errno) +
+                                                       "); expected an existing, writable directory");
 
   std::ifstream file(input, std::ios::binary);
   if (!file.good())

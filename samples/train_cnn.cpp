@@ -53,6 +53,9 @@ Options parse_options(int argc, char** argv) {
   if (o.size % 4 != 0 || o.size > 256)
     samples::exit_with_usage_error("train_cnn", "--size " + std::to_string(o.size) +
                                                     " must be a multiple of 4 in [8, 256] (two 2x2 poolings)");
+  samples::check_at_most("train_cnn", {{"channels", o.channels, 4096}, {"batch", o.batch, 1 << 20},
+                                       {"eval-images", o.eval_images, 1 << 24}, {"threads", o.threads, 4096},
+                                       {"show", o.show, 1000}});
   samples::checked_device("train_cnn", o.device);
   return o;
 }

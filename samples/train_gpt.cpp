@@ -24,6 +24,7 @@
 #include "dist/zero_optimizer.h"
 #include "engine/activation_offload.h"
 #include "engine/allocator.h"
+#include "engine/anomaly.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
 #include "layers/nn.h"
@@ -56,6 +57,8 @@ struct Options {
   int64_t zero = -1;  // data-parallel ZeRO stage; -1: plain AdamW unless launched as several processes
   bool offload_optimizer = false;
   samples::MonitorOptions monitor = {};
+  bool detect_anomaly = false, memory_summary = false;  // reliability (engine/anomaly.h, allocator.h)
+  int64_t memory_limit_mib = 0;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -125,6 +128,12 @@ Options parse_options(int argc, char** argv) {
   auto& metrics_log = flags.add_string("metrics-log", "", "write one JSON line of metrics per step to this file");
   auto& early_stop = flags.add_int("early-stop", 0, "stop after N evaluations without improvement, keep the best weights (0: off)", 0);
   auto& early_stop_delta = flags.add_double("early-stop-delta", 0.0, "smallest change that counts as an improvement", 0.0);
+  // Reliability: anomaly mode, a memory budget (rehearses out-of-memory), the allocators' table.
+  auto& detect_anomaly = flags.add_bool("detect-anomaly", false, "stop at the first op whose output or gradient "
+                                                                 "holds NaN/inf, naming it and its module (slow)");
+  auto& memory_limit =
+      flags.add_int("memory-limit-mib", 0, "cap the training device's allocator at N MiB (0: none)", 0);
+  auto& memory_summary = flags.add_bool("memory-summary", false, "print every allocator's statistics at the end");
   flags.parse(argc, argv);
   o = Options{device, data, save, load, curriculum, workers, seq_warmup_steps, seq_warmup_start, curriculum_steps,
               layers, heads, dim, context, batch, steps, warmup, eval_every, seed, threads,
@@ -138,6 +147,7 @@ Options parse_options(int argc, char** argv) {
   if (o.zero > 2)
     samples::exit_with_usage_error("train_gpt", "--zero " + std::to_string(o.zero) + " is not available: stages 0, 1 "
                                                     "and 2 are implemented (stage 3 is not yet)");
+  o.detect_anomaly = detect_anomaly, o.memory_limit_mib = memory_limit, o.memory_summary = memory_summary;
   if (o.offload_activations != "off" && o.offload_activations != "inputs" && o.offload_activations != "all")
     samples::exit_with_usage_error("train_gpt", "unknown --offload-activations \"" + o.offload_activations +
                                                     "\"; expected off, inputs or all");
@@ -169,6 +179,20 @@ Options parse_options(int argc, char** argv) {
   if (o.curriculum != "none" && !o.data.empty())
     samples::exit_with_usage_error("train_gpt", "--curriculum easy-to-hard needs the addition task's difficulty score; "
                                                 "it does not apply to --data");
+  // Sizes within bounds (no overflow in batch x context x dim), input files readable: a bad flag is a
+  // one-line usage error, exit 2 (run() turns a --load / --data / --resume file it cannot use into one).
+  samples::check_at_most("train_gpt", {{"layers", o.layers, 1024}, {"dim", o.dim, 65536},
+                                       {"context", o.context, 1 << 20}, {"batch", o.batch, 1 << 20},
+                                       {"grad-accum", o.grad_accum, 1 << 20},
+                                       {"eval-problems", o.eval_problems, 1 << 24}, {"workers", o.workers, 256},
+                                       {"threads", o.threads, 4096}, {"sample", o.sample, 1 << 20},
+                                       {"memory-limit-mib", o.memory_limit_mib, int64_t(1) << 30}});
+  if (!o.load.empty()) samples::check_readable_file("train_gpt", "load", o.load);
+  for (size_t start = 0; !o.data.empty() && start <= o.data.size();) {
+    const size_t comma = std::min(o.data.find(',', start), o.data.size());
+    samples::check_readable_file("train_gpt", "data", o.data.substr(start, comma - start));
+    start = comma + 1;
+  }
   Device device_choice;
   try {
     device_choice = Device::parse(o.device);
@@ -217,7 +241,12 @@ int run(const Options& o) {
 
   std::shared_ptr<nn::GPT> model;
   if (!o.load.empty()) {
-    model = nn::GPT::load(o.load);
+    model = samples::or_usage_error("train_gpt", "--load " + o.load, [&] { return nn::GPT::load(o.load); });
+    if (!o.data.empty() && o.context > model->config.context)
+      samples::exit_with_usage_error("train_gpt", "--context " + std::to_string(o.context) + " is longer than the " +
+                                                      std::to_string(model->config.context) + " positions of --load " +
+                                                      o.load + "; expected --context <= " +
+                                                      std::to_string(model->config.context));
   } else {
     nn::GPTConfig config;
     config.vocab_size = 256;
@@ -229,6 +258,8 @@ int run(const Options& o) {
     model = std::make_shared<nn::GPT>(config);
   }
   const Device device = Device::parse(o.device);
+  if (o.memory_limit_mib > 0) set_memory_limit(device, o.memory_limit_mib << 20);
+  set_detect_anomaly(o.detect_anomaly);
   const DType precision = samples::parse_precision("train_gpt", o.precision);
   model->to(precision);
   model->to(device);
@@ -242,13 +273,17 @@ int run(const Options& o) {
   std::vector<std::pair<Tensor, Tensor>> validation;
   if (o.data.empty()) {
     task = std::make_unique<samples::AdditionTask>(int(o.digits));
-    HG_CHECK(model->config.context >= task->problem_length() - 1, "[train_gpt] the loaded model's context (",
-             model->config.context, ") is too short for ", o.digits, "-digit problems");
+    if (model->config.context < task->problem_length() - 1)
+      samples::exit_with_usage_error("train_gpt", "the " + std::to_string(model->config.context) +
+                                                      " positions of --load " + o.load + " are too few for " +
+                                                      std::to_string(o.digits) + "-digit problems; expected at least " +
+                                                      std::to_string(task->problem_length() - 1));
     // A fresh problem for every training row (up to 2^24 of them; a longer run repeats the pool).
     const int64_t pool = std::clamp<int64_t>(o.steps * o.batch, int64_t(1) << 20, int64_t(1) << 24);
     train_set = std::make_shared<samples::AdditionDataset>(*task, pool, uint64_t(o.seed) * 7919 + 1);
   } else {
-    text = std::make_unique<samples::TokenData>(samples::load_token_data(o.data, T));
+    text = std::make_unique<samples::TokenData>(
+        samples::or_usage_error("train_gpt", "--data " + o.data, [&] { return samples::load_token_data(o.data, T); }));
     train_set = std::make_shared<data::TokenWindowDataset>(text->train, T, 1);
     validation = samples::validation_batches(*text, T, o.batch, 8);
   }
@@ -353,7 +388,8 @@ int run(const Options& o) {
   if (!o.checkpoint_dir.empty()) checkpoints.emplace(o.checkpoint_dir, o.keep_checkpoints);
   if (o.resume) {
     if (const auto latest = checkpoints->latest()) {
-      train::load_checkpoint(*latest, state);
+      samples::or_usage_error("train_gpt", "--resume from " + *latest,
+                              [&] { return train::load_checkpoint(*latest, state); });
       loader.load_state(loader_position);
       std::printf("resumed from %s at step %lld\n", latest->c_str(), (long long)completed_steps);
     } else {
@@ -535,7 +571,7 @@ int run(const Options& o) {
               timed_seconds > 0 ? timed_tokens / timed_seconds : 0.0,
               timed_steps > 0 ? 1e3 * timed_seconds / double(timed_steps) : 0.0,
               megabytes(memory_stats(device).peak_allocated_bytes).c_str());
-  std::printf("%s", memory_summary().c_str());
+  if (o.memory_summary) std::printf("%s", memory_summary().c_str());
   return 0;
 }
 

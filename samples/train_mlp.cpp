@@ -52,6 +52,9 @@ Options parse_options(int argc, char** argv) {
   const Options o{device, classes, points, width, depth, batch, steps, warmup, eval_every, seed, threads,
                   turns, noise, lr, weight_decay};
   if (o.classes > 1000) samples::exit_with_usage_error("train_mlp", "--classes must be at most 1000");
+  samples::check_at_most("train_mlp", {{"points", o.points, 1 << 26}, {"width", o.width, 1 << 16},
+                                       {"depth", o.depth, 1024}, {"batch", o.batch, 1 << 20},
+                                       {"threads", o.threads, 4096}});
   samples::checked_device("train_mlp", o.device);
   return o;
 }

@@ -2,7 +2,10 @@
 // atomic files and a directory that keeps the last K (layout and rules in train/checkpoint.h).
 #include "train/checkpoint.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
@@ -348,6 +351,24 @@ CheckpointDirectory::CheckpointDirectory(std::string directory, int64_t keep_las
   std::error_code error;
   std::filesystem::create_directories(directory_, error);
   HG_CHECK(!error, "[CheckpointDirectory] cannot create '", directory_, "': ", error.message());
+  remove_stale_temporaries();
+}
+
+void CheckpointDirectory::remove_stale_temporaries() const {
+  // "step_<10 digits>.safetensors.tmp.<pid>" of a writer that is gone (killed mid-save).
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory_, error)) {
+    const std::string file = entry.path().filename().string();
+    const std::string marker = ".safetensors.tmp.";
+    if (file.rfind("step_", 0) != 0 || file.size() <= 15 + marker.size() ||
+        file.compare(15, marker.size(), marker) != 0)
+      continue;
+    long long pid = 0;
+    const char* digits = file.data() + 15 + marker.size();
+    const auto parsed = std::from_chars(digits, file.data() + file.size(), pid);
+    if (parsed.ec != std::errc() || parsed.ptr != file.data() + file.size() || pid <= 0) continue;
+    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), error);
+  }
 }
 
 std::string CheckpointDirectory::save(const TrainingState& state, int64_t step) const {

@@ -84,7 +84,9 @@ int64_t load_checkpoint(const std::string& path, const TrainingState& state);
 // A directory of checkpoints "step_<10 digits>.safetensors", the newest `keep_last` kept.
 class CheckpointDirectory {
  public:
-  // Creates the directory when missing. keep_last >= 1.
+  // Creates the directory when missing. keep_last >= 1. Removes the temporary files of writers that
+  // were killed mid-save ("step_*.safetensors.tmp.<pid>" whose process is gone); they were never
+  // listed as checkpoints.
   CheckpointDirectory(std::string directory, int64_t keep_last);
 
   // Writes the checkpoint of `step`, then deletes the oldest beyond keep_last. Returns its path.
@@ -96,6 +98,7 @@ class CheckpointDirectory {
   const std::string& path() const { return directory_; }
 
  private:
+  void remove_stale_temporaries() const;
   std::string directory_;
   int64_t keep_last_;
 };

@@ -57,7 +57,7 @@ grep -q "shard_000001.bin: .* u32 tokens" <<<"$out" || fail "shards not describe
 grep -q "validation loss" <<<"$out" || fail "no validation loss on shards: $out"
 head -c 40 "$work/shard_000000.bin" > "$work/truncated.bin"
 err=$("$bin" --data "$work/truncated.bin" --steps 1 2>&1 >/dev/null); code=$?
-[[ $code -eq 1 ]] && grep -q "truncated: the header promises 700 u32 tokens" <<<"$err" || fail "truncated shard: $code $err"
+[[ $code -eq 2 ]] && grep -q "truncated: the header promises 700 u32 tokens" <<<"$err" || fail "truncated shard: $code $err"
 help=$("$prepare" --help); grep -q -- "--shard-tokens" <<<"$help" || fail "prepare_data --help does not list the flags"
 "$prepare" --input "$work/none.txt" --output "$work/x" 2>/dev/null; [[ $? -eq 2 ]] || fail "prepare_data: missing input not exit 2"
 "$prepare" --input "$work/text.txt" --output "$work/x" --dtype u8 2>/dev/null; [[ $? -eq 2 ]] || fail "prepare_data: --dtype u8 not exit 2"

@@ -33,12 +33,12 @@ resumed_loss=$(grep "checkpoint step $((2 * n)) " <<<"$out" | grep -o "| loss [^
 cmp "$work/straight/step_0000000012.safetensors" "$work/resumed/step_0000000012.safetensors" \
   || fail "the final checkpoints differ"
 
-# A checkpoint of another architecture is refused with a clear error (exit 1), no usage error.
+# A checkpoint of another architecture is refused with a one-line usage error (exit 2) naming it.
 wide=("${tiny[@]}")
 wide[5]=64  # --dim 32 -> 64
 err=$("$bin" "${wide[@]}" --checkpoint-dir "$work/resumed" --resume 2>&1 >/dev/null)
 code=$?
-[[ $code -eq 1 ]] || fail "resuming a dim-32 checkpoint with --dim 64 exited $code: $err"
+[[ $code -eq 2 ]] || fail "resuming a dim-32 checkpoint with --dim 64 exited $code: $err"
 grep -q "another model configuration" <<<"$err" || fail "unclear error for another architecture: $err"
 err=$("$bin" --resume 2>&1 >/dev/null)
 [[ $? -eq 2 ]] && grep -q -- "need --checkpoint-dir" <<<"$err" || fail "--resume without a directory: $err"

@@ -1,0 +1,78 @@
+// Fuzz target: the samples' flag parser (samples/cli.h Flags) and their shared flag validation
+// (samples/precision_flags.h, Device::parse), on an argv cut from the input at '\n' bytes. The
+// flags are those train_gpt declares, with their kinds and bounds. Every outcome is a parsed set of
+// flags or a UsageExit (status 2 with a "train_gpt: error: ..." line, or 0 after --help); the
+// validation after parse either accepts or answers UsageExit / hg::Error -- never a crash.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "samples/cli.h"
+#include "samples/precision_flags.h"
+
+namespace {
+
+void require(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "fuzz_cli: %s\n", what);
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::vector<std::string> args{"train_gpt"};
+  std::string current;
+  for (size_t i = 0; i < size; ++i) {
+    if (data[i] == '\n') {
+      args.push_back(current);
+      current.clear();
+    } else {
+      current += char(data[i]);
+    }
+  }
+  args.push_back(current);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  hg::samples::ThrowUsageExits throw_instead_of_exit;
+  hg::samples::Flags flags("train_gpt", "fuzzed");
+  auto& device = flags.add_string("device", "cpu", "device");
+  auto& layers = flags.add_int("layers", 2, "blocks", 1, 1024);
+  auto& heads = flags.add_int("heads", 4, "heads", 1, 1 << 16);
+  auto& dim = flags.add_int("dim", 128, "width", 1, 1 << 16);
+  auto& context = flags.add_int("context", 16, "context", 1, 1 << 20);
+  auto& batch = flags.add_int("batch", 64, "batch", 1, 1 << 20);
+  auto& lr = flags.add_double("lr", 2e-3, "lr", 0.0);
+  auto& dropout = flags.add_double("dropout", 0.0, "dropout", 0.0, 0.99);
+  auto& seed = flags.add_int("seed", 1337, "seed", 0);
+  auto& precision = flags.add_string("precision", "fp32", "precision");
+  auto& loss_scale = flags.add_string("loss-scale", "", "loss scale");
+  auto& grad_accum = flags.add_int("grad-accum", 1, "accumulation", 1);
+  auto& batch_tokens = flags.add_int("batch-tokens", 0, "tokens per step", 0);
+  auto& resume = flags.add_bool("resume", false, "resume");
+  try {
+    flags.parse(int(args.size()), argv.data());
+    require(layers >= 1 && layers <= 1024 && heads >= 1 && dim >= 1 && context >= 1 && context <= (1 << 20) &&
+                batch >= 1 && batch <= (1 << 20) && lr >= 0 && dropout >= 0 && dropout <= 0.99 && seed >= 0 &&
+                grad_accum >= 1 && batch_tokens >= 0,
+            "parse accepted a value outside its bounds");
+    (void)resume;
+    const hg::DType dtype = hg::samples::parse_precision("train_gpt", precision);
+    const hg::optim::LossScaler scaler = hg::samples::parse_loss_scale("train_gpt", loss_scale, dtype);
+    (void)scaler;
+    const int64_t micro = hg::samples::accumulation_steps("train_gpt", grad_accum, batch_tokens, batch * context);
+    require(micro >= 1, "accumulation_steps returned no micro-batch");
+    (void)hg::Device::parse(device);
+  } catch (const hg::samples::UsageExit& e) {
+    require(e.status == 0 || e.status == 2, "a usage exit with another status");
+    require(e.status == 0 || e.message.rfind("train_gpt: error: ", 0) == 0, "a usage error without its prefix");
+  } catch (const hg::Error& e) {
+    require(std::string(e.what()).size() > 0, "an empty error message");
+  }
+  return 0;
+}
