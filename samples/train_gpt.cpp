@@ -33,6 +33,7 @@
 #include "samples/cli.h"
 #include "samples/gpt_datasets.h"
 #include "samples/precision_flags.h"
+#include "samples/progress.h"
 #include "samples/training_monitor.h"
 #include "train/checkpoint.h"
 
@@ -193,17 +194,7 @@ Options parse_options(int argc, char** argv) {
     samples::check_readable_file("train_gpt", "data", o.data.substr(start, comma - start));
     start = comma + 1;
   }
-  Device device_choice;
-  try {
-    device_choice = Device::parse(o.device);
-  } catch (const Error&) {
-    samples::exit_with_usage_error("train_gpt", "unknown --device \"" + o.device + "\"; expected cpu, cuda or cuda:N");
-  }
-  if (device_choice.is_cuda() && device_choice.index >= cuda::device_count())
-    samples::exit_with_usage_error("train_gpt", "--device " + o.device + " is not available: " +
-                                                    (cuda::is_available() ? "this machine has " +
-                                                     std::to_string(cuda::device_count()) + " CUDA device(s)"
-                                                                          : cuda::unavailable_reason()));
+  samples::checked_device("train_gpt", o.device);  // exits 2 for an unknown or absent device
   return o;
 }
 
@@ -212,28 +203,6 @@ std::string megabytes(int64_t bytes) {
   std::snprintf(text, sizeof text, "%.1f", double(bytes) / (1024.0 * 1024.0));
   return text;
 }
-
-class Progress {
- public:
-  Progress() : tty_(isatty(fileno(stdout))) {}
-  void step_line(const std::string& line, bool keep) {
-    if (tty_) {
-      std::printf("\r\033[K%s", line.c_str());
-      if (keep) std::printf("\n");
-    } else if (keep) {
-      std::printf("%s\n", line.c_str());
-    }
-    std::fflush(stdout);
-  }
-  void line(const std::string& text) {
-    if (tty_) std::printf("\r\033[K");
-    std::printf("%s\n", text.c_str());
-    std::fflush(stdout);
-  }
-
- private:
-  bool tty_;
-};
 
 int run(const Options& o) {
   if (o.threads > 0) omp_set_num_threads(int(o.threads));
@@ -403,7 +372,7 @@ int run(const Options& o) {
   using profiler::Category;
   using profiler::ScopedRange;
 
-  Progress progress;
+  samples::Progress progress;
   model->train();
   const auto start = Clock::now();
   double last_loss = NAN, accuracy = NAN, val_loss = NAN;
