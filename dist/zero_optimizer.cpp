@@ -1,9 +1,11 @@
 // ZeroOptimizer (dist/zero_optimizer.h): flat buffers, gradient buckets launched from backward hooks,
 // the sharded AdamW update and the parameter all-gather.
 #include "dist/zero_optimizer.h"
+#include "dist/zero_layout.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -16,31 +18,39 @@
 #include "kernels/kernels.h"
 
 namespace hg::dist {
-namespace {
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// The overlap of [begin, end) with [lo, hi), as a count (0 when disjoint).
-int64_t overlap(int64_t begin, int64_t end, int64_t lo, int64_t hi) {
-  return std::max<int64_t>(0, std::min(end, hi) - std::max(begin, lo));
-}
-
-// Points `param` (same TensorImpl, so every handle sees it) at `view`'s memory.
-void rebind(const Tensor& param, const Tensor& view) {
-  TensorImpl* impl = param.impl();
-  impl->storage = view.impl()->storage;
-  impl->offset = view.offset();
-  impl->strides = view.strides();
-}
-
-}  // namespace
+using layout::overlap;
+using layout::rebind;
+using layout::round_up;
 
 ZeroOptimizer::ZeroOptimizer(std::vector<Tensor> params, Communicator& comm, ZeroOptions options)
     : comm_(comm), options_(options), lr_(options.adamw().lr()), params_(std::move(params)) {
+  HG_CHECK(options_.stage() != 3, "[ZeroOptimizer] stage 3 gathers each module's parameters around its forward and "
+           "backward, so it needs the model: construct it as ZeroOptimizer(model, comm, options)");
+  validate_params();
+  layout_flat();
+  init_state_and_buckets();
+}
+
+ZeroOptimizer::ZeroOptimizer(nn::Module& model, Communicator& comm, ZeroOptions options, ShardUnitPolicy units)
+    : comm_(comm), options_(options), lr_(options.adamw().lr()), params_(model.parameters()) {
+  validate_params();
+  if (options_.stage() == 3) {
+    HG_CHECK(units != nullptr, "[ZeroOptimizer] stage 3 needs a unit policy (which modules to gather as one)");
+    layout_units(model, units);
+  } else {
+    layout_flat();
+  }
+  init_state_and_buckets();
+}
+
+void ZeroOptimizer::validate_params() {
   const char* who = "[ZeroOptimizer]";
-  HG_CHECK(options_.stage() >= 0 && options_.stage() <= 2, who, " stage ", options_.stage(),
-           " is not supported: expected 0 (data parallel), 1 (optimizer state sharded) or 2 (+ gradients sharded)");
+  HG_CHECK(options_.stage() >= 0 && options_.stage() <= 3, who, " stage ", options_.stage(),
+           " is not supported: expected 0 (data parallel), 1 (optimizer state sharded), 2 (+ gradients sharded) or "
+           "3 (+ parameters sharded)");
   HG_CHECK(options_.bucket_bytes() > 0, who, " bucket_bytes must be > 0, got ", options_.bucket_bytes());
+  HG_CHECK(options_.persistence_threshold() >= 0, who, " persistence_threshold must be >= 0, got ",
+           options_.persistence_threshold());
   HG_CHECK(!params_.empty(), who, " no parameters to optimize");
   { optim::AdamW validate({params_[0]}, options_.adamw()); }  // the AdamW options' own checks
   dtype_ = params_[0].dtype();
@@ -55,15 +65,20 @@ ZeroOptimizer::ZeroOptimizer(std::vector<Tensor> params, Communicator& comm, Zer
     HG_CHECK(p.dtype() == dtype_ && p.device() == device_, who, " parameter ", i, " is ", p.describe(),
              " but parameter 0 is ", dtype_name(dtype_), " on ", device_.str(), ": one dtype and device expected");
     HG_CHECK(seen.insert(p.impl()).second, who, " parameter ", i, " appears twice");
-    offsets_.push_back(total_);
+    unpadded_offsets_.push_back(total_);
     total_ += p.numel();
   }
+}
+
+void ZeroOptimizer::layout_flat() {
   const int world = comm_.world_size();
   const int rank = comm_.rank();
+  offsets_ = unpadded_offsets_;  // one segment: the parameters back to back, the padding at the end
   padded_ = round_up(std::max<int64_t>(total_, 1), int64_t(world) * kAlignElements);
   const int64_t part = padded_ / world;
   opt_begin_ = options_.stage() == 0 ? 0 : rank * part;
   opt_count_ = options_.stage() == 0 ? padded_ : part;
+  owned_ = {OwnedRange{opt_begin_, opt_count_, 0}};
 
   // Flat parameters (rank 0's values everywhere); the parameters become views of them.
   flat_params_ = zeros({padded_}, dtype_, device_);
@@ -84,16 +99,6 @@ ZeroOptimizer::ZeroOptimizer(std::vector<Tensor> params, Communicator& comm, Zer
     grad_shard_ = zeros({part}, dtype_, device_);
   }
 
-  // Optimizer state of the partition: fp32 moments, and an fp32 master unless the parameters are
-  // f32 and live where the update runs.
-  state_device_ = options_.offload_optimizer() ? kCPU : device_;
-  exp_avg_ = zeros({opt_count_}, DType::f32, state_device_);
-  exp_avg_sq_ = zeros({opt_count_}, DType::f32, state_device_);
-  if (dtype_ != DType::f32 || options_.offload_optimizer()) {
-    master_ = empty({opt_count_}, DType::f32, state_device_);
-    master_.copy_(flat_params_.narrow(0, opt_begin_, opt_count_));
-  }
-
   // Buckets from the last parameter backwards; bucket 0 also covers the padding at the end.
   const int64_t bucket_elements = std::max<int64_t>(1, options_.bucket_bytes() / int64_t(dtype_size(dtype_)));
   bucket_of_.resize(params_.size());
@@ -108,32 +113,84 @@ ZeroOptimizer::ZeroOptimizer(std::vector<Tensor> params, Communicator& comm, Zer
     b.params.push_back(k);
     bucket_of_[k] = buckets_.size() - 1;
   }
+}
+
+void ZeroOptimizer::init_state_and_buckets() {
+  // Optimizer state of the owned elements: fp32 moments, and an fp32 master unless the parameters
+  // are f32 and live where the update runs.
+  state_device_ = options_.offload_optimizer() ? kCPU : device_;
+  exp_avg_ = zeros({opt_count_}, DType::f32, state_device_);
+  exp_avg_sq_ = zeros({opt_count_}, DType::f32, state_device_);
+  if (dtype_ != DType::f32 || options_.offload_optimizer()) {
+    master_ = empty({opt_count_}, DType::f32, state_device_);
+    master_.copy_(owned_params());
+  }
   for (Bucket& b : buckets_) b.pending = int(b.params.size());
   ready_.assign(params_.size(), false);
   for (size_t i = 0; i < params_.size(); ++i)
     register_post_accumulate_grad_hook(params_[i], [this, i] { on_grad_ready(i); });
 }
 
+Tensor ZeroOptimizer::owned_params() const {
+  return options_.stage() == 3 ? param_shard_ : flat_params_.narrow(0, opt_begin_, opt_count_);
+}
+
+Tensor ZeroOptimizer::owned_grads() const {
+  return options_.stage() < 2 ? flat_grads_.narrow(0, opt_begin_, opt_count_) : grad_shard_;
+}
+
+std::vector<ZeroOptimizer::Piece> ZeroOptimizer::pieces_of(const std::vector<OwnedRange>& ranges) const {
+  std::vector<Piece> pieces;
+  for (const OwnedRange& r : ranges)
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t begin = std::max(offsets_[i], r.begin);
+      const int64_t count = overlap(offsets_[i], offsets_[i] + params_[i].numel(), r.begin, r.begin + r.count);
+      if (count == 0) continue;
+      pieces.push_back(Piece{unpadded_offsets_[i] + begin - offsets_[i], count, r.local + begin - r.begin});
+    }
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.local < b.local; });
+  std::vector<Piece> merged;  // runs contiguous both in the parameters and in the state
+  for (const Piece& piece : pieces) {
+    if (!merged.empty() && merged.back().unpadded + merged.back().count == piece.unpadded &&
+        merged.back().local + merged.back().count == piece.local)
+      merged.back().count += piece.count;
+    else
+      merged.push_back(piece);
+  }
+  return merged;
+}
+
 ZeroOptimizer::~ZeroOptimizer() {
   for (const Tensor& p : params_) clear_post_accumulate_grad_hooks(p);
-  for (Work& w : in_flight_) {
+  for (nn::Module* m : hooked_modules_) m->clear_forward_hooks();
+  auto quietly_wait = [](Work& w) {
     try {
-      w.wait();
+      if (w.defined()) w.wait();
     } catch (...) {
     }
+  };
+  for (Work& w : in_flight_) quietly_wait(w);
+  for (Unit& u : units_) {
+    quietly_wait(u.gather);
+    u.full.impl()->storage->set_on_demand(nullptr);
   }
 }
 
 void ZeroOptimizer::on_grad_ready(size_t index) {
+  if (options_.stage() == 3) return on_unit_grad_ready(index);
   if (!sync_) return;
+  mark_ready(index);
+  --buckets_[bucket_of_[index]].pending;
+  launch_ready_buckets();
+}
+
+void ZeroOptimizer::mark_ready(size_t index) {
   HG_CHECK(!ready_[index], "[ZeroOptimizer] the gradient of parameter ", index, " ", params_[index].describe(),
            " was produced twice with gradient sync on before step(): call set_gradient_sync(false) for the "
            "accumulation micro-steps and on only for the last one");
   ready_[index] = true;
   synced_ = false;
   norm_ = -1.0;
-  --buckets_[bucket_of_[index]].pending;
-  launch_ready_buckets();
 }
 
 void ZeroOptimizer::launch_ready_buckets() {
@@ -172,28 +229,46 @@ void ZeroOptimizer::finish_gradient_sync() {
   if (synced_) return;
   HG_CHECK(sync_, "[ZeroOptimizer] the gradients have not been communicated: the last backward ran with "
            "set_gradient_sync(false); turn sync on for the last accumulation micro-step");
-  // Buckets whose parameters received no gradient (unused in this step) still take part.
-  while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
+  // Buckets (stage 3: units) whose parameters received no gradient (unused in this step) still take part.
+  if (options_.stage() == 3) {
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (!units_[u].launched) launch_unit(u);
+  } else {
+    while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
+  }
   for (Work& w : in_flight_) w.wait();
   in_flight_.clear();
   in_flight_buffers_.clear();
   next_bucket_ = 0;
   for (Bucket& b : buckets_) b.pending = int(b.params.size());
   ready_.assign(params_.size(), false);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    units_[u].launched = false;
+    release(u);  // one whose parameters did not all receive a gradient is still whole
+  }
   synced_ = true;
 }
 
 Tensor ZeroOptimizer::grad_range(int64_t global_begin, int64_t count) const {
   if (options_.stage() < 2) return flat_grads_.narrow(0, global_begin, count);
-  return grad_shard_.narrow(0, global_begin - opt_begin_, count);
+  for (const OwnedRange& r : owned_)
+    if (global_begin >= r.begin && global_begin + count <= r.begin + r.count)
+      return grad_shard_.narrow(0, r.local + global_begin - r.begin, count);
+  HG_CHECK(false, "[ZeroOptimizer] internal: gradient range [", global_begin, ", ", global_begin + count,
+           ") is not owned by rank ", comm_.rank());
+  return {};
 }
 
 double ZeroOptimizer::local_sum_of_squares() {
-  // Each element counted once over the ranks: this rank's partition (stage 0 has every gradient on
-  // every rank, and counts its shard_of share).
-  const int64_t part = partition_numel();
-  const Tensor g = grad_range(comm_.rank() * part, part);
-  return HG_KERNEL(device_, sum_of_squares, g.data_ptr(), part, dtype_);
+  // Each element counted once over the ranks: the elements this rank owns (stage 0 has every
+  // gradient on every rank, and counts its 1/N share of the flat buffer).
+  if (options_.stage() == 0) {
+    const int64_t part = partition_numel();
+    const Tensor g = grad_range(comm_.rank() * part, part);
+    return HG_KERNEL(device_, sum_of_squares, g.data_ptr(), part, dtype_);
+  }
+  const Tensor g = owned_grads();
+  return HG_KERNEL(device_, sum_of_squares, g.data_ptr(), g.numel(), dtype_);
 }
 
 double ZeroOptimizer::grad_norm() {
@@ -227,26 +302,26 @@ bool ZeroOptimizer::step() {
   }
   ++step_;
   const optim::AdamWOptions& o = options_.adamw();
-  const int64_t opt_end = opt_begin_ + opt_count_;
   // Offload: this rank's gradients and updated parameters cross to and from host memory once.
   Tensor grads_host, params_host;
   if (options_.offload_optimizer()) {
-    grads_host = grad_range(opt_begin_, opt_count_);
-    params_host = flat_params_.narrow(0, opt_begin_, opt_count_);
+    grads_host = owned_grads();
+    params_host = owned_params();
     if (!device_.is_cpu()) {
       grads_host = grads_host.to(kCPU);
       params_host = empty({opt_count_}, dtype_, kCPU);
     }
   } else if (grad_scale_ != 1.0) {
-    const Tensor g = grad_range(opt_begin_, opt_count_);
+    const Tensor g = owned_grads();
     g.copy_(g * grad_scale_);
   }
+  for (const OwnedRange& range : owned_)
   for (size_t i = 0; i < params_.size(); ++i) {
-    const int64_t begin = std::max(offsets_[i], opt_begin_);
-    const int64_t count = overlap(offsets_[i], offsets_[i] + params_[i].numel(), opt_begin_, opt_end);
+    const int64_t begin = std::max(offsets_[i], range.begin);
+    const int64_t count = overlap(offsets_[i], offsets_[i] + params_[i].numel(), range.begin, range.begin + range.count);
     if (count == 0) continue;
     const double weight_decay = o.decay_only_matrices() && params_[i].dim() < 2 ? 0.0 : o.weight_decay();
-    const int64_t local = begin - opt_begin_;
+    const int64_t local = range.local + begin - range.begin;
     auto* m = exp_avg_.data<float>() + local;
     auto* v = exp_avg_sq_.data<float>() + local;
     float* master = master_.defined() ? master_.data<float>() + local : nullptr;
@@ -256,14 +331,15 @@ bool ZeroOptimizer::step() {
                                        m, v, static_cast<char*>(params_host.data_ptr()) + local * element, dtype_,
                                        count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay, step_, grad_scale_);
     } else {
-      HG_KERNEL(device_, adamw_step, flat_params_.narrow(0, begin, count).data_ptr(), master,
-                grad_range(begin, count).data_ptr(), m, v, count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay,
-                step_, dtype_);
+      HG_KERNEL(device_, adamw_step, owned_params().narrow(0, local, count).data_ptr(), master,
+                owned_grads().narrow(0, local, count).data_ptr(), m, v, count, lr_, o.beta1(), o.beta2(), o.eps(),
+                weight_decay, step_, dtype_);
     }
   }
-  if (options_.offload_optimizer() && !device_.is_cpu())
-    flat_params_.narrow(0, opt_begin_, opt_count_).copy_(params_host);
-  if (options_.stage() >= 1) {
+  if (options_.offload_optimizer() && !device_.is_cpu()) owned_params().copy_(params_host);
+  if (options_.stage() == 3) {
+    refresh_units_after_step();
+  } else if (options_.stage() >= 1) {
     const int64_t part = partition_numel();
     const std::vector<int64_t> counts(size_t(comm_.world_size()), part);
     comm_.all_gather(flat_params_.narrow(0, opt_begin_, part).data_ptr(), flat_params_.data_ptr(), counts, dtype_,
@@ -276,7 +352,7 @@ bool ZeroOptimizer::step() {
 void ZeroOptimizer::zero_grad() {
   if (options_.stage() < 2) {
     flat_grads_.zero_();
-  } else {
+  } else {  // stages 2 and 3
     grad_shard_.zero_();
     for (const Tensor& p : params_) p.impl()->grad = nullptr;
   }
@@ -288,7 +364,9 @@ void ZeroOptimizer::zero_grad() {
 ModelStateBytes ZeroOptimizer::model_state_bytes() const {
   auto bytes = [](const Tensor& t) { return t.defined() ? t.numel() * int64_t(dtype_size(t.dtype())) : 0; };
   ModelStateBytes b;
-  b.params = bytes(flat_params_);
+  b.params = bytes(flat_params_) + bytes(param_shard_);  // stage 3: + the units that stay whole
+  for (const Unit& u : units_)
+    if (u.persistent) b.params += bytes(u.full);
   b.grads = bytes(flat_grads_) + bytes(grad_shard_);
   b.optimizer = bytes(master_) + bytes(exp_avg_) + bytes(exp_avg_sq_);
   return b;
@@ -310,22 +388,68 @@ int64_t metadata_int(const safetensors::File& file, const std::string& key, cons
   auto it = file.metadata.find(key);
   HG_CHECK(it != file.metadata.end(), "[ZeroOptimizer] load_state: ", path, " has no '", key,
            "' metadata (not a file written by save_state)");
-  return std::stoll(it->second);
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    HG_CHECK(false, "[ZeroOptimizer] load_state: ", path, " metadata '", key, "' is \"", it->second,
+             "\", expected an integer");
+  }
+  return 0;
+}
+
+// The element ranges a shard file holds: "ranges" = "offset:count,..." (or, from older files, one
+// "offset" and "count"), each inside [0, numel).
+std::vector<std::pair<int64_t, int64_t>> saved_ranges(const safetensors::File& file, const std::string& path,
+                                                      int64_t numel) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  auto it = file.metadata.find("ranges");
+  if (it == file.metadata.end()) {
+    out.emplace_back(metadata_int(file, "offset", path), metadata_int(file, "count", path));
+  } else {
+    const std::string& text = it->second;
+    size_t at = 0;
+    while (at < text.size()) {
+      const size_t comma = std::min(text.find(',', at), text.size());
+      const std::string item = text.substr(at, comma - at);
+      const size_t colon = item.find(':');
+      long long offset = -1, count = -1;
+      char extra = 0;
+      HG_CHECK(colon != std::string::npos && std::sscanf(item.c_str(), "%lld:%lld%c", &offset, &count, &extra) == 2,
+               "[ZeroOptimizer] load_state: ", path, " has a malformed range \"", item, "\" in its 'ranges' metadata, "
+               "expected offset:count");
+      out.emplace_back(offset, count);
+      at = comma + 1;
+    }
+  }
+  for (const auto& [offset, count] : out)
+    HG_CHECK(offset >= 0 && count >= 0 && offset + count <= numel, "[ZeroOptimizer] load_state: ", path,
+             " holds elements [", offset, ", ", offset + count, ") outside the ", numel, " parameters");
+  return out;
 }
 }  // namespace
 
 void ZeroOptimizer::save_state(const std::string& prefix) {
   const int world = comm_.world_size();
   const int rank = comm_.rank();
+  // Stage 0 holds everything on every rank; each writes its 1/N share.
   const int64_t part = partition_numel();
-  const int64_t begin = std::min(rank * part, total_);
-  const int64_t count = std::min((rank + 1) * part, total_) - begin;
+  const std::vector<Piece> pieces =
+      pieces_of(options_.stage() == 0 ? std::vector<OwnedRange>{{rank * part, part, rank * part}} : owned_);
+  std::string ranges;
+  for (const Piece& p : pieces) {
+    if (!ranges.empty()) ranges += ',';
+    ranges += std::to_string(p.unpadded);
+    ranges += ':';
+    ranges += std::to_string(p.count);
+  }
   safetensors::NamedTensors tensors;
-  for (const auto& [name, t] : state_tensors())
-    tensors.emplace_back(name, t.narrow(0, begin - opt_begin_, count).to(kCPU));
+  for (const auto& [name, t] : state_tensors()) {
+    std::vector<Tensor> parts;
+    for (const Piece& p : pieces) parts.push_back(t.narrow(0, p.local, p.count).to(kCPU));
+    tensors.emplace_back(name, parts.empty() ? zeros({0}, DType::f32, kCPU) : cat(parts, 0));
+  }
   safetensors::save(shard_path(prefix, rank, world), tensors,
-                    {{"offset", std::to_string(begin)}, {"count", std::to_string(count)},
-                     {"numel", std::to_string(total_)}, {"step", std::to_string(step_)},
+                    {{"ranges", ranges}, {"numel", std::to_string(total_)}, {"step", std::to_string(step_)},
                      {"world", std::to_string(world)}});
   comm_.barrier().wait();
 }
@@ -348,24 +472,31 @@ int ZeroOptimizer::saved_world_size(const std::string& prefix) {
 void ZeroOptimizer::load_state(const std::string& prefix) {
   const int saved_world = saved_world_size(prefix);
   HG_CHECK(saved_world > 0, "[ZeroOptimizer] load_state: no optimizer shards ", prefix, ".rank0-of-N.safetensors");
-  const int64_t my_end = std::min(opt_begin_ + opt_count_, total_);
+  const std::vector<Piece> mine = pieces_of(owned_);
   for (int r = 0; r < saved_world; ++r) {
     const std::string path = shard_path(prefix, r, saved_world);
     const safetensors::File file = safetensors::load(path);
     HG_CHECK(metadata_int(file, "numel", path) == total_, "[ZeroOptimizer] load_state: ", path, " holds the state of ",
              metadata_int(file, "numel", path), " parameters but this optimizer has ", total_);
-    const int64_t offset = metadata_int(file, "offset", path);
-    const int64_t count = metadata_int(file, "count", path);
     step_ = metadata_int(file, "step", path);
-    const int64_t lo = std::max(offset, opt_begin_), hi = std::min(offset + count, my_end);
-    if (hi <= lo) continue;
-    for (const auto& [name, t] : state_tensors()) {
-      const Tensor* saved = file.find(name);
-      if (!saved) {
-        HG_CHECK(name == "master", "[ZeroOptimizer] load_state: ", path, " has no '", name, "'");
-        continue;  // keeps the copy of the loaded parameters
+    const std::vector<std::pair<int64_t, int64_t>> saved = saved_ranges(file, path, total_);
+    int64_t at = 0;  // where the saved range starts in the file's tensors
+    for (const auto& [offset, count] : saved) {
+      for (const Piece& p : mine) {
+        const int64_t lo = std::max(offset, p.unpadded), hi = std::min(offset + count, p.unpadded + p.count);
+        if (hi <= lo) continue;
+        for (const auto& [name, t] : state_tensors()) {
+          const Tensor* tensor = file.find(name);
+          if (!tensor) {
+            HG_CHECK(name == "master", "[ZeroOptimizer] load_state: ", path, " has no '", name, "'");
+            continue;  // keeps the copy of the loaded parameters
+          }
+          HG_CHECK(tensor->dim() == 1 && tensor->numel() >= at + count, "[ZeroOptimizer] load_state: ", path, " '",
+                   name, "' is ", tensor->describe(), " but its ranges need ", at + count, " elements");
+          t.narrow(0, p.local + lo - p.unpadded, hi - lo).copy_(tensor->narrow(0, at + lo - offset, hi - lo));
+        }
       }
-      t.narrow(0, lo - opt_begin_, hi - lo).copy_(saved->narrow(0, lo - offset, hi - lo));
+      at += count;
     }
   }
   comm_.barrier().wait();

@@ -8,7 +8,23 @@
 //                            its partition, then the parameters are all-gathered.    2 + 2 + 12/N
 //   stage 2  (SHARD_GRAD_OP) also the gradients: each bucket is reduce-scattered into its owners'
 //                            gradient shards and the full-size gradients are freed.  2 + (2 + 12)/N
+//   stage 3  (FULL_SHARD)    also the parameters: each rank keeps 1/N of every unit (a module, e.g. a
+//                            transformer Block) and the unit is all-gathered before its forward and
+//                            again before its backward, and released after each.   (2 + 2 + 12)/N
 //   (byte counts for half parameters with an fp32 master; f32 parameters: 4 + 4 + 8, no separate master)
+//
+// Stage 3 (dist/zero_stage3.cpp) needs the model: ZeroOptimizer(model, comm, options). The modules the
+// policy picks (default: every nn::Block) are units; the parameters outside them form the root unit
+// (the model's own forward scope), and parameters of at most persistence_threshold elements (LayerNorm
+// weights, biases) form a persistent unit that stays whole on every rank (DeepSpeed's
+// stage3_param_persistence_threshold). Each unit is one flat buffer padded to N equal shards; this rank
+// holds its shard of each, contiguous, and the optimizer state over them. The full buffer is a Storage
+// that lends its bytes out (engine/storage.h): a unit's forward hook (nn::Module::set_forward_hooks)
+// all-gathers it and starts gathering the next unit of the recorded forward order (prefetch); the end of
+// its forward releases it; in backward, the first saved parameter the autograd engine unpacks brings it
+// back (and prefetches the unit before it); once every parameter of the unit has its gradient, the
+// unit's gradients are reduce-scattered into the owners' shards and the unit is released again.
+// Gradient accumulation micro-steps (sync off) keep full-size gradients until the last one.
 //
 // Layout. The parameters (one dtype, one device) are copied into one flat buffer, padded so that its
 // length is N equal partitions of a multiple of kAlignElements; each parameter tensor becomes a view
@@ -37,10 +53,13 @@
 //     gradient sync on (an error says otherwise).
 //   - grad_scale (1 / loss scale of a fp16 LossScaler) multiplies gradients inside the update.
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dist/communicator.h"
+#include "layers/module.h"
 #include "optim/adamw.h"
 
 namespace hg::dist {
@@ -50,7 +69,16 @@ struct ZeroOptions {
   HG_OPTIM_ARG(ZeroOptions, bool, offload_optimizer, false);
   HG_OPTIM_ARG(ZeroOptions, int64_t, bucket_bytes, int64_t(25) << 20);
   HG_OPTIM_ARG(ZeroOptions, optim::AdamWOptions, adamw, optim::AdamWOptions());
+  // Stage 3: parameters with at most this many elements stay whole on every rank.
+  HG_OPTIM_ARG(ZeroOptions, int64_t, persistence_threshold, 0);
+  // Stage 3: start gathering the next unit while the current one computes.
+  HG_OPTIM_ARG(ZeroOptions, bool, prefetch, true);
 };
+
+// Which modules stage 3 gathers and releases as one unit.
+using ShardUnitPolicy = std::function<bool(const nn::Module&)>;
+// The default policy: every transformer block (layers/transformer.h nn::Block).
+bool transformer_blocks(const nn::Module& module);
 
 // Bytes of model state this rank holds (what ZeRO divides).
 struct ModelStateBytes {
@@ -64,7 +92,11 @@ class ZeroOptimizer {
  public:
   static constexpr int64_t kAlignElements = 32;
 
+  // Stages 0-2 over `params`.
   ZeroOptimizer(std::vector<Tensor> params, Communicator& comm, ZeroOptions options = {});
+  // Any stage over model.parameters(); stage 3 installs forward hooks on the units' modules.
+  ZeroOptimizer(nn::Module& model, Communicator& comm, ZeroOptions options = {},
+                ShardUnitPolicy units = transformer_blocks);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -96,15 +128,36 @@ class ZeroOptimizer {
   ModelStateBytes model_state_bytes() const;
   const std::vector<Tensor>& params() const { return params_; }
 
+  // Stage 3: every parameter is whole on every rank while the returned guard lives (saving the model,
+  // reading weights); collective — every rank takes it. Stages 0-2: parameters are always whole.
+  class GatheredParameters {
+   public:
+    explicit GatheredParameters(ZeroOptimizer* owner) : owner_(owner) {}
+    GatheredParameters(GatheredParameters&& other) noexcept : owner_(other.owner_) { other.owner_ = nullptr; }
+    GatheredParameters(const GatheredParameters&) = delete;
+    GatheredParameters& operator=(const GatheredParameters&) = delete;
+    GatheredParameters& operator=(GatheredParameters&&) = delete;
+    ~GatheredParameters();
+
+   private:
+    ZeroOptimizer* owner_;
+  };
+  [[nodiscard]] GatheredParameters gather_parameters();
+  // Stage 3 introspection (tests, benchmarks): units, and how many are whole right now.
+  int64_t unit_count() const { return int64_t(units_.size()); }
+  int64_t gathered_unit_count() const;
+
   // This rank's optimizer state (checkpoints): "master" (when separate), "exp_avg", "exp_avg_sq" —
-  // flat fp32 tensors over [state_offset(), state_offset() + numel) of the flat parameter buffer.
+  // flat fp32 tensors over the elements this rank owns (stages 0-2: [state_offset(), + numel) of the
+  // flat parameter buffer; stage 3: its shard of every unit, in unit order).
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;
   int64_t state_offset() const { return opt_begin_; }
 
   // Checkpoints of the optimizer state, one file per rank: `prefix`.rank{r}-of-{N}.safetensors holds
-  // flat fp32 "exp_avg", "exp_avg_sq" (and "master" when kept) over rank r's partition of the flat
-  // buffer (cut at the unpadded length), with metadata {offset, count, numel, step, world}. The
-  // parameters themselves are saved whole by the model (every rank holds them in stages 0-2).
+  // flat fp32 "exp_avg", "exp_avg_sq" (and "master" when kept) over the elements rank r owns, as
+  // ranges of the parameters concatenated in order without padding (so any stage reads any other's),
+  // with metadata {ranges "offset:count,...", numel, step, world}. The parameters themselves are saved
+  // whole by the model (stage 3: inside gather_parameters()).
   // save_state is collective: it returns on every rank once every file is written.
   void save_state(const std::string& prefix);
   // Loads files written by save_state at any world size and stage: every rank reads the pieces of
@@ -120,7 +173,48 @@ class ZeroOptimizer {
     std::vector<size_t> params;
     int pending = 0;
   };
+  struct Unit {
+    int64_t begin = 0, padded = 0;  // range of the global flat space (padded to N equal shards)
+    int64_t shard_local = 0;        // where this rank's shard starts in param_shard_ / grad_shard_ / state
+    std::vector<size_t> params;
+    Tensor full;                    // the whole unit; its storage lends its bytes out while released
+    bool persistent = false;
+    const nn::Module* module = nullptr;  // whose forward hooks gather it (none: persistent)
+    int depth = 0;                  // open forward scopes of the module
+    int holds = 0;                  // live gather_parameters() guards
+    bool gathering = false;         // an all-gather into `full` is in flight
+    bool launched = false;          // its gradients were reduce-scattered this step
+    Work gather;
+  };
+  // A range of the global flat space this rank owns, and where it starts in the local state.
+  struct OwnedRange {
+    int64_t begin = 0, count = 0, local = 0;
+  };
+  // A run of elements owned here, as [unpadded, unpadded + count) of the parameters concatenated
+  // without padding, starting at `local` in the state (checkpoint files are written in these terms).
+  struct Piece {
+    int64_t unpadded = 0, count = 0, local = 0;
+  };
+  void validate_params();
+  void layout_flat();
+  void init_state_and_buckets();
+  std::vector<Piece> pieces_of(const std::vector<OwnedRange>& ranges) const;
+  Tensor owned_params() const;
+  Tensor owned_grads() const;
+  // stage 3 (dist/zero_stage3.cpp)
+  void layout_units(nn::Module& model, const ShardUnitPolicy& policy);
+  void before_forward(size_t unit);
+  void after_forward(size_t unit);
+  void ensure_gathered(size_t unit);
+  void start_gather(size_t unit);
+  void prefetch_after(size_t unit, int direction);
+  void release(size_t unit);
+  void on_unit_grad_ready(size_t index);
+  void launch_unit(size_t unit);
+  void refresh_units_after_step();
+
   void on_grad_ready(size_t index);
+  void mark_ready(size_t index);
   void launch_ready_buckets();
   void launch(size_t bucket);
   void finish_gradient_sync();
@@ -138,7 +232,14 @@ class ZeroOptimizer {
   Device device_;
   Device state_device_;
   int64_t total_ = 0, padded_ = 0, opt_begin_ = 0, opt_count_ = 0;
+  std::vector<int64_t> unpadded_offsets_;  // param i's first element without padding
+  std::vector<OwnedRange> owned_;
   Tensor flat_params_, flat_grads_, grad_shard_, master_, exp_avg_, exp_avg_sq_;
+  Tensor param_shard_;                      // stage 3: this rank's shard of every unit
+  std::vector<Unit> units_;
+  std::vector<size_t> unit_of_;
+  std::vector<size_t> forward_order_;       // units by first forward use (recorded once)
+  std::vector<nn::Module*> hooked_modules_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
   std::vector<bool> ready_;

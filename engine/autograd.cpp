@@ -11,6 +11,7 @@ namespace hg {
 namespace {
 
 thread_local bool t_grad_mode = true;
+thread_local int t_backward_depth = 0;
 
 // A function node: the backward written next to an op's forward.
 class FunctionNode final : public Node {
@@ -94,6 +95,7 @@ Edge edge_for(const Tensor& input) {
 }  // namespace
 
 bool grad_mode_enabled() { return t_grad_mode; }
+bool backward_in_progress() { return t_backward_depth > 0; }
 
 void register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void()> hook) {
   HG_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(), "[register_post_accumulate_grad_hook] expected "
@@ -150,6 +152,10 @@ void run_backward(const Tensor& root, const Tensor& grad_root, bool retain_graph
   HG_CHECK(root.requires_grad(), "[backward] the tensor ", root.describe(),
            " does not require grad and has no grad_fn: nothing to differentiate");
   NoGradGuard no_grad;
+  struct Depth {
+    Depth() { ++t_backward_depth; }
+    ~Depth() { --t_backward_depth; }
+  } depth;
   std::shared_ptr<Node> start = root.is_leaf() ? grad_accumulator(root) : root.grad_fn();
 
   // Count the consumers of every reachable node.

@@ -96,4 +96,7 @@ void clear_post_accumulate_grad_hooks(const Tensor& leaf);
 // Runs backward from `root` seeded with `grad_root` (same shape as root).
 void run_backward(const Tensor& root, const Tensor& grad_root, bool retain_graph);
 
+// Whether this thread is inside run_backward (a checkpointed region recomputing its forward is).
+bool backward_in_progress();
+
 }  // namespace hg

@@ -14,7 +14,10 @@ SavedTensor::SavedTensor(const Tensor& t, SavedRole role) {
 }
 
 Tensor SavedTensor::unpack() const {
-  if (!packed_) return tensor_;
+  if (!packed_) {
+    if (tensor_.defined()) tensor_.impl()->storage->ensure_ready();  // a released ZeRO-3 parameter comes back
+    return tensor_;
+  }
   return packed_->unpack();
 }
 

@@ -29,6 +29,13 @@ Tensor Module::register_parameter(const std::string& name, Tensor tensor) {
   return tensor;
 }
 
+void Module::set_forward_hooks(std::function<void()> pre, std::function<void()> post) {
+  HG_CHECK(static_cast<bool>(pre) == static_cast<bool>(post), "[Module] set_forward_hooks: give both a pre and a post "
+           "hook, or neither (to clear them)");
+  pre_forward_ = std::move(pre);
+  post_forward_ = std::move(post);
+}
+
 Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
   check_name(name);
   HG_CHECK(tensor.defined(), "[Module] buffer \"", name, "\" is undefined");

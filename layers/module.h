@@ -10,6 +10,7 @@
 //     handle points to is updated), so layers keep using their members and optimizers built later
 //     see the new tensors. Build the optimizer after converting the model.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -55,6 +56,19 @@ class Module {
   // both shapes/dtypes); with strict, missing and unexpected names are errors too.
   void load_state_dict(const NamedTensors& state, bool strict = true);
 
+  // ---- forward hooks ----
+  // `pre` runs when a forward of this module begins and `post` when it ends (returning or throwing),
+  // through the ModuleScope its forward opens first thing; a nested scope of the same module (GPT::loss
+  // calling GPT::forward) runs them again. ZeRO stage 3 gathers the module's parameters in `pre` and
+  // releases them in `post`. `post` runs in a destructor: it must not throw.
+  void set_forward_hooks(std::function<void()> pre, std::function<void()> post);
+  void clear_forward_hooks() { set_forward_hooks(nullptr, nullptr); }
+  bool has_forward_hooks() const { return static_cast<bool>(pre_forward_); }
+  void run_pre_forward() const { pre_forward_(); }
+  void run_post_forward() const noexcept {
+    if (post_forward_) post_forward_();
+  }
+
  protected:
   Tensor register_parameter(const std::string& name, Tensor tensor);
   Tensor register_buffer(const std::string& name, Tensor tensor);
@@ -73,6 +87,7 @@ class Module {
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  std::function<void()> pre_forward_, post_forward_;
 };
 
 // A module with one input and one output, so it can sit in a Sequential.
@@ -82,17 +97,23 @@ class UnaryModule : public Module {
   Tensor operator()(const Tensor& x) { return forward(x); }
 };
 
-// Names `module` on this thread's anomaly-mode module stack (engine/anomaly.h) for its scope; a
-// layer's forward opens one first thing. Off anomaly mode it is one test of a global bool. The name
-// is the module's registered name under the module that called it (the path through the tree,
-// "h.0" when GPT runs its block 0), or its class name at the top of the stack.
+// Opened first thing by a layer's forward: runs the module's forward hooks around the forward, and
+// names `module` on this thread's anomaly-mode module stack (engine/anomaly.h) for its scope. Without
+// hooks and off anomaly mode it costs two tests. The name is the module's registered name under the
+// module that called it (the path through the tree, "h.0" when GPT runs its block 0), or its class
+// name at the top of the stack.
 class ModuleScope {
  public:
   explicit ModuleScope(const Module& module) {
+    if (module.has_forward_hooks()) {
+      module.run_pre_forward();
+      hooked_ = &module;
+    }
     if (detect_anomaly_enabled()) enter(module);
   }
   ~ModuleScope() {
     if (entered_) leave();
+    if (hooked_) hooked_->run_post_forward();
   }
   ModuleScope(const ModuleScope&) = delete;
   ModuleScope& operator=(const ModuleScope&) = delete;
@@ -101,6 +122,7 @@ class ModuleScope {
   void enter(const Module& module);
   void leave();
   bool entered_ = false;
+  const Module* hooked_ = nullptr;
 };
 
 // Replaces the contents of `target` (every handle to it) with `source`'s storage, layout and dtype.

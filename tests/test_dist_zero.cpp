@@ -1,4 +1,4 @@
-// Data parallel and ZeRO stages 0/1/2 (dist/zero_optimizer.h), with and without optimizer offload, run
+// Data parallel and ZeRO stages 0/1/2/3 (dist/zero_optimizer.h), with and without optimizer offload, run
 // by ctest as a world of 1, under mpirun -np 2 and -np 4, and over TCP. Each rank trains a tiny GPT
 // on its DistributedSampler share of a global batch and also trains the same model alone on the whole
 // batch with optim::AdamW: losses after 5 steps must agree to 1e-5 relative, parameters to 2e-4 of
@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <random>
 
 #include "dist/communicator.h"
@@ -95,6 +96,10 @@ struct Plan {
   int first_step = 0, last_step = kSteps;
   std::string load_prefix, save_prefix;  // optimizer shards + "<prefix>.params.safetensors"
   Device device = kCPU;
+  // stage 3
+  int64_t persistence_threshold = 0;
+  bool prefetch = true;
+  int64_t checkpoint_every = 0;  // activation checkpointing: the recompute runs the units' forward hooks in backward
 };
 
 Run zero_run(const Plan& plan) {
@@ -108,8 +113,18 @@ Run zero_run(const Plan& plan) {
     for (size_t i = 0; i < params.size(); ++i) params[i].copy_(file.tensors.at(i).second);
   }
   model.to(plan.device);
-  ZeroOptimizer opt(model.parameters(), c,
-                    ZeroOptions().stage(plan.stage).offload_optimizer(plan.offload).bucket_bytes(4096).adamw(adamw_options()));
+  model.set_checkpoint_every(plan.checkpoint_every);
+  const ZeroOptions options = ZeroOptions()
+                                  .stage(plan.stage)
+                                  .offload_optimizer(plan.offload)
+                                  .bucket_bytes(4096)
+                                  .adamw(adamw_options())
+                                  .persistence_threshold(plan.persistence_threshold)
+                                  .prefetch(plan.prefetch);
+  // Stages 0-2 over the parameter list, stage 3 (which needs the modules) over the model.
+  std::unique_ptr<ZeroOptimizer> zero = plan.stage == 3 ? std::make_unique<ZeroOptimizer>(model, c, options)
+                                                         : std::make_unique<ZeroOptimizer>(model.parameters(), c, options);
+  ZeroOptimizer& opt = *zero;
   if (!plan.load_prefix.empty()) opt.load_state(plan.load_prefix);
   const DistributedSampler sampler(kGlobalBatch, c.world_size(), c.rank(), /*shuffle=*/false);
   const std::vector<int64_t> rows = sampler.indices();
@@ -131,7 +146,12 @@ Run zero_run(const Plan& plan) {
     c.all_reduce(&loss_sum, 1, DType::f64, ReduceOp::avg).wait();
     CHECK(opt.step());
     run.losses.push_back(loss_sum);
+    if (plan.stage == 3) {  // between steps only the persistent unit is whole
+      INFO("step ", s);
+      CHECK(opt.gathered_unit_count() == (plan.persistence_threshold > 0 ? 1 : 0));
+    }
   }
+  const auto whole = opt.gather_parameters();  // stage 3: every parameter on every rank in this scope
   if (!plan.save_prefix.empty()) {
     opt.save_state(plan.save_prefix);
     if (c.rank() == 0) safetensors::save(plan.save_prefix + ".params.safetensors", model.named_parameters());
@@ -202,13 +222,90 @@ TEST_CASE("ZeRO stages 0 1 2 with and without offload train like one process on 
     }
 }
 
+TEST_CASE("ZeRO stage 3 trains like one process on the global batch") {
+  const Run want = reference_run();
+  struct Variant {
+    const char* name;
+    int64_t threshold;
+    bool prefetch, offload;
+    int64_t checkpoint_every;
+  };
+  for (const Variant& v : {Variant{"every parameter sharded", 0, true, false, 0},
+                           Variant{"persistent LayerNorms and biases + offload", 64, true, true, 0},
+                           Variant{"activation checkpointing", 0, true, false, 1},
+                           Variant{"checkpointing without prefetch", 64, false, false, 2}}) {
+    INFO(v.name);
+    Plan plan;
+    plan.stage = 3;
+    plan.persistence_threshold = v.threshold;
+    plan.prefetch = v.prefetch;
+    plan.offload = v.offload;
+    plan.checkpoint_every = v.checkpoint_every;
+    check_equal_runs(zero_run(plan), want);
+  }
+}
+
+TEST_CASE("ZeRO stage 3 gathers a unit only around its forward and backward") {
+  const int world = comm().world_size();
+  manual_seed(5);
+  nn::GPT model(tiny_config());
+  ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
+  CHECK(opt.unit_count() == 3);  // the root (wte, wpe, ln_f) and the two blocks
+  CHECK(opt.gathered_unit_count() == 0);
+  const Tensor weight = model.h[1]->mlp->c_fc->weight;
+  CHECK_THROWS_WITH_AS(weight.to_vector<float>(), doctest::Contains("released"), hg::Error);
+
+  // Inside block 1's forward only block 1 and the root are whole (block 0 was released), and
+  // the parameter reads its real values.
+  std::vector<int64_t> whole_inside;
+  std::vector<float> seen;
+  model.h[1]->mlp->c_fc->set_forward_hooks(
+      [&] {
+        whole_inside.push_back(opt.gathered_unit_count());
+        seen = weight.to_vector<float>();
+      },
+      [] {});
+  auto [ids, targets] = global_batch(0);
+  Tensor loss = model.loss(ids, targets);
+  model.h[1]->mlp->c_fc->clear_forward_hooks();
+  REQUIRE(whole_inside.size() == 1);
+  // root + block 1, and block 0 or nothing more: prefetch wraps from the last block to the root,
+  // which is whole already.
+  CHECK(whole_inside[0] == 2);
+  CHECK(opt.gathered_unit_count() == 0);  // the root is released when its forward ends
+
+  loss.backward();
+  CHECK(opt.gathered_unit_count() == 0);  // each unit released once its gradients were reduced
+  CHECK(opt.step());
+  {
+    const auto guard = opt.gather_parameters();
+    CHECK(opt.gathered_unit_count() == 3);
+    const std::vector<float> after = weight.to_vector<float>();
+    REQUIRE(after.size() == seen.size());
+    double moved = 0;
+    for (size_t i = 0; i < after.size(); ++i) moved = std::max(moved, double(std::abs(after[i] - seen[i])));
+    CHECK(moved > 0);  // the step's new values, not the values gathered before it
+  }
+  CHECK(opt.gathered_unit_count() == 0);
+
+  // Inference without a graph: gathered and released around each forward as well.
+  {
+    NoGradGuard no_grad;
+    const Tensor logits = model.forward(ids);
+    CHECK(std::isfinite(logits.to_vector<float>()[0]));
+  }
+  CHECK(opt.gathered_unit_count() == 0);
+  // Every rank holds 1/N of the parameters (+ padding).
+  CHECK(opt.model_state_bytes().params == opt.padded_numel() / world * 4);
+}
+
 TEST_CASE("ZeRO stages on the CUDA device train like one process on the CPU") {
   if (!cuda::is_available()) {
     MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
     return;
   }
   const Run want = reference_run();
-  for (int stage : {0, 1, 2})
+  for (int stage : {0, 1, 2, 3})
     for (bool offload : {false, true}) {
       INFO("stage ", stage, std::string(offload ? " + offload" : ""));
       Plan plan;
@@ -225,7 +322,7 @@ TEST_CASE("ZeRO stages on the CUDA device train like one process on the CPU") {
 TEST_CASE("gradient accumulation communicates once and equals the full batch") {
   if (kGlobalBatch / comm().world_size() < 2) return;
   const Run want = reference_run();
-  for (int stage : {0, 2}) {
+  for (int stage : {0, 2, 3}) {
     INFO("stage ", stage);
     check_equal_runs(zero_run(stage, false, 2), want);
   }
@@ -263,6 +360,28 @@ TEST_CASE("optimizer shards saved at N ranks resume at N with another stage and 
   single.comm = &alone;
   check_equal_runs(zero_run(single), reference_run());
 
+  // Stage 3 (its own layout: padded per unit) reads the stage-1 shards, and what it saves after
+  // 3 steps is read by stage 1.
+  Plan sharded = same;
+  sharded.stage = 3;
+  sharded.offload = false;
+  {
+    INFO("stage 3 resumed from stage 1's shards");
+    check_equal_runs(zero_run(sharded), reference_run());
+  }
+  Plan sharded_first = first;
+  sharded_first.stage = 3;
+  sharded_first.save_prefix = prefix + "3";
+  zero_run(sharded_first);
+  Plan back = same;
+  back.stage = 1;
+  back.offload = false;
+  back.load_prefix = prefix + "3";
+  {
+    INFO("stage 1 resumed from stage 3's shards");
+    check_equal_runs(zero_run(back), reference_run());
+  }
+
   comm().barrier().wait();
   if (comm().rank() == 0) std::filesystem::remove_all(dir);
 }
@@ -275,7 +394,7 @@ TEST_CASE("model-state bytes per rank follow the ZeRO formulas") {
   config.n_layer = 2;
   config.n_head = 2;
   config.n_embd = 64;
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     const int64_t before = memory_stats().allocated_bytes;
     int64_t measured = 0;
     int64_t padded = 0;
@@ -283,7 +402,7 @@ TEST_CASE("model-state bytes per rank follow the ZeRO formulas") {
       manual_seed(3);
       nn::GPT model(config);
       model.to(DType::bf16);
-      ZeroOptimizer opt(model.parameters(), comm(), ZeroOptions().stage(stage).adamw(adamw_options()));
+      ZeroOptimizer opt(model, comm(), ZeroOptions().stage(stage).adamw(adamw_options()));
       Tensor ids = randint(0, 256, {2, 32}), targets = randint(0, 256, {2, 32});
       {
         Tensor loss = model.loss(ids, targets);
@@ -296,7 +415,10 @@ TEST_CASE("model-state bytes per rank follow the ZeRO formulas") {
     }
     // bytes per parameter: bf16 params 2, bf16 grads 2, fp32 master + moments 12.
     const double psi = double(padded);
-    const double formula = stage == 0 ? 16 * psi : stage == 1 ? 4 * psi + 12 * psi / world : 2 * psi + 14 * psi / world;
+    const double formula = stage == 0   ? 16 * psi
+                           : stage == 1 ? 4 * psi + 12 * psi / world
+                           : stage == 2 ? 2 * psi + 14 * psi / world
+                                        : 16 * psi / world;
     INFO("stage ", stage, " world ", world, ": measured ", measured, " bytes, formula ", formula);
     CHECK(std::abs(double(measured) - formula) <= 0.05 * formula);
   }

@@ -1,0 +1,260 @@
+// ZeroOptimizer stage 3 (dist/zero_optimizer.h): the per-unit layout, gathering a unit around its
+// forward and backward (with prefetch), releasing it, and reduce-scattering its gradients.
+#include <functional>
+#include <map>
+
+#include "dist/zero_layout.h"
+#include "dist/zero_optimizer.h"
+#include "engine/autograd.h"
+#include "engine/storage.h"
+#include "layers/transformer.h"
+
+namespace hg::dist {
+using layout::rebind;
+using layout::round_up;
+
+bool transformer_blocks(const nn::Module& module) { return dynamic_cast<const nn::Block*>(&module) != nullptr; }
+
+namespace {
+Storage& storage_of(const Tensor& t) { return *t.impl()->storage; }
+}  // namespace
+
+void ZeroOptimizer::layout_units(nn::Module& model, const ShardUnitPolicy& policy) {
+  const int world = comm_.world_size();
+  const int rank = comm_.rank();
+
+  // Which unit each parameter joins: the persistent unit when it is small; else the first module on
+  // its path from the root that the policy picks; else (and when two units share it) the root unit.
+  std::map<const TensorImpl*, size_t> index_of;
+  for (size_t i = 0; i < params_.size(); ++i) index_of[params_[i].impl()] = i;
+  struct Draft {
+    const nn::Module* module;
+    std::vector<size_t> params;
+    bool persistent;
+  };
+  std::vector<Draft> drafts{{&model, {}, false}};
+  std::vector<size_t> owner(params_.size(), 0);
+  std::vector<bool> claimed(params_.size(), false);
+  std::function<void(const nn::Module&)> visit = [&](const nn::Module& m) {
+    for (const auto& [name, child] : m.children()) {
+      if (!policy(*child)) {
+        visit(*child);
+        continue;
+      }
+      drafts.push_back({child.get(), {}, false});
+      for (const Tensor& p : child->parameters()) {
+        const size_t i = index_of.at(p.impl());
+        owner[i] = claimed[i] ? 0 : drafts.size() - 1;
+        claimed[i] = true;
+      }
+    }
+  };
+  visit(model);
+  drafts.push_back({nullptr, {}, true});
+  for (size_t i = 0; i < params_.size(); ++i)
+    drafts[params_[i].numel() <= options_.persistence_threshold() ? drafts.size() - 1 : owner[i]].params.push_back(i);
+
+  // Units back to back in the global flat space, each padded to N equal shards of aligned length.
+  offsets_.assign(params_.size(), 0);
+  unit_of_.assign(params_.size(), 0);
+  bucket_of_.assign(params_.size(), 0);
+  int64_t begin = 0, local = 0;
+  for (const Draft& d : drafts) {
+    if (d.params.empty()) continue;
+    Unit u;
+    u.module = d.persistent ? nullptr : d.module;
+    u.persistent = d.persistent;
+    u.params = d.params;
+    u.begin = begin;
+    int64_t numel = 0;
+    for (size_t i : d.params) {
+      offsets_[i] = begin + numel;
+      unit_of_[i] = bucket_of_[i] = units_.size();
+      numel += params_[i].numel();
+    }
+    u.padded = round_up(std::max<int64_t>(numel, 1), int64_t(world) * kAlignElements);
+    u.shard_local = local;
+    const int64_t part = u.padded / world;
+    owned_.push_back(OwnedRange{u.begin + rank * part, part, local});
+    begin += u.padded;
+    local += part;
+    units_.push_back(std::move(u));
+  }
+  padded_ = begin;
+  opt_begin_ = 0;
+  opt_count_ = local;
+  param_shard_ = empty({opt_count_}, dtype_, device_);
+  grad_shard_ = zeros({opt_count_}, dtype_, device_);
+
+  // Each unit whole once (rank 0's values everywhere), this rank's shard kept; then released.
+  for (size_t k = 0; k < units_.size(); ++k) {
+    Unit& u = units_[k];
+    u.full = zeros({u.padded}, dtype_, device_);
+    for (size_t i : u.params) {
+      Tensor view = u.full.narrow(0, offsets_[i] - u.begin, params_[i].numel()).view(params_[i].shape());
+      view.copy_(params_[i]);
+      rebind(params_[i], view);
+      params_[i].impl()->grad = nullptr;
+    }
+    comm_.broadcast(u.full, 0).wait();
+    const int64_t part = u.padded / world;
+    param_shard_.narrow(0, u.shard_local, part).copy_(u.full.narrow(0, rank * part, part));
+    Bucket b;
+    b.begin = u.begin;
+    b.end = u.begin + u.padded;
+    b.params = u.params;
+    buckets_.push_back(b);
+    if (u.persistent) continue;
+    storage_of(u.full).set_on_demand([this, k] {
+      // A backward unpacked one of the unit's saved parameters: bring it back, gather the one before.
+      ensure_gathered(k);
+      prefetch_after(k, -1);
+    });
+    storage_of(u.full).release_bytes();
+    nn::Module* module = const_cast<nn::Module*>(u.module);
+    HG_CHECK(!module->has_forward_hooks(), "[ZeroOptimizer] stage 3: a module already has forward hooks (is another "
+             "stage-3 ZeroOptimizer over this model alive?)");
+    module->set_forward_hooks([this, k] { before_forward(k); }, [this, k] { after_forward(k); });
+    hooked_modules_.push_back(module);
+  }
+}
+
+void ZeroOptimizer::before_forward(size_t unit) {
+  Unit& u = units_[unit];
+  if (u.depth > 0) {  // a nested scope of the same module (GPT::loss calling GPT::forward)
+    ++u.depth;
+    return;
+  }
+  const bool backward = backward_in_progress();  // a checkpointed region recomputing its forward
+  if (!backward) {
+    buckets_[unit].pending = int(u.params.size());
+    if (std::find(forward_order_.begin(), forward_order_.end(), unit) == forward_order_.end())
+      forward_order_.push_back(unit);
+  }
+  ensure_gathered(unit);
+  u.depth = 1;
+  prefetch_after(unit, backward ? -1 : +1);
+}
+
+void ZeroOptimizer::after_forward(size_t unit) {
+  Unit& u = units_[unit];
+  // Inside backward the recomputed forward's graph is about to need the parameters: they are
+  // released once the unit's gradients are complete instead.
+  if (--u.depth == 0 && !backward_in_progress()) release(unit);
+}
+
+void ZeroOptimizer::start_gather(size_t unit) {
+  Unit& u = units_[unit];
+  Storage& storage = storage_of(u.full);
+  storage.acquire_bytes();
+  const int64_t part = u.padded / comm_.world_size();
+  u.gather = comm_.all_gather(param_shard_.narrow(0, u.shard_local, part).data_ptr(), storage.data(),
+                              std::vector<int64_t>(size_t(comm_.world_size()), part), dtype_, device_);
+  u.gathering = true;
+}
+
+void ZeroOptimizer::ensure_gathered(size_t unit) {
+  Unit& u = units_[unit];
+  Storage& storage = storage_of(u.full);
+  if (storage.ready()) return;
+  if (!u.gathering) start_gather(unit);
+  u.gathering = false;
+  u.gather.wait();
+  storage.set_ready(true);
+}
+
+void ZeroOptimizer::prefetch_after(size_t unit, int direction) {
+  // The next unit of the recorded forward order (direction +1), or the one before it (-1, backward),
+  // cyclically: after the root's lm_head the backward needs the last block.
+  const size_t n = forward_order_.size();
+  if (!options_.prefetch() || n < 2) return;
+  const auto at = std::find(forward_order_.begin(), forward_order_.end(), unit);
+  if (at == forward_order_.end()) return;
+  const size_t next = forward_order_[(size_t(at - forward_order_.begin()) + n + size_t(direction)) % n];
+  const Unit& u = units_[next];
+  if (u.gathering || storage_of(u.full).ready()) return;
+  start_gather(next);
+}
+
+void ZeroOptimizer::release(size_t unit) {
+  Unit& u = units_[unit];
+  if (u.persistent || u.holds > 0 || u.depth > 0 || u.gathering) return;
+  Storage& storage = storage_of(u.full);
+  if (!storage.released()) storage.release_bytes();
+}
+
+void ZeroOptimizer::on_unit_grad_ready(size_t index) {
+  if (sync_) mark_ready(index);
+  const size_t unit = unit_of_[index];
+  Bucket& b = buckets_[unit];
+  if (--b.pending > 0) return;
+  // Every parameter of the unit has its gradient of this backward: no node needs the unit anymore.
+  b.pending = int(b.params.size());
+  if (sync_) launch_unit(unit);
+  release(unit);
+}
+
+void ZeroOptimizer::launch_unit(size_t unit) {
+  // The unit's gradients packed in flat order, reduce-scattered (average) into each rank's shard,
+  // and the full-size gradients freed.
+  Unit& u = units_[unit];
+  HG_CHECK(!u.launched, "[ZeroOptimizer] internal: the gradients of unit ", unit, " were reduced twice in one step");
+  u.launched = true;
+  Tensor packed = zeros({u.padded}, dtype_, device_);
+  for (size_t k : u.params) {
+    const Tensor g = params_[k].grad();
+    if (g.defined()) packed.narrow(0, offsets_[k] - u.begin, params_[k].numel()).copy_(g.reshape({-1}));
+    params_[k].impl()->grad = nullptr;
+  }
+  const int world = comm_.world_size();
+  const int64_t part = u.padded / world;
+  in_flight_.push_back(comm_.reduce_scatter(packed.data_ptr(), grad_shard_.narrow(0, u.shard_local, part).data_ptr(),
+                                            std::vector<int64_t>(size_t(world), part), dtype_, ReduceOp::avg, device_));
+  in_flight_buffers_.push_back(packed);
+}
+
+void ZeroOptimizer::refresh_units_after_step() {
+  // The shards hold the new values. A unit that is whole now (persistent, held by a guard, inside a
+  // forward) is gathered again; a released one is gathered before its next use anyway.
+  const int world = comm_.world_size();
+  for (size_t k = 0; k < units_.size(); ++k) {
+    Unit& u = units_[k];
+    Storage& storage = storage_of(u.full);
+    if (u.gathering) {  // a prefetch of the old values
+      u.gathering = false;
+      u.gather.wait();
+      storage.set_ready(true);
+    }
+    if (storage.released()) continue;
+    const int64_t part = u.padded / world;
+    comm_.all_gather(param_shard_.narrow(0, u.shard_local, part).data_ptr(), storage.data(),
+                     std::vector<int64_t>(size_t(world), part), dtype_, device_).wait();
+    storage.set_ready(true);
+    release(k);  // a stale prefetch that nobody holds
+  }
+}
+
+ZeroOptimizer::GatheredParameters ZeroOptimizer::gather_parameters() {
+  GatheredParameters guard(this);
+  for (Unit& u : units_) ++u.holds;
+  for (size_t k = 0; k < units_.size(); ++k)  // all in flight at once, then waited for
+    if (!units_[k].gathering && !storage_of(units_[k].full).ready()) start_gather(k);
+  for (size_t k = 0; k < units_.size(); ++k) ensure_gathered(k);
+  return guard;
+}
+
+ZeroOptimizer::GatheredParameters::~GatheredParameters() {
+  if (!owner_) return;
+  for (size_t k = 0; k < owner_->units_.size(); ++k) {
+    --owner_->units_[k].holds;
+    owner_->release(k);
+  }
+}
+
+int64_t ZeroOptimizer::gathered_unit_count() const {
+  int64_t n = 0;
+  for (const Unit& u : units_) n += storage_of(u.full).ready() ? 1 : 0;
+  return n;
+}
+
+}  // namespace hg::dist
