@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "engine/autograd.h"
 #include "engine/cuda/cuda_context.h"
@@ -87,12 +88,13 @@ ZeroOptimizer::ZeroOptimizer(std::vector<Tensor> params, Communicator& comm, Zer
   // Optimizer state of the partition: fp32 moments, and an fp32 master unless the parameters are
   // f32 and live where the update runs.
   state_device_ = options_.offload_optimizer() ? kCPU : device_;
-  exp_avg_ = zeros({opt_count_}, DType::f32, state_device_);
-  exp_avg_sq_ = zeros({opt_count_}, DType::f32, state_device_);
+  exp_avg_ = new_state(opt_count_);
+  exp_avg_sq_ = new_state(opt_count_);
   if (dtype_ != DType::f32 || options_.offload_optimizer()) {
-    master_ = empty({opt_count_}, DType::f32, state_device_);
+    master_ = new_state(opt_count_);
     master_.copy_(flat_params_.narrow(0, opt_begin_, opt_count_));
   }
+  allocate_offload_staging();
 
   // Buckets from the last parameter backwards; bucket 0 also covers the padding at the end.
   const int64_t bucket_elements = std::max<int64_t>(1, options_.bucket_bytes() / int64_t(dtype_size(dtype_)));
@@ -122,6 +124,7 @@ ZeroOptimizer::~ZeroOptimizer() {
     } catch (...) {
     }
   }
+  drain_offload_copies();
 }
 
 void ZeroOptimizer::on_grad_ready(size_t index) {
@@ -139,6 +142,7 @@ void ZeroOptimizer::on_grad_ready(size_t index) {
 void ZeroOptimizer::launch_ready_buckets() {
   // In bucket order only, so that every rank issues the same collectives in the same sequence.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) launch(next_bucket_++);
+  stream_gradients_to_host(/*wait_for_collectives=*/false);
 }
 
 void ZeroOptimizer::launch(size_t index) {
@@ -174,12 +178,14 @@ void ZeroOptimizer::finish_gradient_sync() {
            "set_gradient_sync(false); turn sync on for the last accumulation micro-step");
   // Buckets whose parameters received no gradient (unused in this step) still take part.
   while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
+  stream_gradients_to_host(/*wait_for_collectives=*/true);
   for (Work& w : in_flight_) w.wait();
   in_flight_.clear();
   in_flight_buffers_.clear();
   next_bucket_ = 0;
   for (Bucket& b : buckets_) b.pending = int(b.params.size());
   ready_.assign(params_.size(), false);
+  clip_coef_ = 1.0;
   synced_ = true;
 }
 
@@ -211,9 +217,13 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   const double norm = grad_norm();
   const double coef = max_norm / (norm + 1e-6);
   if (std::isfinite(norm) && coef < 1.0) {
-    NoGradGuard no_grad;
-    const Tensor g = options_.stage() < 2 ? flat_grads_ : grad_shard_;
-    g.copy_(g * coef);
+    if (options_.offload_optimizer()) {
+      clip_coef_ *= coef;  // applied by the CPU update: the gradients have left for the host already
+    } else {
+      NoGradGuard no_grad;
+      const Tensor g = options_.stage() < 2 ? flat_grads_ : grad_shard_;
+      g.copy_(g * coef);
+    }
     norm_ = norm * coef;
   }
   return norm;
@@ -231,12 +241,7 @@ bool ZeroOptimizer::step() {
   // Offload: this rank's gradients and updated parameters cross to and from host memory once.
   Tensor grads_host, params_host;
   if (options_.offload_optimizer()) {
-    grads_host = grad_range(opt_begin_, opt_count_);
-    params_host = flat_params_.narrow(0, opt_begin_, opt_count_);
-    if (!device_.is_cpu()) {
-      grads_host = grads_host.to(kCPU);
-      params_host = empty({opt_count_}, dtype_, kCPU);
-    }
+    std::tie(grads_host, params_host) = offload_buffers();
   } else if (grad_scale_ != 1.0) {
     const Tensor g = grad_range(opt_begin_, opt_count_);
     g.copy_(g * grad_scale_);
@@ -254,15 +259,15 @@ bool ZeroOptimizer::step() {
       const size_t element = dtype_size(dtype_);
       kernels::cpu::adamw_offload_step(master, static_cast<const char*>(grads_host.data_ptr()) + local * element, dtype_,
                                        m, v, static_cast<char*>(params_host.data_ptr()) + local * element, dtype_,
-                                       count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay, step_, grad_scale_);
+                                       count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay, step_,
+                                       grad_scale_ * clip_coef_);
     } else {
       HG_KERNEL(device_, adamw_step, flat_params_.narrow(0, begin, count).data_ptr(), master,
                 grad_range(begin, count).data_ptr(), m, v, count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay,
                 step_, dtype_);
     }
   }
-  if (options_.offload_optimizer() && !device_.is_cpu())
-    flat_params_.narrow(0, opt_begin_, opt_count_).copy_(params_host);
+  if (options_.offload_optimizer()) upload_offloaded_params();
   if (options_.stage() >= 1) {
     const int64_t part = partition_numel();
     const std::vector<int64_t> counts(size_t(comm_.world_size()), part);

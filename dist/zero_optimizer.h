@@ -27,6 +27,14 @@
 // kernel call per parameter slice (weight decay may differ per parameter): kernels::adamw_step on the
 // parameters' device with the master copy, or, with offload_optimizer (ZeRO-Offload), the master and
 // moments in host memory and kernels::cpu::adamw_offload_step (SIMD) writing the rounded parameter.
+// ZeRO-Offload from a CUDA device (dist/zero_offload.cpp): that host memory is pinned (the state and a
+// host copy of this rank's gradients and parameters); as each bucket's collective completes during
+// backward, this rank's part of it is copied to the host on the copy stream, so step() only waits for
+// the last copies, runs the CPU update and sends the parameters back in one asynchronous copy before
+// the all-gather. From the CPU device the state lives in host_offload_allocator() (kept apart from the
+// device allocator's statistics and budget, as activation offload does) and nothing is copied.
+// clip_grad_norm with offload folds its factor into the CPU update's gradient scale instead of
+// rewriting the gradients, which have already left for the host (the parameters' grad() stay unclipped).
 // Gradient norm and the non-finite check are combined across ranks (all-reduce of the sum of squares
 // of each partition), so every rank clips by the same factor and skips the same steps.
 //
@@ -38,10 +46,15 @@
 //   - grad_scale (1 / loss scale of a fp16 LossScaler) multiplies gradients inside the update.
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "dist/communicator.h"
 #include "optim/adamw.h"
+
+namespace hg::cuda {
+class Event;
+}
 
 namespace hg::dist {
 
@@ -88,6 +101,11 @@ class ZeroOptimizer {
   double lr() const { return lr_; }
   void set_grad_scale(double scale) { grad_scale_ = scale; }
 
+  // ZeRO-Offload: this rank's gradients over [state_offset(), state_offset() + state numel) where the
+  // CPU update reads them — from a CUDA device the pinned host copy streamed during backward (waits for
+  // the collectives and the copies), from the CPU device the gradients themselves. Unscaled, unclipped.
+  Tensor host_gradients();
+
   int stage() const { return options_.stage(); }
   int64_t step_count() const { return step_; }
   int64_t numel() const { return total_; }             // parameters (unpadded)
@@ -127,6 +145,14 @@ class ZeroOptimizer {
   // The gradient of flat element `global` (stage 0/1: the flat buffer; stage 2: the shard).
   Tensor grad_range(int64_t global_begin, int64_t count) const;
   double local_sum_of_squares();
+  // ZeRO-Offload (dist/zero_offload.cpp).
+  bool streams_gradients() const { return options_.offload_optimizer() && device_.is_cuda(); }
+  Tensor new_state(int64_t count) const;  // fp32 zeros: on the device, or in (pinned) host memory
+  void allocate_offload_staging();
+  void stream_gradients_to_host(bool wait_for_collectives);
+  std::pair<Tensor, Tensor> offload_buffers();  // {gradients, parameters} of the CPU update
+  void upload_offloaded_params();
+  void drain_offload_copies() noexcept;
 
   Communicator& comm_;
   ZeroOptions options_;
@@ -149,6 +175,12 @@ class ZeroOptimizer {
   bool synced_ = false;    // gradients of this step are reduced
   double norm_ = -1.0;     // global norm of this step, once computed
   int64_t step_ = 0;
+  // ZeRO-Offload from a CUDA device: pinned host copies of this rank's gradients and parameters, the
+  // next in-flight bucket to stream, and the copy-stream events of the last gradient and parameter copies.
+  double clip_coef_ = 1.0;  // clip_grad_norm's factor with offload, applied by the CPU update
+  Tensor grads_host_, params_host_;
+  size_t next_streamed_ = 0;
+  std::unique_ptr<cuda::Event> grads_on_host_, params_on_device_;
 };
 
 }  // namespace hg::dist
