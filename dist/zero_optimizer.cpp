@@ -143,6 +143,15 @@ void ZeroOptimizer::launch_ready_buckets() {
   // In bucket order only, so that every rank issues the same collectives in the same sequence.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) launch(next_bucket_++);
   stream_gradients_to_host(/*wait_for_collectives=*/false);
+  release_reduced_buckets();
+}
+
+void ZeroOptimizer::release_reduced_buckets() {
+  // Stage 2: a bucket's packed full-size gradients are needed only until its reduce-scatter has
+  // completed; freed then (not at the end of backward), they never all exist at once.
+  if (options_.stage() != 2) return;
+  for (size_t k = 0; k < in_flight_buffers_.size(); ++k)  // in_flight_buffers_[k] goes with in_flight_[k]
+    if (in_flight_buffers_[k].defined() && in_flight_[k].completed()) in_flight_buffers_[k] = Tensor();
 }
 
 void ZeroOptimizer::launch(size_t index) {

@@ -142,6 +142,7 @@ class ZeroOptimizer {
   void launch_ready_buckets();
   void launch(size_t bucket);
   void finish_gradient_sync();
+  void release_reduced_buckets();
   // The gradient of flat element `global` (stage 0/1: the flat buffer; stage 2: the shard).
   Tensor grad_range(int64_t global_begin, int64_t count) const;
   double local_sum_of_squares();

@@ -327,6 +327,7 @@ TEST_CASE("offload with clipping and a loss scale updates like the device optimi
   else MESSAGE("SKIPPED on the CUDA device: " << cuda::unavailable_reason());
   for (const Device& device : devices)
     for (int stage : {0, 1, 2}) {
+      if (!device.is_cpu() && stage == 1) continue;  // CI time: the emulator runs stages 0 and 2
       INFO("stage ", stage, " on ", device.str());
       Plan plan;
       plan.stage = stage;
