@@ -24,7 +24,7 @@
 //                                     largest bf16 GPT (width 128, n_layer found by doubling, then
 //                                     bisection) whose training steps (forward, backward, step; two of
 //                                     them) run within a per-rank budget of the CPU device's allocator
-//                                     (64 MiB, --quick 32, --capacity-budget-mib X): see try_training.
+//                                     (32 MiB, --quick 16, --capacity-budget-mib X): see try_training.
 //                                     Offloaded optimizer state lives in the host offload pool, outside
 //                                     the budget (as it would be outside a GPU's memory);
 //                                     vs_stage0 = params / stage 0's (no offload) in the same run.
@@ -418,7 +418,7 @@ int main(int argc, char** argv) {
     // A collective that does not finish within 120 s ends the run with an error (never a hang).
     hg::dist::Communicator comm(hg::dist::CommunicatorOptions{std::chrono::seconds(120)});
     hg::bench::zero_stages(comm, budget_gib);
-    if (capacity_budget_mib <= 0) capacity_budget_mib = quick ? 32 : 64;
+    if (capacity_budget_mib <= 0) capacity_budget_mib = quick ? 16 : 32;
     hg::bench::zero_max_models(comm, int64_t(capacity_budget_mib * 1024 * 1024));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_zero: error: %s\n", e.what());

@@ -148,10 +148,24 @@ void ZeroOptimizer::launch_ready_buckets() {
 
 void ZeroOptimizer::release_reduced_buckets() {
   // Stage 2: a bucket's packed full-size gradients are needed only until its reduce-scatter has
-  // completed; freed then (not at the end of backward), they never all exist at once.
+  // completed; freed then (not at the end of backward), they never all exist at once. Host transports
+  // (the CPU and emulated devices) also bound them: past kMaxPackedBuckets in flight, backward waits for
+  // the oldest, so that the memory stage 2 saves does not depend on how fast the collectives keep up.
+  // (On a GPU, NCCL completes them in stream order; there only completed ones are freed here.)
   if (options_.stage() != 2) return;
-  for (size_t k = 0; k < in_flight_buffers_.size(); ++k)  // in_flight_buffers_[k] goes with in_flight_[k]
+  constexpr size_t kMaxPackedBuckets = 2;
+  const bool host_collectives = !device_.is_cuda() || cuda::is_emulated();
+  size_t live = 0;
+  for (size_t k = 0; k < in_flight_buffers_.size(); ++k) {  // in_flight_buffers_[k] goes with in_flight_[k]
     if (in_flight_buffers_[k].defined() && in_flight_[k].completed()) in_flight_buffers_[k] = Tensor();
+    live += in_flight_buffers_[k].defined();
+  }
+  for (size_t k = 0; host_collectives && live > kMaxPackedBuckets && k < in_flight_buffers_.size(); ++k) {
+    if (!in_flight_buffers_[k].defined()) continue;
+    in_flight_[k].wait();
+    in_flight_buffers_[k] = Tensor();
+    --live;
+  }
 }
 
 void ZeroOptimizer::launch(size_t index) {
