@@ -20,6 +20,14 @@
 //   {"bench":"zero_capacity", ...}    from the measured bytes per parameter per rank: the largest
 //                                     model whose model state fits a 16 GiB (or --budget-gib) budget per
 //                                     rank, per stage (activations excluded).
+//   {"bench":"zero_max_model", ...}   measured: per stage (kCapacityStages) with and without offload, the
+//                                     largest bf16 GPT (width 128, n_layer found by doubling, then
+//                                     bisection) whose training steps (forward, backward, step; two of
+//                                     them) run within a per-rank budget of the CPU device's allocator
+//                                     (32 MiB, --quick 16, --capacity-budget-mib X): see try_training.
+//                                     Offloaded optimizer state lives in the host offload pool, outside
+//                                     the budget (as it would be outside a GPU's memory);
+//                                     vs_stage0 = params / stage 0's (no offload) in the same run.
 // Times: best of `repeats` calls after one warm-up call; buffers first-touched in parallel before timing.
 // Under mpirun only rank 0 prints, and the single-process CPU AdamW lines are skipped.
 #include <omp.h>
@@ -179,8 +187,7 @@ void cpu_adamw_bench(int64_t n, int repeats) {
   }), triad_gbs);
 }
 
-void zero_stages(double budget_gib) {
-  dist::Communicator comm;
+void zero_stages(dist::Communicator& comm, double budget_gib) {
   const int world = comm.world_size();
   nn::GPTConfig config;
   config.vocab_size = 256;
@@ -188,16 +195,17 @@ void zero_stages(double budget_gib) {
   config.n_layer = 2;
   config.n_head = 2;
   config.n_embd = 128;
-  for (int stage : {0, 1, 2})
+  for (int stage : {0, 1, 2, 3})
     for (bool offload : {false, true}) {
       const int64_t before = memory_stats().allocated_bytes;
+      const int64_t host_before = host_offload_allocator().stats().allocated_bytes;
       manual_seed(1);
       nn::GPT model(config);
       model.to(DType::bf16);
-      dist::ZeroOptimizer opt(model.parameters(), comm, dist::ZeroOptions().stage(stage).offload_optimizer(offload));
+      dist::ZeroOptimizer opt(model, comm, dist::ZeroOptions().stage(stage).offload_optimizer(offload));
       Tensor ids = randint(0, 256, {2, 32}), targets = randint(0, 256, {2, 32});
       std::vector<double> ms;
-      int64_t state_allocated = 0;
+      int64_t state_allocated = 0, host_allocated = 0;
       for (int step = 0; step < 4; ++step) {
         const auto start = Clock::now();
         {
@@ -207,11 +215,17 @@ void zero_stages(double budget_gib) {
         opt.step();
         opt.zero_grad();
         ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-        if (step == 0) state_allocated = memory_stats().allocated_bytes - before - 2 * ids.numel() * 8;
+        if (step == 0) {
+          state_allocated = memory_stats().allocated_bytes - before - 2 * ids.numel() * 8;
+          host_allocated = host_offload_allocator().stats().allocated_bytes - host_before;
+        }
       }
       std::sort(ms.begin(), ms.end());
       const double psi = double(opt.padded_numel());
-      const double formula = stage == 0 ? 16 * psi : stage == 1 ? 4 * psi + 12 * psi / world : 2 * psi + 14 * psi / world;
+      const double formula = stage == 0   ? 16 * psi
+                             : stage == 1 ? 4 * psi + 12 * psi / world
+                             : stage == 2 ? 2 * psi + 14 * psi / world
+                                          : 16 * psi / world;
       const double mib = 1024.0 * 1024.0;
       const double bytes_per_param = double(opt.model_state_bytes().total()) / double(opt.numel());
       if (comm.rank() == 0) {
@@ -222,6 +236,7 @@ void zero_stages(double budget_gib) {
             .add("params", (long long)opt.numel())
             .add("state_mib_per_rank", double(opt.model_state_bytes().total()) / mib)
             .add("allocator_mib_per_rank", double(state_allocated) / mib)
+            .add("host_offload_mib_per_rank", double(host_allocated) / mib)
             .add("formula_mib", formula / mib)
             .add("bytes_per_param_per_rank", bytes_per_param)
             .add("step_ms_median", ms[ms.size() / 2])
@@ -239,19 +254,160 @@ void zero_stages(double budget_gib) {
     }
 }
 
+// ---- the largest model per memory budget, measured ----
+
+// The stages the capacity search covers (a new stage is one more entry).
+constexpr int kCapacityStages[] = {0, 1, 2, 3};
+
+nn::GPTConfig capacity_config(int n_layer) {
+  nn::GPTConfig config;
+  config.vocab_size = 256;
+  config.context = 32;
+  config.n_layer = n_layer;
+  config.n_head = 4;
+  config.n_embd = 128;
+  return config;
+}
+
+struct Attempt {
+  bool fits = false;
+  int64_t params = 0;
+  int64_t step_peak_bytes = 0;   // the CPU device allocator's peak allocated bytes (rank 0) in the steps
+  int64_t host_state_bytes = 0;  // optimizer state in the host offload pool
+};
+
+// Builds the GPT with `n_layer` layers and its ZeroOptimizer (no limit: the f32 initialisation and the
+// construction's temporaries are not what is measured), then runs two training steps. It fits when no
+// rank's CPU allocator had more than `budget` bytes allocated at any moment (peak_allocated_bytes;
+// combined over the ranks, so every rank goes on alike). With this allocator that is exactly when an
+// allocation would fail under set_memory_limit(budget) — past the limit it releases its cache and retries,
+// so a request fails iff allocated + request > limit. One process runs under that limit and takes its
+// out-of-memory hg::Error as the answer; several do not, since the ranks' peaks differ (stage 2 frees a
+// bucket when its collective completes) and a rank that failed mid-backward would leave the others
+// waiting in a collective.
+Attempt try_training(dist::Communicator& comm, int stage, bool offload, int n_layer, int64_t budget) {
+  empty_cache(kCPU);
+  host_offload_allocator().empty_cache();
+  const int64_t oom_before = memory_stats().oom_count;
+  Attempt a;
+  double failed = 0;
+  {
+    manual_seed(1);
+    nn::GPT model(capacity_config(n_layer));
+    model.to(DType::bf16);
+    // Buckets of budget / 64 so that stage 2 frees full-size gradients as backward goes (one bucket
+    // per model would keep them all, as the default 25 MiB buckets do for small models).
+    dist::ZeroOptimizer opt(model, comm,
+                            dist::ZeroOptions().stage(stage).offload_optimizer(offload).bucket_bytes(budget / 64));
+    a.params = opt.numel();
+    a.host_state_bytes = host_offload_allocator().stats().allocated_bytes;
+    empty_cache(kCPU);  // the f32 model and the construction's temporaries
+    double over = memory_stats().allocated_bytes > budget ? 1 : 0;
+    comm.all_reduce(&over, 1, DType::f64, dist::ReduceOp::max).wait();
+    if (over == 0) {
+      reset_peak_memory(kCPU);
+      if (comm.world_size() == 1) set_memory_limit(kCPU, budget);
+      try {
+        for (int step = 0; step < 2; ++step) {
+          Tensor ids = randint(0, 256, {1, 32}), targets = randint(0, 256, {1, 32});
+          {
+            Tensor loss = model.loss(ids, targets);
+            loss.backward();
+          }
+          opt.step();
+          opt.zero_grad();
+        }
+      } catch (const Error&) {
+        if (memory_stats().oom_count == oom_before) {
+          set_memory_limit(kCPU, 0);
+          throw;  // not an out-of-memory error
+        }
+        failed = 1;
+      }
+      set_memory_limit(kCPU, 0);
+      a.step_peak_bytes = memory_stats().peak_allocated_bytes;
+      if (a.step_peak_bytes > budget) failed = 1;
+    } else {
+      failed = 1;
+    }
+  }  // the optimizer waits for its collectives before the model and its buffers go
+  comm.all_reduce(&failed, 1, DType::f64, dist::ReduceOp::max).wait();
+  a.fits = failed == 0;
+  return a;
+}
+
+// The largest n_layer that fits: doubling from 1 until a try fails, then bisection.
+void largest_model(dist::Communicator& comm, int stage, bool offload, int64_t budget, int64_t* stage0_params) {
+  const auto start = Clock::now();
+  int tries = 0;
+  int lo = 0, hi = 0;  // lo fits (0: nothing does), hi does not (0: none found yet)
+  Attempt best;
+  for (int n = 1; hi == 0 && n <= 4096; n *= 2) {
+    const Attempt a = try_training(comm, stage, offload, n, budget);
+    ++tries;
+    if (a.fits) {
+      lo = n;
+      best = a;
+    } else {
+      hi = n;
+    }
+  }
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    const Attempt a = try_training(comm, stage, offload, mid, budget);
+    ++tries;
+    if (a.fits) {
+      lo = mid;
+      best = a;
+    } else {
+      hi = mid;
+    }
+  }
+  if (stage == 0 && !offload) *stage0_params = best.params;
+  if (comm.rank() != 0) return;
+  const double mib = 1024.0 * 1024.0;
+  const nn::GPTConfig config = capacity_config(lo);
+  JsonLine("zero_max_model")
+      .add("world", comm.world_size())
+      .add("stage", stage)
+      .add("offload", offload)
+      .add("budget_mib_per_rank", double(budget) / mib)
+      .add("n_layer", lo)
+      .add("n_embd", config.n_embd)
+      .add("params", (long long)best.params)
+      .add("params_millions", double(best.params) / 1e6)
+      .add("step_peak_allocated_mib_rank0", double(best.step_peak_bytes) / mib)
+      .add("host_state_mib_per_rank", double(best.host_state_bytes) / mib)
+      .add("vs_stage0", *stage0_params > 0 ? double(best.params) / double(*stage0_params) : 0.0)
+      .add("tries", tries)
+      .add("criterion", comm.world_size() == 1 ? "out-of-memory under set_memory_limit" : "peak allocated <= budget")
+      .add("search_s", std::chrono::duration<double>(Clock::now() - start).count())
+      .add("note", "bf16 GPT, fp32 master + Adam; batch 1 x 32 tokens; CPU device allocator budget per rank")
+      .print();
+}
+
+void zero_max_models(dist::Communicator& comm, int64_t budget) {
+  int64_t stage0_params = 0;
+  for (int stage : kCapacityStages)
+    for (bool offload : {false, true}) largest_model(comm, stage, offload, budget, &stage0_params);
+}
+
 }  // namespace
 }  // namespace hg::bench
 
 int main(int argc, char** argv) {
   bool quick = false;
   double budget_gib = 16.0;
+  double capacity_budget_mib = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--quick") {
       quick = true;
     } else if (std::string(argv[i]) == "--budget-gib" && i + 1 < argc) {
       budget_gib = std::atof(argv[++i]);
+    } else if (std::string(argv[i]) == "--capacity-budget-mib" && i + 1 < argc) {
+      capacity_budget_mib = std::atof(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--budget-gib X]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--budget-gib X] [--capacity-budget-mib X]\n", argv[0]);
       return 2;
     }
   }
@@ -262,7 +418,11 @@ int main(int argc, char** argv) {
       hg::bench::host_bandwidth(n, repeats);
       hg::bench::cpu_adamw_bench(n, repeats);
     }
-    hg::bench::zero_stages(budget_gib);
+    // A collective that does not finish within 120 s ends the run with an error (never a hang).
+    hg::dist::Communicator comm(hg::dist::CommunicatorOptions{std::chrono::seconds(120)});
+    hg::bench::zero_stages(comm, budget_gib);
+    if (capacity_budget_mib <= 0) capacity_budget_mib = quick ? 16 : 32;
+    hg::bench::zero_max_models(comm, int64_t(capacity_budget_mib * 1024 * 1024));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_zero: error: %s\n", e.what());
     return 1;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "engine/autograd.h"
 #include "engine/cuda/cuda_context.h"
@@ -119,12 +120,13 @@ void ZeroOptimizer::init_state_and_buckets() {
   // Optimizer state of the owned elements: fp32 moments, and an fp32 master unless the parameters
   // are f32 and live where the update runs.
   state_device_ = options_.offload_optimizer() ? kCPU : device_;
-  exp_avg_ = zeros({opt_count_}, DType::f32, state_device_);
-  exp_avg_sq_ = zeros({opt_count_}, DType::f32, state_device_);
+  exp_avg_ = new_state(opt_count_);
+  exp_avg_sq_ = new_state(opt_count_);
   if (dtype_ != DType::f32 || options_.offload_optimizer()) {
-    master_ = empty({opt_count_}, DType::f32, state_device_);
+    master_ = new_state(opt_count_);
     master_.copy_(owned_params());
   }
+  allocate_offload_staging();
   for (Bucket& b : buckets_) b.pending = int(b.params.size());
   ready_.assign(params_.size(), false);
   for (size_t i = 0; i < params_.size(); ++i)
@@ -174,6 +176,7 @@ ZeroOptimizer::~ZeroOptimizer() {
     quietly_wait(u.gather);
     u.full.impl()->storage->set_on_demand(nullptr);
   }
+  drain_offload_copies();
 }
 
 void ZeroOptimizer::on_grad_ready(size_t index) {
@@ -196,11 +199,39 @@ void ZeroOptimizer::mark_ready(size_t index) {
 void ZeroOptimizer::launch_ready_buckets() {
   // In bucket order only, so that every rank issues the same collectives in the same sequence.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) launch(next_bucket_++);
+  stream_gradients_to_host(/*wait_for_collectives=*/false);
+  release_reduced_buckets();
+}
+
+void ZeroOptimizer::release_reduced_buckets() {
+  // Stages 2 and 3: a bucket's packed full-size gradients are needed only until its reduce-scatter has
+  // completed; freed then (not at the end of backward), they never all exist at once. Host transports
+  // (the CPU and emulated devices) also bound them: past kMaxPackedBuckets in flight, backward waits for
+  // the oldest, so that the memory stage 2 saves does not depend on how fast the collectives keep up.
+  // (On a GPU, NCCL completes them in stream order; there only completed ones are freed here.)
+  if (options_.stage() < 2) return;  // (stage 3: the packed gradients of each unit alike)
+  constexpr size_t kMaxPackedBuckets = 2;
+  const bool host_collectives = !device_.is_cuda() || cuda::is_emulated();
+  size_t live = 0;
+  for (size_t k = 0; k < in_flight_buffers_.size(); ++k) {  // in_flight_buffers_[k] goes with in_flight_[k]
+    if (in_flight_buffers_[k].defined() && in_flight_[k].completed()) in_flight_buffers_[k] = Tensor();
+    live += in_flight_buffers_[k].defined();
+  }
+  for (size_t k = 0; host_collectives && live > kMaxPackedBuckets && k < in_flight_buffers_.size(); ++k) {
+    if (!in_flight_buffers_[k].defined()) continue;
+    in_flight_[k].wait();
+    in_flight_buffers_[k] = Tensor();
+    --live;
+  }
 }
 
 void ZeroOptimizer::launch(size_t index) {
   const Bucket& b = buckets_[index];
   const int64_t count = b.end - b.begin;
+  {  // the part of this bucket this rank updates (streamed to the host under offload)
+    const int64_t lo = std::max(b.begin, opt_begin_), hi = std::min(b.end, opt_begin_ + opt_count_);
+    in_flight_parts_.push_back(OwnedPart{lo - opt_begin_, std::max<int64_t>(0, hi - lo)});
+  }
   if (options_.stage() < 2) {
     in_flight_.push_back(comm_.all_reduce(flat_grads_.narrow(0, b.begin, count), ReduceOp::avg));
     return;
@@ -236,9 +267,11 @@ void ZeroOptimizer::finish_gradient_sync() {
   } else {
     while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
   }
+  stream_gradients_to_host(/*wait_for_collectives=*/true);
   for (Work& w : in_flight_) w.wait();
   in_flight_.clear();
   in_flight_buffers_.clear();
+  in_flight_parts_.clear();
   next_bucket_ = 0;
   for (Bucket& b : buckets_) b.pending = int(b.params.size());
   ready_.assign(params_.size(), false);
@@ -246,6 +279,7 @@ void ZeroOptimizer::finish_gradient_sync() {
     units_[u].launched = false;
     release(u);  // one whose parameters did not all receive a gradient is still whole
   }
+  clip_coef_ = 1.0;
   synced_ = true;
 }
 
@@ -286,9 +320,13 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   const double norm = grad_norm();
   const double coef = max_norm / (norm + 1e-6);
   if (std::isfinite(norm) && coef < 1.0) {
-    NoGradGuard no_grad;
-    const Tensor g = options_.stage() < 2 ? flat_grads_ : grad_shard_;
-    g.copy_(g * coef);
+    if (options_.offload_optimizer()) {
+      clip_coef_ *= coef;  // applied by the CPU update: the gradients have left for the host already
+    } else {
+      NoGradGuard no_grad;
+      const Tensor g = options_.stage() < 2 ? flat_grads_ : grad_shard_;
+      g.copy_(g * coef);
+    }
     norm_ = norm * coef;
   }
   return norm;
@@ -305,12 +343,7 @@ bool ZeroOptimizer::step() {
   // Offload: this rank's gradients and updated parameters cross to and from host memory once.
   Tensor grads_host, params_host;
   if (options_.offload_optimizer()) {
-    grads_host = owned_grads();
-    params_host = owned_params();
-    if (!device_.is_cpu()) {
-      grads_host = grads_host.to(kCPU);
-      params_host = empty({opt_count_}, dtype_, kCPU);
-    }
+    std::tie(grads_host, params_host) = offload_buffers();
   } else if (grad_scale_ != 1.0) {
     const Tensor g = owned_grads();
     g.copy_(g * grad_scale_);
@@ -329,14 +362,15 @@ bool ZeroOptimizer::step() {
       const size_t element = dtype_size(dtype_);
       kernels::cpu::adamw_offload_step(master, static_cast<const char*>(grads_host.data_ptr()) + local * element, dtype_,
                                        m, v, static_cast<char*>(params_host.data_ptr()) + local * element, dtype_,
-                                       count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay, step_, grad_scale_);
+                                       count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay, step_,
+                                       grad_scale_ * clip_coef_);
     } else {
       HG_KERNEL(device_, adamw_step, owned_params().narrow(0, local, count).data_ptr(), master,
                 owned_grads().narrow(0, local, count).data_ptr(), m, v, count, lr_, o.beta1(), o.beta2(), o.eps(),
                 weight_decay, step_, dtype_);
     }
   }
-  if (options_.offload_optimizer() && !device_.is_cpu()) owned_params().copy_(params_host);
+  if (options_.offload_optimizer()) upload_offloaded_params();
   if (options_.stage() == 3) {
     refresh_units_after_step();
   } else if (options_.stage() >= 1) {

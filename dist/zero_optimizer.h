@@ -43,6 +43,14 @@
 // kernel call per parameter slice (weight decay may differ per parameter): kernels::adamw_step on the
 // parameters' device with the master copy, or, with offload_optimizer (ZeRO-Offload), the master and
 // moments in host memory and kernels::cpu::adamw_offload_step (SIMD) writing the rounded parameter.
+// ZeRO-Offload from a CUDA device (dist/zero_offload.cpp): that host memory is pinned (the state and a
+// host copy of this rank's gradients and parameters); as each bucket's collective completes during
+// backward, this rank's part of it is copied to the host on the copy stream, so step() only waits for
+// the last copies, runs the CPU update and sends the parameters back in one asynchronous copy before
+// the all-gather. From the CPU device the state lives in host_offload_allocator() (kept apart from the
+// device allocator's statistics and budget, as activation offload does) and nothing is copied.
+// clip_grad_norm with offload folds its factor into the CPU update's gradient scale instead of
+// rewriting the gradients, which have already left for the host (the parameters' grad() stay unclipped).
 // Gradient norm and the non-finite check are combined across ranks (all-reduce of the sum of squares
 // of each partition), so every rank clips by the same factor and skips the same steps.
 //
@@ -52,15 +60,23 @@
 //   - Between two step() calls, each parameter's gradient is produced by at most one backward with
 //     gradient sync on (an error says otherwise).
 //   - grad_scale (1 / loss scale of a fp16 LossScaler) multiplies gradients inside the update.
+//   - Stage 3: outside a unit's forward and backward a parameter has no memory (reading it is an error
+//     that says so) unless a gather_parameters() guard is alive; the model must be converted (to(dtype),
+//     to(device)) before, and must not outlive the optimizer if its parameters are to be read again.
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/communicator.h"
 #include "layers/module.h"
 #include "optim/adamw.h"
+
+namespace hg::cuda {
+class Event;
+}
 
 namespace hg::dist {
 
@@ -119,6 +135,11 @@ class ZeroOptimizer {
   void set_lr(double lr) { lr_ = lr; }
   double lr() const { return lr_; }
   void set_grad_scale(double scale) { grad_scale_ = scale; }
+
+  // ZeRO-Offload: this rank's gradients over [state_offset(), state_offset() + state numel) where the
+  // CPU update reads them — from a CUDA device the pinned host copy streamed during backward (waits for
+  // the collectives and the copies), from the CPU device the gradients themselves. Unscaled, unclipped.
+  Tensor host_gradients();
 
   int stage() const { return options_.stage(); }
   int64_t step_count() const { return step_; }
@@ -192,6 +213,11 @@ class ZeroOptimizer {
   };
   // A run of elements owned here, as [unpadded, unpadded + count) of the parameters concatenated
   // without padding, starting at `local` in the state (checkpoint files are written in these terms).
+  // What one in-flight gradient collective delivers to this rank: [local, local + count) of its
+  // owned gradients (streamed to the host under offload).
+  struct OwnedPart {
+    int64_t local = 0, count = 0;
+  };
   struct Piece {
     int64_t unpadded = 0, count = 0, local = 0;
   };
@@ -218,9 +244,18 @@ class ZeroOptimizer {
   void launch_ready_buckets();
   void launch(size_t bucket);
   void finish_gradient_sync();
+  void release_reduced_buckets();
   // The gradient of flat element `global` (stage 0/1: the flat buffer; stage 2: the shard).
   Tensor grad_range(int64_t global_begin, int64_t count) const;
   double local_sum_of_squares();
+  // ZeRO-Offload (dist/zero_offload.cpp).
+  bool streams_gradients() const { return options_.offload_optimizer() && device_.is_cuda(); }
+  Tensor new_state(int64_t count) const;  // fp32 zeros: on the device, or in (pinned) host memory
+  void allocate_offload_staging();
+  void stream_gradients_to_host(bool wait_for_collectives);
+  std::pair<Tensor, Tensor> offload_buffers();  // {gradients, parameters} of the CPU update
+  void upload_offloaded_params();
+  void drain_offload_copies() noexcept;
 
   Communicator& comm_;
   ZeroOptions options_;
@@ -246,10 +281,17 @@ class ZeroOptimizer {
   size_t next_bucket_ = 0;
   std::vector<Work> in_flight_;
   std::vector<Tensor> in_flight_buffers_;
+  std::vector<OwnedPart> in_flight_parts_;  // parallel to in_flight_
   bool sync_ = true;
   bool synced_ = false;    // gradients of this step are reduced
   double norm_ = -1.0;     // global norm of this step, once computed
   int64_t step_ = 0;
+  // ZeRO-Offload from a CUDA device: pinned host copies of this rank's gradients and parameters, the
+  // next in-flight bucket to stream, and the copy-stream events of the last gradient and parameter copies.
+  double clip_coef_ = 1.0;  // clip_grad_norm's factor with offload, applied by the CPU update
+  Tensor grads_host_, params_host_;
+  size_t next_streamed_ = 0;
+  std::unique_ptr<cuda::Event> grads_on_host_, params_on_device_;
 };
 
 }  // namespace hg::dist

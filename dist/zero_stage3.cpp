@@ -190,7 +190,11 @@ void ZeroOptimizer::on_unit_grad_ready(size_t index) {
   if (--b.pending > 0) return;
   // Every parameter of the unit has its gradient of this backward: no node needs the unit anymore.
   b.pending = int(b.params.size());
-  if (sync_) launch_unit(unit);
+  if (sync_) {
+    launch_unit(unit);
+    stream_gradients_to_host(false);
+    release_reduced_buckets();
+  }
   release(unit);
 }
 
@@ -211,6 +215,7 @@ void ZeroOptimizer::launch_unit(size_t unit) {
   in_flight_.push_back(comm_.reduce_scatter(packed.data_ptr(), grad_shard_.narrow(0, u.shard_local, part).data_ptr(),
                                             std::vector<int64_t>(size_t(world), part), dtype_, ReduceOp::avg, device_));
   in_flight_buffers_.push_back(packed);
+  in_flight_parts_.push_back(OwnedPart{u.shard_local, part});
 }
 
 void ZeroOptimizer::refresh_units_after_step() {

@@ -91,9 +91,10 @@ void empty_cache(const Device& device = kCPU);
 // tests on the CPU and the emulated device, or a share of a real GPU.
 void set_memory_limit(const Device& device, int64_t bytes);
 
-// Host memory that holds activations offloaded from the CPU device (engine/activation_offload.h),
-// kept apart from the CPU device's allocator so that the split shows in the statistics. Offload from
-// a CUDA device goes to pinned memory instead.
+// Host memory that holds activations offloaded from the CPU device (engine/activation_offload.h) and
+// the optimizer state of ZeRO-Offload on the CPU device (dist/zero_offload.cpp), kept apart from the
+// CPU device's allocator so that the split shows in the statistics (and a device memory limit does
+// not cover it). Offload from a CUDA device goes to pinned memory instead.
 Allocator& host_offload_allocator();
 // Statistics of pinned (page-locked) host memory; zeros in a build without a CUDA backend.
 MemoryStats pinned_memory_stats();

@@ -32,6 +32,11 @@ Communicator& comm() {
   return instance;
 }
 
+// The emulator has one device, which every rank may use (its memory is host memory).
+Device test_cuda_device() {
+  return Device::cuda(cuda::is_emulated() ? comm().local_rank() % cuda::device_count() : comm().local_rank());
+}
+
 nn::GPTConfig tiny_config() {
   nn::GPTConfig c;
   c.vocab_size = 16;
@@ -100,6 +105,9 @@ struct Plan {
   int64_t persistence_threshold = 0;
   bool prefetch = true;
   int64_t checkpoint_every = 0;  // activation checkpointing: the recompute runs the units' forward hooks in backward
+  double loss_scale = 1.0;  // backward of loss * loss_scale, set_grad_scale(1 / loss_scale)
+  double clip = 0.0;        // clip_grad_norm(clip) before each step (0: none); the norm must exceed it
+  optim::AdamWOptions adamw = adamw_options();
 };
 
 Run zero_run(const Plan& plan) {
@@ -118,13 +126,14 @@ Run zero_run(const Plan& plan) {
                                   .stage(plan.stage)
                                   .offload_optimizer(plan.offload)
                                   .bucket_bytes(4096)
-                                  .adamw(adamw_options())
+                                  .adamw(plan.adamw)
                                   .persistence_threshold(plan.persistence_threshold)
                                   .prefetch(plan.prefetch);
   // Stages 0-2 over the parameter list, stage 3 (which needs the modules) over the model.
   std::unique_ptr<ZeroOptimizer> zero = plan.stage == 3 ? std::make_unique<ZeroOptimizer>(model, c, options)
                                                          : std::make_unique<ZeroOptimizer>(model.parameters(), c, options);
   ZeroOptimizer& opt = *zero;
+  opt.set_grad_scale(1.0 / plan.loss_scale);
   if (!plan.load_prefix.empty()) opt.load_state(plan.load_prefix);
   const DistributedSampler sampler(kGlobalBatch, c.world_size(), c.rank(), /*shuffle=*/false);
   const std::vector<int64_t> rows = sampler.indices();
@@ -139,11 +148,12 @@ Run zero_run(const Plan& plan) {
       const std::vector<int64_t> part(rows.begin() + k * per_micro, rows.begin() + (k + 1) * per_micro);
       opt.set_gradient_sync(k == plan.micro - 1);
       Tensor loss = model.loss(take_rows(ids, part).to(plan.device), take_rows(targets, part).to(plan.device)) *
-                    (1.0 / plan.micro);
+                    (plan.loss_scale / plan.micro);
       loss.backward();
-      loss_sum += loss.item();
+      loss_sum += loss.item() / plan.loss_scale;
     }
     c.all_reduce(&loss_sum, 1, DType::f64, ReduceOp::avg).wait();
+    if (plan.clip > 0) CHECK(opt.clip_grad_norm(plan.clip) > plan.clip);
     CHECK(opt.step());
     run.losses.push_back(loss_sum);
     if (plan.stage == 3) {  // between steps only the persistent unit is whole
@@ -175,12 +185,8 @@ Run zero_run(int stage, bool offload, int micro = 1) {
 // bias of attention: softmax ignores it) and whose computed gradient is rounding noise moves by up
 // to lr per step in a noise-dependent direction — measured here at 5e-5 to 1.2e-4 of the scale
 // (the same magnitude separates fused multiply-add from separate rounding in the update itself).
-void check_equal_runs(const Run& got, const Run& want, double param_tol = 2e-4) {
-  for (size_t i = 0; i < got.losses.size(); ++i) {
-    const double w = want.losses[size_t(got.first_step) + i];
-    INFO("step ", got.first_step + int(i), " rank ", comm().rank(), " of ", comm().world_size());
-    CHECK(std::abs(got.losses[i] - w) <= 1e-5 * std::abs(w));
-  }
+// The largest |got - want| of a parameter element over its tensor's largest magnitude.
+double largest_param_difference(const Run& got, const Run& want) {
   REQUIRE(got.params.size() == want.params.size());
   double worst = 0;
   for (size_t t = 0; t < want.params.size(); ++t) {
@@ -189,6 +195,16 @@ void check_equal_runs(const Run& got, const Run& want, double param_tol = 2e-4) 
     for (size_t i = 0; i < want.params[t].size(); ++i)
       worst = std::max(worst, std::abs(double(got.params[t][i]) - want.params[t][i]) / (scale + 1e-12));
   }
+  return worst;
+}
+
+void check_equal_runs(const Run& got, const Run& want, double param_tol = 2e-4) {
+  for (size_t i = 0; i < got.losses.size(); ++i) {
+    const double w = want.losses[size_t(got.first_step) + i];
+    INFO("step ", got.first_step + int(i), " rank ", comm().rank(), " of ", comm().world_size());
+    CHECK(std::abs(got.losses[i] - w) <= 1e-5 * std::abs(w));
+  }
+  const double worst = largest_param_difference(got, want);
   INFO("largest parameter difference relative to the tensor's scale: ", worst);
   CHECK(worst <= param_tol);
 }
@@ -311,8 +327,7 @@ TEST_CASE("ZeRO stages on the CUDA device train like one process on the CPU") {
       Plan plan;
       plan.stage = stage;
       plan.offload = offload;
-      // The emulator has one device, which every rank may use (its memory is host memory).
-      plan.device = Device::cuda(cuda::is_emulated() ? comm().local_rank() % cuda::device_count() : comm().local_rank());
+      plan.device = test_cuda_device();
       // The device's own kernels (reductions in another order than the CPU's) add to the rounding
       // noise that Adam amplifies on zero-gradient elements (see check_equal_runs): 5e-4 of the scale.
       check_equal_runs(zero_run(plan), want, 5e-4);
@@ -422,6 +437,112 @@ TEST_CASE("model-state bytes per rank follow the ZeRO formulas") {
     INFO("stage ", stage, " world ", world, ": measured ", measured, " bytes, formula ", formula);
     CHECK(std::abs(double(measured) - formula) <= 0.05 * formula);
   }
+}
+
+TEST_CASE("offload with clipping and a loss scale updates like the device optimizer") {
+  // clip_grad_norm with offload folds its factor into the CPU update's gradient scale (the gradients
+  // are already on their way to the host); the device optimizer rewrites the gradients. A large Adam
+  // eps (1e-2, comparable to the gradients) makes the update depend on the gradients' scale, so a
+  // factor that were dropped or applied twice would show (checked: a run without clipping differs).
+  std::vector<Device> devices{kCPU};
+  if (cuda::is_available()) devices.push_back(test_cuda_device());
+  else MESSAGE("SKIPPED on the CUDA device: " << cuda::unavailable_reason());
+  for (const Device& device : devices)
+    for (int stage : {0, 1, 2, 3}) {
+      if (!device.is_cpu() && stage == 1) continue;  // CI time: the emulator runs stages 0, 2 and 3
+      INFO("stage ", stage, " on ", device.str());
+      Plan plan;
+      plan.stage = stage;
+      plan.device = device;
+      plan.last_step = 4;
+      plan.loss_scale = 1024.0;
+      plan.clip = 0.05;
+      plan.adamw = adamw_options().eps(1e-2);
+      const Run want = zero_run(plan);
+      plan.offload = true;
+      const double tol = device.is_cpu() ? 2e-4 : 5e-4;
+      check_equal_runs(zero_run(plan), want, tol);
+      plan.clip = 0.0;
+      CHECK(largest_param_difference(zero_run(plan), want) > 20 * tol);
+    }
+}
+
+TEST_CASE("offload streams the averaged gradients into pinned host memory during backward") {
+  if (!cuda::is_available()) {
+    MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
+    return;
+  }
+  const Device device = test_cuda_device();
+  const DistributedSampler sampler(kGlobalBatch, comm().world_size(), comm().rank(), /*shuffle=*/false);
+  const auto [ids, targets] = global_batch(0);
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (int stage : {0, 1, 2}) {
+      INFO("stage ", stage, " ", dtype_name(dtype), " rank ", comm().rank(), " of ", comm().world_size());
+      // The averaged gradient of the ranks' shares = the gradient of the global batch's mean loss.
+      manual_seed(7);
+      nn::GPT reference(tiny_config());
+      reference.to(dtype);
+      reference.to(device);
+      reference.loss(ids.to(device), targets.to(device)).backward();
+      std::vector<Tensor> flat;
+      for (const Tensor& p : reference.parameters()) flat.push_back(p.grad().to(kCPU).to(DType::f32).reshape({-1}));
+      const Tensor want_all = cat(flat, 0);
+
+      manual_seed(7);
+      nn::GPT model(tiny_config());
+      model.to(dtype);
+      model.to(device);
+      const int64_t pinned_before = pinned_memory_stats().allocated_bytes;
+      int64_t pinned_in_use = 0, want_pinned = 0;
+      {
+        ZeroOptimizer opt(model.parameters(), comm(),
+                          ZeroOptions().stage(stage).offload_optimizer(true).bucket_bytes(512).adamw(adamw_options()));
+        const int64_t n = stage == 0 ? opt.padded_numel() : opt.partition_numel();
+        // Pinned: fp32 master + 2 moments, and the host gradients and parameters in the parameters' dtype.
+        want_pinned = n * (12 + 2 * int64_t(dtype_size(dtype)));
+        CHECK(pinned_memory_stats().allocated_bytes - pinned_before >= want_pinned);
+        for (const auto& [name, t] : opt.state_tensors()) CHECK(t.device().is_cpu());
+
+        const std::vector<int64_t> rows = sampler.indices();
+        model.loss(take_rows(ids, rows).to(device), take_rows(targets, rows).to(device)).backward();
+        const Tensor host = opt.host_gradients();
+        REQUIRE(host.device().is_cpu());
+        REQUIRE(host.dtype() == dtype);
+        REQUIRE(host.numel() == n);
+        const std::vector<float> got = host.to(DType::f32).to_vector<float>();
+        // Stages 0/1: exactly the device's averaged gradients (parameter grads are views of them).
+        if (stage < 2) {
+          std::vector<Tensor> device_flat;
+          for (const Tensor& p : model.parameters()) device_flat.push_back(p.grad().to(kCPU).to(DType::f32).reshape({-1}));
+          const std::vector<float> device_grads = cat(device_flat, 0).to_vector<float>();
+          int64_t mismatches = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t g = opt.state_offset() + i;
+            const float d = g < int64_t(device_grads.size()) ? device_grads[size_t(g)] : 0.0f;
+            mismatches += got[size_t(i)] != d;
+          }
+          CHECK(mismatches == 0);
+        }
+        // Every stage: the gradient of the global batch, to the rounding of the ranks' sums.
+        const std::vector<float> want = want_all.to_vector<float>();
+        double scale = 0;
+        for (float w : want) scale = std::max(scale, double(std::abs(w)));
+        const double tol = (dtype == DType::f32 ? 1e-5 : 2e-2) * scale;
+        int64_t bad = 0, nonzero = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t g = opt.state_offset() + i;
+          const double w = g < int64_t(want.size()) ? want[size_t(g)] : 0.0;  // padding: 0
+          bad += !(std::abs(got[size_t(i)] - w) <= tol);
+          nonzero += got[size_t(i)] != 0.0f;
+        }
+        INFO("scale ", scale, ", ", bad, " of ", n, " elements off");
+        CHECK(bad == 0);
+        CHECK(nonzero > n / 2);
+        CHECK(opt.step());
+        pinned_in_use = pinned_memory_stats().allocated_bytes;
+      }
+      CHECK(pinned_in_use - pinned_memory_stats().allocated_bytes >= want_pinned);  // given back
+    }
 }
 
 TEST_CASE("ZeroOptimizer rejects what it cannot shard") {
