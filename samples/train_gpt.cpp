@@ -375,6 +375,7 @@ int run(const Options& o) {
   const int64_t last_step = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
   samples::MonitorOptions monitor_options = o.monitor;
   monitor_options.device = device;
+  if (comm && comm->rank() != 0) monitor_options.metrics_path.clear();  // one log: rank 0's (the values agree)
   samples::TrainingMonitor monitor(monitor_options, model->parameters(), task ? optim::StopMode::max : optim::StopMode::min);
   using profiler::Category;
   using profiler::ScopedRange;
