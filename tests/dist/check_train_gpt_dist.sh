@@ -3,7 +3,8 @@
 # -np 4 with --zero 2) and under the RANK/WORLD_SIZE launcher, the final loss equals the
 # single-process run's on the same global batch, and the progress line reports the per-rank state.
 # fp16 with the dynamic loss scale (and a static one that overflows every step) at 2 ranks reaches the
-# single-process fp16 run; --checkpoint-dir entries resume bit-exactly at 2 ranks and at 4 and 1.
+# single-process fp16 run; --checkpoint-dir entries resume bit-exactly at 2 ranks and at 4 and 1, a
+# killed writer's temporary entry is ignored and removed, --keep-checkpoints prunes entries.
 # Usage: check_train_gpt_dist.sh train_gpt [mpirun flags...]   (no mpirun flags: TCP only)
 set -uo pipefail
 bin=$1
@@ -91,13 +92,19 @@ if [[ $# -gt 0 ]]; then
   # Resumed at 4 ranks and in one process (no dropout: each rank draws its rows' masks): the step-20
   # entry re-partitions; both continue at step 20 and end at the 2-rank run's loss (reduction order).
   ck=(--precision fp16 --checkpoint-every-steps 20)
-  out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --zero 2 --checkpoint-dir "$work/c" 2>&1) || fail "40 steps: $out"
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --zero 2 --checkpoint-dir "$work/c" --keep-checkpoints 1 2>&1) ||
+    fail "40 steps: $out"
   want=$(final_loss "$out")
+  [[ "$(ls "$work/c")" == "step_0000000040" ]] || fail "--keep-checkpoints 1 left: $(ls "$work/c")"
   out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --zero 2 --checkpoint-dir "$work/d" --stop-after-steps 20 2>&1) ||
     fail "20 steps: $out"
   cp -r "$work/d" "$work/d1"
+  # A save killed before its rename leaves "step_*.tmp.<pid>": never resumed from, removed once its writer is gone.
+  dead=$(sh -c 'echo $$')
+  mkdir "$work/d/step_0000000030.tmp.$dead" && touch "$work/d/step_0000000030.tmp.$dead/state.safetensors"
   want_line="resumed from .*step_0000000020 at step 20"
   check "checkpoint-dir at 2 ranks resumed at 4" "$@" -np 4 "$bin" "${tiny[@]}" "${ck[@]}" --zero 1 --checkpoint-dir "$work/d" --resume
+  [[ ! -e "$work/d/step_0000000030.tmp.$dead" ]] || fail "the killed writer's temporary entry was not removed"
   check "checkpoint-dir at 2 ranks resumed at 1" "$bin" "${tiny[@]}" "${ck[@]}" --zero 0 --checkpoint-dir "$work/d1" --resume
   want_line=
   out=$("$bin" "${tiny[@]}" "${ck[@]}" --checkpoint-dir "$work/d1" --resume 2>&1)
