@@ -156,6 +156,7 @@ Options parse_options(int argc, char** argv) {
   if (o.offload_activations == "inputs" && o.recompute_every == 0)
     samples::exit_with_usage_error("train_gpt", "--offload-activations inputs offloads checkpoint inputs; "
                                                 "it needs --checkpoint-every K");
+  // --precision / --loss-scale checked here (a bad value exits 2); the scaler is built in run().
   samples::parse_loss_scale("train_gpt", o.loss_scale, samples::parse_precision("train_gpt", o.precision));
   if (o.checkpoint_dir.empty() && (o.resume || o.checkpoint_every > 0))
     samples::exit_with_usage_error("train_gpt", "--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
