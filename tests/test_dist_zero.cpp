@@ -7,7 +7,8 @@
 // Half precision: bf16 parameters and f16 with a dynamic LossScaler (grad_scale = 1/S, clipping,
 // LossScaler::step(ZeroOptimizer::step)) against optim::AdamW with fp32 master weights in one process,
 // tolerances in half ulps (why: check_equal_half_runs); an inf gradient planted on one rank is skipped
-// by every rank with bit-identical parameters, and the scaler backs off.
+// by every rank with bit-identical parameters, and the scaler backs off. ZeroCheckpointDirectory keeps
+// the last K entries and resumes them in one process at another stage with every byte of state.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 
 #include "dist/communicator.h"
 #include "dist/distributed_sampler.h"
+#include "dist/zero_checkpoint.h"
 #include "dist/zero_optimizer.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
@@ -488,4 +490,71 @@ TEST_CASE("an inf gradient on one rank makes every rank skip the step and the sc
     CHECK(!got.stepped[kPlant]);
     check_equal_half_runs(got, want, DType::f16);
   }
+}
+
+TEST_CASE("ZeroCheckpointDirectory entries keep the last K and resume in one process at another stage") {
+  uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
+  comm().broadcast(&tag, 1, DType::i64, 0).wait();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("hg_zero_dir_" + std::to_string(tag))).string();
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  model.to(DType::bf16);
+  ZeroOptimizer opt(model.parameters(), comm(), ZeroOptions().stage(2).adamw(adamw_options()));
+  const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+  int64_t step = 0;
+  optim::LossScaler scaler = optim::LossScaler::dynamic();
+  train::TrainingState state;
+  state.model(model).scaler(scaler).counter("step", step);
+  const ZeroCheckpointDirectory checkpoints(dir, 2, comm());
+  CHECK(!checkpoints.latest());
+  for (step = 1; step <= 3; ++step) {
+    auto [ids, targets] = global_batch(int(step));
+    opt.zero_grad();
+    model.loss(take_rows(ids, rows), take_rows(targets, rows)).backward();
+    CHECK(opt.step());
+    checkpoints.save(state, opt, step);
+  }
+  step = 3;
+  const auto entries = ZeroCheckpointDirectory::list(dir);
+  REQUIRE(entries.size() == 2);  // the newest 2 of 3, and nothing else in the directory
+  CHECK(entries[0].first == 2);
+  CHECK(entries[1].first == 3);
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 2);
+  CHECK(checkpoints.latest() == entries[1].second);
+  const std::vector<unsigned char> saved_params = parameter_bytes(model.parameters());
+  std::vector<std::vector<float>> saved_state;  // this rank's partition of master, exp_avg, exp_avg_sq
+  for (const auto& [name, t] : opt.state_tensors()) saved_state.push_back(t.to_vector<float>());
+
+  // Every rank alone, stage 1: the whole state re-partitioned into one rank; this rank's part compared.
+  Communicator alone(CommunicatorOptions{std::chrono::seconds(60), true});
+  manual_seed(99);  // other initial weights: everything must come from the entry
+  nn::GPT fresh(tiny_config());
+  fresh.to(DType::bf16);
+  ZeroOptimizer fresh_opt(fresh.parameters(), alone, ZeroOptions().stage(1).adamw(adamw_options()));
+  int64_t fresh_step = 0;
+  optim::LossScaler fresh_scaler = optim::LossScaler::dynamic();
+  train::TrainingState fresh_state;
+  fresh_state.model(fresh).scaler(fresh_scaler).counter("step", fresh_step);
+  const ZeroCheckpointDirectory reader(dir, 2, alone);
+  CHECK(reader.load(*reader.latest(), fresh_state, fresh_opt) == 3);
+  CHECK(fresh_step == 3);
+  CHECK(fresh_opt.step_count() == 3);
+  CHECK(parameter_bytes(fresh.parameters()) == saved_params);
+  const int64_t offset = opt.state_offset(), count = std::min(opt.partition_numel(), opt.numel() - offset);
+  const auto fresh_tensors = fresh_opt.state_tensors();
+  REQUIRE(fresh_tensors.size() == saved_state.size());
+  for (size_t k = 0; k < saved_state.size(); ++k) {
+    INFO(fresh_tensors[k].first);
+    const std::vector<float> got = fresh_tensors[k].second.narrow(0, offset, count).to_vector<float>();
+    CHECK(got == std::vector<float>(saved_state[k].begin(), saved_state[k].begin() + count));
+  }
+  optim::AdamW adamw(model.parameters());
+  train::TrainingState with_adamw;
+  with_adamw.model(model).optimizer(adamw);
+  CHECK_THROWS_WITH_AS(checkpoints.save(with_adamw, opt, 4), doctest::Contains("registers an optimizer"), hg::Error);
+  CHECK_THROWS_WITH_AS(reader.load(dir, fresh_state, fresh_opt), doctest::Contains("holds no optimizer shards"),
+                       hg::Error);
+  comm().barrier().wait();
+  if (comm().rank() == 0) std::filesystem::remove_all(dir);
 }
