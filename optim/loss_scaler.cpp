@@ -125,6 +125,18 @@ bool LossScaler::step(Optimizer& optimizer, const std::vector<Tensor>& params) {
   return false;
 }
 
+bool LossScaler::step(const std::function<bool()>& scaled_step) {
+  if (mode_ == LossScaleMode::None) return scaled_step();
+  HG_CHECK(!stepped_, kOp, " step() called twice in one step; call update() after each step()");
+  HG_CHECK(!unscaled_, kOp, " step(scaled_step) after unscale_() in the same step: the optimizer unscales by its "
+           "grad_scale itself, so the gradients would be divided by the scale twice");
+  const bool finite = scaled_step();
+  unscaled_ = stepped_ = true;
+  found_inf_ = !finite;
+  if (!finite) ++skipped_steps_;
+  return finite;
+}
+
 void LossScaler::update() {
   if (mode_ == LossScaleMode::None) return;
   HG_CHECK(unscaled_, kOp,

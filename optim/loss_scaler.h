@@ -90,6 +90,11 @@ class LossScaler {
   // optimizer.step() when the gradients are finite (unscaling them first if needed) and true;
   // otherwise no step, gradients zeroed, skipped_steps() + 1, and false.
   bool step(Optimizer& optimizer, const std::vector<Tensor>& params);
+  // The same for an optimizer that unscales and checks its gradients itself (dist::ZeroOptimizer with
+  // grad_scale = 1 / scale_value(): sharded gradients, an inf/NaN found across ranks): runs
+  // `scaled_step`, whose false means skipped on inf/NaN, and records that as this step's outcome (a
+  // skipped step counts in skipped_steps(), update() backs off). Not after unscale_ in the same step.
+  bool step(const std::function<bool()>& scaled_step);
   // The dynamic policy on this step's result; ends the step. No-op in mode none.
   void update();
 

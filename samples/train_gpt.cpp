@@ -21,6 +21,7 @@
 #include "dist/bootstrap.h"
 #include "dist/communicator.h"
 #include "dist/distributed_sampler.h"
+#include "dist/zero_checkpoint.h"
 #include "dist/zero_optimizer.h"
 #include "engine/activation_offload.h"
 #include "engine/allocator.h"
@@ -155,11 +156,8 @@ Options parse_options(int argc, char** argv) {
   if (o.offload_activations == "inputs" && o.recompute_every == 0)
     samples::exit_with_usage_error("train_gpt", "--offload-activations inputs offloads checkpoint inputs; "
                                                 "it needs --checkpoint-every K");
-  const DType dtype = samples::parse_precision("train_gpt", o.precision);
-  const bool scaled = samples::parse_loss_scale("train_gpt", o.loss_scale, dtype).enabled();  // built again in run()
-  if (scaled && (o.zero >= 0 || o.offload_optimizer))
-    samples::exit_with_usage_error("train_gpt", "--loss-scale is not wired to --zero / --offload-optimizer in train_gpt "
-                                                "yet; expected --precision bf16 or fp32 with them");
+  // --precision / --loss-scale checked here (a bad value exits 2); the scaler is built in run().
+  samples::parse_loss_scale("train_gpt", o.loss_scale, samples::parse_precision("train_gpt", o.precision));
   if (o.checkpoint_dir.empty() && (o.resume || o.checkpoint_every > 0))
     samples::exit_with_usage_error("train_gpt", "--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
   o.monitor = {profile, metrics_log, profile_ops, early_stop, early_stop_delta, Device::cpu()};
@@ -309,8 +307,6 @@ int run(const Options& o) {
     if (!o.load.empty() && dist::ZeroOptimizer::saved_world_size(o.load) > 0) zero->load_state(o.load);
     my_rows = dist::DistributedSampler(o.batch, comm->world_size(), comm->rank(), false).indices();
     if (comm->rank() != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
-    HG_CHECK(o.checkpoint_dir.empty(), "[train_gpt] --checkpoint-dir does not hold ZeRO's sharded optimizer state; "
-                                       "with --zero use --save / --load (whole weights + per-rank shards)");
   }
   auto rows_of_rank = [&](const Tensor& x) {
     std::vector<Tensor> rows;
@@ -346,19 +342,31 @@ int run(const Options& o) {
   };
 
   // Checkpoints hold everything that decides the next step: weights, AdamW state, the step, the
-  // dropout generator and the data order. A resumed run continues bit-exactly.
+  // dropout generator and the data order. A resumed run continues bit-exactly. Under ZeRO an entry is
+  // a directory: this state (without AdamW) + every rank's optimizer shard (dist/zero_checkpoint.h).
   int64_t completed_steps = 0, optimizer_steps = 0;  // optimizer_steps: not skipped by the scaler
   train::TrainingState state;
-  state.model(*model).optimizer(optimizer).scaler(scaler).counter("step", completed_steps);
+  state.model(*model).scaler(scaler).counter("step", completed_steps);
+  if (!zero) state.optimizer(optimizer);
   state.counter("optimizer_steps", optimizer_steps);
   Tensor loader_position = loader.state();  // where the data order stands (refreshed before each save)
   state.generator("default", default_generator()).extra("loader", loader_position);
   std::optional<train::CheckpointDirectory> checkpoints;
-  if (!o.checkpoint_dir.empty()) checkpoints.emplace(o.checkpoint_dir, o.keep_checkpoints);
+  std::optional<dist::ZeroCheckpointDirectory> zero_checkpoints;
+  if (!o.checkpoint_dir.empty() && zero) zero_checkpoints.emplace(o.checkpoint_dir, o.keep_checkpoints, *comm);
+  if (!o.checkpoint_dir.empty() && !zero) checkpoints.emplace(o.checkpoint_dir, o.keep_checkpoints);
   if (o.resume) {
-    if (const auto latest = checkpoints->latest()) {
-      samples::or_usage_error("train_gpt", "--resume from " + *latest,
-                              [&] { return train::load_checkpoint(*latest, state); });
+    const bool zero_entries = !dist::ZeroCheckpointDirectory::list(o.checkpoint_dir).empty();
+    const bool file_entries = zero ? train::CheckpointDirectory(o.checkpoint_dir, 1).latest().has_value() : false;
+    if ((zero && file_entries && !zero_entries) || (!zero && zero_entries && !checkpoints->latest()))
+      samples::exit_with_usage_error("train_gpt", "--checkpoint-dir " + o.checkpoint_dir + " holds " +
+                                                      (zero ? "single-process" : "ZeRO (data-parallel)") +
+                                                      " checkpoints; expected " + (zero ? "no --zero" : "--zero S") +
+                                                      " to resume them");
+    if (const auto latest = zero ? zero_checkpoints->latest() : checkpoints->latest()) {
+      samples::or_usage_error("train_gpt", "--resume from " + *latest, [&] {
+        return zero ? zero_checkpoints->load(*latest, state, *zero) : train::load_checkpoint(*latest, state);
+      });
       loader.load_state(loader_position);
       std::printf("resumed from %s at step %lld\n", latest->c_str(), (long long)completed_steps);
     } else {
@@ -368,6 +376,7 @@ int run(const Options& o) {
   const int64_t last_step = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
   samples::MonitorOptions monitor_options = o.monitor;
   monitor_options.device = device;
+  if (comm && comm->rank() != 0) monitor_options.metrics_path.clear();  // one log: rank 0's (the values agree)
   samples::TrainingMonitor monitor(monitor_options, model->parameters(), task ? optim::StopMode::max : optim::StopMode::min);
   using profiler::Category;
   using profiler::ScopedRange;
@@ -418,9 +427,13 @@ int run(const Options& o) {
     double grad_norm = NAN;
     const double lr = schedule.lr(optimizer_steps);
     if (zero) {
+      // The same order; ZeRO divides by the scale inside its norm, clip and update, and finds an
+      // inf/NaN across ranks: every rank skips the step and the scaler backs off alike.
+      zero->set_grad_scale(1.0 / scaler.scale_value());
       if (o.clip > 0) grad_norm = zero->clip_grad_norm(o.clip);
       zero->set_lr(lr);
-      if (zero->step()) ++optimizer_steps;  // skipped on every rank alike on inf/NaN
+      if (scaler.step([&] { return zero->step(); })) ++optimizer_steps;
+      scaler.update();
       zero->zero_grad();
     } else {
       // unscale -> clip -> step -> update. A step with inf/NaN gradients is skipped: the weights and
@@ -478,13 +491,17 @@ int run(const Options& o) {
       progress.line(result);
     }
     completed_steps = step;
-    if (checkpoints && ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == last_step)) {
+    if ((checkpoints || zero_checkpoints) &&
+        ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == last_step)) {
       const auto save_start = Clock::now();
       loader_position = loader.state();
-      const std::string path = checkpoints->save(state, step);
+      const std::string path = zero ? zero_checkpoints->save(state, *zero, step) : checkpoints->save(state, step);
+      int64_t bytes = zero ? 0 : int64_t(std::filesystem::file_size(path));  // the file, or a ZeRO entry's files
+      if (zero)
+        for (const auto& file : std::filesystem::directory_iterator(path)) bytes += int64_t(file.file_size());
       char saved[512];
       std::snprintf(saved, sizeof saved, "checkpoint step %lld -> %s | loss %.9g | %s MiB in %.0f ms", (long long)step,
-                    path.c_str(), last_loss, megabytes(int64_t(std::filesystem::file_size(path))).c_str(),
+                    path.c_str(), last_loss, megabytes(bytes).c_str(),
                     1e3 * std::chrono::duration<double>(Clock::now() - save_start).count());
       progress.line(saved);
     }

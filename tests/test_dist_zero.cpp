@@ -4,15 +4,22 @@
 // batch with optim::AdamW: losses after 5 steps must agree to 1e-5 relative, parameters to 2e-4 of
 // their tensor's scale (why: check_equal_runs).
 // Model-state bytes per rank (allocator statistics) must match the ZeRO formulas within 5%.
+// Half precision: bf16 parameters and f16 with a dynamic LossScaler (grad_scale = 1/S, clipping,
+// LossScaler::step(ZeroOptimizer::step)) against optim::AdamW with fp32 master weights in one process,
+// tolerances in half ulps (why: check_equal_half_runs); an inf gradient planted on one rank is skipped
+// by every rank with bit-identical parameters, and the scaler backs off. ZeroCheckpointDirectory keeps
+// the last K entries and resumes them in one process at another stage with every byte of state.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <limits>
 #include <random>
 
 #include "dist/communicator.h"
 #include "dist/distributed_sampler.h"
+#include "dist/zero_checkpoint.h"
 #include "dist/zero_optimizer.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
@@ -21,6 +28,8 @@
 #include "engine/safetensors.h"
 #include "layers/gpt.h"
 #include "optim/adamw.h"
+#include "optim/clip.h"
+#include "optim/loss_scaler.h"
 
 using namespace hg;
 using namespace hg::dist;
@@ -551,4 +560,244 @@ TEST_CASE("ZeroOptimizer rejects what it cannot shard") {
   CHECK_THROWS_WITH_AS(ZeroOptimizer({a, b}, comm()), doctest::Contains("one dtype and device"), hg::Error);
   CHECK_THROWS_WITH_AS(ZeroOptimizer({a}, comm(), ZeroOptions().stage(3)), doctest::Contains("stage 3"), hg::Error);
   CHECK_THROWS_WITH_AS(ZeroOptimizer({a, a}, comm()), doctest::Contains("twice"), hg::Error);
+}
+
+// ---- half precision: bf16 parameters (fp32 master) and f16 with a LossScaler --------------------------
+namespace {
+
+// Clipping to 0.5 bites at every step (the norms are 0.9-2.6), so it must see the true gradients.
+constexpr double kClip = 0.5;
+
+// eps = 1e-3 instead of 1e-8: with eps far below the gradients Adam's update is blind to a constant
+// gradient factor (a gradient left multiplied by the loss scale would pass unseen), and it turns the
+// rounding noise of elements whose exact gradient is zero (attention's key bias: softmax ignores it;
+// in half precision that noise is ~1e-5, not ~1e-10 as in f32) into +-lr moves in a noise-dependent
+// direction, different in every run. With eps above that noise and comparable to the small gradients
+// (|g| ~ 0.02 here) the update depends on the gradient's size and the noise stays small.
+optim::AdamWOptions half_adamw_options() { return adamw_options().eps(1e-3); }
+
+struct HalfRun {
+  std::vector<double> losses, norms;
+  std::vector<bool> stepped;
+  std::vector<std::vector<float>> params;  // the half values, widened
+  double scale = 1;
+  int64_t skipped = 0;
+};
+
+optim::LossScaler half_scaler(DType dtype) {
+  return dtype == DType::f16 ? optim::LossScaler::dynamic() : optim::LossScaler::none();
+}
+
+std::vector<unsigned char> parameter_bytes(const std::vector<Tensor>& params) {
+  std::vector<unsigned char> out;
+  for (const Tensor& p : params) {
+    const auto* b = static_cast<const unsigned char*>(p.data_ptr());
+    out.insert(out.end(), b, b + p.numel() * int64_t(p.element_size()));
+  }
+  return out;
+}
+
+// This rank's loss of step s; at step `plant_step` the planting rank multiplies it by inf, which gives
+// inf/NaN gradients on that rank only.
+Tensor half_loss(nn::GPT& model, const Tensor& ids, const Tensor& targets, int s, int plant_step, bool planter) {
+  Tensor loss = model.loss(ids, targets);
+  return s == plant_step && planter ? loss * std::numeric_limits<double>::infinity() : loss;
+}
+
+// One process, the whole global batch, optim::AdamW with fp32 master weights:
+// scale(loss).backward, unscale_, clip, step, update.
+HalfRun reference_half_run(DType dtype, int plant_step = -1) {
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  model.to(dtype);
+  optim::AdamW opt(model.parameters(), half_adamw_options());
+  optim::LossScaler scaler = half_scaler(dtype);
+  const std::vector<Tensor> params = model.parameters();
+  HalfRun run;
+  for (int s = 0; s < kSteps; ++s) {
+    auto [ids, targets] = global_batch(s);
+    opt.zero_grad();
+    Tensor loss = half_loss(model, ids, targets, s, plant_step, true);
+    scaler.scale(loss).backward();
+    scaler.unscale_(params);
+    run.norms.push_back(optim::clip_grad_norm(params, kClip));
+    run.stepped.push_back(scaler.step(opt, params));
+    scaler.update();
+    run.losses.push_back(loss.item());
+  }
+  for (const Tensor& p : params) run.params.push_back(p.to(DType::f32).to_vector<float>());
+  run.scale = scaler.scale_value();
+  run.skipped = scaler.skipped_steps();
+  return run;
+}
+
+// ZeRO on this rank's rows, as train_gpt drives it: grad_scale = 1/S, clip, LossScaler::step(ZeroOptimizer::step),
+// update. The last rank plants the inf. A skipped step must leave every parameter bit-identical.
+HalfRun zero_half_run(DType dtype, int stage, int plant_step = -1) {
+  Communicator& c = comm();
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  model.to(dtype);
+  ZeroOptimizer opt(model.parameters(), c, ZeroOptions().stage(stage).bucket_bytes(4096).adamw(half_adamw_options()));
+  optim::LossScaler scaler = half_scaler(dtype);
+  const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, c.world_size(), c.rank(), false).indices();
+  HalfRun run;
+  for (int s = 0; s < kSteps; ++s) {
+    auto [ids, targets] = global_batch(s);
+    opt.zero_grad();
+    Tensor loss = half_loss(model, take_rows(ids, rows), take_rows(targets, rows), s, plant_step,
+                            c.rank() == c.world_size() - 1);
+    scaler.scale(loss).backward();
+    opt.set_grad_scale(1.0 / scaler.scale_value());
+    run.norms.push_back(opt.clip_grad_norm(kClip));
+    const std::vector<unsigned char> before = parameter_bytes(model.parameters());
+    run.stepped.push_back(scaler.step([&] { return opt.step(); }));
+    scaler.update();
+    if (!run.stepped.back()) CHECK(parameter_bytes(model.parameters()) == before);
+    double loss_value = loss.item();
+    c.all_reduce(&loss_value, 1, DType::f64, ReduceOp::avg).wait();
+    run.losses.push_back(loss_value);
+  }
+  // Every rank holds the same parameters (rank 0's, broadcast, compared byte for byte).
+  std::vector<unsigned char> mine = parameter_bytes(model.parameters());
+  mine.resize((mine.size() + 3) / 4 * 4);  // broadcast as i32 words
+  std::vector<unsigned char> rank0 = mine;
+  c.broadcast(rank0.data(), int64_t(rank0.size() / 4), DType::i32, 0).wait();
+  CHECK(mine == rank0);
+  for (const Tensor& p : model.parameters()) run.params.push_back(p.to(DType::f32).to_vector<float>());
+  run.scale = scaler.scale_value();
+  run.skipped = scaler.skipped_steps();
+  return run;
+}
+
+// Tolerances in units of the half type's unit roundoff u (bf16 2^-8, f16 2^-11); measured at 1, 2 and
+// 4 ranks in brackets.
+//   parameters: every element within 2 ulps of its tensor's scale max|p| (an ulp there is 2u max|p|):
+//     one for rounding the fp32 master (two masters a hair apart can round to neighbouring half
+//     values), one for the drift of the masters (the gradients differ by half roundings of per-rank
+//     means, which moves Adam's update by ~u lr per step, far below an ulp). [<= 1.13 ulps]
+//   losses: u / 8 relative, the rounding of a mean of 64 per-token losses whose logits carry
+//     independent half roundings (~u / sqrt(64)); the parameters differ by an ulp at most. [<= u / 100]
+//   gradient norms: u relative: the gradients pass ~10 half-rounded ops of backward over a different
+//     number of rows, and the norm sums 7k of them. [<= u / 3]
+void check_equal_half_runs(const HalfRun& got, const HalfRun& want, DType dtype) {
+  const double u = dtype == DType::bf16 ? 0x1p-8 : 0x1p-11;
+  INFO(dtype_name(dtype), " rank ", comm().rank(), " of ", comm().world_size());
+  REQUIRE(got.losses.size() == want.losses.size());
+  for (size_t s = 0; s < want.losses.size(); ++s) {
+    INFO("step ", s, ": loss ", got.losses[s], " vs ", want.losses[s], ", norm ", got.norms[s], " vs ", want.norms[s]);
+    CHECK(got.stepped[s] == want.stepped[s]);
+    if (!std::isfinite(want.losses[s])) {  // the planted step: skipped by both
+      CHECK(!std::isfinite(got.losses[s]));
+      CHECK(!std::isfinite(got.norms[s]));
+      continue;
+    }
+    CHECK(std::abs(got.losses[s] - want.losses[s]) <= u / 8 * std::abs(want.losses[s]));
+    CHECK(std::abs(got.norms[s] - want.norms[s]) <= u * want.norms[s]);
+  }
+  CHECK(got.scale == want.scale);
+  CHECK(got.skipped == want.skipped);
+  REQUIRE(got.params.size() == want.params.size());
+  double worst = 0;  // in ulps at the tensor's scale
+  for (size_t t = 0; t < want.params.size(); ++t) {
+    double scale = 0;
+    for (float w : want.params[t]) scale = std::max(scale, double(std::abs(w)));
+    for (size_t i = 0; i < want.params[t].size(); ++i)
+      worst = std::max(worst, std::abs(double(got.params[t][i]) - want.params[t][i]) / (2 * u * scale));
+  }
+  INFO("largest parameter difference: ", worst, " ulps of the tensor's scale");
+  CHECK(worst <= 2.0);
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO stages 0 1 2 with bf16 and with f16 plus a loss scaler train like one process with master weights") {
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    const HalfRun want = reference_half_run(dtype);
+    for (int stage : {0, 1, 2}) {
+      INFO("stage ", stage);
+      check_equal_half_runs(zero_half_run(dtype, stage), want, dtype);
+    }
+  }
+}
+
+TEST_CASE("an inf gradient on one rank makes every rank skip the step and the scaler back off") {
+  constexpr int kPlant = 2;
+  const HalfRun want = reference_half_run(DType::f16, kPlant);
+  REQUIRE(!want.stepped[kPlant]);
+  REQUIRE(want.skipped == 1);
+  REQUIRE(want.scale == 32768.0);  // 2^16 halved once
+  for (int stage : {0, 1, 2}) {
+    INFO("stage ", stage);
+    const HalfRun got = zero_half_run(DType::f16, stage, kPlant);
+    CHECK(!got.stepped[kPlant]);
+    check_equal_half_runs(got, want, DType::f16);
+  }
+}
+
+TEST_CASE("ZeroCheckpointDirectory entries keep the last K and resume in one process at another stage") {
+  uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
+  comm().broadcast(&tag, 1, DType::i64, 0).wait();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("hg_zero_dir_" + std::to_string(tag))).string();
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  model.to(DType::bf16);
+  ZeroOptimizer opt(model.parameters(), comm(), ZeroOptions().stage(2).adamw(adamw_options()));
+  const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+  int64_t step = 0;
+  optim::LossScaler scaler = optim::LossScaler::dynamic();
+  train::TrainingState state;
+  state.model(model).scaler(scaler).counter("step", step);
+  const ZeroCheckpointDirectory checkpoints(dir, 2, comm());
+  CHECK(!checkpoints.latest());
+  for (step = 1; step <= 3; ++step) {
+    auto [ids, targets] = global_batch(int(step));
+    opt.zero_grad();
+    model.loss(take_rows(ids, rows), take_rows(targets, rows)).backward();
+    CHECK(opt.step());
+    checkpoints.save(state, opt, step);
+  }
+  step = 3;
+  const auto entries = ZeroCheckpointDirectory::list(dir);
+  REQUIRE(entries.size() == 2);  // the newest 2 of 3, and nothing else in the directory
+  CHECK(entries[0].first == 2);
+  CHECK(entries[1].first == 3);
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 2);
+  CHECK(checkpoints.latest() == entries[1].second);
+  const std::vector<unsigned char> saved_params = parameter_bytes(model.parameters());
+  std::vector<std::vector<float>> saved_state;  // this rank's partition of master, exp_avg, exp_avg_sq
+  for (const auto& [name, t] : opt.state_tensors()) saved_state.push_back(t.to_vector<float>());
+
+  // Every rank alone, stage 1: the whole state re-partitioned into one rank; this rank's part compared.
+  Communicator alone(CommunicatorOptions{std::chrono::seconds(60), true});
+  manual_seed(99);  // other initial weights: everything must come from the entry
+  nn::GPT fresh(tiny_config());
+  fresh.to(DType::bf16);
+  ZeroOptimizer fresh_opt(fresh.parameters(), alone, ZeroOptions().stage(1).adamw(adamw_options()));
+  int64_t fresh_step = 0;
+  optim::LossScaler fresh_scaler = optim::LossScaler::dynamic();
+  train::TrainingState fresh_state;
+  fresh_state.model(fresh).scaler(fresh_scaler).counter("step", fresh_step);
+  const ZeroCheckpointDirectory reader(dir, 2, alone);
+  CHECK(reader.load(*reader.latest(), fresh_state, fresh_opt) == 3);
+  CHECK(fresh_step == 3);
+  CHECK(fresh_opt.step_count() == 3);
+  CHECK(parameter_bytes(fresh.parameters()) == saved_params);
+  const int64_t offset = opt.state_offset(), count = std::min(opt.partition_numel(), opt.numel() - offset);
+  const auto fresh_tensors = fresh_opt.state_tensors();
+  REQUIRE(fresh_tensors.size() == saved_state.size());
+  for (size_t k = 0; k < saved_state.size(); ++k) {
+    INFO(fresh_tensors[k].first);
+    const std::vector<float> got = fresh_tensors[k].second.narrow(0, offset, count).to_vector<float>();
+    CHECK(got == std::vector<float>(saved_state[k].begin(), saved_state[k].begin() + count));
+  }
+  optim::AdamW adamw(model.parameters());
+  train::TrainingState with_adamw;
+  with_adamw.model(model).optimizer(adamw);
+  CHECK_THROWS_WITH_AS(checkpoints.save(with_adamw, opt, 4), doctest::Contains("registers an optimizer"), hg::Error);
+  CHECK_THROWS_WITH_AS(reader.load(dir, fresh_state, fresh_opt), doctest::Contains("holds no optimizer shards"),
+                       hg::Error);
+  comm().barrier().wait();
+  if (comm().rank() == 0) std::filesystem::remove_all(dir);
 }

@@ -1,8 +1,8 @@
 // optim/loss_scaler.h: the dynamic policy step by step (growth, backoff, hysteresis, the clean-step
 // counter, the max and min scale), static and none modes, the skip-on-overflow step on a small GPT
 // with an inf or a NaN planted in one gradient (parameters and AdamW state bit-identical, gradients
-// zeroed, scale halved), exact power-of-two unscaling, the overflow reducer, checkpoint state and
-// its validation.
+// zeroed, scale halved), exact power-of-two unscaling, the overflow reducer, step() of an optimizer
+// that unscales itself (ZeRO), checkpoint state and its validation.
 //
 // The same source is compiled twice: test_loss_scaler runs everything on the CPU;
 // test_cuda_loss_scaler (HG_LOSS_SCALER_ON_CUDA) runs the model cases on the CUDA device (the SIMT
@@ -236,6 +236,29 @@ TEST_CASE("the overflow reducer combines the flag, and misuse is an error") {
   CHECK_ERROR(LossScaler::dynamic(DynamicLossScaleOptions().max_scale(1e300)), "invalid max_scale");
   CHECK_ERROR(LossScaler::dynamic(DynamicLossScaleOptions().init_scale(0.5)), "invalid init_scale");
   CHECK_ERROR(LossScaler::fixed(kInf), "invalid static loss scale");
+}
+
+TEST_CASE("step of an optimizer that unscales itself records its outcome like step") {
+  // dist::ZeroOptimizer's step(): it divides by the scale and finds an inf/NaN across ranks itself.
+  LossScaler scaler = LossScaler::dynamic(DynamicLossScaleOptions().init_scale(64).growth_interval(2));
+  int calls = 0;
+  CHECK(scaler.step([&] { return ++calls > 0; }));
+  scaler.update();
+  CHECK_FALSE(scaler.step([&] { return ++calls < 0; }));  // its step found inf/NaN and skipped
+  CHECK(scaler.found_inf());
+  CHECK_ERROR(scaler.step([&] { return true; }), "[LossScaler]", "step() called twice");
+  scaler.update();
+  CHECK(calls == 2);
+  CHECK(scaler.scale_value() == 32);  // backed off, no growth from the one clean step before
+  CHECK(scaler.skipped_steps() == 1);
+  CHECK(scaler.good_steps() == 0);
+  Tensor p = param_with_grad();
+  CHECK(scaler.unscale_({p}));
+  CHECK_ERROR(scaler.step([&] { return true; }), "[LossScaler]", "divided by the scale twice");
+  scaler.update();
+  LossScaler none;
+  CHECK_FALSE(none.step([] { return false; }));  // mode none: the optimizer's result, nothing counted
+  CHECK(none.skipped_steps() == 0);
 }
 
 TEST_CASE("scaler state round trip and malformed state") {

@@ -2,6 +2,9 @@
 # train_gpt data parallel end to end: under mpirun (-np 2 with --zero 0/1/2 and --offload-optimizer,
 # -np 4 with --zero 2) and under the RANK/WORLD_SIZE launcher, the final loss equals the
 # single-process run's on the same global batch, and the progress line reports the per-rank state.
+# fp16 with the dynamic loss scale (and a static one that overflows every step) at 2 ranks reaches the
+# single-process fp16 run; --checkpoint-dir entries resume bit-exactly at 2 ranks and at 4 and 1, a
+# killed writer's temporary entry is ignored and removed, --keep-checkpoints prunes entries.
 # Usage: check_train_gpt_dist.sh train_gpt [mpirun flags...]   (no mpirun flags: TCP only)
 set -uo pipefail
 bin=$1
@@ -23,6 +26,7 @@ check() {
   local out
   out=$("$@" 2>&1) || fail "$name exited $?: $out"
   grep -q "state .* MiB/rank" <<<"$out" || fail "$name: no per-rank state in the progress line: $out"
+  [[ -z "${want_line:-}" ]] || grep -q -- "$want_line" <<<"$out" || fail "$name: no '$want_line' in: $out"
   local got
   got=$(final_loss "$out")
   awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1.5e-4) }' \
@@ -44,6 +48,67 @@ if [[ $# -gt 0 ]]; then
   one=$(final_loss "$("$bin" "${tiny[@]}" --zero 0 --load "$work/m.safetensors" 2>&1)")
   [[ -n "$four" && "$four" == "$one" ]] || fail "resumed at 4 ranks: final loss '$four', in one process: '$one'"
   echo "ok: checkpoint at 2 ranks resumed at 4 and at 1 (final loss $one)"
+
+  # fp16 + dynamic loss scale (S = 2^16, no overflow in 40 steps here) at stages 1 and 2: the
+  # single-process fp16 loss within 1.5e-4 (measured: equal to the 4 printed decimals). The gradients
+  # differ from one process's only by fp32 sums of two half means (a half ulp each).
+  # Adam is blind to a constant gradient factor, so the clipped gradient norm of the metrics log (1.7
+  # at step 40: the clip bites) shows whether ZeRO saw unscaled gradients: within 1% of one process's.
+  half=(--precision fp16)
+  out=$("$bin" "${tiny[@]}" "${half[@]}" --metrics-log "$work/one.jsonl") || fail "fp16 single process exited $?: $out"
+  want=$(final_loss "$out")
+  grad_norm() { sed -n 's/.*"step":40,.*"grad_norm":\([^,]*\),.*/\1/p' "$1"; }
+  want_line="scale 65536 | skipped 0 | zero"
+  for stage in 1 2; do
+    check "mpirun x2 zero $stage fp16 dynamic" "$@" -np 2 "$bin" "${tiny[@]}" "${half[@]}" --zero $stage \
+      --metrics-log "$work/zero.jsonl"
+    awk -v a="$(grad_norm "$work/zero.jsonl")" -v b="$(grad_norm "$work/one.jsonl")" \
+      'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 0.01 * b) }' ||
+      fail "zero $stage fp16: step-40 gradient norm $(grad_norm "$work/zero.jsonl"), one process $(grad_norm "$work/one.jsonl")"
+  done
+  # A static scale of 1e6 overflows fp16 gradients at every step: every rank skips all 40 (the LR
+  # schedule and weights stay), as the single process does.
+  out=$("$bin" "${tiny[@]}" "${half[@]}" --loss-scale static:1e6) || fail "fp16 static single exited $?: $out"
+  want=$(final_loss "$out")
+  grep -q "40 skipped steps" <<<"$out" || fail "static 1e6 should skip every step in one process: $out"
+  want_line="40 skipped steps"
+  check "mpirun x2 zero 2 fp16 static overflow" "$@" -np 2 "$bin" "${tiny[@]}" "${half[@]}" --zero 2 --loss-scale static:1e6
+  want_line=
+
+  # --checkpoint-dir under ZeRO (fp16, dropout on: scaler, generator and data position are in the
+  # entry). 40 steps in one go and 20 + resume + 20 at 2 ranks write byte-identical step-40 entries.
+  ck=(--precision fp16 --dropout 0.1 --zero 2 --checkpoint-every-steps 20)
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --checkpoint-dir "$work/a" 2>&1) || fail "40 steps: $out"
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --checkpoint-dir "$work/b" --stop-after-steps 20 2>&1) ||
+    fail "20 steps: $out"
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --checkpoint-dir "$work/b" --resume 2>&1) || fail "resume: $out"
+  grep -q "resumed from .*step_0000000020 at step 20" <<<"$out" || fail "did not resume at step 20: $out"
+  entry=step_0000000040
+  for f in state.safetensors optimizer.rank0-of-2.safetensors optimizer.rank1-of-2.safetensors; do
+    cmp -s "$work/a/$entry/$f" "$work/b/$entry/$f" || fail "resumed run's $entry/$f differs from the 40-step run's"
+  done
+  [[ -z "$(ls "$work/a" | grep -v '^step_00000000[24]0$')" ]] || fail "temporaries left behind: $(ls "$work/a")"
+  echo "ok: checkpoint-dir at 2 ranks: 20 + resume + 20 steps byte-identical to 40 steps"
+  # Resumed at 4 ranks and in one process (no dropout: each rank draws its rows' masks): the step-20
+  # entry re-partitions; both continue at step 20 and end at the 2-rank run's loss (reduction order).
+  ck=(--precision fp16 --checkpoint-every-steps 20)
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --zero 2 --checkpoint-dir "$work/c" --keep-checkpoints 1 2>&1) ||
+    fail "40 steps: $out"
+  want=$(final_loss "$out")
+  [[ "$(ls "$work/c")" == "step_0000000040" ]] || fail "--keep-checkpoints 1 left: $(ls "$work/c")"
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --zero 2 --checkpoint-dir "$work/d" --stop-after-steps 20 2>&1) ||
+    fail "20 steps: $out"
+  cp -r "$work/d" "$work/d1"
+  # A save killed before its rename leaves "step_*.tmp.<pid>": never resumed from, removed once its writer is gone.
+  dead=$(sh -c 'echo $$')
+  mkdir "$work/d/step_0000000030.tmp.$dead" && touch "$work/d/step_0000000030.tmp.$dead/state.safetensors"
+  want_line="resumed from .*step_0000000020 at step 20"
+  check "checkpoint-dir at 2 ranks resumed at 4" "$@" -np 4 "$bin" "${tiny[@]}" "${ck[@]}" --zero 1 --checkpoint-dir "$work/d" --resume
+  [[ ! -e "$work/d/step_0000000030.tmp.$dead" ]] || fail "the killed writer's temporary entry was not removed"
+  check "checkpoint-dir at 2 ranks resumed at 1" "$bin" "${tiny[@]}" "${ck[@]}" --zero 0 --checkpoint-dir "$work/d1" --resume
+  want_line=
+  out=$("$bin" "${tiny[@]}" "${ck[@]}" --checkpoint-dir "$work/d1" --resume 2>&1)
+  [[ $? -eq 2 ]] && grep -q "holds ZeRO" <<<"$out" || fail "a ZeRO entry without --zero should be a usage error: $out"
 fi
 out=$("$bin" "${tiny[@]}" --zero 3 2>&1)
 [[ $? -eq 2 ]] || fail "--zero 3 should be a usage error: $out"
