@@ -141,6 +141,7 @@ std::string ZeroCheckpointDirectory::save(const train::TrainingState& state, Zer
     HG_CHECK(!error, kWho, " cannot create '", temporary.string(), "': ", error.message());
   });
   optimizer.save_state((temporary / "optimizer").string());  // every rank's shard; ends with a barrier
+  const auto whole = optimizer.gather_parameters();           // stage 3: the weights whole for rank 0
   on_rank0(comm_, [&] {
     train::save_checkpoint((temporary / "state.safetensors").string(), state, step);
     if (fs::exists(entry)) retire(entry);  // an entry of this step from an earlier run
@@ -160,7 +161,12 @@ int64_t ZeroCheckpointDirectory::load(const std::string& entry, const train::Tra
   const std::string prefix = (fs::path(entry) / "optimizer").string();
   HG_CHECK(ZeroOptimizer::saved_world_size(prefix) > 0, kWho, " '", entry, "' holds no optimizer shards ",
            prefix, ".rank0-of-N.safetensors; expected an entry written by ZeroCheckpointDirectory::save");
-  const int64_t step = train::load_checkpoint(state_file, state);  // the weights first: a master comes from them
+  int64_t step = 0;
+  {  // the weights first (into stage 3's whole units, then its shards): a master the files lack comes from them
+    auto whole = optimizer.gather_parameters();
+    step = train::load_checkpoint(state_file, state);
+    whole.write_back();
+  }
   optimizer.load_state(prefix);
   return step;
 }

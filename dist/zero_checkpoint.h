@@ -3,8 +3,9 @@
 // one directory per entry, written by every rank and made visible all at once.
 //
 //   <dir>/step_<10 digits>/state.safetensors                     rank 0: the TrainingState
-//       (train/checkpoint.h) without an optimizer -- the whole weights (every rank holds them in
-//       stages 0-2), the loss scaler, counters (step, LR schedule position), generators, data position
+//       (train/checkpoint.h) without an optimizer -- the whole weights (stage 3: gathered for it, and
+//       written back into the shards on load), the loss scaler, counters (step, LR schedule position),
+//       generators, data position
 //   <dir>/step_<10 digits>/optimizer.rank<r>-of-<N>.safetensors  rank r's optimizer shard
 //       (ZeroOptimizer::save_state with the prefix "<entry>/optimizer")
 //

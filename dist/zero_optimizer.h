@@ -151,6 +151,8 @@ class ZeroOptimizer {
 
   // Stage 3: every parameter is whole on every rank while the returned guard lives (saving the model,
   // reading weights); collective — every rank takes it. Stages 0-2: parameters are always whole.
+  // Writing the parameters in its scope (loading weights) takes effect with write_back(), also
+  // collective: each rank's shard (stage 3) and its fp32 master copy (when kept) take the new values.
   class GatheredParameters {
    public:
     explicit GatheredParameters(ZeroOptimizer* owner) : owner_(owner) {}
@@ -159,6 +161,7 @@ class ZeroOptimizer {
     GatheredParameters& operator=(const GatheredParameters&) = delete;
     GatheredParameters& operator=(GatheredParameters&&) = delete;
     ~GatheredParameters();
+    void write_back();
 
    private:
     ZeroOptimizer* owner_;

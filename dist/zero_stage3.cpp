@@ -248,6 +248,19 @@ ZeroOptimizer::GatheredParameters ZeroOptimizer::gather_parameters() {
   return guard;
 }
 
+void ZeroOptimizer::GatheredParameters::write_back() {
+  HG_CHECK(owner_ != nullptr, "[ZeroOptimizer] write_back on a moved-from GatheredParameters");
+  ZeroOptimizer& z = *owner_;
+  NoGradGuard no_grad;
+  const int world = z.comm_.world_size(), rank = z.comm_.rank();
+  for (const Unit& u : z.units_) {  // stage 3: this rank's part of each whole unit is its shard
+    const int64_t part = u.padded / world;
+    z.param_shard_.narrow(0, u.shard_local, part).copy_(u.full.narrow(0, rank * part, part));
+  }
+  if (z.master_.defined()) z.master_.copy_(z.owned_params().to(z.master_.device()).to(DType::f32));
+  if (z.params_host_.defined()) z.params_host_.copy_(z.owned_params().to(kCPU));
+}
+
 ZeroOptimizer::GatheredParameters::~GatheredParameters() {
   if (!owner_) return;
   for (size_t k = 0; k < owner_->units_.size(); ++k) {

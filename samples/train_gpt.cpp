@@ -121,8 +121,9 @@ Options parse_options(int argc, char** argv) {
   auto& curriculum =
       flags.add_string("curriculum", "none", "example order: none, or easy-to-hard (addition: fewer digits first)");
   auto& curriculum_steps = flags.add_int("curriculum-steps", 600, "steps until easy-to-hard reaches the full task", 1);
-  auto& zero = flags.add_int("zero", -1, "data parallel with ZeRO stage 0, 1 or 2 across the processes of mpirun or "
-                             "RANK/WORLD_SIZE (-1: off in a single process, stage 0 otherwise)", -1);
+  auto& zero = flags.add_int("zero", -1, "data parallel with ZeRO stage 0, 1, 2 or 3 across the processes of mpirun or "
+                             "RANK/WORLD_SIZE (-1: off in a single process, stage 0 otherwise; stage 3 shards each "
+                             "block's weights, tensors of at most 4 x dim elements stay whole)", -1);
   auto& offload_optimizer = flags.add_bool("offload-optimizer", false, "keep the optimizer state in host memory, "
                                            "updated by the SIMD CPU AdamW (ZeRO-Offload; implies --zero 0 or higher)");
   auto& profile = flags.add_string("profile", "", "profile the run: Chrome trace JSON to this file, tables at the end");
@@ -146,9 +147,9 @@ Options parse_options(int argc, char** argv) {
   o.fp32_grads = fp32_grads, o.stochastic_rounding = stochastic_rounding;
   o.recompute_every = recompute_every, o.offload_activations = offload;
   o.zero = zero, o.offload_optimizer = offload_optimizer;
-  if (o.zero > 2)
-    samples::exit_with_usage_error("train_gpt", "--zero " + std::to_string(o.zero) + " is not available: stages 0, 1 "
-                                                    "and 2 are implemented (stage 3 is not yet)");
+  if (o.zero > 3)
+    samples::exit_with_usage_error("train_gpt", "--zero " + std::to_string(o.zero) + " is not a ZeRO stage; expected "
+                                                    "0, 1, 2 or 3");
   o.detect_anomaly = detect_anomaly, o.memory_limit_mib = memory_limit, o.memory_summary = memory_summary;
   if (o.offload_activations != "off" && o.offload_activations != "inputs" && o.offload_activations != "all")
     samples::exit_with_usage_error("train_gpt", "unknown --offload-activations \"" + o.offload_activations +
@@ -299,10 +300,11 @@ int run(const Options& o) {
     HG_CHECK(o.batch % comm->world_size() == 0, "[train_gpt] --batch ", o.batch, " must be a multiple of the ",
              comm->world_size(), " ranks (each trains on batch / ranks rows of the global batch)");
     zero = std::make_unique<dist::ZeroOptimizer>(
-        model->parameters(), *comm,
+        *model, *comm,
         dist::ZeroOptions()
             .stage(int(std::max<int64_t>(o.zero, 0)))
             .offload_optimizer(o.offload_optimizer)
+            .persistence_threshold(4 * o.dim)  // stage 3: LayerNorms and biases stay whole
             .adamw(adamw_options));
     if (!o.load.empty() && dist::ZeroOptimizer::saved_world_size(o.load) > 0) zero->load_state(o.load);
     my_rows = dist::DistributedSampler(o.batch, comm->world_size(), comm->rank(), false).indices();
@@ -481,7 +483,11 @@ int run(const Options& o) {
         std::tie(accuracy, val_loss) = evaluate();
       }
       record.set(task ? "accuracy" : "val_loss", task ? accuracy : val_loss);
-      stop = monitor.evaluated(step, task ? accuracy : val_loss);
+      {
+        std::optional<dist::ZeroOptimizer::GatheredParameters> whole;  // stage 3: early stopping snapshots them
+        if (zero && o.monitor.early_stop_patience > 0) whole.emplace(zero->gather_parameters());
+        stop = monitor.evaluated(step, task ? accuracy : val_loss);
+      }
       char result[128];
       if (task)
         std::snprintf(result, sizeof result, "eval  step %lld | held-out exact match %.2f%% (%zu problems)",
@@ -512,7 +518,14 @@ int run(const Options& o) {
       break;
     }
   }
-  if (const std::string restored = monitor.finish(); !restored.empty()) {
+  std::optional<dist::ZeroOptimizer::GatheredParameters> best_weights;  // stage 3: restored into the whole units
+  if (zero && o.monitor.early_stop_patience > 0) best_weights.emplace(zero->gather_parameters());
+  const std::string restored = monitor.finish();
+  if (best_weights) {
+    best_weights->write_back();
+    best_weights.reset();
+  }
+  if (!restored.empty()) {
     progress.line(restored);
     (task ? accuracy : val_loss) = *monitor.best();
   }
@@ -541,8 +554,12 @@ int run(const Options& o) {
   }
 
   if (!o.save.empty()) {
-    if (!comm || comm->rank() == 0) model->save(o.save);  // whole weights (stages 0-2 keep them on every rank)
-    if (zero) zero->save_state(o.save);                     // + each rank's optimizer shard
+    {
+      std::optional<dist::ZeroOptimizer::GatheredParameters> whole;  // stage 3: gathered for rank 0 to write
+      if (zero) whole.emplace(zero->gather_parameters());
+      if (!comm || comm->rank() == 0) model->save(o.save);  // whole weights
+    }
+    if (zero) zero->save_state(o.save);  // + each rank's optimizer shard
     std::printf("saved %s\n", o.save.c_str());
   }
   std::printf("summary: %lld steps in %.1f s | final loss %.4f | ", (long long)timed_steps, total, last_loss);

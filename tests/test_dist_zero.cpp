@@ -638,8 +638,12 @@ HalfRun zero_half_run(DType dtype, int stage, int plant_step = -1) {
   manual_seed(7);
   nn::GPT model(tiny_config());
   model.to(dtype);
-  ZeroOptimizer opt(model.parameters(), c, ZeroOptions().stage(stage).bucket_bytes(4096).adamw(half_adamw_options()));
+  ZeroOptimizer opt(model, c, ZeroOptions().stage(stage).bucket_bytes(4096).adamw(half_adamw_options()));
   optim::LossScaler scaler = half_scaler(dtype);
+  auto bytes_now = [&] {  // stage 3: gathered (collective) to be read
+    const auto whole = opt.gather_parameters();
+    return parameter_bytes(model.parameters());
+  };
   const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, c.world_size(), c.rank(), false).indices();
   HalfRun run;
   for (int s = 0; s < kSteps; ++s) {
@@ -650,15 +654,16 @@ HalfRun zero_half_run(DType dtype, int stage, int plant_step = -1) {
     scaler.scale(loss).backward();
     opt.set_grad_scale(1.0 / scaler.scale_value());
     run.norms.push_back(opt.clip_grad_norm(kClip));
-    const std::vector<unsigned char> before = parameter_bytes(model.parameters());
+    const std::vector<unsigned char> before = bytes_now();
     run.stepped.push_back(scaler.step([&] { return opt.step(); }));
     scaler.update();
-    if (!run.stepped.back()) CHECK(parameter_bytes(model.parameters()) == before);
+    if (!run.stepped.back()) CHECK(bytes_now() == before);
     double loss_value = loss.item();
     c.all_reduce(&loss_value, 1, DType::f64, ReduceOp::avg).wait();
     run.losses.push_back(loss_value);
   }
   // Every rank holds the same parameters (rank 0's, broadcast, compared byte for byte).
+  const auto whole = opt.gather_parameters();
   std::vector<unsigned char> mine = parameter_bytes(model.parameters());
   mine.resize((mine.size() + 3) / 4 * 4);  // broadcast as i32 words
   std::vector<unsigned char> rank0 = mine;
@@ -711,10 +716,10 @@ void check_equal_half_runs(const HalfRun& got, const HalfRun& want, DType dtype)
 
 }  // namespace
 
-TEST_CASE("ZeRO stages 0 1 2 with bf16 and with f16 plus a loss scaler train like one process with master weights") {
+TEST_CASE("ZeRO stages 0 1 2 3 with bf16 and with f16 plus a loss scaler train like one process with master weights") {
   for (DType dtype : {DType::bf16, DType::f16}) {
     const HalfRun want = reference_half_run(dtype);
-    for (int stage : {0, 1, 2}) {
+    for (int stage : {0, 1, 2, 3}) {
       INFO("stage ", stage);
       check_equal_half_runs(zero_half_run(dtype, stage), want, dtype);
     }
@@ -727,7 +732,7 @@ TEST_CASE("an inf gradient on one rank makes every rank skip the step and the sc
   REQUIRE(!want.stepped[kPlant]);
   REQUIRE(want.skipped == 1);
   REQUIRE(want.scale == 32768.0);  // 2^16 halved once
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     INFO("stage ", stage);
     const HalfRun got = zero_half_run(DType::f16, stage, kPlant);
     CHECK(!got.stepped[kPlant]);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# train_gpt data parallel end to end: under mpirun (-np 2 with --zero 0/1/2 and --offload-optimizer,
-# -np 4 with --zero 2) and under the RANK/WORLD_SIZE launcher, the final loss equals the
+# train_gpt data parallel end to end: under mpirun (-np 2 with --zero 0/1/2/3 and --offload-optimizer,
+# -np 4 with --zero 2 and 3) and under the RANK/WORLD_SIZE launcher, the final loss equals the
 # single-process run's on the same global batch, and the progress line reports the per-rank state.
 # fp16 with the dynamic loss scale (and a static one that overflows every step) at 2 ranks reaches the
 # single-process fp16 run; --checkpoint-dir entries resume bit-exactly at 2 ranks and at 4 and 1, a
@@ -36,9 +36,12 @@ check() {
 
 check "tcp x2 zero 1" "$here/run_env.sh" 2 "$bin" "${tiny[@]}" --zero 1
 if [[ $# -gt 0 ]]; then
-  for stage in 0 1 2; do check "mpirun x2 zero $stage" "$@" -np 2 "$bin" "${tiny[@]}" --zero $stage; done
+  for stage in 0 1 2 3; do check "mpirun x2 zero $stage" "$@" -np 2 "$bin" "${tiny[@]}" --zero $stage; done
   check "mpirun x2 zero 2 offload" "$@" -np 2 "$bin" "${tiny[@]}" --zero 2 --offload-optimizer
+  check "mpirun x2 zero 3 offload" "$@" -np 2 "$bin" "${tiny[@]}" --zero 3 --offload-optimizer
+  check "mpirun x2 zero 3 recompute" "$@" -np 2 "$bin" "${tiny[@]}" --zero 3 --checkpoint-every 1
   check "mpirun x4 zero 2" "$@" -np 4 "$bin" "${tiny[@]}" --zero 2
+  check "mpirun x4 zero 3" "$@" -np 4 "$bin" "${tiny[@]}" --zero 3
   # Checkpoint at 2 ranks (weights + optimizer shards), resumed at 4 ranks and in one process: same run.
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
@@ -48,6 +51,13 @@ if [[ $# -gt 0 ]]; then
   one=$(final_loss "$("$bin" "${tiny[@]}" --zero 0 --load "$work/m.safetensors" 2>&1)")
   [[ -n "$four" && "$four" == "$one" ]] || fail "resumed at 4 ranks: final loss '$four', in one process: '$one'"
   echo "ok: checkpoint at 2 ranks resumed at 4 and at 1 (final loss $one)"
+  # Stage 3 gathers the weights for rank 0 to save (the same bytes as stage 2's: averages of two
+  # gradients do not depend on the grouping), and loads whole weights into its shards.
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" --zero 3 --save "$work/s3.safetensors" 2>&1) || fail "zero 3 save: $out"
+  cmp -s "$work/s3.safetensors" "$work/m.safetensors" || fail "the weights saved by zero 3 differ from zero 2's"
+  three=$(final_loss "$("$@" -np 4 "$bin" "${tiny[@]}" --zero 3 --load "$work/s3.safetensors" 2>&1)")
+  [[ -n "$three" && "$three" == "$one" ]] || fail "zero 3 save resumed at 4 ranks (zero 3): '$three', zero 2's in one process: '$one'"
+  echo "ok: zero 3 checkpoint at 2 ranks resumed at 4 with zero 3 and at 1 (final loss $one)"
 
   # fp16 + dynamic loss scale (S = 2^16, no overflow in 40 steps here) at stages 1 and 2: the
   # single-process fp16 loss within 1.5e-4 (measured: equal to the 4 printed decimals). The gradients
@@ -59,7 +69,7 @@ if [[ $# -gt 0 ]]; then
   want=$(final_loss "$out")
   grad_norm() { sed -n 's/.*"step":40,.*"grad_norm":\([^,]*\),.*/\1/p' "$1"; }
   want_line="scale 65536 | skipped 0 | zero"
-  for stage in 1 2; do
+  for stage in 1 2 3; do
     check "mpirun x2 zero $stage fp16 dynamic" "$@" -np 2 "$bin" "${tiny[@]}" "${half[@]}" --zero $stage \
       --metrics-log "$work/zero.jsonl"
     awk -v a="$(grad_norm "$work/zero.jsonl")" -v b="$(grad_norm "$work/one.jsonl")" \
@@ -89,6 +99,18 @@ if [[ $# -gt 0 ]]; then
   done
   [[ -z "$(ls "$work/a" | grep -v '^step_00000000[24]0$')" ]] || fail "temporaries left behind: $(ls "$work/a")"
   echo "ok: checkpoint-dir at 2 ranks: 20 + resume + 20 steps byte-identical to 40 steps"
+  # The same with stage 3 (weights gathered for the entry, written back into the shards on resume).
+  ck=(--precision fp16 --dropout 0.1 --zero 3 --checkpoint-every-steps 20)
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --checkpoint-dir "$work/a3" 2>&1) || fail "zero 3 40 steps: $out"
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --checkpoint-dir "$work/b3" --stop-after-steps 20 2>&1) ||
+    fail "zero 3 20 steps: $out"
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --checkpoint-dir "$work/b3" --resume 2>&1) || fail "zero 3 resume: $out"
+  for f in state.safetensors optimizer.rank0-of-2.safetensors optimizer.rank1-of-2.safetensors; do
+    cmp -s "$work/a3/$entry/$f" "$work/b3/$entry/$f" || fail "zero 3: resumed run's $entry/$f differs from the 40-step run's"
+  done
+  cmp -s "$work/a3/$entry/state.safetensors" "$work/a/$entry/state.safetensors" ||
+    fail "zero 3's step-40 state (weights) differs from zero 2's"
+  echo "ok: checkpoint-dir with zero 3: 20 + resume + 20 steps byte-identical to 40 steps and to zero 2's weights"
   # Resumed at 4 ranks and in one process (no dropout: each rank draws its rows' masks): the step-20
   # entry re-partitions; both continue at step 20 and end at the 2-rank run's loss (reduction order).
   ck=(--precision fp16 --checkpoint-every-steps 20)
@@ -99,6 +121,7 @@ if [[ $# -gt 0 ]]; then
   out=$("$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --zero 2 --checkpoint-dir "$work/d" --stop-after-steps 20 2>&1) ||
     fail "20 steps: $out"
   cp -r "$work/d" "$work/d1"
+  cp -r "$work/d" "$work/d3"
   # A save killed before its rename leaves "step_*.tmp.<pid>": never resumed from, removed once its writer is gone.
   dead=$(sh -c 'echo $$')
   mkdir "$work/d/step_0000000030.tmp.$dead" && touch "$work/d/step_0000000030.tmp.$dead/state.safetensors"
@@ -106,10 +129,11 @@ if [[ $# -gt 0 ]]; then
   check "checkpoint-dir at 2 ranks resumed at 4" "$@" -np 4 "$bin" "${tiny[@]}" "${ck[@]}" --zero 1 --checkpoint-dir "$work/d" --resume
   [[ ! -e "$work/d/step_0000000030.tmp.$dead" ]] || fail "the killed writer's temporary entry was not removed"
   check "checkpoint-dir at 2 ranks resumed at 1" "$bin" "${tiny[@]}" "${ck[@]}" --zero 0 --checkpoint-dir "$work/d1" --resume
+  check "checkpoint-dir of zero 2 resumed with zero 3" "$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --zero 3 --checkpoint-dir "$work/d3" --resume
   want_line=
   out=$("$bin" "${tiny[@]}" "${ck[@]}" --checkpoint-dir "$work/d1" --resume 2>&1)
   [[ $? -eq 2 ]] && grep -q "holds ZeRO" <<<"$out" || fail "a ZeRO entry without --zero should be a usage error: $out"
 fi
-out=$("$bin" "${tiny[@]}" --zero 3 2>&1)
-[[ $? -eq 2 ]] || fail "--zero 3 should be a usage error: $out"
+out=$("$bin" "${tiny[@]}" --zero 4 2>&1)
+[[ $? -eq 2 ]] && grep -q "0, 1, 2 or 3" <<<"$out" || fail "--zero 4 should be a usage error: $out"
 echo "train_gpt dist checks ok"
