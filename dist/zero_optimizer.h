@@ -170,6 +170,7 @@ class ZeroOptimizer {
   // Stage 3 introspection (tests, benchmarks): units, and how many are whole right now.
   int64_t unit_count() const { return int64_t(units_.size()); }
   int64_t gathered_unit_count() const;
+  int64_t prefetching_unit_count() const;  // all-gathers started ahead of use, not yet waited for
 
   // This rank's optimizer state (checkpoints): "master" (when separate), "exp_avg", "exp_avg_sq" —
   // flat fp32 tensors over the elements this rank owns (stages 0-2: [state_offset(), + numel) of the

@@ -275,4 +275,10 @@ int64_t ZeroOptimizer::gathered_unit_count() const {
   return n;
 }
 
+int64_t ZeroOptimizer::prefetching_unit_count() const {
+  int64_t n = 0;
+  for (const Unit& u : units_) n += u.gathering ? 1 : 0;
+  return n;
+}
+
 }  // namespace hg::dist

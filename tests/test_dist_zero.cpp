@@ -324,6 +324,29 @@ TEST_CASE("ZeRO stage 3 gathers a unit only around its forward and backward") {
   CHECK(opt.model_state_bytes().params == opt.padded_numel() / world * 4);
 }
 
+TEST_CASE("ZeRO stage 3 prefetches the next unit of the recorded forward order") {
+  for (bool prefetch : {true, false}) {
+    INFO("prefetch ", prefetch);
+    manual_seed(5);
+    nn::GPT model(tiny_config());
+    ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).prefetch(prefetch).adamw(adamw_options()));
+    auto [ids, targets] = global_batch(0);
+    std::vector<int64_t> ahead;  // inside block 0's first Linear: gathers started for block 1
+    model.h[0]->attn->c_attn->set_forward_hooks([&] { ahead.push_back(opt.prefetching_unit_count()); }, [] {});
+    for (int step = 0; step < 2; ++step) {  // the first forward records the order, the second uses it
+      Tensor loss = model.loss(ids, targets);
+      loss.backward();
+      CHECK(opt.step());
+      opt.zero_grad();
+    }
+    model.h[0]->attn->c_attn->clear_forward_hooks();
+    REQUIRE(ahead.size() == 2);
+    CHECK(ahead[0] == 0);
+    CHECK(ahead[1] == (prefetch ? 1 : 0));
+    CHECK(opt.prefetching_unit_count() == 0);
+  }
+}
+
 TEST_CASE("ZeRO stages on the CUDA device train like one process on the CPU") {
   if (!cuda::is_available()) {
     MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");

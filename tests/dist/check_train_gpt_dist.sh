@@ -34,7 +34,9 @@ check() {
   echo "ok: $name (final loss $got)"
 }
 
+for stage in 1 3; do check "one process zero $stage" "$bin" "${tiny[@]}" --zero $stage; done
 check "tcp x2 zero 1" "$here/run_env.sh" 2 "$bin" "${tiny[@]}" --zero 1
+check "tcp x2 zero 3" "$here/run_env.sh" 2 "$bin" "${tiny[@]}" --zero 3
 if [[ $# -gt 0 ]]; then
   for stage in 0 1 2 3; do check "mpirun x2 zero $stage" "$@" -np 2 "$bin" "${tiny[@]}" --zero $stage; done
   check "mpirun x2 zero 2 offload" "$@" -np 2 "$bin" "${tiny[@]}" --zero 2 --offload-optimizer
