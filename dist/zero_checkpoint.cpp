@@ -128,7 +128,10 @@ std::optional<std::string> ZeroCheckpointDirectory::latest() const {
 std::string ZeroCheckpointDirectory::save(const train::TrainingState& state, ZeroOptimizer& optimizer,
                                           int64_t step) const {
   HG_CHECK(step >= 0, kWho, " step ", step, " < 0");
-  HG_CHECK((" " + state.describe() + " ").find(" optimizer ") == std::string::npos, kWho,
+  std::string described = " ";  // (appended, not " " + ...: GCC 12 warns falsely about that)
+  described += state.describe();
+  described += ' ';
+  HG_CHECK(described.find(" optimizer ") == std::string::npos, kWho,
            " the TrainingState registers an optimizer; the ZeroOptimizer's shards are saved beside it instead");
   int64_t pid = comm_.rank() == 0 ? int64_t(::getpid()) : 0;
   comm_.broadcast(&pid, 1, DType::i64, 0).wait();
