@@ -126,7 +126,7 @@ Options parse_options(int argc, char** argv) {
                              "block's weights, tensors of at most 4 x dim elements stay whole)", -1);
   auto& offload_optimizer = flags.add_bool("offload-optimizer", false, "keep the optimizer state in host memory, "
                                            "updated by the SIMD CPU AdamW (ZeRO-Offload; implies --zero 0 or higher)");
-  auto& profile = flags.add_string("profile", "", "profile the run: Chrome trace JSON to this file, tables at the end");
+  auto& profile = flags.add_string("profile", "", "profile the run: Chrome trace JSON to this file (rank r > 0 of a data-parallel run: FILE.rank<r>.json), tables at the end");
   auto& profile_ops = flags.add_bool("profile-ops", false, "with --profile: also a range per kernel call (trace detail)");
   auto& metrics_log = flags.add_string("metrics-log", "", "write one JSON line of metrics per step to this file");
   auto& early_stop = flags.add_int("early-stop", 0, "stop after N evaluations without improvement, keep the best weights (0: off)", 0);
@@ -379,6 +379,13 @@ int run(const Options& o) {
   samples::MonitorOptions monitor_options = o.monitor;
   monitor_options.device = device;
   if (comm && comm->rank() != 0) monitor_options.metrics_path.clear();  // one log: rank 0's (the values agree)
+  if (comm && comm->rank() != 0 && !monitor_options.profile_path.empty()) {  // one trace per rank: FILE.rank<r>.json
+    std::string& path = monitor_options.profile_path;
+    const size_t dot = path.rfind('.');
+    const bool has_extension = dot != std::string::npos && path.find('/', dot) == std::string::npos;
+    path = (has_extension ? path.substr(0, dot) : path) + ".rank" + std::to_string(comm->rank()) +
+           (has_extension ? path.substr(dot) : std::string(".json"));
+  }
   samples::TrainingMonitor monitor(monitor_options, model->parameters(), task ? optim::StopMode::max : optim::StopMode::min);
   using profiler::Category;
   using profiler::ScopedRange;

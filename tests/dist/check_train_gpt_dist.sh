@@ -61,6 +61,11 @@ if [[ $# -gt 0 ]]; then
   [[ -n "$three" && "$three" == "$one" ]] || fail "zero 3 save resumed at 4 ranks (zero 3): '$three', zero 2's in one process: '$one'"
   echo "ok: zero 3 checkpoint at 2 ranks resumed at 4 with zero 3 and at 1 (final loss $one)"
 
+  # --profile under mpirun: one Chrome trace per rank (rank 0's at the path given).
+  out=$("$@" -np 2 "$bin" "${tiny[@]}" --zero 3 --steps 5 --profile "$work/trace.json" 2>&1) || fail "profile: $out"
+  [[ -s "$work/trace.json" && -s "$work/trace.rank1.json" ]] || fail "--profile at 2 ranks: $(ls "$work")"
+  echo "ok: --profile at 2 ranks writes trace.json and trace.rank1.json"
+
   # fp16 + dynamic loss scale (S = 2^16, no overflow in 40 steps here) at stages 1 and 2: the
   # single-process fp16 loss within 1.5e-4 (measured: equal to the 4 printed decimals). The gradients
   # differ from one process's only by fp32 sums of two half means (a half ulp each).
