@@ -186,6 +186,11 @@ void ZeroOptimizer::release(size_t unit) {
 void ZeroOptimizer::on_unit_grad_ready(size_t index) {
   if (sync_) mark_ready(index);
   const size_t unit = unit_of_[index];
+  // The persistent unit is never released, and no forward of its own restarts its count (its
+  // parameters belong to any module; one unused in a micro-step would leave the count short and a
+  // later backward would launch it before its other parameters' gradients arrived): it is
+  // reduce-scattered by finish_gradient_sync(), with any other unit that is not complete.
+  if (units_[unit].persistent) return;
   Bucket& b = buckets_[unit];
   if (--b.pending > 0) return;
   // Every parameter of the unit has its gradient of this backward: no node needs the unit anymore.
