@@ -456,8 +456,8 @@ std::vector<std::pair<int64_t, int64_t>> saved_ranges(const safetensors::File& f
     }
   }
   for (const auto& [offset, count] : out)
-    HG_CHECK(offset >= 0 && count >= 0 && offset + count <= numel, "[ZeroOptimizer] load_state: ", path,
-             " holds elements [", offset, ", ", offset + count, ") outside the ", numel, " parameters");
+    HG_CHECK(offset >= 0 && count >= 0 && offset <= numel && count <= numel - offset, "[ZeroOptimizer] load_state: ",
+             path, " holds ", count, " elements from ", offset, ", outside the ", numel, " parameters");
   return out;
 }
 }  // namespace

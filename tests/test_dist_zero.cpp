@@ -905,3 +905,42 @@ TEST_CASE("ZeRO stage 3 accumulation with a partly unused persistent unit equals
     }
   }
 }
+
+TEST_CASE("load_state rejects malformed shard metadata with a clear error") {
+  uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
+  comm().broadcast(&tag, 1, DType::i64, 0).wait();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hg_zero_bad_" + std::to_string(tag));
+  if (comm().rank() == 0) std::filesystem::create_directories(dir);
+  comm().barrier().wait();
+  const std::string prefix = (dir / "ckpt").string();
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
+  opt.save_state(prefix);
+  const std::string path = prefix + ".rank0-of-" + std::to_string(comm().world_size()) + ".safetensors";
+  const safetensors::File original = safetensors::load(path);
+  const std::string numel = std::to_string(opt.numel());
+  // Rank 0's file, which every rank reads, with one metadata entry replaced. Offsets and counts near
+  // 2^63 must not wrap around the range check.
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"ranges", "9223372036854775807:9223372036854775807", "outside the " + numel + " parameters"},
+      {"ranges", "1:9223372036854775807", "outside the " + numel + " parameters"},
+      {"ranges", "0:5,9223372036854775800:9", "outside the " + numel + " parameters"},
+      {"ranges", "0:5:7", "malformed range \"0:5:7\""},
+      {"ranges", "0:1,0:" + numel, "but its ranges need " + std::to_string(opt.numel() + 1) + " elements"},
+      {"numel", "12", "holds the state of 12 parameters but this optimizer has " + numel},
+      {"step", "many", "metadata 'step' is \"many\", expected an integer"}};
+  for (const auto& [key, value, message] : cases) {
+    INFO(key, " = ", value);
+    comm().barrier().wait();
+    if (comm().rank() == 0) {
+      safetensors::Metadata metadata = original.metadata;
+      metadata[key] = value;
+      safetensors::save(path, original.tensors, metadata);
+    }
+    comm().barrier().wait();
+    CHECK_THROWS_WITH_AS(opt.load_state(prefix), doctest::Contains(message.c_str()), hg::Error);
+  }
+  comm().barrier().wait();
+  if (comm().rank() == 0) std::filesystem::remove_all(dir);
+}
