@@ -130,6 +130,8 @@ class ZeroOptimizer {
   // on every rank alike, when a gradient is inf or NaN (the step is skipped, the state unchanged).
   bool step();
   // Clears the gradients (stages 0/1: zeros in the flat buffer; stage 2: the shard and any leftovers).
+  // After a backward whose step did not run (it threw midway on every rank, or the step is dropped)
+  // it first waits for that backward's collectives, so the next backward starts afresh.
   void zero_grad();
 
   void set_lr(double lr) { lr_ = lr; }
@@ -248,6 +250,7 @@ class ZeroOptimizer {
   void launch_ready_buckets();
   void launch(size_t bucket);
   void finish_gradient_sync();
+  void end_gradient_sync();  // waits for the collectives in flight and resets the per-step counts
   void release_reduced_buckets();
   // The gradient of flat element `global` (stage 0/1: the flat buffer; stage 2: the shard).
   Tensor grad_range(int64_t global_begin, int64_t count) const;
