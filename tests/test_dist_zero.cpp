@@ -981,3 +981,29 @@ TEST_CASE("a backward that throws midway on every rank is retried after zero_gra
     clear_post_accumulate_grad_hooks(model.h[0]->mlp->c_fc->weight);
   }
 }
+
+TEST_CASE("a stage 3 optimizer refused for a hooked module leaves the model as it was") {
+  const Run want = reference_run();
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  // Block 1 (the third unit: after the root and block 0) already has hooks of someone else's.
+  model.h[1]->set_forward_hooks([] {}, [] {});
+  CHECK_THROWS_WITH_AS(ZeroOptimizer(model, comm(), ZeroOptions().stage(3).adamw(adamw_options())),
+                       doctest::Contains("already has forward hooks"), hg::Error);
+  CHECK(!model.has_forward_hooks());
+  CHECK(!model.h[0]->has_forward_hooks());
+  CHECK(model.wte->weight.to_vector<float>().size() == 16 * 16);  // still whole
+  model.h[1]->clear_forward_hooks();
+  ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
+  const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+  Run run;
+  for (int s = 0; s < kSteps; ++s) {
+    auto [ids, targets] = global_batch(s);
+    opt.zero_grad();
+    model.loss(take_rows(ids, rows), take_rows(targets, rows)).backward();
+    CHECK(opt.step());
+  }
+  const auto whole = opt.gather_parameters();
+  for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
+  CHECK(largest_param_difference(run, want) <= 2e-4);
+}
