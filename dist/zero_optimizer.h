@@ -23,7 +23,8 @@
 // all-gathers it and starts gathering the next unit of the recorded forward order (prefetch); the end of
 // its forward releases it; in backward, the first saved parameter the autograd engine unpacks brings it
 // back (and prefetches the unit before it); once every parameter of the unit has its gradient, the
-// unit's gradients are reduce-scattered into the owners' shards and the unit is released again.
+// unit's gradients are reduce-scattered into the owners' shards and the unit is released again (the
+// persistent unit's, whose parameters any module may use, once backward is over: step or grad_norm).
 // Gradient accumulation micro-steps (sync off) keep full-size gradients until the last one.
 //
 // Layout. The parameters (one dtype, one device) are copied into one flat buffer, padded so that its
