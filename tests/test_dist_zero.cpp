@@ -1162,3 +1162,25 @@ TEST_CASE("stage 3 shards resume in one process with other units and stages and 
   comm().barrier().wait();
   if (comm().rank() == 0) std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a parameter whose unit is being prefetched cannot be read outside its forward") {
+  manual_seed(11);
+  TwoLinears model;
+  ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).persistence_threshold(8).adamw(adamw_options()),
+                    linear_units);
+  const Tensor x = two_linears_input();
+  for (int pass = 0; pass < 2; ++pass) {  // the first records the order; in the second b prefetches a (cyclically)
+    NoGradGuard no_grad;
+    model.forward(x);
+  }
+  REQUIRE(opt.prefetching_unit_count() == 1);
+  // Its all-gather may still be writing the bytes: reading them is the released parameter's error,
+  // not a race with the communication thread.
+  CHECK_THROWS_WITH_AS(model.a->weight.to_vector<float>(), doctest::Contains("gather_parameters"), hg::Error);
+  {
+    const auto whole = opt.gather_parameters();  // waits for it
+    CHECK(model.a->weight.to_vector<float>().size() == 64);
+  }
+  CHECK(opt.gathered_unit_count() == 1);  // the persistent unit
+  CHECK(opt.prefetching_unit_count() == 0);
+}
