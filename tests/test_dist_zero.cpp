@@ -1184,3 +1184,26 @@ TEST_CASE("a parameter whose unit is being prefetched cannot be read outside its
   CHECK(opt.gathered_unit_count() == 1);  // the persistent unit
   CHECK(opt.prefetching_unit_count() == 0);
 }
+
+TEST_CASE("zero_grad between a forward and its backward trains like one process at every stage") {
+  const Run want = reference_run();
+  for (int stage : {0, 1, 2, 3}) {
+    INFO("stage ", stage);
+    manual_seed(7);
+    nn::GPT model(tiny_config());
+    ZeroOptimizer opt(model, comm(),
+                      ZeroOptions().stage(stage).persistence_threshold(64).bucket_bytes(4096).adamw(adamw_options()));
+    const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+    Run run;
+    for (int s = 0; s < kSteps; ++s) {
+      auto [ids, targets] = global_batch(s);
+      Tensor loss = model.loss(take_rows(ids, rows), take_rows(targets, rows));
+      opt.zero_grad();
+      loss.backward();
+      CHECK(opt.step());
+    }
+    const auto whole = opt.gather_parameters();
+    for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
+    CHECK(largest_param_difference(run, want) <= 2e-4);
+  }
+}
