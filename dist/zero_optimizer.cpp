@@ -267,6 +267,12 @@ void ZeroOptimizer::finish_gradient_sync() {
   } else {
     while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
   }
+  end_gradient_sync();
+  clip_coef_ = 1.0;
+  synced_ = true;
+}
+
+void ZeroOptimizer::end_gradient_sync() {
   stream_gradients_to_host(/*wait_for_collectives=*/true);
   for (Work& w : in_flight_) w.wait();
   in_flight_.clear();
@@ -279,8 +285,6 @@ void ZeroOptimizer::finish_gradient_sync() {
     units_[u].launched = false;
     release(u);  // one whose parameters did not all receive a gradient is still whole
   }
-  clip_coef_ = 1.0;
-  synced_ = true;
 }
 
 Tensor ZeroOptimizer::grad_range(int64_t global_begin, int64_t count) const {
@@ -384,6 +388,10 @@ bool ZeroOptimizer::step() {
 }
 
 void ZeroOptimizer::zero_grad() {
+  // A backward whose step never ran (it threw midway, or the step was dropped) left its collectives
+  // in flight and its gradients marked as produced: wait for them (every rank launched the same) and
+  // start the next backward afresh. After step() there is nothing left to wait for.
+  end_gradient_sync();
   if (options_.stage() < 2) {
     flat_grads_.zero_();
   } else {  // stages 2 and 3
@@ -456,8 +464,8 @@ std::vector<std::pair<int64_t, int64_t>> saved_ranges(const safetensors::File& f
     }
   }
   for (const auto& [offset, count] : out)
-    HG_CHECK(offset >= 0 && count >= 0 && offset + count <= numel, "[ZeroOptimizer] load_state: ", path,
-             " holds elements [", offset, ", ", offset + count, ") outside the ", numel, " parameters");
+    HG_CHECK(offset >= 0 && count >= 0 && offset <= numel && count <= numel - offset, "[ZeroOptimizer] load_state: ",
+             path, " holds ", count, " elements from ", offset, ", outside the ", numel, " parameters");
   return out;
 }
 }  // namespace

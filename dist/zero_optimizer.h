@@ -23,7 +23,8 @@
 // all-gathers it and starts gathering the next unit of the recorded forward order (prefetch); the end of
 // its forward releases it; in backward, the first saved parameter the autograd engine unpacks brings it
 // back (and prefetches the unit before it); once every parameter of the unit has its gradient, the
-// unit's gradients are reduce-scattered into the owners' shards and the unit is released again.
+// unit's gradients are reduce-scattered into the owners' shards and the unit is released again (the
+// persistent unit's, whose parameters any module may use, once backward is over: step or grad_norm).
 // Gradient accumulation micro-steps (sync off) keep full-size gradients until the last one.
 //
 // Layout. The parameters (one dtype, one device) are copied into one flat buffer, padded so that its
@@ -130,6 +131,8 @@ class ZeroOptimizer {
   // on every rank alike, when a gradient is inf or NaN (the step is skipped, the state unchanged).
   bool step();
   // Clears the gradients (stages 0/1: zeros in the flat buffer; stage 2: the shard and any leftovers).
+  // After a backward whose step did not run (it threw midway on every rank, or the step is dropped)
+  // it first waits for that backward's collectives, so the next backward starts afresh.
   void zero_grad();
 
   void set_lr(double lr) { lr_ = lr; }
@@ -248,6 +251,7 @@ class ZeroOptimizer {
   void launch_ready_buckets();
   void launch(size_t bucket);
   void finish_gradient_sync();
+  void end_gradient_sync();  // waits for the collectives in flight and resets the per-step counts
   void release_reduced_buckets();
   // The gradient of flat element `global` (stage 0/1: the flat buffer; stage 2: the shard).
   Tensor grad_range(int64_t global_begin, int64_t count) const;

@@ -53,6 +53,9 @@ void ZeroOptimizer::layout_units(nn::Module& model, const ShardUnitPolicy& polic
   drafts.push_back({nullptr, {}, true});
   for (size_t i = 0; i < params_.size(); ++i)
     drafts[params_[i].numel() <= options_.persistence_threshold() ? drafts.size() - 1 : owner[i]].params.push_back(i);
+  for (const Draft& d : drafts)  // before any parameter moves: a refused model is left as it was
+    HG_CHECK(d.persistent || d.params.empty() || !d.module->has_forward_hooks(), "[ZeroOptimizer] stage 3: a module "
+             "already has forward hooks (is another stage-3 ZeroOptimizer over this model alive?)");
 
   // Units back to back in the global flat space, each padded to N equal shards of aligned length.
   offsets_.assign(params_.size(), 0);
@@ -112,8 +115,6 @@ void ZeroOptimizer::layout_units(nn::Module& model, const ShardUnitPolicy& polic
     });
     storage_of(u.full).release_bytes();
     nn::Module* module = const_cast<nn::Module*>(u.module);
-    HG_CHECK(!module->has_forward_hooks(), "[ZeroOptimizer] stage 3: a module already has forward hooks (is another "
-             "stage-3 ZeroOptimizer over this model alive?)");
     module->set_forward_hooks([this, k] { before_forward(k); }, [this, k] { after_forward(k); });
     hooked_modules_.push_back(module);
   }
@@ -186,6 +187,11 @@ void ZeroOptimizer::release(size_t unit) {
 void ZeroOptimizer::on_unit_grad_ready(size_t index) {
   if (sync_) mark_ready(index);
   const size_t unit = unit_of_[index];
+  // The persistent unit is never released, and no forward of its own restarts its count (its
+  // parameters belong to any module; one unused in a micro-step would leave the count short and a
+  // later backward would launch it before its other parameters' gradients arrived): it is
+  // reduce-scattered by finish_gradient_sync(), with any other unit that is not complete.
+  if (units_[unit].persistent) return;
   Bucket& b = buckets_[unit];
   if (--b.pending > 0) return;
   // Every parameter of the unit has its gradient of this backward: no node needs the unit anymore.

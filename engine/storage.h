@@ -13,7 +13,7 @@
 //   ensure_ready()    runs the owner's on-demand function when the storage is not ready (it must
 //                     make it ready or throw). SavedTensor::unpack calls it, so a backward that needs
 //                     a released parameter brings it back.
-// Tensor::data_ptr() on a released storage is an error that says so.
+// Tensor::data_ptr() on a released storage, or on one not ready (being filled), is an error that says so.
 #include <cstddef>
 #include <functional>
 #include <memory>

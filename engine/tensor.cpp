@@ -64,9 +64,9 @@ std::string Tensor::describe() const {
 
 void* Tensor::data_ptr() const {
   const TensorImpl& t = checked();
-  HG_CHECK(!t.storage->released(), "[Tensor] ", describe(), " has no memory: its storage was released (a ZeRO stage 3 "
-           "parameter used outside its module's forward and backward; hold ZeroOptimizer::gather_parameters() to "
-           "read it)");
+  HG_CHECK(!t.storage->released() && t.storage->ready(), "[Tensor] ", describe(), " has no memory: its storage was "
+           "released or is still being filled (a ZeRO stage 3 parameter used outside its module's forward and backward; "
+           "hold ZeroOptimizer::gather_parameters() to read it)");
   return static_cast<char*>(t.storage->data()) + t.offset * int64_t(dtype_size(t.dtype));
 }
 

@@ -9,6 +9,10 @@
 // tolerances in half ulps (why: check_equal_half_runs); an inf gradient planted on one rank is skipped
 // by every rank with bit-identical parameters, and the scaler backs off. ZeroCheckpointDirectory keeps
 // the last K entries and resumes them in one process at another stage with every byte of state.
+// Stage 3 under stress: accumulation with a partly unused persistent unit, checkpointing, offload, a
+// forward or backward that throws, an eval forward and a retained graph between forward and backward,
+// dropout masks, bytes held across steps, shards re-partitioned across unit layouts and world sizes,
+// malformed shard metadata.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -828,4 +832,378 @@ TEST_CASE("ZeroCheckpointDirectory entries keep the last K and resume in one pro
                        hg::Error);
   comm().barrier().wait();
   if (comm().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// ---- stage 3 review: accumulation with a persistent unit, exceptions, memory, malformed shards ----------
+namespace {
+
+// Two Linear units around a GELU; the biases and `unused` (a parameter no forward reads, as a head
+// left out of this task) are small enough to form the persistent unit.
+struct TwoLinears : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  Tensor unused;
+  TwoLinears() {
+    a = register_module("a", std::make_shared<nn::Linear>(8, 8));
+    b = register_module("b", std::make_shared<nn::Linear>(8, 8));
+    unused = register_parameter("unused", randn({4}).requires_grad_());
+  }
+  Tensor forward(const Tensor& x) {
+    nn::ModuleScope scope(*this);
+    return b->forward(gelu(a->forward(x)));
+  }
+};
+
+bool linear_units(const nn::Module& m) { return dynamic_cast<const nn::Linear*>(&m) != nullptr; }
+
+Tensor two_linears_input() {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(size_t(kGlobalBatch * 8));
+  for (float& v : x) v = normal(rng);
+  return from_vector(x, {kGlobalBatch, 8});
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO stage 3 accumulation with a partly unused persistent unit equals the full batch") {
+  if (kGlobalBatch / comm().world_size() < 2) return;
+  const Tensor x = two_linears_input();
+  constexpr int kAccumSteps = 3;
+  // One process, the whole batch.
+  manual_seed(11);
+  TwoLinears reference;
+  optim::AdamW adamw(reference.parameters(), adamw_options());
+  for (int s = 0; s < kAccumSteps; ++s) {
+    adamw.zero_grad();
+    Tensor y = reference.forward(x * double(s + 1));
+    mean(y * y).backward();
+    adamw.step();
+  }
+  for (int micro : {1, 2}) {
+    INFO(micro, " micro-steps");
+    manual_seed(11);
+    TwoLinears model;
+    ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).persistence_threshold(8).adamw(adamw_options()),
+                      linear_units);
+    REQUIRE(opt.unit_count() == 3);  // a and b, and the persistent biases + unused
+    const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+    const int64_t per_micro = int64_t(rows.size()) / micro;
+    for (int s = 0; s < kAccumSteps; ++s) {
+      opt.zero_grad();
+      for (int k = 0; k < micro; ++k) {
+        opt.set_gradient_sync(k == micro - 1);
+        const std::vector<int64_t> part(rows.begin() + k * per_micro, rows.begin() + (k + 1) * per_micro);
+        Tensor y = model.forward(take_rows(x, part) * double(s + 1));
+        (mean(y * y) * (1.0 / micro)).backward();
+      }
+      CHECK(opt.step());
+    }
+    const auto whole = opt.gather_parameters();
+    const std::vector<Tensor> got = model.parameters(), want = reference.parameters();
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("parameter ", i, " rank ", comm().rank(), " of ", comm().world_size());
+      const std::vector<float> g = got[i].to_vector<float>(), w = want[i].to_vector<float>();
+      double worst = 0;
+      for (size_t j = 0; j < g.size(); ++j) worst = std::max(worst, double(std::abs(g[j] - w[j])));
+      CHECK(worst <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("load_state rejects malformed shard metadata with a clear error") {
+  uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
+  comm().broadcast(&tag, 1, DType::i64, 0).wait();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hg_zero_bad_" + std::to_string(tag));
+  if (comm().rank() == 0) std::filesystem::create_directories(dir);
+  comm().barrier().wait();
+  const std::string prefix = (dir / "ckpt").string();
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
+  opt.save_state(prefix);
+  const std::string path = prefix + ".rank0-of-" + std::to_string(comm().world_size()) + ".safetensors";
+  const safetensors::File original = safetensors::load(path);
+  const std::string numel = std::to_string(opt.numel());
+  // Rank 0's file, which every rank reads, with one metadata entry replaced. Offsets and counts near
+  // 2^63 must not wrap around the range check.
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"ranges", "9223372036854775807:9223372036854775807", "outside the " + numel + " parameters"},
+      {"ranges", "1:9223372036854775807", "outside the " + numel + " parameters"},
+      {"ranges", "0:5,9223372036854775800:9", "outside the " + numel + " parameters"},
+      {"ranges", "0:5:7", "malformed range \"0:5:7\""},
+      {"ranges", "0:1,0:" + numel, "but its ranges need " + std::to_string(opt.numel() + 1) + " elements"},
+      {"numel", "12", "holds the state of 12 parameters but this optimizer has " + numel},
+      {"step", "many", "metadata 'step' is \"many\", expected an integer"}};
+  for (const auto& [key, value, message] : cases) {
+    INFO(key, " = ", value);
+    comm().barrier().wait();
+    if (comm().rank() == 0) {
+      safetensors::Metadata metadata = original.metadata;
+      metadata[key] = value;
+      safetensors::save(path, original.tensors, metadata);
+    }
+    comm().barrier().wait();
+    CHECK_THROWS_WITH_AS(opt.load_state(prefix), doctest::Contains(message.c_str()), hg::Error);
+  }
+  comm().barrier().wait();
+  if (comm().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a backward that throws midway on every rank is retried after zero_grad and trains like one process") {
+  const Run want = reference_run();
+  for (int stage : {0, 1, 2, 3}) {
+    INFO("stage ", stage);
+    manual_seed(7);
+    nn::GPT model(tiny_config());
+    ZeroOptimizer opt(model, comm(), ZeroOptions().stage(stage).bucket_bytes(4096).adamw(adamw_options()));
+    // Thrown after block 1's gradients were launched (stage 3: reduced and released), before block 0's.
+    bool fail = false;
+    register_post_accumulate_grad_hook(model.h[0]->mlp->c_fc->weight, [&] {
+      if (fail) throw std::runtime_error("planted failure in backward");
+    });
+    const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+    Run run;
+    for (int s = 0; s < kSteps; ++s) {
+      auto [ids, targets] = global_batch(s);
+      const Tensor my_ids = take_rows(ids, rows), my_targets = take_rows(targets, rows);
+      opt.zero_grad();
+      if (s == 2) {
+        fail = true;
+        CHECK_THROWS_WITH(model.loss(my_ids, my_targets).backward(), "planted failure in backward");
+        fail = false;
+        opt.zero_grad();
+      }
+      Tensor loss = model.loss(my_ids, my_targets);
+      loss.backward();
+      CHECK(opt.step());
+    }
+    const auto whole = opt.gather_parameters();
+    for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
+    const double worst = largest_param_difference(run, want);
+    INFO("largest parameter difference relative to the tensor's scale: ", worst);
+    CHECK(worst <= 2e-4);
+    clear_post_accumulate_grad_hooks(model.h[0]->mlp->c_fc->weight);
+  }
+}
+
+TEST_CASE("a stage 3 optimizer refused for a hooked module leaves the model as it was") {
+  const Run want = reference_run();
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  // Block 1 (the third unit: after the root and block 0) already has hooks of someone else's.
+  model.h[1]->set_forward_hooks([] {}, [] {});
+  CHECK_THROWS_WITH_AS(ZeroOptimizer(model, comm(), ZeroOptions().stage(3).adamw(adamw_options())),
+                       doctest::Contains("already has forward hooks"), hg::Error);
+  CHECK(!model.has_forward_hooks());
+  CHECK(!model.h[0]->has_forward_hooks());
+  CHECK(model.wte->weight.to_vector<float>().size() == 16 * 16);  // still whole
+  model.h[1]->clear_forward_hooks();
+  ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
+  const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+  Run run;
+  for (int s = 0; s < kSteps; ++s) {
+    auto [ids, targets] = global_batch(s);
+    opt.zero_grad();
+    model.loss(take_rows(ids, rows), take_rows(targets, rows)).backward();
+    CHECK(opt.step());
+  }
+  const auto whole = opt.gather_parameters();
+  for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
+  CHECK(largest_param_difference(run, want) <= 2e-4);
+}
+
+TEST_CASE("ZeRO stage 3 accumulation with checkpointing persistent units and offload on each device") {
+  if (kGlobalBatch / comm().world_size() < 2) return;
+  const Run want = reference_run();
+  std::vector<Device> devices{kCPU};
+  if (cuda::is_available()) devices.push_back(test_cuda_device());
+  else MESSAGE("SKIPPED on the CUDA device: " << cuda::unavailable_reason());
+  for (const Device& device : devices)
+    for (bool offload : {false, true}) {
+      INFO(device.str(), offload ? " + offload" : "");
+      Plan plan;
+      plan.stage = 3;
+      plan.micro = 2;
+      plan.offload = offload;
+      plan.device = device;
+      plan.persistence_threshold = 64;
+      plan.checkpoint_every = 1;
+      check_equal_runs(zero_run(plan), want, device.is_cpu() ? 2e-4 : 5e-4);
+    }
+}
+
+TEST_CASE("ZeRO stage 3 holds the same bytes after every step") {
+  manual_seed(5);
+  nn::GPT model(tiny_config());
+  ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
+  const auto [ids, targets] = global_batch(0);
+  const int64_t at_start = memory_stats().allocated_bytes;
+  for (int s = 0; s < kSteps; ++s) {
+    INFO("step ", s);
+    opt.zero_grad();
+    model.loss(ids, targets).backward();
+    CHECK(opt.step());
+    CHECK(memory_stats().allocated_bytes == at_start);  // units released, gradients reduced and freed
+    CHECK(opt.gathered_unit_count() == 0);
+  }
+}
+
+TEST_CASE("ZeRO stage 3 releases its units after a forward that throws an eval forward and a retained graph") {
+  const Run want = reference_run();
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  model.set_checkpoint_every(1);
+  ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
+  const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+  Run run;
+  for (int s = 0; s < kSteps; ++s) {
+    auto [ids, targets] = global_batch(s);
+    const Tensor my_ids = take_rows(ids, rows), my_targets = take_rows(targets, rows);
+    opt.zero_grad();
+    // Targets outside the vocabulary: thrown by the loss inside GPT::loss's scope, after the blocks ran.
+    CHECK_THROWS_AS(model.loss(my_ids, my_targets + 100), hg::Error);
+    CHECK(opt.gathered_unit_count() == 0);
+    Tensor loss = model.loss(my_ids, my_targets);
+    {  // an evaluation between the forward and its backward
+      NoGradGuard no_grad;
+      CHECK(std::isfinite(model.loss(ids, targets).item()));
+    }
+    CHECK(opt.gathered_unit_count() == 0);
+    // Half the gradient twice: a retained graph's first backward without sync, its second with.
+    opt.set_gradient_sync(false);
+    (loss * 0.5).backward(Tensor(), /*retain_graph=*/true);
+    CHECK(opt.gathered_unit_count() == 0);
+    opt.set_gradient_sync(true);
+    (loss * 0.5).backward();
+    CHECK(opt.gathered_unit_count() == 0);
+    CHECK(opt.step());
+  }
+  const auto whole = opt.gather_parameters();
+  for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
+  const double worst = largest_param_difference(run, want);
+  INFO("largest parameter difference relative to the tensor's scale: ", worst);
+  CHECK(worst <= 2e-4);
+}
+
+TEST_CASE("ZeRO stage 3 with dropout and checkpointing draws the masks of stage 0") {
+  for (int64_t k : {0, 1, 2}) {
+    INFO("checkpoint every ", k);
+    std::vector<std::vector<float>> params;
+    for (int stage : {0, 3}) {
+      manual_seed(7);
+      nn::GPTConfig config = tiny_config();
+      config.dropout = 0.2;
+      nn::GPT model(config);
+      model.set_checkpoint_every(k);
+      ZeroOptimizer opt(model, comm(), ZeroOptions().stage(stage).adamw(adamw_options()));
+      const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+      for (int s = 0; s < 3; ++s) {
+        auto [ids, targets] = global_batch(s);
+        opt.zero_grad();
+        model.loss(take_rows(ids, rows), take_rows(targets, rows)).backward();
+        CHECK(opt.step());
+      }
+      const auto whole = opt.gather_parameters();
+      params.emplace_back();
+      for (const Tensor& p : model.parameters()) {
+        const std::vector<float> v = p.to_vector<float>();
+        params.back().insert(params.back().end(), v.begin(), v.end());
+      }
+    }
+    double worst = 0;
+    for (size_t i = 0; i < params[0].size(); ++i) worst = std::max(worst, double(std::abs(params[0][i] - params[1][i])));
+    CHECK(worst <= 1e-5);
+  }
+}
+
+TEST_CASE("stage 3 shards resume in one process with other units and stages and back") {
+  uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
+  comm().broadcast(&tag, 1, DType::i64, 0).wait();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hg_zero_units_" + std::to_string(tag));
+  if (comm().rank() == 0) std::filesystem::create_directories(dir);
+  comm().barrier().wait();
+  const std::string prefix = (dir / "ckpt").string();
+  const Run want = reference_run();
+  // N ranks, stage 3 with the biases and LayerNorms persistent (another unit layout than below).
+  Plan first;
+  first.stage = 3;
+  first.persistence_threshold = 64;
+  first.last_step = 3;
+  first.save_prefix = prefix;
+  zero_run(first);
+  // Every rank alone: stage 3 with only the LayerNorms persistent, and stage 2 with offload.
+  Communicator alone(CommunicatorOptions{std::chrono::seconds(60), true});
+  for (int stage : {3, 2}) {
+    INFO("one process, stage ", stage, " from ", comm().world_size(), " stage-3 shards");
+    Plan single;
+    single.stage = stage;
+    single.persistence_threshold = stage == 3 ? 16 : 0;
+    single.offload = stage == 2;
+    single.comm = &alone;
+    single.first_step = 3;
+    single.load_prefix = prefix;
+    check_equal_runs(zero_run(single), want);
+  }
+  // One process saves stage 0 after 3 steps; N ranks resume it at stage 3 with every parameter sharded.
+  Plan one = first;
+  one.stage = 0;
+  one.comm = &alone;
+  one.save_prefix = prefix + "-one." + std::to_string(comm().rank());
+  zero_run(one);
+  comm().barrier().wait();
+  Plan many;
+  many.stage = 3;
+  many.first_step = 3;
+  many.load_prefix = prefix + "-one.0";
+  {
+    INFO(comm().world_size(), " ranks, stage 3 from one process's stage-0 state");
+    check_equal_runs(zero_run(many), want);
+  }
+  comm().barrier().wait();
+  if (comm().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a parameter whose unit is being prefetched cannot be read outside its forward") {
+  manual_seed(11);
+  TwoLinears model;
+  ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).persistence_threshold(8).adamw(adamw_options()),
+                    linear_units);
+  const Tensor x = two_linears_input();
+  for (int pass = 0; pass < 2; ++pass) {  // the first records the order; in the second b prefetches a (cyclically)
+    NoGradGuard no_grad;
+    model.forward(x);
+  }
+  REQUIRE(opt.prefetching_unit_count() == 1);
+  // Its all-gather may still be writing the bytes: reading them is the released parameter's error,
+  // not a race with the communication thread.
+  CHECK_THROWS_WITH_AS(model.a->weight.to_vector<float>(), doctest::Contains("gather_parameters"), hg::Error);
+  {
+    const auto whole = opt.gather_parameters();  // waits for it
+    CHECK(model.a->weight.to_vector<float>().size() == 64);
+  }
+  CHECK(opt.gathered_unit_count() == 1);  // the persistent unit
+  CHECK(opt.prefetching_unit_count() == 0);
+}
+
+TEST_CASE("zero_grad between a forward and its backward trains like one process at every stage") {
+  const Run want = reference_run();
+  for (int stage : {0, 1, 2, 3}) {
+    INFO("stage ", stage);
+    manual_seed(7);
+    nn::GPT model(tiny_config());
+    ZeroOptimizer opt(model, comm(),
+                      ZeroOptions().stage(stage).persistence_threshold(64).bucket_bytes(4096).adamw(adamw_options()));
+    const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+    Run run;
+    for (int s = 0; s < kSteps; ++s) {
+      auto [ids, targets] = global_batch(s);
+      Tensor loss = model.loss(take_rows(ids, rows), take_rows(targets, rows));
+      opt.zero_grad();
+      loss.backward();
+      CHECK(opt.step());
+    }
+    const auto whole = opt.gather_parameters();
+    for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
+    CHECK(largest_param_difference(run, want) <= 2e-4);
+  }
 }
