@@ -494,6 +494,22 @@ void ZeroOptimizer::save_state(const std::string& prefix) {
                     {{"ranges", ranges}, {"numel", std::to_string(total_)}, {"step", std::to_string(step_)},
                      {"world", std::to_string(world)}});
   comm_.barrier().wait();
+  // Shards an earlier save at a larger world size left under this prefix would be what load_state
+  // finds (it takes the largest N): once every new shard is written, rank 0 removes them.
+  int32_t found = world;  // what load_state will read (rank 0's view, broadcast: every rank fails alike)
+  if (rank == 0) {
+    for (int stale = saved_world_size(prefix); stale > world; stale = saved_world_size(prefix)) {
+      for (int r = 0; r < stale; ++r) {
+        std::error_code ignored;
+        std::filesystem::remove(shard_path(prefix, r, stale), ignored);
+      }
+      if (saved_world_size(prefix) == stale) break;  // could not remove them: the error below says so
+    }
+    found = saved_world_size(prefix);
+  }
+  comm_.broadcast(&found, 1, DType::i32, 0).wait();
+  HG_CHECK(found == world, "[ZeroOptimizer] save_state: shards of another world size (", found, ") under ", prefix,
+           " could not be removed; load_state would read them instead of these ", world);
 }
 
 int ZeroOptimizer::saved_world_size(const std::string& prefix) {

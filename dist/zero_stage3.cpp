@@ -33,6 +33,7 @@ void ZeroOptimizer::layout_units(nn::Module& model, const ShardUnitPolicy& polic
     bool persistent;
   };
   std::vector<Draft> drafts{{&model, {}, false}};
+  root_module_ = &model;
   std::vector<size_t> owner(params_.size(), 0);
   std::vector<bool> claimed(params_.size(), false);
   std::function<void(const nn::Module&)> visit = [&](const nn::Module& m) {
@@ -165,13 +166,26 @@ void ZeroOptimizer::ensure_gathered(size_t unit) {
 }
 
 void ZeroOptimizer::prefetch_after(size_t unit, int direction) {
-  // The next unit of the recorded forward order (direction +1), or the one before it (-1, backward),
-  // cyclically: after the root's lm_head the backward needs the last block.
+  // The next unit of the recorded forward order (direction +1), or the one before it (-1, backward).
+  // Only the root unit, whose forward encloses all the others, wraps around: the backward begins
+  // with it (GPT's lm_head) and goes on with the last block. Past the last unit of a forward nothing
+  // is gathered (it would stay whole, unused, through the backward).
   const size_t n = forward_order_.size();
   if (!options_.prefetch() || n < 2) return;
   const auto at = std::find(forward_order_.begin(), forward_order_.end(), unit);
   if (at == forward_order_.end()) return;
-  const size_t next = forward_order_[(size_t(at - forward_order_.begin()) + n + size_t(direction)) % n];
+  const size_t position = size_t(at - forward_order_.begin());
+  size_t next_position = 0;
+  if (direction > 0) {
+    if (position + 1 == n) return;
+    next_position = position + 1;
+  } else if (position == 0) {
+    if (units_[unit].module != root_module_) return;
+    next_position = n - 1;
+  } else {
+    next_position = position - 1;
+  }
+  const size_t next = forward_order_[next_position];
   const Unit& u = units_[next];
   if (u.gathering || storage_of(u.full).ready()) return;
   start_gather(next);

@@ -16,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <limits>
@@ -910,6 +911,34 @@ TEST_CASE("ZeRO stage 3 accumulation with a partly unused persistent unit equals
   }
 }
 
+TEST_CASE("save_state removes shards a larger world left under the prefix") {
+  uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
+  comm().broadcast(&tag, 1, DType::i64, 0).wait();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hg_zero_stale_" + std::to_string(tag));
+  if (comm().rank() == 0) std::filesystem::create_directories(dir);
+  comm().barrier().wait();
+  const std::string prefix = (dir / "ckpt").string();
+  const int stale_world = comm().world_size() + 3;
+  if (comm().rank() == 0)  // what an earlier save at more ranks left (any bytes: never read)
+    for (int r = 0; r < stale_world; ++r) {
+      std::FILE* f = std::fopen((prefix + ".rank" + std::to_string(r) + "-of-" + std::to_string(stale_world) +
+                                 ".safetensors").c_str(), "wb");
+      REQUIRE(f != nullptr);
+      std::fputs("stale", f);
+      std::fclose(f);
+    }
+  comm().barrier().wait();
+  CHECK(ZeroOptimizer::saved_world_size(prefix) == stale_world);
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
+  opt.save_state(prefix);
+  CHECK(ZeroOptimizer::saved_world_size(prefix) == comm().world_size());
+  opt.load_state(prefix);  // reads this save, not the stale files
+  comm().barrier().wait();
+  if (comm().rank() == 0) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("load_state rejects malformed shard metadata with a clear error") {
   uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
   comm().broadcast(&tag, 1, DType::i64, 0).wait();
@@ -1169,17 +1198,20 @@ TEST_CASE("a parameter whose unit is being prefetched cannot be read outside its
   ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).persistence_threshold(8).adamw(adamw_options()),
                     linear_units);
   const Tensor x = two_linears_input();
-  for (int pass = 0; pass < 2; ++pass) {  // the first records the order; in the second b prefetches a (cyclically)
+  {
     NoGradGuard no_grad;
-    model.forward(x);
+    model.forward(x);  // records the order: a, then b
+    model.forward(x);  // a prefetches b; past b, the last unit, nothing is gathered ahead
+    CHECK(opt.prefetching_unit_count() == 0);
+    model.a->forward(x);  // a alone: it prefetches b, whose forward never comes
   }
   REQUIRE(opt.prefetching_unit_count() == 1);
   // Its all-gather may still be writing the bytes: reading them is the released parameter's error,
   // not a race with the communication thread.
-  CHECK_THROWS_WITH_AS(model.a->weight.to_vector<float>(), doctest::Contains("gather_parameters"), hg::Error);
+  CHECK_THROWS_WITH_AS(model.b->weight.to_vector<float>(), doctest::Contains("gather_parameters"), hg::Error);
   {
     const auto whole = opt.gather_parameters();  // waits for it
-    CHECK(model.a->weight.to_vector<float>().size() == 64);
+    CHECK(model.b->weight.to_vector<float>().size() == 64);
   }
   CHECK(opt.gathered_unit_count() == 1);  // the persistent unit
   CHECK(opt.prefetching_unit_count() == 0);
