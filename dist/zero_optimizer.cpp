@@ -130,7 +130,7 @@ void ZeroOptimizer::init_state_and_buckets() {
   for (Bucket& b : buckets_) b.pending = int(b.params.size());
   ready_.assign(params_.size(), false);
   for (size_t i = 0; i < params_.size(); ++i)
-    register_post_accumulate_grad_hook(params_[i], [this, i] { on_grad_ready(i); });
+    grad_hooks_.push_back(register_post_accumulate_grad_hook(params_[i], [this, i] { on_grad_ready(i); }));
 }
 
 Tensor ZeroOptimizer::owned_params() const {
@@ -163,7 +163,7 @@ std::vector<ZeroOptimizer::Piece> ZeroOptimizer::pieces_of(const std::vector<Own
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
-  for (const Tensor& p : params_) clear_post_accumulate_grad_hooks(p);
+  for (size_t i = 0; i < grad_hooks_.size(); ++i) remove_post_accumulate_grad_hook(params_[i], grad_hooks_[i]);
   for (nn::Module* m : hooked_modules_) m->clear_forward_hooks();
   auto quietly_wait = [](Work& w) {
     try {

@@ -283,6 +283,7 @@ class ZeroOptimizer {
   std::vector<size_t> unit_of_;
   std::vector<size_t> forward_order_;       // units by first forward use (recorded once)
   std::vector<nn::Module*> hooked_modules_;
+  std::vector<uint64_t> grad_hooks_;  // its post-accumulate-grad hooks, one per parameter (others' stay)
   const nn::Module* root_module_ = nullptr;  // stage 3: the model the optimizer was built over
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;

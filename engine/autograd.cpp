@@ -1,5 +1,8 @@
 #include "engine/autograd.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include <unordered_map>
 
 #include "engine/anomaly.h"
@@ -70,7 +73,7 @@ class AccumulateGrad final : public Node {
       Tensor acc(leaf_->grad);
       acc.copy_(add(acc, g));
     }
-    for (const auto& hook : leaf_->post_accumulate_grad_hooks) hook();
+    for (const auto& [handle, hook] : leaf_->post_accumulate_grad_hooks) hook();
     return {};
   }
 
@@ -97,10 +100,20 @@ Edge edge_for(const Tensor& input) {
 bool grad_mode_enabled() { return t_grad_mode; }
 bool backward_in_progress() { return t_backward_depth > 0; }
 
-void register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void()> hook) {
+uint64_t register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void()> hook) {
   HG_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(), "[register_post_accumulate_grad_hook] expected "
            "a leaf tensor that requires grad, got ", leaf.defined() ? leaf.describe() : std::string("an undefined tensor"));
-  leaf.impl()->post_accumulate_grad_hooks.push_back(std::move(hook));
+  static std::atomic<uint64_t> next_handle{1};
+  const uint64_t handle = next_handle++;
+  leaf.impl()->post_accumulate_grad_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void remove_post_accumulate_grad_hook(const Tensor& leaf, uint64_t handle) {
+  if (!leaf.defined()) return;
+  auto& hooks = leaf.impl()->post_accumulate_grad_hooks;
+  hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [&](const auto& h) { return h.first == handle; }),
+              hooks.end());
 }
 
 void clear_post_accumulate_grad_hooks(const Tensor& leaf) {

@@ -89,8 +89,10 @@ void record_op(const char* name, const std::vector<Tensor>& inputs, Tensor& outp
 // Registers `hook` to run each time a backward has finished summing a gradient into leaf.grad()
 // (once per backward, after every contribution to the leaf arrived). Data-parallel training starts
 // communicating a gradient from here while the rest of the backward runs (dist/). Hooks run in
-// registration order, in grad mode off; clear_post_accumulate_grad_hooks removes them all.
-void register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void()> hook);
+// registration order, in grad mode off. Returns a handle for remove_post_accumulate_grad_hook (which
+// removes that hook only); clear_post_accumulate_grad_hooks removes them all.
+uint64_t register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void()> hook);
+void remove_post_accumulate_grad_hook(const Tensor& leaf, uint64_t handle);
 void clear_post_accumulate_grad_hooks(const Tensor& leaf);
 
 // Runs backward from `root` seeded with `grad_root` (same shape as root).

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/device.h"
@@ -44,8 +45,8 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;           // the node that produced this tensor (non-leaf)
   std::weak_ptr<Node> grad_accumulator;    // a leaf's AccumulateGrad node, while a graph holds it
   std::optional<DType> grad_dtype;         // the dtype grad accumulates in, when not `dtype`
-  // Run after a backward has summed its gradient into `grad` (engine/autograd.h).
-  std::vector<std::function<void()>> post_accumulate_grad_hooks;
+  // Run after a backward has summed its gradient into `grad` (engine/autograd.h), with their handles.
+  std::vector<std::pair<uint64_t, std::function<void()>>> post_accumulate_grad_hooks;
 };
 
 template <class T>

@@ -147,8 +147,17 @@ TEST_CASE("post-accumulate-grad hooks run once per backward after the gradient i
   sum(mul(w, x)).backward();  // accumulates: the hook sees grad + x
   REQUIRE(seen.size() == 2);
   for (size_t i = 0; i < 3; ++i) CHECK(seen[1][i] == doctest::Approx(2 * xs[i] + 2 * ws[i]));
+  int other = 0;
+  const uint64_t handle = register_post_accumulate_grad_hook(w, [&] { ++other; });
+  sum(w).backward();  // both hooks
+  CHECK(seen.size() == 3);
+  CHECK(other == 1);
+  remove_post_accumulate_grad_hook(w, handle);  // that one only
+  sum(w).backward();
+  CHECK(seen.size() == 4);
+  CHECK(other == 1);
   clear_post_accumulate_grad_hooks(w);
   sum(w).backward();
-  CHECK(seen.size() == 2);
+  CHECK(seen.size() == 4);
   CHECK_THROWS_AS(register_post_accumulate_grad_hook(x, [] {}), hg::Error);
 }

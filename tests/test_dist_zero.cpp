@@ -911,6 +911,19 @@ TEST_CASE("ZeRO stage 3 accumulation with a partly unused persistent unit equals
   }
 }
 
+TEST_CASE("a ZeroOptimizer removes only its own gradient hooks") {
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  const Tensor w = model.h[0]->mlp->c_fc->weight;
+  int calls = 0;
+  register_post_accumulate_grad_hook(w, [&] { ++calls; });
+  { ZeroOptimizer opt(model, comm(), ZeroOptions().stage(2).adamw(adamw_options())); }
+  auto [ids, targets] = global_batch(0);
+  model.loss(ids, targets).backward();
+  CHECK(calls == 1);  // the user's hook outlives the optimizer's
+  clear_post_accumulate_grad_hooks(w);
+}
+
 TEST_CASE("save_state removes shards a larger world left under the prefix") {
   uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
   comm().broadcast(&tag, 1, DType::i64, 0).wait();
