@@ -124,6 +124,29 @@ struct Plan {
   optim::AdamWOptions adamw = adamw_options();
 };
 
+// A fresh directory every rank sees (created by rank 0, named by a tag rank 0 draws), removed by
+// rank 0 once every rank is done with it.
+struct SharedTempDir {
+  std::filesystem::path path;
+  explicit SharedTempDir(const std::string& stem) {
+    uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
+    comm().broadcast(&tag, 1, DType::i64, 0).wait();
+    path = std::filesystem::temp_directory_path() / (stem + std::to_string(tag));
+    if (comm().rank() == 0) std::filesystem::create_directories(path);
+    comm().barrier().wait();
+  }
+  ~SharedTempDir() {
+    try {
+      comm().barrier().wait();
+    } catch (...) {  // a failed test's broken communicator: remove what is ours regardless
+    }
+    std::error_code ignored;
+    if (comm().rank() == 0) std::filesystem::remove_all(path, ignored);
+  }
+  SharedTempDir(const SharedTempDir&) = delete;
+  SharedTempDir& operator=(const SharedTempDir&) = delete;
+};
+
 Run zero_run(const Plan& plan) {
   Communicator& c = plan.comm ? *plan.comm : comm();
   manual_seed(7);
@@ -381,12 +404,8 @@ TEST_CASE("gradient accumulation communicates once and equals the full batch") {
 }
 
 TEST_CASE("optimizer shards saved at N ranks resume at N with another stage and in one process") {
-  uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
-  comm().broadcast(&tag, 1, DType::i64, 0).wait();
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hg_zero_ckpt_" + std::to_string(tag));
-  if (comm().rank() == 0) std::filesystem::create_directories(dir);
-  comm().barrier().wait();
-  const std::string prefix = (dir / "ckpt").string();
+  const SharedTempDir dir("hg_zero_ckpt_");
+  const std::string prefix = (dir.path / "ckpt").string();
 
   Plan first;
   first.stage = 1;
@@ -434,8 +453,6 @@ TEST_CASE("optimizer shards saved at N ranks resume at N with another stage and 
     check_equal_runs(zero_run(back), reference_run());
   }
 
-  comm().barrier().wait();
-  if (comm().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("model-state bytes per rank follow the ZeRO formulas") {
@@ -769,10 +786,8 @@ TEST_CASE("an inf gradient on one rank makes every rank skip the step and the sc
 }
 
 TEST_CASE("ZeroCheckpointDirectory entries keep the last K and resume in one process at another stage") {
-  uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
-  comm().broadcast(&tag, 1, DType::i64, 0).wait();
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("hg_zero_dir_" + std::to_string(tag))).string();
+  const SharedTempDir scratch("hg_zero_dir_");
+  const std::string dir = scratch.path.string();
   manual_seed(7);
   nn::GPT model(tiny_config());
   model.to(DType::bf16);
@@ -831,8 +846,6 @@ TEST_CASE("ZeroCheckpointDirectory entries keep the last K and resume in one pro
   CHECK_THROWS_WITH_AS(checkpoints.save(with_adamw, opt, 4), doctest::Contains("registers an optimizer"), hg::Error);
   CHECK_THROWS_WITH_AS(reader.load(dir, fresh_state, fresh_opt), doctest::Contains("holds no optimizer shards"),
                        hg::Error);
-  comm().barrier().wait();
-  if (comm().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 // ---- stage 3 review: accumulation with a persistent unit, exceptions, memory, malformed shards ----------
@@ -925,12 +938,8 @@ TEST_CASE("a ZeroOptimizer removes only its own gradient hooks") {
 }
 
 TEST_CASE("save_state removes shards a larger world left under the prefix") {
-  uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
-  comm().broadcast(&tag, 1, DType::i64, 0).wait();
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hg_zero_stale_" + std::to_string(tag));
-  if (comm().rank() == 0) std::filesystem::create_directories(dir);
-  comm().barrier().wait();
-  const std::string prefix = (dir / "ckpt").string();
+  const SharedTempDir dir("hg_zero_stale_");
+  const std::string prefix = (dir.path / "ckpt").string();
   const int stale_world = comm().world_size() + 3;
   if (comm().rank() == 0)  // what an earlier save at more ranks left (any bytes: never read)
     for (int r = 0; r < stale_world; ++r) {
@@ -948,17 +957,11 @@ TEST_CASE("save_state removes shards a larger world left under the prefix") {
   opt.save_state(prefix);
   CHECK(ZeroOptimizer::saved_world_size(prefix) == comm().world_size());
   opt.load_state(prefix);  // reads this save, not the stale files
-  comm().barrier().wait();
-  if (comm().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("load_state rejects malformed shard metadata with a clear error") {
-  uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
-  comm().broadcast(&tag, 1, DType::i64, 0).wait();
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hg_zero_bad_" + std::to_string(tag));
-  if (comm().rank() == 0) std::filesystem::create_directories(dir);
-  comm().barrier().wait();
-  const std::string prefix = (dir / "ckpt").string();
+  const SharedTempDir dir("hg_zero_bad_");
+  const std::string prefix = (dir.path / "ckpt").string();
   manual_seed(7);
   nn::GPT model(tiny_config());
   ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
@@ -987,8 +990,6 @@ TEST_CASE("load_state rejects malformed shard metadata with a clear error") {
     comm().barrier().wait();
     CHECK_THROWS_WITH_AS(opt.load_state(prefix), doctest::Contains(message.c_str()), hg::Error);
   }
-  comm().barrier().wait();
-  if (comm().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a backward that throws midway on every rank is retried after zero_grad and trains like one process") {
@@ -1159,12 +1160,8 @@ TEST_CASE("ZeRO stage 3 with dropout and checkpointing draws the masks of stage 
 }
 
 TEST_CASE("stage 3 shards resume in one process with other units and stages and back") {
-  uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
-  comm().broadcast(&tag, 1, DType::i64, 0).wait();
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hg_zero_units_" + std::to_string(tag));
-  if (comm().rank() == 0) std::filesystem::create_directories(dir);
-  comm().barrier().wait();
-  const std::string prefix = (dir / "ckpt").string();
+  const SharedTempDir dir("hg_zero_units_");
+  const std::string prefix = (dir.path / "ckpt").string();
   const Run want = reference_run();
   // N ranks, stage 3 with the biases and LayerNorms persistent (another unit layout than below).
   Plan first;
@@ -1201,8 +1198,6 @@ TEST_CASE("stage 3 shards resume in one process with other units and stages and 
     INFO(comm().world_size(), " ranks, stage 3 from one process's stage-0 state");
     check_equal_runs(zero_run(many), want);
   }
-  comm().barrier().wait();
-  if (comm().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a parameter whose unit is being prefetched cannot be read outside its forward") {
