@@ -74,9 +74,9 @@ Result run(const Precision& p, const nn::GPTConfig& config, int64_t batch, int s
   const std::vector<Tensor> params = model.parameters();
   auto step = [&] {
     scaler.scale(model.loss(ids, targets)).backward();
-    scaler.unscale_(params);
-    optim::clip_grad_norm(params, 1.0);
-    scaler.step(optimizer, params);
+    scaler.unscale_(optimizer);
+    optimizer.clip_grad_norm(1.0);
+    scaler.step(optimizer);
     scaler.update();
   };
   // Warm up (fills the optimizer state and the allocator's cache), then count the model state with

@@ -23,8 +23,11 @@ int64_t SequenceLengthWarmup::length(int64_t step) const {
 
 DifficultyCurriculumSampler::DifficultyCurriculumSampler(std::shared_ptr<const BatchSampler> base,
                                                          const std::vector<int32_t>& difficulty, int64_t steps,
-                                                         int64_t batch_size, uint64_t seed, int64_t rank)
-    : base_(std::move(base)), steps_(steps), batch_size_(batch_size), rank_(rank), seed_(seed) {
+                                                         int64_t batch_size, uint64_t seed, int64_t rank,
+                                                         int64_t world_size)
+    : base_(std::move(base)), steps_(steps), batch_size_(batch_size), rank_(rank), world_(world_size), seed_(seed) {
+  HG_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "[DifficultyCurriculumSampler] rank ", rank,
+           " of world size ", world_size, "; expected 0 <= rank < world_size");
   HG_CHECK(base_ != nullptr, "[DifficultyCurriculumSampler] no base sampler given");
   HG_CHECK(!difficulty.empty(), "[DifficultyCurriculumSampler] no difficulty scores given; expected one per example");
   HG_CHECK(steps >= 0, "[DifficultyCurriculumSampler] steps must be >= 0, got ", steps);
@@ -57,11 +60,15 @@ std::vector<int64_t> DifficultyCurriculumSampler::batch(int64_t epoch, int64_t b
   // Examples with difficulty <= limit are by_difficulty_[0, pool).
   const size_t k = size_t(std::upper_bound(levels_.begin(), levels_.end(), limit) - levels_.begin());
   const int64_t pool = k == 0 ? level_end_.front() : level_end_[k - 1];
-  std::vector<int64_t> indices(static_cast<size_t>(batch_size_));
-  uint64_t state = mix64(seed_ ^ mix64(uint64_t(g) * 0x100000001b3ull + uint64_t(rank_)));
-  for (int64_t& index : indices) {
+  // The global batch (world x batch_size draws, the same stream on every rank); this rank takes
+  // positions rank, rank + world, ... -- the rows the DistributedBatchSampler gives it.
+  std::vector<int64_t> indices;
+  indices.reserve(size_t(batch_size_));
+  uint64_t state = mix64(seed_ ^ mix64(uint64_t(g) * 0x100000001b3ull));
+  for (int64_t position = 0; position < batch_size_ * world_; ++position) {
     state = mix64(state);
-    index = by_difficulty_[size_t((unsigned __int128)state * uint64_t(pool) >> 64)];
+    if (position % world_ == rank_)
+      indices.push_back(by_difficulty_[size_t((unsigned __int128)state * uint64_t(pool) >> 64)]);
   }
   return indices;
 }

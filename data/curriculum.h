@@ -10,11 +10,14 @@
 //
 // DifficultyCurriculumSampler (easy-to-hard ordering by a difficulty score per example): for global
 // batch g = epoch * batches_per_epoch + batch < steps, the batch is drawn (uniformly, with
-// replacement, seeded by (seed, g, rank)) from the examples whose difficulty is at most
+// replacement, seeded by (seed, g)) from the examples whose difficulty is at most
 //   threshold(g) = min_level + floor((max_level - min_level + 1) * g / steps)   (capped at max_level)
 // — the easiest level first, each harder level unlocked after an equal share of the steps. From
 // batch `steps` on it hands out the base sampler's batches unchanged. Like every sampler it is a
-// pure function of (epoch, batch), so workers, resumption and determinism work as usual.
+// pure function of (epoch, batch), so workers, resumption and determinism work as usual. With
+// data parallelism (rank r of N, batch_size rows per rank) the N x batch_size draws of the global
+// batch are the same on every rank and rank r takes positions r, r + N, ...: the rows a
+// DistributedBatchSampler (data/sampler.h) would give it of the same global batch.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -37,7 +40,8 @@ class DifficultyCurriculumSampler final : public BatchSampler {
  public:
   // difficulty[i] of example i (small = easy); `steps` batches of curriculum, then `base`.
   DifficultyCurriculumSampler(std::shared_ptr<const BatchSampler> base, const std::vector<int32_t>& difficulty,
-                              int64_t steps, int64_t batch_size, uint64_t seed, int64_t rank = 0);
+                              int64_t steps, int64_t batch_size, uint64_t seed, int64_t rank = 0,
+                              int64_t world_size = 1);
   int64_t batches_per_epoch() const override { return base_->batches_per_epoch(); }
   std::vector<int64_t> batch(int64_t epoch, int64_t batch) const override;
   // The difficulty threshold of global batch g (max level once the curriculum is over).
@@ -48,7 +52,7 @@ class DifficultyCurriculumSampler final : public BatchSampler {
   std::vector<int64_t> by_difficulty_;  // example indices sorted by difficulty (stable)
   std::vector<int32_t> levels_;         // the distinct difficulty levels, ascending
   std::vector<int64_t> level_end_;      // level_end_[k]: examples with difficulty <= levels_[k]
-  int64_t steps_, batch_size_, rank_;
+  int64_t steps_, batch_size_, rank_, world_;
   uint64_t seed_;
 };
 

@@ -25,7 +25,8 @@ using layout::round_up;
 
 ZeroOptimizer::ZeroOptimizer(std::vector<Tensor> params, Communicator& comm, ZeroOptions options)
     : comm_(comm), options_(options), lr_(options.adamw().lr()), params_(std::move(params)) {
-  HG_CHECK(options_.stage() != 3, "[ZeroOptimizer] stage 3 gathers each module's parameters around its forward and "
+  HG_CHECK(options_.stage() != 3,
+           "[ZeroOptimizer] stage 3 gathers each module's parameters around its forward and "
            "backward, so it needs the model: construct it as ZeroOptimizer(model, comm, options)");
   validate_params();
   layout_flat();
@@ -62,7 +63,8 @@ void ZeroOptimizer::validate_params() {
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     HG_CHECK(p.defined() && p.is_leaf() && p.requires_grad() && p.is_contiguous(), who, " parameter ", i,
-             " must be a contiguous leaf that requires grad, got ", p.defined() ? p.describe() : std::string("undefined"));
+             " must be a contiguous leaf that requires grad, got ",
+             p.defined() ? p.describe() : std::string("undefined"));
     HG_CHECK(p.dtype() == dtype_ && p.device() == device_, who, " parameter ", i, " is ", p.describe(),
              " but parameter 0 is ", dtype_name(dtype_), " on ", device_.str(), ": one dtype and device expected");
     HG_CHECK(seen.insert(p.impl()).second, who, " parameter ", i, " appears twice");
@@ -95,7 +97,8 @@ void ZeroOptimizer::layout_flat() {
   if (options_.stage() < 2) {
     flat_grads_ = zeros({padded_}, dtype_, device_);
     for (size_t i = 0; i < params_.size(); ++i)
-      params_[i].impl()->grad = flat_grads_.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].shape()).impl_ptr();
+      params_[i].impl()->grad =
+          flat_grads_.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].shape()).impl_ptr();
   } else {
     grad_shard_ = zeros({part}, dtype_, device_);
   }
@@ -250,15 +253,15 @@ void ZeroOptimizer::launch(size_t index) {
   for (int r = 0; r < world; ++r) counts[size_t(r)] = overlap(b.begin, b.end, r * part, (r + 1) * part);
   const int64_t mine_begin = std::max(b.begin, opt_begin_);
   void* recv = counts[size_t(comm_.rank())] > 0 ? grad_shard_.narrow(0, mine_begin - opt_begin_, 1).data_ptr()
-                                                 : grad_shard_.data_ptr();
-  in_flight_.push_back(
-      comm_.reduce_scatter(packed.data_ptr(), recv, counts, dtype_, ReduceOp::avg, device_));
+                                                : grad_shard_.data_ptr();
+  in_flight_.push_back(comm_.reduce_scatter(packed.data_ptr(), recv, counts, dtype_, ReduceOp::avg, device_));
   in_flight_buffers_.push_back(packed);
 }
 
 void ZeroOptimizer::finish_gradient_sync() {
   if (synced_) return;
-  HG_CHECK(sync_, "[ZeroOptimizer] the gradients have not been communicated: the last backward ran with "
+  HG_CHECK(sync_,
+           "[ZeroOptimizer] the gradients have not been communicated: the last backward ran with "
            "set_gradient_sync(false); turn sync on for the last accumulation micro-step");
   // Buckets (stage 3: units) whose parameters received no gradient (unused in this step) still take part.
   if (options_.stage() == 3) {
@@ -319,8 +322,10 @@ double ZeroOptimizer::grad_norm() {
 }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
-  HG_CHECK(std::isfinite(max_norm) && max_norm > 0, "[ZeroOptimizer] clip_grad_norm: max_norm must be finite and > 0, "
-           "got ", max_norm);
+  HG_CHECK(std::isfinite(max_norm) && max_norm > 0,
+           "[ZeroOptimizer] clip_grad_norm: max_norm must be finite and > 0, "
+           "got ",
+           max_norm);
   const double norm = grad_norm();
   const double coef = max_norm / (norm + 1e-6);
   if (std::isfinite(norm) && coef < 1.0) {
@@ -353,41 +358,44 @@ bool ZeroOptimizer::step() {
     g.copy_(g * grad_scale_);
   }
   for (const OwnedRange& range : owned_)
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const int64_t begin = std::max(offsets_[i], range.begin);
-    const int64_t count = overlap(offsets_[i], offsets_[i] + params_[i].numel(), range.begin, range.begin + range.count);
-    if (count == 0) continue;
-    const double weight_decay = o.decay_only_matrices() && params_[i].dim() < 2 ? 0.0 : o.weight_decay();
-    const int64_t local = range.local + begin - range.begin;
-    auto* m = exp_avg_.data<float>() + local;
-    auto* v = exp_avg_sq_.data<float>() + local;
-    float* master = master_.defined() ? master_.data<float>() + local : nullptr;
-    if (options_.offload_optimizer()) {
-      const size_t element = dtype_size(dtype_);
-      kernels::cpu::adamw_offload_step(master, static_cast<const char*>(grads_host.data_ptr()) + local * element, dtype_,
-                                       m, v, static_cast<char*>(params_host.data_ptr()) + local * element, dtype_,
-                                       count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay, step_,
-                                       grad_scale_ * clip_coef_);
-    } else {
-      HG_KERNEL(device_, adamw_step, owned_params().narrow(0, local, count).data_ptr(), master,
-                owned_grads().narrow(0, local, count).data_ptr(), m, v, count, lr_, o.beta1(), o.beta2(), o.eps(),
-                weight_decay, step_, dtype_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t begin = std::max(offsets_[i], range.begin);
+      const int64_t count =
+          overlap(offsets_[i], offsets_[i] + params_[i].numel(), range.begin, range.begin + range.count);
+      if (count == 0) continue;
+      const double weight_decay = o.decay_only_matrices() && params_[i].dim() < 2 ? 0.0 : o.weight_decay();
+      const int64_t local = range.local + begin - range.begin;
+      auto* m = exp_avg_.data<float>() + local;
+      auto* v = exp_avg_sq_.data<float>() + local;
+      float* master = master_.defined() ? master_.data<float>() + local : nullptr;
+      if (options_.offload_optimizer()) {
+        const size_t element = dtype_size(dtype_);
+        kernels::cpu::adamw_offload_step(master, static_cast<const char*>(grads_host.data_ptr()) + local * element,
+                                         dtype_, m, v, static_cast<char*>(params_host.data_ptr()) + local * element,
+                                         dtype_, count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay, step_,
+                                         grad_scale_ * clip_coef_);
+      } else {
+        HG_KERNEL(device_, adamw_step, owned_params().narrow(0, local, count).data_ptr(), master,
+                  owned_grads().narrow(0, local, count).data_ptr(), m, v, count, lr_, o.beta1(), o.beta2(), o.eps(),
+                  weight_decay, step_, dtype_);
+      }
     }
-  }
   if (options_.offload_optimizer()) upload_offloaded_params();
   if (options_.stage() == 3) {
     refresh_units_after_step();
   } else if (options_.stage() >= 1) {
     const int64_t part = partition_numel();
     const std::vector<int64_t> counts(size_t(comm_.world_size()), part);
-    comm_.all_gather(flat_params_.narrow(0, opt_begin_, part).data_ptr(), flat_params_.data_ptr(), counts, dtype_,
-                     device_).wait();
+    comm_
+        .all_gather(flat_params_.narrow(0, opt_begin_, part).data_ptr(), flat_params_.data_ptr(), counts, dtype_,
+                    device_)
+        .wait();
   }
   norm_ = -1.0;
   return true;
 }
 
-void ZeroOptimizer::zero_grad() {
+void ZeroOptimizer::zero_grad(bool /*set_to_none: the flat buffers stay*/) {
   // A backward whose step never ran (it threw midway, or the step was dropped) left its collectives
   // in flight and its gradients marked as produced: wait for them (every rank launched the same) and
   // start the next backward afresh. After step() there is nothing left to wait for.
@@ -402,7 +410,6 @@ void ZeroOptimizer::zero_grad() {
   norm_ = -1.0;
 }
 
-
 ModelStateBytes ZeroOptimizer::model_state_bytes() const {
   auto bytes = [](const Tensor& t) { return t.defined() ? t.numel() * int64_t(dtype_size(t.dtype())) : 0; };
   ModelStateBytes b;
@@ -414,12 +421,52 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
   return b;
 }
 
-std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::state_tensors() const {
+std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::shard_buffers() const {
   std::vector<std::pair<std::string, Tensor>> out;
   if (master_.defined()) out.emplace_back("master", master_);
   out.emplace_back("exp_avg", exp_avg_);
   out.emplace_back("exp_avg_sq", exp_avg_sq_);
   return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::state_tensors() const {
+  const std::string shard = "rank" + std::to_string(comm_.rank()) + "-of-" + std::to_string(comm_.world_size()) + ".";
+  std::vector<std::pair<std::string, Tensor>> out = shard_buffers();
+  for (auto& [name, t] : out) name = shard + name;
+  return out;
+}
+
+void ZeroOptimizer::load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) {
+  HG_CHECK(false, "[ZeroOptimizer] load_state_tensors: got ", entries.size(),
+           " entries, but this rank's state is "
+           "one shard of a state partitioned over ",
+           comm_.world_size(),
+           " ranks; restore it with load_state(prefix) "
+           "from the files save_state(prefix) wrote, which re-partitions them for any world size and stage");
+}
+
+const std::string& ZeroOptimizer::name() const {
+  static const std::string kName = "ZeroOptimizer";
+  return kName;
+}
+
+void ZeroOptimizer::set_lr(double lr) {
+  HG_CHECK(std::isfinite(lr) && lr >= 0.0, "[ZeroOptimizer] invalid learning rate ", lr, ": expected lr >= 0");
+  lr_ = lr;
+}
+
+bool ZeroOptimizer::unscale_and_check(double scale) {
+  HG_CHECK(std::isfinite(scale) && scale > 0.0, "[ZeroOptimizer] unscale_and_check: loss scale ", scale,
+           "; expected a finite value > 0");
+  set_grad_scale(1.0 / scale);
+  return !std::isfinite(grad_norm());
+}
+
+std::string ZeroOptimizer::state_summary() const {
+  char text[96];
+  std::snprintf(text, sizeof text, "zero %d x%d: state %.1f MiB/rank", stage(), comm_.world_size(),
+                double(model_state_bytes().total()) / (1024.0 * 1024.0));
+  return text;
 }
 
 namespace {
@@ -457,15 +504,17 @@ std::vector<std::pair<int64_t, int64_t>> saved_ranges(const safetensors::File& f
       long long offset = -1, count = -1;
       char extra = 0;
       HG_CHECK(colon != std::string::npos && std::sscanf(item.c_str(), "%lld:%lld%c", &offset, &count, &extra) == 2,
-               "[ZeroOptimizer] load_state: ", path, " has a malformed range \"", item, "\" in its 'ranges' metadata, "
+               "[ZeroOptimizer] load_state: ", path, " has a malformed range \"", item,
+               "\" in its 'ranges' metadata, "
                "expected offset:count");
       out.emplace_back(offset, count);
       at = comma + 1;
     }
   }
   for (const auto& [offset, count] : out)
-    HG_CHECK(offset >= 0 && count >= 0 && offset <= numel && count <= numel - offset, "[ZeroOptimizer] load_state: ",
-             path, " holds ", count, " elements from ", offset, ", outside the ", numel, " parameters");
+    HG_CHECK(offset >= 0 && count >= 0 && offset <= numel && count <= numel - offset,
+             "[ZeroOptimizer] load_state: ", path, " holds ", count, " elements from ", offset, ", outside the ", numel,
+             " parameters");
   return out;
 }
 }  // namespace
@@ -485,13 +534,15 @@ void ZeroOptimizer::save_state(const std::string& prefix) {
     ranges += std::to_string(p.count);
   }
   safetensors::NamedTensors tensors;
-  for (const auto& [name, t] : state_tensors()) {
+  for (const auto& [name, t] : shard_buffers()) {
     std::vector<Tensor> parts;
     for (const Piece& p : pieces) parts.push_back(t.narrow(0, p.local, p.count).to(kCPU));
     tensors.emplace_back(name, parts.empty() ? zeros({0}, DType::f32, kCPU) : cat(parts, 0));
   }
   safetensors::save(shard_path(prefix, rank, world), tensors,
-                    {{"ranges", ranges}, {"numel", std::to_string(total_)}, {"step", std::to_string(step_)},
+                    {{"ranges", ranges},
+                     {"numel", std::to_string(total_)},
+                     {"step", std::to_string(step_)},
                      {"world", std::to_string(world)}});
   comm_.barrier().wait();
   // Shards an earlier save at a larger world size left under this prefix would be what load_state
@@ -543,7 +594,7 @@ void ZeroOptimizer::load_state(const std::string& prefix) {
       for (const Piece& p : mine) {
         const int64_t lo = std::max(offset, p.unpadded), hi = std::min(offset + count, p.unpadded + p.count);
         if (hi <= lo) continue;
-        for (const auto& [name, t] : state_tensors()) {
+        for (const auto& [name, t] : shard_buffers()) {
           const Tensor* tensor = file.find(name);
           if (!tensor) {
             HG_CHECK(name == "master", "[ZeroOptimizer] load_state: ", path, " has no '", name, "'");

@@ -105,7 +105,7 @@ struct ModelStateBytes {
   int64_t total() const { return params + grads + optimizer; }
 };
 
-class ZeroOptimizer {
+class ZeroOptimizer final : public optim::Optimizer {
  public:
   static constexpr int64_t kAlignElements = 32;
 
@@ -118,24 +118,30 @@ class ZeroOptimizer {
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
+  // The optim::Optimizer protocol (optim/optimizer.h), with the meaning each method has here:
+  const std::string& name() const override;
+  std::vector<Tensor> parameters() const override { return params_; }
   // Off for gradient-accumulation micro-steps, on (the default) for the last one.
-  void set_gradient_sync(bool sync) { sync_ = sync; }
+  void set_gradient_sync(bool sync) override { sync_ = sync; }
   bool gradient_sync() const { return sync_; }
 
   // The global L2 norm of the averaged gradients (waits for the gradient collectives).
-  double grad_norm();
+  double grad_norm() override;
   // grad_norm(), then scales every gradient by max_norm / (norm + 1e-6) when that is < 1 (a
   // non-finite norm leaves them as they are; step() then skips). Returns the norm before clipping.
-  double clip_grad_norm(double max_norm);
+  double clip_grad_norm(double max_norm) override;
+  // Sets grad_scale = 1 / scale (applied inside the update) and returns whether the global gradient
+  // norm is non-finite: an inf/NaN on any rank is found on every rank.
+  bool unscale_and_check(double scale) override;
   // One AdamW update of this rank's partition and the parameter exchange of the stage. Returns false,
   // on every rank alike, when a gradient is inf or NaN (the step is skipped, the state unchanged).
-  bool step();
+  bool step() override;
   // Clears the gradients (stages 0/1: zeros in the flat buffer; stage 2: the shard and any leftovers).
   // After a backward whose step did not run (it threw midway on every rank, or the step is dropped)
   // it first waits for that backward's collectives, so the next backward starts afresh.
-  void zero_grad();
+  void zero_grad(bool set_to_none = true) override;
 
-  void set_lr(double lr) { lr_ = lr; }
+  void set_lr(double lr) override;
   double lr() const { return lr_; }
   void set_grad_scale(double scale) { grad_scale_ = scale; }
 
@@ -146,8 +152,8 @@ class ZeroOptimizer {
 
   int stage() const { return options_.stage(); }
   int64_t step_count() const { return step_; }
-  int64_t numel() const { return total_; }             // parameters (unpadded)
-  int64_t padded_numel() const { return padded_; }     // flat buffer length
+  int64_t numel() const { return total_; }          // parameters (unpadded)
+  int64_t padded_numel() const { return padded_; }  // flat buffer length
   int64_t partition_numel() const { return padded_ / comm_.world_size(); }
   ModelStateBytes model_state_bytes() const;
   const std::vector<Tensor>& params() const { return params_; }
@@ -156,20 +162,23 @@ class ZeroOptimizer {
   // reading weights); collective — every rank takes it. Stages 0-2: parameters are always whole.
   // Writing the parameters in its scope (loading weights) takes effect with write_back(), also
   // collective: each rank's shard (stage 3) and its fp32 master copy (when kept) take the new values.
-  class GatheredParameters {
+  class GatheredParameters final : public optim::Optimizer::WholeParameters {
    public:
     explicit GatheredParameters(ZeroOptimizer* owner) : owner_(owner) {}
     GatheredParameters(GatheredParameters&& other) noexcept : owner_(other.owner_) { other.owner_ = nullptr; }
     GatheredParameters(const GatheredParameters&) = delete;
     GatheredParameters& operator=(const GatheredParameters&) = delete;
     GatheredParameters& operator=(GatheredParameters&&) = delete;
-    ~GatheredParameters();
+    ~GatheredParameters() override;
     void write_back();
+    void commit() override { write_back(); }
 
    private:
     ZeroOptimizer* owner_;
   };
   [[nodiscard]] GatheredParameters gather_parameters();
+  // The same behind the protocol's guard type.
+  [[nodiscard]] std::unique_ptr<WholeParameters> whole_parameters() override;
   // Stage 3 introspection (tests, benchmarks): units, and how many are whole right now.
   int64_t unit_count() const { return int64_t(units_.size()); }
   int64_t gathered_unit_count() const;
@@ -178,7 +187,13 @@ class ZeroOptimizer {
   // This rank's optimizer state (checkpoints): "master" (when separate), "exp_avg", "exp_avg_sq" —
   // flat fp32 tensors over the elements this rank owns (stages 0-2: [state_offset(), + numel) of the
   // flat parameter buffer; stage 3: its shard of every unit, in unit order).
-  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  // Names are rank-qualified: "rank<r>-of-<N>.exp_avg", ...
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
+  // Refused with a message that names load_state: a shard alone cannot be re-partitioned.
+  void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) override;
+  bool is_sharded() const override { return true; }
+  // "zero <stage> x<N>: state <MiB> MiB/rank": this rank's model-state bytes.
+  std::string state_summary() const override;
   int64_t state_offset() const { return opt_begin_; }
 
   // Checkpoints of the optimizer state, one file per rank: `prefix`.rank{r}-of-{N}.safetensors holds
@@ -187,13 +202,14 @@ class ZeroOptimizer {
   // with metadata {ranges "offset:count,...", numel, step, world}. The parameters themselves are saved
   // whole by the model (stage 3: inside gather_parameters()).
   // save_state is collective: it returns on every rank once every file is written.
-  void save_state(const std::string& prefix);
+  void save_state(const std::string& prefix) override;
   // Loads files written by save_state at any world size and stage: every rank reads the pieces of
   // all the saved ranks' files that overlap its own partition (so the state is re-partitioned when
   // the world size changed). Load the parameters first; a master the files lack is their copy.
-  void load_state(const std::string& prefix);
+  void load_state(const std::string& prefix) override;
   // The world size of the shards saved under `prefix` (0: none).
   static int saved_world_size(const std::string& prefix);
+  bool has_saved_state(const std::string& prefix) const override { return saved_world_size(prefix) > 0; }
 
  private:
   struct Bucket {
@@ -205,13 +221,13 @@ class ZeroOptimizer {
     int64_t begin = 0, padded = 0;  // range of the global flat space (padded to N equal shards)
     int64_t shard_local = 0;        // where this rank's shard starts in param_shard_ / grad_shard_ / state
     std::vector<size_t> params;
-    Tensor full;                    // the whole unit; its storage lends its bytes out while released
+    Tensor full;  // the whole unit; its storage lends its bytes out while released
     bool persistent = false;
     const nn::Module* module = nullptr;  // whose forward hooks gather it (none: persistent)
-    int depth = 0;                  // open forward scopes of the module
-    int holds = 0;                  // live gather_parameters() guards
-    bool gathering = false;         // an all-gather into `full` is in flight
-    bool launched = false;          // its gradients were reduce-scattered this step
+    int depth = 0;                       // open forward scopes of the module
+    int holds = 0;                       // live gather_parameters() guards
+    bool gathering = false;              // an all-gather into `full` is in flight
+    bool launched = false;               // its gradients were reduce-scattered this step
     Work gather;
   };
   // A range of the global flat space this rank owns, and where it starts in the local state.
@@ -229,6 +245,8 @@ class ZeroOptimizer {
     int64_t unpadded = 0, count = 0, local = 0;
   };
   void validate_params();
+  // "master" (when separate), "exp_avg", "exp_avg_sq": this rank's flat fp32 state.
+  std::vector<std::pair<std::string, Tensor>> shard_buffers() const;
   void layout_flat();
   void init_state_and_buckets();
   std::vector<Piece> pieces_of(const std::vector<OwnedRange>& ranges) const;
@@ -278,12 +296,12 @@ class ZeroOptimizer {
   std::vector<int64_t> unpadded_offsets_;  // param i's first element without padding
   std::vector<OwnedRange> owned_;
   Tensor flat_params_, flat_grads_, grad_shard_, master_, exp_avg_, exp_avg_sq_;
-  Tensor param_shard_;                      // stage 3: this rank's shard of every unit
+  Tensor param_shard_;  // stage 3: this rank's shard of every unit
   std::vector<Unit> units_;
   std::vector<size_t> unit_of_;
-  std::vector<size_t> forward_order_;       // units by first forward use (recorded once)
+  std::vector<size_t> forward_order_;  // units by first forward use (recorded once)
   std::vector<nn::Module*> hooked_modules_;
-  std::vector<uint64_t> grad_hooks_;  // its post-accumulate-grad hooks, one per parameter (others' stay)
+  std::vector<uint64_t> grad_hooks_;         // its post-accumulate-grad hooks, one per parameter (others' stay)
   const nn::Module* root_module_ = nullptr;  // stage 3: the model the optimizer was built over
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
@@ -293,8 +311,8 @@ class ZeroOptimizer {
   std::vector<Tensor> in_flight_buffers_;
   std::vector<OwnedPart> in_flight_parts_;  // parallel to in_flight_
   bool sync_ = true;
-  bool synced_ = false;    // gradients of this step are reduced
-  double norm_ = -1.0;     // global norm of this step, once computed
+  bool synced_ = false;  // gradients of this step are reduced
+  double norm_ = -1.0;   // global norm of this step, once computed
   int64_t step_ = 0;
   // ZeRO-Offload from a CUDA device: pinned host copies of this rank's gradients and parameters, the
   // next in-flight bucket to stream, and the copy-stream events of the last gradient and parameter copies.

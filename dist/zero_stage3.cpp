@@ -55,7 +55,8 @@ void ZeroOptimizer::layout_units(nn::Module& model, const ShardUnitPolicy& polic
   for (size_t i = 0; i < params_.size(); ++i)
     drafts[params_[i].numel() <= options_.persistence_threshold() ? drafts.size() - 1 : owner[i]].params.push_back(i);
   for (const Draft& d : drafts)  // before any parameter moves: a refused model is left as it was
-    HG_CHECK(d.persistent || d.params.empty() || !d.module->has_forward_hooks(), "[ZeroOptimizer] stage 3: a module "
+    HG_CHECK(d.persistent || d.params.empty() || !d.module->has_forward_hooks(),
+             "[ZeroOptimizer] stage 3: a module "
              "already has forward hooks (is another stage-3 ZeroOptimizer over this model alive?)");
 
   // Units back to back in the global flat space, each padded to N equal shards of aligned length.
@@ -252,11 +253,17 @@ void ZeroOptimizer::refresh_units_after_step() {
     }
     if (storage.released()) continue;
     const int64_t part = u.padded / world;
-    comm_.all_gather(param_shard_.narrow(0, u.shard_local, part).data_ptr(), storage.data(),
-                     std::vector<int64_t>(size_t(world), part), dtype_, device_).wait();
+    comm_
+        .all_gather(param_shard_.narrow(0, u.shard_local, part).data_ptr(), storage.data(),
+                    std::vector<int64_t>(size_t(world), part), dtype_, device_)
+        .wait();
     storage.set_ready(true);
     release(k);  // a stale prefetch that nobody holds
   }
+}
+
+std::unique_ptr<optim::Optimizer::WholeParameters> ZeroOptimizer::whole_parameters() {
+  return std::make_unique<GatheredParameters>(gather_parameters());
 }
 
 ZeroOptimizer::GatheredParameters ZeroOptimizer::gather_parameters() {

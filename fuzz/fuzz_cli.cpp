@@ -1,5 +1,5 @@
 // Fuzz target: the samples' flag parser (samples/cli.h Flags) and their shared flag validation
-// (samples/precision_flags.h, Device::parse), on an argv cut from the input at '\n' bytes. The
+// (train/precision.h, Device::parse), on an argv cut from the input at '\n' bytes. The
 // flags are those train_gpt declares, with their kinds and bounds. Every outcome is a parsed set of
 // flags or a UsageExit (status 2 with a "train_gpt: error: ..." line, or 0 after --help); the
 // validation after parse either accepts or answers UsageExit / hg::Error -- never a crash.
@@ -10,7 +10,7 @@
 
 #include "engine/device.h"
 #include "samples/cli.h"
-#include "samples/precision_flags.h"
+#include "train/precision.h"
 
 namespace {
 
@@ -62,10 +62,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 grad_accum >= 1 && batch_tokens >= 0,
             "parse accepted a value outside its bounds");
     (void)resume;
-    const hg::DType dtype = hg::samples::parse_precision("train_gpt", precision);
-    const hg::optim::LossScaler scaler = hg::samples::parse_loss_scale("train_gpt", loss_scale, dtype);
+    const hg::DType dtype = hg::train::parse_precision(precision);
+    const hg::optim::LossScaler scaler = hg::train::parse_loss_scale(loss_scale, dtype);
     (void)scaler;
-    const int64_t micro = hg::samples::accumulation_steps("train_gpt", grad_accum, batch_tokens, batch * context);
+    const int64_t micro = hg::train::accumulation_steps(grad_accum, batch_tokens, batch * context);
     require(micro >= 1, "accumulation_steps returned no micro-batch");
     (void)hg::Device::parse(device);
   } catch (const hg::samples::UsageExit& e) {

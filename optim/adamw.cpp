@@ -13,7 +13,7 @@ namespace hg::optim {
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : AdamW(std::vector<ParamGroup>{ParamGroup{std::move(params), options.lr(), options.weight_decay()}}, options) {}
 
-AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer("AdamW"), options_(options) {
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : LocalOptimizer("AdamW"), options_(options) {
   check_options();
   init_groups(std::move(groups));
 }
@@ -31,8 +31,8 @@ std::vector<std::string> AdamW::state_buffer_names() const { return {"exp_avg", 
 
 DType AdamW::state_dtype(const Tensor& param) const { return accumulate_dtype(param.dtype()); }
 
-bool AdamW::update_with_master(const ParamGroup& group, const Tensor& param, const Tensor& master,
-                               const Tensor& grad, ParamState& state) {
+bool AdamW::update_with_master(const ParamGroup& group, const Tensor& param, const Tensor& master, const Tensor& grad,
+                               ParamState& state) {
   fused_step(group, param, master.data_ptr(), grad, state);
   return true;
 }

@@ -29,7 +29,7 @@ struct AdamWOptions {
   AdamWOptions& betas(double b1, double b2) { return beta1(b1).beta2(b2); }
 };
 
-class AdamW : public Optimizer {
+class AdamW : public LocalOptimizer {
  public:
   // One group with the options' lr and weight_decay.
   AdamW(std::vector<Tensor> params, AdamWOptions options = {});

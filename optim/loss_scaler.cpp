@@ -10,6 +10,7 @@
 #include "engine/autograd.h"
 #include "engine/kernel_dispatch.h"
 #include "engine/ops.h"
+#include "optim/unscale.h"
 
 namespace hg::optim {
 namespace {
@@ -76,65 +77,33 @@ Tensor LossScaler::scale(const Tensor& loss) const {
 bool LossScaler::unscale_(const std::vector<Tensor>& params) {
   if (mode_ == LossScaleMode::None) return true;
   if (unscaled_) return !found_inf_;
-  NoGradGuard no_grad;
-  // Every gradient, grouped by device (in the order of first appearance): one fused pass each.
-  std::vector<std::pair<Device, std::vector<kernels::TensorSpan>>> groups;
-  for (size_t i = 0; i < params.size(); ++i) {
-    HG_CHECK(params[i].defined(), kOp, " unscale_: parameter ", i, " is an undefined tensor");
-    Tensor grad = params[i].grad();
-    if (!grad.defined()) continue;
-    HG_CHECK(is_floating(grad.dtype()), kOp, " unscale_: the gradient of parameter ", i, " is ", grad.describe(),
-             "; expected a floating tensor");
-    if (!grad.is_contiguous()) {  // unscaled in place: give the parameter a contiguous gradient
-      grad = grad.contiguous();
-      params[i].set_grad(grad);
-    }
-    size_t g = 0;
-    while (g < groups.size() && !(groups[g].first == grad.device())) ++g;
-    if (g == groups.size()) groups.emplace_back(grad.device(), std::vector<kernels::TensorSpan>{});
-    groups[g].second.push_back({grad.data_ptr(), grad.numel(), grad.dtype()});
-  }
-  const double inv_scale = 1.0 / scale_;
-  bool found = false;
-  for (const auto& [device, spans] : groups) {
-    found = HG_KERNEL(device, unscale_and_check, spans.data(), int64_t(spans.size()), inv_scale) || found;
-  }
+  return record_unscale(unscale_gradients(params, 1.0 / scale_));
+}
+
+bool LossScaler::unscale_(Optimizer& optimizer) {
+  if (mode_ == LossScaleMode::None) return true;
+  if (unscaled_) return !found_inf_;
+  return record_unscale(optimizer.unscale_and_check(scale_));
+}
+
+bool LossScaler::record_unscale(bool found) {
   if (reducer_) found = reducer_(found);
   unscaled_ = true;
   found_inf_ = found;
   return !found;
 }
 
-bool LossScaler::step(Optimizer& optimizer, const std::vector<Tensor>& params) {
-  if (mode_ == LossScaleMode::None) {
-    optimizer.step();
-    return true;
-  }
+bool LossScaler::step(Optimizer& optimizer) {
+  if (mode_ == LossScaleMode::None) return optimizer.step();
   HG_CHECK(!stepped_, kOp, " step() called twice in one step; call update() after each step()");
-  const bool finite = unscale_(params);
+  const bool finite = unscale_(optimizer);
   stepped_ = true;
-  if (finite) {
-    optimizer.step();
-    return true;
-  }
-  NoGradGuard no_grad;
-  for (const Tensor& p : params) {
-    if (Tensor grad = p.grad(); grad.defined()) grad.zero_();
-  }
+  if (finite && optimizer.step()) return true;
+  // Skipped: the parameters and the optimizer state stay as they are.
+  optimizer.zero_grad(/*set_to_none=*/false);
+  if (finite) found_inf_ = true;  // the optimizer found what the unscale pass could not see
   ++skipped_steps_;
   return false;
-}
-
-bool LossScaler::step(const std::function<bool()>& scaled_step) {
-  if (mode_ == LossScaleMode::None) return scaled_step();
-  HG_CHECK(!stepped_, kOp, " step() called twice in one step; call update() after each step()");
-  HG_CHECK(!unscaled_, kOp, " step(scaled_step) after unscale_() in the same step: the optimizer unscales by its "
-           "grad_scale itself, so the gradients would be divided by the scale twice");
-  const bool finite = scaled_step();
-  unscaled_ = stepped_ = true;
-  found_inf_ = !finite;
-  if (!finite) ++skipped_steps_;
-  return finite;
 }
 
 void LossScaler::update() {

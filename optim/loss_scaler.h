@@ -21,15 +21,15 @@
 // One optimizer step, in this order:
 //
 //   scaler.scale(loss).backward();           // (gradient accumulation: once per micro-batch)
-//   scaler.unscale_(params);                 // grads /= S, one fused pass; false when inf/NaN
-//   clip_grad_norm(params, max_norm);        // on true gradients (a non-finite norm touches nothing)
-//   if (scaler.step(optimizer, params)) ...  // false: skipped, do not advance the LR schedule
+//   scaler.unscale_(optimizer);              // grads /= S, one fused pass; false when inf/NaN
+//   optimizer.clip_grad_norm(max_norm);      // on true gradients (a non-finite norm touches nothing)
+//   if (scaler.step(optimizer)) ...          // false: skipped, do not advance the LR schedule
 //   scaler.update();                         // grow / back off S for the next step
 //
 // CONVENTION
-//   - unscale_ runs the kernels::{cpu,cuda}::unscale_and_check pass once per device over every
-//     defined gradient of `params` (one launch per device on CUDA) and remembers the result: later
-//     calls before update() return it without touching the gradients again (idempotent in a step).
+//   - unscale_ runs optimizer.unscale_and_check(S) (optim/optimizer.h; by default the fused
+//     optim/unscale.h pass over every gradient, one launch per device on CUDA) and remembers the
+//     result: later calls before update() return it without touching the gradients again.
 //   - step() unscales first when unscale_ was not called. On overflow it does not call the optimizer
 //     (parameters and optimizer state stay bit-identical), zeroes the gradients in place, counts a
 //     skipped step and returns false. update() must follow every unscale_/step, and only them.
@@ -84,17 +84,15 @@ class LossScaler {
 
   // loss * S (the loss itself for mode none), differentiable: backward of it gives S * dL/dtheta.
   Tensor scale(const Tensor& loss) const;
-  // Divides every defined gradient of `params` by S in one fused pass per device and returns true
-  // when all are finite (combined across ranks by the overflow reducer, when set). See CONVENTION.
+  // Divides the gradients by S and returns true when all are finite (combined across ranks by the
+  // overflow reducer, when set): through optimizer.unscale_and_check(S) — a sharded optimizer
+  // decides over every rank — or, for `params`, one fused pass per device. See CONVENTION.
+  bool unscale_(Optimizer& optimizer);
   bool unscale_(const std::vector<Tensor>& params);
   // optimizer.step() when the gradients are finite (unscaling them first if needed) and true;
-  // otherwise no step, gradients zeroed, skipped_steps() + 1, and false.
-  bool step(Optimizer& optimizer, const std::vector<Tensor>& params);
-  // The same for an optimizer that unscales and checks its gradients itself (dist::ZeroOptimizer with
-  // grad_scale = 1 / scale_value(): sharded gradients, an inf/NaN found across ranks): runs
-  // `scaled_step`, whose false means skipped on inf/NaN, and records that as this step's outcome (a
-  // skipped step counts in skipped_steps(), update() backs off). Not after unscale_ in the same step.
-  bool step(const std::function<bool()>& scaled_step);
+  // otherwise no step, gradients zeroed, skipped_steps() + 1, and false. In mode none: the optimizer's
+  // own verdict (a sharded optimizer still skips a non-finite step).
+  bool step(Optimizer& optimizer);
   // The dynamic policy on this step's result; ends the step. No-op in mode none.
   void update();
 
@@ -123,6 +121,7 @@ class LossScaler {
 
  private:
   LossScaler(LossScaleMode mode, double scale, DynamicLossScaleOptions options);
+  bool record_unscale(bool found_inf);
 
   LossScaleMode mode_ = LossScaleMode::None;
   double scale_ = 1.0;

@@ -7,7 +7,6 @@
 //   clip_grad_norm(params, 1.0); opt.set_lr(schedule.lr(step)); opt.step();
 #include "optim/adamw.h"
 #include "optim/clip.h"
-#include "optim/early_stopping.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"

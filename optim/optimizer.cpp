@@ -1,4 +1,4 @@
-// Optimizer: parameter groups, per-parameter state, the step loop and state (de)serialisation.
+// LocalOptimizer: parameter groups, per-parameter state, the step loop and state (de)serialisation.
 // The update rule itself is the subclass's (optim/sgd.cpp, optim/adamw.cpp).
 #include "optim/optimizer.h"
 
@@ -9,21 +9,51 @@
 
 #include "engine/kernel_dispatch.h"
 #include "kernels/philox.h"
+#include "optim/clip.h"
+#include "optim/unscale.h"
 
 namespace hg::optim {
 
-Optimizer::Optimizer(std::string name) : name_(std::move(name)) {}
+// ---- Optimizer: the defaults of the protocol -------------------------------------------------------
 
-void Optimizer::check_lr(double lr) const {
+bool Optimizer::unscale_and_check(double scale) { return unscale_gradients(parameters(), 1.0 / scale); }
+
+double Optimizer::grad_norm() { return optim::grad_norm(parameters()); }
+
+double Optimizer::clip_grad_norm(double max_norm) { return optim::clip_grad_norm(parameters(), max_norm); }
+
+void Optimizer::save_state(const std::string& prefix) {
+  HG_CHECK(false, "[", name(), "] save_state('", prefix,
+           "'): this optimizer keeps its whole state in this process; "
+           "its state_tensors() go into the training checkpoint (train/checkpoint.h)");
+}
+
+void Optimizer::load_state(const std::string& prefix) {
+  HG_CHECK(false, "[", name(), "] load_state('", prefix,
+           "'): this optimizer keeps its whole state in this process; "
+           "its state comes from a training checkpoint (train/checkpoint.h)");
+}
+
+// ---- LocalOptimizer --------------------------------------------------------------------------------
+
+std::vector<Tensor> LocalOptimizer::parameters() const {
+  std::vector<Tensor> out;
+  for (const ParamGroup& g : groups_) out.insert(out.end(), g.params.begin(), g.params.end());
+  return out;
+}
+
+LocalOptimizer::LocalOptimizer(std::string name) : name_(std::move(name)) {}
+
+void LocalOptimizer::check_lr(double lr) const {
   HG_CHECK(std::isfinite(lr) && lr >= 0.0, "[", name_, "] invalid learning rate ", lr, ": expected lr >= 0");
 }
 
-void Optimizer::check_weight_decay(double weight_decay) const {
+void LocalOptimizer::check_weight_decay(double weight_decay) const {
   HG_CHECK(std::isfinite(weight_decay) && weight_decay >= 0.0, "[", name_, "] invalid weight_decay ", weight_decay,
            ": expected weight_decay >= 0");
 }
 
-void Optimizer::check_param(const Tensor& p, size_t group, size_t index_in_group) const {
+void LocalOptimizer::check_param(const Tensor& p, size_t group, size_t index_in_group) const {
   HG_CHECK(p.defined(), "[", name_, "] parameter ", index_in_group, " of group ", group, " is an undefined tensor");
   const std::string where =
       detail::concat("[", name_, "] parameter ", index_in_group, " of group ", group, " (", p.describe(), ")");
@@ -36,14 +66,14 @@ void Optimizer::check_param(const Tensor& p, size_t group, size_t index_in_group
            "contiguous() copy)");
 }
 
-void Optimizer::init_groups(std::vector<ParamGroup> groups) {
+void LocalOptimizer::init_groups(std::vector<ParamGroup> groups) {
   size_t total = 0;
   for (const ParamGroup& g : groups) total += g.params.size();
   HG_CHECK(total > 0, "[", name_, "] got an empty parameter list; expected at least one parameter");
   for (ParamGroup& g : groups) add_param_group(std::move(g));
 }
 
-void Optimizer::add_param_group(ParamGroup group) {
+void LocalOptimizer::add_param_group(ParamGroup group) {
   const size_t g = groups_.size();
   check_lr(group.lr);
   check_weight_decay(group.weight_decay);
@@ -61,25 +91,25 @@ void Optimizer::add_param_group(ParamGroup group) {
   groups_.push_back(std::move(group));
 }
 
-void Optimizer::set_lr(double lr) {
+void LocalOptimizer::set_lr(double lr) {
   check_lr(lr);
   for (ParamGroup& g : groups_) g.lr = lr;
 }
 
-void Optimizer::set_lr(size_t group, double lr) {
+void LocalOptimizer::set_lr(size_t group, double lr) {
   HG_CHECK(group < groups_.size(), "[", name_, "] set_lr: group ", group, " out of range (the optimizer has ",
            groups_.size(), " groups)");
   check_lr(lr);
   groups_[group].lr = lr;
 }
 
-const ParamState& Optimizer::state(int64_t index) const {
+const ParamState& LocalOptimizer::state(int64_t index) const {
   HG_CHECK(index >= 0 && index < num_params(), "[", name_, "] state: parameter index ", index,
            " out of range (the optimizer has ", num_params(), " parameters)");
   return state_[size_t(index)];
 }
 
-void Optimizer::zero_grad(bool set_to_none) {
+void LocalOptimizer::zero_grad(bool set_to_none) {
   NoGradGuard no_grad;
   for (const ParamGroup& g : groups_) {
     for (const Tensor& p : g.params) {
@@ -92,7 +122,7 @@ void Optimizer::zero_grad(bool set_to_none) {
   }
 }
 
-void Optimizer::set_mixed_precision(const MixedPrecisionOptions& options) {
+void LocalOptimizer::set_mixed_precision(const MixedPrecisionOptions& options) {
   if (options.master_weights() != mixed_precision_.master_weights()) {
     for (const ParamState& st : state_) {
       HG_CHECK(!st.initialized(), "[", name_, "] set_mixed_precision: cannot turn master weights ",
@@ -103,7 +133,7 @@ void Optimizer::set_mixed_precision(const MixedPrecisionOptions& options) {
   mixed_precision_ = options;
 }
 
-void Optimizer::step() {
+bool LocalOptimizer::step() {
   NoGradGuard no_grad;
   size_t index = 0;
   for (const ParamGroup& group : groups_) {
@@ -112,15 +142,16 @@ void Optimizer::step() {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       const bool fp32_grad_of_half = is_half(p.dtype()) && grad.dtype() == DType::f32;
-      HG_CHECK(grad.shape() == p.shape() && (grad.dtype() == p.dtype() || fp32_grad_of_half) &&
-                   grad.device() == p.device(),
-               "[", name_, "] parameter ", index - 1, " is ", p.describe(), " but its gradient is ", grad.describe(),
-               "; expected the same shape and device, and the parameter's dtype (or f32 for a half parameter)");
+      HG_CHECK(
+          grad.shape() == p.shape() && (grad.dtype() == p.dtype() || fp32_grad_of_half) && grad.device() == p.device(),
+          "[", name_, "] parameter ", index - 1, " is ", p.describe(), " but its gradient is ", grad.describe(),
+          "; expected the same shape and device, and the parameter's dtype (or f32 for a half parameter)");
       if (!grad.is_contiguous()) grad = grad.contiguous();
       ++st.step;
       update_param(group, p, grad, st, index - 1);
     }
   }
+  return true;
 }
 
 namespace {
@@ -136,8 +167,8 @@ uint64_t rounding_key(uint64_t seed, size_t index) {
 
 }  // namespace
 
-void Optimizer::update_param(const ParamGroup& group, const Tensor& param, Tensor grad, ParamState& state,
-                             size_t index) {
+void LocalOptimizer::update_param(const ParamGroup& group, const Tensor& param, Tensor grad, ParamState& state,
+                                  size_t index) {
   if (!is_half(param.dtype())) {
     update(group, param, grad, state);
     return;
@@ -165,13 +196,13 @@ void Optimizer::update_param(const ParamGroup& group, const Tensor& param, Tenso
   }
 }
 
-std::vector<std::string> Optimizer::buffers_of(const Tensor& p) const {
+std::vector<std::string> LocalOptimizer::buffers_of(const Tensor& p) const {
   std::vector<std::string> names = state_buffer_names();
   if (keeps_master(p)) names.push_back("master");
   return names;
 }
 
-std::vector<std::pair<std::string, Tensor>> Optimizer::state_tensors() const {
+std::vector<std::pair<std::string, Tensor>> LocalOptimizer::state_tensors() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < state_.size(); ++i) {
     const ParamState& st = state_[i];
@@ -182,7 +213,7 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state_tensors() const {
   return out;
 }
 
-void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) {
+void LocalOptimizer::load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) {
   const std::string op = "[" + name_ + "] load_state_tensors:";
   std::vector<const Tensor*> params;
   for (const ParamGroup& g : groups_) {
@@ -218,8 +249,8 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
     for (const std::string& b : buffer_names) known = known || b == what;
     std::string expected = "step";
     for (const std::string& b : buffer_names) expected += ", " + b;
-    HG_CHECK(known, op, " entry '", key, "' names unknown state '", what, "'; ", name_, " keeps for parameter ",
-             index, ": ", expected);
+    HG_CHECK(known, op, " entry '", key, "' names unknown state '", what, "'; ", name_, " keeps for parameter ", index,
+             ": ", expected);
     const DType dtype = what == "master" ? accumulate_dtype(p.dtype()) : state_dtype(p);
     HG_CHECK(value.shape() == p.shape() && value.dtype() == dtype && value.device() == p.device(), op, " entry '", key,
              "' is ", value.describe(), " but parameter ", index, " is ", p.describe(), "; expected ",

@@ -1,12 +1,14 @@
 #pragma once
-// Optimizer: the base of every optimizer in hg::optim. It owns parameter groups and per-parameter
-// state and runs the step loop; a subclass supplies the update of one parameter.
+// Optimizer: the protocol every optimizer follows (a training loop needs nothing else), and
+// LocalOptimizer: the base of the optimizers whose state lives in this process. LocalOptimizer owns
+// parameter groups and per-parameter state and runs the step loop; a subclass supplies the update of
+// one parameter. The sharded optimizer (ZeRO) is dist::ZeroOptimizer.
 //
 // An optimizer minimises a loss L(theta) from its gradients: after loss.backward(), step() moves
 // every parameter theta that has a gradient g = dL/dtheta by a rule of (theta, g, state) — SGD
 // (optim/sgd.h) and AdamW (optim/adamw.h) — and zero_grad() clears the gradients for the next one.
 //
-// CONVENTION
+// CONVENTION (LocalOptimizer)
 //   - Parameters are defined, contiguous, floating leaf tensors that require grad, each in exactly
 //     one group. Checked when added, with an hg::Error naming the optimizer, the group and index.
 //   - A parameter's index is its position counting through the groups in order (group 0's
@@ -30,6 +32,7 @@
 //   master/m/v 2+2+12 = 16 (the ZeRO paper's accounting); with fp32 grads 2+4+12 = 18; half params
 //   without master 2+2+8 = 12.
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,20 +79,94 @@ struct ParamState {
   bool initialized() const { return step > 0; }
 };
 
+// The protocol every optimizer follows, local (SGD, AdamW: LocalOptimizer below) or sharded across
+// ranks (dist::ZeroOptimizer). A training loop (train::Trainer) drives any of them the same way:
+//
+//   for each micro-batch: optimizer.set_gradient_sync(last micro-batch); scaler.scale(loss).backward();
+//   scaler.unscale_(optimizer);          // -> optimizer.unscale_and_check(S): grads /= S, inf/NaN found?
+//   optimizer.clip_grad_norm(max_norm);  // global: over every rank's gradients under ZeRO
+//   optimizer.set_lr(schedule.lr(t));
+//   scaler.step(optimizer);              // optimizer.step(), or skipped (grads zeroed) on inf/NaN
+//   scaler.update(); optimizer.zero_grad();
+//
+// CONVENTION
+//   - A found inf/NaN is the same on every rank of a sharded optimizer (it is decided from the
+//     all-reduced norm), so every rank skips the same steps.
+//   - state_tensors() is what this process keeps: all of it for a local optimizer (the training
+//     checkpoint holds it), this rank's shard for a sharded one (is_sharded(): its shards are saved by
+//     save_state(prefix) into files of their own, one per rank, which load_state re-partitions).
+//   - whole_parameters() makes every parameter readable and writable in this process while the guard
+//     lives (a sharded optimizer gathers them, collectively); commit() makes values written in its
+//     scope the optimizer's own (shards, fp32 master copies).
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
+  Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // Applies one update to every parameter that has a gradient (under NoGradGuard).
-  virtual void step();
-  // Clears the gradients: drops them (set_to_none, the default; the next backward allocates fresh
-  // ones) or writes zeros into the existing ones in place.
-  void zero_grad(bool set_to_none = true);
+  // "[AdamW]"-style name for messages.
+  virtual const std::string& name() const = 0;
+  // Every parameter it updates, in its order.
+  virtual std::vector<Tensor> parameters() const = 0;
+
+  // Applies one update to every parameter that has a gradient (under NoGradGuard). Returns false
+  // when the optimizer found an inf/NaN gradient itself and skipped the update (a sharded optimizer
+  // checks; a local one leaves that to the loss scaler and always returns true).
+  virtual bool step() = 0;
+  // Clears the gradients: drops them (set_to_none; the next backward allocates fresh ones) or writes
+  // zeros into them in place. A sharded optimizer always zeroes its flat buffers.
+  virtual void zero_grad(bool set_to_none = true) = 0;
+  // The learning rate of the next step() (of every group).
+  virtual void set_lr(double lr) = 0;
+  // Off for gradient-accumulation micro-steps that must not communicate (sharded optimizers); on for
+  // the last one. Local optimizers ignore it.
+  virtual void set_gradient_sync(bool sync) {}
+
+  // Divides every gradient by `scale` (or has the update do it) and returns true when some gradient
+  // is inf or NaN. Default: one fused multi-tensor pass per device over parameters()' gradients.
+  virtual bool unscale_and_check(double scale);
+  // The global L2 norm of the gradients (optim/clip.h), and clipping to max_norm; both return the
+  // norm before clipping and leave gradients with a non-finite norm untouched.
+  virtual double grad_norm();
+  virtual double clip_grad_norm(double max_norm);
+
+  // This process's optimizer state as named tensors (see CONVENTION), and its restoration (checked
+  // before anything changes).
+  virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
+  virtual void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) = 0;
+
+  // Sharded state (see CONVENTION). Collective for a sharded optimizer; a local one refuses.
+  virtual bool is_sharded() const { return false; }
+  virtual void save_state(const std::string& prefix);
+  virtual void load_state(const std::string& prefix);
+  // Whether files written by save_state exist under `prefix`.
+  virtual bool has_saved_state(const std::string& prefix) const { return false; }
+
+  class WholeParameters {
+   public:
+    virtual ~WholeParameters() = default;
+    virtual void commit() {}
+  };
+  [[nodiscard]] virtual std::unique_ptr<WholeParameters> whole_parameters() {
+    return std::make_unique<WholeParameters>();
+  }
+  // One line about the memory it keeps, for a progress line ("" when there is nothing to add).
+  virtual std::string state_summary() const { return ""; }
+};
+
+// An optimizer whose whole state lives in this process: parameter groups, per-parameter state and
+// the step loop; a subclass supplies the update of one parameter (SGD, AdamW).
+class LocalOptimizer : public Optimizer {
+ public:
+  const std::string& name() const override { return name_; }
+  std::vector<Tensor> parameters() const override;
+  // Applies one update to every parameter that has a gradient (under NoGradGuard); returns true.
+  bool step() override;
+  void zero_grad(bool set_to_none = true) override;
 
   // Sets the learning rate of every group (what a schedule drives each step), or of one group.
-  void set_lr(double lr);
+  void set_lr(double lr) override;
   void set_lr(size_t group, double lr);
   // Adds a group; its parameters are checked as the constructor checks them.
   void add_param_group(ParamGroup group);
@@ -107,19 +184,18 @@ class Optimizer {
   int64_t num_params() const { return int64_t(state_.size()); }
   // The state of parameter `index` (see CONVENTION for the numbering).
   const ParamState& state(int64_t index) const;
-  const std::string& name() const { return name_; }
 
   // The state of every initialised parameter as named tensors, for checkpoints:
   // "{index}.step" (i64 scalar) and "{index}.{buffer}" (the live buffer, sharing storage).
-  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
   // Replaces the whole state with `entries` (as state_tensors() returns them; parameters without
   // entries start fresh). Checks names, indices, shapes and dtypes against the parameters and
   // throws before changing anything when one does not fit. Buffers are copied.
-  void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries);
+  void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) override;
 
  protected:
   // `name` prefixes error messages ("[AdamW] ...").
-  explicit Optimizer(std::string name);
+  explicit LocalOptimizer(std::string name);
   // Validates and registers the groups (call from the subclass constructor, after its options are
   // validated). Throws when there are no parameters at all.
   void init_groups(std::vector<ParamGroup> groups);

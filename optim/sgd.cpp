@@ -11,7 +11,7 @@ namespace hg::optim {
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : SGD(std::vector<ParamGroup>{ParamGroup{std::move(params), options.lr(), options.weight_decay()}}, options) {}
 
-SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer("SGD"), options_(options) {
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : LocalOptimizer("SGD"), options_(options) {
   check_options();
   init_groups(std::move(groups));
 }

@@ -24,7 +24,7 @@ struct SGDOptions {
   HG_OPTIM_ARG(SGDOptions, bool, nesterov, false);
 };
 
-class SGD : public Optimizer {
+class SGD : public LocalOptimizer {
  public:
   // One group with the options' lr and weight_decay.
   SGD(std::vector<Tensor> params, SGDOptions options = {});

@@ -3,12 +3,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <sstream>
+
+#include "engine/cuda/cuda_context.h"
 
 namespace hg::samples {
 
@@ -79,15 +81,17 @@ void check_readable_file(const std::string& program, const std::string& flag, co
                           "--" + flag + " \"" + path + "\": " + std::strerror(errno) + "; expected a readable file");
 }
 
-void Flags::fail(const std::string& message) const {
-  exit_with_usage_error(program_, message + " (see --help)");
-}
+void Flags::fail(const std::string& message) const { exit_with_usage_error(program_, message + " (see --help)"); }
 
 std::string Flags::usage() const {
   std::ostringstream out;
   out << description_ << "\n\nusage: " << program_ << " [flags]\n\n";
   for (const Flag& f : flags_) {
-    std::string left = "  --" + f.name + (f.kind == "bool" ? "" : " " + std::string(f.kind == "int" ? "N" : f.kind == "float" ? "X" : "VALUE"));
+    std::string left = "  --" + f.name +
+                       (f.kind == "bool" ? ""
+                                         : " " + std::string(f.kind == "int"     ? "N"
+                                                             : f.kind == "float" ? "X"
+                                                                                 : "VALUE"));
     left.resize(std::max<size_t>(left.size() + 2, 26), ' ');
     out << left << f.help << " (default " << f.default_text << ")\n";
   }
@@ -135,11 +139,10 @@ void Flags::parse(int argc, char** argv) {
     errno = 0;
     if (flag->kind == "int") {
       const long long parsed = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || errno == ERANGE) fail("--" + name + " expects an integer, got \"" + value + "\"");
-      if (parsed < flag->int_min)
-        fail("--" + name + " must be >= " + std::to_string(flag->int_min) + ", got " + value);
-      if (parsed > flag->int_max)
-        fail("--" + name + " must be <= " + std::to_string(flag->int_max) + ", got " + value);
+      if (value.empty() || *end != '\0' || errno == ERANGE)
+        fail("--" + name + " expects an integer, got \"" + value + "\"");
+      if (parsed < flag->int_min) fail("--" + name + " must be >= " + std::to_string(flag->int_min) + ", got " + value);
+      if (parsed > flag->int_max) fail("--" + name + " must be <= " + std::to_string(flag->int_max) + ", got " + value);
       *static_cast<int64_t*>(flag->target) = parsed;
     } else {
       const double parsed = std::strtod(value.c_str(), &end);
@@ -153,6 +156,23 @@ void Flags::parse(int argc, char** argv) {
       *static_cast<double*>(flag->target) = parsed;
     }
   }
+}
+
+Device checked_device(const std::string& program, const std::string& text) {
+  Device device;
+  try {
+    device = Device::parse(text);
+  } catch (const Error&) {
+    exit_with_usage_error(program, "unknown --device \"" + text + "\"; expected cpu, cuda or cuda:N");
+  }
+  if (device.is_cuda() && device.index >= cuda::device_count()) {
+    exit_with_usage_error(
+        program,
+        "--device " + text + " is not available: " +
+            (cuda::is_available() ? "this machine has " + std::to_string(cuda::device_count()) + " CUDA device(s)"
+                                  : cuda::unavailable_reason()));
+  }
+  return device;
 }
 
 }  // namespace hg::samples

@@ -5,12 +5,13 @@
 //   int64_t& steps = flags.add_int("steps", 1000, "optimizer steps");
 //   flags.parse(argc, argv);   // exits 0 after --help, 2 on a bad flag
 #include <climits>
-#include <initializer_list>
 #include <cstdint>
 #include <deque>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "engine/device.h"
 #include "kernels/error.h"
 
 namespace hg::samples {
@@ -89,6 +90,20 @@ auto or_usage_error(const std::string& program, const std::string& what, Load&& 
     return load();
   } catch (const Error& e) {
     exit_with_usage_error(program, what + ": " + e.what());
+  }
+}
+
+// The --device flag's value as a Device; an unknown or absent device is a usage error (exit 2).
+Device checked_device(const std::string& program, const std::string& text);
+
+// Runs `fn`; an hg::Error it throws (a bad setting of the library's) becomes a usage error: the
+// error's message on one line, exit code 2.
+template <class Fn>
+auto or_usage_error(const std::string& program, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    exit_with_usage_error(program, e.what());
   }
 }
 

@@ -31,7 +31,14 @@ const std::vector<Stroke>& strokes_of(int digit) {
       {{{0.22, 0.15}, {0.75, 0.15}, {0.45, 0.45}, {0.72, 0.56}, {0.77, 0.77}, {0.55, 0.92}, {0.22, 0.86}}},
       {{{0.65, 0.9}, {0.65, 0.1}, {0.17, 0.64}, {0.85, 0.64}}},
       {{{0.78, 0.1}, {0.27, 0.1}, {0.23, 0.45}, {0.58, 0.41}, {0.79, 0.6}, {0.74, 0.83}, {0.5, 0.92}, {0.22, 0.85}}},
-      {{{0.7, 0.1}, {0.38, 0.33}, {0.24, 0.64}, {0.34, 0.89}, {0.64, 0.9}, {0.77, 0.71}, {0.64, 0.53}, {0.36, 0.53},
+      {{{0.7, 0.1},
+        {0.38, 0.33},
+        {0.24, 0.64},
+        {0.34, 0.89},
+        {0.64, 0.9},
+        {0.77, 0.71},
+        {0.64, 0.53},
+        {0.36, 0.53},
         {0.25, 0.63}}},
       {{{0.2, 0.1}, {0.8, 0.1}, {0.42, 0.9}}},
       {loop(0.5, 0.29, 0.2, 0.18), loop(0.5, 0.7, 0.25, 0.21)},
@@ -60,7 +67,8 @@ constexpr float kMean = 0.18f, kScale = 2.5f;  // roughly zero-mean, unit-scale 
 
 }  // namespace
 
-DrawnDigits::DrawnDigits(int64_t size, uint64_t seed) : size_(size), seed_(seed) {
+DrawnDigits::DrawnDigits(int64_t size, uint64_t seed, int64_t examples)
+    : size_(size), seed_(seed), examples_(examples) {
   HG_CHECK(size >= 8 && size <= 256, "[DrawnDigits] image size ", size, " is outside [8, 256]");
 }
 
@@ -100,18 +108,26 @@ std::vector<float> DrawnDigits::draw(int label, uint64_t example_seed) const {
   return image;
 }
 
+void DrawnDigits::example(int64_t index, float* pixels, int64_t* label) const {
+  const uint64_t example_seed = mix(seed_ ^ mix(uint64_t(index)));
+  *label = int64_t(mix(example_seed) % 10);
+  const std::vector<float> image = draw(int(*label), example_seed);
+  for (size_t k = 0; k < image.size(); ++k) pixels[k] = (image[k] - kMean) * kScale;
+}
+
+std::vector<data::Field> DrawnDigits::fields() const {
+  return {{"image", DType::f32, {1, size_, size_}}, {"label", DType::i64, {}}};
+}
+
+void DrawnDigits::get(int64_t index, const std::vector<void*>& out) const {
+  example(index, static_cast<float*>(out[0]), static_cast<int64_t*>(out[1]));
+}
+
 std::pair<Tensor, Tensor> DrawnDigits::batch(int64_t first, int64_t count) const {
   std::vector<float> pixels(size_t(count * size_ * size_));
   std::vector<int64_t> labels(static_cast<size_t>(count));
-  const int64_t hw = size_ * size_;
 #pragma omp parallel for schedule(static) if (count >= 16)
-  for (int64_t i = 0; i < count; ++i) {
-    const uint64_t example_seed = mix(seed_ ^ mix(uint64_t(first + i)));
-    const int label = int(mix(example_seed) % 10);
-    const std::vector<float> image = draw(label, example_seed);
-    for (int64_t k = 0; k < hw; ++k) pixels[size_t(i * hw + k)] = (image[size_t(k)] - kMean) * kScale;
-    labels[size_t(i)] = label;
-  }
+  for (int64_t i = 0; i < count; ++i) example(first + i, pixels.data() + i * size_ * size_, &labels[size_t(i)]);
   return {from_vector(pixels, {count, 1, size_, size_}), from_vector(labels, {count})};
 }
 

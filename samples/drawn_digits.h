@@ -10,13 +10,19 @@
 #include <utility>
 #include <vector>
 
+#include "data/dataset.h"
 #include "engine/tensor.h"
 
 namespace hg::samples {
 
-class DrawnDigits {
+// As a data::Dataset: `examples` images (the training stream is never repeated within them), fields
+// "image" f32 [1, size, size] and "label" i64 [].
+class DrawnDigits final : public data::Dataset {
  public:
-  DrawnDigits(int64_t size, uint64_t seed);
+  DrawnDigits(int64_t size, uint64_t seed, int64_t examples = int64_t(1) << 40);
+  int64_t size() const override { return examples_; }
+  std::vector<data::Field> fields() const override;
+  void get(int64_t index, const std::vector<void*>& out) const override;
   // Images [count, 1, size, size] (f32, roughly zero-mean) and labels [count] (i64) for the
   // examples first, first + 1, ...
   std::pair<Tensor, Tensor> batch(int64_t first, int64_t count) const;
@@ -24,11 +30,14 @@ class DrawnDigits {
   std::vector<float> draw(int label, uint64_t example_seed) const;
   // The image as text (" .:-=+*#%@" by intensity), for a look at what the model sees.
   std::string ascii(const std::vector<float>& image) const;
-  int64_t size() const { return size_; }
+  int64_t side() const { return size_; }
 
  private:
+  // Example `index`: size * size normalised pixels and its label.
+  void example(int64_t index, float* pixels, int64_t* label) const;
   int64_t size_;
   uint64_t seed_;
+  int64_t examples_;
 };
 
 }  // namespace hg::samples

@@ -9,6 +9,7 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_directory.h"
 
 using namespace hg;
 

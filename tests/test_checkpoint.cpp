@@ -28,6 +28,7 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_directory.h"
 
 #if defined(HG_CHECKPOINT_ON_CUDA)
 #include "engine/cuda/cuda_context.h"
@@ -122,13 +123,12 @@ struct Run {
     for (int64_t& t : tokens) t = int64_t(data_rng() % uint64_t(kVocab));
     const Tensor batch = from_vector(tokens, {2, 9}).to(model_device());
     const Tensor ids = batch.narrow(1, 0, 8).contiguous(), targets = batch.narrow(1, 1, 8).contiguous();
-    const std::vector<Tensor> params = model->parameters();
     const Tensor loss = model->loss(ids, targets);
     scaler.scale(loss).backward();
-    scaler.unscale_(params);
-    optim::clip_grad_norm(params, 1.0);
+    scaler.unscale_(*optimizer);
+    optimizer->clip_grad_norm(1.0);
     optimizer->set_lr(1e-2 / double(1 + step));  // a schedule driven by the step counter
-    scaler.step(*optimizer, params);
+    scaler.step(*optimizer);
     scaler.update();
     optimizer->zero_grad();
     ++step;
@@ -211,8 +211,9 @@ TEST_CASE("a checkpoint directory keeps the last K and ignores temporary and for
   }
   const auto present = checkpoints.list();
   REQUIRE(present.size() == 2);
-  CHECK(present[0].first == 11);
-  CHECK(present[1].first == 12);
+  CHECK(present[0].step == 11);
+  CHECK(present[1].step == 12);
+  CHECK_FALSE(present[1].sharded);
   CHECK(*checkpoints.latest() == dir.file("nested/ckpt/step_0000000012.safetensors"));
   CHECK(std::filesystem::exists(dir.file("nested/ckpt/notes.txt")));
   CHECK(std::filesystem::exists(dir.file("nested/ckpt/step_0000000099.safetensors.tmp.123")));

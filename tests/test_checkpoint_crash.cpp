@@ -20,6 +20,7 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_directory.h"
 
 using namespace hg;
 
@@ -84,7 +85,7 @@ TEST_CASE("a checkpoint writer killed at random points leaves only whole loadabl
     const train::CheckpointDirectory directory(dir.string(), 2);
     const auto listed = directory.list();
     REQUIRE_FALSE(listed.empty());
-    for (const auto& [step, path] : listed) {
+    for (const auto& [step, path, sharded] : listed) {
       INFO("round ", round, ": ", path);
       Loaded loaded;
       CHECK(train::load_checkpoint(path, loaded.state) == step);
@@ -92,7 +93,7 @@ TEST_CASE("a checkpoint writer killed at random points leaves only whole loadabl
       const std::vector<float> marker = loaded.marker.to_vector<float>();
       CHECK(std::all_of(marker.begin(), marker.end(), [&](float v) { return v == float(step); }));
     }
-    newest_seen = std::max(newest_seen, listed.back().first);
+    newest_seen = std::max(newest_seen, listed.back().step);
     // The CheckpointDirectory above removed the dead writer's temporary files.
     for (const auto& entry : std::filesystem::directory_iterator(dir))
       CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);

@@ -1,13 +1,13 @@
 // Data parallel and ZeRO stages 0/1/2/3 (dist/zero_optimizer.h), with and without optimizer offload, run
 // by ctest as a world of 1, under mpirun -np 2 and -np 4, and over TCP. Each rank trains a tiny GPT
-// on its DistributedSampler share of a global batch and also trains the same model alone on the whole
+// on its share of a global batch (data/sampler.h) and also trains the same model alone on the whole
 // batch with optim::AdamW: losses after 5 steps must agree to 1e-5 relative, parameters to 2e-4 of
 // their tensor's scale (why: check_equal_runs).
 // Model-state bytes per rank (allocator statistics) must match the ZeRO formulas within 5%.
-// Half precision: bf16 parameters and f16 with a dynamic LossScaler (grad_scale = 1/S, clipping,
-// LossScaler::step(ZeroOptimizer::step)) against optim::AdamW with fp32 master weights in one process,
+// Half precision: bf16 parameters and f16 with a dynamic LossScaler (the optim::Optimizer protocol:
+// unscale_, clip_grad_norm, step) against optim::AdamW with fp32 master weights in one process,
 // tolerances in half ulps (why: check_equal_half_runs); an inf gradient planted on one rank is skipped
-// by every rank with bit-identical parameters, and the scaler backs off. ZeroCheckpointDirectory keeps
+// by every rank with bit-identical parameters, and the scaler backs off. train::CheckpointDirectory keeps
 // the last K entries and resumes them in one process at another stage with every byte of state.
 // Stage 3 under stress: accumulation with a partly unused persistent unit, checkpointing, offload, a
 // forward or backward that throws, an eval forward and a retained graph between forward and backward,
@@ -18,13 +18,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <memory>
 #include <limits>
+#include <memory>
 #include <random>
 
+#include "data/sampler.h"
 #include "dist/communicator.h"
-#include "dist/distributed_sampler.h"
-#include "dist/zero_checkpoint.h"
 #include "dist/zero_optimizer.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
@@ -35,9 +34,27 @@
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/loss_scaler.h"
+#include "train/checkpoint_directory.h"
 
 using namespace hg;
 using namespace hg::dist;
+
+namespace {
+
+// This rank's rows of a global batch (data/sampler.h): positions rank, rank + world, ... of the
+// examples in order (shuffle off), or of the epoch's permutation.
+std::vector<int64_t> rows_of_rank(int64_t global_batch, int world, int rank, bool shuffle = false, uint64_t seed = 0,
+                                  bool drop_last = false, int64_t epoch = 0) {
+  data::SamplerOptions options;
+  options.shuffle = shuffle;
+  options.seed = seed;
+  options.drop_last = drop_last;
+  options.rank = rank;
+  options.world_size = world;
+  return data::DistributedBatchSampler(global_batch, options).rank_indices(epoch);
+}
+
+}  // namespace
 
 namespace {
 
@@ -110,7 +127,7 @@ Run reference_run() {
 struct Plan {
   int stage = 0;
   bool offload = false;
-  int micro = 1;  // micro-steps per step (gradient accumulation; sync only on the last one)
+  int micro = 1;                 // micro-steps per step (gradient accumulation; sync only on the last one)
   Communicator* comm = nullptr;  // default: the launcher's world
   int first_step = 0, last_step = kSteps;
   std::string load_prefix, save_prefix;  // optimizer shards + "<prefix>.params.safetensors"
@@ -119,8 +136,8 @@ struct Plan {
   int64_t persistence_threshold = 0;
   bool prefetch = true;
   int64_t checkpoint_every = 0;  // activation checkpointing: the recompute runs the units' forward hooks in backward
-  double loss_scale = 1.0;  // backward of loss * loss_scale, set_grad_scale(1 / loss_scale)
-  double clip = 0.0;        // clip_grad_norm(clip) before each step (0: none); the norm must exceed it
+  double loss_scale = 1.0;       // backward of loss * loss_scale, set_grad_scale(1 / loss_scale)
+  double clip = 0.0;             // clip_grad_norm(clip) before each step (0: none); the norm must exceed it
   optim::AdamWOptions adamw = adamw_options();
 };
 
@@ -167,13 +184,13 @@ Run zero_run(const Plan& plan) {
                                   .persistence_threshold(plan.persistence_threshold)
                                   .prefetch(plan.prefetch);
   // Stages 0-2 over the parameter list, stage 3 (which needs the modules) over the model.
-  std::unique_ptr<ZeroOptimizer> zero = plan.stage == 3 ? std::make_unique<ZeroOptimizer>(model, c, options)
-                                                         : std::make_unique<ZeroOptimizer>(model.parameters(), c, options);
+  std::unique_ptr<ZeroOptimizer> zero = plan.stage == 3
+                                            ? std::make_unique<ZeroOptimizer>(model, c, options)
+                                            : std::make_unique<ZeroOptimizer>(model.parameters(), c, options);
   ZeroOptimizer& opt = *zero;
   opt.set_grad_scale(1.0 / plan.loss_scale);
   if (!plan.load_prefix.empty()) opt.load_state(plan.load_prefix);
-  const DistributedSampler sampler(kGlobalBatch, c.world_size(), c.rank(), /*shuffle=*/false);
-  const std::vector<int64_t> rows = sampler.indices();
+  const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, c.world_size(), c.rank());
   const int64_t per_micro = int64_t(rows.size()) / plan.micro;
   Run run;
   run.first_step = plan.first_step;
@@ -248,22 +265,18 @@ void check_equal_runs(const Run& got, const Run& want, double param_tol = 2e-4) 
 
 }  // namespace
 
-TEST_CASE("DistributedSampler gives each rank an equal disjoint share") {
+TEST_CASE("a rank's share of the data is equal and disjoint from the other ranks'") {
   for (int world : {1, 2, 3, 4}) {
     std::vector<int> seen(10, 0);
     for (int r = 0; r < world; ++r) {
-      DistributedSampler s(10, world, r, true, 42);
-      s.set_epoch(3);
-      const auto idx = s.indices();
+      const auto idx = rows_of_rank(10, world, r, true, 42, false, 3);
       CHECK(int64_t(idx.size()) == (10 + world - 1) / world);
       for (int64_t i : idx) ++seen[size_t(i)];
     }
     for (int c : seen) CHECK(c >= 1);  // every sample once, padding repeats a few
   }
-  DistributedSampler a(10, 2, 0, true, 42), b(10, 2, 0, true, 42);
-  b.set_epoch(1);
-  CHECK(a.indices() != b.indices());
-  CHECK(DistributedSampler(10, 4, 1, false, 0, true).indices() == std::vector<int64_t>{1, 5});
+  CHECK(rows_of_rank(10, 2, 0, true, 42, false, 0) != rows_of_rank(10, 2, 0, true, 42, false, 1));
+  CHECK(rows_of_rank(10, 4, 1, false, 0, true) == std::vector<int64_t>{1, 5});
 }
 
 TEST_CASE("ZeRO stages 0 1 2 with and without offload train like one process on the global batch") {
@@ -452,7 +465,6 @@ TEST_CASE("optimizer shards saved at N ranks resume at N with another stage and 
     INFO("stage 1 resumed from stage 3's shards");
     check_equal_runs(zero_run(back), reference_run());
   }
-
 }
 
 TEST_CASE("model-state bytes per rank follow the ZeRO formulas") {
@@ -499,8 +511,10 @@ TEST_CASE("offload with clipping and a loss scale updates like the device optimi
   // eps (1e-2, comparable to the gradients) makes the update depend on the gradients' scale, so a
   // factor that were dropped or applied twice would show (checked: a run without clipping differs).
   std::vector<Device> devices{kCPU};
-  if (cuda::is_available()) devices.push_back(test_cuda_device());
-  else MESSAGE("SKIPPED on the CUDA device: " << cuda::unavailable_reason());
+  if (cuda::is_available())
+    devices.push_back(test_cuda_device());
+  else
+    MESSAGE("SKIPPED on the CUDA device: " << cuda::unavailable_reason());
   for (const Device& device : devices)
     for (int stage : {0, 1, 2, 3}) {
       if (!device.is_cpu() && stage == 1) continue;  // CI time: the emulator runs stages 0, 2 and 3
@@ -527,7 +541,6 @@ TEST_CASE("offload streams the averaged gradients into pinned host memory during
     return;
   }
   const Device device = test_cuda_device();
-  const DistributedSampler sampler(kGlobalBatch, comm().world_size(), comm().rank(), /*shuffle=*/false);
   const auto [ids, targets] = global_batch(0);
   for (DType dtype : {DType::f32, DType::bf16})
     for (int stage : {0, 1, 2}) {
@@ -557,7 +570,7 @@ TEST_CASE("offload streams the averaged gradients into pinned host memory during
         CHECK(pinned_memory_stats().allocated_bytes - pinned_before >= want_pinned);
         for (const auto& [name, t] : opt.state_tensors()) CHECK(t.device().is_cpu());
 
-        const std::vector<int64_t> rows = sampler.indices();
+        const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, comm().world_size(), comm().rank());
         model.loss(take_rows(ids, rows).to(device), take_rows(targets, rows).to(device)).backward();
         const Tensor host = opt.host_gradients();
         REQUIRE(host.device().is_cpu());
@@ -567,7 +580,8 @@ TEST_CASE("offload streams the averaged gradients into pinned host memory during
         // Stages 0/1: exactly the device's averaged gradients (parameter grads are views of them).
         if (stage < 2) {
           std::vector<Tensor> device_flat;
-          for (const Tensor& p : model.parameters()) device_flat.push_back(p.grad().to(kCPU).to(DType::f32).reshape({-1}));
+          for (const Tensor& p : model.parameters())
+            device_flat.push_back(p.grad().to(kCPU).to(DType::f32).reshape({-1}));
           const std::vector<float> device_grads = cat(device_flat, 0).to_vector<float>();
           int64_t mismatches = 0;
           for (int64_t i = 0; i < n; ++i) {
@@ -664,9 +678,9 @@ HalfRun reference_half_run(DType dtype, int plant_step = -1) {
     opt.zero_grad();
     Tensor loss = half_loss(model, ids, targets, s, plant_step, true);
     scaler.scale(loss).backward();
-    scaler.unscale_(params);
-    run.norms.push_back(optim::clip_grad_norm(params, kClip));
-    run.stepped.push_back(scaler.step(opt, params));
+    scaler.unscale_(opt);
+    run.norms.push_back(opt.clip_grad_norm(kClip));
+    run.stepped.push_back(scaler.step(opt));
     scaler.update();
     run.losses.push_back(loss.item());
   }
@@ -676,8 +690,8 @@ HalfRun reference_half_run(DType dtype, int plant_step = -1) {
   return run;
 }
 
-// ZeRO on this rank's rows, as train_gpt drives it: grad_scale = 1/S, clip, LossScaler::step(ZeroOptimizer::step),
-// update. The last rank plants the inf. A skipped step must leave every parameter bit-identical.
+// ZeRO on this rank's rows, through the same optimizer protocol: unscale_, clip, step, update. The last rank plants the
+// inf. A skipped step must leave every parameter bit-identical.
 HalfRun zero_half_run(DType dtype, int stage, int plant_step = -1) {
   Communicator& c = comm();
   manual_seed(7);
@@ -689,18 +703,18 @@ HalfRun zero_half_run(DType dtype, int stage, int plant_step = -1) {
     const auto whole = opt.gather_parameters();
     return parameter_bytes(model.parameters());
   };
-  const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, c.world_size(), c.rank(), false).indices();
+  const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, c.world_size(), c.rank());
   HalfRun run;
   for (int s = 0; s < kSteps; ++s) {
     auto [ids, targets] = global_batch(s);
     opt.zero_grad();
-    Tensor loss = half_loss(model, take_rows(ids, rows), take_rows(targets, rows), s, plant_step,
-                            c.rank() == c.world_size() - 1);
+    Tensor loss =
+        half_loss(model, take_rows(ids, rows), take_rows(targets, rows), s, plant_step, c.rank() == c.world_size() - 1);
     scaler.scale(loss).backward();
-    opt.set_grad_scale(1.0 / scaler.scale_value());
+    scaler.unscale_(opt);  // grad_scale = 1/S inside the update; inf/NaN found across ranks
     run.norms.push_back(opt.clip_grad_norm(kClip));
     const std::vector<unsigned char> before = bytes_now();
-    run.stepped.push_back(scaler.step([&] { return opt.step(); }));
+    run.stepped.push_back(scaler.step(opt));
     scaler.update();
     if (!run.stepped.back()) CHECK(bytes_now() == before);
     double loss_value = loss.item();
@@ -785,29 +799,32 @@ TEST_CASE("an inf gradient on one rank makes every rank skip the step and the sc
   }
 }
 
-TEST_CASE("ZeroCheckpointDirectory entries keep the last K and resume in one process at another stage") {
+TEST_CASE(
+    "checkpoint directory entries of a ZeroOptimizer keep the last K and resume in one process at another stage") {
   const SharedTempDir scratch("hg_zero_dir_");
   const std::string dir = scratch.path.string();
   manual_seed(7);
   nn::GPT model(tiny_config());
   model.to(DType::bf16);
   ZeroOptimizer opt(model.parameters(), comm(), ZeroOptions().stage(2).adamw(adamw_options()));
-  const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+  const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, comm().world_size(), comm().rank());
   int64_t step = 0;
   optim::LossScaler scaler = optim::LossScaler::dynamic();
   train::TrainingState state;
-  state.model(model).scaler(scaler).counter("step", step);
-  const ZeroCheckpointDirectory checkpoints(dir, 2, comm());
+  state.model(model).optimizer(opt).scaler(scaler).counter("step", step);
+  const train::CheckpointDirectory checkpoints(dir, 2, &comm());
   CHECK(!checkpoints.latest());
   for (step = 1; step <= 3; ++step) {
     auto [ids, targets] = global_batch(int(step));
     opt.zero_grad();
     model.loss(take_rows(ids, rows), take_rows(targets, rows)).backward();
     CHECK(opt.step());
-    checkpoints.save(state, opt, step);
+    checkpoints.save(state, step);
   }
   step = 3;
-  const auto entries = ZeroCheckpointDirectory::list(dir);
+  std::vector<std::pair<int64_t, std::string>> entries;
+  for (const auto& e : checkpoints.list())
+    if (e.sharded) entries.emplace_back(e.step, e.path);
   REQUIRE(entries.size() == 2);  // the newest 2 of 3, and nothing else in the directory
   CHECK(entries[0].first == 2);
   CHECK(entries[1].first == 3);
@@ -826,9 +843,9 @@ TEST_CASE("ZeroCheckpointDirectory entries keep the last K and resume in one pro
   int64_t fresh_step = 0;
   optim::LossScaler fresh_scaler = optim::LossScaler::dynamic();
   train::TrainingState fresh_state;
-  fresh_state.model(fresh).scaler(fresh_scaler).counter("step", fresh_step);
-  const ZeroCheckpointDirectory reader(dir, 2, alone);
-  CHECK(reader.load(*reader.latest(), fresh_state, fresh_opt) == 3);
+  fresh_state.model(fresh).optimizer(fresh_opt).scaler(fresh_scaler).counter("step", fresh_step);
+  const train::CheckpointDirectory reader(dir, 2, &alone);
+  CHECK(reader.load(*reader.latest(), fresh_state) == 3);
   CHECK(fresh_step == 3);
   CHECK(fresh_opt.step_count() == 3);
   CHECK(parameter_bytes(fresh.parameters()) == saved_params);
@@ -843,9 +860,11 @@ TEST_CASE("ZeroCheckpointDirectory entries keep the last K and resume in one pro
   optim::AdamW adamw(model.parameters());
   train::TrainingState with_adamw;
   with_adamw.model(model).optimizer(adamw);
-  CHECK_THROWS_WITH_AS(checkpoints.save(with_adamw, opt, 4), doctest::Contains("registers an optimizer"), hg::Error);
-  CHECK_THROWS_WITH_AS(reader.load(dir, fresh_state, fresh_opt), doctest::Contains("holds no optimizer shards"),
-                       hg::Error);
+  CHECK_THROWS_WITH_AS(reader.load(*reader.latest(), with_adamw), doctest::Contains("holds ZeRO"), hg::Error);
+  CHECK_THROWS_WITH_AS(reader.latest_for(with_adamw), doctest::Contains("holds ZeRO"), hg::Error);
+  const SharedTempDir empty_entry("hg_zero_entry_");
+  CHECK_THROWS_WITH_AS(reader.load(empty_entry.path.string(), fresh_state),
+                       doctest::Contains("holds no optimizer shards"), hg::Error);
 }
 
 // ---- stage 3 review: accumulation with a persistent unit, exceptions, memory, malformed shards ----------
@@ -900,7 +919,7 @@ TEST_CASE("ZeRO stage 3 accumulation with a partly unused persistent unit equals
     ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).persistence_threshold(8).adamw(adamw_options()),
                       linear_units);
     REQUIRE(opt.unit_count() == 3);  // a and b, and the persistent biases + unused
-    const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+    const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, comm().world_size(), comm().rank());
     const int64_t per_micro = int64_t(rows.size()) / micro;
     for (int s = 0; s < kAccumSteps; ++s) {
       opt.zero_grad();
@@ -943,8 +962,8 @@ TEST_CASE("save_state removes shards a larger world left under the prefix") {
   const int stale_world = comm().world_size() + 3;
   if (comm().rank() == 0)  // what an earlier save at more ranks left (any bytes: never read)
     for (int r = 0; r < stale_world; ++r) {
-      std::FILE* f = std::fopen((prefix + ".rank" + std::to_string(r) + "-of-" + std::to_string(stale_world) +
-                                 ".safetensors").c_str(), "wb");
+      std::FILE* f = std::fopen(
+          (prefix + ".rank" + std::to_string(r) + "-of-" + std::to_string(stale_world) + ".safetensors").c_str(), "wb");
       REQUIRE(f != nullptr);
       std::fputs("stale", f);
       std::fclose(f);
@@ -1004,7 +1023,7 @@ TEST_CASE("a backward that throws midway on every rank is retried after zero_gra
     register_post_accumulate_grad_hook(model.h[0]->mlp->c_fc->weight, [&] {
       if (fail) throw std::runtime_error("planted failure in backward");
     });
-    const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+    const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, comm().world_size(), comm().rank());
     Run run;
     for (int s = 0; s < kSteps; ++s) {
       auto [ids, targets] = global_batch(s);
@@ -1042,7 +1061,7 @@ TEST_CASE("a stage 3 optimizer refused for a hooked module leaves the model as i
   CHECK(model.wte->weight.to_vector<float>().size() == 16 * 16);  // still whole
   model.h[1]->clear_forward_hooks();
   ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
-  const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+  const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, comm().world_size(), comm().rank());
   Run run;
   for (int s = 0; s < kSteps; ++s) {
     auto [ids, targets] = global_batch(s);
@@ -1059,8 +1078,10 @@ TEST_CASE("ZeRO stage 3 accumulation with checkpointing persistent units and off
   if (kGlobalBatch / comm().world_size() < 2) return;
   const Run want = reference_run();
   std::vector<Device> devices{kCPU};
-  if (cuda::is_available()) devices.push_back(test_cuda_device());
-  else MESSAGE("SKIPPED on the CUDA device: " << cuda::unavailable_reason());
+  if (cuda::is_available())
+    devices.push_back(test_cuda_device());
+  else
+    MESSAGE("SKIPPED on the CUDA device: " << cuda::unavailable_reason());
   for (const Device& device : devices)
     for (bool offload : {false, true}) {
       INFO(device.str(), offload ? " + offload" : "");
@@ -1097,7 +1118,7 @@ TEST_CASE("ZeRO stage 3 releases its units after a forward that throws an eval f
   nn::GPT model(tiny_config());
   model.set_checkpoint_every(1);
   ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
-  const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+  const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, comm().world_size(), comm().rank());
   Run run;
   for (int s = 0; s < kSteps; ++s) {
     auto [ids, targets] = global_batch(s);
@@ -1139,7 +1160,7 @@ TEST_CASE("ZeRO stage 3 with dropout and checkpointing draws the masks of stage 
       nn::GPT model(config);
       model.set_checkpoint_every(k);
       ZeroOptimizer opt(model, comm(), ZeroOptions().stage(stage).adamw(adamw_options()));
-      const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+      const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, comm().world_size(), comm().rank());
       for (int s = 0; s < 3; ++s) {
         auto [ids, targets] = global_batch(s);
         opt.zero_grad();
@@ -1154,7 +1175,8 @@ TEST_CASE("ZeRO stage 3 with dropout and checkpointing draws the masks of stage 
       }
     }
     double worst = 0;
-    for (size_t i = 0; i < params[0].size(); ++i) worst = std::max(worst, double(std::abs(params[0][i] - params[1][i])));
+    for (size_t i = 0; i < params[0].size(); ++i)
+      worst = std::max(worst, double(std::abs(params[0][i] - params[1][i])));
     CHECK(worst <= 1e-5);
   }
 }
@@ -1233,7 +1255,7 @@ TEST_CASE("zero_grad between a forward and its backward trains like one process 
     nn::GPT model(tiny_config());
     ZeroOptimizer opt(model, comm(),
                       ZeroOptions().stage(stage).persistence_threshold(64).bucket_bytes(4096).adamw(adamw_options()));
-    const std::vector<int64_t> rows = DistributedSampler(kGlobalBatch, comm().world_size(), comm().rank(), false).indices();
+    const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, comm().world_size(), comm().rank());
     Run run;
     for (int s = 0; s < kSteps; ++s) {
       auto [ids, targets] = global_batch(s);

@@ -1,4 +1,4 @@
-// Early stopping (optim/early_stopping.h): patience, min_delta, both modes, NaN, and the restored
+// Early stopping (train/early_stopping.h): patience, min_delta, both modes, NaN, and the restored
 // weights equal, bit for bit, those of the best evaluation.
 #include <doctest/doctest.h>
 
@@ -9,9 +9,11 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "support/check_error.h"
+#include "train/early_stopping.h"
 
 using namespace hg;
 using namespace hg::optim;
+using namespace hg::train;
 
 namespace {
 

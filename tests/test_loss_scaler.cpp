@@ -167,7 +167,7 @@ TEST_CASE("static and none modes") {
   Tensor p = param_with_grad();
   const std::vector<unsigned char> grad_before = bytes_of(p.grad());
   SGD sgd({p}, SGDOptions().lr(0.5));
-  CHECK(fixed.step(sgd, {p}));  // unscales first: gradient / 128, then steps
+  CHECK(fixed.step(sgd));  // unscales first: gradient / 128, then steps
   fixed.update();
   for (int64_t i = 0; i < 8; ++i) {
     const double g = p.grad().to_vector<float>()[size_t(i)];
@@ -218,10 +218,10 @@ TEST_CASE("the overflow reducer combines the flag, and misuse is an error") {
   Tensor p = param_with_grad();
   const std::vector<unsigned char> before = bytes_of(p);
   SGD sgd({p}, SGDOptions().lr(0.5));
-  CHECK_FALSE(scaler.step(sgd, {p}));
+  CHECK_FALSE(scaler.step(sgd));
   CHECK(seen == std::vector<bool>{false});
   CHECK(bytes_of(p) == before);
-  CHECK_ERROR(scaler.step(sgd, {p}), "[LossScaler]", "step() called twice");
+  CHECK_ERROR(scaler.step(sgd), "[LossScaler]", "step() called twice");
   scaler.update();
   CHECK(scaler.scale_value() == 32);
   CHECK(scaler.skipped_steps() == 1);
@@ -238,26 +238,63 @@ TEST_CASE("the overflow reducer combines the flag, and misuse is an error") {
   CHECK_ERROR(LossScaler::fixed(kInf), "invalid static loss scale");
 }
 
+// An optimizer that unscales and checks its gradients itself, as dist::ZeroOptimizer does (sharded
+// gradients, an inf/NaN found across ranks): the scaler hands it the scale, takes its verdict and
+// records it like any other step.
+class SelfCheckingOptimizer final : public Optimizer {
+ public:
+  bool unscale_finds_inf = false, step_succeeds = true;
+  int unscales = 0, steps = 0, zeroed = 0;
+  double last_scale = 0;
+  const std::string& name() const override {
+    static const std::string kName = "SelfChecking";
+    return kName;
+  }
+  std::vector<Tensor> parameters() const override { return {}; }
+  bool step() override {
+    ++steps;
+    return step_succeeds;
+  }
+  void zero_grad(bool) override { ++zeroed; }
+  void set_lr(double) override {}
+  bool unscale_and_check(double scale) override {
+    ++unscales;
+    last_scale = scale;
+    return unscale_finds_inf;
+  }
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const override { return {}; }
+  void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>&) override {}
+};
+
 TEST_CASE("step of an optimizer that unscales itself records its outcome like step") {
-  // dist::ZeroOptimizer's step(): it divides by the scale and finds an inf/NaN across ranks itself.
   LossScaler scaler = LossScaler::dynamic(DynamicLossScaleOptions().init_scale(64).growth_interval(2));
-  int calls = 0;
-  CHECK(scaler.step([&] { return ++calls > 0; }));
+  SelfCheckingOptimizer opt;
+  CHECK(scaler.step(opt));
+  CHECK(opt.last_scale == 64);  // the scale, for the optimizer to divide by inside its update
   scaler.update();
-  CHECK_FALSE(scaler.step([&] { return ++calls < 0; }));  // its step found inf/NaN and skipped
+  opt.unscale_finds_inf = true;
+  CHECK_FALSE(scaler.step(opt));  // its check found inf/NaN: no step, gradients zeroed
   CHECK(scaler.found_inf());
-  CHECK_ERROR(scaler.step([&] { return true; }), "[LossScaler]", "step() called twice");
+  CHECK(opt.steps == 1);
+  CHECK(opt.zeroed == 1);
+  CHECK_ERROR(scaler.step(opt), "[LossScaler]", "step() called twice");
   scaler.update();
-  CHECK(calls == 2);
+  CHECK(opt.unscales == 2);
   CHECK(scaler.scale_value() == 32);  // backed off, no growth from the one clean step before
   CHECK(scaler.skipped_steps() == 1);
   CHECK(scaler.good_steps() == 0);
-  Tensor p = param_with_grad();
-  CHECK(scaler.unscale_({p}));
-  CHECK_ERROR(scaler.step([&] { return true; }), "[LossScaler]", "divided by the scale twice");
+  opt.unscale_finds_inf = false;
+  CHECK(scaler.unscale_(opt));
+  CHECK(scaler.unscale_(opt));  // idempotent within a step: the optimizer divides once
+  CHECK(opt.unscales == 3);
+  opt.step_succeeds = false;  // finite after unscaling, but the optimizer's own check skips the step
+  CHECK_FALSE(scaler.step(opt));
+  CHECK(scaler.found_inf());
   scaler.update();
+  CHECK(scaler.skipped_steps() == 2);
+  CHECK(scaler.scale_value() == 16);
   LossScaler none;
-  CHECK_FALSE(none.step([] { return false; }));  // mode none: the optimizer's result, nothing counted
+  CHECK_FALSE(none.step(opt));  // mode none: the optimizer's result, nothing counted
   CHECK(none.skipped_steps() == 0);
 }
 
@@ -266,7 +303,7 @@ TEST_CASE("scaler state round trip and malformed state") {
   LossScaler a = LossScaler::dynamic(options);
   Tensor p = param_with_grad(kInf);
   SGD sgd({p}, SGDOptions().lr(0.1));
-  CHECK_FALSE(a.step(sgd, {p}));
+  CHECK_FALSE(a.step(sgd));
   a.update();
   for (bool overflow : {false, true, true, false, false}) policy_step(a, overflow);
   CHECK(a.scale_value() == 128);
@@ -391,7 +428,7 @@ TEST_CASE(ON_DEVICE "a planted inf or NaN in one gradient of a GPT skips the ste
       scaler.scale(gpt.loss()).backward();
       CHECK(scaler.unscale_(params));
       CHECK(std::isfinite(clip_grad_norm(params, 1.0)));
-      CHECK(scaler.step(adamw, params));
+      CHECK(scaler.step(adamw));
       scaler.update();
       CHECK(scaler.scale_value() == 1024);
       CHECK(scaler.good_steps() == 1);
@@ -405,7 +442,7 @@ TEST_CASE(ON_DEVICE "a planted inf or NaN in one gradient of a GPT skips the ste
       const auto state_before = snapshot(optimizer_state(adamw));
       CHECK_FALSE(scaler.unscale_(params));
       CHECK_FALSE(std::isfinite(clip_grad_norm(params, 1.0)));
-      CHECK_FALSE(scaler.step(adamw, params));
+      CHECK_FALSE(scaler.step(adamw));
       scaler.update();
       CHECK(snapshot(params) == params_before);
       CHECK(snapshot(optimizer_state(adamw)) == state_before);
@@ -421,7 +458,7 @@ TEST_CASE(ON_DEVICE "a planted inf or NaN in one gradient of a GPT skips the ste
       // Training goes on: the next clean step updates the parameters again.
       gpt.model->zero_grad();
       scaler.scale(gpt.loss()).backward();
-      CHECK(scaler.step(adamw, params));
+      CHECK(scaler.step(adamw));
       scaler.update();
       CHECK(snapshot(params) != params_before);
       CHECK(adamw.state(0).step == 2);

@@ -192,8 +192,8 @@ TEST_CASE("master weights keep updates smaller than half an ulp") {
       p.set_grad(full({4096}, 1.0, DType::bf16));
       sgd.step();
     }
-    return std::pair{p.to(DType::f32).to_vector<float>(), master ? sgd.state(0).buffers.at("master").to_vector<float>()
-                                                                : std::vector<float>{}};
+    return std::pair{p.to(DType::f32).to_vector<float>(),
+                     master ? sgd.state(0).buffers.at("master").to_vector<float>() : std::vector<float>{}};
   };
   const double expected = 1.0 - steps * 1e-4;  // 0.99
   {
@@ -425,16 +425,17 @@ TEST_CASE("a loss-scaled fp16 run equals an unscaled control that skips the same
     model.to(DType::f16);
     const std::vector<Tensor> params = model.parameters();
     optim::SGD sgd(params, optim::SGDOptions().lr(0.1).momentum(0.9));
-    optim::LossScaler scaler = scaled ? optim::LossScaler::dynamic(
-                                            optim::DynamicLossScaleOptions().init_scale(std::ldexp(1.0, 20)).growth_interval(3))
-                                      : optim::LossScaler::none();
+    optim::LossScaler scaler =
+        scaled ? optim::LossScaler::dynamic(
+                     optim::DynamicLossScaleOptions().init_scale(std::ldexp(1.0, 20)).growth_interval(3))
+               : optim::LossScaler::none();
     for (int step = 0; step < 12; ++step) {
       manual_seed(500 + uint64_t(step));
       const Tensor ids = randint(0, 32, {4, 16}), targets = randint(0, 32, {4, 16});
       scaler.scale(model.loss(ids, targets)).backward();
       if (scaled) {
-        scaler.unscale_(params);
-        skipped->push_back(!scaler.step(sgd, params));
+        scaler.unscale_(sgd);
+        skipped->push_back(!scaler.step(sgd));
         scaler.update();
       } else if ((*skipped)[size_t(step)]) {
         // the scaled run skipped this iteration: so does the control
@@ -450,8 +451,8 @@ TEST_CASE("a loss-scaled fp16 run equals an unscaled control that skips the same
   std::vector<bool> skipped;
   const auto scaled = train(true, &skipped);
   const int64_t skips = std::count(skipped.begin(), skipped.end(), true);
-  CHECK(skips >= 1);   // 2^20 overflows fp16 on the first backward
-  CHECK(skips <= 6);   // and the scaler settles
+  CHECK(skips >= 1);  // 2^20 overflows fp16 on the first backward
+  CHECK(skips <= 6);  // and the scaler settles
   const auto control = train(false, &skipped);
   // Identical data and skips: the parameters (|values| < 0.5) agree to 4 fp16 ulps at 0.25 (5e-4);
   // measured: 9.2e-5, one ulp.
@@ -490,9 +491,9 @@ TEST_CASE("the addition task trains in bf16 and fp16 along the f32 loss curve") 
       auto [ids, targets] = task.training_batch(32, rng);
       const Tensor loss = model.loss(ids, targets);
       scaler.scale(loss).backward();
-      scaler.unscale_(params);
-      optim::clip_grad_norm(params, 1.0);
-      scaler.step(adamw, params);
+      scaler.unscale_(adamw);
+      adamw.clip_grad_norm(1.0);
+      scaler.step(adamw);
       scaler.update();
       adamw.zero_grad();
       if (step >= steps - averaged) recent_loss += loss.item() / averaged;

@@ -438,7 +438,8 @@ TEST_CASE("parameters must be floating leaves that require grad") {
   CHECK(opt.num_params() == 2);
   // A gradient of another dtype is refused at the step.
   ok.set_grad(zeros({3}, DType::f64));
-  CHECK_ERROR(opt.step(), "[SGD] parameter 0 is f32[3] cpu", "gradient is f64[3] cpu", "same shape and device, and the parameter's dtype");
+  CHECK_ERROR(opt.step(), "[SGD] parameter 0 is f32[3] cpu", "gradient is f64[3] cpu",
+              "same shape and device, and the parameter's dtype");
 }
 
 // ---- schedules -----------------------------------------------------------------------------------------
@@ -587,11 +588,11 @@ TEST_CASE("state_tensors round trip continues the run bit for bit") {
     std::mt19937_64 rng(21);
     std::vector<Tensor> a = {make_param(rng, {4, 3}, DType::f32), make_param(rng, {3}, DType::bf16),
                              make_param(rng, {2}, DType::f32)};
-    auto make = [&](const std::vector<Tensor>& params) -> std::unique_ptr<Optimizer> {
+    auto make = [&](const std::vector<Tensor>& params) -> std::unique_ptr<LocalOptimizer> {
       if (adam) return std::make_unique<AdamW>(params, AdamWOptions().lr(0.05).weight_decay(0.1));
       return std::make_unique<SGD>(params, SGDOptions().lr(0.05).momentum(0.9).weight_decay(0.01));
     };
-    std::unique_ptr<Optimizer> first = make(a);
+    std::unique_ptr<LocalOptimizer> first = make(a);
     for (int s = 0; s < 3; ++s) {
       for (size_t i = 0; i < 2; ++i) set_random_grad(rng, a[i]);  // a[2] never gets a gradient
       first->step();
@@ -611,7 +612,7 @@ TEST_CASE("state_tensors round trip continues the run bit for bit") {
 
     std::vector<Tensor> b;
     for (const Tensor& p : a) b.push_back(p.detach().clone().requires_grad_());
-    std::unique_ptr<Optimizer> second = make(b);
+    std::unique_ptr<LocalOptimizer> second = make(b);
     second->load_state_tensors(saved);
     for (int s = 0; s < 2; ++s) {
       for (size_t i = 0; i < 2; ++i) {

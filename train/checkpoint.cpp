@@ -130,7 +130,7 @@ std::string TrainingState::describe() const {
   std::string out;
   auto add = [&](const std::string& part) { out += (out.empty() ? "" : " ") + part; };
   if (model_) add("model");
-  if (optimizer_) add("optimizer");
+  if (optimizer_) add(optimizer_->is_sharded() ? "optimizer:sharded" : "optimizer");
   if (scaler_) add("scaler");
   for (const auto& [name, _] : counters_) add("counter:" + name);
   for (const auto& [name, _] : generators_) add("generator:" + name);
@@ -146,7 +146,7 @@ safetensors::NamedTensors TrainingState::tensors() const {
   if (model_) {
     for (const auto& [name, t] : model_->state_dict()) out.emplace_back("model." + name, t);
   }
-  if (optimizer_) {
+  if (optimizer_ && !optimizer_->is_sharded()) {  // a sharded one saves its shards itself
     for (const auto& [name, t] : optimizer_->state_tensors()) out.emplace_back("optimizer." + name, t);
   }
   if (scaler_) {
@@ -178,8 +178,9 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
     by_kind[key.substr(0, dot)].emplace_back(key.substr(dot + 1), t);
   }
   const std::map<std::string, bool> registered = {
-      {"model", model_ != nullptr},    {"optimizer", optimizer_ != nullptr}, {"scaler", scaler_ != nullptr},
-      {"counter", !counters_.empty()}, {"generator", !generators_.empty()},  {"mt19937_64", !engines_.empty()},
+      {"model", model_ != nullptr},        {"optimizer", optimizer_ != nullptr && !optimizer_->is_sharded()},
+      {"scaler", scaler_ != nullptr},      {"counter", !counters_.empty()},
+      {"generator", !generators_.empty()}, {"mt19937_64", !engines_.empty()},
       {"extra", !extras_.empty()}};
   for (const auto& [kind, entries] : by_kind) {
     const auto it = registered.find(kind);
@@ -285,12 +286,9 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
 
   // ---- apply: the optimizer first (its load checks everything before it changes anything), then
   // the parts that cannot fail any more ----
-  if (optimizer_) {
+  if (optimizer_ && !optimizer_->is_sharded()) {
     // Buffers go to their parameter's device (the file's tensors are on the CPU).
-    std::vector<const Tensor*> params;
-    for (const optim::ParamGroup& g : optimizer_->param_groups()) {
-      for (const Tensor& p : g.params) params.push_back(&p);
-    }
+    const std::vector<Tensor> params = optimizer_->parameters();
     safetensors::NamedTensors entries = by_kind["optimizer"];
     for (auto& [name, t] : entries) {
       size_t index = 0;
@@ -298,7 +296,7 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
       const auto parsed = std::from_chars(name.data(), name.data() + std::min(dot, name.size()), index);
       if (dot != std::string::npos && parsed.ec == std::errc() && index < params.size() &&
           name.substr(dot + 1) != "step")
-        t = t.to(params[index]->device());
+        t = t.to(params[index].device());
     }
     try {
       optimizer_->load_state_tensors(entries);
@@ -342,72 +340,6 @@ int64_t load_checkpoint(const std::string& path, const TrainingState& state) {
   HG_CHECK(step >= 0, "[load_checkpoint] '", path, "' has no valid 'step' in its metadata");
   state.restore(file, path);
   return step;
-}
-
-CheckpointDirectory::CheckpointDirectory(std::string directory, int64_t keep_last)
-    : directory_(std::move(directory)), keep_last_(keep_last) {
-  HG_CHECK(!directory_.empty(), "[CheckpointDirectory] empty directory name");
-  HG_CHECK(keep_last_ >= 1, "[CheckpointDirectory] keep_last = ", keep_last_, "; expected >= 1");
-  std::error_code error;
-  std::filesystem::create_directories(directory_, error);
-  HG_CHECK(!error, "[CheckpointDirectory] cannot create '", directory_, "': ", error.message());
-  remove_stale_temporaries();
-}
-
-void CheckpointDirectory::remove_stale_temporaries() const {
-  // "step_<10 digits>.safetensors.tmp.<pid>" of a writer that is gone (killed mid-save).
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(directory_, error)) {
-    const std::string file = entry.path().filename().string();
-    const std::string marker = ".safetensors.tmp.";
-    if (file.rfind("step_", 0) != 0 || file.size() <= 15 + marker.size() ||
-        file.compare(15, marker.size(), marker) != 0)
-      continue;
-    long long pid = 0;
-    const char* digits = file.data() + 15 + marker.size();
-    const auto parsed = std::from_chars(digits, file.data() + file.size(), pid);
-    if (parsed.ec != std::errc() || parsed.ptr != file.data() + file.size() || pid <= 0) continue;
-    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), error);
-  }
-}
-
-std::string CheckpointDirectory::save(const TrainingState& state, int64_t step) const {
-  HG_CHECK(step >= 0, "[CheckpointDirectory] step ", step, " < 0");
-  char name[48];
-  std::snprintf(name, sizeof name, "step_%010lld.safetensors", (long long)step);
-  const std::string path = (std::filesystem::path(directory_) / name).string();
-  save_checkpoint(path, state, step);
-  const auto present = list();
-  for (size_t i = 0; i + size_t(keep_last_) < present.size(); ++i) {
-    std::error_code error;
-    std::filesystem::remove(present[i].second, error);
-    HG_CHECK(!error, "[CheckpointDirectory] cannot remove the old checkpoint '", present[i].second,
-             "': ", error.message());
-  }
-  return path;
-}
-
-std::vector<std::pair<int64_t, std::string>> CheckpointDirectory::list() const {
-  std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(directory_, error)) {
-    const std::string file = entry.path().filename().string();
-    // Exactly "step_" + 10 digits + ".safetensors": temporary files ("....tmp.<pid>") do not match.
-    if (file.size() != 5 + 10 + 12 || file.rfind("step_", 0) != 0 || file.substr(15) != ".safetensors") continue;
-    int64_t step = 0;
-    const auto parsed = std::from_chars(file.data() + 5, file.data() + 15, step);
-    if (parsed.ec != std::errc() || parsed.ptr != file.data() + 15) continue;
-    out.emplace_back(step, entry.path().string());
-  }
-  HG_CHECK(!error, "[CheckpointDirectory] cannot list '", directory_, "': ", error.message());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::optional<std::string> CheckpointDirectory::latest() const {
-  const auto present = list();
-  if (present.empty()) return std::nullopt;
-  return present.back().second;
 }
 
 }  // namespace hg::train

@@ -7,7 +7,9 @@
 // loader's position) -- and turns them into named tensors and back:
 //
 //   model.<name>              every parameter and buffer (Module::state_dict), in its dtype
-//   optimizer.<index>.<state> Optimizer::state_tensors (moments, steps, master weights, ...)
+//   optimizer.<index>.<state> Optimizer::state_tensors (moments, steps, master weights, ...); not for
+//                             a sharded optimizer (ZeRO), whose shards are files of their own
+//                             (train/checkpoint_directory.h writes both)
 //   scaler.<state>            LossScaler::state_tensors
 //   counter.<name>            i64 [1]
 //   generator.<name>          i64 [2]: Philox seed and offset (bit patterns of the u64s)
@@ -29,7 +31,6 @@
 //   - Tensors are restored on the device of the live object (a CUDA model loads from a CPU file).
 //   - The objects registered must outlive the TrainingState.
 #include <cstdint>
-#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -66,6 +67,9 @@ class TrainingState {
   // Checks `file` against the registered parts, then restores them (see CONVENTION).
   void restore(const safetensors::File& file, const std::string& source) const;
 
+  // The registered optimizer (nullptr when none).
+  optim::Optimizer* registered_optimizer() const { return optimizer_; }
+
  private:
   nn::Module* model_ = nullptr;
   optim::Optimizer* optimizer_ = nullptr;
@@ -80,27 +84,5 @@ class TrainingState {
 void save_checkpoint(const std::string& path, const TrainingState& state, int64_t step);
 // Reads `path` and restores `state` (all checked first); returns the step of its metadata.
 int64_t load_checkpoint(const std::string& path, const TrainingState& state);
-
-// A directory of checkpoints "step_<10 digits>.safetensors", the newest `keep_last` kept.
-class CheckpointDirectory {
- public:
-  // Creates the directory when missing. keep_last >= 1. Removes the temporary files of writers that
-  // were killed mid-save ("step_*.safetensors.tmp.<pid>" whose process is gone); they were never
-  // listed as checkpoints.
-  CheckpointDirectory(std::string directory, int64_t keep_last);
-
-  // Writes the checkpoint of `step`, then deletes the oldest beyond keep_last. Returns its path.
-  std::string save(const TrainingState& state, int64_t step) const;
-  // The checkpoints present, oldest first, as (step, path). Temporary files are not listed.
-  std::vector<std::pair<int64_t, std::string>> list() const;
-  // The newest checkpoint's path, if any.
-  std::optional<std::string> latest() const;
-  const std::string& path() const { return directory_; }
-
- private:
-  void remove_stale_temporaries() const;
-  std::string directory_;
-  int64_t keep_last_;
-};
 
 }  // namespace hg::train

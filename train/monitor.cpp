@@ -1,5 +1,5 @@
-// The sample's profiler session, metrics log, NVML sampling and early stopping.
-#include "samples/training_monitor.h"
+// The training loop's profiler session, metrics log, NVML sampling and early stopping.
+#include "train/monitor.h"
 
 #include <cstdio>
 #include <fstream>
@@ -7,31 +7,30 @@
 #include "engine/allocator.h"
 #include "kernels/error.h"
 
-namespace hg::samples {
+namespace hg::train {
 
 namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 }
 
-TrainingMonitor::TrainingMonitor(const MonitorOptions& options, std::vector<Tensor> parameters, optim::StopMode mode)
+TrainingMonitor::TrainingMonitor(const MonitorOptions& options, std::vector<Tensor> parameters, StopMode mode)
     : options_(options) {
-  if (!options_.metrics_path.empty()) log_ = std::make_unique<metrics::MetricsLog>(options_.metrics_path);
-  if (options_.device.is_cuda() && (log_ || !options_.profile_path.empty())) {
+  if (!options_.metrics_path().empty()) log_ = std::make_unique<metrics::MetricsLog>(options_.metrics_path());
+  if (options_.device().is_cuda() && (log_ || !options_.profile_path().empty())) {
     nvml_ = std::make_unique<profiler::Nvml>();
     if (!nvml_->available()) std::printf("note: %s\n", nvml_->unavailable_reason().c_str());
   }
-  if (options_.early_stop_patience > 0)
-    stopper_ =
-        std::make_unique<optim::EarlyStopping>(std::move(parameters), optim::EarlyStoppingOptions()
+  if (options_.early_stop_patience() > 0)
+    stopper_ = std::make_unique<EarlyStopping>(std::move(parameters), EarlyStoppingOptions()
                                                                           .mode(mode)
-                                                                          .patience(options_.early_stop_patience)
-                                                                          .min_delta(options_.early_stop_min_delta));
-  if (!options_.profile_path.empty()) {
+                                                                          .patience(options_.early_stop_patience())
+                                                                          .min_delta(options_.early_stop_min_delta()));
+  if (!options_.profile_path().empty()) {
     // Fail now, not after the run, when the trace cannot be written.
-    HG_CHECK(std::ofstream(options_.profile_path).is_open(), "[train] cannot open trace file \"",
-             options_.profile_path, "\" for writing");
+    HG_CHECK(std::ofstream(options_.profile_path()).is_open(), "[train] cannot open trace file \"",
+             options_.profile_path(), "\" for writing");
     profiler::Options p;
-    p.op_ranges = options_.profile_ops;
+    p.op_ranges = options_.profile_ops();
     profiler::start(p);
     profiler::set_thread_name("train loop");
     profiling_ = true;
@@ -48,11 +47,11 @@ void TrainingMonitor::begin_step(int64_t step) {
 
 void TrainingMonitor::end_step(metrics::Record record) {
   if (!log_ && !profiling_) return;
-  const MemoryStats memory = memory_stats(options_.device);
+  const MemoryStats memory = memory_stats(options_.device());
   record.set("memory_allocated_mib", double(memory.allocated_bytes) / kMiB);
   record.set("memory_peak_mib", double(memory.peak_allocated_bytes) / kMiB);
   if (nvml_ && nvml_->available()) {
-    if (auto sample = nvml_->sample(options_.device.index)) {
+    if (auto sample = nvml_->sample(options_.device().index)) {
       record.set("gpu_util_percent", double(sample->gpu_percent));
       record.set("gpu_memory_used_mib", double(sample->memory_used_bytes) / kMiB);
       profiler::counter("gpu_util_percent", double(sample->gpu_percent));
@@ -74,13 +73,18 @@ std::optional<double> TrainingMonitor::best() const {
   return stopper_->best();
 }
 
+std::optional<int64_t> TrainingMonitor::best_step() const {
+  if (!stopper_ || !stopper_->has_best()) return std::nullopt;
+  return eval_steps_[size_t(stopper_->best_evaluation() - 1)];
+}
+
 std::string TrainingMonitor::finish() {
   if (profiling_) {
     const profiler::Profile profile = profiler::stop();
     profiling_ = false;
-    profiler::write_chrome_trace(profile, options_.profile_path);
+    profiler::write_chrome_trace(profile, options_.profile_path());
     std::printf("profile: %zu ranges -> %s (open in ui.perfetto.dev or chrome://tracing)\n%s%s", profile.ranges.size(),
-                options_.profile_path.c_str(), profiler::format_summary(profile).c_str(),
+                options_.profile_path().c_str(), profiler::format_summary(profile).c_str(),
                 profiler::format_step_breakdown(profiler::step_breakdown(profile)).c_str());
   }
   if (!stopper_ || !stopper_->has_best()) return "";
@@ -93,4 +97,4 @@ std::string TrainingMonitor::finish() {
   return line;
 }
 
-}  // namespace hg::samples
+}  // namespace hg::train

@@ -2,8 +2,8 @@
 // Early stopping on a validation metric, with patience and min_delta, keeping a copy of the best
 // weights to restore at the end.
 //
-//   optim::EarlyStopping stopper(model.parameters(),
-//                                optim::EarlyStoppingOptions().mode(optim::StopMode::min).patience(3).min_delta(1e-3));
+//   train::EarlyStopping stopper(model.parameters(),
+//                                train::EarlyStoppingOptions().mode(train::StopMode::min).patience(3).min_delta(1e-3));
 //   for (...) { train(); if (stopper.update(val_loss)) break; }
 //   stopper.restore_best();      // the parameters now hold, bit for bit, the best evaluation's weights
 //
@@ -17,27 +17,16 @@
 #include <vector>
 
 #include "engine/tensor.h"
+#include "optim/optimizer.h"
 
-namespace hg::optim {
+namespace hg::train {
 
 enum class StopMode { min, max };  // min: loss-like metrics; max: accuracy-like
 
 struct EarlyStoppingOptions {
-  EarlyStoppingOptions& mode(StopMode v) {
-    mode_ = v;
-    return *this;
-  }
-  EarlyStoppingOptions& patience(int64_t v) {
-    patience_ = v;
-    return *this;
-  }
-  EarlyStoppingOptions& min_delta(double v) {
-    min_delta_ = v;
-    return *this;
-  }
-  StopMode mode_ = StopMode::min;
-  int64_t patience_ = 5;
-  double min_delta_ = 0.0;
+  HG_OPTIM_ARG(EarlyStoppingOptions, StopMode, mode, StopMode::min);
+  HG_OPTIM_ARG(EarlyStoppingOptions, int64_t, patience, 5);
+  HG_OPTIM_ARG(EarlyStoppingOptions, double, min_delta, 0.0);
 };
 
 class EarlyStopping {
@@ -47,7 +36,7 @@ class EarlyStopping {
 
   // Reports one evaluation; snapshots the weights when it improves. Returns should_stop().
   bool update(double value);
-  bool should_stop() const { return bad_evaluations_ >= options_.patience_; }
+  bool should_stop() const { return bad_evaluations_ >= options_.patience(); }
   // Copies the best snapshot back into the parameters (in place: every handle sees it). Throws when
   // no evaluation has improved yet.
   void restore_best();
@@ -67,4 +56,4 @@ class EarlyStopping {
   int64_t best_evaluation_ = 0, evaluations_ = 0, bad_evaluations_ = 0;
 };
 
-}  // namespace hg::optim
+}  // namespace hg::train

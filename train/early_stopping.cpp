@@ -1,18 +1,18 @@
 // Early stopping: the improvement rule and the weight snapshot.
-#include "optim/early_stopping.h"
+#include "train/early_stopping.h"
 
 #include <cmath>
 
 #include "engine/autograd.h"
 #include "kernels/error.h"
 
-namespace hg::optim {
+namespace hg::train {
 
 EarlyStopping::EarlyStopping(std::vector<Tensor> parameters, EarlyStoppingOptions options)
     : parameters_(std::move(parameters)), options_(options) {
-  HG_CHECK(options_.patience_ >= 1, "[EarlyStopping] patience must be >= 1 evaluation, got ", options_.patience_);
-  HG_CHECK(std::isfinite(options_.min_delta_) && options_.min_delta_ >= 0,
-           "[EarlyStopping] min_delta must be finite and >= 0, got ", options_.min_delta_);
+  HG_CHECK(options_.patience() >= 1, "[EarlyStopping] patience must be >= 1 evaluation, got ", options_.patience());
+  HG_CHECK(std::isfinite(options_.min_delta()) && options_.min_delta() >= 0,
+           "[EarlyStopping] min_delta must be finite and >= 0, got ", options_.min_delta());
   for (size_t i = 0; i < parameters_.size(); ++i)
     HG_CHECK(parameters_[i].defined(), "[EarlyStopping] parameter ", i, " is an undefined tensor");
 }
@@ -23,10 +23,10 @@ bool EarlyStopping::update(double value) {
   if (!std::isnan(value)) {
     if (!has_best_)
       improved = true;
-    else if (options_.mode_ == StopMode::min)
-      improved = value < best_ - options_.min_delta_;
+    else if (options_.mode() == StopMode::min)
+      improved = value < best_ - options_.min_delta();
     else
-      improved = value > best_ + options_.min_delta_;
+      improved = value > best_ + options_.min_delta();
   }
   if (improved) {
     NoGradGuard no_grad;
@@ -49,4 +49,4 @@ void EarlyStopping::restore_best() {
   for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].copy_(best_weights_[i]);
 }
 
-}  // namespace hg::optim
+}  // namespace hg::train

@@ -1,0 +1,232 @@
+// CheckpointDirectory (train/checkpoint_directory.h): one-file and one-directory entries, written
+// atomically, listed and pruned by rank 0.
+#include "train/checkpoint_directory.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace hg::train {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr const char* kWho = "[CheckpointDirectory]";
+constexpr const char* kFileSuffix = ".safetensors";
+
+std::string entry_name(int64_t step, bool sharded) {
+  char name[48];
+  std::snprintf(name, sizeof name, "step_%010lld%s", (long long)step, sharded ? "" : kFileSuffix);
+  return name;
+}
+
+// The step of a name that starts with "step_<10 digits>" (-1 otherwise).
+int64_t parse_step(const std::string& name) {
+  if (name.size() < 15 || name.rfind("step_", 0) != 0) return -1;
+  int64_t step = -1;
+  const auto parsed = std::from_chars(name.data() + 5, name.data() + 15, step);
+  return parsed.ec == std::errc() && parsed.ptr == name.data() + 15 ? step : -1;
+}
+
+// The writer's pid of a temporary or retired name "step_<10 digits>[.safetensors](.tmp.|.old.)<pid>"
+// (0 when the name is not one).
+long long writer_pid(const std::string& name) {
+  if (parse_step(name) < 0) return 0;
+  std::string tail = name.substr(15);
+  if (tail.rfind(kFileSuffix, 0) == 0) tail = tail.substr(std::strlen(kFileSuffix));
+  if (tail.rfind(".tmp.", 0) != 0 && tail.rfind(".old.", 0) != 0) return 0;
+  long long pid = 0;
+  const auto parsed = std::from_chars(tail.data() + 5, tail.data() + tail.size(), pid);
+  return parsed.ec == std::errc() && parsed.ptr == tail.data() + tail.size() && pid > 0 ? pid : 0;
+}
+
+void fsync_directory(const std::string& directory) {
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  HG_CHECK(fd >= 0, kWho, " cannot open '", directory, "' to fsync it: ", std::strerror(errno));
+  const int status = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  // Some filesystems cannot fsync a directory (EINVAL): nothing to make durable there.
+  HG_CHECK(status == 0 || error == EINVAL, kWho, " fsync of '", directory, "' failed: ", std::strerror(error));
+}
+
+// Takes an entry out of the listing at once (rename), then deletes it.
+void retire(const fs::path& entry) {
+  const fs::path old = entry.string() + ".old." + std::to_string(::getpid());
+  std::error_code error;
+  fs::rename(entry, old, error);
+  HG_CHECK(!error, kWho, " cannot rename the old entry '", entry.string(), "' out of the way: ", error.message());
+  fs::remove_all(old, error);
+  HG_CHECK(!error, kWho, " cannot remove the old entry '", old.string(), "': ", error.message());
+}
+
+int rank_of(const dist::Communicator* comm) { return comm ? comm->rank() : 0; }
+
+// Runs `fn` on rank 0 and makes its failure every rank's: the others would otherwise wait at the
+// next collective until the timeout.
+template <class Fn>
+void on_rank0(dist::Communicator* comm, Fn&& fn) {
+  if (!comm) return fn();
+  int64_t failed = 0;
+  std::string message;
+  if (comm->rank() == 0) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      failed = 1;
+      message = e.what();
+    }
+  }
+  comm->broadcast(&failed, 1, DType::i64, 0).wait();
+  if (comm->rank() == 0 && failed) throw Error(message);
+  HG_CHECK(!failed, kWho, " rank 0 failed to write the checkpoint (its error says why)");
+}
+
+bool writes_sharded(const TrainingState& state) {
+  const optim::Optimizer* optimizer = state.registered_optimizer();
+  return optimizer && optimizer->is_sharded();
+}
+
+std::string layout_name(bool sharded) {
+  return sharded ? "ZeRO (sharded-optimizer: a directory per entry, one optimizer shard per rank)"
+                 : "single-process (the whole optimizer state in one file per entry)";
+}
+
+}  // namespace
+
+CheckpointDirectory::CheckpointDirectory(std::string directory, int64_t keep_last, dist::Communicator* comm)
+    : directory_(std::move(directory)), keep_last_(keep_last), comm_(comm) {
+  HG_CHECK(!directory_.empty(), kWho, " empty directory name");
+  HG_CHECK(keep_last_ >= 1, kWho, " keep_last = ", keep_last_, "; expected >= 1");
+  on_rank0(comm_, [&] {
+    std::error_code error;
+    fs::create_directories(directory_, error);
+    HG_CHECK(!error, kWho, " cannot create '", directory_, "': ", error.message());
+    for (const auto& item : fs::directory_iterator(directory_, error)) {
+      const long long pid = writer_pid(item.path().filename().string());
+      if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) fs::remove_all(item.path(), error);
+    }
+  });
+}
+
+std::vector<CheckpointDirectory::Entry> CheckpointDirectory::list() const {
+  std::vector<Entry> out;
+  std::error_code error;
+  for (const auto& item : fs::directory_iterator(directory_, error)) {
+    const std::string name = item.path().filename().string();
+    const int64_t step = parse_step(name);
+    if (step < 0) continue;
+    // Exactly "step_<10 digits>" (a directory) or that + ".safetensors" (a file): temporaries do not match.
+    if (name.size() == 15 && item.is_directory()) out.push_back({step, item.path().string(), true});
+    if (name == entry_name(step, false) && item.is_regular_file()) out.push_back({step, item.path().string(), false});
+  }
+  HG_CHECK(!error, kWho, " cannot list '", directory_, "': ", error.message());
+  std::sort(out.begin(), out.end(),
+            [](const Entry& a, const Entry& b) { return std::tie(a.step, a.sharded) < std::tie(b.step, b.sharded); });
+  return out;
+}
+
+std::optional<CheckpointDirectory::Entry> CheckpointDirectory::newest(std::optional<bool> sharded) const {
+  int64_t found[2] = {-1, 0};  // step, sharded
+  if (rank_of(comm_) == 0) {
+    for (const Entry& e : list())
+      if (!sharded || e.sharded == *sharded) found[0] = e.step, found[1] = e.sharded;
+  }
+  if (comm_) comm_->broadcast(found, 2, DType::i64, 0).wait();
+  if (found[0] < 0) return std::nullopt;
+  return Entry{found[0], (fs::path(directory_) / entry_name(found[0], found[1] != 0)).string(), found[1] != 0};
+}
+
+std::optional<std::string> CheckpointDirectory::latest() const {
+  const auto entry = newest(std::nullopt);
+  if (!entry) return std::nullopt;
+  return entry->path;
+}
+
+std::optional<std::string> CheckpointDirectory::latest_for(const TrainingState& state) const {
+  const bool sharded = writes_sharded(state);
+  if (const auto entry = newest(sharded)) return entry->path;
+  const auto other = newest(!sharded);
+  HG_CHECK(!other, kWho, " '", directory_, "' holds ", layout_name(!sharded), " checkpoints (the newest: '",
+           other ? other->path : "", "'), but this run's optimizer ",
+           sharded ? "is sharded across ranks" : "keeps its whole state in one process", "; resume them with ",
+           sharded ? "a local optimizer (no ZeRO)" : "a sharded optimizer (ZeRO)");
+  return std::nullopt;
+}
+
+std::string CheckpointDirectory::save(const TrainingState& state, int64_t step) const {
+  HG_CHECK(step >= 0, kWho, " step ", step, " < 0");
+  optim::Optimizer* optimizer = state.registered_optimizer();
+  const std::string path =
+      optimizer && optimizer->is_sharded() ? save_sharded(state, *optimizer, step) : save_file(state, step);
+  on_rank0(comm_, [&] { prune(); });
+  return path;
+}
+
+std::string CheckpointDirectory::save_file(const TrainingState& state, int64_t step) const {
+  const std::string path = (fs::path(directory_) / entry_name(step, false)).string();
+  on_rank0(comm_, [&] { save_checkpoint(path, state, step); });  // atomic by itself
+  return path;
+}
+
+std::string CheckpointDirectory::save_sharded(const TrainingState& state, optim::Optimizer& optimizer,
+                                              int64_t step) const {
+  int64_t pid = rank_of(comm_) == 0 ? int64_t(::getpid()) : 0;
+  if (comm_) comm_->broadcast(&pid, 1, DType::i64, 0).wait();
+  const fs::path entry = fs::path(directory_) / entry_name(step, true);
+  const fs::path temporary = entry.string() + ".tmp." + std::to_string(pid);
+  on_rank0(comm_, [&] {
+    std::error_code error;
+    fs::remove_all(temporary, error);
+    fs::create_directory(temporary, error);
+    HG_CHECK(!error, kWho, " cannot create '", temporary.string(), "': ", error.message());
+  });
+  optimizer.save_state((temporary / "optimizer").string());  // every rank's shard; ends with a barrier
+  const auto whole = optimizer.whole_parameters();           // ZeRO stage 3: the weights whole for rank 0
+  on_rank0(comm_, [&] {
+    save_checkpoint((temporary / "state.safetensors").string(), state, step);
+    if (fs::exists(entry)) retire(entry);  // an entry of this step from an earlier run
+    std::error_code error;
+    fs::rename(temporary, entry, error);
+    HG_CHECK(!error, kWho, " cannot rename '", temporary.string(), "' to '", entry.string(), "': ", error.message());
+    fsync_directory(directory_);
+  });
+  return entry.string();
+}
+
+void CheckpointDirectory::prune() const {
+  const std::vector<Entry> present = list();
+  for (size_t i = 0; i + size_t(keep_last_) < present.size(); ++i) retire(present[i].path);
+}
+
+int64_t CheckpointDirectory::load(const std::string& entry, const TrainingState& state) const {
+  const bool sharded = writes_sharded(state);
+  const bool is_directory = fs::is_directory(entry);
+  HG_CHECK(is_directory == sharded, kWho, " '", entry, "' is a ", layout_name(is_directory),
+           " checkpoint: the directory holds ", is_directory ? "ZeRO" : "single-process",
+           " checkpoints, but this "
+           "run's optimizer ",
+           sharded ? "is sharded across ranks" : "keeps its whole state in one process");
+  if (!sharded) return load_checkpoint(entry, state);
+  optim::Optimizer& optimizer = *state.registered_optimizer();
+  const std::string prefix = (fs::path(entry) / "optimizer").string();
+  HG_CHECK(optimizer.has_saved_state(prefix), kWho, " '", entry, "' holds no optimizer shards ", prefix,
+           ".rank0-of-N.safetensors; expected an entry written by CheckpointDirectory::save");
+  int64_t step = 0;
+  {  // the weights first (into stage 3's whole units, then its shards): a master the files lack comes from them
+    const auto whole = optimizer.whole_parameters();
+    step = load_checkpoint((fs::path(entry) / "state.safetensors").string(), state);
+    whole->commit();
+  }
+  optimizer.load_state(prefix);
+  return step;
+}
+
+}  // namespace hg::train

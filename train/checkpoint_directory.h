@@ -1,0 +1,75 @@
+#pragma once
+// CheckpointDirectory: a directory of training checkpoints, the newest keep_last kept, for a local
+// optimizer and a sharded one (ZeRO) alike. The layout of an entry follows the TrainingState's
+// optimizer (optim/optimizer.h: is_sharded()):
+//
+//   local (or none)   <dir>/step_<10 digits>.safetensors        the whole TrainingState in one file
+//                     (train/checkpoint.h), written by rank 0 (the ranks' states are equal)
+//   sharded           <dir>/step_<10 digits>/state.safetensors  rank 0: the TrainingState without the
+//                         optimizer -- the whole weights (gathered for it under ZeRO stage 3, written
+//                         back into the shards on load), loss scaler, counters, generators, data position
+//                     <dir>/step_<10 digits>/optimizer.rank<r>-of-<N>.safetensors   rank r's shard
+//                         (Optimizer::save_state with the prefix "<entry>/optimizer"; load_state
+//                         re-partitions them, so an entry resumes at any world size and ZeRO stage)
+//
+// With a Communicator (dist/communicator.h) every call is collective over its ranks; without one the
+// process is rank 0 of 1. Rank 0 lists, decides and broadcasts, so every rank resumes the same entry.
+//
+// CRASH SAFETY
+//   - A file entry is written atomically (safetensors::save: "....safetensors.tmp.<pid>", fsync,
+//     rename). A directory entry is written into "step_<10 digits>.tmp.<pid of rank 0>" and renamed
+//     into place by rank 0 once every shard is complete, then <dir> is fsync'd: an entry is there
+//     whole or not at all. Temporaries of writers that are gone (their pid no longer runs) are
+//     removed when a CheckpointDirectory is next opened on <dir>; they are never listed.
+//   - Entries beyond keep_last (and an older directory entry of the same step) are renamed to
+//     "....old.<pid>" -- unlisted at once -- and then deleted.
+//   - <dir> must be one filesystem that every rank sees.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "train/checkpoint.h"
+
+namespace hg::train {
+
+class CheckpointDirectory {
+ public:
+  struct Entry {
+    int64_t step = 0;
+    std::string path;
+    bool sharded = false;  // a directory of a sharded optimizer's state, or one file
+  };
+
+  // Creates the directory when missing and removes dead writers' temporaries. keep_last >= 1.
+  explicit CheckpointDirectory(std::string directory, int64_t keep_last, dist::Communicator* comm = nullptr);
+
+  // Writes the entry of `step`, deletes the oldest beyond keep_last, and returns (on every rank, once
+  // the entry is visible) its path.
+  std::string save(const TrainingState& state, int64_t step) const;
+  // Restores `state` from `entry` (everything checked before anything changes; a sharded
+  // optimizer's shards after the weights). Returns the entry's step. An entry of the other layout
+  // than the state's optimizer writes is refused with a message that says which it holds.
+  int64_t load(const std::string& entry, const TrainingState& state) const;
+
+  // The complete entries of both layouts, oldest first (rank 0's listing; not collective).
+  std::vector<Entry> list() const;
+  // The newest entry (collective).
+  std::optional<std::string> latest() const;
+  // The newest entry of the layout `state` writes; an error when the directory holds only entries of
+  // the other layout (a ZeRO run's checkpoints resumed without ZeRO, or the reverse).
+  std::optional<std::string> latest_for(const TrainingState& state) const;
+  const std::string& path() const { return directory_; }
+
+ private:
+  std::optional<Entry> newest(std::optional<bool> sharded) const;  // collective
+  std::string save_file(const TrainingState& state, int64_t step) const;
+  std::string save_sharded(const TrainingState& state, optim::Optimizer& optimizer, int64_t step) const;
+  void prune() const;
+  std::string directory_;
+  int64_t keep_last_;
+  dist::Communicator* comm_;
+};
+
+}  // namespace hg::train

@@ -1,0 +1,341 @@
+// The training loop (train/trainer.h): micro-batches, the optimizer protocol, reports, checkpoints.
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/allocator.h"
+#include "engine/autograd.h"
+#include "engine/profiler/profiler.h"
+#include "engine/random.h"
+#include "engine/safetensors.h"
+#include "train/checkpoint_directory.h"
+#include "train/progress.h"
+
+namespace hg::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr const char* kWho = "[Trainer]";
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::string megabytes(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", double(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+// FILE.json -> FILE.rank<r>.json (FILE -> FILE.rank<r>.json): one trace per rank.
+std::string rank_path(const std::string& path, int rank) {
+  const size_t dot = path.rfind('.');
+  const bool has_extension = dot != std::string::npos && path.find('/', dot) == std::string::npos;
+  return (has_extension ? path.substr(0, dot) : path) + ".rank" + std::to_string(rank) +
+         (has_extension ? path.substr(dot) : std::string(".json"));
+}
+
+// Token ids ([B, T] integers) count as tokens, anything else as B examples.
+bool counts_tokens(const data::Batch& batch) { return !is_floating(batch[0].dtype()) && batch[0].dim() >= 2; }
+double items_of(const data::Batch& batch) {
+  return counts_tokens(batch) ? double(batch[0].numel()) : double(batch[0].size(0));
+}
+
+int64_t bytes_on_disk(const std::string& path) {
+  if (!std::filesystem::is_directory(path)) return int64_t(std::filesystem::file_size(path));
+  int64_t bytes = 0;
+  for (const auto& file : std::filesystem::directory_iterator(path)) bytes += int64_t(file.file_size());
+  return bytes;
+}
+
+}  // namespace
+
+OffloadActivations parse_offload_activations(const std::string& text) {
+  if (text == "off") return OffloadActivations::off;
+  if (text == "inputs") return OffloadActivations::checkpoint_inputs;
+  if (text == "all") return OffloadActivations::all;
+  throw Error("unknown --offload-activations \"" + text + "\"; expected off, inputs or all");
+}
+
+Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, data::DataLoader& loader, LossFn loss,
+                 TrainerOptions options)
+    : model_(model), optimizer_(optimizer), loader_(loader), loss_(std::move(loss)), options_(std::move(options)) {
+  const TrainerOptions& o = options_;
+  HG_CHECK(loss_ != nullptr, kWho, " no loss function");
+  HG_CHECK(o.steps() >= 0 && o.stop_after() >= 0, kWho, " steps ", o.steps(), " / stop_after ", o.stop_after(),
+           "; expected >= 0");
+  HG_CHECK(o.grad_accum() >= 1, kWho, " grad_accum ", o.grad_accum(), "; expected >= 1 micro-batch per step");
+  HG_CHECK(std::isfinite(o.clip()) && o.clip() >= 0, kWho, " clip ", o.clip(), "; expected >= 0 (0: off)");
+  HG_CHECK(o.eval_every() >= 0 && o.log_every() >= 1 && o.checkpoint_every() >= 0 && o.keep_checkpoints() >= 1, kWho,
+           " eval_every / checkpoint_every >= 0, log_every / keep_checkpoints >= 1 expected");
+  HG_CHECK(o.seq_warmup_steps() >= 0 && o.seq_warmup_start() >= 1, kWho, " seq_warmup_steps ", o.seq_warmup_steps(),
+           " >= 0 and seq_warmup_start ", o.seq_warmup_start(), " >= 1 expected");
+  HG_CHECK(!o.checkpoint_dir().empty() || (!o.resume() && o.checkpoint_every() == 0), kWho,
+           " resume and checkpoint_every need a checkpoint_dir");
+  HG_CHECK(!optimizer_.is_sharded() || o.communicator() != nullptr, kWho, " the optimizer ", optimizer_.name(),
+           " is sharded across ranks: give the trainer their communicator (TrainerOptions().communicator(...))");
+  loader_position_ = loader_.state();
+  state_.model(model_).optimizer(optimizer_).scaler(scaler_).counter("step", completed_steps_);
+  state_.counter("optimizer_steps", optimizer_steps_).generator("default", default_generator());
+  state_.extra("loader", loader_position_);
+  if (!o.checkpoint_dir().empty())
+    checkpoints_ = std::make_unique<CheckpointDirectory>(o.checkpoint_dir(), o.keep_checkpoints(), o.communicator());
+}
+
+Trainer::~Trainer() = default;
+
+Trainer& Trainer::schedule(std::shared_ptr<const optim::LrSchedule> schedule) {
+  schedule_ = std::move(schedule);
+  return *this;
+}
+
+Trainer& Trainer::loss_scaler(optim::LossScaler scaler) {
+  scaler_ = std::move(scaler);  // the TrainingState keeps pointing at scaler_
+  return *this;
+}
+
+Trainer& Trainer::evaluator(EvalFn evaluate) {
+  evaluate_ = std::move(evaluate);
+  return *this;
+}
+
+int Trainer::rank() const { return options_.communicator() ? options_.communicator()->rank() : 0; }
+
+bool Trainer::resume() {
+  HG_CHECK(checkpoints_ != nullptr, kWho, " resume needs a checkpoint_dir");
+  if (resumed_) return completed_steps_ > 0;
+  resumed_ = true;
+  const std::optional<std::string> latest = checkpoints_->latest_for(state_);
+  if (!latest) {
+    std::printf("no checkpoint in %s yet: starting at step 0\n", options_.checkpoint_dir().c_str());
+    return false;
+  }
+  try {
+    checkpoints_->load(*latest, state_);
+    loader_.load_state(loader_position_);
+  } catch (const Error& e) {
+    throw Error("--resume from " + *latest + ": " + e.what());
+  }
+  std::printf("resumed from %s at step %lld\n", latest->c_str(), (long long)completed_steps_);
+  return true;
+}
+
+data::Batch Trainer::narrowed(const data::Batch& batch, int64_t step) const {
+  if (options_.seq_warmup_steps() == 0) return batch;
+  const int64_t full = batch[0].dim() >= 2 ? batch[0].size(1) : 0;
+  const int64_t length =
+      data::SequenceLengthWarmup(std::min(options_.seq_warmup_start(), full), full, options_.seq_warmup_steps())
+          .length(step - 1);
+  if (length >= full) return batch;
+  data::Batch out = batch;
+  for (Tensor& t : out.tensors)
+    if (t.dim() >= 2) t = t.narrow(1, 0, length).contiguous();
+  return out;
+}
+
+Trainer::StepFigures Trainer::run_step(int64_t step) {
+  using profiler::Category;
+  StepFigures f;
+  const auto start = Clock::now();
+  const int64_t micro_batches = options_.grad_accum();
+  std::optional<profiler::ScopedRange> phase;
+  // Each micro-batch's loss is divided by their number, so the summed gradients are those of the
+  // mean over all of them; the scaler multiplies it by S for fp16 (1 otherwise). Only the last
+  // micro-batch's backward communicates.
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    phase.emplace("data", Category::data);
+    const data::Batch batch = narrowed(loader_.next(), step);
+    f.items += items_of(batch);
+    unit_ = counts_tokens(batch) ? "tok" : "ex";
+    optimizer_.set_gradient_sync(micro == micro_batches - 1);
+    phase.emplace("forward", Category::forward, batch[0].device());
+    Tensor loss;
+    {
+      std::optional<ActivationOffload> offload;
+      if (options_.offload_activations() == OffloadActivations::checkpoint_inputs)
+        offload.emplace(OffloadMode::checkpoint_inputs);
+      if (options_.offload_activations() == OffloadActivations::all) offload.emplace(OffloadMode::all);
+      loss = loss_(batch) * (1.0 / double(micro_batches));
+    }
+    phase.emplace("backward", Category::backward, batch[0].device());
+    scaler_.scale(loss).backward();
+    phase.reset();
+    f.loss += loss.item();
+  }
+  phase.emplace("optimizer", Category::optimizer);
+  // unscale -> clip -> step -> update. A step with inf/NaN gradients is skipped: the weights and the
+  // schedule stay where they are.
+  scaler_.unscale_(optimizer_);
+  f.grad_norm = options_.clip() > 0 ? optimizer_.clip_grad_norm(options_.clip()) : NAN;
+  if (schedule_) optimizer_.set_lr(schedule_->lr(optimizer_steps_));
+  f.lr = schedule_ ? schedule_->lr(optimizer_steps_) : NAN;
+  if (scaler_.step(optimizer_)) ++optimizer_steps_;
+  scaler_.update();
+  optimizer_.zero_grad();
+  phase.reset();
+  if (dist::Communicator* comm = options_.communicator()) {
+    comm->all_reduce(&f.loss, 1, DType::f64, dist::ReduceOp::avg).wait();
+    f.items *= comm->world_size();
+  }
+  f.seconds = seconds_since(start);
+  return f;
+}
+
+metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool keep) const {
+  const MemoryStats memory = memory_stats(options_.monitor().device());
+  std::string line;
+  char part[160];
+  std::snprintf(part, sizeof part, "step %6lld/%lld | loss %.4f", (long long)step, (long long)options_.steps(), f.loss);
+  line += part;
+  if (schedule_) std::snprintf(part, sizeof part, " | lr %.2e", f.lr), line += part;
+  std::snprintf(part, sizeof part, " | %7.0f %s/s | %6.1f ms/step | mem %s/%s MiB (reserved %s)", f.items / f.seconds,
+                unit_, f.seconds * 1e3, megabytes(memory.allocated_bytes).c_str(),
+                megabytes(memory.peak_allocated_bytes).c_str(), megabytes(memory.reserved_bytes).c_str());
+  line += part;
+  if (scaler_.enabled()) {
+    std::snprintf(part, sizeof part, " | scale %g | skipped %lld", scaler_.scale_value(),
+                  (long long)scaler_.skipped_steps());
+    line += part;
+  }
+  if (const std::string state = optimizer_.state_summary(); !state.empty()) line += " | " + state;
+  progress_->step_line(line, keep);
+  metrics::Record record(step);
+  record.set("loss", f.loss);
+  if (schedule_) record.set("lr", f.lr);
+  record.set(std::strcmp(unit_, "tok") == 0 ? "tokens_per_s" : "examples_per_s", f.items / f.seconds);
+  record.set("step_ms", f.seconds * 1e3);
+  if (options_.clip() > 0) record.set("grad_norm", f.grad_norm);
+  if (scaler_.enabled())
+    record.set("loss_scale", scaler_.scale_value()).set("skipped_steps", double(scaler_.skipped_steps()));
+  return record;
+}
+
+void Trainer::save_checkpoint(int64_t step, double loss) {
+  const auto start = Clock::now();
+  loader_position_ = loader_.state();
+  const std::string path = checkpoints_->save(state_, step);
+  char saved[512];
+  std::snprintf(saved, sizeof saved, "checkpoint step %lld -> %s | loss %.9g | %s MiB in %.0f ms", (long long)step,
+                path.c_str(), loss, megabytes(bytes_on_disk(path)).c_str(), 1e3 * seconds_since(start));
+  progress_->line(saved);
+}
+
+TrainResult Trainer::fit() {
+  using profiler::Category;
+  const TrainerOptions& o = options_;
+  if (o.resume()) resume();
+  const int64_t last_step = o.stop_after() > 0 ? std::min(o.steps(), o.stop_after()) : o.steps();
+  const std::vector<Tensor> parameters = model_.parameters();
+  MonitorOptions monitor_options = o.monitor();
+  if (!parameters.empty()) monitor_options.device(parameters.front().device());
+  if (rank() != 0) {
+    monitor_options.metrics_path("");  // one log: rank 0's (the values agree)
+    if (!monitor_options.profile_path().empty())
+      monitor_options.profile_path(rank_path(o.monitor().profile_path(), rank()));
+  }
+  options_.monitor(monitor_options);
+  TrainingMonitor monitor(monitor_options, parameters, o.metric_mode());
+  Progress progress;
+  progress_ = &progress;
+  const bool early_stopping = monitor.early_stopping();
+
+  TrainResult result;
+  result.first_step = completed_steps_ + 1;
+  double last_loss = NAN;
+  model_.train();
+  const auto start = Clock::now();
+  for (int64_t step = completed_steps_ + 1; step <= last_step; ++step) {
+    monitor.begin_step(step);
+    std::optional<profiler::ScopedRange> step_range(std::in_place, "step", Category::step);
+    const StepFigures f = run_step(step);
+    last_loss = f.loss;
+    totals_.steps += 1;
+    totals_.seconds += f.seconds;
+    totals_.items += f.items;
+    const bool eval_now = (o.eval_every() > 0 && step % o.eval_every() == 0) || step == o.steps();
+    metrics::Record record = report_step(step, f, eval_now || step % o.log_every() == 0);
+    step_range.reset();
+    bool stop = false;
+    if (eval_now && evaluate_) {
+      Evaluation evaluation;
+      {
+        profiler::ScopedRange eval_range("evaluate", Category::other);
+        NoGradGuard no_grad;
+        model_.eval();
+        evaluation = evaluate_();
+        model_.train();
+      }
+      record.set(o.metric_name(), evaluation.value);
+      {
+        std::unique_ptr<optim::Optimizer::WholeParameters> whole;  // ZeRO stage 3: snapshots need the weights
+        if (early_stopping) whole = optimizer_.whole_parameters();
+        stop = monitor.evaluated(step, evaluation.value);
+      }
+      progress.line("eval  step " + std::to_string(step) + " | " + evaluation.text);
+      evaluations_.emplace_back(step, std::move(evaluation));
+    }
+    completed_steps_ = step;
+    if (checkpoints_ && ((o.checkpoint_every() > 0 && step % o.checkpoint_every() == 0) || step == last_step))
+      save_checkpoint(step, last_loss);
+    monitor.end_step(std::move(record));
+    if (stop) {
+      progress.line("early stopping: no improvement in " + std::to_string(o.monitor().early_stop_patience()) +
+                    " evaluations, stopping at step " + std::to_string(step));
+      result.stopped_early = true;
+      break;
+    }
+  }
+  std::string restored;
+  {
+    std::unique_ptr<optim::Optimizer::WholeParameters> whole;  // stage 3: restored into the whole units
+    if (early_stopping) whole = optimizer_.whole_parameters();
+    restored = monitor.finish();
+    if (whole) whole->commit();
+  }
+  if (!evaluations_.empty()) result.evaluation = evaluations_.back().second;
+  if (!restored.empty()) {
+    progress.line(restored);
+    for (const auto& [step, evaluation] : evaluations_)
+      if (step == monitor.best_step()) result.evaluation = evaluation;
+  }
+  progress_ = nullptr;
+  result.last_step = completed_steps_;
+  result.optimizer_steps = optimizer_steps_;
+  result.skipped_steps = scaler_.skipped_steps();
+  result.final_loss = last_loss;
+  result.seconds = seconds_since(start);
+  result.data_wait_seconds = loader_.wait_seconds();
+  result.throughput = totals_.seconds > 0 ? totals_.items / totals_.seconds : 0.0;
+  result.peak_memory_bytes = memory_stats(monitor_options.device()).peak_allocated_bytes;
+  print_summary(result);
+  return result;
+}
+
+void Trainer::print_summary(const TrainResult& r) const {
+  std::printf("summary: %lld steps in %.1f s | final loss %.4f", (long long)totals_.steps, r.seconds, r.final_loss);
+  if (r.evaluation) std::printf(" | %s", r.evaluation->text.c_str());
+  if (scaler_.enabled()) std::printf(" | %lld skipped steps", (long long)r.skipped_steps);
+  std::printf(" | waiting for data %.2f%% of the time",
+              totals_.seconds > 0 ? 100.0 * r.data_wait_seconds / totals_.seconds : 0.0);
+  std::printf(" | %.0f %s/s | %.1f ms/step | peak memory %s MiB\n", r.throughput, unit_,
+              totals_.steps > 0 ? 1e3 * totals_.seconds / double(totals_.steps) : 0.0,
+              megabytes(r.peak_memory_bytes).c_str());
+}
+
+void Trainer::save_model(const std::string& path, const std::function<void(const std::string&)>& write) {
+  {
+    const auto whole = optimizer_.whole_parameters();  // ZeRO stage 3: gathered for rank 0 to write
+    if (rank() == 0) {
+      if (write)
+        write(path);
+      else
+        safetensors::save(path, model_.state_dict());
+    }
+  }
+  if (optimizer_.is_sharded()) optimizer_.save_state(path);  // + each rank's optimizer shard
+}
+
+}  // namespace hg::train

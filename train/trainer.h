@@ -1,0 +1,180 @@
+#pragma once
+// Trainer: the training loop every sample uses, and a user's program can too.
+//
+//   data::DataLoader loader(dataset, data::DataLoaderOptions().batch_size(64).device(device));
+//   optim::AdamW optimizer(model->parameters(), optim::AdamWOptions().lr(1e-3));
+//   train::Trainer trainer(*model, optimizer, loader,
+//                          [&](const data::Batch& b) { return model->loss(b[0], b[1]); },
+//                          train::TrainerOptions().steps(1000).clip(1.0).eval_every(100));
+//   trainer.schedule(std::make_shared<optim::WarmupCosine>(1e-3, 100, 1000, 1e-4));
+//   trainer.evaluator([&] { return train::Evaluation{val_loss(), "validation loss ..."}; });
+//   train::TrainResult result = trainer.fit();
+//
+// One optimizer step, in this order (any optim::Optimizer: local, or sharded by ZeRO):
+//   for each of grad_accum micro-batches: loader.next() (its rows of the global batch under data
+//     parallelism) -> narrowed to the sequence-length warmup's length -> loss(batch) (inside an
+//     ActivationOffload scope when set) / grad_accum -> scaler.scale(loss).backward()
+//     (optimizer.set_gradient_sync(true) only for the last micro-batch)
+//   -> scaler.unscale_(optimizer) -> optimizer.clip_grad_norm(clip) -> optimizer.set_lr(schedule(t))
+//   -> scaler.step(optimizer) (skipped on inf/NaN: t and the schedule stay) -> scaler.update()
+//   -> optimizer.zero_grad() -> progress line, metrics record, profiler ranges
+//   -> every eval_every steps (and at the last): the evaluator, early stopping
+//   -> every checkpoint_every steps (and at the last): a checkpoint (train/checkpoint_directory.h)
+//
+// What a checkpoint holds (a resumed run continues bit for bit): the model, the optimizer (its shards
+// under ZeRO), the loss scaler, the step and the optimizer-step counters, the default Philox
+// generator (dropout) and the loader's position.
+//
+// CONVENTION
+//   - t, the step the schedule sees, counts optimizer steps that were not skipped.
+//   - Losses printed and logged are the mean over the ranks; only rank 0 writes the metrics log;
+//     rank r > 0 writes its profile to FILE.rank<r>.json.
+//   - Throughput counts tokens when the batch's first field is an integer tensor of rank >= 2 (token
+//     ids [B, T]), examples (rows) otherwise; under data parallelism over all ranks.
+//   - Early stopping evaluates the evaluator's value (minimised or maximised: metric_mode) and
+//     restores the best weights at the end of fit() (gathered under ZeRO stage 3).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "data/curriculum.h"
+#include "data/data_loader.h"
+#include "dist/communicator.h"
+#include "engine/activation_offload.h"
+#include "layers/module.h"
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "train/checkpoint.h"
+#include "train/monitor.h"
+
+namespace hg::train {
+
+class CheckpointDirectory;
+class Progress;
+
+// What activation offload moves to host memory during the forward (engine/activation_offload.h).
+enum class OffloadActivations { off, checkpoint_inputs, all };
+// "off", "inputs" or "all" (an hg::Error names the value otherwise).
+OffloadActivations parse_offload_activations(const std::string& text);
+
+// TrainerOptions().steps(3000).grad_accum(2).clip(1.0).eval_every(500).checkpoint_dir("ckpt")
+struct TrainerOptions {
+  // Optimizer steps the run is planned for (what the schedule spans, and when the last evaluation is).
+  HG_OPTIM_ARG(TrainerOptions, int64_t, steps, 1000);
+  // End this run after step N although the plan is longer (0: at `steps`); resume continues.
+  HG_OPTIM_ARG(TrainerOptions, int64_t, stop_after, 0);
+  HG_OPTIM_ARG(TrainerOptions, int64_t, grad_accum, 1);
+  HG_OPTIM_ARG(TrainerOptions, double, clip, 0.0);        // global gradient-norm clipping (0: off)
+  HG_OPTIM_ARG(TrainerOptions, int64_t, eval_every, 0);   // 0: only at the last step
+  HG_OPTIM_ARG(TrainerOptions, int64_t, log_every, 100);  // progress lines kept (others overwritten)
+  // Name of the evaluator's value in the metrics log, and whether it is minimised (loss) or
+  // maximised (accuracy) by early stopping.
+  HG_OPTIM_ARG(TrainerOptions, std::string, metric_name, "val_loss");
+  HG_OPTIM_ARG(TrainerOptions, StopMode, metric_mode, StopMode::min);
+  // Sequence-length warmup (data/curriculum.h SequenceLengthWarmup): over the first N steps, every
+  // field of rank >= 2 is narrowed along dim 1 from `start` to its full length (0: off).
+  HG_OPTIM_ARG(TrainerOptions, int64_t, seq_warmup_steps, 0);
+  HG_OPTIM_ARG(TrainerOptions, int64_t, seq_warmup_start, 1);
+  HG_OPTIM_ARG(TrainerOptions, OffloadActivations, offload_activations, OffloadActivations::off);
+  // Checkpoints: a directory (train/checkpoint_directory.h), every N steps and at the last.
+  HG_OPTIM_ARG(TrainerOptions, std::string, checkpoint_dir, "");
+  HG_OPTIM_ARG(TrainerOptions, int64_t, checkpoint_every, 0);
+  HG_OPTIM_ARG(TrainerOptions, int64_t, keep_checkpoints, 3);
+  HG_OPTIM_ARG(TrainerOptions, bool, resume, false);  // from the newest checkpoint of checkpoint_dir
+  // Profiler, metrics log, early stopping (train/monitor.h).
+  HG_OPTIM_ARG(TrainerOptions, MonitorOptions, monitor, MonitorOptions());
+  // The ranks of a data-parallel run (dist/data_parallel.h); nullptr: one process.
+  HG_OPTIM_ARG(TrainerOptions, dist::Communicator*, communicator, nullptr);
+};
+
+// One evaluation: the value early stopping and the metrics log see, and the text printed after
+// "eval  step N | " and in the summary.
+struct Evaluation {
+  double value = 0.0;
+  std::string text;
+};
+
+struct TrainResult {
+  int64_t first_step = 0, last_step = 0;  // the steps this fit() ran: [first_step, last_step]
+  int64_t optimizer_steps = 0, skipped_steps = 0;
+  double final_loss = 0.0;               // the last step's mean micro-batch loss (over ranks)
+  std::optional<Evaluation> evaluation;  // the last one (the best one when early stopping restored it)
+  bool stopped_early = false;
+  double seconds = 0.0, data_wait_seconds = 0.0, throughput = 0.0;  // throughput: tokens or examples / s
+  int64_t peak_memory_bytes = 0;
+};
+
+class Trainer {
+ public:
+  // The loss of one micro-batch (a forward; the trainer divides it by grad_accum and runs backward).
+  using LossFn = std::function<Tensor(const data::Batch&)>;
+  using EvalFn = std::function<Evaluation()>;
+
+  // The model, optimizer and loader must outlive the trainer. Options are checked here.
+  Trainer(nn::Module& model, optim::Optimizer& optimizer, data::DataLoader& loader, LossFn loss,
+          TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // The learning rate of optimizer step t (default: the optimizer's own, unchanged).
+  Trainer& schedule(std::shared_ptr<const optim::LrSchedule> schedule);
+  // The fp16 loss scaler (default: none).
+  Trainer& loss_scaler(optim::LossScaler scaler);
+  Trainer& evaluator(EvalFn evaluate);
+
+  // Restores the newest checkpoint of checkpoint_dir (fit() does it when options.resume and it has not
+  // run yet). Returns whether there was one; an hg::Error starting "--resume from <entry>:" when it
+  // cannot be used (the live state is then as it was).
+  bool resume();
+  // Trains from step 1 (or from the resumed checkpoint's step + 1) to stop_after / steps; prints
+  // progress lines, evaluations, checkpoints and a summary (rank 0).
+  TrainResult fit();
+
+  // The whole weights to `path` (rank 0 writes them; gathered under ZeRO stage 3) and, for a sharded
+  // optimizer, its shards beside them (path.rank<r>-of-<N>.safetensors). Collective.
+  // `write` writes the whole model to a path (e.g. GPT::save, which adds its config); default: the
+  // state dict as safetensors.
+  void save_model(const std::string& path, const std::function<void(const std::string&)>& write = {});
+
+  const optim::LossScaler& scaler() const { return scaler_; }
+  // Steps completed (also across a resume).
+  int64_t completed_steps() const { return completed_steps_; }
+
+ private:
+  struct StepFigures {
+    double loss = 0, lr = 0, grad_norm = 0, items = 0, seconds = 0;
+  };
+  data::Batch narrowed(const data::Batch& batch, int64_t step) const;
+  StepFigures run_step(int64_t step);
+  metrics::Record report_step(int64_t step, const StepFigures& figures, bool keep) const;
+  void save_checkpoint(int64_t step, double loss);
+  void print_summary(const TrainResult& result) const;
+  int rank() const;
+
+  nn::Module& model_;
+  optim::Optimizer& optimizer_;
+  data::DataLoader& loader_;
+  LossFn loss_;
+  EvalFn evaluate_;
+  TrainerOptions options_;
+  std::shared_ptr<const optim::LrSchedule> schedule_;
+  optim::LossScaler scaler_;
+  int64_t completed_steps_ = 0, optimizer_steps_ = 0;
+  bool resumed_ = false;
+  Tensor loader_position_;
+  TrainingState state_;
+  std::unique_ptr<CheckpointDirectory> checkpoints_;
+  std::vector<std::pair<int64_t, Evaluation>> evaluations_;  // (step, evaluation), in order
+  Progress* progress_ = nullptr;                             // fit()'s
+  const char* unit_ = "ex";                                  // "tok" or "ex" (see CONVENTION)
+  struct Totals {
+    int64_t steps = 0;
+    double seconds = 0, items = 0;
+  } totals_;
+};
+
+}  // namespace hg::train
