@@ -1,0 +1,56 @@
+// train_gpt's flags and their checks (samples/train_gpt_config.h).
+#include "samples/train_gpt_config.h"
+
+#include <algorithm>
+
+#include "train/precision.h"
+#include "train/trainer.h"
+
+namespace hg::samples {
+
+TrainGptConfig::TrainGptConfig(int argc, char** argv) {
+  flags.parse(argc, argv);
+  // The checks parse() cannot make: each a one-line usage error (exit 2).
+  const TrainGptConfig& c = *this;
+  auto fail = [](const std::string& message) { exit_with_usage_error(kProgram, message); };
+  if (c.zero > 3) fail("--zero " + std::to_string(c.zero) + " is not a ZeRO stage; expected 0, 1, 2 or 3");
+  or_usage_error(kProgram, [&] { return train::parse_offload_activations(c.offload); });
+  if (c.offload == "inputs" && c.recompute_every == 0)
+    fail("--offload-activations inputs offloads checkpoint inputs; it needs --checkpoint-every K");
+  or_usage_error(kProgram, [&] { return train::parse_loss_scale(c.loss_scale, train::parse_precision(c.precision)); });
+  if (c.checkpoint_dir.empty() && (c.resume || c.checkpoint_every > 0))
+    fail("--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
+  if (c.profile_ops && c.profile.empty()) fail("--profile-ops needs --profile FILE");
+  if (c.dim % c.heads != 0)
+    fail("--heads " + std::to_string(c.heads) + " does not divide --dim " + std::to_string(c.dim) +
+         "; expected dim % heads == 0");
+  if (c.min_lr > c.lr) fail("--min-lr must not exceed --lr (the cosine decays from --lr to --min-lr)");
+  if (c.digits > 9) fail("--digits must be in [1, 9], got " + std::to_string(c.digits));
+  if (c.data.empty() && c.context < 3 * c.digits + 3)
+    fail("--context " + std::to_string(c.context) + " is too short for " + std::to_string(c.digits) +
+         "-digit problems; expected at least " + std::to_string(3 * c.digits + 3));
+  if (c.curriculum != "none" && c.curriculum != "easy-to-hard")
+    fail("unknown --curriculum \"" + c.curriculum + "\"; expected none or easy-to-hard");
+  if (c.curriculum != "none" && !c.data.empty())
+    fail("--curriculum easy-to-hard needs the addition task's difficulty score; it does not apply to --data");
+  // Sizes within bounds (no overflow in batch x context x dim), input files readable.
+  check_at_most(kProgram, {{"layers", c.layers, 1024},
+                           {"dim", c.dim, 65536},
+                           {"context", c.context, 1 << 20},
+                           {"batch", c.batch, 1 << 20},
+                           {"grad-accum", c.grad_accum, 1 << 20},
+                           {"eval-problems", c.eval_problems, 1 << 24},
+                           {"workers", c.workers, 256},
+                           {"threads", c.threads, 4096},
+                           {"sample", c.sample, 1 << 20},
+                           {"memory-limit-mib", c.memory_limit_mib, int64_t(1) << 30}});
+  if (!c.load.empty()) check_readable_file(kProgram, "load", c.load);
+  for (size_t start = 0; !c.data.empty() && start <= c.data.size();) {
+    const size_t comma = std::min(c.data.find(',', start), c.data.size());
+    check_readable_file(kProgram, "data", c.data.substr(start, comma - start));
+    start = comma + 1;
+  }
+  checked_device(kProgram, c.device);
+}
+
+}  // namespace hg::samples

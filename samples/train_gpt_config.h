@@ -1,0 +1,104 @@
+#pragma once
+// train_gpt's settings: every flag, bound by name to the member that holds its value (no positional
+// initialisation: two flags cannot be swapped by their order), and the checks parse() cannot make.
+#include <cstdint>
+#include <string>
+
+#include "samples/cli.h"
+
+namespace hg::samples {
+
+inline constexpr const char* kProgram = "train_gpt";
+
+// Every flag, bound by name to the member that holds its value.
+struct TrainGptConfig {
+  Flags flags{kProgram,
+              "Trains a byte-level GPT on the CPU. By default it learns 3-digit addition and reports\n"
+              "exact-match accuracy on held-out problems; --data FILE trains on a text file instead."};
+  std::string& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
+  std::string& data = flags.add_string("data", "",
+                                       "train on this text file (byte-level) or these comma-separated "
+                                       "token shards (prepare_data) instead of the addition task");
+  int64_t& layers = flags.add_int("layers", 2, "transformer blocks", 1);
+  int64_t& heads = flags.add_int("heads", 4, "attention heads (must divide --dim)", 1);
+  int64_t& dim = flags.add_int("dim", 128, "model width", 1);
+  int64_t& context = flags.add_int("context", 16, "context length in bytes", 1);
+  int64_t& batch = flags.add_int("batch", 64, "sequences per micro-batch (x --grad-accum per optimizer step)", 1);
+  int64_t& steps = flags.add_int("steps", 3000, "optimizer steps", 0);
+  double& lr = flags.add_double("lr", 2e-3, "peak learning rate", 0.0);
+  int64_t& warmup = flags.add_int("warmup", 100, "linear warmup steps", 0);
+  double& min_lr = flags.add_double("min-lr", 1e-4, "learning rate at the end of the cosine decay", 0.0);
+  double& weight_decay = flags.add_double("weight-decay", 0.1, "AdamW decoupled weight decay (matrices only)", 0.0);
+  double& clip = flags.add_double("clip", 1.0, "clip the global gradient norm to this (0: off)", 0.0);
+  double& dropout = flags.add_double("dropout", 0.0, "dropout probability", 0.0, 0.99);
+  int64_t& eval_every = flags.add_int("eval-every", 500, "evaluate every N steps (0: only at the end)", 0);
+  int64_t& eval_problems = flags.add_int("eval-problems", 1000, "held-out problems per evaluation", 1);
+  int64_t& digits = flags.add_int("digits", 3, "digits per operand of the addition task", 1);
+  int64_t& seed = flags.add_int("seed", 1337, "random seed (weights, data order, dropout)", 0);
+  int64_t& threads = flags.add_int("threads", 0, "CPU threads (0: all cores)", 0);
+  std::string& save = flags.add_string("save", "", "save the trained model to this safetensors file");
+  std::string& load = flags.add_string("load", "", "start from this safetensors file (native or GPT-2 layout)");
+  int64_t& sample = flags.add_int("sample", 8, "print N answers (or N bytes of text) at the end", 0);
+  std::string& checkpoint_dir =
+      flags.add_string("checkpoint-dir", "", "write training checkpoints into this directory");
+  int64_t& checkpoint_every =
+      flags.add_int("checkpoint-every-steps", 0, "checkpoint every N steps (0: only at the end)", 0);
+  int64_t& keep_checkpoints = flags.add_int("keep-checkpoints", 3, "keep the newest K checkpoints", 1);
+  bool& resume =
+      flags.add_bool("resume", false, "continue from the newest checkpoint in --checkpoint-dir, bit-exactly");
+  int64_t& stop_after =
+      flags.add_int("stop-after-steps", 0, "end this run after step N (the schedule still spans --steps)", 0);
+  std::string& precision = flags.add_string("precision", "fp32", "compute dtype of the model: fp32, bf16 or fp16");
+  std::string& loss_scale =
+      flags.add_string("loss-scale", "", "dynamic, static:S or none (default: dynamic for fp16, none otherwise)");
+  int64_t& grad_accum = flags.add_int("grad-accum", 1, "micro-batches per optimizer step", 1);
+  int64_t& batch_tokens =
+      flags.add_int("batch-tokens", 0, "tokens per optimizer step; sets --grad-accum to match (0: off)", 0);
+  bool& fp32_grads = flags.add_bool("fp32-grads", false, "keep fp32 gradient buffers for a half model");
+  bool& stochastic_rounding =
+      flags.add_bool("stochastic-rounding", false, "round updated half weights stochastically (seeded)");
+  int64_t& recompute_every = flags.add_int(
+      "checkpoint-every", 0, "activation checkpointing: recompute segments of K blocks in backward (0: off)", 0);
+  std::string& offload = flags.add_string(
+      "offload-activations", "off", "move saved activations to host memory: off, inputs (checkpoint inputs) or all");
+  int64_t& workers = flags.add_int("workers", 1, "data loader threads (0: build batches on the training thread)", 0);
+  int64_t& seq_warmup_steps =
+      flags.add_int("seq-warmup-steps", 0, "grow the sequence length to full over N steps (0: off)", 0);
+  int64_t& seq_warmup_start =
+      flags.add_int("seq-warmup-start", 0, "first length of the warmup (0: the shortest with a target)", 0);
+  std::string& curriculum =
+      flags.add_string("curriculum", "none", "example order: none, or easy-to-hard (addition: fewer digits first)");
+  int64_t& curriculum_steps =
+      flags.add_int("curriculum-steps", 600, "steps until easy-to-hard reaches the full task", 1);
+  int64_t& zero = flags.add_int("zero", -1,
+                                "data parallel with ZeRO stage 0, 1, 2 or 3 across the processes of mpirun or "
+                                "RANK/WORLD_SIZE (-1: off in a single process, stage 0 otherwise; stage 3 shards each "
+                                "block's weights, tensors of at most 4 x dim elements stay whole)",
+                                -1);
+  bool& offload_optimizer = flags.add_bool("offload-optimizer", false,
+                                           "keep the optimizer state in host memory, updated by the SIMD CPU AdamW "
+                                           "(ZeRO-Offload; implies --zero 0 or higher)");
+  std::string& profile = flags.add_string("profile", "",
+                                          "profile the run: Chrome trace JSON to this file (rank r > 0 of a "
+                                          "data-parallel run: FILE.rank<r>.json), tables at the end");
+  bool& profile_ops =
+      flags.add_bool("profile-ops", false, "with --profile: also a range per kernel call (trace detail)");
+  std::string& metrics_log =
+      flags.add_string("metrics-log", "", "write one JSON line of metrics per step to this file");
+  int64_t& early_stop =
+      flags.add_int("early-stop", 0, "stop after N evaluations without improvement, keep the best weights (0: off)", 0);
+  double& early_stop_delta =
+      flags.add_double("early-stop-delta", 0.0, "smallest change that counts as an improvement", 0.0);
+  bool& detect_anomaly =
+      flags.add_bool("detect-anomaly", false,
+                     "stop at the first op whose output or gradient holds NaN/inf, naming it and its module (slow)");
+  int64_t& memory_limit_mib =
+      flags.add_int("memory-limit-mib", 0, "cap the training device's allocator at N MiB (0: none)", 0);
+  bool& memory_summary = flags.add_bool("memory-summary", false, "print every allocator's statistics at the end");
+
+  // Parses argv and checks what parse() cannot (a usage error, exit 2, names the flag).
+  TrainGptConfig(int argc, char** argv);
+  TrainGptConfig(const TrainGptConfig&) = delete;
+};
+
+}  // namespace hg::samples
