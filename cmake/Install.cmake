@@ -8,8 +8,16 @@ add_library(halfgrad INTERFACE)
 target_link_libraries(halfgrad INTERFACE hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics)
 add_library(halfgrad::halfgrad ALIAS halfgrad)
 
+# The installed headers are C++20 (e.g. the defaulted operator== of engine/device.h), so every exported
+# target requires C++20 of its users: a consumer that sets no standard itself still compiles them. No
+# public header includes a dependency's header (Eigen, nlohmann json, omp.h, MPI and NCCL stay in .cpp
+# files); only the kernel-internal kernels/cuda/ and kernels/emu/ headers include the CUDA headers, whose
+# directories come with CUDA::cudart (nvcc build) or hg_emu (emulated build). halfgradConfig.cmake finds
+# the dependencies that the static libraries link.
+target_compile_features(halfgrad INTERFACE cxx_std_20)
 foreach(target hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics ${HALFGRAD_CUDA_EXPORTED_TARGETS})
   target_include_directories(${target} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/halfgrad>)
+  target_compile_features(${target} PUBLIC cxx_std_20)
 endforeach()
 
 install(TARGETS halfgrad hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics halfgrad_flags ${HALFGRAD_CUDA_EXPORTED_TARGETS}
