@@ -315,6 +315,11 @@ TrainResult Trainer::fit() {
 }
 
 void Trainer::print_summary(const TrainResult& r) const {
+  if (totals_.steps == 0) {
+    std::printf("summary: 0 steps: step %lld of %lld was done already\n", (long long)completed_steps_,
+                (long long)options_.steps());
+    return;
+  }
   std::printf("summary: %lld steps in %.1f s | final loss %.4f", (long long)totals_.steps, r.seconds, r.final_loss);
   if (r.evaluation) std::printf(" | %s", r.evaluation->text.c_str());
   if (scaler_.enabled()) std::printf(" | %lld skipped steps", (long long)r.skipped_steps);

@@ -1,0 +1,36 @@
+// The README's training-loop example, built by tests/install_consumer against the installed package:
+// an MLP learns which quadrants of the plane have x * y > 0, through train::Trainer.
+#include <cstdio>
+
+#include "data/data_loader.h"
+#include "engine/random.h"
+#include "layers/nn.h"
+#include "optim/optim.h"
+#include "train/trainer.h"
+using namespace hg;
+
+// 4096 points on a grid over [-1, 1]^2: fields "xy" f32 [2] and "label" i64 [] (1 where x * y > 0).
+struct Quadrants : data::Dataset {
+  int64_t size() const override { return 4096; }
+  std::vector<data::Field> fields() const override { return {{"xy", DType::f32, {2}}, {"label", DType::i64, {}}}; }
+  void get(int64_t i, const std::vector<void*>& out) const override {
+    float* xy = static_cast<float*>(out[0]);
+    xy[0] = float(i % 64) / 31.5f - 1.0f, xy[1] = float(i / 64) / 31.5f - 1.0f;
+    *static_cast<int64_t*>(out[1]) = xy[0] * xy[1] > 0;
+  }
+};
+
+int main() {
+  manual_seed(0);
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Linear>(2, 32));
+  model->push_back(std::make_shared<nn::GELU>());
+  model->push_back(std::make_shared<nn::Linear>(32, 2));
+  optim::AdamW optimizer(model->parameters(), optim::AdamWOptions().lr(1e-2));
+  data::DataLoader loader(std::make_shared<Quadrants>(), data::DataLoaderOptions().batch_size(64).shuffle(true));
+  train::Trainer trainer(
+      *model, optimizer, loader, [&](const data::Batch& b) { return cross_entropy((*model)(b[0]), b[1]); },
+      train::TrainerOptions().steps(400).clip(1.0).checkpoint_dir("checkpoints").resume(true));
+  trainer.schedule(std::make_shared<optim::WarmupCosine>(1e-2, 20, 400, 1e-4));
+  trainer.fit();  // progress lines, a summary, checkpoints/step_*.safetensors; run it again: it resumes
+}
