@@ -185,7 +185,7 @@ Trainer::StepFigures Trainer::run_step(int64_t step) {
 }
 
 metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool keep) const {
-  const MemoryStats memory = memory_stats(options_.monitor().device());
+  const MemoryStats memory = memory_stats(device_);
   std::string line;
   char part[160];
   std::snprintf(part, sizeof part, "step %6lld/%lld | loss %.4f", (long long)step, (long long)options_.steps(), f.loss);
@@ -236,7 +236,7 @@ TrainResult Trainer::fit() {
     if (!monitor_options.profile_path().empty())
       monitor_options.profile_path(rank_path(o.monitor().profile_path(), rank()));
   }
-  options_.monitor(monitor_options);
+  device_ = monitor_options.device();
   TrainingMonitor monitor(monitor_options, parameters, o.metric_mode());
   Progress progress;
   progress_ = &progress;
@@ -309,7 +309,7 @@ TrainResult Trainer::fit() {
   result.seconds = seconds_since(start);
   result.data_wait_seconds = loader_.wait_seconds();
   result.throughput = totals_.seconds > 0 ? totals_.items / totals_.seconds : 0.0;
-  result.peak_memory_bytes = memory_stats(monitor_options.device()).peak_allocated_bytes;
+  result.peak_memory_bytes = memory_stats(device_).peak_allocated_bytes;
   print_summary(result);
   return result;
 }

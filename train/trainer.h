@@ -171,6 +171,7 @@ class Trainer {
   std::vector<std::pair<int64_t, Evaluation>> evaluations_;  // (step, evaluation), in order
   Progress* progress_ = nullptr;                             // fit()'s
   const char* unit_ = "ex";                                  // "tok" or "ex" (see CONVENTION)
+  Device device_;                                            // the model's (memory figures)
   struct Totals {
     int64_t steps = 0;
     double seconds = 0, items = 0;
