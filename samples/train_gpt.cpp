@@ -210,19 +210,19 @@ int run(const Options& o) {
   std::shared_ptr<nn::GPT> model;
   if (!o.load.empty()) {
     model = samples::or_usage_error("train_gpt", "--load " + o.load, [&] { return nn::GPT::load(o.load); });
-    if (!o.data.empty() && o.context > model->config.context)
-      samples::exit_with_usage_error("train_gpt", "--context " + std::to_string(o.context) + " is longer than the " +
-                                                      std::to_string(model->config.context) + " positions of --load " +
-                                                      o.load + "; expected --context <= " +
-                                                      std::to_string(model->config.context));
+    if (!o.data.empty() && o.context > model->config.context())
+      samples::exit_with_usage_error("train_gpt",
+                                     "--context " + std::to_string(o.context) + " is longer than the " +
+                                         std::to_string(model->config.context()) + " positions of --load " + o.load +
+                                         "; expected --context <= " + std::to_string(model->config.context()));
   } else {
     nn::GPTConfig config;
-    config.vocab_size = 256;
-    config.context = o.context;
-    config.n_layer = o.layers;
-    config.n_head = o.heads;
-    config.n_embd = o.dim;
-    config.dropout = o.dropout;
+    config.vocab_size(256);
+    config.context(o.context);
+    config.n_layer(o.layers);
+    config.n_head(o.heads);
+    config.n_embd(o.dim);
+    config.dropout(o.dropout);
     model = std::make_shared<nn::GPT>(config);
   }
   const Device device = Device::parse(o.device);
@@ -233,7 +233,7 @@ int run(const Options& o) {
   model->to(device);
   if (o.fp32_grads) model->set_grad_dtype(DType::f32);
   model->set_checkpoint_every(o.recompute_every);
-  const int64_t T = o.data.empty() ? 0 : std::min(o.context, model->config.context);
+  const int64_t T = o.data.empty() ? 0 : std::min(o.context, model->config.context());
 
   std::unique_ptr<samples::AdditionTask> task;
   std::unique_ptr<samples::TokenData> text;
@@ -241,8 +241,8 @@ int run(const Options& o) {
   std::vector<std::pair<Tensor, Tensor>> validation;
   if (o.data.empty()) {
     task = std::make_unique<samples::AdditionTask>(int(o.digits));
-    if (model->config.context < task->problem_length() - 1)
-      samples::exit_with_usage_error("train_gpt", "the " + std::to_string(model->config.context) +
+    if (model->config.context() < task->problem_length() - 1)
+      samples::exit_with_usage_error("train_gpt", "the " + std::to_string(model->config.context()) +
                                                       " positions of --load " + o.load + " are too few for " +
                                                       std::to_string(o.digits) + "-digit problems; expected at least " +
                                                       std::to_string(task->problem_length() - 1));
@@ -319,14 +319,14 @@ int run(const Options& o) {
   const int64_t total_steps = std::max<int64_t>(o.steps, 1);
   optim::WarmupCosine schedule(o.lr, std::min(o.warmup, total_steps - 1), total_steps, o.min_lr);
 
-  std::printf("train_gpt: %s on %s | GPT L%lld H%lld C%lld T%lld, %.2fM parameters | batch %lld x %lld (%lld tokens) "
-              "| %s%s | %d threads\n",
-              task ? (std::to_string(o.digits) + "-digit addition").c_str() : text->description.c_str(), device.str().c_str(),
-              (long long)model->config.n_layer, (long long)model->config.n_head, (long long)model->config.n_embd,
-              (long long)model->config.context, double(model->parameter_count()) / 1e6, (long long)o.batch,
-              (long long)micro_batches, (long long)tokens_per_step, samples::precision_name(precision),
-              scaler.enabled() ? (std::string(", ") + scaler.mode_name() + " loss scale").c_str() : "",
-              omp_get_max_threads());
+  std::printf(
+      "train_gpt: %s on %s | GPT L%lld H%lld C%lld T%lld, %.2fM parameters | batch %lld x %lld (%lld tokens) "
+      "| %s%s | %d threads\n",
+      task ? (std::to_string(o.digits) + "-digit addition").c_str() : text->description.c_str(), device.str().c_str(),
+      (long long)model->config.n_layer(), (long long)model->config.n_head(), (long long)model->config.n_embd(),
+      (long long)model->config.context(), double(model->parameter_count()) / 1e6, (long long)o.batch,
+      (long long)micro_batches, (long long)tokens_per_step, samples::precision_name(precision),
+      scaler.enabled() ? (std::string(", ") + scaler.mode_name() + " loss scale").c_str() : "", omp_get_max_threads());
 
   if (o.recompute_every > 0 || o.offload_activations != "off")
     std::printf("memory savers: checkpoint every %lld block(s) | activation offload %s\n", (long long)o.recompute_every,

@@ -51,15 +51,7 @@ Device test_cuda_device() {
   return Device::cuda(cuda::is_emulated() ? comm().local_rank() % cuda::device_count() : comm().local_rank());
 }
 
-nn::GPTConfig tiny_config() {
-  nn::GPTConfig c;
-  c.vocab_size = 16;
-  c.context = 8;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  return c;
-}
+nn::GPTConfig tiny_config() { return nn::GPTConfig().vocab_size(16).context(8).n_layer(2).n_head(2).n_embd(16); }
 
 constexpr int64_t kGlobalBatch = 8;
 constexpr int kSteps = 5;
@@ -457,12 +449,7 @@ TEST_CASE("optimizer shards saved at N ranks resume at N with another stage and 
 
 TEST_CASE("model-state bytes per rank follow the ZeRO formulas") {
   const int world = comm().world_size();
-  nn::GPTConfig config;
-  config.vocab_size = 256;
-  config.context = 32;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.n_embd = 64;
+  const auto config = nn::GPTConfig().vocab_size(256).context(32).n_layer(2).n_head(2).n_embd(64);
   for (int stage : {0, 1, 2, 3}) {
     const int64_t before = memory_stats().allocated_bytes;
     int64_t measured = 0;
@@ -1134,8 +1121,7 @@ TEST_CASE("ZeRO stage 3 with dropout and checkpointing draws the masks of stage 
     std::vector<std::vector<float>> params;
     for (int stage : {0, 3}) {
       manual_seed(7);
-      nn::GPTConfig config = tiny_config();
-      config.dropout = 0.2;
+      nn::GPTConfig config = tiny_config().dropout(0.2);
       nn::GPT model(config);
       model.set_checkpoint_every(k);
       ZeroOptimizer opt(model, comm(), ZeroOptions().stage(stage).adamw(adamw_options()));
