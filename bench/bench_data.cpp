@@ -98,12 +98,7 @@ void data_wait(int steps, double micros_per_example) {
   if (micros_per_example > 0) dataset = std::make_shared<CostlyDataset>(dataset, micros_per_example);
   for (int workers : {0, 1, 2}) {
     manual_seed(1337);
-    nn::GPTConfig config;
-    config.vocab_size = 256;
-    config.context = 16;
-    config.n_layer = 2;
-    config.n_head = 4;
-    config.n_embd = 128;
+    const auto config = nn::GPTConfig().vocab_size(256).context(16).n_layer(2).n_head(4).n_embd(128);
     nn::GPT model(config);
     model.to(g_device);
     model.train();

@@ -61,14 +61,9 @@ class Trainer {
  public:
   Trainer(const Setup& s, const Strategy& strategy) : s_(s), strategy_(strategy) {
     manual_seed(1);
-    nn::GPTConfig config;
-    config.vocab_size = s.V;
-    config.context = s.T;
-    config.n_layer = s.L;
-    config.n_head = s.H;
-    config.n_embd = s.C;
-    config.dropout = 0.1;
-    config.checkpoint_every = strategy.checkpoint_every;
+    const auto config =
+        nn::GPTConfig().vocab_size(s.V).context(s.T).n_layer(s.L).n_head(s.H).n_embd(s.C).dropout(0.1).checkpoint_every(
+            strategy.checkpoint_every);
     model_ = std::make_shared<nn::GPT>(config);
     model_->to(s.device);
     model_->train();

@@ -68,9 +68,9 @@ Result run(const Precision& p, const nn::GPTConfig& config, int64_t batch, int s
                                     .stochastic_rounding(p.stochastic_rounding)
                                     .rounding_seed(7));
   optim::LossScaler scaler = p.dtype == DType::f16 ? optim::LossScaler::dynamic() : optim::LossScaler::none();
-  const int64_t T = config.context;
-  const Tensor ids = randint(0, config.vocab_size, {batch, T}, i64, g_device);
-  const Tensor targets = randint(0, config.vocab_size, {batch, T}, i64, g_device);
+  const int64_t T = config.context();
+  const Tensor ids = randint(0, config.vocab_size(), {batch, T}, i64, g_device);
+  const Tensor targets = randint(0, config.vocab_size(), {batch, T}, i64, g_device);
   const std::vector<Tensor> params = model.parameters();
   auto step = [&] {
     scaler.scale(model.loss(ids, targets)).backward();
@@ -115,12 +115,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = std::max(1, std::atoi(argv[++i]));
     if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) g_device = Device::parse(argv[++i]);
   }
-  nn::GPTConfig config;
-  config.vocab_size = 256;
-  config.context = 128;
-  config.n_layer = 4;
-  config.n_head = 4;
-  config.n_embd = 256;
+  const auto config = nn::GPTConfig().vocab_size(256).context(128).n_layer(4).n_head(4).n_embd(256);
   const int64_t batch = 8;
   const Precision precisions[] = {
       {"fp32", DType::f32},
@@ -140,7 +135,7 @@ int main(int argc, char** argv) {
           .add("model_state_bytes_per_param", r.bytes_per_param)
           .add("peak_bytes", r.peak_bytes)
           .add("median_ms", r.step_ms)
-          .add("tokens_per_s", double(batch * config.context) / (r.step_ms / 1e3))
+          .add("tokens_per_s", double(batch * config.context()) / (r.step_ms / 1e3))
           .add("speedup_vs_fp32", baseline.step_ms / r.step_ms)
           .add("peak_memory_vs_fp32", r.peak_bytes / baseline.peak_bytes)
           .add("threads", omp_get_max_threads())

@@ -54,9 +54,7 @@ void bench_dispatch(bool quick) {
   // interrupted (the machine may be shared) is simply not the minimum, and drift hits all three alike.
   const int64_t calls = 2000;
   const int rounds = quick ? 100 : 1000;
-  profiler::Options options;
-  options.op_ranges = true;
-  options.max_ranges = size_t(calls) * size_t(rounds) + 16;
+  const auto options = profiler::Options().op_ranges(true).max_ranges(size_t(calls) * size_t(rounds) + 16);
   double direct = 1e30, off = 1e30, on = 1e30;
   for (int r = 0; r < rounds; ++r) {
     direct = std::min(direct, ns_per_call(calls, direct_call));
@@ -86,12 +84,7 @@ void bench_dispatch(bool quick) {
 
 void bench_train_step(const Device& device, bool quick) {
   manual_seed(1);
-  nn::GPTConfig config;
-  config.vocab_size = 256;
-  config.context = 16;
-  config.n_layer = 2;
-  config.n_head = 4;
-  config.n_embd = 128;
+  const auto config = nn::GPTConfig().vocab_size(256).context(16).n_layer(2).n_head(4).n_embd(128);
   nn::GPT model(config);
   model.to(device);
   optim::AdamW optimizer(model.parameters(), optim::AdamWOptions().lr(3e-4).weight_decay(0.1));
@@ -123,8 +116,7 @@ void bench_train_step(const Device& device, bool quick) {
   };
   for (int i = 0; i < 5; ++i) step();  // warm the allocator caches
   // Kernel calls per step: one op-range session of one step.
-  profiler::Options count_options;
-  count_options.op_ranges = true;
+  const auto count_options = profiler::Options().op_ranges(true);
   profiler::start(count_options);
   step();
   int64_t kernel_calls = 0;
@@ -133,9 +125,8 @@ void bench_train_step(const Device& device, bool quick) {
 
   const int block = quick ? 5 : 20, blocks = quick ? 2 : 5;
   std::vector<double> off_a, off_b, phases, ops;
-  profiler::Options phase_options, op_options;
-  phase_options.max_ranges = op_options.max_ranges = 50'000'000;
-  op_options.op_ranges = true;
+  const auto phase_options = profiler::Options().max_ranges(50'000'000);
+  const auto op_options = profiler::Options(phase_options).op_ranges(true);
   for (int b = 0; b < blocks; ++b) {
     auto a = time_block(block);
     off_a.insert(off_a.end(), a.begin(), a.end());

@@ -50,12 +50,7 @@ std::vector<double> time_steps(int warmup, int steps, Step&& step) {
 
 void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t T, int64_t B, int steps) {
   manual_seed(1);
-  nn::GPTConfig config;
-  config.vocab_size = 256;
-  config.context = T;
-  config.n_layer = L;
-  config.n_head = H;
-  config.n_embd = C;
+  const auto config = nn::GPTConfig().vocab_size(256).context(T).n_layer(L).n_head(H).n_embd(C);
   nn::GPT model(config);
   model.to(g_device);
   optim::AdamW optimizer(model.parameters(), optim::AdamWOptions().lr(3e-4).weight_decay(0.1));

@@ -189,12 +189,7 @@ void cpu_adamw_bench(int64_t n, int repeats) {
 
 void zero_stages(dist::Communicator& comm, double budget_gib) {
   const int world = comm.world_size();
-  nn::GPTConfig config;
-  config.vocab_size = 256;
-  config.context = 32;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.n_embd = 128;
+  const auto config = nn::GPTConfig().vocab_size(256).context(32).n_layer(2).n_head(2).n_embd(128);
   for (int stage : {0, 1, 2, 3})
     for (bool offload : {false, true}) {
       const int64_t before = memory_stats().allocated_bytes;
@@ -260,13 +255,7 @@ void zero_stages(dist::Communicator& comm, double budget_gib) {
 constexpr int kCapacityStages[] = {0, 1, 2, 3};
 
 nn::GPTConfig capacity_config(int n_layer) {
-  nn::GPTConfig config;
-  config.vocab_size = 256;
-  config.context = 32;
-  config.n_layer = n_layer;
-  config.n_head = 4;
-  config.n_embd = 128;
-  return config;
+  return nn::GPTConfig().vocab_size(256).context(32).n_layer(n_layer).n_head(4).n_embd(128);
 }
 
 struct Attempt {
@@ -373,7 +362,7 @@ void largest_model(dist::Communicator& comm, int stage, bool offload, int64_t bu
       .add("offload", offload)
       .add("budget_mib_per_rank", double(budget) / mib)
       .add("n_layer", lo)
-      .add("n_embd", config.n_embd)
+      .add("n_embd", config.n_embd())
       .add("params", (long long)best.params)
       .add("params_millions", double(best.params) / 1e6)
       .add("step_peak_allocated_mib_rank0", double(best.step_peak_bytes) / mib)
@@ -419,7 +408,7 @@ int main(int argc, char** argv) {
       hg::bench::cpu_adamw_bench(n, repeats);
     }
     // A collective that does not finish within 120 s ends the run with an error (never a hang).
-    hg::dist::Communicator comm(hg::dist::CommunicatorOptions{std::chrono::seconds(120)});
+    hg::dist::Communicator comm(hg::dist::CommunicatorOptions().timeout(std::chrono::seconds(120)));
     hg::bench::zero_stages(comm, budget_gib);
     if (capacity_budget_mib <= 0) capacity_budget_mib = quick ? 16 : 32;
     hg::bench::zero_max_models(comm, int64_t(capacity_budget_mib * 1024 * 1024));

@@ -11,6 +11,16 @@ constexpr int64_t kStateVersion = 1;
 constexpr int64_t kStateSize = 5;
 }  // namespace
 
+SamplerOptions DataLoaderOptions::sampler() const {
+  return SamplerOptions()
+      .batch_size(batch_size())
+      .shuffle(shuffle())
+      .drop_last(drop_last())
+      .seed(seed())
+      .rank(rank())
+      .world_size(world_size());
+}
+
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderOptions& options)
     : DataLoader(dataset, std::make_shared<DistributedBatchSampler>(dataset ? dataset->size() : 0, options.sampler()),
                  options) {}
@@ -192,9 +202,9 @@ Batch DataLoader::next() {
 }
 
 Tensor DataLoader::state() const {
-  return from_vector(std::vector<int64_t>{kStateVersion, epoch(), batch_in_epoch(), batches_per_epoch(),
-                                          int64_t(options_.sampler().seed)},
-                     {kStateSize});
+  return from_vector(
+      std::vector<int64_t>{kStateVersion, epoch(), batch_in_epoch(), batches_per_epoch(), int64_t(options_.seed())},
+      {kStateSize});
 }
 
 void DataLoader::load_state(const Tensor& state) {
@@ -207,8 +217,8 @@ void DataLoader::load_state(const Tensor& state) {
   HG_CHECK(s[3] == batches_per_epoch(), "[DataLoader::load_state] the state was saved with ", s[3],
            " batches per epoch, this loader has ", batches_per_epoch(),
            "; expected the same dataset, batch size, world size and drop_last");
-  HG_CHECK(s[4] == int64_t(options_.sampler().seed), "[DataLoader::load_state] the state was saved with seed ", s[4],
-           ", this loader has seed ", int64_t(options_.sampler().seed));
+  HG_CHECK(s[4] == int64_t(options_.seed()), "[DataLoader::load_state] the state was saved with seed ", s[4],
+           ", this loader has seed ", int64_t(options_.seed()));
   HG_CHECK(s[1] >= 0 && s[2] >= 0 && s[2] < batches_per_epoch(), "[DataLoader::load_state] position epoch ", s[1],
            " batch ", s[2], " is invalid; expected epoch >= 0 and batch in [0, ", batches_per_epoch(), ")");
   stop_workers();

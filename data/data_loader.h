@@ -40,52 +40,27 @@ namespace hg::data {
 
 class DeviceStager;
 
-class DataLoaderOptions {
- public:
-  DataLoaderOptions& batch_size(int64_t v) {
-    sampler_.batch_size = v;
-    return *this;
-  }
-  DataLoaderOptions& shuffle(bool v) {
-    sampler_.shuffle = v;
-    return *this;
-  }
-  DataLoaderOptions& drop_last(bool v) {
-    sampler_.drop_last = v;
-    return *this;
-  }
-  DataLoaderOptions& seed(uint64_t v) {
-    sampler_.seed = v;
-    return *this;
-  }
-  DataLoaderOptions& rank(int64_t rank, int64_t world_size) {
-    sampler_.rank = rank;
-    sampler_.world_size = world_size;
-    return *this;
-  }
-  DataLoaderOptions& workers(int v) {
-    workers_ = v;
-    return *this;
-  }
-  DataLoaderOptions& prefetch_factor(int v) {
-    prefetch_factor_ = v;
-    return *this;
-  }
+// Validated by DataLoader's constructor (the sampler's options by DistributedBatchSampler's).
+//   DataLoaderOptions().batch_size(64).rank(rank, world).workers(2).device(Device::cuda(0))
+struct DataLoaderOptions {
+  // The sampler's options (SamplerOptions; same defaults), for the DistributedBatchSampler that
+  // DataLoader(dataset, options) builds.
+  HG_OPTION(DataLoaderOptions, int64_t, batch_size, SamplerOptions().batch_size());
+  HG_OPTION(DataLoaderOptions, bool, shuffle, SamplerOptions().shuffle());
+  HG_OPTION(DataLoaderOptions, bool, drop_last, SamplerOptions().drop_last());
+  HG_OPTION(DataLoaderOptions, uint64_t, seed, SamplerOptions().seed());
+  HG_OPTION(DataLoaderOptions, int64_t, rank, SamplerOptions().rank());
+  HG_OPTION(DataLoaderOptions, int64_t, world_size, SamplerOptions().world_size());
+  HG_OPTION(DataLoaderOptions, int, workers, 0);
+  HG_OPTION(DataLoaderOptions, int, prefetch_factor, 2);
   // Where next() delivers batches; a CUDA device turns on pinned staging and async copies.
-  DataLoaderOptions& device(const Device& v) {
-    device_ = v;
-    return *this;
-  }
+  HG_OPTION(DataLoaderOptions, Device, device, kCPU);
 
-  const SamplerOptions& sampler() const { return sampler_; }
-  int workers() const { return workers_; }
-  int prefetch_factor() const { return prefetch_factor_; }
-  const Device& device() const { return device_; }
-
- private:
-  SamplerOptions sampler_;
-  int workers_ = 0, prefetch_factor_ = 2;
-  Device device_ = kCPU;
+ public:
+  // This process's place among the data-parallel ranks: rank(r).world_size(w).
+  DataLoaderOptions& rank(int64_t r, int64_t w) { return rank(r).world_size(w); }
+  // The sampler's options, gathered.
+  SamplerOptions sampler() const;
 };
 
 class DataLoader {

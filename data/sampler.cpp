@@ -28,16 +28,16 @@ DistributedBatchSampler::DistributedBatchSampler(int64_t dataset_size, SamplerOp
     : size_(dataset_size), options_(options) {
   const SamplerOptions& o = options_;
   HG_CHECK(dataset_size > 0, "[DistributedBatchSampler] the dataset is empty; expected at least one example");
-  HG_CHECK(o.batch_size >= 1, "[DistributedBatchSampler] batch_size must be >= 1, got ", o.batch_size);
-  HG_CHECK(o.world_size >= 1, "[DistributedBatchSampler] world_size must be >= 1, got ", o.world_size);
-  HG_CHECK(o.rank >= 0 && o.rank < o.world_size, "[DistributedBatchSampler] rank ", o.rank,
-           " is outside [0, world_size = ", o.world_size, ")");
-  per_rank_ = o.drop_last ? size_ / o.world_size : (size_ + o.world_size - 1) / o.world_size;
-  HG_CHECK(per_rank_ > 0, "[DistributedBatchSampler] ", size_, " examples over ", o.world_size,
+  HG_CHECK(o.batch_size() >= 1, "[DistributedBatchSampler] batch_size must be >= 1, got ", o.batch_size());
+  HG_CHECK(o.world_size() >= 1, "[DistributedBatchSampler] world_size must be >= 1, got ", o.world_size());
+  HG_CHECK(o.rank() >= 0 && o.rank() < o.world_size(), "[DistributedBatchSampler] rank ", o.rank(),
+           " is outside [0, world_size = ", o.world_size(), ")");
+  per_rank_ = o.drop_last() ? size_ / o.world_size() : (size_ + o.world_size() - 1) / o.world_size();
+  HG_CHECK(per_rank_ > 0, "[DistributedBatchSampler] ", size_, " examples over ", o.world_size(),
            " ranks with drop_last leave none per rank; expected at least world_size examples");
-  batches_ = o.drop_last ? per_rank_ / o.batch_size : (per_rank_ + o.batch_size - 1) / o.batch_size;
+  batches_ = o.drop_last() ? per_rank_ / o.batch_size() : (per_rank_ + o.batch_size() - 1) / o.batch_size();
   HG_CHECK(batches_ > 0, "[DistributedBatchSampler] ", per_rank_, " examples per rank make no full batch of ",
-           o.batch_size, " with drop_last; expected batch_size <= examples per rank");
+           o.batch_size(), " with drop_last; expected batch_size <= examples per rank");
 }
 
 std::shared_ptr<const std::vector<int64_t>> DistributedBatchSampler::epoch_order(int64_t epoch) const {
@@ -45,8 +45,8 @@ std::shared_ptr<const std::vector<int64_t>> DistributedBatchSampler::epoch_order
   for (const auto& [e, order] : cache_)
     if (e == epoch) return order;
   std::vector<int64_t> order;
-  if (options_.shuffle) {
-    order = seeded_permutation(size_, options_.seed ^ mix64(uint64_t(epoch) + 0x5eed));
+  if (options_.shuffle()) {
+    order = seeded_permutation(size_, options_.seed() ^ mix64(uint64_t(epoch) + 0x5eed));
   } else {
     order.resize(size_t(size_));
     for (int64_t i = 0; i < size_; ++i) order[size_t(i)] = i;
@@ -62,7 +62,7 @@ std::vector<int64_t> DistributedBatchSampler::rank_indices(int64_t epoch) const 
   std::vector<int64_t> mine(static_cast<size_t>(per_rank_));
   // Position p of the padded (or truncated) order is order[p % N]: wrap-around padding.
   for (int64_t k = 0; k < per_rank_; ++k)
-    mine[size_t(k)] = (*order)[size_t((options_.rank + k * options_.world_size) % size_)];
+    mine[size_t(k)] = (*order)[size_t((options_.rank() + k * options_.world_size()) % size_)];
   return mine;
 }
 
@@ -71,11 +71,11 @@ std::vector<int64_t> DistributedBatchSampler::batch(int64_t epoch, int64_t batch
   HG_CHECK(batch >= 0 && batch < batches_, "[DistributedBatchSampler] batch ", batch, " is outside [0, ", batches_,
            ") of an epoch");
   const auto order = epoch_order(epoch);
-  const int64_t first = batch * options_.batch_size;
-  const int64_t count = std::min(options_.batch_size, per_rank_ - first);
+  const int64_t first = batch * options_.batch_size();
+  const int64_t count = std::min(options_.batch_size(), per_rank_ - first);
   std::vector<int64_t> indices(static_cast<size_t>(count));
   for (int64_t k = 0; k < count; ++k)
-    indices[size_t(k)] = (*order)[size_t((options_.rank + (first + k) * options_.world_size) % size_)];
+    indices[size_t(k)] = (*order)[size_t((options_.rank() + (first + k) * options_.world_size()) % size_)];
   return indices;
 }
 

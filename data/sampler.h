@@ -19,6 +19,8 @@
 #include <mutex>
 #include <vector>
 
+#include "kernels/options.h"
+
 namespace hg::data {
 
 class BatchSampler {
@@ -30,12 +32,15 @@ class BatchSampler {
   virtual std::vector<int64_t> batch(int64_t epoch, int64_t batch) const = 0;
 };
 
+// Validated by DistributedBatchSampler's constructor.
+//   SamplerOptions().batch_size(32).seed(7).rank(1).world_size(4)
 struct SamplerOptions {
-  int64_t batch_size = 1;
-  bool shuffle = true;
-  bool drop_last = false;
-  uint64_t seed = 0;
-  int64_t rank = 0, world_size = 1;
+  HG_OPTION(SamplerOptions, int64_t, batch_size, 1);
+  HG_OPTION(SamplerOptions, bool, shuffle, true);
+  HG_OPTION(SamplerOptions, bool, drop_last, false);
+  HG_OPTION(SamplerOptions, uint64_t, seed, 0);
+  HG_OPTION(SamplerOptions, int64_t, rank, 0);
+  HG_OPTION(SamplerOptions, int64_t, world_size, 1);
 };
 
 class DistributedBatchSampler final : public BatchSampler {

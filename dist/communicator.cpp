@@ -138,8 +138,8 @@ struct Communicator::Stream {
 };
 
 Communicator::Communicator(CommunicatorOptions options)
-    : timeout_(options.timeout.count() > 0 ? options.timeout : default_timeout()), stream_(std::make_unique<Stream>()) {
-  const ProcessInfo process = options.this_process_only ? ProcessInfo{} : detect_process();
+    : timeout_(options.timeout().count() > 0 ? options.timeout() : default_timeout()), stream_(std::make_unique<Stream>()) {
+  const ProcessInfo process = options.this_process_only() ? ProcessInfo{} : detect_process();
   rank_ = process.rank;
   world_ = process.world_size;
   local_rank_ = process.local_rank;

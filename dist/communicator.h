@@ -40,6 +40,7 @@
 #include "engine/device.h"
 #include "engine/tensor.h"
 #include "kernels/dtype.h"
+#include "kernels/options.h"
 
 namespace hg::dist {
 
@@ -77,13 +78,14 @@ class Work {
   std::shared_ptr<detail::WorkState> state_;
 };
 
+// CommunicatorOptions().timeout(std::chrono::seconds(60)).this_process_only(true)
 struct CommunicatorOptions {
-  // How long a collective may take before Work::wait() gives up. Default: $HALFGRAD_DIST_TIMEOUT
+  // How long a collective may take before Work::wait() gives up. Default (0): $HALFGRAD_DIST_TIMEOUT
   // seconds when set, otherwise 300 s.
-  std::chrono::milliseconds timeout{0};
+  HG_OPTION(CommunicatorOptions, std::chrono::milliseconds, timeout, std::chrono::milliseconds(0));
   // A communicator of this process alone (world size 1), whatever the launcher says: e.g. to resume a
   // sharded checkpoint in one process, or to compare against single-process training.
-  bool this_process_only = false;
+  HG_OPTION(CommunicatorOptions, bool, this_process_only, false);
 };
 
 class HostTransport;
@@ -111,8 +113,7 @@ class Communicator {
   Work all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, Device device = kCPU);
   Work reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype, ReduceOp op,
                       Device device = kCPU);
-  Work all_gather(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
-                  Device device = kCPU);
+  Work all_gather(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype, Device device = kCPU);
   Work broadcast(void* data, int64_t count, DType dtype, int root, Device device = kCPU);
   Work barrier();
 

@@ -27,11 +27,11 @@ namespace hg::dist {
 
 // DataParallelOptions().zero_stage(3).offload_optimizer(true).persistence_threshold(4 * dim)
 struct DataParallelOptions {
-  HG_OPTIM_ARG(DataParallelOptions, int, zero_stage, -1);
-  HG_OPTIM_ARG(DataParallelOptions, bool, offload_optimizer, false);
+  HG_OPTION(DataParallelOptions, int, zero_stage, -1);
+  HG_OPTION(DataParallelOptions, bool, offload_optimizer, false);
   // ZeRO stage 3: tensors of at most this many elements stay whole on every rank.
-  HG_OPTIM_ARG(DataParallelOptions, int64_t, persistence_threshold, 0);
-  HG_OPTIM_ARG(DataParallelOptions, bool, quiet_other_ranks, true);
+  HG_OPTION(DataParallelOptions, int64_t, persistence_threshold, 0);
+  HG_OPTION(DataParallelOptions, bool, quiet_other_ranks, true);
 };
 
 class DataParallel {

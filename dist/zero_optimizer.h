@@ -82,14 +82,14 @@ class Event;
 namespace hg::dist {
 
 struct ZeroOptions {
-  HG_OPTIM_ARG(ZeroOptions, int, stage, 0);
-  HG_OPTIM_ARG(ZeroOptions, bool, offload_optimizer, false);
-  HG_OPTIM_ARG(ZeroOptions, int64_t, bucket_bytes, int64_t(25) << 20);
-  HG_OPTIM_ARG(ZeroOptions, optim::AdamWOptions, adamw, optim::AdamWOptions());
+  HG_OPTION(ZeroOptions, int, stage, 0);
+  HG_OPTION(ZeroOptions, bool, offload_optimizer, false);
+  HG_OPTION(ZeroOptions, int64_t, bucket_bytes, int64_t(25) << 20);
+  HG_OPTION(ZeroOptions, optim::AdamWOptions, adamw, optim::AdamWOptions());
   // Stage 3: parameters with at most this many elements stay whole on every rank.
-  HG_OPTIM_ARG(ZeroOptions, int64_t, persistence_threshold, 0);
+  HG_OPTION(ZeroOptions, int64_t, persistence_threshold, 0);
   // Stage 3: start gathering the next unit while the current one computes.
-  HG_OPTIM_ARG(ZeroOptions, bool, prefetch, true);
+  HG_OPTION(ZeroOptions, bool, prefetch, true);
 };
 
 // Which modules stage 3 gathers and releases as one unit.

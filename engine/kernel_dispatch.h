@@ -15,7 +15,7 @@
 #define HG_KERNEL_CALL(device, name, ...) ::hg::kernels::cpu::name(__VA_ARGS__)
 #endif
 
-// With the profiler's op ranges on (profiler::Options::op_ranges), each kernel call is wrapped in a
+// With the profiler's op ranges on (profiler::Options::op_ranges()), each kernel call is wrapped in a
 // range named after the kernel (timed with CUDA events on a CUDA device); off, this costs one relaxed
 // load and a branch predicted not taken (bench_profiler measures it).
 #define HG_KERNEL(device, name, ...)                                                                  \

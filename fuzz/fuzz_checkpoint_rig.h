@@ -25,12 +25,7 @@ struct CheckpointRig {
 
   explicit CheckpointRig(uint64_t seed) {
     manual_seed(seed);
-    nn::GPTConfig config;
-    config.vocab_size = 8;
-    config.context = 4;
-    config.n_layer = 1;
-    config.n_head = 2;
-    config.n_embd = 4;
+    const auto config = nn::GPTConfig().vocab_size(8).context(4).n_layer(1).n_head(2).n_embd(4);
     model = std::make_shared<nn::GPT>(config);
     optimizer = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions().lr(1e-2));
     scaler = optim::LossScaler::dynamic(optim::DynamicLossScaleOptions().init_scale(256).growth_interval(3));

@@ -112,8 +112,7 @@ int main(int argc, char** argv) {
   {
     // Same registration, wider model: another architecture.
     manual_seed(3);
-    nn::GPTConfig config;
-    config.vocab_size = 8, config.context = 4, config.n_layer = 1, config.n_head = 2, config.n_embd = 6;
+    const auto config = nn::GPTConfig().vocab_size(8).context(4).n_layer(1).n_head(2).n_embd(6);
     nn::GPT wide(config);
     train::TrainingState state;
     state.model(wide);

@@ -7,21 +7,22 @@
 namespace hg::nn {
 
 Linear::Linear(const LinearOptions& opts) : options(opts) {
-  HG_CHECK(opts.in_features > 0 && opts.out_features > 0, "[Linear] expected positive sizes, got in_features = ",
-           opts.in_features, ", out_features = ", opts.out_features);
-  const double bound = 1.0 / std::sqrt(double(opts.in_features));
-  weight = register_parameter("weight", empty({opts.out_features, opts.in_features}));
+  HG_CHECK(opts.in_features() > 0 && opts.out_features() > 0,
+           "[Linear] expected positive sizes, got in_features = ", opts.in_features(),
+           ", out_features = ", opts.out_features());
+  const double bound = 1.0 / std::sqrt(double(opts.in_features()));
+  weight = register_parameter("weight", empty({opts.out_features(), opts.in_features()}));
   init::uniform_(weight, -bound, bound);
-  if (opts.with_bias) {
-    bias = register_parameter("bias", empty({opts.out_features}));
+  if (opts.bias()) {
+    bias = register_parameter("bias", empty({opts.out_features()}));
     init::uniform_(bias, -bound, bound);
   }
 }
 
 Tensor Linear::forward(const Tensor& x) {
   ModuleScope scope(*this);
-  HG_CHECK(x.dim() >= 1 && x.size(-1) == options.in_features, "[Linear] input ", x.describe(),
-           " does not match in_features = ", options.in_features, "; expected [..., ", options.in_features, "]");
+  HG_CHECK(x.dim() >= 1 && x.size(-1) == options.in_features(), "[Linear] input ", x.describe(),
+           " does not match in_features = ", options.in_features(), "; expected [..., ", options.in_features(), "]");
   return linear(x, weight, bias);
 }
 

@@ -1,18 +1,17 @@
 #pragma once
 // The elementary layers: Linear, Embedding, LayerNorm, Dropout, GELU and Sequential.
+#include "kernels/options.h"
 #include "layers/module.h"
 
 namespace hg::nn {
 
+// The sizes are required (constructor arguments); the rest are options, validated by Linear.
+//   LinearOptions(768, 3072).bias(false)
 struct LinearOptions {
-  LinearOptions(int64_t in, int64_t out) : in_features(in), out_features(out) {}
-  int64_t in_features;
-  int64_t out_features;
-  bool with_bias = true;
-  LinearOptions& bias(bool on) {
-    with_bias = on;
-    return *this;
-  }
+  LinearOptions(int64_t in, int64_t out) : in_features_(in), out_features_(out) {}
+  HG_OPTION(LinearOptions, int64_t, in_features, 0);
+  HG_OPTION(LinearOptions, int64_t, out_features, 0);
+  HG_OPTION(LinearOptions, bool, bias, true);
 };
 
 // y = x W^T + b with weight [out, in] (PyTorch's layout) and bias [out]. Initialised like PyTorch:

@@ -7,31 +7,32 @@
 namespace hg::nn {
 
 Conv2d::Conv2d(const Conv2dOptions& opts) : options(opts) {
-  HG_CHECK(opts.in_channels > 0 && opts.out_channels > 0 && opts.kernel_size[0] > 0 && opts.kernel_size[1] > 0,
-           "[Conv2d] expected positive sizes, got in_channels = ", opts.in_channels, ", out_channels = ",
-           opts.out_channels, ", kernel_size = (", opts.kernel_size[0], ", ", opts.kernel_size[1], ")");
-  HG_CHECK(opts.groups_ > 0 && opts.in_channels % opts.groups_ == 0 && opts.out_channels % opts.groups_ == 0,
-           "[Conv2d] groups = ", opts.groups_, " must divide in_channels = ", opts.in_channels,
-           " and out_channels = ", opts.out_channels);
-  HG_CHECK(opts.stride_[0] > 0 && opts.stride_[1] > 0 && opts.dilation_[0] > 0 && opts.dilation_[1] > 0 &&
-               opts.padding_[0] >= 0 && opts.padding_[1] >= 0,
+  const int64_t in = opts.in_channels(), out = opts.out_channels(), groups = opts.groups();
+  const Size2d kernel = opts.kernel_size(), stride = opts.stride(), padding = opts.padding(),
+               dilation = opts.dilation();
+  HG_CHECK(in > 0 && out > 0 && kernel[0] > 0 && kernel[1] > 0,
+           "[Conv2d] expected positive sizes, got in_channels = ", in, ", out_channels = ", out, ", kernel_size = (",
+           kernel[0], ", ", kernel[1], ")");
+  HG_CHECK(groups > 0 && in % groups == 0 && out % groups == 0, "[Conv2d] groups = ", groups,
+           " must divide in_channels = ", in, " and out_channels = ", out);
+  HG_CHECK(stride[0] > 0 && stride[1] > 0 && dilation[0] > 0 && dilation[1] > 0 && padding[0] >= 0 && padding[1] >= 0,
            "[Conv2d] expected stride > 0, dilation > 0 and padding >= 0");
-  const int64_t fan_in = opts.in_channels / opts.groups_ * opts.kernel_size[0] * opts.kernel_size[1];
+  const int64_t fan_in = in / groups * kernel[0] * kernel[1];
   const double bound = 1.0 / std::sqrt(double(fan_in));
-  weight = register_parameter(
-      "weight", empty({opts.out_channels, opts.in_channels / opts.groups_, opts.kernel_size[0], opts.kernel_size[1]}));
+  weight = register_parameter("weight", empty({out, in / groups, kernel[0], kernel[1]}));
   init::uniform_(weight, -bound, bound);
-  if (opts.with_bias) {
-    bias = register_parameter("bias", empty({opts.out_channels}));
+  if (opts.bias()) {
+    bias = register_parameter("bias", empty({out}));
     init::uniform_(bias, -bound, bound);
   }
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
   ModuleScope scope(*this);
-  HG_CHECK(x.dim() == 4 && x.size(1) == options.in_channels, "[Conv2d] input ", x.describe(),
-           " does not match in_channels = ", options.in_channels, "; expected [N, ", options.in_channels, ", H, W]");
-  return conv2d(x, weight, bias, options.stride_, options.padding_, options.dilation_, options.groups_);
+  HG_CHECK(x.dim() == 4 && x.size(1) == options.in_channels(), "[Conv2d] input ", x.describe(),
+           " does not match in_channels = ", options.in_channels(), "; expected [N, ", options.in_channels(),
+           ", H, W]");
+  return conv2d(x, weight, bias, options.stride(), options.padding(), options.dilation(), options.groups());
 }
 
 namespace {

@@ -1,23 +1,29 @@
 #pragma once
 // The layers of a convolutional network over NCHW tensors: Conv2d, MaxPool2d, AvgPool2d, Flatten.
+#include "kernels/options.h"
 #include "layers/module.h"
 
 namespace hg::nn {
 
+// The channels and the kernel are required (constructor arguments); the rest are options, validated
+// by Conv2d. Windows are (height, width); stride, padding and dilation also take one number for both.
+//   Conv2dOptions(3, 16, 3).stride(2).padding(1).bias(false)
 struct Conv2dOptions {
-  Conv2dOptions(int64_t in, int64_t out, Size2d kernel) : in_channels(in), out_channels(out), kernel_size(kernel) {}
+  Conv2dOptions(int64_t in, int64_t out, Size2d kernel) : in_channels_(in), out_channels_(out), kernel_size_(kernel) {}
   Conv2dOptions(int64_t in, int64_t out, int64_t kernel) : Conv2dOptions(in, out, Size2d{kernel, kernel}) {}
-  int64_t in_channels;
-  int64_t out_channels;
-  Size2d kernel_size;
-  Size2d stride_ = {1, 1}, padding_ = {0, 0}, dilation_ = {1, 1};
-  int64_t groups_ = 1;
-  bool with_bias = true;
-  Conv2dOptions& stride(int64_t s) { return stride_ = {s, s}, *this; }
-  Conv2dOptions& padding(int64_t p) { return padding_ = {p, p}, *this; }
-  Conv2dOptions& dilation(int64_t d) { return dilation_ = {d, d}, *this; }
-  Conv2dOptions& groups(int64_t g) { return groups_ = g, *this; }
-  Conv2dOptions& bias(bool on) { return with_bias = on, *this; }
+  HG_OPTION(Conv2dOptions, int64_t, in_channels, 0);
+  HG_OPTION(Conv2dOptions, int64_t, out_channels, 0);
+  HG_OPTION(Conv2dOptions, Size2d, kernel_size, (Size2d{1, 1}));
+  HG_OPTION(Conv2dOptions, Size2d, stride, (Size2d{1, 1}));
+  HG_OPTION(Conv2dOptions, Size2d, padding, (Size2d{0, 0}));
+  HG_OPTION(Conv2dOptions, Size2d, dilation, (Size2d{1, 1}));
+  HG_OPTION(Conv2dOptions, int64_t, groups, 1);
+  HG_OPTION(Conv2dOptions, bool, bias, true);
+
+ public:
+  Conv2dOptions& stride(int64_t s) { return stride(Size2d{s, s}); }
+  Conv2dOptions& padding(int64_t p) { return padding(Size2d{p, p}); }
+  Conv2dOptions& dilation(int64_t d) { return dilation(Size2d{d, d}); }
 };
 
 // y = conv2d(x, weight, bias) with weight [out, in / groups, KH, KW] and bias [out]; initialised like

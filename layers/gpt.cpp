@@ -11,27 +11,23 @@
 namespace hg::nn {
 
 void GPTConfig::validate() const {
-  HG_CHECK(vocab_size > 0, "[GPT] expected vocab_size > 0, got ", vocab_size);
-  HG_CHECK(context > 0, "[GPT] expected context > 0, got ", context);
-  HG_CHECK(n_layer > 0, "[GPT] expected n_layer > 0, got ", n_layer);
-  HG_CHECK(checkpoint_every >= 0, "[GPT] expected checkpoint_every >= 0 (0: off, K: segments of K blocks), got ",
-           checkpoint_every);
+  HG_CHECK(vocab_size_ > 0, "[GPT] expected vocab_size > 0, got ", vocab_size_);
+  HG_CHECK(context_ > 0, "[GPT] expected context > 0, got ", context_);
+  HG_CHECK(n_layer_ > 0, "[GPT] expected n_layer > 0, got ", n_layer_);
+  HG_CHECK(checkpoint_every_ >= 0, "[GPT] expected checkpoint_every >= 0 (0: off, K: segments of K blocks), got ",
+           checkpoint_every_);
   block_options().validate();
 }
 
 TransformerOptions GPTConfig::block_options() const {
-  TransformerOptions o;
-  o.n_embd = n_embd;
-  o.n_head = n_head;
-  o.dropout = dropout;
-  return o;
+  return TransformerOptions().n_embd(n_embd_).n_head(n_head_).dropout(dropout_);
 }
 
-GPT::GPT(const GPTConfig& c) : config(c), checkpoint_every_(c.checkpoint_every) {
+GPT::GPT(const GPTConfig& c) : config(c), checkpoint_every_(c.checkpoint_every()) {
   c.validate();
-  wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
-  wpe = register_module("wpe", std::make_shared<Embedding>(c.context, c.n_embd));
-  for (int64_t i = 0; i < c.n_layer; ++i) h.push_back(std::make_shared<Block>(c.block_options()));
+  wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size(), c.n_embd()));
+  wpe = register_module("wpe", std::make_shared<Embedding>(c.context(), c.n_embd()));
+  for (int64_t i = 0; i < c.n_layer(); ++i) h.push_back(std::make_shared<Block>(c.block_options()));
   // "h" holds the blocks as children "0", "1", ... so names read h.{i}.attn...
   struct BlockList : Module {
     explicit BlockList(const std::vector<std::shared_ptr<Block>>& blocks) {
@@ -39,9 +35,9 @@ GPT::GPT(const GPTConfig& c) : config(c), checkpoint_every_(c.checkpoint_every) 
     }
   };
   register_module("h", std::make_shared<BlockList>(h));
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd()));
 
-  const double residual_std = 0.02 / std::sqrt(2.0 * double(c.n_layer));
+  const double residual_std = 0.02 / std::sqrt(2.0 * double(c.n_layer()));
   for (auto& [name, p] : named_parameters()) {
     const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     if (name.rfind("ln_", 0) == 0 || name.find(".ln_") != std::string::npos) continue;  // ones / zeros
@@ -58,8 +54,8 @@ Tensor GPT::forward(const Tensor& ids) {
   ModuleScope scope(*this);
   HG_CHECK(ids.dim() == 2, "[GPT] expected ids [B, T], got ", ids.describe());
   const int64_t T = ids.size(1);
-  HG_CHECK(T >= 1 && T <= config.context, "[GPT] sequence length ", T, " exceeds the model's context of ",
-           config.context, " positions");
+  HG_CHECK(T >= 1 && T <= config.context(), "[GPT] sequence length ", T, " exceeds the model's context of ",
+           config.context(), " positions");
   const Tensor positions = arange(T, i64, ids.device());
   Tensor x = wte->forward(ids) + wpe->forward(positions);
   // Each segment of blocks starts a group of saved tensors (activation offload brings groups back
@@ -87,7 +83,7 @@ void GPT::set_checkpoint_every(int64_t k) {
 Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {
   ModuleScope scope(*this);
   const Tensor logits = forward(ids);
-  const int64_t V = config.vocab_size;
+  const int64_t V = config.vocab_size();
   return cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
 }
 

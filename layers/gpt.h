@@ -7,21 +7,26 @@
 // residual projections (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 L)).
 #include <string>
 
+#include "kernels/options.h"
 #include "layers/transformer.h"
 
 namespace hg::nn {
 
+// The model's shape, validated by GPT's constructor.
+//   GPTConfig().n_layer(4).n_head(4).n_embd(128)
 struct GPTConfig {
-  int64_t vocab_size = 256;
-  int64_t context = 64;
-  int64_t n_layer = 4;
-  int64_t n_head = 4;
-  int64_t n_embd = 128;
-  double dropout = 0.0;
+  HG_OPTION(GPTConfig, int64_t, vocab_size, 256);
+  HG_OPTION(GPTConfig, int64_t, context, 64);
+  HG_OPTION(GPTConfig, int64_t, n_layer, 4);
+  HG_OPTION(GPTConfig, int64_t, n_head, 4);
+  HG_OPTION(GPTConfig, int64_t, n_embd, 128);
+  HG_OPTION(GPTConfig, double, dropout, 0.0);
   // Activation checkpointing (engine/checkpoint.h): 0 keeps every activation; K >= 1 runs the blocks
   // in segments of K consecutive blocks, each one hg::checkpoint region (K = 1: every block), so the
   // forward keeps only the segments' inputs and the backward recomputes one segment at a time.
-  int64_t checkpoint_every = 0;
+  HG_OPTION(GPTConfig, int64_t, checkpoint_every, 0);
+
+ public:
   void validate() const;
   TransformerOptions block_options() const;
 };
@@ -40,7 +45,7 @@ class GPT : public Module {
   // transposed on load, optional "transformer." prefix, config inferred from the tensors).
   static std::shared_ptr<GPT> load(const std::string& path);
 
-  // Activation checkpointing from now on (starts at config.checkpoint_every; also for loaded models).
+  // Activation checkpointing from now on (starts at config.checkpoint_every(); also for loaded models).
   void set_checkpoint_every(int64_t k);
   int64_t checkpoint_every() const { return checkpoint_every_; }
 

@@ -50,11 +50,11 @@ const Tensor& require(const std::map<std::string, Tensor>& tensors, const std::s
 
 void GPT::save(const std::string& path) const {
   safetensors::Metadata metadata{{"format", kFormat},
-                                 {"vocab_size", std::to_string(config.vocab_size)},
-                                 {"context", std::to_string(config.context)},
-                                 {"n_layer", std::to_string(config.n_layer)},
-                                 {"n_head", std::to_string(config.n_head)},
-                                 {"n_embd", std::to_string(config.n_embd)}};
+                                 {"vocab_size", std::to_string(config.vocab_size())},
+                                 {"context", std::to_string(config.context())},
+                                 {"n_layer", std::to_string(config.n_layer())},
+                                 {"n_head", std::to_string(config.n_head())},
+                                 {"n_embd", std::to_string(config.n_embd())}};
   safetensors::save(path, state_dict(), metadata);
 }
 
@@ -78,21 +78,21 @@ std::shared_ptr<GPT> GPT::load(const std::string& path) {
   const Tensor& wpe = require(tensors, "wpe.weight", path);
   HG_CHECK(wte.dim() == 2 && wpe.dim() == 2 && wte.size(1) == wpe.size(1), "[GPT::load] ", path,
            ": expected wte [vocab, dim] and wpe [context, dim], got ", wte.describe(), " and ", wpe.describe());
-  config.vocab_size = wte.size(0);
-  config.n_embd = wte.size(1);
-  config.context = wpe.size(0);
-  config.n_layer = int64_t(layers.size());
-  HG_CHECK(config.n_layer > 0 && *layers.rbegin() == config.n_layer - 1, "[GPT::load] ", path,
+  config.vocab_size(wte.size(0));
+  config.n_embd(wte.size(1));
+  config.context(wpe.size(0));
+  config.n_layer(int64_t(layers.size()));
+  HG_CHECK(config.n_layer() > 0 && *layers.rbegin() == config.n_layer() - 1, "[GPT::load] ", path,
            ": expected blocks h.0 ... h.{L-1}, found ", layers.size(), " distinct block indices");
   if (file.metadata.count("n_head")) {
-    config.n_head = metadata_int(file.metadata, "n_head", path);
+    config.n_head(metadata_int(file.metadata, "n_head", path));
   } else {
-    HG_CHECK(config.n_embd % 64 == 0, "[GPT::load] ", path, ": cannot infer the head count of width ", config.n_embd,
-             " (not a multiple of 64); add metadata \"n_head\"");
-    config.n_head = config.n_embd / 64;
+    HG_CHECK(config.n_embd() % 64 == 0, "[GPT::load] ", path, ": cannot infer the head count of width ",
+             config.n_embd(), " (not a multiple of 64); add metadata \"n_head\"");
+    config.n_head(config.n_embd() / 64);
   }
   if (native) {
-    HG_CHECK(metadata_int(file.metadata, "n_layer", path) == config.n_layer, "[GPT::load] ", path,
+    HG_CHECK(metadata_int(file.metadata, "n_layer", path) == config.n_layer(), "[GPT::load] ", path,
              ": metadata n_layer disagrees with the tensors");
   }
 

@@ -3,19 +3,19 @@
 namespace hg::nn {
 
 void TransformerOptions::validate() const {
-  HG_CHECK(n_embd > 0 && n_head > 0, "[transformer] expected n_embd > 0 and n_head > 0, got n_embd = ", n_embd,
-           ", n_head = ", n_head);
-  HG_CHECK(n_embd % n_head == 0, "[transformer] n_embd = ", n_embd, " is not divisible by n_head = ", n_head,
+  HG_CHECK(n_embd_ > 0 && n_head_ > 0, "[transformer] expected n_embd > 0 and n_head > 0, got n_embd = ", n_embd_,
+           ", n_head = ", n_head_);
+  HG_CHECK(n_embd_ % n_head_ == 0, "[transformer] n_embd = ", n_embd_, " is not divisible by n_head = ", n_head_,
            "; expected n_embd % n_head == 0");
-  HG_CHECK(mlp_ratio > 0, "[transformer] expected mlp_ratio > 0, got ", mlp_ratio);
-  HG_CHECK(dropout >= 0 && dropout < 1, "[transformer] dropout ", dropout, " is outside [0, 1)");
+  HG_CHECK(mlp_ratio_ > 0, "[transformer] expected mlp_ratio > 0, got ", mlp_ratio_);
+  HG_CHECK(dropout_ >= 0 && dropout_ < 1, "[transformer] dropout ", dropout_, " is outside [0, 1)");
 }
 
 MLP::MLP(const TransformerOptions& o) {
   o.validate();
-  c_fc = register_module("c_fc", std::make_shared<Linear>(o.n_embd, o.mlp_ratio * o.n_embd));
-  c_proj = register_module("c_proj", std::make_shared<Linear>(o.mlp_ratio * o.n_embd, o.n_embd));
-  drop = register_module("drop", std::make_shared<Dropout>(o.dropout));
+  c_fc = register_module("c_fc", std::make_shared<Linear>(o.n_embd(), o.mlp_ratio() * o.n_embd()));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(o.mlp_ratio() * o.n_embd(), o.n_embd()));
+  drop = register_module("drop", std::make_shared<Dropout>(o.dropout()));
 }
 
 Tensor MLP::forward(const Tensor& x) {
@@ -23,11 +23,11 @@ Tensor MLP::forward(const Tensor& x) {
   return drop->forward(c_proj->forward(gelu(c_fc->forward(x))));
 }
 
-CausalSelfAttention::CausalSelfAttention(const TransformerOptions& o) : n_head(o.n_head) {
+CausalSelfAttention::CausalSelfAttention(const TransformerOptions& o) : n_head(o.n_head()) {
   o.validate();
-  c_attn = register_module("c_attn", std::make_shared<Linear>(o.n_embd, 3 * o.n_embd));
-  c_proj = register_module("c_proj", std::make_shared<Linear>(o.n_embd, o.n_embd));
-  drop = register_module("drop", std::make_shared<Dropout>(o.dropout));
+  c_attn = register_module("c_attn", std::make_shared<Linear>(o.n_embd(), 3 * o.n_embd()));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(o.n_embd(), o.n_embd()));
+  drop = register_module("drop", std::make_shared<Dropout>(o.dropout()));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
@@ -43,9 +43,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 
 Block::Block(const TransformerOptions& o) {
   o.validate();
-  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(o.n_embd, o.layer_norm_eps));
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(o.n_embd(), o.layer_norm_eps()));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(o));
-  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(o.n_embd, o.layer_norm_eps));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(o.n_embd(), o.layer_norm_eps()));
   mlp = register_module("mlp", std::make_shared<MLP>(o));
 }
 

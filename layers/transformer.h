@@ -3,16 +3,21 @@
 //   Block(x) = x + attn(ln_1(x)),  then  + mlp(ln_2(x))
 //   attn(x)  = c_proj(softmax(q k^T / sqrt(D) + causal) v), q, k, v split from one c_attn(x)
 //   mlp(x)   = dropout(c_proj(gelu(c_fc(x))))
+#include "kernels/options.h"
 #include "layers/basic.h"
 
 namespace hg::nn {
 
+// One block's shape, validated by the constructors of MLP, CausalSelfAttention and Block.
+//   TransformerOptions().n_embd(128).n_head(4).dropout(0.1)
 struct TransformerOptions {
-  int64_t n_embd = 128;
-  int64_t n_head = 4;
-  int64_t mlp_ratio = 4;
-  double dropout = 0.0;
-  double layer_norm_eps = 1e-5;
+  HG_OPTION(TransformerOptions, int64_t, n_embd, 128);
+  HG_OPTION(TransformerOptions, int64_t, n_head, 4);
+  HG_OPTION(TransformerOptions, int64_t, mlp_ratio, 4);
+  HG_OPTION(TransformerOptions, double, dropout, 0.0);
+  HG_OPTION(TransformerOptions, double, layer_norm_eps, 1e-5);
+
+ public:
   // Throws naming the offending field (e.g. n_embd % n_head != 0).
   void validate() const;
 };

@@ -27,10 +27,11 @@ struct Range {
 
 void draw_chart(const Chart& chart, double x0, double y0, double w, double h, Canvas& canvas) {
   const double left = x0 + 64, right = x0 + w - 16, top = y0 + 34, bottom = y0 + h - 44;
-  canvas.text(x0 + w / 2, y0 + 20, chart.title, 14, kText, Anchor::middle);
+  canvas.text(x0 + w / 2, y0 + 20, chart.title(), 14, kText, Anchor::middle);
+  const std::vector<Series> series = chart.series();
   Range xr, yr;
   bool positive = true;
-  for (const Series& s : chart.series)
+  for (const Series& s : series)
     for (const auto& [x, y] : s.points) {
       if (!std::isfinite(y) || !std::isfinite(x)) continue;
       xr.add(x);
@@ -43,7 +44,7 @@ void draw_chart(const Chart& chart, double x0, double y0, double w, double h, Ca
     canvas.text((left + right) / 2, (top + bottom) / 2, "no data", 12, kFrame, Anchor::middle);
     return;
   }
-  const bool log_y = chart.log_y && positive;
+  const bool log_y = chart.log_y() && positive;
   auto fy = [&](double y) { return log_y ? std::log10(y) : y; };
   double ylo = fy(yr.lo), yhi = fy(yr.hi), xlo = xr.lo, xhi = xr.hi;
   if (xhi == xlo) xhi = xlo + 1;
@@ -80,10 +81,10 @@ void draw_chart(const Chart& chart, double x0, double y0, double w, double h, Ca
   }
   canvas.line(left, bottom, right, bottom, kFrame, 1);
   canvas.line(left, top, left, bottom, kFrame, 1);
-  canvas.text((left + right) / 2, bottom + 34, chart.x_label, 12, kText, Anchor::middle);
-  canvas.text(x0 + 6, top - 8, chart.y_label, 11, kText, Anchor::start);
+  canvas.text((left + right) / 2, bottom + 34, chart.x_label(), 12, kText, Anchor::middle);
+  canvas.text(x0 + 6, top - 8, chart.y_label(), 11, kText, Anchor::start);
 
-  for (size_t i = 0; i < chart.series.size(); ++i) {
+  for (size_t i = 0; i < series.size(); ++i) {
     const Color color = kPalette[i % std::size(kPalette)];
     std::vector<std::pair<double, double>> run;
     auto flush = [&] {
@@ -91,7 +92,7 @@ void draw_chart(const Chart& chart, double x0, double y0, double w, double h, Ca
       if (run.size() > 1) canvas.polyline(run, color, 1.6);
       run.clear();
     };
-    for (const auto& [x, y] : chart.series[i].points) {
+    for (const auto& [x, y] : series[i].points) {
       if (!std::isfinite(x) || !std::isfinite(y)) {
         flush();
         continue;
@@ -101,20 +102,20 @@ void draw_chart(const Chart& chart, double x0, double y0, double w, double h, Ca
     flush();
   }
   // Legend, top right, one line per series, on a white box so curves do not run through it.
-  canvas.rect(right - 156, top + 2, 154, 16.0 * double(chart.series.size()) + 4, kBackground);
-  for (size_t i = 0; i < chart.series.size(); ++i) {
+  canvas.rect(right - 156, top + 2, 154, 16.0 * double(series.size()) + 4, kBackground);
+  for (size_t i = 0; i < series.size(); ++i) {
     const double ly = top + 14 + 16 * double(i);
     canvas.line(right - 150, ly - 4, right - 128, ly - 4, kPalette[i % std::size(kPalette)], 2.5);
-    canvas.text(right - 122, ly, chart.series[i].name, 11, kText, Anchor::start);
+    canvas.text(right - 122, ly, series[i].name, 11, kText, Anchor::start);
   }
 }
 
 }  // namespace
 
-int Figure::width() const { return columns * chart_width; }
+int Figure::width() const { return columns_ * chart_width_; }
 int Figure::height() const {
-  const int rows = int((charts.size() + size_t(columns) - 1) / size_t(columns));
-  return kTitleHeight + std::max(rows, 1) * chart_height;
+  const int rows = int((charts_.size() + size_t(columns_) - 1) / size_t(columns_));
+  return kTitleHeight + std::max(rows, 1) * chart_height_;
 }
 
 std::vector<double> nice_ticks(double lo, double hi, int target) {
@@ -147,11 +148,14 @@ std::string tick_label(double value) {
 
 void draw(const Figure& figure, Canvas& canvas) {
   canvas.rect(0, 0, figure.width(), figure.height(), kBackground);
-  canvas.text(figure.width() / 2.0, 24, figure.title, 16, kText, Anchor::middle);
-  for (size_t i = 0; i < figure.charts.size(); ++i) {
-    const double x = double(i % size_t(figure.columns)) * figure.chart_width;
-    const double y = kTitleHeight + double(i / size_t(figure.columns)) * figure.chart_height;
-    draw_chart(figure.charts[i], x, y, figure.chart_width, figure.chart_height, canvas);
+  canvas.text(figure.width() / 2.0, 24, figure.title(), 16, kText, Anchor::middle);
+  const std::vector<Chart> charts = figure.charts();
+  const size_t columns = size_t(figure.columns());
+  const int w = figure.chart_width(), h = figure.chart_height();
+  for (size_t i = 0; i < charts.size(); ++i) {
+    const double x = double(i % columns) * w;
+    const double y = kTitleHeight + double(i / columns) * h;
+    draw_chart(charts[i], x, y, w, h, canvas);
   }
 }
 

@@ -2,7 +2,7 @@
 // Line charts of training curves, laid out once and drawn on any Canvas: SvgCanvas (metrics/svg.h)
 // writes vector SVG; a raster canvas can draw the same calls into pixels.
 //
-//   metrics::Figure figure{"train_gpt", {loss_chart, accuracy_chart}, 2};
+//   auto figure = metrics::Figure().title("train_gpt").charts({loss_chart, accuracy_chart}).columns(2);
 //   metrics::SvgCanvas svg(figure.width(), figure.height());
 //   metrics::draw(figure, svg);
 //   svg.save("metrics.svg");
@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "kernels/options.h"
 
 namespace hg::metrics {
 
@@ -31,22 +33,33 @@ class Canvas {
   virtual void text(double x, double y, const std::string& text, double size, Color color, Anchor anchor) = 0;
 };
 
+// One curve: data, not options (a plain value, like Color).
 struct Series {
   std::string name;
   std::vector<std::pair<double, double>> points;  // (x, y); a non-finite y breaks the line
 };
 
+// One panel of a figure.
+//   metrics::Chart().title("loss").x_label("step").y_label("cross-entropy").series({train, validation}).log_y(true)
 struct Chart {
-  std::string title, x_label, y_label;
-  std::vector<Series> series;
-  bool log_y = false;  // used only when every finite y is positive
+  HG_OPTION(Chart, std::string, title, "");
+  HG_OPTION(Chart, std::string, x_label, "");
+  HG_OPTION(Chart, std::string, y_label, "");
+  HG_OPTION(Chart, std::vector<Series>, series, {});
+  // Used only when every finite y is positive.
+  HG_OPTION(Chart, bool, log_y, false);
 };
 
+// Charts in a grid, `columns` wide, each chart_width x chart_height pixels, under a title line.
+//   metrics::Figure().title("train_gpt").charts({loss, accuracy}).columns(2)
 struct Figure {
-  std::string title;
-  std::vector<Chart> charts;
-  int columns = 2;
-  int chart_width = 520, chart_height = 320;
+  HG_OPTION(Figure, std::string, title, "");
+  HG_OPTION(Figure, std::vector<Chart>, charts, {});
+  HG_OPTION(Figure, int, columns, 2);
+  HG_OPTION(Figure, int, chart_width, 520);
+  HG_OPTION(Figure, int, chart_height, 320);
+
+ public:
   int width() const;
   int height() const;
 };

@@ -16,21 +16,19 @@ struct Field {
 // A chart with one series per field present in the records; nullopt-like empty when none is.
 Chart panel(const std::vector<Record>& records, const std::string& title, const std::string& y_label,
             std::vector<Field> fields, bool log_y) {
-  Chart chart{title, "step", y_label, {}, log_y};
+  std::vector<Series> present;
   for (const Field& f : fields) {
     Series series{f.legend, {}};
     for (const Record& r : records)
       if (auto v = r.find(f.key)) series.points.emplace_back(double(r.step()), *v * f.scale);
-    if (!series.points.empty()) chart.series.push_back(std::move(series));
+    if (!series.points.empty()) present.push_back(std::move(series));
   }
-  return chart;
+  return Chart().title(title).x_label("step").y_label(y_label).series(std::move(present)).log_y(log_y);
 }
 
 }  // namespace
 
 Figure figure_from_metrics(const std::vector<Record>& records, const std::string& title) {
-  Figure figure;
-  figure.title = title;
   const Chart candidates[] = {
       panel(records, "loss", "cross-entropy", {{"loss", "train loss", 1}, {"val_loss", "validation loss", 1}}, true),
       panel(records, "accuracy", "%", {{"accuracy", "held-out accuracy", 100}}, false),
@@ -45,9 +43,10 @@ Figure figure_from_metrics(const std::vector<Record>& records, const std::string
       panel(records, "GPU utilisation", "%", {{"gpu_util_percent", "GPU busy (NVML)", 1}}, false),
       panel(records, "loss scale", "scale", {{"loss_scale", "loss scale", 1}}, true),
   };
+  std::vector<Chart> charts;
   for (const Chart& c : candidates)
-    if (!c.series.empty()) figure.charts.push_back(c);
-  return figure;
+    if (!c.series().empty()) charts.push_back(c);
+  return Figure().title(title).charts(std::move(charts));
 }
 
 }  // namespace hg::metrics

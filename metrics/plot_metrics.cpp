@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
         hg::metrics::draw(figure, image);
         image.save_png(output);
       }
-      std::printf("plot_metrics: %zu records, %zu charts -> %s\n", records.size(), figure.charts.size(),
+      std::printf("plot_metrics: %zu records, %zu charts -> %s\n", records.size(), figure.charts().size(),
                   output.c_str());
     }
   } catch (const hg::Error& e) {

@@ -18,12 +18,12 @@ namespace hg::optim {
 
 // AdamWOptions().lr(3e-4).betas(0.9, 0.95).weight_decay(0.1)
 struct AdamWOptions {
-  HG_OPTIM_ARG(AdamWOptions, double, lr, 1e-3);
-  HG_OPTIM_ARG(AdamWOptions, double, beta1, 0.9);
-  HG_OPTIM_ARG(AdamWOptions, double, beta2, 0.999);
-  HG_OPTIM_ARG(AdamWOptions, double, eps, 1e-8);
-  HG_OPTIM_ARG(AdamWOptions, double, weight_decay, 1e-2);
-  HG_OPTIM_ARG(AdamWOptions, bool, decay_only_matrices, false);
+  HG_OPTION(AdamWOptions, double, lr, 1e-3);
+  HG_OPTION(AdamWOptions, double, beta1, 0.9);
+  HG_OPTION(AdamWOptions, double, beta2, 0.999);
+  HG_OPTION(AdamWOptions, double, eps, 1e-8);
+  HG_OPTION(AdamWOptions, double, weight_decay, 1e-2);
+  HG_OPTION(AdamWOptions, bool, decay_only_matrices, false);
 
  public:
   AdamWOptions& betas(double b1, double b2) { return beta1(b1).beta2(b2); }

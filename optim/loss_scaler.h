@@ -52,19 +52,19 @@ enum class LossScaleMode { None, Static, Dynamic };
 
 // The dynamic policy's knobs: DynamicLossScaleOptions().init_scale(1024).hysteresis(2)
 struct DynamicLossScaleOptions {
-  HG_OPTIM_ARG(DynamicLossScaleOptions, double, init_scale, 65536.0);
-  HG_OPTIM_ARG(DynamicLossScaleOptions, double, growth_factor, 2.0);
-  HG_OPTIM_ARG(DynamicLossScaleOptions, double, backoff_factor, 0.5);
-  HG_OPTIM_ARG(DynamicLossScaleOptions, int64_t, growth_interval, 2000);
-  HG_OPTIM_ARG(DynamicLossScaleOptions, double, min_scale, 1.0);
+  HG_OPTION(DynamicLossScaleOptions, double, init_scale, 65536.0);
+  HG_OPTION(DynamicLossScaleOptions, double, growth_factor, 2.0);
+  HG_OPTION(DynamicLossScaleOptions, double, backoff_factor, 0.5);
+  HG_OPTION(DynamicLossScaleOptions, int64_t, growth_interval, 2000);
+  HG_OPTION(DynamicLossScaleOptions, double, min_scale, 1.0);
   // 2^127: the largest power of two a float holds, so S and 1/S stay exact and S * loss stays
   // finite for |loss| < 2; the scale never grows to inf.
-  HG_OPTIM_ARG(DynamicLossScaleOptions, double, max_scale, 0x1p127);
+  HG_OPTION(DynamicLossScaleOptions, double, max_scale, 0x1p127);
   // Overflows tolerated before backing off (DeepSpeed's delayed_shift); 1 backs off at once.
-  HG_OPTIM_ARG(DynamicLossScaleOptions, int64_t, hysteresis, 1);
+  HG_OPTION(DynamicLossScaleOptions, int64_t, hysteresis, 1);
   // Restore the hysteresis budget after every clean step (DeepSpeed's consecutive_hysteresis)
   // rather than only when the scale grows.
-  HG_OPTIM_ARG(DynamicLossScaleOptions, bool, consecutive_hysteresis, false);
+  HG_OPTION(DynamicLossScaleOptions, bool, consecutive_hysteresis, false);
 };
 
 class LossScaler {

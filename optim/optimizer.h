@@ -39,29 +39,16 @@
 
 #include "engine/autograd.h"
 #include "engine/tensor.h"
-
-// HG_OPTIM_ARG(Options, T, name, default) declares one option of an options struct in PyTorch's C++
-// style: `Options& name(T)` sets it and returns the struct (so setters chain), `T name() const`
-// reads it. Options are validated by the optimizer's constructor, not by the setters.
-#define HG_OPTIM_ARG(Options, T, name, default_value) \
- public:                                              \
-  Options& name(T value) {                            \
-    name##_ = value;                                  \
-    return *this;                                     \
-  }                                                   \
-  T name() const { return name##_; }                  \
-                                                      \
- private:                                             \
-  T name##_ = default_value
+#include "kernels/options.h"
 
 namespace hg::optim {
 
 // How half-precision parameters are updated (see MIXED PRECISION above). No effect on f32/f64.
 // MixedPrecisionOptions().master_weights(true).stochastic_rounding(true).rounding_seed(7)
 struct MixedPrecisionOptions {
-  HG_OPTIM_ARG(MixedPrecisionOptions, bool, master_weights, true);
-  HG_OPTIM_ARG(MixedPrecisionOptions, bool, stochastic_rounding, false);
-  HG_OPTIM_ARG(MixedPrecisionOptions, uint64_t, rounding_seed, 0);
+  HG_OPTION(MixedPrecisionOptions, bool, master_weights, true);
+  HG_OPTION(MixedPrecisionOptions, bool, stochastic_rounding, false);
+  HG_OPTION(MixedPrecisionOptions, uint64_t, rounding_seed, 0);
 };
 
 // Parameters sharing a learning rate and weight decay. The other hyperparameters (betas, eps,

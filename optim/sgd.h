@@ -17,11 +17,11 @@ namespace hg::optim {
 
 // SGDOptions().lr(0.1).momentum(0.9).nesterov(true)
 struct SGDOptions {
-  HG_OPTIM_ARG(SGDOptions, double, lr, 1e-3);
-  HG_OPTIM_ARG(SGDOptions, double, momentum, 0.0);
-  HG_OPTIM_ARG(SGDOptions, double, dampening, 0.0);
-  HG_OPTIM_ARG(SGDOptions, double, weight_decay, 0.0);
-  HG_OPTIM_ARG(SGDOptions, bool, nesterov, false);
+  HG_OPTION(SGDOptions, double, lr, 1e-3);
+  HG_OPTION(SGDOptions, double, momentum, 0.0);
+  HG_OPTION(SGDOptions, double, dampening, 0.0);
+  HG_OPTION(SGDOptions, double, weight_decay, 0.0);
+  HG_OPTION(SGDOptions, bool, nesterov, false);
 };
 
 class SGD : public LocalOptimizer {

@@ -64,7 +64,8 @@ Tensor generate_greedy(nn::GPT& model, const Tensor& prompts, int64_t steps) {
   Tensor ids = prompts.to(i64).to(model.wte->weight.device());
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t T = ids.size(1);
-    const Tensor window = T > model.config.context ? ids.narrow(1, T - model.config.context, model.config.context) : ids;
+    const Tensor window =
+        T > model.config.context() ? ids.narrow(1, T - model.config.context(), model.config.context()) : ids;
     const Tensor logits = model.forward(window.contiguous());
     const Tensor next = max(logits.select(1, -1), -1).second;  // argmax, i64 [N]
     ids = cat({ids, next.unsqueeze(1)}, 1);

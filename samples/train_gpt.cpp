@@ -34,7 +34,7 @@ std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
   std::shared_ptr<nn::GPT> model;
   if (!c.load.empty()) {
     model = samples::or_usage_error(kProgram, "--load " + c.load, [&] { return nn::GPT::load(c.load); });
-    const int64_t positions = model->config.context;
+    const int64_t positions = model->config.context();
     if (!c.data.empty() && c.context > positions)
       samples::exit_with_usage_error(kProgram, "--context " + std::to_string(c.context) + " is longer than the " +
                                                    std::to_string(positions) + " positions of --load " + c.load +
@@ -45,13 +45,9 @@ std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
                                                    "-digit problems; expected at least " +
                                                    std::to_string(3 * c.digits + 3));
   } else {
-    nn::GPTConfig config;
-    config.vocab_size = 256;
-    config.context = c.context;
-    config.n_layer = c.layers;
-    config.n_head = c.heads;
-    config.n_embd = c.dim;
-    config.dropout = c.dropout;
+    const auto config =
+        nn::GPTConfig().vocab_size(256).context(c.context).n_layer(c.layers).n_head(c.heads).n_embd(c.dim).dropout(
+            c.dropout);
     model = std::make_shared<nn::GPT>(config);
   }
   model->to(train::parse_precision(c.precision));
@@ -66,7 +62,7 @@ std::unique_ptr<samples::GptTask> make_task(const TrainGptConfig& c, const nn::G
     const int64_t pool = std::clamp<int64_t>(c.steps * c.batch, int64_t(1) << 20, int64_t(1) << 24);
     return samples::addition_task(int(c.digits), pool, uint64_t(c.seed) * 7919 + 1, c.eval_problems);
   }
-  const int64_t T = std::min(c.context, model.config.context);
+  const int64_t T = std::min(c.context, model.config.context());
   return samples::or_usage_error(kProgram, "--data " + c.data, [&] { return samples::text_task(c.data, T, c.batch); });
 }
 
@@ -84,7 +80,7 @@ std::unique_ptr<data::DataLoader> make_loader(const TrainGptConfig& c, const sam
   std::shared_ptr<const data::BatchSampler> sampler =
       std::make_shared<data::DistributedBatchSampler>(task.training_set()->size(), options.sampler());
   if (c.curriculum == "easy-to-hard")
-    sampler = task.curriculum(sampler, c.curriculum_steps, options.sampler().batch_size, uint64_t(c.seed),
+    sampler = task.curriculum(sampler, c.curriculum_steps, options.sampler().batch_size(), uint64_t(c.seed),
                               parallel.rank(), parallel.world_size());
   return std::make_unique<data::DataLoader>(task.training_set(), sampler, options);
 }
@@ -149,8 +145,8 @@ int run(const TrainGptConfig& c) {
   std::printf(
       "train_gpt: %s on %s | GPT L%lld H%lld C%lld T%lld, %.2fM parameters | batch %lld x %lld (%lld tokens) "
       "| %s%s | %d threads\n",
-      task->description().c_str(), Device::parse(c.device).str().c_str(), (long long)m.n_layer, (long long)m.n_head,
-      (long long)m.n_embd, (long long)m.context, double(model->parameter_count()) / 1e6, (long long)c.batch,
+      task->description().c_str(), Device::parse(c.device).str().c_str(), (long long)m.n_layer(), (long long)m.n_head(),
+      (long long)m.n_embd(), (long long)m.context(), double(model->parameter_count()) / 1e6, (long long)c.batch,
       (long long)micro_batches, (long long)(tokens_per_micro_batch * micro_batches), train::precision_name(precision),
       trainer.scaler().enabled() ? (std::string(", ") + trainer.scaler().mode_name() + " loss scale").c_str() : "",
       omp_get_max_threads());

@@ -144,8 +144,7 @@ TEST_CASE("checkpoint rejects an empty function and undefined inputs") {
   CHECK_ERROR(checkpoint([](const std::vector<Tensor>& in) { return in[0]; }, {x, Tensor()}),
               "input 1 is an undefined tensor");
   CHECK_ERROR(checkpoint([](const Tensor&) { return Tensor(); }, x), "returned an undefined tensor");
-  nn::GPTConfig config;
-  config.checkpoint_every = -1;
+  const auto config = nn::GPTConfig().checkpoint_every(-1);
   CHECK_ERROR(nn::GPT{config}, "expected checkpoint_every >= 0");
 }
 

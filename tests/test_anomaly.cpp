@@ -19,8 +19,7 @@ namespace {
 
 std::shared_ptr<nn::GPT> tiny_gpt() {
   manual_seed(11);
-  nn::GPTConfig config;
-  config.vocab_size = 16, config.context = 8, config.n_layer = 2, config.n_head = 2, config.n_embd = 8;
+  const auto config = nn::GPTConfig().vocab_size(16).context(8).n_layer(2).n_head(2).n_embd(8);
   return std::make_shared<nn::GPT>(config);
 }
 

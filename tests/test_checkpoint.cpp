@@ -95,13 +95,7 @@ struct Run {
 
   explicit Run(uint64_t seed, int64_t width = 16) {
     manual_seed(seed);
-    nn::GPTConfig config;
-    config.vocab_size = kVocab;
-    config.context = 8;
-    config.n_layer = 1;
-    config.n_head = 2;
-    config.n_embd = width;
-    config.dropout = 0.1;
+    const auto config = nn::GPTConfig().vocab_size(kVocab).context(8).n_layer(1).n_head(2).n_embd(width).dropout(0.1);
     model = std::make_shared<nn::GPT>(config);
     model->to(model_device());
     optimizer = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions().lr(1e-2).weight_decay(0.1));

@@ -103,12 +103,7 @@ TEST_CASE("a tiny GPT trained on the CUDA device in bf16 and f16 tracks f32") {
   // that did not learn (or diverged) would miss it by more than 1.
   auto train = [](DType dtype) {
     manual_seed(11);
-    nn::GPTConfig config;
-    config.vocab_size = 16;
-    config.context = 12;
-    config.n_layer = 1;
-    config.n_head = 2;
-    config.n_embd = 32;
+    const auto config = nn::GPTConfig().vocab_size(16).context(12).n_layer(1).n_head(2).n_embd(32);
     nn::GPT model(config);
     model.to(dtype);
     model.to(kGpu);

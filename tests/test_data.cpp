@@ -121,8 +121,8 @@ TEST_CASE("the distributed sampler equals PyTorch's DistributedSampler and Batch
         for (bool drop_last : {false, true}) {
           if (drop_last && n < world) continue;
           for (int64_t rank = 0; rank < world; ++rank) {
-            SamplerOptions o;
-            o.batch_size = batch, o.drop_last = drop_last, o.seed = 42, o.rank = rank, o.world_size = world;
+            const auto o =
+                SamplerOptions().batch_size(batch).drop_last(drop_last).seed(42).rank(rank).world_size(world);
             const int64_t per_rank = drop_last ? n / world : (n + world - 1) / world;
             if (drop_last && per_rank < batch) {
               CHECK_ERROR(DistributedBatchSampler(n, o), "no full batch");
@@ -147,8 +147,7 @@ TEST_CASE("every index appears exactly once per epoch over all ranks and padding
     std::vector<int64_t> seen(size_t(n), 0);
     std::vector<int64_t> per_rank;
     for (int64_t rank = 0; rank < world; ++rank) {
-      SamplerOptions o;
-      o.batch_size = 4, o.seed = 9, o.rank = rank, o.world_size = world;
+      const auto o = SamplerOptions().batch_size(4).seed(9).rank(rank).world_size(world);
       DistributedBatchSampler sampler(n, o);
       int64_t count = 0;
       for (const auto& b : all_batches(sampler, 1))
@@ -165,8 +164,7 @@ TEST_CASE("every index appears exactly once per epoch over all ranks and padding
   std::set<int64_t> unique;
   int64_t total = 0;
   for (int64_t rank = 0; rank < 4; ++rank) {
-    SamplerOptions o;
-    o.batch_size = 1, o.drop_last = true, o.seed = 9, o.rank = rank, o.world_size = 4;
+    const auto o = SamplerOptions().batch_size(1).drop_last(true).seed(9).rank(rank).world_size(4);
     for (const auto& b : all_batches(DistributedBatchSampler(n, o), 0)) {
       unique.insert(b.begin(), b.end());
       total += int64_t(b.size());
@@ -177,27 +175,24 @@ TEST_CASE("every index appears exactly once per epoch over all ranks and padding
 }
 
 TEST_CASE("shuffling reshuffles every epoch and follows the seed") {
-  SamplerOptions o;
-  o.batch_size = 100, o.seed = 5;
+  auto o = SamplerOptions().batch_size(100).seed(5);
   DistributedBatchSampler a(100, o), b(100, o);
   CHECK(a.batch(0, 0) == b.batch(0, 0));
   CHECK(a.batch(0, 0) != a.batch(1, 0));
   std::vector<int64_t> sorted = a.batch(1, 0);
   std::sort(sorted.begin(), sorted.end());
   for (int64_t i = 0; i < 100; ++i) CHECK(sorted[size_t(i)] == i);
-  o.seed = 6;
+  o.seed(6);
   CHECK(DistributedBatchSampler(100, o).batch(0, 0) != a.batch(0, 0));
-  o.shuffle = false;
+  o.shuffle(false);
   const std::vector<int64_t> in_order = DistributedBatchSampler(100, o).batch(4, 0);
   for (int64_t i = 0; i < 100; ++i) CHECK(in_order[size_t(i)] == i);
 }
 
 TEST_CASE("sampler and loader options are validated") {
-  SamplerOptions o;
-  o.batch_size = 0;
-  CHECK_ERROR(DistributedBatchSampler(10, o), "batch_size must be >= 1, got 0");
-  o.batch_size = 2, o.rank = 3, o.world_size = 2;
-  CHECK_ERROR(DistributedBatchSampler(10, o), "rank 3 is outside [0, world_size = 2)");
+  CHECK_ERROR(DistributedBatchSampler(10, SamplerOptions().batch_size(0)), "batch_size must be >= 1, got 0");
+  CHECK_ERROR(DistributedBatchSampler(10, SamplerOptions().batch_size(2).rank(3).world_size(2)),
+              "rank 3 is outside [0, world_size = 2)");
   CHECK_ERROR(DistributedBatchSampler(0, SamplerOptions()), "the dataset is empty");
   auto dataset = std::make_shared<NumberDataset>(10);
   CHECK_ERROR(DataLoader(dataset, DataLoaderOptions().workers(-1)), "workers must be >= 0, got -1");
@@ -399,8 +394,7 @@ TEST_CASE("the difficulty curriculum goes from easy to hard then hands over to t
   const int64_t n = 300;
   std::vector<int32_t> difficulty(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) difficulty[size_t(i)] = int32_t(1 + mix64(uint64_t(i)) % 3);
-  SamplerOptions o;
-  o.batch_size = 10, o.seed = 1;
+  const auto o = SamplerOptions().batch_size(10).seed(1);
   auto base = std::make_shared<DistributedBatchSampler>(n, o);
   DifficultyCurriculumSampler curriculum(base, difficulty, 45, 10, 1);
   CHECK(curriculum.batches_per_epoch() == 30);

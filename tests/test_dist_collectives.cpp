@@ -20,7 +20,7 @@ using hg::testing::HostBuffer;
 namespace {
 
 Communicator& comm() {
-  static Communicator instance(CommunicatorOptions{std::chrono::seconds(60)});
+  static Communicator instance(CommunicatorOptions().timeout(std::chrono::seconds(60)));
   return instance;
 }
 

@@ -19,7 +19,7 @@ using namespace hg;
 namespace {
 
 dist::Communicator& comm() {
-  static dist::Communicator instance(dist::CommunicatorOptions{std::chrono::seconds(60)});
+  static dist::Communicator instance(dist::CommunicatorOptions().timeout(std::chrono::seconds(60)));
   return instance;
 }
 
@@ -86,7 +86,7 @@ TEST_CASE("each rank's easy-to-hard curriculum draws its rows of the global batc
   const auto my_options = data::DataLoaderOptions(options).batch_size(kGlobalBatch / world).rank(rank, world);
   auto curriculum = [&](const data::DataLoaderOptions& o, int r, int n) {
     auto base = std::make_shared<data::DistributedBatchSampler>(dataset->size(), o.sampler());
-    return std::make_shared<data::DifficultyCurriculumSampler>(base, difficulty, /*steps=*/10, o.sampler().batch_size,
+    return std::make_shared<data::DifficultyCurriculumSampler>(base, difficulty, /*steps=*/10, o.sampler().batch_size(),
                                                                77, r, n);
   };
   data::DataLoader global(dataset, curriculum(global_options, 0, 1), global_options);
@@ -95,7 +95,7 @@ TEST_CASE("each rank's easy-to-hard curriculum draws its rows of the global batc
 }
 
 TEST_CASE("a curriculum sampler refuses a rank outside its world") {
-  const auto base = std::make_shared<data::DistributedBatchSampler>(10, data::SamplerOptions{});
+  const auto base = std::make_shared<data::DistributedBatchSampler>(10, data::SamplerOptions());
   CHECK_THROWS_WITH_AS(data::DifficultyCurriculumSampler(base, std::vector<int32_t>(10, 0), 5, 2, 1, 2, 2),
                        doctest::Contains("expected 0 <= rank < world_size"), hg::Error);
 }

@@ -45,12 +45,8 @@ namespace {
 // examples in order (shuffle off), or of the epoch's permutation.
 std::vector<int64_t> rows_of_rank(int64_t global_batch, int world, int rank, bool shuffle = false, uint64_t seed = 0,
                                   bool drop_last = false, int64_t epoch = 0) {
-  data::SamplerOptions options;
-  options.shuffle = shuffle;
-  options.seed = seed;
-  options.drop_last = drop_last;
-  options.rank = rank;
-  options.world_size = world;
+  const auto options =
+      data::SamplerOptions().shuffle(shuffle).seed(seed).drop_last(drop_last).rank(rank).world_size(world);
   return data::DistributedBatchSampler(global_batch, options).rank_indices(epoch);
 }
 
@@ -59,7 +55,7 @@ std::vector<int64_t> rows_of_rank(int64_t global_batch, int world, int rank, boo
 namespace {
 
 Communicator& comm() {
-  static Communicator instance(CommunicatorOptions{std::chrono::seconds(60)});
+  static Communicator instance(CommunicatorOptions().timeout(std::chrono::seconds(60)));
   return instance;
 }
 
@@ -68,15 +64,7 @@ Device test_cuda_device() {
   return Device::cuda(cuda::is_emulated() ? comm().local_rank() % cuda::device_count() : comm().local_rank());
 }
 
-nn::GPTConfig tiny_config() {
-  nn::GPTConfig c;
-  c.vocab_size = 16;
-  c.context = 8;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  return c;
-}
+nn::GPTConfig tiny_config() { return nn::GPTConfig().vocab_size(16).context(8).n_layer(2).n_head(2).n_embd(16); }
 
 constexpr int64_t kGlobalBatch = 8;
 constexpr int kSteps = 5;
@@ -437,7 +425,7 @@ TEST_CASE("optimizer shards saved at N ranks resume at N with another stage and 
   check_equal_runs(zero_run(same), reference_run());
 
   // One process (every rank on its own), the whole batch: re-partitioned from N shards to one.
-  Communicator alone(CommunicatorOptions{std::chrono::seconds(60), true});
+  Communicator alone(CommunicatorOptions().timeout(std::chrono::seconds(60)).this_process_only(true));
   Plan single = same;
   single.stage = 0;
   single.offload = false;
@@ -469,12 +457,7 @@ TEST_CASE("optimizer shards saved at N ranks resume at N with another stage and 
 
 TEST_CASE("model-state bytes per rank follow the ZeRO formulas") {
   const int world = comm().world_size();
-  nn::GPTConfig config;
-  config.vocab_size = 256;
-  config.context = 32;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.n_embd = 64;
+  const auto config = nn::GPTConfig().vocab_size(256).context(32).n_layer(2).n_head(2).n_embd(64);
   for (int stage : {0, 1, 2, 3}) {
     const int64_t before = memory_stats().allocated_bytes;
     int64_t measured = 0;
@@ -835,7 +818,7 @@ TEST_CASE(
   for (const auto& [name, t] : opt.state_tensors()) saved_state.push_back(t.to_vector<float>());
 
   // Every rank alone, stage 1: the whole state re-partitioned into one rank; this rank's part compared.
-  Communicator alone(CommunicatorOptions{std::chrono::seconds(60), true});
+  Communicator alone(CommunicatorOptions().timeout(std::chrono::seconds(60)).this_process_only(true));
   manual_seed(99);  // other initial weights: everything must come from the entry
   nn::GPT fresh(tiny_config());
   fresh.to(DType::bf16);
@@ -1155,8 +1138,7 @@ TEST_CASE("ZeRO stage 3 with dropout and checkpointing draws the masks of stage 
     std::vector<std::vector<float>> params;
     for (int stage : {0, 3}) {
       manual_seed(7);
-      nn::GPTConfig config = tiny_config();
-      config.dropout = 0.2;
+      nn::GPTConfig config = tiny_config().dropout(0.2);
       nn::GPT model(config);
       model.set_checkpoint_every(k);
       ZeroOptimizer opt(model, comm(), ZeroOptions().stage(stage).adamw(adamw_options()));
@@ -1193,7 +1175,7 @@ TEST_CASE("stage 3 shards resume in one process with other units and stages and 
   first.save_prefix = prefix;
   zero_run(first);
   // Every rank alone: stage 3 with only the LayerNorms persistent, and stage 2 with offload.
-  Communicator alone(CommunicatorOptions{std::chrono::seconds(60), true});
+  Communicator alone(CommunicatorOptions().timeout(std::chrono::seconds(60)).this_process_only(true));
   for (int stage : {3, 2}) {
     INFO("one process, stage ", stage, " from ", comm().world_size(), " stage-3 shards");
     Plan single;

@@ -16,15 +16,7 @@ using namespace hg::nn;
 
 namespace {
 
-GPTConfig tiny_config() {
-  GPTConfig c;
-  c.vocab_size = 11;
-  c.context = 8;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 8;
-  return c;
-}
+GPTConfig tiny_config() { return GPTConfig().vocab_size(11).context(8).n_layer(2).n_head(2).n_embd(8); }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
@@ -42,7 +34,7 @@ std::string temp_path(const std::string& name) {
 // additive -inf mask and softmax, explicit Linear algebra.
 Tensor reference_gpt_forward(GPT& model, const Tensor& ids) {
   const GPTConfig& c = model.config;
-  const int64_t B = ids.size(0), T = ids.size(1), C = c.n_embd, H = c.n_head, D = C / H;
+  const int64_t B = ids.size(0), T = ids.size(1), C = c.n_embd(), H = c.n_head(), D = C / H;
   std::map<std::string, Tensor> p;
   for (auto& [name, t] : model.named_parameters()) p[name] = t;
   auto linear = [&](const Tensor& x, const std::string& prefix) {
@@ -53,7 +45,7 @@ Tensor reference_gpt_forward(GPT& model, const Tensor& ids) {
     for (int64_t j = 0; j < T; ++j) mask_values[size_t(i * T + j)] = j <= i ? 0.0 : -INFINITY;
   const Tensor mask = from_vector(mask_values, {T, T}, f64);
   Tensor x = embedding(p["wte.weight"], ids) + embedding(p["wpe.weight"], arange(T));
-  for (int64_t l = 0; l < c.n_layer; ++l) {
+  for (int64_t l = 0; l < c.n_layer(); ++l) {
     const std::string b = "h." + std::to_string(l);
     const Tensor a = layer_norm(x, p[b + ".ln_1.weight"], p[b + ".ln_1.bias"]);
     const Tensor qkv = linear(a, b + ".attn.c_attn").reshape({B, T, 3, H, D}).permute({2, 0, 3, 1, 4}).contiguous();
@@ -88,9 +80,7 @@ TEST_CASE("modules name parameters hierarchically and count them") {
 
 TEST_CASE("GPT-2 initialisation scales residual projections") {
   manual_seed(2);
-  GPTConfig c = tiny_config();
-  c.n_embd = 64;
-  c.n_layer = 8;
+  GPTConfig c = tiny_config().n_embd(64).n_layer(8);
   GPT model(c);
   auto std_of = [](const Tensor& t) {
     const std::vector<double> v = t.to_vector<double>();
@@ -104,11 +94,9 @@ TEST_CASE("GPT-2 initialisation scales residual projections") {
 }
 
 TEST_CASE("options are validated with clear messages") {
-  GPTConfig c = tiny_config();
-  c.n_head = 3;
+  GPTConfig c = tiny_config().n_head(3);
   CHECK_THROWS_WITH_AS(GPT{c}, doctest::Contains("n_embd = 8 is not divisible by n_head = 3"), Error);
-  c = tiny_config();
-  c.context = 0;
+  c = tiny_config().context(0);
   CHECK_THROWS_WITH_AS(GPT{c}, doctest::Contains("expected context > 0"), Error);
   CHECK_THROWS_WITH_AS(Linear(0, 3), doctest::Contains("[Linear] expected positive sizes"), Error);
   CHECK_THROWS_WITH_AS(Dropout(1.5), doctest::Contains("outside [0, 1)"), Error);
@@ -159,9 +147,7 @@ TEST_CASE("layer gradchecks in float64") {
   const std::vector<Tensor> inputs{x, linear.weight, linear.bias};
   CHECK(hg::testing::gradcheck("Linear", [&](const std::vector<Tensor>& in) { return linear.forward(in[0]); }, inputs) == "");
 
-  TransformerOptions o;
-  o.n_embd = 4;
-  o.n_head = 2;
+  const auto o = TransformerOptions().n_embd(4).n_head(2);
   Block block(o);
   block.to(f64);
   const Tensor h = randn({1, 3, 4}, f64).requires_grad_();
@@ -197,8 +183,8 @@ TEST_CASE("GPT saves and loads its own layout") {
   const std::string path = temp_path("native.safetensors");
   model.save(path);
   std::shared_ptr<GPT> loaded = GPT::load(path);
-  CHECK(loaded->config.n_layer == 2);
-  CHECK(loaded->config.n_head == 2);
+  CHECK(loaded->config.n_layer() == 2);
+  CHECK(loaded->config.n_head() == 2);
   const Tensor ids = randint(0, 11, {1, 8});
   CHECK(max_abs_diff(model.forward(ids), loaded->forward(ids)) == 0.0);
   std::remove(path.c_str());
@@ -206,10 +192,8 @@ TEST_CASE("GPT saves and loads its own layout") {
 
 TEST_CASE("GPT loads a Hugging Face GPT-2 layout with the same logits") {
   manual_seed(8);
-  GPTConfig c = tiny_config();
-  c.n_embd = 128;  // GPT-2 files carry no head count: width / 64 heads
-  c.n_head = 2;
-  c.n_layer = 2;
+  // GPT-2 files carry no head count: width / 64 heads.
+  const GPTConfig c = tiny_config().n_embd(128).n_head(2).n_layer(2);
   GPT model(c);
   // Build the file exactly as transformers writes GPT2LMHeadModel: "transformer." prefix, Conv1D
   // weights [in, out], the tied lm_head and the causal-mask buffers.
@@ -220,15 +204,15 @@ TEST_CASE("GPT loads a Hugging Face GPT-2 layout with the same logits") {
     hf.emplace_back("transformer." + name, conv1d ? t.t().contiguous() : t);
   }
   for (int l = 0; l < 2; ++l)
-    hf.emplace_back("transformer.h." + std::to_string(l) + ".attn.bias", ones({1, 1, c.context, c.context}));
+    hf.emplace_back("transformer.h." + std::to_string(l) + ".attn.bias", ones({1, 1, c.context(), c.context()}));
   hf.emplace_back("lm_head.weight", model.wte->weight);
   const std::string path = temp_path("hf.safetensors");
   safetensors::save(path, hf, {{"format", "pt"}});
   std::shared_ptr<GPT> loaded = GPT::load(path);
-  CHECK(loaded->config.n_embd == 128);
-  CHECK(loaded->config.n_head == 2);
-  CHECK(loaded->config.context == c.context);
-  CHECK(loaded->config.vocab_size == 11);
+  CHECK(loaded->config.n_embd() == 128);
+  CHECK(loaded->config.n_head() == 2);
+  CHECK(loaded->config.context() == c.context());
+  CHECK(loaded->config.vocab_size() == 11);
   const Tensor ids = randint(0, 11, {2, 5});
   CHECK(max_abs_diff(model.forward(ids), loaded->forward(ids)) == 0.0);
   std::remove(path.c_str());

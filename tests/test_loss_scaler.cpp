@@ -381,11 +381,7 @@ struct SmallGPT {
 
   explicit SmallGPT(DType dtype) {
     manual_seed(23);
-    config.vocab_size = 16;
-    config.context = 8;
-    config.n_layer = 1;
-    config.n_head = 2;
-    config.n_embd = 16;
+    config = nn::GPTConfig().vocab_size(16).context(8).n_layer(1).n_head(2).n_embd(16);
     model = std::make_shared<nn::GPT>(config);
     model->to(dtype);
     model->to(model_device());

@@ -159,10 +159,10 @@ TEST_CASE("metrics figure renders well-formed SVG with a point per record and es
     records.push_back(r);
   }
   const Figure figure = figure_from_metrics(records, "run <a & b> \"quoted\"");
-  REQUIRE(figure.charts.size() == 3);  // loss, accuracy, memory: no empty panels
-  CHECK(figure.charts[0].title == "loss");
-  CHECK(figure.charts[1].series[0].points.size() == 4);
-  CHECK(figure.charts[1].series[0].points[3].second == doctest::Approx(100.0));
+  REQUIRE(figure.charts().size() == 3);  // loss, accuracy, memory: no empty panels
+  CHECK(figure.charts()[0].title() == "loss");
+  CHECK(figure.charts()[1].series()[0].points.size() == 4);
+  CHECK(figure.charts()[1].series()[0].points[3].second == doctest::Approx(100.0));
   SvgCanvas svg(figure.width(), figure.height());
   draw(figure, svg);
   const std::string doc = svg.str();

@@ -288,15 +288,7 @@ namespace {
 
 constexpr double kLr = 3e-3;
 
-nn::GPTConfig tiny_gpt() {
-  nn::GPTConfig config;
-  config.vocab_size = 32;
-  config.context = 16;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.n_embd = 32;
-  return config;
-}
+nn::GPTConfig tiny_gpt() { return nn::GPTConfig().vocab_size(32).context(16).n_layer(2).n_head(2).n_embd(32); }
 
 struct RunResult {
   std::vector<std::vector<float>> grads;   // after the first step's backward(s)
@@ -473,12 +465,8 @@ TEST_CASE("the addition task trains in bf16 and fp16 along the f32 loss curve") 
   auto train = [](DType dtype) {
     manual_seed(3);
     samples::AdditionTask task(2);
-    nn::GPTConfig config;
-    config.vocab_size = 256;
-    config.context = task.problem_length() - 1;
-    config.n_layer = 1;
-    config.n_head = 2;
-    config.n_embd = 64;
+    const auto config =
+        nn::GPTConfig().vocab_size(256).context(task.problem_length() - 1).n_layer(1).n_head(2).n_embd(64);
     nn::GPT model(config);
     model.to(dtype);
     const std::vector<Tensor> params = model.parameters();

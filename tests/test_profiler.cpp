@@ -201,8 +201,7 @@ TEST_CASE("per-op ranges cover every kernel call and backward node only when ask
   sum(gelu(matmul(a, b))).backward();
   CHECK(stop().ranges.empty());
 
-  Options options;
-  options.op_ranges = true;
+  const auto options = Options().op_ranges(true);
   start(options);
   CHECK(op_ranges_enabled());
   {
@@ -244,11 +243,9 @@ TEST_CASE("profiler sessions: misuse errors open ranges and ranges across sessio
   CHECK(second.ranges[0].name == "fresh");
   CHECK_ERROR(write_chrome_trace(second, "/nonexistent-dir/trace.json"), "cannot open trace file",
               "/nonexistent-dir/trace.json");
-  Options bad;
-  bad.max_ranges = 0;
+  const auto bad = Options().max_ranges(0);
   CHECK_ERROR(start(bad), "max_ranges");
-  Options small;
-  small.max_ranges = 2;
+  const auto small = Options().max_ranges(2);
   start(small);
   for (int i = 0; i < 5; ++i) ScopedRange r("r", Category::other);
   const Profile capped = stop();

@@ -20,8 +20,7 @@ TEST_CASE("profiler times CUDA ops with events and places them on the device tra
   const Device gpu = Device::cuda(0);
   Tensor a = randn({32, 48}).to(gpu).requires_grad_();
   Tensor b = randn({48, 16}).to(gpu).requires_grad_();
-  Options options;
-  options.op_ranges = true;
+  const auto options = Options().op_ranges(true);
   start(options);
   {
     ScopedRange step("step", Category::step, gpu);

@@ -14,12 +14,7 @@ namespace {
 
 std::vector<double> train_on_one_batch(int steps) {
   manual_seed(11);
-  nn::GPTConfig config;
-  config.vocab_size = 16;
-  config.context = 12;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.n_embd = 32;
+  const auto config = nn::GPTConfig().vocab_size(16).context(12).n_layer(2).n_head(2).n_embd(32);
   nn::GPT model(config);
   optim::AdamW optimizer(model.parameters(), optim::AdamWOptions().lr(1e-2).weight_decay(0.0));
   const Tensor ids = randint(0, 16, {4, 12});

@@ -24,9 +24,9 @@ namespace hg::train {
 enum class StopMode { min, max };  // min: loss-like metrics; max: accuracy-like
 
 struct EarlyStoppingOptions {
-  HG_OPTIM_ARG(EarlyStoppingOptions, StopMode, mode, StopMode::min);
-  HG_OPTIM_ARG(EarlyStoppingOptions, int64_t, patience, 5);
-  HG_OPTIM_ARG(EarlyStoppingOptions, double, min_delta, 0.0);
+  HG_OPTION(EarlyStoppingOptions, StopMode, mode, StopMode::min);
+  HG_OPTION(EarlyStoppingOptions, int64_t, patience, 5);
+  HG_OPTION(EarlyStoppingOptions, double, min_delta, 0.0);
 };
 
 class EarlyStopping {

@@ -30,7 +30,7 @@ TrainingMonitor::TrainingMonitor(const MonitorOptions& options, std::vector<Tens
     HG_CHECK(std::ofstream(options_.profile_path()).is_open(), "[train] cannot open trace file \"",
              options_.profile_path(), "\" for writing");
     profiler::Options p;
-    p.op_ranges = options_.profile_ops();
+    p.op_ranges(options_.profile_ops());
     profiler::start(p);
     profiler::set_thread_name("train loop");
     profiling_ = true;

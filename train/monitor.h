@@ -23,13 +23,13 @@ namespace hg::train {
 
 // MonitorOptions().metrics_path("run.jsonl").early_stop_patience(3)
 struct MonitorOptions {
-  HG_OPTIM_ARG(MonitorOptions, std::string, profile_path, "");
-  HG_OPTIM_ARG(MonitorOptions, std::string, metrics_path, "");
-  HG_OPTIM_ARG(MonitorOptions, bool, profile_ops, false);
-  HG_OPTIM_ARG(MonitorOptions, int64_t, early_stop_patience, 0);  // 0: off
-  HG_OPTIM_ARG(MonitorOptions, double, early_stop_min_delta, 0.0);
+  HG_OPTION(MonitorOptions, std::string, profile_path, "");
+  HG_OPTION(MonitorOptions, std::string, metrics_path, "");
+  HG_OPTION(MonitorOptions, bool, profile_ops, false);
+  HG_OPTION(MonitorOptions, int64_t, early_stop_patience, 0);  // 0: off
+  HG_OPTION(MonitorOptions, double, early_stop_min_delta, 0.0);
   // Where memory statistics and NVML samples come from.
-  HG_OPTIM_ARG(MonitorOptions, Device, device, Device::cpu());
+  HG_OPTION(MonitorOptions, Device, device, Device::cpu());
 };
 
 class TrainingMonitor {

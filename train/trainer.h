@@ -63,31 +63,31 @@ OffloadActivations parse_offload_activations(const std::string& text);
 // TrainerOptions().steps(3000).grad_accum(2).clip(1.0).eval_every(500).checkpoint_dir("ckpt")
 struct TrainerOptions {
   // Optimizer steps the run is planned for (what the schedule spans, and when the last evaluation is).
-  HG_OPTIM_ARG(TrainerOptions, int64_t, steps, 1000);
+  HG_OPTION(TrainerOptions, int64_t, steps, 1000);
   // End this run after step N although the plan is longer (0: at `steps`); resume continues.
-  HG_OPTIM_ARG(TrainerOptions, int64_t, stop_after, 0);
-  HG_OPTIM_ARG(TrainerOptions, int64_t, grad_accum, 1);
-  HG_OPTIM_ARG(TrainerOptions, double, clip, 0.0);        // global gradient-norm clipping (0: off)
-  HG_OPTIM_ARG(TrainerOptions, int64_t, eval_every, 0);   // 0: only at the last step
-  HG_OPTIM_ARG(TrainerOptions, int64_t, log_every, 100);  // progress lines kept (others overwritten)
+  HG_OPTION(TrainerOptions, int64_t, stop_after, 0);
+  HG_OPTION(TrainerOptions, int64_t, grad_accum, 1);
+  HG_OPTION(TrainerOptions, double, clip, 0.0);        // global gradient-norm clipping (0: off)
+  HG_OPTION(TrainerOptions, int64_t, eval_every, 0);   // 0: only at the last step
+  HG_OPTION(TrainerOptions, int64_t, log_every, 100);  // progress lines kept (others overwritten)
   // Name of the evaluator's value in the metrics log, and whether it is minimised (loss) or
   // maximised (accuracy) by early stopping.
-  HG_OPTIM_ARG(TrainerOptions, std::string, metric_name, "val_loss");
-  HG_OPTIM_ARG(TrainerOptions, StopMode, metric_mode, StopMode::min);
+  HG_OPTION(TrainerOptions, std::string, metric_name, "val_loss");
+  HG_OPTION(TrainerOptions, StopMode, metric_mode, StopMode::min);
   // Sequence-length warmup (data/curriculum.h SequenceLengthWarmup): over the first N steps, every
   // field of rank >= 2 is narrowed along dim 1 from `start` to its full length (0: off).
-  HG_OPTIM_ARG(TrainerOptions, int64_t, seq_warmup_steps, 0);
-  HG_OPTIM_ARG(TrainerOptions, int64_t, seq_warmup_start, 1);
-  HG_OPTIM_ARG(TrainerOptions, OffloadActivations, offload_activations, OffloadActivations::off);
+  HG_OPTION(TrainerOptions, int64_t, seq_warmup_steps, 0);
+  HG_OPTION(TrainerOptions, int64_t, seq_warmup_start, 1);
+  HG_OPTION(TrainerOptions, OffloadActivations, offload_activations, OffloadActivations::off);
   // Checkpoints: a directory (train/checkpoint_directory.h), every N steps and at the last.
-  HG_OPTIM_ARG(TrainerOptions, std::string, checkpoint_dir, "");
-  HG_OPTIM_ARG(TrainerOptions, int64_t, checkpoint_every, 0);
-  HG_OPTIM_ARG(TrainerOptions, int64_t, keep_checkpoints, 3);
-  HG_OPTIM_ARG(TrainerOptions, bool, resume, false);  // from the newest checkpoint of checkpoint_dir
+  HG_OPTION(TrainerOptions, std::string, checkpoint_dir, "");
+  HG_OPTION(TrainerOptions, int64_t, checkpoint_every, 0);
+  HG_OPTION(TrainerOptions, int64_t, keep_checkpoints, 3);
+  HG_OPTION(TrainerOptions, bool, resume, false);  // from the newest checkpoint of checkpoint_dir
   // Profiler, metrics log, early stopping (train/monitor.h).
-  HG_OPTIM_ARG(TrainerOptions, MonitorOptions, monitor, MonitorOptions());
+  HG_OPTION(TrainerOptions, MonitorOptions, monitor, MonitorOptions());
   // The ranks of a data-parallel run (dist/data_parallel.h); nullptr: one process.
-  HG_OPTIM_ARG(TrainerOptions, dist::Communicator*, communicator, nullptr);
+  HG_OPTION(TrainerOptions, dist::Communicator*, communicator, nullptr);
 };
 
 // One evaluation: the value early stopping and the metrics log see, and the text printed after

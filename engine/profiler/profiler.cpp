@@ -128,7 +128,7 @@ void start(const Options& options) {
   Session& s = session();
   std::lock_guard lock(s.mutex);
   HG_CHECK(!detail::g_recording.load(), "[profiler] start() while a session is already recording; call stop() first");
-  HG_CHECK(options.max_ranges > 0, "[profiler] max_ranges must be positive, got 0");
+  HG_CHECK(options.max_ranges() > 0, "[profiler] max_ranges must be positive, got 0");
   s.number += 1;
   s.options = options;
   s.origin = Clock::now();
@@ -137,7 +137,7 @@ void start(const Options& options) {
   s.dropped = 0;
   s.counters.clear();
   s.references.clear();
-  detail::g_op_ranges.store(options.op_ranges, std::memory_order_relaxed);
+  detail::g_op_ranges.store(options.op_ranges(), std::memory_order_relaxed);
   detail::g_recording.store(true, std::memory_order_release);
 }
 
@@ -160,12 +160,12 @@ void set_thread_name(const std::string& name) {
 
 void ScopedRange::begin(const char* name, Category category, const Device* device) {
   Session& s = session();
-  if (s.stored.fetch_add(1, std::memory_order_relaxed) >= s.options.max_ranges) {
+  if (s.stored.fetch_add(1, std::memory_order_relaxed) >= s.options.max_ranges()) {
     s.dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   ThreadBuffer& b = this_thread_buffer();
-  const bool timed = device && device->is_cuda() && s.options.device_timing;
+  const bool timed = device && device->is_cuda() && s.options.device_timing();
   if (timed) ensure_reference(s, device->index);
   std::lock_guard lock(b.mutex);
   adopt_session(b, s.number);

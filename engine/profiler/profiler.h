@@ -1,7 +1,7 @@
 #pragma once
 // The profiler: named, nested time ranges on every thread, recorded between start() and stop().
 //
-//   profiler::start({.op_ranges = true});
+//   profiler::start(profiler::Options().op_ranges(true));
 //   { profiler::ScopedRange step("step", profiler::Category::step); ... }
 //   profiler::Profile profile = profiler::stop();
 //   profiler::write_chrome_trace(profile, "trace.json");          // Perfetto / chrome://tracing
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "kernels/options.h"
 
 namespace hg::profiler {
 
@@ -34,10 +35,15 @@ namespace hg::profiler {
 enum class Category : uint8_t { step, data, forward, backward, optimizer, communication, op, other };
 const char* category_name(Category category);
 
+// What a session records; validated by start().
+//   profiler::Options().op_ranges(true).max_ranges(1'000'000)
 struct Options {
-  bool op_ranges = false;         // a range around every kernel call and backward node
-  bool device_timing = true;      // CUDA events around ranges that name a CUDA device
-  size_t max_ranges = 4'000'000;  // beyond this, ranges are counted in Profile::dropped, not stored
+  // A range around every kernel call and backward node.
+  HG_OPTION(Options, bool, op_ranges, false);
+  // CUDA events around ranges that name a CUDA device.
+  HG_OPTION(Options, bool, device_timing, true);
+  // Beyond this, ranges are counted in Profile::dropped, not stored.
+  HG_OPTION(Options, size_t, max_ranges, 4'000'000);
 };
 
 struct RangeRecord {
@@ -69,7 +75,7 @@ struct Profile {
 };
 
 // Starts a recording session (clearing any previous one). Throws if one is already running.
-void start(const Options& options = {});
+void start(const Options& options = Options());
 // Ends the session and returns what it recorded, device times resolved (synchronizes the devices
 // that were timed). Throws if no session is running.
 Profile stop();
@@ -96,7 +102,7 @@ class ScopedRange {
     if (detail::g_recording.load(std::memory_order_acquire)) begin(name, category, nullptr);
   }
   ScopedRange(const std::string& name, Category category) : ScopedRange(name.c_str(), category) {}
-  // Also timed with CUDA events when `device` is a CUDA device (and Options::device_timing).
+  // Also timed with CUDA events when `device` is a CUDA device (and Options::device_timing()).
   ScopedRange(const char* name, Category category, const Device& device) {
     if (detail::g_recording.load(std::memory_order_acquire)) begin(name, category, &device);
   }

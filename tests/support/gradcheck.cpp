@@ -31,14 +31,14 @@ std::string gradcheck(const std::string& name, const OpFunction& fn, const std::
     std::vector<std::vector<double>> numeric(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       const double saved = data[i];
-      data[i] = saved + options.step;
+      data[i] = saved + options.step();
       const std::vector<double> plus = evaluate(fn, inputs);
-      data[i] = saved - options.step;
+      data[i] = saved - options.step();
       const std::vector<double> minus = evaluate(fn, inputs);
       data[i] = saved;
       numeric[size_t(i)].resize(size_t(outputs));
       for (int64_t j = 0; j < outputs; ++j)
-        numeric[size_t(i)][size_t(j)] = (plus[size_t(j)] - minus[size_t(j)]) / (2 * options.step);
+        numeric[size_t(i)][size_t(j)] = (plus[size_t(j)] - minus[size_t(j)]) / (2 * options.step());
     }
 
     // Analytic Jacobian, one output element (row) at a time.
@@ -54,7 +54,7 @@ std::string gradcheck(const std::string& name, const OpFunction& fn, const std::
           grad.defined() ? grad.to_vector<double>() : std::vector<double>(static_cast<size_t>(n), 0.0);
       for (int64_t i = 0; i < n; ++i) {
         const double expected = numeric[size_t(i)][size_t(j)], got = analytic[size_t(i)];
-        if (!(std::abs(expected - got) <= options.atol + options.rtol * std::abs(expected))) {
+        if (!(std::abs(expected - got) <= options.atol() + options.rtol() * std::abs(expected))) {
           std::ostringstream message;
           message << name << ": d output[" << j << "] / d input" << which << "[" << i << "] analytic " << got
                   << " vs numeric " << expected;

@@ -10,13 +10,16 @@
 #include <vector>
 
 #include "engine/ops.h"
+#include "kernels/options.h"
 
 namespace hg::testing {
 
+// The finite-difference step and the tolerances.
+//   GradcheckOptions().step(1e-5).atol(1e-5).rtol(1e-4)
 struct GradcheckOptions {
-  double step = 1e-6;
-  double atol = 1e-6;
-  double rtol = 1e-5;
+  HG_OPTION(GradcheckOptions, double, step, 1e-6);
+  HG_OPTION(GradcheckOptions, double, atol, 1e-6);
+  HG_OPTION(GradcheckOptions, double, rtol, 1e-5);
 };
 
 using OpFunction = std::function<Tensor(const std::vector<Tensor>&)>;
@@ -24,6 +27,6 @@ using OpFunction = std::function<Tensor(const std::vector<Tensor>&)>;
 // inputs: contiguous f64 CPU leaves; those with requires_grad are checked. Returns "" when the
 // Jacobians agree, else a description of the first disagreement.
 std::string gradcheck(const std::string& name, const OpFunction& fn, const std::vector<Tensor>& inputs,
-                      const GradcheckOptions& options = {});
+                      const GradcheckOptions& options = GradcheckOptions());
 
 }  // namespace hg::testing

@@ -33,14 +33,14 @@ inline int64_t block_input_bytes(const MemoryModelShape& s, int64_t e) { return 
 inline std::shared_ptr<nn::GPT> make_memory_model(const MemoryModelShape& s, int64_t checkpoint_every, DType dtype,
                                                   const Device& device) {
   manual_seed(1234);
-  nn::GPTConfig config;
-  config.vocab_size = s.V;
-  config.context = s.T;
-  config.n_layer = s.L;
-  config.n_head = s.H;
-  config.n_embd = s.C;
-  config.dropout = s.dropout;
-  config.checkpoint_every = checkpoint_every;
+  const auto config = nn::GPTConfig()
+                          .vocab_size(s.V)
+                          .context(s.T)
+                          .n_layer(s.L)
+                          .n_head(s.H)
+                          .n_embd(s.C)
+                          .dropout(s.dropout)
+                          .checkpoint_every(checkpoint_every);
   auto model = std::make_shared<nn::GPT>(config);
   model->to(dtype);
   model->to(device);
