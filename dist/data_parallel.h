@@ -14,7 +14,7 @@
 //   - zero_stage -1: no ZeRO in a single process, stage 0 (plain data parallelism: gradients
 //     all-reduced) when launched as several processes. offload_optimizer implies stage >= 0.
 //   - Each rank trains on its own rows of every global batch: a DataLoader built with
-//     data_loader_rank() (data/data_loader.h rank(r, N)) and batch size global_batch / world_size().
+//     DataLoaderOptions().rank(rank(), world_size()) and batch size rows_per_rank(global_batch).
 //   - quiet_other_ranks: ranks other than 0 write nothing to stdout (their figures equal rank 0's).
 #include <cstdint>
 #include <memory>

@@ -36,6 +36,23 @@ void Optimizer::load_state(const std::string& prefix) {
 
 // ---- LocalOptimizer --------------------------------------------------------------------------------
 
+std::unique_ptr<Optimizer::WholeParameters> LocalOptimizer::whole_parameters() {
+  struct RefreshMasters final : WholeParameters {
+    LocalOptimizer* owner;
+    explicit RefreshMasters(LocalOptimizer* o) : owner(o) {}
+    void commit() override {
+      NoGradGuard no_grad;
+      size_t index = 0;
+      for (const ParamGroup& g : owner->groups_)
+        for (const Tensor& p : g.params) {
+          const auto& buffers = owner->state_[index++].buffers;
+          if (const auto it = buffers.find("master"); it != buffers.end()) it->second.copy_(p);
+        }
+    }
+  };
+  return std::make_unique<RefreshMasters>(this);
+}
+
 std::vector<Tensor> LocalOptimizer::parameters() const {
   std::vector<Tensor> out;
   for (const ParamGroup& g : groups_) out.insert(out.end(), g.params.begin(), g.params.end());

@@ -130,6 +130,8 @@ class Optimizer {
   // Whether files written by save_state exist under `prefix`.
   virtual bool has_saved_state(const std::string& prefix) const { return false; }
 
+  // The guard of whole_parameters(). A local optimizer's parameters are always whole; its commit()
+  // copies parameters written in the guard's scope into their fp32 master copies.
   class WholeParameters {
    public:
     virtual ~WholeParameters() = default;
@@ -179,6 +181,8 @@ class LocalOptimizer : public Optimizer {
   // entries start fresh). Checks names, indices, shapes and dtypes against the parameters and
   // throws before changing anything when one does not fit. Buffers are copied.
   void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) override;
+  // A guard whose commit() refreshes the fp32 master copies from the (rewritten) parameters.
+  [[nodiscard]] std::unique_ptr<WholeParameters> whole_parameters() override;
 
  protected:
   // `name` prefixes error messages ("[AdamW] ...").

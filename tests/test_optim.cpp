@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/ops.h"
+#include "engine/random.h"
 #include "kernels/half.h"
 #include "kernels/kernels.h"
 #include "optim/optim.h"
@@ -652,4 +653,24 @@ TEST_CASE("load_state_tensors checks names - shapes and completeness") {
   opt.load_state_tensors({{"0.step", step}, {"0.exp_avg", m}, {"0.exp_avg_sq", m}});
   CHECK(opt.state(0).step == 2);
   CHECK_FALSE(opt.state(1).initialized());
+}
+
+TEST_CASE("whole_parameters commit refreshes the fp32 master copies of rewritten half parameters") {
+  manual_seed(3);
+  Tensor p = randn({5, 4}).to(DType::bf16).requires_grad_();
+  AdamW opt({p}, AdamWOptions().lr(0.1));
+  p.set_grad(randn({5, 4}).to(DType::bf16));
+  opt.step();
+  const Tensor master = opt.state(0).buffers.at("master");
+  const Tensor restored = randn({5, 4}).to(DType::bf16);  // e.g. early stopping's best weights
+  {
+    const auto whole = opt.whole_parameters();
+    NoGradGuard no_grad;
+    p.copy_(restored);
+    CHECK(master.to_vector<float>() != restored.to(DType::f32).to_vector<float>());  // stale until commit
+    whole->commit();
+  }
+  CHECK(opt.state(0).buffers.at("master").to_vector<float>() == restored.to(DType::f32).to_vector<float>());
+  CHECK_FALSE(opt.is_sharded());
+  CHECK_THROWS_WITH_AS(opt.save_state("x"), doctest::Contains("keeps its whole state in this process"), hg::Error);
 }
