@@ -10,6 +10,7 @@
 // - Index tensors (targets, token ids) are i32 or i64, given by `index_dtype`.
 #include <cstdint>
 
+#include "kernels/binary_math.h"
 #include "kernels/conv_geometry.h"
 #include "kernels/dtype.h"
 #include "kernels/unary_math.h"
@@ -18,7 +19,6 @@ namespace hg::kernels {
 
 inline constexpr int kMaxRank = 8;
 
-enum class BinaryOp { Add, Sub, Mul, Div };
 enum class ReduceOp { Sum, Max };
 
 // One tensor of a multi-tensor kernel: n contiguous elements of a floating dtype at data (a device
