@@ -148,14 +148,19 @@ HG_DECLARE_KERNEL(void, cross_entropy_backward,
                    void* dlogits, int64_t rows, int64_t cols, int64_t ignore_index, DType dtype));
 
 // ---- LayerNorm ---------------------------------------------------------------------------------
-// Per row of [rows, cols]: mean, rstd = 1/sqrt(var + eps) (biased variance, in acc_t), then
-// y = (x - mean) * rstd * w + b. weight/bias are nullable (then 1 and 0).
+// The one statement of LayerNorm's math (kernels/cpu/layer_norm.cpp, kernels/cuda/layer_norm.cu and
+// engine/ops/layer_norm.cpp refer to it). Forward, per row of contiguous [rows, cols], in acc_t:
+//   mean = sum_c x / cols,  var = sum_c (x - mean)^2 / cols  (biased),  rstd = 1 / sqrt(var + eps)
+//   y = (x - mean) * rstd * w + b          (w = 1, b = 0 when weight / bias are null)
+// mean and rstd (nullable, in accumulate_dtype(dtype)) are saved per row for the backward.
 HG_DECLARE_KERNEL(void, layer_norm_forward,
                   (const void* x, const void* weight, const void* bias, void* y, void* mean, void* rstd, int64_t rows,
                    int64_t cols, double eps, DType dtype));
-// With xhat = (x - mean) * rstd and g = dy * w:
-//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  dw = sum_r dy * xhat,  db = sum_r dy.
-// dweight/dbias are nullable; the sums over rows are done in a fixed order (deterministic).
+// Backward, with xhat = (x - mean) * rstd and g = dy * w:
+//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))      per row
+//   dw = sum_r dy * xhat,  db = sum_r dy                          summed over the rows
+// All three are written (=); dweight/dbias are nullable. The sums over rows are done in a fixed
+// order: the same bits from run to run, whatever the thread count or the order blocks run in.
 HG_DECLARE_KERNEL(void, layer_norm_backward,
                   (const void* x, const void* weight, const void* mean, const void* rstd, const void* dy, void* dx,
                    void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype));
