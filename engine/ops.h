@@ -1,7 +1,9 @@
 #pragma once
 // The differentiable ops of halfgrad. Each one checks its inputs (throwing hg::Error that names the
 // op, the shapes/dtypes/devices it got and what it expected), runs the kernel for the tensors'
-// device, and records its backward (written next to its forward in engine/ops/<area>.cpp).
+// device, and records its backward (written next to its forward in engine/ops/<area>.cpp; the
+// elementwise ops' derivatives are their rows in kernels/unary_math.h and kernels/binary_math.h).
+// Adding an op: docs/adding_an_op.md.
 //
 // Binary ops need equal dtypes and devices and broadcast shapes NumPy-style.
 #include <array>

@@ -1,5 +1,10 @@
 #pragma once
-// Every kernel of halfgrad, on raw pointers, sizes and a dtype; no Tensor in sight.
+// Every kernel of halfgrad, on raw pointers, sizes and a dtype; no Tensor in sight. Each kernel is
+// declared once, by HG_DECLARE_KERNEL, for both backends, with the same arguments and semantics:
+//   kernels::cpu::name(args...)                   defined in kernels/cpu/*.cpp
+//   kernels::cuda::name(args..., Stream stream)   defined in kernels/cuda/*.cu (kernels/kernels_cuda.h),
+//                                                 linked when the build has a CUDA backend
+// The comment above each declaration states its math; the kernel files refer to it.
 //
 // Conventions (all backends):
 // - Pointers address the first element (any storage offset already applied).
@@ -8,17 +13,22 @@
 // - `stat` buffers (softmax/LayerNorm statistics, per-row losses) are in accumulate_dtype(dtype).
 // - Outputs are written (=), never accumulated into, unless the name says `accumulate`.
 // - Index tensors (targets, token ids) are i32 or i64, given by `index_dtype`.
+// - CUDA: pointers are device pointers, except the stride and shape arrays (host arrays); every
+//   call is asynchronous on `stream` (the emulator runs it at once) unless its comment says it
+//   synchronises the stream (those that return a value read from the device).
 #include <cstdint>
 
+#include "kernels/binary_math.h"
 #include "kernels/conv_geometry.h"
 #include "kernels/dtype.h"
 #include "kernels/unary_math.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*, in the CUDA runtime and in the emulator alike
 
 namespace hg::kernels {
 
 inline constexpr int kMaxRank = 8;
 
-enum class BinaryOp { Add, Sub, Mul, Div };
 enum class ReduceOp { Sum, Max };
 
 // One tensor of a multi-tensor kernel: n contiguous elements of a floating dtype at data (a device
@@ -29,62 +39,84 @@ struct TensorSpan {
   DType dtype = DType::f32;
 };
 
-}  // namespace hg::kernels
+namespace cuda {
+using Stream = CUstream_st*;
+}  // namespace cuda
 
-namespace hg::kernels::cpu {
+// HG_DECLARE_KERNEL(return type, name, (parameters)); declares cpu::name(parameters) and
+// cuda::name(parameters, Stream stream).
+#define HG_KERNEL_WITH_STREAM(...) (__VA_ARGS__, ::hg::kernels::cuda::Stream stream)
+#define HG_DECLARE_KERNEL(ret, name, params) \
+  namespace cpu {                            \
+  ret name params;                           \
+  }                                          \
+  namespace cuda {                           \
+  ret name HG_KERNEL_WITH_STREAM params;     \
+  }                                          \
+  static_assert(true, "")
 
 // ---- memory and layout -------------------------------------------------------------------------
 // y[i] = value for i < n (value converted to dtype).
-void fill(void* y, int64_t n, double value, DType dtype);
+HG_DECLARE_KERNEL(void, fill, (void* y, int64_t n, double value, DType dtype));
 // y[i] = convert(x[i]) between any two dtypes (floating <-> floating rounds to nearest even).
-void cast(const void* x, DType x_dtype, void* y, DType y_dtype, int64_t n);
+HG_DECLARE_KERNEL(void, cast, (const void* x, DType x_dtype, void* y, DType y_dtype, int64_t n));
 // Copies a strided view into another strided view of the same shape and dtype
 // (e.g. contiguous() materialisation, or writing into a slice for cat).
-void copy_strided(const void* src, const int64_t* src_strides, void* dst, const int64_t* dst_strides,
-                  const int64_t* shape, int rank, DType dtype);
+HG_DECLARE_KERNEL(void, copy_strided,
+                  (const void* src, const int64_t* src_strides, void* dst, const int64_t* dst_strides,
+                   const int64_t* shape, int rank, DType dtype));
 
 // ---- elementwise -------------------------------------------------------------------------------
 // y = op(x) over n contiguous elements; `scalar` is Pow's exponent.
-void unary_forward(UnaryOp op, const void* x, void* y, int64_t n, double scalar, DType dtype);
+HG_DECLARE_KERNEL(void, unary_forward, (UnaryOp op, const void* x, void* y, int64_t n, double scalar, DType dtype));
 // dx = dy * op'(x) over n contiguous elements (y = op(x) is passed for the ops that need it).
-void unary_backward(UnaryOp op, const void* x, const void* y, const void* dy, void* dx, int64_t n,
-                    double scalar, DType dtype);
+HG_DECLARE_KERNEL(void, unary_backward,
+                  (UnaryOp op, const void* x, const void* y, const void* dy, void* dx, int64_t n, double scalar,
+                   DType dtype));
 // y = alpha * x + beta, computed in acc_t.
-void affine(const void* x, void* y, int64_t n, double alpha, double beta, DType dtype);
+HG_DECLARE_KERNEL(void, affine, (const void* x, void* y, int64_t n, double alpha, double beta, DType dtype));
 // y[idx] = a[idx . a_strides] op b[idx . b_strides] for every index of `shape`; y is contiguous.
 // A broadcast dimension has stride 0.
-void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const void* b,
-                    const int64_t* b_strides, void* y, const int64_t* shape, int rank, DType dtype);
+HG_DECLARE_KERNEL(void, binary_forward,
+                  (BinaryOp op, const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
+                   void* y, const int64_t* shape, int rank, DType dtype));
 
 // ---- reductions --------------------------------------------------------------------------------
 // x viewed as contiguous [outer, n, inner]; y[o, i] = reduce_j x[o, j, i], times `scale` for Sum
 // (scale = 1/n gives the mean). For Max, `argmax` (nullable, i64) receives the first index of the
 // maximum; NaN propagates (a NaN is the maximum).
-void reduce(ReduceOp op, const void* x, void* y, int64_t* argmax, int64_t outer, int64_t n, int64_t inner,
-            double scale, DType dtype);
+HG_DECLARE_KERNEL(void, reduce,
+                  (ReduceOp op, const void* x, void* y, int64_t* argmax, int64_t outer, int64_t n, int64_t inner,
+                   double scale, DType dtype));
 
 // x viewed as contiguous [outer, n, inner], index [outer, inner] (i64, values in [0, n)):
 // y[o, index[o, i], i] = x[o, i]; every other element of y (shape [outer, n, inner]) is 0.
 // The backward of max over a dimension.
-void scatter_along(const void* x, const int64_t* index, void* y, int64_t outer, int64_t n, int64_t inner,
-                   DType dtype);
+HG_DECLARE_KERNEL(void, scatter_along,
+                  (const void* x, const int64_t* index, void* y, int64_t outer, int64_t n, int64_t inner, DType dtype));
 
 // ---- GEMM --------------------------------------------------------------------------------------
 // Row-major C[m, n] = alpha * op(A) op(B) + beta * C, op(A) = A^T when trans_a (A stored [k, m]).
 // lda/ldb/ldc are row strides in elements. When beta == 0, C is not read (NaN in C is ignored).
 // f32: a cache-blocked packed GEMM with an AVX-512 micro-kernel when the CPU has AVX-512 (checked at
 // run time), Eigen otherwise; f64: Eigen; f16/bf16: converted to f32, multiplied, rounded back.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
-          int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType dtype);
+// CUDA: cuBLASLt on a GPU; the CPU backend on the emulator.
+HG_DECLARE_KERNEL(void, gemm,
+                  (bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+                   int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType dtype));
+namespace cpu {
 // Reference triple loop (fp32/fp64 accumulation) used by tests and as the oracle.
 void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
                     int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType dtype);
 // Which f32 GEMM path gemm() takes on this CPU: "avx512" or "eigen".
 const char* gemm_f32_path();
+}  // namespace cpu
 // GEMM with a bias epilogue: C[i, :] = alpha op(A) op(B)[i, :] + bias (bias [n], one value per
 // output column, broadcast over the m rows). C is written, not read. (The Linear layer's forward.)
-void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
-               int64_t lda, const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, DType dtype);
+// CUDA: cuBLASLt's bias epilogue (CUBLASLT_EPILOGUE_BIAS): the bias is added before C is stored.
+HG_DECLARE_KERNEL(void, gemm_bias,
+                  (bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+                   int64_t lda, const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, DType dtype));
 
 // ---- softmax -----------------------------------------------------------------------------------
 // Row-wise over contiguous [rows, cols], max-subtracted for stability. log_softmax when `log`.
@@ -92,67 +124,83 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doub
 // c <= (r % causal_rows) + (cols - causal_rows), causal_rows <= cols; masked outputs are 0
 // (softmax) or -inf (log_softmax). softmax_backward needs no mask for softmax (y = 0 there gives
 // dx = 0); the engine never combines the mask with log_softmax, whose backward would not zero it.
-void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, bool log, int64_t causal_rows,
-                     DType dtype);
+HG_DECLARE_KERNEL(void, softmax_forward,
+                  (const void* x, void* y, int64_t rows, int64_t cols, bool log, int64_t causal_rows, DType dtype));
 // softmax:     dx = y * (dy - sum_c dy * y)
 // log_softmax: dx = dy - exp(y) * sum_c dy
-void softmax_backward(const void* y, const void* dy, void* dx, int64_t rows, int64_t cols, bool log,
-                      DType dtype);
+HG_DECLARE_KERNEL(void, softmax_backward,
+                  (const void* y, const void* dy, void* dx, int64_t rows, int64_t cols, bool log, DType dtype));
 
 // ---- cross entropy -----------------------------------------------------------------------------
 // Fused log-softmax + NLL over logits [rows, cols] and targets [rows]:
 //   loss[r] = logsumexp(x[r, :]) - x[r, t_r], lse[r] = logsumexp(x[r, :]);
 // rows whose target == ignore_index get loss 0. loss and lse are in accumulate_dtype(dtype).
 // Returns the number of non-ignored rows. Throws hg::Error naming the row if a target is outside
-// [0, cols) and is not ignore_index.
-int64_t cross_entropy_forward(const void* logits, const void* targets, DType index_dtype, void* loss, void* lse,
-                              int64_t rows, int64_t cols, int64_t ignore_index, DType dtype);
+// [0, cols) and is not ignore_index. CUDA: reads the targets back (synchronises the stream); the
+// kernel flags an out-of-range target and the error is thrown after it.
+HG_DECLARE_KERNEL(int64_t, cross_entropy_forward,
+                  (const void* logits, const void* targets, DType index_dtype, void* loss, void* lse, int64_t rows,
+                   int64_t cols, int64_t ignore_index, DType dtype));
 // dlogits[r, c] = dloss[r] * (exp(x[r, c] - lse[r]) - [c == t_r]); 0 for ignored rows.
 // dloss is per row, in accumulate_dtype(dtype).
-void cross_entropy_backward(const void* logits, const void* targets, DType index_dtype, const void* lse,
-                            const void* dloss, void* dlogits, int64_t rows, int64_t cols, int64_t ignore_index,
-                            DType dtype);
+HG_DECLARE_KERNEL(void, cross_entropy_backward,
+                  (const void* logits, const void* targets, DType index_dtype, const void* lse, const void* dloss,
+                   void* dlogits, int64_t rows, int64_t cols, int64_t ignore_index, DType dtype));
 
 // ---- LayerNorm ---------------------------------------------------------------------------------
-// Per row of [rows, cols]: mean, rstd = 1/sqrt(var + eps) (biased variance, in acc_t), then
-// y = (x - mean) * rstd * w + b. weight/bias are nullable (then 1 and 0).
-void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, void* mean, void* rstd,
-                        int64_t rows, int64_t cols, double eps, DType dtype);
-// With xhat = (x - mean) * rstd and g = dy * w:
-//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  dw = sum_r dy * xhat,  db = sum_r dy.
-// dweight/dbias are nullable; the sums over rows are done in a fixed order (deterministic).
-void layer_norm_backward(const void* x, const void* weight, const void* mean, const void* rstd, const void* dy,
-                         void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype);
+// The one statement of LayerNorm's math (kernels/cpu/layer_norm.cpp, kernels/cuda/layer_norm.cu and
+// engine/ops/layer_norm.cpp refer to it). Forward, per row of contiguous [rows, cols], in acc_t:
+//   mean = sum_c x / cols,  var = sum_c (x - mean)^2 / cols  (biased),  rstd = 1 / sqrt(var + eps)
+//   y = (x - mean) * rstd * w + b          (w = 1, b = 0 when weight / bias are null)
+// mean and rstd (nullable, in accumulate_dtype(dtype)) are saved per row for the backward.
+HG_DECLARE_KERNEL(void, layer_norm_forward,
+                  (const void* x, const void* weight, const void* bias, void* y, void* mean, void* rstd, int64_t rows,
+                   int64_t cols, double eps, DType dtype));
+// Backward, with xhat = (x - mean) * rstd and g = dy * w:
+//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))      per row
+//   dw = sum_r dy * xhat,  db = sum_r dy                          summed over the rows
+// All three are written (=); dweight/dbias are nullable. The sums over rows are done in a fixed
+// order: the same bits from run to run, whatever the thread count or the order blocks run in.
+HG_DECLARE_KERNEL(void, layer_norm_backward,
+                  (const void* x, const void* weight, const void* mean, const void* rstd, const void* dy, void* dx,
+                   void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype));
 
 // ---- embedding ---------------------------------------------------------------------------------
 // y[i, :] = weight[ids[i], :] for weight [vocab, dim]. Throws hg::Error naming the position of
-// the first id outside [0, vocab).
-void embedding_forward(const void* weight, const void* ids, DType index_dtype, void* y, int64_t n_ids,
-                       int64_t vocab, int64_t dim, DType dtype);
+// the first id outside [0, vocab) (CUDA: after the kernel, synchronising the stream).
+HG_DECLARE_KERNEL(void, embedding_forward,
+                  (const void* weight, const void* ids, DType index_dtype, void* y, int64_t n_ids, int64_t vocab,
+                   int64_t dim, DType dtype));
 // dweight = sum over i with ids[i] = v of dy[i, :], accumulated in acc_t in increasing i
 // (deterministic), written to all of dweight (rows with no id get 0).
-void embedding_backward(const void* dy, const void* ids, DType index_dtype, void* dweight, int64_t n_ids,
-                        int64_t vocab, int64_t dim, DType dtype);
+HG_DECLARE_KERNEL(void, embedding_backward,
+                  (const void* dy, const void* ids, DType index_dtype, void* dweight, int64_t n_ids, int64_t vocab,
+                   int64_t dim, DType dtype));
 
 // ---- dropout -----------------------------------------------------------------------------------
 // y[i] = keep(i) ? x[i] / (1 - p) : 0, keep from philox.h's dropout_keep(seed, offset, i, p).
-void dropout_forward(const void* x, void* y, int64_t n, double p, uint64_t seed, uint64_t offset, DType dtype);
+HG_DECLARE_KERNEL(void, dropout_forward,
+                  (const void* x, void* y, int64_t n, double p, uint64_t seed, uint64_t offset, DType dtype));
 // dx[i] = keep(i) ? dy[i] / (1 - p) : 0 (the mask is regenerated, never stored).
-void dropout_backward(const void* dy, void* dx, int64_t n, double p, uint64_t seed, uint64_t offset, DType dtype);
+HG_DECLARE_KERNEL(void, dropout_backward,
+                  (const void* dy, void* dx, int64_t n, double p, uint64_t seed, uint64_t offset, DType dtype));
 
 // ---- random fill -------------------------------------------------------------------------------
 // Uniform in [low, high) or normal(mean, std) (Box-Muller on pairs of Philox words), element i a
 // pure function of (seed, offset, i). uniform_fill uses word i of the stream and consumes
 // philox_blocks(n) blocks; normal_fill uses words 2i and 2i+1 and consumes philox_blocks(2 n).
-void uniform_fill(void* y, int64_t n, double low, double high, uint64_t seed, uint64_t offset, DType dtype);
-void normal_fill(void* y, int64_t n, double mean, double std, uint64_t seed, uint64_t offset, DType dtype);
+HG_DECLARE_KERNEL(void, uniform_fill,
+                  (void* y, int64_t n, double low, double high, uint64_t seed, uint64_t offset, DType dtype));
+HG_DECLARE_KERNEL(void, normal_fill,
+                  (void* y, int64_t n, double mean, double std, uint64_t seed, uint64_t offset, DType dtype));
 
 // ---- stochastic rounding -----------------------------------------------------------------------
 // y[i] = x[i] rounded to `dtype` (f16 or bf16) stochastically (kernels/stochastic_round.h): up or
 // down with probabilities that make the expected result x[i]. Element i draws word i % 4 of Philox
 // block offset + i / 4 (the convention of philox.h), so a call consumes philox_blocks(n) blocks and
 // the CPU and CUDA backends round every element the same way.
-void stochastic_round(const float* x, void* y, int64_t n, uint64_t seed, uint64_t offset, DType dtype);
+HG_DECLARE_KERNEL(void, stochastic_round,
+                  (const float* x, void* y, int64_t n, uint64_t seed, uint64_t offset, DType dtype));
 
 // ---- optimizers --------------------------------------------------------------------------------
 // One fused AdamW step over n contiguous elements (math: kernels/adamw_math.h), PyTorch's AdamW:
@@ -162,8 +210,10 @@ void stochastic_round(const float* x, void* y, int64_t n, uint64_t seed, uint64_
 // accumulate_dtype(dtype). master is nullable: without it theta is read from param, updated in acc_t
 // and rounded once on store; with it (mixed precision) theta is read from and written to master and
 // param receives its rounding. Elements are independent: the result does not depend on threads.
-void adamw_step(void* param, void* master, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
-                double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step, DType dtype);
+HG_DECLARE_KERNEL(void, adamw_step,
+                  (void* param, void* master, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n, double lr,
+                   double beta1, double beta2, double eps, double weight_decay, int64_t step, DType dtype));
+namespace cpu {
 // The optimizer-offload AdamW (ZeRO-Offload's CPU Adam; kernels/cpu/adamw_offload.cpp): one fused pass
 // over an fp32 master copy and fp32 moments with the math of adamw_step with a master (to a few ulp:
 // fused multiply-adds), g = grad * grad_scale (grad_scale folds in a loss scaler's 1/scale). grad is f32, f16 or
@@ -176,16 +226,19 @@ void adamw_offload_step(float* master, const void* grad, DType grad_dtype, float
                         void* param_out, DType param_dtype, int64_t n, double lr, double beta1, double beta2,
                         double eps, double weight_decay, int64_t step, double grad_scale = 1.0,
                         AdamWIsa isa = adamw_offload_best_isa());
+}  // namespace cpu
 // sum_i x[i]^2 over n contiguous elements of a floating dtype, accumulated in double in fixed-size
 // chunks whose partial sums are added in chunk order: the same bits whatever the thread count.
-// inf/NaN elements give an inf/NaN result.
-double sum_of_squares(const void* x, int64_t n, DType dtype);
+// inf/NaN elements give an inf/NaN result. CUDA: synchronises the stream to return the value.
+HG_DECLARE_KERNEL(double, sum_of_squares, (const void* x, int64_t n, DType dtype));
 // The loss scaler's fused pass (optim/loss_scaler.h) over `count` tensors of any floating dtypes:
 //   x[i] = round(acc_t(x[i]) * acc_t(inv_scale))   for every element of every tensor, in place;
 // returns true when some element is inf or NaN before or after the multiplication (found_inf).
 // Every element is scaled even when one is not finite (the caller then discards the gradients).
 // inv_scale == 1 only checks and writes nothing. The result does not depend on thread count.
-bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scale);
+// CUDA: one launch over every tensor (`tensors` is a host array of device spans); synchronises the
+// stream to return found_inf.
+HG_DECLARE_KERNEL(bool, unscale_and_check, (const TensorSpan* tensors, int64_t count, double inv_scale));
 
 // ---- convolution and pooling over NCHW (geometry and output sizes: kernels/conv_geometry.h) ----
 // x [N, C, H, W], weight [OC, C/groups, KH, KW], bias [OC] (nullable), y [N, OC, OH, OW], contiguous:
@@ -194,26 +247,39 @@ bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scal
 // the patch matrix, y = W col (forward), dcol = W^T dy scattered back by col2im (backward data),
 // dW += dy col^T (backward filter). `workspace` (at least conv2d_workspace_bytes(g, pass, dtype)
 // bytes, e.g. from the caching allocator) holds the patch matrices; outputs are written, not accumulated.
-size_t conv2d_workspace_bytes(const Conv2dGeometry& g, ConvPass pass, DType dtype);
-void conv2d_forward(const Conv2dGeometry& g, const void* x, const void* weight, const void* bias, void* y,
-                    void* workspace, size_t workspace_bytes, DType dtype);
+// CUDA (kernels/cuda/conv2d.cu): cuDNN on a GPU when built with it, else im2col + GEMM. The workspace
+// size depends on the path and, with cuDNN, on the algorithm chosen for the shape (cached per shape):
+// ask for it with the same geometry and dtype before each call.
+HG_DECLARE_KERNEL(size_t, conv2d_workspace_bytes, (const Conv2dGeometry& g, ConvPass pass, DType dtype));
+HG_DECLARE_KERNEL(void, conv2d_forward,
+                  (const Conv2dGeometry& g, const void* x, const void* weight, const void* bias, void* y,
+                   void* workspace, size_t workspace_bytes, DType dtype));
 // dx[n, c, h, w] = sum over (o, p, q) with an output (i, j) that read x[n, c, h, w] of w[o, c, p, q] dy[n, o, i, j].
-void conv2d_backward_data(const Conv2dGeometry& g, const void* dy, const void* weight, void* dx, void* workspace,
-                          size_t workspace_bytes, DType dtype);
+HG_DECLARE_KERNEL(void, conv2d_backward_data,
+                  (const Conv2dGeometry& g, const void* dy, const void* weight, void* dx, void* workspace,
+                   size_t workspace_bytes, DType dtype));
 // dweight[o, c, p, q] = sum_{n, i, j} dy[n, o, i, j] x[n, c, i sh - ph + p dh, j sw - pw + q dw].
-void conv2d_backward_filter(const Conv2dGeometry& g, const void* x, const void* dy, void* dweight, void* workspace,
-                            size_t workspace_bytes, DType dtype);
+HG_DECLARE_KERNEL(void, conv2d_backward_filter,
+                  (const Conv2dGeometry& g, const void* x, const void* dy, void* dweight, void* workspace,
+                   size_t workspace_bytes, DType dtype));
+namespace cpu {
 // The same forward as direct nested loops with a double accumulator: the tests' oracle and the
 // benchmark's baseline.
 void conv2d_forward_reference(const Conv2dGeometry& g, const void* x, const void* weight, const void* bias, void* y,
                               DType dtype);
+}  // namespace cpu
 // Pooling over each [H, W] plane of x [N, C, H, W] into y [N, C, OH, OW] (kernels/conv_geometry.h:
 // PoolMode). Max writes argmax[n, c, i, j] = h * W + w of the first maximum of the window (i32,
 // required for Max, unused for Avg). Needs pad <= kernel / 2, so that every window holds an input.
-void pool2d_forward(PoolMode mode, const Pool2dGeometry& g, const void* x, void* y, int32_t* argmax, DType dtype);
+HG_DECLARE_KERNEL(void, pool2d_forward,
+                  (PoolMode mode, const Pool2dGeometry& g, const void* x, void* y, int32_t* argmax, DType dtype));
 // dx[n, c, h, w] = sum over the windows (i, j) covering (h, w) of dy[n, c, i, j] times [argmax == h W + w]
 // (Max) or 1 / (KH KW) (Avg); gathered per input element in a fixed order (deterministic, no atomics).
-void pool2d_backward(PoolMode mode, const Pool2dGeometry& g, const void* dy, const int32_t* argmax, void* dx,
-                     DType dtype);
+HG_DECLARE_KERNEL(void, pool2d_backward,
+                  (PoolMode mode, const Pool2dGeometry& g, const void* dy, const int32_t* argmax, void* dx,
+                   DType dtype));
 
-}  // namespace hg::kernels::cpu
+#undef HG_DECLARE_KERNEL
+#undef HG_KERNEL_WITH_STREAM
+
+}  // namespace hg::kernels

@@ -1,17 +1,25 @@
 #pragma once
-// Per-element math of the unary ops, forward and derivative, shared by the CPU and CUDA backends.
-// A is the accumulation type (float or double). `s` is the op's scalar (the exponent of Pow).
+// The unary ops, one row each in HG_UNARY_OPS below. Everything else about a unary op is generated
+// from its row: the UnaryOp enum and kUnaryOps, its name (op_name: error messages, node names), the
+// per-element math both backends run (UnaryMath<op>::value and ::derivative, in A, the accumulation
+// type, float or double), what the derivative reads, and the cases of with_op (kernels/op_table.h),
+// the one dispatch from a run-time UnaryOp to a compile-time one that the CPU and CUDA kernels
+// share. The engine's backward of every unary op is dx = dy * f'(x, y) through the unary_backward
+// kernel. Adding a unary op: docs/adding_an_op.md.
 //
+// Columns: the enumerator, the name, what the derivative reads (X, Y or None: unary_backward
+// accepts x = nullptr unless it reads X, and recomputes y from x when y = nullptr), f(x, s), and
+// f'(x, y, s) with y = f(x, s) (some derivatives are cheaper from y). `s` is the op's scalar (the
+// exponent of Pow). The longer formulas are the functions above the table:
 //   gelu_tanh(x) = 0.5 x (1 + tanh(u)),   u = sqrt(2/pi) (x + 0.044715 x^3)
 //   gelu_erf(x)  = 0.5 x (1 + erf(x / sqrt 2))
 //   silu(x)      = x sigmoid(x)
 #include <cmath>
 
 #include "kernels/host_device.h"
+#include "kernels/op_table.h"
 
 namespace hg::kernels {
-
-enum class UnaryOp { Neg, Exp, Log, Sqrt, Tanh, Sigmoid, Relu, GeluTanh, GeluErf, Silu, Pow, Abs };
 
 template <class A>
 HG_HOST_DEVICE inline A sigmoid_of(A x) {
@@ -19,56 +27,86 @@ HG_HOST_DEVICE inline A sigmoid_of(A x) {
 }
 
 template <class A>
-HG_HOST_DEVICE inline A unary_value(UnaryOp op, A x, A s) {
+HG_HOST_DEVICE inline A gelu_tanh_of(A x) {
   constexpr A kSqrt2OverPi = A(0.7978845608028654);
-  constexpr A kInvSqrt2 = A(0.7071067811865476);
-  switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Exp: return std::exp(x);
-    case UnaryOp::Log: return std::log(x);
-    case UnaryOp::Sqrt: return std::sqrt(x);
-    case UnaryOp::Tanh: return std::tanh(x);
-    case UnaryOp::Sigmoid: return sigmoid_of(x);
-    case UnaryOp::Relu: return x > A(0) ? x : A(0);
-    case UnaryOp::GeluTanh: return A(0.5) * x * (A(1) + std::tanh(kSqrt2OverPi * (x + A(0.044715) * x * x * x)));
-    case UnaryOp::GeluErf: return A(0.5) * x * (A(1) + std::erf(x * kInvSqrt2));
-    case UnaryOp::Silu: return x * sigmoid_of(x);
-    case UnaryOp::Pow: return std::pow(x, s);
-    case UnaryOp::Abs: return x < A(0) ? -x : x;
-  }
-  return x;
+  return A(0.5) * x * (A(1) + std::tanh(kSqrt2OverPi * (x + A(0.044715) * x * x * x)));
 }
 
-// d unary_value / dx at x, given y = unary_value(x) (some derivatives are cheaper from y).
 template <class A>
-HG_HOST_DEVICE inline A unary_derivative(UnaryOp op, A x, A y, A s) {
+HG_HOST_DEVICE inline A gelu_tanh_derivative(A x) {
   constexpr A kSqrt2OverPi = A(0.7978845608028654);
+  const A u = kSqrt2OverPi * (x + A(0.044715) * x * x * x);
+  const A t = std::tanh(u);
+  const A du = kSqrt2OverPi * (A(1) + A(3) * A(0.044715) * x * x);
+  return A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * du;
+}
+
+template <class A>
+HG_HOST_DEVICE inline A gelu_erf_of(A x) {
+  constexpr A kInvSqrt2 = A(0.7071067811865476);
+  return A(0.5) * x * (A(1) + std::erf(x * kInvSqrt2));
+}
+
+template <class A>
+HG_HOST_DEVICE inline A gelu_erf_derivative(A x) {
   constexpr A kInvSqrt2Pi = A(0.3989422804014327);  // 1 / sqrt(2 pi)
   constexpr A kInvSqrt2 = A(0.7071067811865476);
-  switch (op) {
-    case UnaryOp::Neg: return A(-1);
-    case UnaryOp::Exp: return y;
-    case UnaryOp::Log: return A(1) / x;
-    case UnaryOp::Sqrt: return A(0.5) / y;
-    case UnaryOp::Tanh: return A(1) - y * y;
-    case UnaryOp::Sigmoid: return y * (A(1) - y);
-    case UnaryOp::Relu: return x > A(0) ? A(1) : A(0);
-    case UnaryOp::GeluTanh: {
-      const A u = kSqrt2OverPi * (x + A(0.044715) * x * x * x);
-      const A t = std::tanh(u);
-      const A du = kSqrt2OverPi * (A(1) + A(3) * A(0.044715) * x * x);
-      return A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * du;
-    }
-    case UnaryOp::GeluErf:
-      return A(0.5) * (A(1) + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(A(-0.5) * x * x);
-    case UnaryOp::Silu: {
-      const A sg = sigmoid_of(x);
-      return sg * (A(1) + x * (A(1) - sg));
-    }
-    case UnaryOp::Pow: return s * std::pow(x, s - A(1));
-    case UnaryOp::Abs: return x > A(0) ? A(1) : (x < A(0) ? A(-1) : A(0));
-  }
-  return A(0);
+  return A(0.5) * (A(1) + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(A(-0.5) * x * x);
+}
+
+template <class A>
+HG_HOST_DEVICE inline A silu_derivative(A x) {
+  const A sg = sigmoid_of(x);
+  return sg * (A(1) + x * (A(1) - sg));
+}
+
+// clang-format off
+#define HG_UNARY_OPS(row)                                                                                    \
+  /*  enumerator  name         reads  f(x, s)                 f'(x, y, s)                                 */ \
+  row(Neg,        "neg",       None,  -x,                     A(-1))                                         \
+  row(Exp,        "exp",       Y,     std::exp(x),            y)                                             \
+  row(Log,        "log",       X,     std::log(x),            A(1) / x)                                      \
+  row(Sqrt,       "sqrt",      Y,     std::sqrt(x),           A(0.5) / y)                                    \
+  row(Tanh,       "tanh",      Y,     std::tanh(x),           A(1) - y * y)                                  \
+  row(Sigmoid,    "sigmoid",   Y,     sigmoid_of(x),          y * (A(1) - y))                                \
+  row(Relu,       "relu",      X,     x > A(0) ? x : A(0),    x > A(0) ? A(1) : A(0))                        \
+  row(GeluTanh,   "gelu_tanh", X,     gelu_tanh_of(x),        gelu_tanh_derivative(x))                       \
+  row(GeluErf,    "gelu_erf",  X,     gelu_erf_of(x),         gelu_erf_derivative(x))                        \
+  row(Silu,       "silu",      X,     x * sigmoid_of(x),      silu_derivative(x))                            \
+  row(Pow,        "pow",       X,     std::pow(x, s),         s * std::pow(x, s - A(1)))                     \
+  row(Abs,        "abs",       X,     x < A(0) ? -x : x,      x > A(0) ? A(1) : (x < A(0) ? A(-1) : A(0)))
+// clang-format on
+
+// ---- generated from the table ----
+
+HG_OP_ENUM(UnaryOp, kUnaryOps, HG_UNARY_OPS);
+
+enum class DerivativeReads { None, X, Y };
+
+template <UnaryOp kOp>
+struct UnaryMath;
+
+#define HG_UNARY_MATH(op, op_name, reads, value_expr, derivative_expr) \
+  template <>                                                          \
+  struct UnaryMath<UnaryOp::op> {                                      \
+    static constexpr const char* kName = op_name;                      \
+    static constexpr DerivativeReads kReads = DerivativeReads::reads;  \
+    template <class A>                                                 \
+    static HG_HOST_DEVICE A value(A x, A s) {                          \
+      return value_expr;                                               \
+    }                                                                  \
+    template <class A>                                                 \
+    static HG_HOST_DEVICE A derivative(A x, A y, A s) {                \
+      return derivative_expr;                                          \
+    }                                                                  \
+  };
+HG_UNARY_OPS(HG_UNARY_MATH)
+#undef HG_UNARY_MATH
+
+HG_OP_TABLE(UnaryOp, kUnaryOps, UnaryMath);
+
+inline DerivativeReads unary_derivative_reads(UnaryOp op) {
+  return with_op(op, [&]<UnaryOp kOp>() { return UnaryMath<kOp>::kReads; });
 }
 
 }  // namespace hg::kernels

@@ -37,6 +37,7 @@
 #include <doctest/doctest.h>
 
 #include "support/host_buffer.h"
+#include "support/op_cases.h"
 
 #include <algorithm>
 #include <cmath>
@@ -327,27 +328,6 @@ TEST_CASE("cuda copy_strided: layouts (table), element sizes 2, 4 and 8, bit for
 
 namespace {
 
-struct UnaryCase {
-  UnaryOp op;
-  const char* name;
-  double lo, hi, scalar = 0;
-};
-
-const UnaryCase kUnaryCases[] = {
-    {UnaryOp::Neg, "neg", -3, 3},           {UnaryOp::Exp, "exp", -3, 3},
-    {UnaryOp::Log, "log", 0.1, 5},          {UnaryOp::Sqrt, "sqrt", 0.1, 5},
-    {UnaryOp::Tanh, "tanh", -3, 3},         {UnaryOp::Sigmoid, "sigmoid", -6, 6},
-    {UnaryOp::Relu, "relu", -3, 3},         {UnaryOp::GeluTanh, "gelu_tanh", -4, 4},
-    {UnaryOp::GeluErf, "gelu_erf", -4, 4},  {UnaryOp::Silu, "silu", -5, 5},
-    {UnaryOp::Pow, "pow 2.5", 0.2, 3, 2.5}, {UnaryOp::Pow, "pow -1.5", 0.5, 3, -1.5},
-    {UnaryOp::Abs, "abs", -3, 3},
-};
-
-bool derivative_needs_only_y(UnaryOp op) {
-  return op == UnaryOp::Neg || op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Tanh ||
-         op == UnaryOp::Sigmoid;
-}
-
 // Sizes: one element, a partial pack, not a multiple of any vector width, several blocks.
 const int64_t kElementwiseSizes[] = {1, 7, 1003, 4099};
 
@@ -362,7 +342,7 @@ TEST_CASE("cuda unary_forward and unary_backward: every op (table), dtype, size,
   // which multiplies a 2-ulp error of y by up to ~40 on these domains; scale 2 covers |dy| <= 2.
   Rng rng(21);
   for (DType t : kFloatingTypes) {
-    for (const UnaryCase& c : kUnaryCases) {
+    for (const hg::testing::UnaryOpCase& c : hg::testing::unary_op_cases()) {
       for (int64_t n : kElementwiseSizes) {
         for (int64_t offset : {0, 1}) {
           CAPTURE(std::string(c.name));
@@ -396,7 +376,7 @@ TEST_CASE("cuda unary_forward and unary_backward: every op (table), dtype, size,
           check_close(d_dx.download(), dx_no_y, std::string("backward (x, y recomputed) ") + c.name,
                       tolerance(t, 128, 2));
 
-          if (derivative_needs_only_y(c.op)) {
+          if (hg::kernels::unary_derivative_reads(c.op) != hg::kernels::DerivativeReads::X) {
             Buffer dx_no_x(t, n);
             cpu::unary_backward(c.op, nullptr, y.data(), dy.data(), dx_no_x.data(), n, c.scalar, t);
             d_dx.poison();
@@ -462,14 +442,12 @@ TEST_CASE("cuda binary_forward: broadcasting and strides (table), every op and d
   };
   // 1 ulp: one IEEE operation, rounded once by both backends (the same bits unless a compiler
   // reassociates, which neither may).
-  const BinaryOp ops[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div};
-  const char* op_names[] = {"add", "sub", "mul", "div"};
   Rng rng(41);
   for (DType t : kFloatingTypes) {
     for (const Case& c : cases) {
-      for (int k = 0; k < 4; ++k) {
+      for (BinaryOp op : hg::kernels::kBinaryOps) {
         CAPTURE(std::string(c.name));
-        CAPTURE(std::string(op_names[k]));
+        CAPTURE(std::string(hg::kernels::op_name(op)));
         CAPTURE(name_of(t));
         const Buffer a = random_buffer(t, std::max<int64_t>(view_extent(c.shape, c.a_strides), 1), rng, -3, 3);
         Buffer b(t, std::max<int64_t>(view_extent(c.shape, c.b_strides), 1));
@@ -477,10 +455,10 @@ TEST_CASE("cuda binary_forward: broadcasting and strides (table), every op and d
         int64_t n = 1;
         for (int64_t e : c.shape) n *= e;
         Buffer y(t, n);
-        cpu::binary_forward(ops[k], a.data(), c.a_strides.data(), b.data(), c.b_strides.data(), y.data(),
-                            c.shape.data(), int(c.shape.size()), t);
+        cpu::binary_forward(op, a.data(), c.a_strides.data(), b.data(), c.b_strides.data(), y.data(), c.shape.data(),
+                            int(c.shape.size()), t);
         DeviceBuffer d_a(a, c.a_offset), d_b(b, c.b_offset), d_y(t, n, c.y_offset);
-        gpu::binary_forward(ops[k], d_a.data(), c.a_strides.data(), d_b.data(), c.b_strides.data(), d_y.data(),
+        gpu::binary_forward(op, d_a.data(), c.a_strides.data(), d_b.data(), c.b_strides.data(), d_y.data(),
                             c.shape.data(), int(c.shape.size()), t, stream());
         check_close(d_y.download(), y, c.name, tolerance(t, 1));
       }

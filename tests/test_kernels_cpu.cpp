@@ -25,13 +25,17 @@
 #include "kernels/half.h"
 #include "kernels/kernels.h"
 #include "kernels/philox.h"
+#include "support/op_cases.h"
 
 namespace {
 
 using hg::DType;
-using hg::kernels::BinaryOp;
 using hg::kernels::ReduceOp;
 using hg::kernels::UnaryOp;
+using hg::testing::binary_op_cases;
+using hg::testing::BinaryOpCase;
+using hg::testing::unary_op_cases;
+using hg::testing::UnaryOpCase;
 namespace cpu = hg::kernels::cpu;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -308,91 +312,8 @@ TEST_CASE("copy_strided: layouts (table), element sizes 2, 4 and 8") {
 
 namespace {
 
-// Independent double references of the unary ops and their derivatives.
-double ref_unary(UnaryOp op, double x, double s) {
-  const double pi = 3.141592653589793;
-  switch (op) {
-    case UnaryOp::Neg:
-      return -x;
-    case UnaryOp::Exp:
-      return std::exp(x);
-    case UnaryOp::Log:
-      return std::log(x);
-    case UnaryOp::Sqrt:
-      return std::sqrt(x);
-    case UnaryOp::Tanh:
-      return std::tanh(x);
-    case UnaryOp::Sigmoid:
-      return 1 / (1 + std::exp(-x));
-    case UnaryOp::Relu:
-      return std::max(x, 0.0);
-    case UnaryOp::GeluTanh:
-      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / pi) * (x + 0.044715 * x * x * x)));
-    case UnaryOp::GeluErf:
-      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    case UnaryOp::Silu:
-      return x / (1 + std::exp(-x));
-    case UnaryOp::Pow:
-      return std::pow(x, s);
-    case UnaryOp::Abs:
-      return std::fabs(x);
-  }
-  return kNaN;
-}
-
-double ref_unary_derivative(UnaryOp op, double x, double s) {
-  const double pi = 3.141592653589793;
-  switch (op) {
-    case UnaryOp::Neg:
-      return -1;
-    case UnaryOp::Exp:
-      return std::exp(x);
-    case UnaryOp::Log:
-      return 1 / x;
-    case UnaryOp::Sqrt:
-      return 0.5 / std::sqrt(x);
-    case UnaryOp::Tanh:
-      return 1 / (std::cosh(x) * std::cosh(x));
-    case UnaryOp::Sigmoid:
-      return std::exp(-x) / ((1 + std::exp(-x)) * (1 + std::exp(-x)));
-    case UnaryOp::Relu:
-      return x > 0 ? 1 : 0;
-    case UnaryOp::GeluTanh: {
-      const double k = std::sqrt(2 / pi), u = k * (x + 0.044715 * x * x * x), t = std::tanh(u);
-      return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
-    }
-    case UnaryOp::GeluErf:
-      return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-x * x / 2) / std::sqrt(2 * pi);
-    case UnaryOp::Silu: {
-      const double sg = 1 / (1 + std::exp(-x));
-      return sg + x * sg * (1 - sg);
-    }
-    case UnaryOp::Pow:
-      return s * std::pow(x, s - 1);
-    case UnaryOp::Abs:
-      return x > 0 ? 1 : -1;
-  }
-  return kNaN;
-}
-
-struct UnaryCase {
-  UnaryOp op;
-  const char* name;
-  double lo, hi, scalar = 0;
-};
-
-const UnaryCase kUnaryCases[] = {
-    {UnaryOp::Neg, "neg", -3, 3},           {UnaryOp::Exp, "exp", -3, 3},
-    {UnaryOp::Log, "log", 0.1, 5},          {UnaryOp::Sqrt, "sqrt", 0.1, 5},
-    {UnaryOp::Tanh, "tanh", -3, 3},         {UnaryOp::Sigmoid, "sigmoid", -6, 6},
-    {UnaryOp::Relu, "relu", -3, 3},         {UnaryOp::GeluTanh, "gelu_tanh", -4, 4},
-    {UnaryOp::GeluErf, "gelu_erf", -4, 4},  {UnaryOp::Silu, "silu", -5, 5},
-    {UnaryOp::Pow, "pow 2.5", 0.2, 3, 2.5}, {UnaryOp::Pow, "pow -1.5", 0.5, 3, -1.5},
-    {UnaryOp::Abs, "abs", -3, 3},
-};
-
 // Random inputs in [lo, hi) kept away from 0 (where relu/abs have a kink).
-Buffer unary_inputs(DType t, int64_t n, Rng& rng, const UnaryCase& c) {
+Buffer unary_inputs(DType t, int64_t n, Rng& rng, const UnaryOpCase& c) {
   Buffer x(t, n);
   for (int64_t i = 0; i < n; ++i) {
     double v = rng.uniform(c.lo, c.hi);
@@ -405,12 +326,12 @@ Buffer unary_inputs(DType t, int64_t n, Rng& rng, const UnaryCase& c) {
 }  // namespace
 
 TEST_CASE("unary references: derivatives agree with central differences of the forward") {
-  for (const UnaryCase& c : kUnaryCases) {
+  for (const UnaryOpCase& c : unary_op_cases()) {
     CAPTURE(std::string(c.name));
     for (int k = 1; k < 20; ++k) {
       const double x = c.lo + (c.hi - c.lo) * k / 20.0 + 0.013, h = 1e-6;
-      const double fd = (ref_unary(c.op, x + h, c.scalar) - ref_unary(c.op, x - h, c.scalar)) / (2 * h);
-      CHECK(std::fabs(fd - ref_unary_derivative(c.op, x, c.scalar)) <= 1e-6 * (1 + std::fabs(fd)));
+      const double fd = (c.ref(x + h, c.scalar) - c.ref(x - h, c.scalar)) / (2 * h);
+      CHECK(std::fabs(fd - c.ref_derivative(x, c.scalar)) <= 1e-6 * (1 + std::fabs(fd)));
     }
   }
 }
@@ -418,7 +339,7 @@ TEST_CASE("unary references: derivatives agree with central differences of the f
 TEST_CASE("unary_forward and unary_backward: every op (table) and dtype") {
   Rng rng(31);
   for (DType t : kFloatingTypes) {
-    for (const UnaryCase& c : kUnaryCases) {
+    for (const UnaryOpCase& c : unary_op_cases()) {
       CAPTURE(std::string(c.name));
       CAPTURE(std::string(hg::dtype_name(t)));
       const int64_t n = c.op == UnaryOp::GeluTanh ? 70001 : 5001;  // one op through the parallel path
@@ -428,8 +349,8 @@ TEST_CASE("unary_forward and unary_backward: every op (table) and dtype") {
       cpu::unary_forward(c.op, x.data(), y.data(), n, c.scalar, t);
       std::vector<double> y_ref(static_cast<size_t>(n)), dx_ref(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) {
-        y_ref[i] = ref_unary(c.op, x.get(i), c.scalar);
-        dx_ref[i] = dy.get(i) * ref_unary_derivative(c.op, x.get(i), c.scalar);
+        y_ref[i] = c.ref(x.get(i), c.scalar);
+        dx_ref[i] = dy.get(i) * c.ref_derivative(x.get(i), c.scalar);
       }
       check_close(y, y_ref, std::string("forward ") + c.name, eps(t), 4);
 
@@ -459,6 +380,46 @@ TEST_CASE("unary_backward: y-only derivatives accept x = nullptr, the others ref
               {"[unary_backward]", "needs x"});
 }
 
+TEST_CASE("unary ops: a row's `reads` is true -- the backward from y alone is right exactly when f' reads no x") {
+  // With x = nullptr the kernel passes x = 0 to f', so a row that claims to read no x but does fails here;
+  // one that claims to read no y but does fails the "y recomputed" check above.
+  Rng rng(33);
+  const int64_t n = 300;
+  for (const UnaryOpCase& c : unary_op_cases()) {
+    CAPTURE(std::string(c.name));
+    const Buffer x = unary_inputs(DType::f64, n, rng, c), dy = random_buffer(DType::f64, n, rng, -2, 2);
+    Buffer y = poisoned(DType::f64, n), dx = poisoned(DType::f64, n);
+    cpu::unary_forward(c.op, x.data(), y.data(), n, c.scalar, DType::f64);
+    if (hg::kernels::unary_derivative_reads(c.op) == hg::kernels::DerivativeReads::X) {
+      check_error([&] { cpu::unary_backward(c.op, nullptr, y.data(), dy.data(), dx.data(), n, c.scalar, DType::f64); },
+                  {"[unary_backward]", "needs x"});
+      continue;
+    }
+    cpu::unary_backward(c.op, nullptr, y.data(), dy.data(), dx.data(), n, c.scalar, DType::f64);
+    std::vector<double> ref(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ref[i] = dy.get(i) * c.ref_derivative(x.get(i), c.scalar);
+    check_close(dx, ref, std::string("backward from y alone ") + c.name, eps(DType::f64), 1e3);
+  }
+}
+
+TEST_CASE("every unary and binary op of the kernel tables has a test row, and every binary op a gradcheck case") {
+  // The kernel suites, gradcheck and the CUDA parity read these rows (tests/support/op_cases.cpp): an
+  // op added to kernels/unary_math.h or kernels/binary_math.h without one would go untested.
+  for (UnaryOp op : hg::kernels::kUnaryOps) {
+    CAPTURE(std::string(hg::kernels::op_name(op)));
+    CHECK(std::any_of(unary_op_cases().begin(), unary_op_cases().end(),
+                      [&](const UnaryOpCase& c) { return c.op == op; }));
+  }
+  for (hg::kernels::BinaryOp op : hg::kernels::kBinaryOps) {
+    const std::string name = hg::kernels::op_name(op);
+    CAPTURE(name);
+    CHECK(std::any_of(binary_op_cases().begin(), binary_op_cases().end(),
+                      [&](const BinaryOpCase& c) { return c.op == op; }));
+    CHECK(std::any_of(hg::testing::op_cases().begin(), hg::testing::op_cases().end(),
+                      [&](const hg::testing::OpCase& c) { return std::string(c.name).rfind(name, 0) == 0; }));
+  }
+}
+
 TEST_CASE("affine: y = alpha x + beta") {
   Rng rng(41);
   for (DType t : kFloatingTypes) {
@@ -482,20 +443,6 @@ struct BinaryCase {
   std::vector<int64_t> shape, a_strides, b_strides;
 };
 
-double ref_binary(BinaryOp op, double a, double b) {
-  switch (op) {
-    case BinaryOp::Add:
-      return a + b;
-    case BinaryOp::Sub:
-      return a - b;
-    case BinaryOp::Mul:
-      return a * b;
-    case BinaryOp::Div:
-      return a / b;
-  }
-  return kNaN;
-}
-
 }  // namespace
 
 TEST_CASE("binary_forward: broadcasting and strides (table), every op and dtype") {
@@ -515,14 +462,12 @@ TEST_CASE("binary_forward: broadcasting and strides (table), every op and dtype"
       {"column broadcast, large (parallel general path)", {300, 300}, {300, 1}, {1, 0}},
       {"rank 8", {2, 3, 1, 2, 2, 1, 3, 2}, contiguous_strides({2, 3, 1, 2, 2, 1, 3, 2}), {0, 1, 0, 0, 3, 0, 6, 0}},
   };
-  const BinaryOp ops[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div};
-  const char* op_names[] = {"add", "sub", "mul", "div"};
   Rng rng(51);
   for (DType t : kFloatingTypes) {
     for (const BinaryCase& c : cases) {
-      for (int k = 0; k < 4; ++k) {
+      for (const BinaryOpCase& op : binary_op_cases()) {
         CAPTURE(std::string(c.name));
-        CAPTURE(std::string(op_names[k]));
+        CAPTURE(std::string(hg::kernels::op_name(op.op)));
         CAPTURE(std::string(hg::dtype_name(t)));
         const Buffer a = random_buffer(t, view_extent(c.shape, c.a_strides, 0), rng, -3, 3);
         Buffer b(t, view_extent(c.shape, c.b_strides, 0));
@@ -531,11 +476,10 @@ TEST_CASE("binary_forward: broadcasting and strides (table), every op and dtype"
         for (int64_t e : c.shape) n *= e;
         Buffer y = poisoned(t, n);
         std::vector<double> ref(static_cast<size_t>(n));
-        for_each_index(c.shape, c.a_strides, c.b_strides, [&](int64_t linear, int64_t ao, int64_t bo) {
-          ref[linear] = ref_binary(ops[k], a.get(ao), b.get(bo));
-        });
-        cpu::binary_forward(ops[k], a.data(), c.a_strides.data(), b.data(), c.b_strides.data(), y.data(),
-                            c.shape.data(), int(c.shape.size()), t);
+        for_each_index(c.shape, c.a_strides, c.b_strides,
+                       [&](int64_t linear, int64_t ao, int64_t bo) { ref[linear] = op.ref(a.get(ao), b.get(bo)); });
+        cpu::binary_forward(op.op, a.data(), c.a_strides.data(), b.data(), c.b_strides.data(), y.data(), c.shape.data(),
+                            int(c.shape.size()), t);
         check_close(y, ref, c.name, eps(t), 1);
       }
     }

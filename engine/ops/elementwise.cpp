@@ -1,7 +1,9 @@
 // Elementwise ops: broadcasting binary arithmetic, the scalar affine form, and unary math.
-// Backward formulas (before reducing a broadcast gradient back to its input's shape with sum_to):
-//   add: (g, g)   sub: (g, -g)   mul: (g b, g a)   div: (g / b, -g a / b^2)
-//   unary f: g * f'(x), with f' from kernels/unary_math.h (the CPU and CUDA share it).
+// Names and backward formulas come from the ops' rows in the kernel tables:
+//   binary: BinaryMath<op>::grad<0 or 1> (kernels/binary_math.h), evaluated on Tensors, then
+//           reduced back to each input's shape with sum_to (the backward of broadcasting);
+//   unary f: dx = g * f'(x, y) by the unary_backward kernel (f' from kernels/unary_math.h).
+// The front-end of a unary op is one line at the end of this file (docs/adding_an_op.md).
 #include "engine/ops.h"
 #include "engine/ops/op_support.h"
 
@@ -12,20 +14,6 @@ namespace {
 using kernels::BinaryOp;
 using kernels::UnaryOp;
 
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add:
-      return "add";
-    case BinaryOp::Sub:
-      return "sub";
-    case BinaryOp::Mul:
-      return "mul";
-    case BinaryOp::Div:
-      return "div";
-  }
-  return "binary";
-}
-
 // Strides that read `t` at every index of `shape` (right-aligned; broadcast dimensions get 0).
 Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   Shape strides(shape.size(), 0);
@@ -35,7 +23,7 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape) {
 }
 
 Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b) {
-  const char* name = binary_name(op);
+  const char* name = kernels::op_name(op);
   ops::check_floating(a, name, "a");
   ops::check_floating(b, name, "b");
   ops::check_same({&a, &b}, {"a", "b"}, name);
@@ -57,68 +45,22 @@ struct SavedOperand {
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor out = binary_kernel(op, a, b);
   if (!should_record({&a, &b})) return out;
-  // Add and Sub need only the shapes; Mul and Div also the values.
-  const bool keep_values = op == BinaryOp::Mul || op == BinaryOp::Div;
-  const SavedOperand sa{keep_values ? SavedTensor(a) : SavedTensor(), a.shape()};
-  const SavedOperand sb{keep_values ? SavedTensor(b) : SavedTensor(), b.shape()};
-  record_op(binary_name(op), {a, b}, out, [op, sa, sb](const Tensor& g, const NeedsGrad& needs) {
-    const Tensor va = sa.value.unpack(), vb = sb.value.unpack();
-    Tensor ga, gb;
-    switch (op) {
-      case BinaryOp::Add:
-        ga = g;
-        gb = g;
-        break;
-      case BinaryOp::Sub:
-        ga = g;
-        if (needs[1]) gb = neg(g);
-        break;
-      case BinaryOp::Mul:
-        if (needs[0]) ga = mul(g, vb);
-        if (needs[1]) gb = mul(g, va);
-        break;
-      case BinaryOp::Div:
-        if (needs[0]) ga = div(g, vb);
-        if (needs[1]) gb = neg(div(mul(g, va), mul(vb, vb)));
-        break;
-    }
-    return std::vector<Tensor>{needs[0] ? sum_to(ga, sa.shape) : Tensor(), needs[1] ? sum_to(gb, sb.shape) : Tensor()};
+  kernels::with_op(op, [&]<BinaryOp kOp>() {
+    using Math = kernels::BinaryMath<kOp>;
+    // The operands' values are kept only when the gradients read them.
+    const SavedOperand sa{Math::kGradReadsOperands ? SavedTensor(a) : SavedTensor(), a.shape()};
+    const SavedOperand sb{Math::kGradReadsOperands ? SavedTensor(b) : SavedTensor(), b.shape()};
+    record_op(Math::kName, {a, b}, out, [sa, sb](const Tensor& g, const NeedsGrad& needs) {
+      const Tensor va = sa.value.unpack(), vb = sb.value.unpack();
+      return std::vector<Tensor>{needs[0] ? sum_to(Math::template grad<0>(g, va, vb), sa.shape) : Tensor(),
+                                 needs[1] ? sum_to(Math::template grad<1>(g, va, vb), sb.shape) : Tensor()};
+    });
   });
   return out;
 }
 
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Neg:
-      return "neg";
-    case UnaryOp::Exp:
-      return "exp";
-    case UnaryOp::Log:
-      return "log";
-    case UnaryOp::Sqrt:
-      return "sqrt";
-    case UnaryOp::Tanh:
-      return "tanh";
-    case UnaryOp::Sigmoid:
-      return "sigmoid";
-    case UnaryOp::Relu:
-      return "relu";
-    case UnaryOp::GeluTanh:
-      return "gelu_tanh";
-    case UnaryOp::GeluErf:
-      return "gelu_erf";
-    case UnaryOp::Silu:
-      return "silu";
-    case UnaryOp::Pow:
-      return "pow";
-    case UnaryOp::Abs:
-      return "abs";
-  }
-  return "unary";
-}
-
 Tensor unary(UnaryOp op, const Tensor& input, double scalar = 0.0) {
-  const char* name = unary_name(op);
+  const char* name = kernels::op_name(op);
   ops::check_floating(input, name, "input");
   ops::check_backend(input, name);
   const Tensor x = input.contiguous();

@@ -1,7 +1,6 @@
-// layer_norm over the last dimension: y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps),
-// statistics (mean, rstd) in fp32 (f64 for f64) and saved for backward:
-//   xhat = (x - mean) rstd,  g = dy w
-//   dx = rstd (g - mean(g) - xhat mean(g xhat)),  dw = sum_rows dy xhat,  db = sum_rows dy
+// layer_norm over the last dimension, the front-end of the layer_norm_forward / layer_norm_backward
+// kernels (their math, forward and backward: kernels/kernels.h). The statistics (mean, rstd) are in
+// fp32 (f64 for f64) and saved for the backward, which is one layer_norm_backward call.
 #include "engine/ops.h"
 #include "engine/ops/op_support.h"
 

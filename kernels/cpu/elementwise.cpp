@@ -1,17 +1,19 @@
 // Elementwise kernels: unary ops (forward and backward), affine, and binary ops with broadcasting.
 //
 // Math (in acc_t, the dtype's accumulation type; half types are converted on load and store):
-//   unary_forward:  y = f(x)                  (f from unary_math.h's unary_value)
-//   unary_backward: dx = dy * f'(x, y)        (unary_derivative). x may be null when f' needs only y
-//                   (Neg, Exp, Sqrt, Tanh, Sigmoid); y may be null and is then recomputed from x.
+//   unary_forward:  y = f(x)                  (UnaryMath<op>::value, the op's row in unary_math.h)
+//   unary_backward: dx = dy * f'(x, y)        (UnaryMath<op>::derivative). x may be null when f' does
+//                   not read it; y may be null and is then recomputed from x.
 //   affine:         y = alpha * x + beta
-//   binary_forward: y[idx] = a[idx . a_strides] op b[idx . b_strides], a stride of 0 broadcasts.
+//   binary_forward: y[idx] = a[idx . a_strides] op b[idx . b_strides], a stride of 0 broadcasts
+//                   (BinaryMath<op>::value, the op's row in binary_math.h).
 //
-// Speed: the op is resolved once per call into a compile-time constant (a template argument), so the
-// inner loops hold no switch and the compiler vectorises them. tanh and erf are declared to the
-// compiler as having SIMD variants (glibc's libmvec), so GELU/Tanh loops vectorise through the very
-// unary_math.h lines the CUDA backend uses. Half types are staged through small float buffers in
-// chunks (the results are rounded as they are stored), so the math loop is a plain float loop.
+// Speed: the op is resolved once per call into a compile-time constant (with_op, op_table.h: a
+// template argument), so the inner loops hold no switch and the compiler
+// vectorises them. tanh and erf are declared to the compiler as having SIMD variants (glibc's
+// libmvec), so GELU/Tanh loops vectorise through the very unary_math.h lines the CUDA backend uses.
+// Half types are staged through small float buffers in chunks (the results are rounded as they are
+// stored), so the math loop is a plain float loop.
 //
 // Parallel strategy: contiguous work is cut into fixed chunks of kChunk elements and OpenMP spreads
 // the chunks over threads (only above kParallelMinElements). A chunk is computed the same way
@@ -96,105 +98,42 @@ void map_elements(int64_t n, Fn fn, T* out, const In*... in) {
 
 // ---- unary ---------------------------------------------------------------------------------------
 
-// Calls body.template operator()<kOp>() with op as a compile-time constant.
-template <class F>
-void with_unary_op(UnaryOp op, F&& body) {
-  switch (op) {
-    case UnaryOp::Neg:
-      return body.template operator()<UnaryOp::Neg>();
-    case UnaryOp::Exp:
-      return body.template operator()<UnaryOp::Exp>();
-    case UnaryOp::Log:
-      return body.template operator()<UnaryOp::Log>();
-    case UnaryOp::Sqrt:
-      return body.template operator()<UnaryOp::Sqrt>();
-    case UnaryOp::Tanh:
-      return body.template operator()<UnaryOp::Tanh>();
-    case UnaryOp::Sigmoid:
-      return body.template operator()<UnaryOp::Sigmoid>();
-    case UnaryOp::Relu:
-      return body.template operator()<UnaryOp::Relu>();
-    case UnaryOp::GeluTanh:
-      return body.template operator()<UnaryOp::GeluTanh>();
-    case UnaryOp::GeluErf:
-      return body.template operator()<UnaryOp::GeluErf>();
-    case UnaryOp::Silu:
-      return body.template operator()<UnaryOp::Silu>();
-    case UnaryOp::Pow:
-      return body.template operator()<UnaryOp::Pow>();
-    case UnaryOp::Abs:
-      return body.template operator()<UnaryOp::Abs>();
-  }
-  HG_FAIL("[unary] unknown UnaryOp ", int(op));
-}
-
-constexpr bool derivative_uses_y(UnaryOp op) {
-  return op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Tanh || op == UnaryOp::Sigmoid;
-}
-constexpr bool derivative_uses_x(UnaryOp op) { return op != UnaryOp::Neg && !derivative_uses_y(op); }
+// y = nullptr is recomputed from x when the derivative reads it.
+template <UnaryOp kOp>
+constexpr bool kDerivativeReadsY = UnaryMath<kOp>::kReads == DerivativeReads::Y;
 
 template <UnaryOp kOp, class T>
 void unary_backward_typed(const T* x, const T* y, const T* dy, T* dx, int64_t n, acc_t<T> s) {
   using A = acc_t<T>;
   if (y != nullptr && x != nullptr) {
     map_elements(
-        n, [s](A xv, A yv, A g) { return g * unary_derivative<A>(kOp, xv, yv, s); }, dx, x, y, dy);
+        n, [s](A xv, A yv, A g) { return g * UnaryMath<kOp>::derivative(xv, yv, s); }, dx, x, y, dy);
   } else if (x != nullptr) {  // y not given: recompute it when the derivative needs it
     map_elements(
         n,
         [s](A xv, A g) {
-          const A yv = derivative_uses_y(kOp) ? unary_value<A>(kOp, xv, s) : A(0);
-          return g * unary_derivative<A>(kOp, xv, yv, s);
+          const A yv = kDerivativeReadsY<kOp> ? UnaryMath<kOp>::value(xv, s) : A(0);
+          return g * UnaryMath<kOp>::derivative(xv, yv, s);
         },
         dx, x, dy);
   } else {
-    HG_CHECK(!derivative_uses_x(kOp), "[unary_backward] op ", int(kOp), " needs x for its derivative, got x = nullptr");
+    HG_CHECK(UnaryMath<kOp>::kReads != DerivativeReads::X, "[unary_backward] op ", UnaryMath<kOp>::kName,
+             " needs x for its derivative, got x = nullptr");
     map_elements(
-        n, [s](A yv, A g) { return g * unary_derivative<A>(kOp, A(0), yv, s); }, dx, y, dy);
+        n, [s](A yv, A g) { return g * UnaryMath<kOp>::derivative(A(0), yv, s); }, dx, y, dy);
   }
 }
 
 // ---- binary --------------------------------------------------------------------------------------
 
-struct AddOp {
+// The op of a binary row as a functor for the loops below.
+template <BinaryOp kOp>
+struct BinaryFn {
   template <class A>
   A operator()(A a, A b) const {
-    return a + b;
+    return BinaryMath<kOp>::value(a, b);
   }
 };
-struct SubOp {
-  template <class A>
-  A operator()(A a, A b) const {
-    return a - b;
-  }
-};
-struct MulOp {
-  template <class A>
-  A operator()(A a, A b) const {
-    return a * b;
-  }
-};
-struct DivOp {
-  template <class A>
-  A operator()(A a, A b) const {
-    return a / b;
-  }
-};
-
-template <class F>
-void with_binary_op(BinaryOp op, F&& body) {
-  switch (op) {
-    case BinaryOp::Add:
-      return body(AddOp{});
-    case BinaryOp::Sub:
-      return body(SubOp{});
-    case BinaryOp::Mul:
-      return body(MulOp{});
-    case BinaryOp::Div:
-      return body(DivOp{});
-  }
-  HG_FAIL("[binary_forward] unknown BinaryOp ", int(op));
-}
 
 // y[i] = a[i * sa] op b[i * sb]; the common stride patterns get their own loop so each vectorises.
 template <class T, class Op>
@@ -279,9 +218,9 @@ void unary_forward(UnaryOp op, const void* x, void* y, int64_t n, double scalar,
   dispatch_floating(dtype, "unary_forward", [&]<class T>() {
     using A = acc_t<T>;
     const A s = A(scalar);
-    with_unary_op(op, [&]<UnaryOp kOp>() {
+    with_op(op, [&]<UnaryOp kOp>() {
       map_elements(
-          n, [s](A v) { return unary_value<A>(kOp, v, s); }, static_cast<T*>(y), static_cast<const T*>(x));
+          n, [s](A v) { return UnaryMath<kOp>::value(v, s); }, static_cast<T*>(y), static_cast<const T*>(x));
     });
   });
 }
@@ -291,7 +230,7 @@ void unary_backward(UnaryOp op, const void* x, const void* y, const void* dy, vo
   HG_CHECK(n >= 0, "[unary_backward] n = ", n, ", expected n >= 0");
   HG_CHECK(x != nullptr || y != nullptr, "[unary_backward] got x = nullptr and y = nullptr, expected at least one");
   dispatch_floating(dtype, "unary_backward", [&]<class T>() {
-    with_unary_op(op, [&]<UnaryOp kOp>() {
+    with_op(op, [&]<UnaryOp kOp>() {
       unary_backward_typed<kOp>(static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
                                 static_cast<T*>(dx), n, acc_t<T>(scalar));
     });
@@ -319,8 +258,8 @@ void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const 
   }
   const PairLayout layout = collapse_dimensions(shape, a_strides, b_strides, rank);
   dispatch_floating(dtype, "binary_forward", [&]<class T>() {
-    with_binary_op(op, [&](auto functor) {
-      binary_typed(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), layout, functor);
+    with_op(op, [&]<BinaryOp kOp>() {
+      binary_typed(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), layout, BinaryFn<kOp>{});
     });
   });
 }

@@ -1,11 +1,8 @@
 // LayerNorm over the last dimension of contiguous [rows, cols], forward and backward.
 //
-// Forward, per row (acc_t; two passes over the row, which sits in cache after the first):
-//   mean = sum_c x / cols,  var = sum_c (x - mean)^2 / cols  (biased),  rstd = 1 / sqrt(var + eps)
-//   y = (x - mean) * rstd * w + b          (w = 1, b = 0 when weight / bias are null)
-// Backward, with xhat = (x - mean) * rstd and g = dy * w:
-//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))       written (=), per row
-//   dw = sum_r dy * xhat,  db = sum_r dy                           written (=), summed over rows
+// Math: kernels/kernels.h, at layer_norm_forward and layer_norm_backward (per-row mean and rstd,
+// then y; backward: dx per row, dw and db summed over the rows). The statistics take two passes
+// over the row in acc_t (the row sits in cache after the first).
 //
 // Determinism of dw/db: the rows are cut into a fixed number of row blocks (kRowBlocks, fewer when
 // there are fewer rows), chosen from `rows` alone. Each block owns a partial dw/db row in acc_t,

@@ -1,5 +1,6 @@
 // binary_forward: y[idx] = a[idx . a_strides] op b[idx . b_strides] for every index of `shape`,
-// y contiguous, a stride of 0 broadcasting; op in {Add, Sub, Mul, Div}, computed in acc_t<T>.
+// y contiguous, a stride of 0 broadcasting; a op b is BinaryMath<op>::value (the op's row in
+// kernels/binary_math.h, the lines the CPU backend runs), computed in acc_t<T>.
 //
 // The layout is first simplified on the host exactly as the CPU backend does (size-1 dimensions
 // dropped, neighbours merged when both inputs step over them as one), then handed to the kernel
@@ -20,29 +21,14 @@
 namespace hg::kernels::cuda {
 namespace {
 
-template <class A>
-HG_DEVICE A apply(BinaryOp op, A a, A b) {
-  switch (op) {
-    case BinaryOp::Add:
-      return a + b;
-    case BinaryOp::Sub:
-      return a - b;
-    case BinaryOp::Mul:
-      return a * b;
-    case BinaryOp::Div:
-      return a / b;
-  }
-  return a;
-}
-
 // y = a op b on two contiguous inputs.
 template <BinaryOp kOp, class A>
 struct Both {
-  HG_DEVICE A operator()(const A* v) const { return apply(kOp, v[0], v[1]); }
+  HG_DEVICE A operator()(const A* v) const { return BinaryMath<kOp>::value(v[0], v[1]); }
 };
-template <class T>
-__global__ void broadcast_kernel(BinaryOp op, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y,
-                                 PairLayout layout, int64_t total) {
+template <class T, BinaryOp kOp>
+__global__ void broadcast_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, PairLayout layout,
+                                 int64_t total) {
   for (int64_t i = flat_worker(); i < total; i += flat_workers()) {
     int64_t rest = i, a_offset = 0, b_offset = 0;
     for (int d = layout.rank - 1; d >= 0; --d) {
@@ -51,7 +37,7 @@ __global__ void broadcast_kernel(BinaryOp op, const T* __restrict__ a, const T* 
       a_offset += index * layout.first[d];
       b_offset += index * layout.second[d];
     }
-    y[i] = from_acc<T>(apply(op, to_acc(a[a_offset]), to_acc(b[b_offset])));
+    y[i] = from_acc<T>(BinaryMath<kOp>::value(to_acc(a[a_offset]), to_acc(b[b_offset])));
   }
 }
 
@@ -69,25 +55,10 @@ __global__ void scalar_kernel(const T* __restrict__ tensor, const T* __restrict_
     HG_UNROLL
     for (int k = 0; k < W; ++k) {
       const A v = to_acc(in.v[k]);
-      out.v[k] = from_acc<T>(scalar_right ? apply(kOp, v, s) : apply(kOp, s, v));
+      out.v[k] = from_acc<T>(scalar_right ? BinaryMath<kOp>::value(v, s) : BinaryMath<kOp>::value(s, v));
     }
     store_pack<W>(y + i, out);
   });
-}
-
-template <class F>
-void with_binary_op(BinaryOp op, F&& body) {
-  switch (op) {
-    case BinaryOp::Add:
-      return body.template operator()<BinaryOp::Add>();
-    case BinaryOp::Sub:
-      return body.template operator()<BinaryOp::Sub>();
-    case BinaryOp::Mul:
-      return body.template operator()<BinaryOp::Mul>();
-    case BinaryOp::Div:
-      return body.template operator()<BinaryOp::Div>();
-  }
-  HG_FAIL("[binary_forward] unknown BinaryOp ", int(op));
 }
 
 }  // namespace
@@ -110,7 +81,7 @@ void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const 
     const T* bt = static_cast<const T*>(b);
     T* yt = static_cast<T*>(y);
     if (layout.rank == 1 && layout.first[0] == 1 && layout.second[0] == 1) {
-      with_binary_op(op, [&]<BinaryOp kOp>() { map_elements(stream, total, Both<kOp, A>{}, yt, at, bt); });
+      with_op(op, [&]<BinaryOp kOp>() { map_elements(stream, total, Both<kOp, A>{}, yt, at, bt); });
       return;
     }
     if (layout.rank == 1 && (layout.first[0] == 0) != (layout.second[0] == 0) && (layout.first[0] == 1 || layout.second[0] == 1)) {
@@ -119,13 +90,15 @@ void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const 
       const T* scalar = scalar_right ? bt : at;
       const int64_t head = pack_head<T>(total, yt, tensor);
       const int64_t units = head < 0 ? total : (total + kPack<T> - 1) / kPack<T> + 1;
-      with_binary_op(op, [&]<BinaryOp kOp>() {
+      with_op(op, [&]<BinaryOp kOp>() {
         launch(scalar_kernel<T, kOp>, flat_grid(units), dim3(kFlatThreads), 0, stream, tensor, scalar, scalar_right, yt,
                total, head);
       });
       return;
     }
-    launch(broadcast_kernel<T>, flat_grid(total), dim3(kFlatThreads), 0, stream, op, at, bt, yt, layout, total);
+    with_op(op, [&]<BinaryOp kOp>() {
+      launch(broadcast_kernel<T, kOp>, flat_grid(total), dim3(kFlatThreads), 0, stream, at, bt, yt, layout, total);
+    });
   });
 }
 

@@ -1,14 +1,8 @@
 // LayerNorm over the last dimension of contiguous [rows, cols], forward and backward.
 //
-// Forward, per row (statistics in A = acc_t<T>, fp32 for half types):
-//   mean = sum_c x / cols,  var = sum_c (x - mean)^2 / cols  (biased),  rstd = 1 / sqrt(var + eps)
-//   y = (x - mean) * rstd * w + b          (w = 1, b = 0 when weight / bias are null)
-//   mean and rstd (nullable) are saved per row, in A, for the backward pass.
-// Backward, with xhat = (x - mean) * rstd and g = dy * w:
-//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))      written (=), per row
-//   dw = sum_r dy * xhat,  db = sum_r dy                          written (=), summed over rows
-// Activation gradients (dx) are per row; parameter gradients (dw, db) are sums over all rows; all
-// three are written (=), never accumulated into, as the contract states.
+// Math: kernels/kernels.h, at layer_norm_forward and layer_norm_backward (per-row mean and rstd in
+// A = acc_t<T>, fp32 for half types, then y; backward: the activation gradient dx per row, the
+// parameter gradients dw and db summed over all rows; all three written (=), never accumulated into).
 //
 // Parallel strategy, forward: a warp per row when cols <= kWarpRowLimit (8 rows per 256-thread
 // block), a block per row otherwise (RowGroup, device_math.h). Three passes over the row, the last

@@ -1,5 +1,6 @@
 #include "support/op_cases.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/ops.h"
@@ -8,6 +9,16 @@
 namespace hg::testing {
 
 namespace {
+
+// `cases` and an OpCase for every row of unary_op_cases() with an engine op.
+std::vector<OpCase> with_unary_op_cases(std::vector<OpCase> cases) {
+  for (const UnaryOpCase& c : unary_op_cases()) {
+    if (c.fn == nullptr) continue;
+    cases.push_back(
+        {c.name, {{2, 3}}, c.domain, [fn = c.fn, s = c.scalar](const std::vector<Tensor>& x) { return fn(x[0], s); }});
+  }
+  return cases;
+}
 
 // Index tensors on the device of the op's first input, so a case runs on any device.
 Tensor ids(const std::vector<int64_t>& values, const Shape& shape, const Tensor& like) {
@@ -41,19 +52,7 @@ const std::vector<OpCase>& op_cases() {
       {"affine", {{2, 3}}, Domain::Any, [](V x) { return 2.5 * x[0] - 1.0; }},
       {"scalar divided by", {{2, 3}}, Domain::AwayFromZero, [](V x) { return 3.0 / x[0]; }},
       {"neg", {{4}}, Domain::Any, [](V x) { return -x[0]; }},
-      // ---- unary ----
-      {"exp", {{2, 3}}, Domain::Any, [](V x) { return exp(x[0]); }},
-      {"log", {{2, 3}}, Domain::Positive, [](V x) { return log(x[0]); }},
-      {"sqrt", {{2, 3}}, Domain::Positive, [](V x) { return sqrt(x[0]); }},
-      {"pow 3", {{2, 3}}, Domain::Any, [](V x) { return pow(x[0], 3.0); }},
-      {"pow 0.5", {{2, 3}}, Domain::Positive, [](V x) { return pow(x[0], 0.5); }},
-      {"tanh", {{2, 3}}, Domain::Any, [](V x) { return tanh(x[0]); }},
-      {"sigmoid", {{2, 3}}, Domain::Any, [](V x) { return sigmoid(x[0]); }},
-      {"relu", {{2, 3}}, Domain::AwayFromZero, [](V x) { return relu(x[0]); }},
-      {"gelu tanh", {{2, 3}}, Domain::Any, [](V x) { return gelu(x[0], GeluApproximation::Tanh); }},
-      {"gelu erf", {{2, 3}}, Domain::Any, [](V x) { return gelu(x[0], GeluApproximation::Erf); }},
-      {"silu", {{2, 3}}, Domain::Any, [](V x) { return silu(x[0]); }},
-      {"abs", {{2, 3}}, Domain::AwayFromZero, [](V x) { return abs(x[0]); }},
+      // ---- unary (every row of unary_op_cases() with an engine op is appended below) ----
       {"exp of strided", {{3, 4}}, Domain::Any, [](V x) { return exp(x[0].t()); }},
       // ---- reductions ----
       {"sum all", {{2, 3, 4}}, Domain::Any, [](V x) { return sum(x[0]); }},
@@ -138,8 +137,76 @@ const std::vector<OpCase>& op_cases() {
       {"mlp", {{4, 3}, {3, 5}, {5}}, Domain::Any,
        [](V x) { return cross_entropy(gelu(matmul(x[0], x[1]) + x[2]), ids({0, 4, 2, 1}, {4}, x[0])); }},
   };
+  static const std::vector<OpCase> kWithUnary = with_unary_op_cases(kCases);
+  return kWithUnary;
+}
+
+const std::vector<UnaryOpCase>& unary_op_cases() {
+  using kernels::UnaryOp;
+  constexpr double kPi = 3.141592653589793;
+  using T = const Tensor&;
+  static const std::vector<UnaryOpCase> kCases = {
+      {UnaryOp::Neg, "neg", -3, 3, 0, [](double x, double) { return -x; }, [](double, double) { return -1.0; },
+       Domain::Any, nullptr},  // the engine's neg is affine (x * -1)
+      {UnaryOp::Exp, "exp", -3, 3, 0, [](double x, double) { return std::exp(x); },
+       [](double x, double) { return std::exp(x); }, Domain::Any, [](T x, double) { return exp(x); }},
+      {UnaryOp::Log, "log", 0.1, 5, 0, [](double x, double) { return std::log(x); },
+       [](double x, double) { return 1 / x; }, Domain::Positive, [](T x, double) { return log(x); }},
+      {UnaryOp::Sqrt, "sqrt", 0.1, 5, 0, [](double x, double) { return std::sqrt(x); },
+       [](double x, double) { return 0.5 / std::sqrt(x); }, Domain::Positive, [](T x, double) { return sqrt(x); }},
+      {UnaryOp::Tanh, "tanh", -3, 3, 0, [](double x, double) { return std::tanh(x); },
+       [](double x, double) { return 1 / (std::cosh(x) * std::cosh(x)); }, Domain::Any,
+       [](T x, double) { return tanh(x); }},
+      {UnaryOp::Sigmoid, "sigmoid", -6, 6, 0, [](double x, double) { return 1 / (1 + std::exp(-x)); },
+       [](double x, double) { return std::exp(-x) / ((1 + std::exp(-x)) * (1 + std::exp(-x))); }, Domain::Any,
+       [](T x, double) { return sigmoid(x); }},
+      {UnaryOp::Relu, "relu", -3, 3, 0, [](double x, double) { return std::max(x, 0.0); },
+       [](double x, double) { return x > 0 ? 1.0 : 0.0; }, Domain::AwayFromZero, [](T x, double) { return relu(x); }},
+      {UnaryOp::GeluTanh, "gelu tanh", -4, 4, 0,
+       [](double x, double) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / kPi) * (x + 0.044715 * x * x * x))); },
+       [](double x, double) {
+         const double k = std::sqrt(2 / kPi), u = k * (x + 0.044715 * x * x * x), t = std::tanh(u);
+         return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+       },
+       Domain::Any, [](T x, double) { return gelu(x, GeluApproximation::Tanh); }},
+      {UnaryOp::GeluErf, "gelu erf", -4, 4, 0,
+       [](double x, double) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); },
+       [](double x, double) {
+         return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-x * x / 2) / std::sqrt(2 * kPi);
+       },
+       Domain::Any, [](T x, double) { return gelu(x, GeluApproximation::Erf); }},
+      {UnaryOp::Silu, "silu", -5, 5, 0, [](double x, double) { return x / (1 + std::exp(-x)); },
+       [](double x, double) {
+         const double sg = 1 / (1 + std::exp(-x));
+         return sg + x * sg * (1 - sg);
+       },
+       Domain::Any, [](T x, double) { return silu(x); }},
+      {UnaryOp::Pow, "pow 2.5", 0.2, 3, 2.5, [](double x, double s) { return std::pow(x, s); },
+       [](double x, double s) { return s * std::pow(x, s - 1); }, Domain::Positive,
+       [](T x, double s) { return pow(x, s); }},
+      {UnaryOp::Pow, "pow -1.5", 0.5, 3, -1.5, [](double x, double s) { return std::pow(x, s); },
+       [](double x, double s) { return s * std::pow(x, s - 1); }, Domain::Positive,
+       [](T x, double s) { return pow(x, s); }},
+      {UnaryOp::Pow, "pow 3", -3, 3, 3, [](double x, double s) { return std::pow(x, s); },
+       [](double x, double s) { return s * std::pow(x, s - 1); }, Domain::Any, [](T x, double s) { return pow(x, s); }},
+      {UnaryOp::Pow, "pow 0.5", 0.2, 3, 0.5, [](double x, double s) { return std::pow(x, s); },
+       [](double x, double s) { return s * std::pow(x, s - 1); }, Domain::Positive,
+       [](T x, double s) { return pow(x, s); }},
+      {UnaryOp::Abs, "abs", -3, 3, 0, [](double x, double) { return std::fabs(x); },
+       [](double x, double) { return x > 0 ? 1.0 : -1.0; }, Domain::AwayFromZero, [](T x, double) { return abs(x); }},
+  };
   return kCases;
 }
 
+const std::vector<BinaryOpCase>& binary_op_cases() {
+  using kernels::BinaryOp;
+  static const std::vector<BinaryOpCase> kCases = {
+      {BinaryOp::Add, [](double a, double b) { return a + b; }},
+      {BinaryOp::Sub, [](double a, double b) { return a - b; }},
+      {BinaryOp::Mul, [](double a, double b) { return a * b; }},
+      {BinaryOp::Div, [](double a, double b) { return a / b; }},
+  };
+  return kCases;
+}
 
 }  // namespace hg::testing
