@@ -170,8 +170,8 @@ Trainer::StepFigures Trainer::run_step(int64_t step) {
   // schedule stay where they are.
   scaler_.unscale_(optimizer_);
   f.grad_norm = options_.clip() > 0 ? optimizer_.clip_grad_norm(options_.clip()) : NAN;
-  if (schedule_) optimizer_.set_lr(schedule_->lr(optimizer_steps_));
   f.lr = schedule_ ? schedule_->lr(optimizer_steps_) : NAN;
+  if (schedule_) optimizer_.set_lr(f.lr);
   if (scaler_.step(optimizer_)) ++optimizer_steps_;
   scaler_.update();
   optimizer_.zero_grad();
@@ -213,6 +213,27 @@ metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool ke
   return record;
 }
 
+bool Trainer::evaluate(int64_t step, metrics::Record& record, TrainingMonitor& monitor) {
+  Evaluation evaluation;
+  {
+    profiler::ScopedRange eval_range("evaluate", profiler::Category::other);
+    NoGradGuard no_grad;
+    model_.eval();
+    evaluation = evaluate_();
+    model_.train();
+  }
+  record.set(options_.metric_name(), evaluation.value);
+  bool stop = false;
+  {
+    std::unique_ptr<optim::Optimizer::WholeParameters> whole;  // ZeRO stage 3: snapshots need the weights
+    if (monitor.early_stopping()) whole = optimizer_.whole_parameters();
+    stop = monitor.evaluated(step, evaluation.value);
+  }
+  progress_->line("eval  step " + std::to_string(step) + " | " + evaluation.text);
+  evaluations_.emplace_back(step, std::move(evaluation));
+  return stop;
+}
+
 void Trainer::save_checkpoint(int64_t step, double loss) {
   const auto start = Clock::now();
   loader_position_ = loader_.state();
@@ -240,7 +261,6 @@ TrainResult Trainer::fit() {
   TrainingMonitor monitor(monitor_options, parameters, o.metric_mode());
   Progress progress;
   progress_ = &progress;
-  const bool early_stopping = monitor.early_stopping();
 
   TrainResult result;
   result.first_step = completed_steps_ + 1;
@@ -258,25 +278,7 @@ TrainResult Trainer::fit() {
     const bool eval_now = (o.eval_every() > 0 && step % o.eval_every() == 0) || step == o.steps();
     metrics::Record record = report_step(step, f, eval_now || step % o.log_every() == 0);
     step_range.reset();
-    bool stop = false;
-    if (eval_now && evaluate_) {
-      Evaluation evaluation;
-      {
-        profiler::ScopedRange eval_range("evaluate", Category::other);
-        NoGradGuard no_grad;
-        model_.eval();
-        evaluation = evaluate_();
-        model_.train();
-      }
-      record.set(o.metric_name(), evaluation.value);
-      {
-        std::unique_ptr<optim::Optimizer::WholeParameters> whole;  // ZeRO stage 3: snapshots need the weights
-        if (early_stopping) whole = optimizer_.whole_parameters();
-        stop = monitor.evaluated(step, evaluation.value);
-      }
-      progress.line("eval  step " + std::to_string(step) + " | " + evaluation.text);
-      evaluations_.emplace_back(step, std::move(evaluation));
-    }
+    const bool stop = eval_now && evaluate_ && evaluate(step, record, monitor);
     completed_steps_ = step;
     if (checkpoints_ && ((o.checkpoint_every() > 0 && step % o.checkpoint_every() == 0) || step == last_step))
       save_checkpoint(step, last_loss);
@@ -291,7 +293,7 @@ TrainResult Trainer::fit() {
   std::string restored;
   {
     std::unique_ptr<optim::Optimizer::WholeParameters> whole;  // stage 3: restored into the whole units
-    if (early_stopping) whole = optimizer_.whole_parameters();
+    if (monitor.early_stopping()) whole = optimizer_.whole_parameters();
     restored = monitor.finish();
     if (whole) whole->commit();
   }

@@ -151,6 +151,8 @@ class Trainer {
   data::Batch narrowed(const data::Batch& batch, int64_t step) const;
   StepFigures run_step(int64_t step);
   metrics::Record report_step(int64_t step, const StepFigures& figures, bool keep) const;
+  // Runs the evaluator (eval mode, no grad) and early stopping; true when it says to stop.
+  bool evaluate(int64_t step, metrics::Record& record, TrainingMonitor& monitor);
   void save_checkpoint(int64_t step, double loss);
   void print_summary(const TrainResult& result) const;
   int rank() const;
