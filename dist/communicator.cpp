@@ -198,7 +198,7 @@ Communicator::~Communicator() {
 
 std::string Communicator::backend() const {
   std::string name = host_->name();
-  if (device_) name += "+" + device_->name();
+  if (device_) name.append("+").append(device_->name());  // (not "+" + ...: a GCC 12 -Wrestrict false positive)
   return name;
 }
 

@@ -87,11 +87,9 @@ std::string Flags::usage() const {
   std::ostringstream out;
   out << description_ << "\n\nusage: " << program_ << " [flags]\n\n";
   for (const Flag& f : flags_) {
-    std::string left = "  --" + f.name +
-                       (f.kind == "bool" ? ""
-                                         : " " + std::string(f.kind == "int"     ? "N"
-                                                             : f.kind == "float" ? "X"
-                                                                                 : "VALUE"));
+    std::string left = "  --";  // appended piece by piece: "x" + string trips a GCC 12 -Wrestrict false positive
+    left.append(f.name);
+    if (f.kind != "bool") left.append(f.kind == "int" ? " N" : f.kind == "float" ? " X" : " VALUE");
     left.resize(std::max<size_t>(left.size() + 2, 26), ' ');
     out << left << f.help << " (default " << f.default_text << ")\n";
   }
