@@ -208,6 +208,16 @@ Tensor DataLoader::state() const {
 }
 
 void DataLoader::load_state(const Tensor& state) {
+  const int64_t position = checked_position(state);
+  stop_workers();
+  if (stager_) stager_->discard();
+  next_position_ = position;
+  start_workers();
+}
+
+void DataLoader::check_state(const Tensor& state) const { checked_position(state); }
+
+int64_t DataLoader::checked_position(const Tensor& state) const {
   HG_CHECK(state.defined() && state.dtype() == i64 && state.dim() == 1 && state.size(0) == kStateSize,
            "[DataLoader::load_state] expected the i64 tensor [", kStateSize, "] that state() returns, got ",
            state.defined() ? state.describe() : std::string("an undefined tensor"));
@@ -221,10 +231,7 @@ void DataLoader::load_state(const Tensor& state) {
            ", this loader has seed ", int64_t(options_.seed()));
   HG_CHECK(s[1] >= 0 && s[2] >= 0 && s[2] < batches_per_epoch(), "[DataLoader::load_state] position epoch ", s[1],
            " batch ", s[2], " is invalid; expected epoch >= 0 and batch in [0, ", batches_per_epoch(), ")");
-  stop_workers();
-  if (stager_) stager_->discard();
-  next_position_ = s[1] * batches_per_epoch() + s[2];
-  start_workers();
+  return s[1] * batches_per_epoch() + s[2];
 }
 
 }  // namespace hg::data

@@ -89,6 +89,8 @@ class DataLoader {
   // have produced. Throws hg::Error when the tensor is not such a state, or when it was saved by a
   // loader with another number of batches per epoch or another seed.
   void load_state(const Tensor& state);
+  // The checks of load_state alone: throws as load_state would, changes nothing.
+  void check_state(const Tensor& state) const;
 
   // Seconds next() spent waiting for a batch that was not ready yet, since construction.
   double wait_seconds() const { return wait_seconds_; }
@@ -98,6 +100,7 @@ class DataLoader {
     Batch batch;
     std::exception_ptr error;
   };
+  int64_t checked_position(const Tensor& state) const;  // the stream position a state names, checked
   void start_workers();
   void stop_workers();
   void worker_loop();

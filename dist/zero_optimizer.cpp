@@ -578,36 +578,60 @@ int ZeroOptimizer::saved_world_size(const std::string& prefix) {
   return saved_world;
 }
 
-void ZeroOptimizer::load_state(const std::string& prefix) {
+std::vector<ZeroOptimizer::SavedShard> ZeroOptimizer::read_shards(const std::string& prefix, int64_t* step) const {
   const int saved_world = saved_world_size(prefix);
   HG_CHECK(saved_world > 0, "[ZeroOptimizer] load_state: no optimizer shards ", prefix, ".rank0-of-N.safetensors");
-  const std::vector<Piece> mine = pieces_of(owned_);
+  std::vector<SavedShard> shards;
   for (int r = 0; r < saved_world; ++r) {
-    const std::string path = shard_path(prefix, r, saved_world);
-    const safetensors::File file = safetensors::load(path);
-    HG_CHECK(metadata_int(file, "numel", path) == total_, "[ZeroOptimizer] load_state: ", path, " holds the state of ",
-             metadata_int(file, "numel", path), " parameters but this optimizer has ", total_);
-    step_ = metadata_int(file, "step", path);
-    const std::vector<std::pair<int64_t, int64_t>> saved = saved_ranges(file, path, total_);
+    SavedShard shard{shard_path(prefix, r, saved_world), {}, {}};
+    shard.file = safetensors::load(shard.path);
+    const std::string& path = shard.path;
+    HG_CHECK(metadata_int(shard.file, "numel", path) == total_, "[ZeroOptimizer] load_state: ", path,
+             " holds the state of ", metadata_int(shard.file, "numel", path), " parameters but this optimizer has ",
+             total_);
+    *step = metadata_int(shard.file, "step", path);
+    shard.ranges = saved_ranges(shard.file, path, total_);
+    int64_t needed = 0;
+    for (const auto& range : shard.ranges) needed += range.second;
+    for (const auto& [name, t] : shard_buffers()) {
+      const Tensor* tensor = shard.file.find(name);
+      HG_CHECK(tensor || name == "master", "[ZeroOptimizer] load_state: ", path, " has no '", name, "'");
+      HG_CHECK(!tensor || (tensor->dim() == 1 && tensor->numel() >= needed), "[ZeroOptimizer] load_state: ", path, " '",
+               name, "' is ", tensor ? tensor->describe() : std::string(), " but its ranges need ", needed,
+               " elements");
+    }
+    shards.push_back(std::move(shard));
+  }
+  return shards;
+}
+
+void ZeroOptimizer::check_saved_state(const std::string& prefix) const {
+  int64_t step = 0;
+  read_shards(prefix, &step);
+}
+
+void ZeroOptimizer::load_state(const std::string& prefix) {
+  // Every file is read and checked before any state changes: a missing or malformed shard leaves the
+  // optimizer as it was (every rank reads every file, so every rank refuses alike).
+  int64_t step = 0;
+  const std::vector<SavedShard> shards = read_shards(prefix, &step);
+  const std::vector<Piece> mine = pieces_of(owned_);
+  for (const SavedShard& shard : shards) {
     int64_t at = 0;  // where the saved range starts in the file's tensors
-    for (const auto& [offset, count] : saved) {
+    for (const auto& [offset, count] : shard.ranges) {
       for (const Piece& p : mine) {
         const int64_t lo = std::max(offset, p.unpadded), hi = std::min(offset + count, p.unpadded + p.count);
         if (hi <= lo) continue;
         for (const auto& [name, t] : shard_buffers()) {
-          const Tensor* tensor = file.find(name);
-          if (!tensor) {
-            HG_CHECK(name == "master", "[ZeroOptimizer] load_state: ", path, " has no '", name, "'");
-            continue;  // keeps the copy of the loaded parameters
-          }
-          HG_CHECK(tensor->dim() == 1 && tensor->numel() >= at + count, "[ZeroOptimizer] load_state: ", path, " '",
-                   name, "' is ", tensor->describe(), " but its ranges need ", at + count, " elements");
-          t.narrow(0, p.local + lo - p.unpadded, hi - lo).copy_(tensor->narrow(0, at + lo - offset, hi - lo));
+          // A master the files lack keeps the copy of the loaded parameters.
+          if (const Tensor* tensor = shard.file.find(name))
+            t.narrow(0, p.local + lo - p.unpadded, hi - lo).copy_(tensor->narrow(0, at + lo - offset, hi - lo));
         }
       }
       at += count;
     }
   }
+  step_ = step;
   comm_.barrier().wait();
 }
 

@@ -72,6 +72,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "engine/safetensors.h"
 #include "layers/module.h"
 #include "optim/adamw.h"
 
@@ -210,6 +211,8 @@ class ZeroOptimizer final : public optim::Optimizer {
   // The world size of the shards saved under `prefix` (0: none).
   static int saved_world_size(const std::string& prefix);
   bool has_saved_state(const std::string& prefix) const override { return saved_world_size(prefix) > 0; }
+  // Reads and checks every shard under `prefix` as load_state would, changing nothing.
+  void check_saved_state(const std::string& prefix) const override;
 
  private:
   struct Bucket {
@@ -244,6 +247,13 @@ class ZeroOptimizer final : public optim::Optimizer {
   struct Piece {
     int64_t unpadded = 0, count = 0, local = 0;
   };
+  // One file written by save_state, read and checked (numel, ranges, tensor sizes).
+  struct SavedShard {
+    std::string path;
+    safetensors::File file;
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // (offset, count) of the unpadded parameters
+  };
+  std::vector<SavedShard> read_shards(const std::string& prefix, int64_t* step) const;
   void validate_params();
   // "master" (when separate), "exp_avg", "exp_avg_sq": this rank's flat fp32 state.
   std::vector<std::pair<std::string, Tensor>> shard_buffers() const;

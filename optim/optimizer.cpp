@@ -22,17 +22,15 @@ double Optimizer::grad_norm() { return optim::grad_norm(parameters()); }
 
 double Optimizer::clip_grad_norm(double max_norm) { return optim::clip_grad_norm(parameters(), max_norm); }
 
-void Optimizer::save_state(const std::string& prefix) {
-  HG_CHECK(false, "[", name(), "] save_state('", prefix,
-           "'): this optimizer keeps its whole state in this process; "
-           "its state_tensors() go into the training checkpoint (train/checkpoint.h)");
+void Optimizer::throw_not_sharded(const char* what, const std::string& prefix) const {
+  HG_FAIL("[", name(), "] ", what, "('", prefix,
+          "'): this optimizer keeps its whole state in this process; its "
+          "state_tensors() go into the training checkpoint (train/checkpoint.h)");
 }
 
-void Optimizer::load_state(const std::string& prefix) {
-  HG_CHECK(false, "[", name(), "] load_state('", prefix,
-           "'): this optimizer keeps its whole state in this process; "
-           "its state comes from a training checkpoint (train/checkpoint.h)");
-}
+void Optimizer::save_state(const std::string& prefix) { throw_not_sharded("save_state", prefix); }
+
+void Optimizer::load_state(const std::string& prefix) { throw_not_sharded("load_state", prefix); }
 
 // ---- LocalOptimizer --------------------------------------------------------------------------------
 

@@ -127,8 +127,10 @@ class Optimizer {
   virtual bool is_sharded() const { return false; }
   virtual void save_state(const std::string& prefix);
   virtual void load_state(const std::string& prefix);
-  // Whether files written by save_state exist under `prefix`.
+  // Whether files written by save_state exist under `prefix`; and a check of them that load_state
+  // would pass, changing nothing (a local optimizer refuses both save_state and load_state).
   virtual bool has_saved_state(const std::string& prefix) const { return false; }
+  virtual void check_saved_state(const std::string& prefix) const { throw_not_sharded("check_saved_state", prefix); }
 
   // The guard of whole_parameters(). A local optimizer's parameters are always whole; its commit()
   // copies parameters written in the guard's scope into their fp32 master copies.
@@ -142,6 +144,9 @@ class Optimizer {
   }
   // One line about the memory it keeps, for a progress line ("" when there is nothing to add).
   virtual std::string state_summary() const { return ""; }
+
+ private:
+  [[noreturn]] void throw_not_sharded(const char* what, const std::string& prefix) const;
 };
 
 // An optimizer whose whole state lives in this process: parameter groups, per-parameter state and

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "dist/bootstrap.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
@@ -18,6 +19,10 @@ TrainGptConfig::TrainGptConfig(int argc, char** argv) {
   if (c.offload == "inputs" && c.recompute_every == 0)
     fail("--offload-activations inputs offloads checkpoint inputs; it needs --checkpoint-every K");
   or_usage_error(kProgram, [&] { return train::parse_loss_scale(c.loss_scale, train::parse_precision(c.precision)); });
+  if (c.stochastic_rounding && (c.zero >= 0 || c.offload_optimizer || dist::detect_process().world_size > 1))
+    fail(
+        "--stochastic-rounding is not implemented under ZeRO or data parallelism (the sharded update rounds to "
+        "nearest even); expected a single process without --zero");
   if (c.checkpoint_dir.empty() && (c.resume || c.checkpoint_every > 0))
     fail("--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
   if (c.profile_ops && c.profile.empty()) fail("--profile-ops needs --profile FILE");

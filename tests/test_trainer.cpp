@@ -218,3 +218,27 @@ TEST_CASE("bad trainer options are refused") {
   CHECK_THROWS_WITH_AS(train::parse_offload_activations("gpu"), doctest::Contains("expected off, inputs or all"),
                        hg::Error);
 }
+
+TEST_CASE("a resume the loader cannot use changes nothing and keeps failing") {
+  TempDir dir;
+  {
+    Run first(8, train::TrainerOptions().steps(6).stop_after(3).checkpoint_dir(dir.path.string()));
+    first.trainer->fit();
+  }
+  // Another data order (seed): the loader's saved position does not apply to it.
+  manual_seed(5);
+  auto model = std::make_shared<nn::Linear>(6, 3);
+  optim::AdamW adamw(model->parameters(), optim::AdamWOptions().lr(0.05));
+  data::DataLoader loader(std::make_shared<Blobs>(), data::DataLoaderOptions().batch_size(8).shuffle(true).seed(99));
+  train::Trainer trainer(
+      *model, adamw, loader, [&](const data::Batch& b) { return cross_entropy(model->forward(b[0]), b[1]); },
+      train::TrainerOptions().steps(6).checkpoint_dir(dir.path.string()));
+  const std::vector<float> before = flat(model->parameters());
+  CHECK_ERROR(trainer.resume(), "--resume from", "step_0000000003.safetensors", "seed 3", "seed 99");
+  CHECK(trainer.completed_steps() == 0);
+  CHECK(flat(model->parameters()) == before);
+  CHECK(adamw.state_tensors().empty());
+  CHECK_ERROR(trainer.resume(), "--resume from");  // still refused, not silently "resumed"
+  trainer.fit();
+  CHECK_ERROR(trainer.loss_scaler(optim::LossScaler::dynamic()), "[Trainer]", "loss_scaler() after resume() or fit()");
+}

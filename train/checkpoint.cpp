@@ -119,10 +119,11 @@ TrainingState& TrainingState::mt19937_64(const std::string& name, std::mt19937_6
   return *this;
 }
 
-TrainingState& TrainingState::extra(const std::string& name, Tensor& value) {
+TrainingState& TrainingState::extra(const std::string& name, Tensor& value, std::function<void(const Tensor&)> check) {
   check_unique(extras_, "extra", name);
   HG_CHECK(value.defined(), "[TrainingState] extra '", name, "' is an undefined tensor; give it its initial value");
   extras_.emplace_back(name, &value);
+  extra_checks_.push_back(std::move(check));
   return *this;
 }
 
@@ -272,11 +273,19 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
   std::vector<Tensor> extras;
   {
     std::map<std::string, Tensor> present = lookup("extra");
-    for (const auto& [name, live] : extras_) {
+    for (size_t i = 0; i < extras_.size(); ++i) {
+      const auto& [name, live] = extras_[i];
       const auto it = present.find(name);
       HG_CHECK(it != present.end(), where, " has no 'extra.", name, "'; the checkpoint holds: ", meta("contents"));
       HG_CHECK(it->second.shape() == live->shape() && it->second.dtype() == live->dtype(), where, " entry 'extra.",
                name, "' is ", describe_tensor(it->second), "; expected ", describe_tensor(*live));
+      if (extra_checks_[i]) {
+        try {
+          extra_checks_[i](it->second);
+        } catch (const Error& e) {
+          throw Error(where + " entry 'extra." + name + "': " + e.what());
+        }
+      }
       extras.push_back(it->second);
       present.erase(it);
     }

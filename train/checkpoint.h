@@ -31,6 +31,7 @@
 //   - Tensors are restored on the device of the live object (a CUDA model loads from a CPU file).
 //   - The objects registered must outlive the TrainingState.
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -57,7 +58,9 @@ class TrainingState {
   TrainingState& mt19937_64(const std::string& name, std::mt19937_64& engine);
   // A caller-owned tensor (e.g. a data position as i64). load() replaces `value` with the saved
   // tensor (same shape and dtype, on value's device) -- a new tensor, so read it after load().
-  TrainingState& extra(const std::string& name, Tensor& value);
+  // `check`, when given, is part of load()'s checks: it throws hg::Error for a saved value the
+  // caller cannot use (e.g. DataLoader::check_state), before anything changes.
+  TrainingState& extra(const std::string& name, Tensor& value, std::function<void(const Tensor&)> check = {});
 
   // Every registered part as named tensors (the live tensors where there are some: no copies).
   safetensors::NamedTensors tensors() const;
@@ -78,6 +81,7 @@ class TrainingState {
   std::vector<std::pair<std::string, Generator*>> generators_;
   std::vector<std::pair<std::string, std::mt19937_64*>> engines_;
   std::vector<std::pair<std::string, Tensor*>> extras_;
+  std::vector<std::function<void(const Tensor&)>> extra_checks_;  // parallel to extras_
 };
 
 // Writes `state` to `path` atomically; `step` goes into the metadata.

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "dist/rank0.h"
+
 namespace hg::train {
 namespace {
 
@@ -69,26 +71,6 @@ void retire(const fs::path& entry) {
 
 int rank_of(const dist::Communicator* comm) { return comm ? comm->rank() : 0; }
 
-// Runs `fn` on rank 0 and makes its failure every rank's: the others would otherwise wait at the
-// next collective until the timeout.
-template <class Fn>
-void on_rank0(dist::Communicator* comm, Fn&& fn) {
-  if (!comm) return fn();
-  int64_t failed = 0;
-  std::string message;
-  if (comm->rank() == 0) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      failed = 1;
-      message = e.what();
-    }
-  }
-  comm->broadcast(&failed, 1, DType::i64, 0).wait();
-  if (comm->rank() == 0 && failed) throw Error(message);
-  HG_CHECK(!failed, kWho, " rank 0 failed to write the checkpoint (its error says why)");
-}
-
 bool writes_sharded(const TrainingState& state) {
   const optim::Optimizer* optimizer = state.registered_optimizer();
   return optimizer && optimizer->is_sharded();
@@ -105,7 +87,7 @@ CheckpointDirectory::CheckpointDirectory(std::string directory, int64_t keep_las
     : directory_(std::move(directory)), keep_last_(keep_last), comm_(comm) {
   HG_CHECK(!directory_.empty(), kWho, " empty directory name");
   HG_CHECK(keep_last_ >= 1, kWho, " keep_last = ", keep_last_, "; expected >= 1");
-  on_rank0(comm_, [&] {
+  dist::on_rank0(comm_, "create the checkpoint directory", [&] {
     std::error_code error;
     fs::create_directories(directory_, error);
     HG_CHECK(!error, kWho, " cannot create '", directory_, "': ", error.message());
@@ -135,10 +117,10 @@ std::vector<CheckpointDirectory::Entry> CheckpointDirectory::list() const {
 
 std::optional<CheckpointDirectory::Entry> CheckpointDirectory::newest(std::optional<bool> sharded) const {
   int64_t found[2] = {-1, 0};  // step, sharded
-  if (rank_of(comm_) == 0) {
+  dist::on_rank0(comm_, "list the checkpoint directory", [&] {
     for (const Entry& e : list())
       if (!sharded || e.sharded == *sharded) found[0] = e.step, found[1] = e.sharded;
-  }
+  });
   if (comm_) comm_->broadcast(found, 2, DType::i64, 0).wait();
   if (found[0] < 0) return std::nullopt;
   return Entry{found[0], (fs::path(directory_) / entry_name(found[0], found[1] != 0)).string(), found[1] != 0};
@@ -164,15 +146,15 @@ std::optional<std::string> CheckpointDirectory::latest_for(const TrainingState& 
 std::string CheckpointDirectory::save(const TrainingState& state, int64_t step) const {
   HG_CHECK(step >= 0, kWho, " step ", step, " < 0");
   optim::Optimizer* optimizer = state.registered_optimizer();
-  const std::string path =
-      optimizer && optimizer->is_sharded() ? save_sharded(state, *optimizer, step) : save_file(state, step);
-  on_rank0(comm_, [&] { prune(); });
+  const bool sharded = optimizer && optimizer->is_sharded();
+  const std::string path = sharded ? save_sharded(state, *optimizer, step) : save_file(state, step);
+  dist::on_rank0(comm_, "prune old checkpoints", [&] { prune(sharded); });
   return path;
 }
 
 std::string CheckpointDirectory::save_file(const TrainingState& state, int64_t step) const {
   const std::string path = (fs::path(directory_) / entry_name(step, false)).string();
-  on_rank0(comm_, [&] { save_checkpoint(path, state, step); });  // atomic by itself
+  dist::on_rank0(comm_, "write the checkpoint", [&] { save_checkpoint(path, state, step); });  // atomic by itself
   return path;
 }
 
@@ -182,7 +164,7 @@ std::string CheckpointDirectory::save_sharded(const TrainingState& state, optim:
   if (comm_) comm_->broadcast(&pid, 1, DType::i64, 0).wait();
   const fs::path entry = fs::path(directory_) / entry_name(step, true);
   const fs::path temporary = entry.string() + ".tmp." + std::to_string(pid);
-  on_rank0(comm_, [&] {
+  dist::on_rank0(comm_, "write the checkpoint", [&] {
     std::error_code error;
     fs::remove_all(temporary, error);
     fs::create_directory(temporary, error);
@@ -190,7 +172,7 @@ std::string CheckpointDirectory::save_sharded(const TrainingState& state, optim:
   });
   optimizer.save_state((temporary / "optimizer").string());  // every rank's shard; ends with a barrier
   const auto whole = optimizer.whole_parameters();           // ZeRO stage 3: the weights whole for rank 0
-  on_rank0(comm_, [&] {
+  dist::on_rank0(comm_, "write the checkpoint", [&] {
     save_checkpoint((temporary / "state.safetensors").string(), state, step);
     if (fs::exists(entry)) retire(entry);  // an entry of this step from an earlier run
     std::error_code error;
@@ -201,8 +183,10 @@ std::string CheckpointDirectory::save_sharded(const TrainingState& state, optim:
   return entry.string();
 }
 
-void CheckpointDirectory::prune() const {
-  const std::vector<Entry> present = list();
+void CheckpointDirectory::prune(bool sharded) const {
+  std::vector<Entry> present;  // of the layout just written: entries of the other layout stay
+  for (const Entry& e : list())
+    if (e.sharded == sharded) present.push_back(e);
   for (size_t i = 0; i + size_t(keep_last_) < present.size(); ++i) retire(present[i].path);
 }
 
@@ -219,6 +203,7 @@ int64_t CheckpointDirectory::load(const std::string& entry, const TrainingState&
   const std::string prefix = (fs::path(entry) / "optimizer").string();
   HG_CHECK(optimizer.has_saved_state(prefix), kWho, " '", entry, "' holds no optimizer shards ", prefix,
            ".rank0-of-N.safetensors; expected an entry written by CheckpointDirectory::save");
+  optimizer.check_saved_state(prefix);  // every shard checked before the weights change
   int64_t step = 0;
   {  // the weights first (into stage 3's whole units, then its shards): a master the files lack comes from them
     const auto whole = optimizer.whole_parameters();

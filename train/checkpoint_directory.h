@@ -21,7 +21,8 @@
 //     into place by rank 0 once every shard is complete, then <dir> is fsync'd: an entry is there
 //     whole or not at all. Temporaries of writers that are gone (their pid no longer runs) are
 //     removed when a CheckpointDirectory is next opened on <dir>; they are never listed.
-//   - Entries beyond keep_last (and an older directory entry of the same step) are renamed to
+//   - Entries of the layout written beyond keep_last (and an older directory entry of the same step)
+//     are renamed to
 //     "....old.<pid>" -- unlisted at once -- and then deleted.
 //   - <dir> must be one filesystem that every rank sees.
 #include <cstdint>
@@ -66,7 +67,7 @@ class CheckpointDirectory {
   std::optional<Entry> newest(std::optional<bool> sharded) const;  // collective
   std::string save_file(const TrainingState& state, int64_t step) const;
   std::string save_sharded(const TrainingState& state, optim::Optimizer& optimizer, int64_t step) const;
-  void prune() const;
+  void prune(bool sharded) const;
   std::string directory_;
   int64_t keep_last_;
   dist::Communicator* comm_;

@@ -10,9 +10,11 @@ namespace hg::train {
 
 class Progress {
  public:
-  Progress() : tty_(isatty(fileno(stdout))) {}
+  // `enabled` false prints nothing (the ranks other than 0 of a data-parallel run).
+  explicit Progress(bool enabled = true) : enabled_(enabled), tty_(isatty(fileno(stdout))) {}
   // A step line: overwritten by the next one on a terminal unless `keep`; elsewhere printed only if `keep`.
   void step_line(const std::string& line, bool keep) {
+    if (!enabled_) return;
     if (tty_) {
       std::printf("\r\033[K%s", line.c_str());
       if (keep) std::printf("\n");
@@ -22,12 +24,14 @@ class Progress {
     std::fflush(stdout);
   }
   void line(const std::string& text) {
+    if (!enabled_) return;
     if (tty_) std::printf("\r\033[K");
     std::printf("%s\n", text.c_str());
     std::fflush(stdout);
   }
 
  private:
+  bool enabled_;
   bool tty_;
 };
 

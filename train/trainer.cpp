@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "dist/rank0.h"
 #include "engine/allocator.h"
 #include "engine/autograd.h"
 #include "engine/profiler/profiler.h"
@@ -80,7 +81,7 @@ Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, data::DataLoade
   loader_position_ = loader_.state();
   state_.model(model_).optimizer(optimizer_).scaler(scaler_).counter("step", completed_steps_);
   state_.counter("optimizer_steps", optimizer_steps_).generator("default", default_generator());
-  state_.extra("loader", loader_position_);
+  state_.extra("loader", loader_position_, [this](const Tensor& saved) { loader_.check_state(saved); });
   if (!o.checkpoint_dir().empty())
     checkpoints_ = std::make_unique<CheckpointDirectory>(o.checkpoint_dir(), o.keep_checkpoints(), o.communicator());
 }
@@ -88,11 +89,13 @@ Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, data::DataLoade
 Trainer::~Trainer() = default;
 
 Trainer& Trainer::schedule(std::shared_ptr<const optim::LrSchedule> schedule) {
+  check_not_started("schedule");
   schedule_ = std::move(schedule);
   return *this;
 }
 
 Trainer& Trainer::loss_scaler(optim::LossScaler scaler) {
+  check_not_started("loss_scaler");
   scaler_ = std::move(scaler);  // the TrainingState keeps pointing at scaler_
   return *this;
 }
@@ -102,30 +105,39 @@ Trainer& Trainer::evaluator(EvalFn evaluate) {
   return *this;
 }
 
+void Trainer::check_not_started(const char* what) const {
+  HG_CHECK(!resumed_ && completed_steps_ == 0, kWho, " ", what,
+           "() after resume() or fit(): set it before, so "
+           "that a checkpoint's state (the loss scale, the step) is not replaced");
+}
+
 int Trainer::rank() const { return options_.communicator() ? options_.communicator()->rank() : 0; }
 
 bool Trainer::resume() {
   HG_CHECK(checkpoints_ != nullptr, kWho, " resume needs a checkpoint_dir");
   if (resumed_) return completed_steps_ > 0;
-  resumed_ = true;
   const std::optional<std::string> latest = checkpoints_->latest_for(state_);
   if (!latest) {
-    std::printf("no checkpoint in %s yet: starting at step 0\n", options_.checkpoint_dir().c_str());
+    if (rank() == 0) std::printf("no checkpoint in %s yet: starting at step 0\n", options_.checkpoint_dir().c_str());
+    resumed_ = true;
     return false;
   }
-  try {
+  try {  // everything, the loader's position included, is checked before anything changes
     checkpoints_->load(*latest, state_);
     loader_.load_state(loader_position_);
   } catch (const Error& e) {
     throw Error("--resume from " + *latest + ": " + e.what());
   }
-  std::printf("resumed from %s at step %lld\n", latest->c_str(), (long long)completed_steps_);
+  resumed_ = true;
+  if (rank() == 0) std::printf("resumed from %s at step %lld\n", latest->c_str(), (long long)completed_steps_);
   return true;
 }
 
 data::Batch Trainer::narrowed(const data::Batch& batch, int64_t step) const {
   if (options_.seq_warmup_steps() == 0) return batch;
-  const int64_t full = batch[0].dim() >= 2 ? batch[0].size(1) : 0;
+  HG_CHECK(batch[0].dim() >= 2, kWho, " seq_warmup_steps narrows sequences, but the batch's first field is ",
+           batch[0].describe(), "; expected [batch, length, ...]");
+  const int64_t full = batch[0].size(1);
   const int64_t length =
       data::SequenceLengthWarmup(std::min(options_.seq_warmup_start(), full), full, options_.seq_warmup_steps())
           .length(step - 1);
@@ -172,7 +184,10 @@ Trainer::StepFigures Trainer::run_step(int64_t step) {
   f.grad_norm = options_.clip() > 0 ? optimizer_.clip_grad_norm(options_.clip()) : NAN;
   f.lr = schedule_ ? schedule_->lr(optimizer_steps_) : NAN;
   if (schedule_) optimizer_.set_lr(f.lr);
-  if (scaler_.step(optimizer_)) ++optimizer_steps_;
+  if (scaler_.step(optimizer_))
+    ++optimizer_steps_;
+  else if (!scaler_.enabled())
+    ++unscaled_skips_;  // a sharded optimizer found inf/NaN itself (the scaler counts only its own)
   scaler_.update();
   optimizer_.zero_grad();
   phase.reset();
@@ -218,9 +233,12 @@ bool Trainer::evaluate(int64_t step, metrics::Record& record, TrainingMonitor& m
   {
     profiler::ScopedRange eval_range("evaluate", profiler::Category::other);
     NoGradGuard no_grad;
+    struct EvalMode {  // back to training mode however the evaluator leaves
+      nn::Module& model;
+      ~EvalMode() { model.train(); }
+    } eval_mode{model_};
     model_.eval();
     evaluation = evaluate_();
-    model_.train();
   }
   record.set(options_.metric_name(), evaluation.value);
   bool stop = false;
@@ -259,7 +277,7 @@ TrainResult Trainer::fit() {
   }
   device_ = monitor_options.device();
   TrainingMonitor monitor(monitor_options, parameters, o.metric_mode());
-  Progress progress;
+  Progress progress(/*enabled=*/rank() == 0);
   progress_ = &progress;
 
   TrainResult result;
@@ -306,7 +324,7 @@ TrainResult Trainer::fit() {
   progress_ = nullptr;
   result.last_step = completed_steps_;
   result.optimizer_steps = optimizer_steps_;
-  result.skipped_steps = scaler_.skipped_steps();
+  result.skipped_steps = scaler_.skipped_steps() + unscaled_skips_;
   result.final_loss = last_loss;
   result.seconds = seconds_since(start);
   result.data_wait_seconds = loader_.wait_seconds();
@@ -317,6 +335,7 @@ TrainResult Trainer::fit() {
 }
 
 void Trainer::print_summary(const TrainResult& r) const {
+  if (rank() != 0) return;
   if (totals_.steps == 0) {
     std::printf("summary: 0 steps: step %lld of %lld was done already\n", (long long)completed_steps_,
                 (long long)options_.steps());
@@ -335,12 +354,12 @@ void Trainer::print_summary(const TrainResult& r) const {
 void Trainer::save_model(const std::string& path, const std::function<void(const std::string&)>& write) {
   {
     const auto whole = optimizer_.whole_parameters();  // ZeRO stage 3: gathered for rank 0 to write
-    if (rank() == 0) {
+    dist::on_rank0(options_.communicator(), "save the model", [&] {
       if (write)
         write(path);
       else
         safetensors::save(path, model_.state_dict());
-    }
+    });
   }
   if (optimizer_.is_sharded()) optimizer_.save_state(path);  // + each rank's optimizer shard
 }

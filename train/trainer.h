@@ -156,6 +156,7 @@ class Trainer {
   void save_checkpoint(int64_t step, double loss);
   void print_summary(const TrainResult& result) const;
   int rank() const;
+  void check_not_started(const char* what) const;
 
   nn::Module& model_;
   optim::Optimizer& optimizer_;
@@ -167,6 +168,7 @@ class Trainer {
   optim::LossScaler scaler_;
   int64_t completed_steps_ = 0, optimizer_steps_ = 0;
   bool resumed_ = false;
+  int64_t unscaled_skips_ = 0;  // steps a self-checking optimizer skipped without a loss scaler
   Tensor loader_position_;
   TrainingState state_;
   std::unique_ptr<CheckpointDirectory> checkpoints_;
