@@ -848,6 +848,34 @@ TEST_CASE(
   const SharedTempDir empty_entry("hg_zero_entry_");
   CHECK_THROWS_WITH_AS(reader.load(empty_entry.path.string(), fresh_state),
                        doctest::Contains("holds no optimizer shards"), hg::Error);
+
+  // An entry whose shard lacks a moment is refused before anything changes: weights, counters, state.
+  const SharedTempDir broken("hg_zero_broken_");
+  const std::filesystem::path copy = broken.path / "step_0000000003";
+  if (comm().rank() == 0) {
+    std::filesystem::copy(*reader.latest(), copy);
+    const std::string shard =
+        (copy / "optimizer.rank0-of-").string() + std::to_string(comm().world_size()) + ".safetensors";
+    const safetensors::File original = safetensors::load(shard);
+    safetensors::NamedTensors without_moment;
+    for (const auto& [name, t] : original.tensors)
+      if (name != "exp_avg_sq") without_moment.emplace_back(name, t.clone());
+    safetensors::save(shard, without_moment, original.metadata);
+  }
+  comm().barrier().wait();
+  manual_seed(123);
+  nn::GPT other(tiny_config());
+  other.to(DType::bf16);
+  ZeroOptimizer other_opt(other.parameters(), alone, ZeroOptions().stage(1).adamw(adamw_options()));
+  int64_t other_step = 0;
+  optim::LossScaler other_scaler = optim::LossScaler::dynamic();
+  train::TrainingState other_state;
+  other_state.model(other).optimizer(other_opt).scaler(other_scaler).counter("step", other_step);
+  const std::vector<unsigned char> other_before = parameter_bytes(other.parameters());
+  CHECK_THROWS_WITH_AS(reader.load(copy.string(), other_state), doctest::Contains("has no 'exp_avg_sq'"), hg::Error);
+  CHECK(parameter_bytes(other.parameters()) == other_before);
+  CHECK(other_step == 0);
+  CHECK(other_opt.step_count() == 0);
 }
 
 // ---- stage 3 review: accumulation with a persistent unit, exceptions, memory, malformed shards ----------
