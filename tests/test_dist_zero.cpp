@@ -819,14 +819,27 @@ TEST_CASE(
 
   // Every rank alone, stage 1: the whole state re-partitioned into one rank; this rank's part compared.
   Communicator alone(CommunicatorOptions().timeout(std::chrono::seconds(60)).this_process_only(true));
-  manual_seed(99);  // other initial weights: everything must come from the entry
-  nn::GPT fresh(tiny_config());
-  fresh.to(DType::bf16);
-  ZeroOptimizer fresh_opt(fresh.parameters(), alone, ZeroOptions().stage(1).adamw(adamw_options()));
-  int64_t fresh_step = 0;
-  optim::LossScaler fresh_scaler = optim::LossScaler::dynamic();
-  train::TrainingState fresh_state;
-  fresh_state.model(fresh).optimizer(fresh_opt).scaler(fresh_scaler).counter("step", fresh_step);
+  // A bf16 GPT with a stage-1 ZeroOptimizer over `alone`, its scaler and step, registered for a
+  // checkpoint; `seed` gives other initial weights: everything must come from the entry.
+  struct Restorable {
+    std::unique_ptr<nn::GPT> model;
+    std::unique_ptr<ZeroOptimizer> opt;
+    int64_t step = 0;
+    optim::LossScaler scaler = optim::LossScaler::dynamic();
+    train::TrainingState state;
+    Restorable(Communicator& comm, uint64_t seed) {
+      manual_seed(seed);
+      model = std::make_unique<nn::GPT>(tiny_config());
+      model->to(DType::bf16);
+      opt = std::make_unique<ZeroOptimizer>(model->parameters(), comm, ZeroOptions().stage(1).adamw(adamw_options()));
+      state.model(*model).optimizer(*opt).scaler(scaler).counter("step", step);
+    }
+  };
+  Restorable restored(alone, 99);
+  nn::GPT& fresh = *restored.model;
+  ZeroOptimizer& fresh_opt = *restored.opt;
+  const int64_t& fresh_step = restored.step;
+  const train::TrainingState& fresh_state = restored.state;
   const train::CheckpointDirectory reader(dir, 2, &alone);
   CHECK(reader.load(*reader.latest(), fresh_state) == 3);
   CHECK(fresh_step == 3);
@@ -863,19 +876,12 @@ TEST_CASE(
     safetensors::save(shard, without_moment, original.metadata);
   }
   comm().barrier().wait();
-  manual_seed(123);
-  nn::GPT other(tiny_config());
-  other.to(DType::bf16);
-  ZeroOptimizer other_opt(other.parameters(), alone, ZeroOptions().stage(1).adamw(adamw_options()));
-  int64_t other_step = 0;
-  optim::LossScaler other_scaler = optim::LossScaler::dynamic();
-  train::TrainingState other_state;
-  other_state.model(other).optimizer(other_opt).scaler(other_scaler).counter("step", other_step);
-  const std::vector<unsigned char> other_before = parameter_bytes(other.parameters());
-  CHECK_THROWS_WITH_AS(reader.load(copy.string(), other_state), doctest::Contains("has no 'exp_avg_sq'"), hg::Error);
-  CHECK(parameter_bytes(other.parameters()) == other_before);
-  CHECK(other_step == 0);
-  CHECK(other_opt.step_count() == 0);
+  Restorable other(alone, 123);
+  const std::vector<unsigned char> other_before = parameter_bytes(other.model->parameters());
+  CHECK_THROWS_WITH_AS(reader.load(copy.string(), other.state), doctest::Contains("has no 'exp_avg_sq'"), hg::Error);
+  CHECK(parameter_bytes(other.model->parameters()) == other_before);
+  CHECK(other.step == 0);
+  CHECK(other.opt->step_count() == 0);
 }
 
 // ---- stage 3 review: accumulation with a persistent unit, exceptions, memory, malformed shards ----------
