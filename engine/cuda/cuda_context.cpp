@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/workspace.h"
 
 namespace hg::cuda {
 
@@ -52,8 +53,24 @@ void check_device(int device) {
       device_count() == 0 ? unavailable_reason() : "this machine has " + std::to_string(device_count()) + " device(s)");
 }
 
+// Kernel workspaces (kernels/cuda/workspace.h) come from the caching allocator of the current device,
+// on the kernel's stream.
+void* allocate_workspace(size_t bytes, cudaStream_t stream) {
+  int device = 0;
+  HG_CUDA_CHECK(cudaGetDevice(&device));
+  return device_allocator(device).allocate(bytes, stream);
+}
+void release_workspace(void* ptr) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return;  // called from destructors: never throws
+  device_allocator(device).deallocate(ptr);
+}
+
 DeviceStreams& streams_of(int device) {
   check_device(device);
+  static std::once_flag provider_once;
+  std::call_once(provider_once,
+                 [] { kernels::cuda::set_workspace_provider({&allocate_workspace, &release_workspace}); });
   DeviceStreams& s = streams()[size_t(device)];
   std::call_once(s.once, [&] {
     HG_CUDA_CHECK(cudaSetDevice(device));

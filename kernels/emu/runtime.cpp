@@ -525,6 +525,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   return cudaSuccess;
 }
 
+namespace hg::emu {
+cudaError_t enqueue_host_work(cudaStream_t stream, std::function<void()> work) {
+  if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
+  work();
+  return cudaSuccess;
+}
+}  // namespace hg::emu
+
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
   if (!hg::emu::stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (!fn) return fail(cudaErrorInvalidValue);

@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 // CUDA's opaque handle types, defined by the emulator (the toolkit only declares them).
 struct CUstream_st;
@@ -57,6 +58,13 @@ void set_seed(uint64_t seed);
 // OS threads that run blocks of one grid (default: OpenMP's maximum). Ignored when blocks run serially
 // (AddressSanitizer builds, see config.h).
 void set_num_threads(int threads);
+
+// Work the emulated libraries (cuBLASLt, cuDNN, NCCL emulations) do on a stream: run now, as every
+// emulated operation runs when it is enqueued -- or, while `stream` is being captured into a CUDA
+// graph, recorded into the graph and run when the graph is launched. Returns what CUDA would return
+// for an operation enqueued on `stream` (cudaErrorInvalidResourceHandle for a dead stream; an
+// exception thrown by `work` propagates).
+cudaError_t enqueue_host_work(cudaStream_t stream, std::function<void()> work);
 
 namespace detail {
 // The kernel's dynamic shared memory limit: 48 KiB unless raised with cudaFuncSetAttribute.
