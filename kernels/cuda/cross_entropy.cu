@@ -24,6 +24,7 @@
 #include <climits>
 
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/workspace.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/cuda/online_softmax.h"
 #include "kernels/kernels_cuda.h"
@@ -105,7 +106,7 @@ int64_t cross_entropy_forward(const void* logits, const void* targets, DType ind
            ", expected rows >= 0 and cols >= 1");
   HG_CHECK(rows < INT_MAX, "[cross_entropy_forward] rows = ", rows, ", expected rows < ", INT_MAX);
   if (rows == 0) return 0;
-  Scratch scratch(2 * sizeof(int), stream);
+  Workspace scratch(2 * sizeof(int), stream);
   int* status = scratch.as<int>();
   int host_status[2] = {INT_MAX, 0};
   HG_CUDA_CHECK(cudaMemcpyAsync(status, host_status, sizeof host_status, cudaMemcpyHostToDevice, stream));

@@ -1,7 +1,7 @@
 #pragma once
 // Kernel-internal helpers shared by kernels/cuda/*.cu: storage <-> accumulation conversion, 128-bit
 // packs, the split of an array into a scalar head, 16-byte packs and a scalar tail, warp and block
-// reductions, and small host-side launch and scratch helpers. Everything here uses only what both
+// reductions, and small host-side launch helpers (scratch memory: kernels/cuda/workspace.h). Everything here uses only what both
 // builds provide (nvcc, and the SIMT emulator of kernels/emu compiling the same lines as C++):
 // threadIdx/blockIdx/blockDim/gridDim, __syncthreads, __shfl_xor_sync, the cuda_fp16/cuda_bf16
 // conversion intrinsics and <cmath>.
@@ -290,33 +290,5 @@ inline dim3 flat_grid(int64_t units) {
 
 HG_DEVICE int64_t flat_worker() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 HG_DEVICE int64_t flat_workers() { return int64_t(gridDim.x) * blockDim.x; }
-
-// ---- scratch memory ----------------------------------------------------------------------------
-
-// Device scratch for the two-stage reductions and the error/status words, freed when the object
-// dies. cudaMalloc/cudaFree keep it simple and valid in both builds (the emulator has no
-// cudaMallocAsync); cudaFree waits for the device, which the few calls that need scratch (LayerNorm
-// backward, embedding, cross entropy, sum of squares) accept -- the last three synchronise their
-// stream anyway. kernels/ may not use the engine's caching allocator; a caller-provided workspace
-// would remove the cost if it ever shows in a profile. `stream` is where the scratch is used.
-class Scratch {
- public:
-  Scratch(size_t bytes, cudaStream_t stream) {
-    (void)stream;
-    if (bytes > 0) HG_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
-  }
-  ~Scratch() {
-    if (ptr_ != nullptr) (void)cudaFree(ptr_);  // never throws from a destructor
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <class U>
-  U* as() const {
-    return static_cast<U*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-};
 
 }  // namespace hg::kernels::cuda

@@ -27,6 +27,7 @@
 #include <climits>
 
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/workspace.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
 
@@ -132,7 +133,7 @@ void embedding_forward(const void* weight, const void* ids, DType index_dtype, v
   HG_CHECK(is_floating(dtype), "[embedding_forward] expected a floating dtype, got ", dtype_name(dtype));
   HG_CHECK(n_ids < INT_MAX, "[embedding_forward] n_ids = ", n_ids, ", expected n_ids < ", INT_MAX);
   if (n_ids == 0) return;
-  Scratch scratch(sizeof(int), stream);
+  Workspace scratch(sizeof(int), stream);
   int* status = scratch.as<int>();
   int host_status = INT_MAX;
   HG_CUDA_CHECK(cudaMemcpyAsync(status, &host_status, sizeof host_status, cudaMemcpyHostToDevice, stream));
@@ -165,7 +166,7 @@ void embedding_backward(const void* dy, const void* ids, DType index_dtype, void
   const int64_t tiles = (dim + kBackwardThreads - 1) / kBackwardThreads;
   HG_CHECK(tiles <= 65535, "[embedding_backward] dim = ", dim, " exceeds ", 65535 * kBackwardThreads, " columns");
   // The status word, then counts[vocab].
-  Scratch scratch(size_t(vocab + 1) * sizeof(int), stream);
+  Workspace scratch(size_t(vocab + 1) * sizeof(int), stream);
   int* status = scratch.as<int>();
   int* counts = status + 1;
   const int no_bad_position = INT_MAX;

@@ -15,6 +15,7 @@
 // differs from the CPU's chunked sum only by rounding). The value is copied to the host, which
 // synchronises the stream.
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/workspace.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
 
@@ -58,7 +59,7 @@ double sum_of_squares(const void* x, int64_t n, DType dtype, Stream stream) {
   const int64_t per_block = int64_t(kThreads) * 16;  // ~16 packs per thread before blocks are capped
   const int64_t wanted = (n + per_block - 1) / per_block;
   const int64_t blocks = wanted < kMaxBlocks ? wanted : kMaxBlocks;
-  Scratch scratch(size_t(blocks + 1) * sizeof(double), stream);
+  Workspace scratch(size_t(blocks + 1) * sizeof(double), stream);
   double* partial = scratch.as<double>();
   double* result = partial + blocks;
   dispatch_floating_cuda(dtype, "sum_of_squares", [&]<class T>() {

@@ -21,6 +21,7 @@
 //     block order and writes dweight[c] and dbias[c] (rounded once).
 // The result is bitwise identical from run to run, whatever order the blocks run in.
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/workspace.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
 
@@ -213,7 +214,7 @@ void layer_norm_backward(const void* x, const void* weight, const void* mean, co
     const int64_t blocks = rows < kRowBlocks ? rows : kRowBlocks;
     // rows == 0: no row block runs, and the parameter gradients (sums over no rows) are 0.
     const int64_t partial_blocks = blocks > 0 ? blocks : 1;
-    Scratch scratch(want_param_grads ? size_t(partial_blocks * 2 * cols) * sizeof(A) : 0, stream);
+    Workspace scratch(want_param_grads ? size_t(partial_blocks * 2 * cols) * sizeof(A) : 0, stream);
     A* partial = scratch.as<A>();
     if (want_param_grads && rows == 0) {
       HG_CUDA_CHECK(cudaMemsetAsync(partial, 0, size_t(2 * cols) * sizeof(A), stream));

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/workspace.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
 #include "kernels/unscale_math.h"
@@ -112,7 +113,7 @@ bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scal
   const TableHeader header{0, {0, 0, 0}};
   std::memcpy(table.data(), &header, sizeof header);
   std::memcpy(table.data() + sizeof header, chunks.data(), chunks.size() * sizeof(UnscaleChunk));
-  Scratch scratch(table_bytes, stream);
+  Workspace scratch(table_bytes, stream);
   HG_CUDA_CHECK(cudaMemcpyAsync(scratch.as<void>(), table.data(), table_bytes, cudaMemcpyHostToDevice, stream));
   int* found = scratch.as<int>();
   const auto* d_chunks = reinterpret_cast<const UnscaleChunk*>(scratch.as<unsigned char>() + sizeof header);
