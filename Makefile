@@ -35,7 +35,9 @@ test: build
 test-emu: setup
 	cmake -S . -B $(EMU_BUILD_DIR) $(EMU_CMAKE_FLAGS)
 	cmake --build $(EMU_BUILD_DIR) -j $(JOBS) --target cuda_tests
-	ctest --test-dir $(EMU_BUILD_DIR) -L 'cuda|fuzz|sanitize' --output-on-failure -j $(JOBS)
+	ctest --test-dir $(EMU_BUILD_DIR) -L 'cuda|fuzz|sanitize' --output-on-failure -j $(JOBS) \
+	  --output-junit emulated-results.xml
+	scripts/check-emulated-suite $(EMU_BUILD_DIR)
 
 # Every reader of untrusted bytes under libFuzzer + ASan + UBSan, 10,000 inputs per target (scripts/fuzz).
 fuzz: setup

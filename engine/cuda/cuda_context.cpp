@@ -138,7 +138,7 @@ void release_finished_staging() {
       ++i;
       continue;
     }
-    (void)cudaEventDestroy(g_staging[i].done);
+    release_event(g_staging[i].done, /*timing=*/false);
     pinned_allocator().deallocate(g_staging[i].pinned);
     g_staging[i] = g_staging.back();
     g_staging.pop_back();
@@ -147,22 +147,65 @@ void release_finished_staging() {
 
 }  // namespace
 
+// Events are pooled: creating one is a driver call, and a step records several (staging copies, the
+// allocator's cross-stream frees, profiler ranges, activation offload). A pooled event may be
+// re-recorded at once: waits already enqueued on it keep what it captured when they were enqueued.
+namespace {
+struct EventPool {
+  std::mutex mutex;
+  std::vector<cudaEvent_t> free[2];  // [timing]
+};
+EventPool& event_pool() {
+  static EventPool* pool = new EventPool;  // never destroyed: events are released by static destructors
+  return *pool;
+}
+}  // namespace
+
+CUevent_st* acquire_event(bool timing) {
+  EventPool& pool = event_pool();
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    std::vector<cudaEvent_t>& free = pool.free[timing ? 1 : 0];
+    if (!free.empty()) {
+      cudaEvent_t event = free.back();
+      free.pop_back();
+      return event;
+    }
+  }
+  cudaEvent_t event = nullptr;
+  HG_CUDA_CHECK(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+  return event;
+}
+
+void release_event(CUevent_st* event, bool timing) {
+  if (event == nullptr) return;
+  EventPool& pool = event_pool();
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  pool.free[timing ? 1 : 0].push_back(event);
+}
+
 void copy_to_device(void* dst, const void* src, size_t nbytes, int device) {
   if (nbytes == 0) return;
   // Asynchronous: the bytes are staged in pinned memory (so the caller may reuse `src` at once), the
   // DMA runs on the copy stream, and the compute stream waits for it with an event, so every later
-  // kernel on the compute stream sees the data while the host goes on. The destination needs no
-  // record_stream: its block is reused only by compute-stream work, which is ordered after the wait.
+  // kernel on the compute stream sees the data while the host goes on. Before the copy, the copy
+  // stream waits for the compute stream's work so far: `dst` may be a block the caching allocator
+  // just handed back after compute-stream kernels that still read its previous contents were queued.
+  // Both waits are device-side; the host never blocks.
   std::lock_guard<std::mutex> lock(g_staging_mutex);
   release_finished_staging();
   void* pinned = pinned_allocator().allocate(nbytes);
   std::memcpy(pinned, src, nbytes);
-  cudaEvent_t done = nullptr;
-  HG_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  const Stream compute = compute_stream(device), copy = copy_stream(device);
+  cudaEvent_t compute_done = acquire_event(/*timing=*/false);
+  HG_CUDA_CHECK(cudaEventRecord(compute_done, compute));
+  HG_CUDA_CHECK(cudaStreamWaitEvent(copy, compute_done, 0));
+  release_event(compute_done, /*timing=*/false);
+  cudaEvent_t done = acquire_event(/*timing=*/false);
   g_staging.push_back({pinned, done});
-  HG_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, nbytes, cudaMemcpyHostToDevice, copy_stream(device)));
-  HG_CUDA_CHECK(cudaEventRecord(done, copy_stream(device)));
-  HG_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device), done, 0));
+  HG_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, nbytes, cudaMemcpyHostToDevice, copy));
+  HG_CUDA_CHECK(cudaEventRecord(done, copy));
+  HG_CUDA_CHECK(cudaStreamWaitEvent(compute, done, 0));
 }
 
 void copy_to_host(void* dst, const void* src, size_t nbytes, int device) {
@@ -186,10 +229,8 @@ void copy_to_device_async(void* dst_device, const void* src_host, size_t nbytes,
   HG_CUDA_CHECK(cudaMemcpyAsync(dst_device, src_host, nbytes, cudaMemcpyHostToDevice, stream));
 }
 
-Event::Event() { HG_CUDA_CHECK(cudaEventCreate(&event_)); }
-Event::~Event() {
-  if (event_) (void)cudaEventDestroy(event_);
-}
+Event::Event() : event_(acquire_event(/*timing=*/true)) {}
+Event::~Event() { release_event(event_, /*timing=*/true); }
 void Event::record(Stream stream) { HG_CUDA_CHECK(cudaEventRecord(event_, stream)); }
 void Event::block(Stream stream) const { HG_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0)); }
 void Event::synchronize() const { HG_CUDA_CHECK(cudaEventSynchronize(event_)); }

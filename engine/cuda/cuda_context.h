@@ -44,7 +44,12 @@ void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device
 void copy_to_host_async(void* dst_host, const void* src_device, size_t nbytes, Stream stream);
 void copy_to_device_async(void* dst_device, const void* src_host, size_t nbytes, Stream stream);
 
-// A CUDA event (timing enabled). Records on a stream; waits host-side or stream-side.
+// Events from a process-wide pool (creating an event is a driver call; a steady-state step creates
+// none): acquire returns a fresh or recycled event, release hands it back (it may still be pending).
+CUevent_st* acquire_event(bool timing);
+void release_event(CUevent_st* event, bool timing);
+
+// A CUDA event (timing enabled), taken from the pool and returned to it. Records on a stream; waits host-side or stream-side.
 class Event {
  public:
   Event();

@@ -2,7 +2,6 @@
 // that needs one says how to get one.
 #include "engine/cuda/cuda_allocator.h"
 #include "engine/cuda/cuda_context.h"
-#include "engine/cuda/cuda_allocator.h"
 #include "kernels/error.h"
 
 namespace hg::cuda {
@@ -32,6 +31,8 @@ void copy_device_to_device(void*, const void*, size_t, int) { unavailable(); }
 void copy_to_host_async(void*, const void*, size_t, Stream) { unavailable(); }
 void copy_to_device_async(void*, const void*, size_t, Stream) { unavailable(); }
 void record_stream(void*, int, Stream) { unavailable(); }
+CUevent_st* acquire_event(bool) { unavailable(); }
+void release_event(CUevent_st*, bool) {}
 CpuCachingAllocator& pinned_allocator() { unavailable(); }
 Event::Event() { unavailable(); }
 Event::~Event() = default;
