@@ -1,8 +1,11 @@
 // Convolution and pooling kernels on CUDA against the CPU backend (the oracle), in f32, f16, bf16
 // and f64, over a table of geometries (stride, padding, dilation, groups, odd sizes, 1x1, a kernel
-// as large as the padded input, more channels than a warp). On a GPU built with cuDNN the
-// convolutions run through cuDNN (the algorithm cuDNN's heuristics chose, with its workspace); on the
-// SIMT emulator and without cuDNN through the hand-written im2col / col2im kernels and the GEMM.
+// as large as the padded input, more channels than a warp). With cuDNN -- a GPU build that found
+// it, or the emulated build, whose emulated cuDNN (kernels/emu/cudnn.cpp) runs
+// kernels/cuda/cudnn/conv2d_cudnn.cpp's real descriptor, algorithm and workspace code -- the
+// convolutions run through cuDNN (the algorithm its heuristics chose, with its workspace); with
+// HALFGRAD_CUDNN=0 (ctest runs the suite a second time so, prefixed "im2col: ") or without cuDNN
+// through the hand-written im2col / col2im kernels and the GEMM.
 //
 // Inputs are seeded uniform values in [-2, 2], rounded to the dtype and given bit for bit to both
 // backends; every device output is poisoned with 0xff bytes (NaN) before the call. Tolerance
@@ -13,15 +16,19 @@
 // chosen, same argmax); pooling backward is a fixed-order gather and is checked for determinism.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cudnn/conv2d_cudnn.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/runtime_counters.h"
 #include "support/host_buffer.h"
 
 namespace {
@@ -184,6 +191,33 @@ TEST_CASE("conv2d forward backward-data backward-filter on CUDA equal the CPU in
       }
     }
   }
+}
+
+TEST_CASE("conv2d on CUDA takes the cuDNN path when built with it, one counted cuDNN call per pass") {
+  if (skip_without_device()) return;
+  namespace cudnn = hg::kernels::cuda::cudnn;
+#if defined(HALFGRAD_EMULATED_CUDA) && defined(HALFGRAD_TEST_EMULATED_CUDNN)
+  // The emulated build compiles conv2d_cudnn.cpp against the emulated cuDNN: only HALFGRAD_CUDNN=0
+  // (the "im2col: " run of this suite) turns it off.
+  const char* env = std::getenv("HALFGRAD_CUDNN");
+  CHECK(cudnn::enabled() == !(env != nullptr && env[0] == '0'));
+#endif
+  std::mt19937_64 rng(23);
+  const Conv2dGeometry g = geometry(2, 4, 6, 5, 6, 3, 3, 2, 1, 1, 2, 1, 1, 2);
+  const int64_t nx = g.batch * g.in_channels * g.height * g.width, ny = g.batch * g.out_channels * g.out_pixels();
+  const DType dtype = DType::f32;
+  const DeviceMemory x(random_buffer(dtype, nx, rng)), w(random_buffer(dtype, g.weight_numel(), rng)),
+      dy(random_buffer(dtype, ny, rng));
+  const DeviceMemory y(size_t(ny) * 4), dx(size_t(nx) * 4), dw(size_t(g.weight_numel()) * 4);
+  const DeviceMemory ws(std::max({gpu::conv2d_workspace_bytes(g, ConvPass::Forward, dtype, stream()),
+                                  gpu::conv2d_workspace_bytes(g, ConvPass::BackwardData, dtype, stream()),
+                                  gpu::conv2d_workspace_bytes(g, ConvPass::BackwardFilter, dtype, stream())}));
+  const auto before = hg::runtime_counters();
+  gpu::conv2d_forward(g, x.data(), w.data(), nullptr, y.data(), ws.data(), ws.bytes(), dtype, stream());
+  gpu::conv2d_backward_data(g, dy.data(), w.data(), dx.data(), ws.data(), ws.bytes(), dtype, stream());
+  gpu::conv2d_backward_filter(g, x.data(), dy.data(), dw.data(), ws.data(), ws.bytes(), dtype, stream());
+  const auto delta = hg::runtime_counters() - before;
+  CHECK(delta[hg::RuntimeCounter::dnn_calls] == (cudnn::enabled() ? 3 : 0));
 }
 
 TEST_CASE("conv2d on CUDA rejects a workspace smaller than it asked for") {
