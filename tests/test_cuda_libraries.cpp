@@ -209,9 +209,13 @@ TEST_CASE("a second identical GEMM reuses its cuBLASLt plan: no heuristic query,
   CHECK(delta[RuntimeCounter::blas_calls] == 1);
   CHECK(delta[RuntimeCounter::blas_heuristic_queries] == 1);
 
-  // Same shapes, strides and alignment; fresh buffers (another bias address) and values.
+  // Same shapes, strides and pointer alignments (views 64 elements = 256 bytes further into their
+  // buffers), so other addresses, the bias's included, and fresh values: the plan is reused and the
+  // new bias pointer is honoured.
+  GemmCase moved = g;
+  moved.offset = 64;
   before = hg::runtime_counters();
-  const std::string failure = run_gemm(g, DType::f32, rng);
+  const std::string failure = run_gemm(moved, DType::f32, rng);
   CHECK_MESSAGE(failure.empty(), failure);
   delta = hg::runtime_counters() - before;
   CHECK(delta[RuntimeCounter::blas_calls] == 1);
