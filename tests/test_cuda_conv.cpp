@@ -1,27 +1,37 @@
 // Convolution and pooling kernels on CUDA against the CPU backend (the oracle), in f32, f16, bf16
 // and f64, over a table of geometries (stride, padding, dilation, groups, odd sizes, 1x1, a kernel
-// as large as the padded input, more channels than a warp). On a GPU built with cuDNN the
-// convolutions run through cuDNN (the algorithm cuDNN's heuristics chose, with its workspace); on the
-// SIMT emulator and without cuDNN through the hand-written im2col / col2im kernels and the GEMM.
+// as large as the padded input, more channels than a warp). With cuDNN -- a GPU build that found
+// it, or the emulated build, whose emulated cuDNN (kernels/emu/cudnn.cpp) runs
+// kernels/cuda/cudnn/conv2d_cudnn.cpp's real descriptor, algorithm and workspace code -- the
+// convolutions run through cuDNN (the algorithm its heuristics chose, with its workspace); with
+// HALFGRAD_CUDNN=0 (ctest runs the suite a second time so, prefixed "im2col: ") or without cuDNN
+// through the hand-written im2col / col2im kernels and the GEMM.
 //
 // Inputs are seeded uniform values in [-2, 2], rounded to the dtype and given bit for bit to both
 // backends; every device output is poisoned with 0xff bytes (NaN) before the call. Tolerance
 // (|cuda - cpu| <= atol + rtol |cpu|): both accumulate in acc_t from the same inputs, so they differ
 // by summation order (and, with cuDNN, by its algorithm: Winograd/FFT transforms lose a few more
 // bits), then half outputs round once: rtol = 2 ulp(out) + 256 u(acc), atol = 256 u(acc) S with S
-// = 4 terms, a bound on the sum of |terms| of an output. Max pooling is exact (same element
+// = 4 terms, a bound on the sum of |terms| of an output; cuDNN's forward rounds twice (the
+// convolution stored in the dtype, then the bias added by cudnnAddTensor), so its y may also be off
+// by one ulp of the bias-free value (which, for an output near zero, is far more than its own ulp;
+// found by the emulated cuDNN). Max pooling is exact (same element
 // chosen, same argmax); pooling backward is a fixed-order gather and is checked for determinism.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cudnn/conv2d_cudnn.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/runtime_counters.h"
 #include "support/host_buffer.h"
 
 namespace {
@@ -118,13 +128,17 @@ HostBuffer random_buffer(DType dtype, int64_t n, std::mt19937_64& rng) {
   return b;
 }
 
-std::string compare(const std::string& what, const HostBuffer& got, const HostBuffer& ref, DType dtype, int64_t terms) {
+// `rounded_before_bias` (cuDNN's forward: the convolution is stored in the dtype, then cudnnAddTensor
+// adds the bias and rounds again) adds one ulp of that intermediate value to the element's tolerance.
+std::string compare(const std::string& what, const HostBuffer& got, const HostBuffer& ref, DType dtype, int64_t terms,
+                    const HostBuffer* rounded_before_bias = nullptr) {
   const double u = dtype == DType::f64 ? 0x1p-53 : 0x1p-24;
   const double ulp = dtype == DType::f16 ? 0x1p-10 : dtype == DType::bf16 ? 0x1p-7 : 0.0;
   const double rtol = 2 * ulp + 256 * u, atol = 256 * u * 4.0 * double(terms) + (dtype == DType::f16 ? 0x1p-24 : 0.0);
   for (int64_t i = 0; i < got.size(); ++i) {
     const double a = got.get(i), b = ref.get(i);
-    if (!(std::abs(a - b) <= atol + rtol * std::abs(b)))
+    const double intermediate = rounded_before_bias ? ulp * std::abs(rounded_before_bias->get(i)) : 0.0;
+    if (!(std::abs(a - b) <= atol + rtol * std::abs(b) + intermediate))
       return what + "[" + std::to_string(i) + "]: cuda " + std::to_string(a) + ", cpu " + std::to_string(b);
   }
   return "";
@@ -149,9 +163,10 @@ TEST_CASE("conv2d forward backward-data backward-filter on CUDA equal the CPU in
       const std::string name = std::string(c.name) + " " + hg::dtype_name(dtype) + " ";
       const HostBuffer x = random_buffer(dtype, nx, rng), w = random_buffer(dtype, g.weight_numel(), rng),
                        b = random_buffer(dtype, g.out_channels, rng), dy = random_buffer(dtype, ny, rng);
-      HostBuffer y(dtype, ny), dx(dtype, nx), dw(dtype, g.weight_numel());
+      HostBuffer y(dtype, ny), y_without_bias(dtype, ny), dx(dtype, nx), dw(dtype, g.weight_numel());
       with_cpu_workspace(g, ConvPass::Forward, dtype, [&](void* ws, size_t bytes) {
         cpu::conv2d_forward(g, x.data(), w.data(), b.data(), y.data(), ws, bytes, dtype);
+        cpu::conv2d_forward(g, x.data(), w.data(), nullptr, y_without_bias.data(), ws, bytes, dtype);
       });
       with_cpu_workspace(g, ConvPass::BackwardData, dtype, [&](void* ws, size_t bytes) {
         cpu::conv2d_backward_data(g, dy.data(), w.data(), dx.data(), ws, bytes, dtype);
@@ -165,7 +180,8 @@ TEST_CASE("conv2d forward backward-data backward-filter on CUDA equal the CPU in
       {
         const DeviceMemory ws(gpu::conv2d_workspace_bytes(g, ConvPass::Forward, dtype, stream()));
         gpu::conv2d_forward(g, d_x.data(), d_w.data(), d_b.data(), d_y.data(), ws.data(), ws.bytes(), dtype, stream());
-        const std::string failure = compare(name + "y", d_y.download(dtype, ny), y, dtype, g.col_rows());
+        const std::string failure = compare(name + "y", d_y.download(dtype, ny), y, dtype, g.col_rows(),
+                                            hg::kernels::cuda::cudnn::enabled() ? &y_without_bias : nullptr);
         CHECK_MESSAGE(failure.empty(), failure);
       }
       {
@@ -184,6 +200,33 @@ TEST_CASE("conv2d forward backward-data backward-filter on CUDA equal the CPU in
       }
     }
   }
+}
+
+TEST_CASE("conv2d on CUDA takes the cuDNN path when built with it, one counted cuDNN call per pass") {
+  if (skip_without_device()) return;
+  namespace cudnn = hg::kernels::cuda::cudnn;
+#if defined(HALFGRAD_EMULATED_CUDA) && defined(HALFGRAD_TEST_EMULATED_CUDNN)
+  // The emulated build compiles conv2d_cudnn.cpp against the emulated cuDNN: only HALFGRAD_CUDNN=0
+  // (the "im2col: " run of this suite) turns it off.
+  const char* env = std::getenv("HALFGRAD_CUDNN");
+  CHECK(cudnn::enabled() == !(env != nullptr && env[0] == '0'));
+#endif
+  std::mt19937_64 rng(23);
+  const Conv2dGeometry g = geometry(2, 4, 6, 5, 6, 3, 3, 2, 1, 1, 2, 1, 1, 2);
+  const int64_t nx = g.batch * g.in_channels * g.height * g.width, ny = g.batch * g.out_channels * g.out_pixels();
+  const DType dtype = DType::f32;
+  const DeviceMemory x(random_buffer(dtype, nx, rng)), w(random_buffer(dtype, g.weight_numel(), rng)),
+      dy(random_buffer(dtype, ny, rng));
+  const DeviceMemory y(size_t(ny) * 4), dx(size_t(nx) * 4), dw(size_t(g.weight_numel()) * 4);
+  const DeviceMemory ws(std::max({gpu::conv2d_workspace_bytes(g, ConvPass::Forward, dtype, stream()),
+                                  gpu::conv2d_workspace_bytes(g, ConvPass::BackwardData, dtype, stream()),
+                                  gpu::conv2d_workspace_bytes(g, ConvPass::BackwardFilter, dtype, stream())}));
+  const auto before = hg::runtime_counters();
+  gpu::conv2d_forward(g, x.data(), w.data(), nullptr, y.data(), ws.data(), ws.bytes(), dtype, stream());
+  gpu::conv2d_backward_data(g, dy.data(), w.data(), dx.data(), ws.data(), ws.bytes(), dtype, stream());
+  gpu::conv2d_backward_filter(g, x.data(), dy.data(), dw.data(), ws.data(), ws.bytes(), dtype, stream());
+  const auto delta = hg::runtime_counters() - before;
+  CHECK(delta[hg::RuntimeCounter::dnn_calls] == (cudnn::enabled() ? 3 : 0));
 }
 
 TEST_CASE("conv2d on CUDA rejects a workspace smaller than it asked for") {

@@ -1,5 +1,9 @@
 // Convolution through cuDNN (legacy convolution API, present in cuDNN 8 and 9), for nvcc builds that
-// found cuDNN (cmake/HalfgradDependencies.cmake); see conv2d_cudnn.h.
+// found cuDNN (cmake/HalfgradDependencies.cmake), and for the emulated build against the emulated
+// cuDNN (kernels/emu/cudnn.cpp: the same header and API subset, computing with the CPU kernels), so
+// the descriptors, algorithm choice and workspace plumbing below run in CI; see conv2d_cudnn.h.
+// Each convolution call counts one RuntimeCounter::dnn_calls (the bias's cudnnAddTensor is not a
+// convolution and is not counted).
 //
 // Descriptors: x, y and dy as NCHW tensors, weight as an NCHW filter, one convolution descriptor
 // (padding, stride, dilation, cross-correlation, groups). Data and compute types: f32 data with
@@ -23,6 +27,7 @@
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/runtime_counters.h"
 
 namespace hg::kernels::cuda::cudnn {
 namespace {
@@ -230,6 +235,7 @@ void conv2d_forward(const Conv2dGeometry& g, const void* x, const void* weight, 
   check_workspace(c, workspace_bytes, workspace);
   HG_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   const Scalars s(dtype);
+  count_runtime(RuntimeCounter::dnn_calls);
   HG_CUDNN_CHECK(cudnnConvolutionForward(handle, s.one(), d.x, x, d.w, weight, d.conv,
                                          cudnnConvolutionFwdAlgo_t(c.algo), workspace, workspace_bytes, s.zero(), d.y,
                                          y));
@@ -244,6 +250,7 @@ void conv2d_backward_data(const Conv2dGeometry& g, const void* dy, const void* w
   check_workspace(c, workspace_bytes, workspace);
   HG_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   const Scalars s(dtype);
+  count_runtime(RuntimeCounter::dnn_calls);
   HG_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, s.one(), d.w, weight, d.y, dy, d.conv,
                                               cudnnConvolutionBwdDataAlgo_t(c.algo), workspace, workspace_bytes,
                                               s.zero(), d.x, dx));
@@ -257,6 +264,7 @@ void conv2d_backward_filter(const Conv2dGeometry& g, const void* x, const void* 
   check_workspace(c, workspace_bytes, workspace);
   HG_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   const Scalars s(dtype);
+  count_runtime(RuntimeCounter::dnn_calls);
   HG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, s.one(), d.x, x, d.y, dy, d.conv,
                                                 cudnnConvolutionBwdFilterAlgo_t(c.algo), workspace, workspace_bytes,
                                                 s.zero(), d.w, dweight));

@@ -1,8 +1,9 @@
 #pragma once
 // cuDNN behind the project's own convolution wrapper (kernels/cuda/conv2d.cu). Two translation
-// units implement it, chosen by CMake: conv2d_cudnn.cpp (nvcc builds that found cuDNN) and
-// no_cudnn.cpp (the SIMT emulator, which cannot run cuDNN, and builds without it), whose enabled()
-// is false so every convolution takes the im2col + GEMM path.
+// units implement it, chosen by CMake: conv2d_cudnn.cpp (nvcc builds that found cuDNN, and the
+// emulated build, against the emulated cuDNN of kernels/emu/cudnn.cpp) and no_cudnn.cpp (builds
+// without cuDNN, or HALFGRAD_CUDNN=OFF), whose enabled() is false so every convolution takes the
+// im2col + GEMM path.
 #include <cstddef>
 
 #include "kernels/conv_geometry.h"

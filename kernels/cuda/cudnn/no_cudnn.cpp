@@ -1,4 +1,4 @@
-// The build has no cuDNN (or runs on the SIMT emulator): convolutions take the im2col + GEMM path
+// The build has no cuDNN (or HALFGRAD_CUDNN=OFF): convolutions take the im2col + GEMM path
 // of kernels/cuda/conv2d.cu, and nothing here is ever called.
 #include "kernels/cuda/cudnn/conv2d_cudnn.h"
 #include "kernels/error.h"
