@@ -303,8 +303,8 @@ TEST_CASE("collectives on the CUDA device give the host transport's bits" * doct
           CHECK(same_bits(got, host));
           check_close(got, expected_reduction(n, dtype, op, seed, true), offset, "reduce_scatter");
         }
-      {  // uneven all_gather: rank r contributes shard_of(n + r)'s count... any counts, here r + 1 each
-        std::vector<int64_t> counts(size_t(world));
+      {  // uneven all_gather: rank r contributes its first r + 1 elements
+        std::vector<int64_t> counts(static_cast<size_t>(world));
         int64_t total = 0;
         for (int r = 0; r < world; ++r) total += counts[size_t(r)] = std::min<int64_t>(n, r + 1);
         const Tensor send = to_device(in, device);
