@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "dist/transport.h"
+#include "engine/cuda/cuda_allocator.h"
 #include "engine/cuda/cuda_context.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
@@ -138,7 +139,9 @@ struct Communicator::Stream {
 };
 
 Communicator::Communicator(CommunicatorOptions options)
-    : timeout_(options.timeout().count() > 0 ? options.timeout() : default_timeout()), stream_(std::make_unique<Stream>()) {
+    : timeout_(options.timeout().count() > 0 ? options.timeout() : default_timeout()),
+      reduce_halves_in_fp32_(options.reduce_halves_in_fp32()),
+      stream_(std::make_unique<Stream>()) {
   const ProcessInfo process = options.this_process_only() ? ProcessInfo{} : detect_process();
   rank_ = process.rank;
   world_ = process.world_size;
@@ -206,20 +209,43 @@ bool Communicator::broken() const { return stream_->broken->load(); }
 
 bool Communicator::nccl_available() { return nccl_unavailable_reason().empty(); }
 
+namespace {
+// HALFGRAD_EMULATED_NCCL=1: the emulated device's buffers go through the NCCL transport.
+bool emulated_nccl_requested() {
+  const char* text = std::getenv("HALFGRAD_EMULATED_NCCL");
+  return text && std::string(text) == "1";
+}
+}  // namespace
+
 bool Communicator::use_device_transport(const Device& device) {
-  if (!device.is_cuda() || cuda::is_emulated()) return false;
-  HG_CHECK(nccl_available(), "[dist] a collective on a ", device.str(), " buffer needs NCCL, which is unavailable: ",
-           nccl_unavailable_reason());
-  HG_CHECK(device.index == local_rank_, "[dist] rank ", rank_, " drives cuda:", local_rank_,
+  if (!device.is_cuda()) return false;
+  if (cuda::is_emulated()) {
+    if (!emulated_nccl_requested()) return false;
+    HG_CHECK(nccl_available(), "[dist] HALFGRAD_EMULATED_NCCL=1 but this build has no emulated NCCL: ",
+             nccl_unavailable_reason());
+    HG_CHECK(process_.launcher == Launcher::mpirun,
+             "[dist] HALFGRAD_EMULATED_NCCL=1: the emulated NCCL moves data with MPI, launch the ranks with mpirun");
+  } else {
+    HG_CHECK(nccl_available(), "[dist] a collective on a ", device.str(),
+             " buffer needs NCCL, which is unavailable: ", nccl_unavailable_reason());
+  }
+  // One process per device, device = local rank (the emulated device: each process has its own one).
+  const int expected = cuda::is_emulated() ? local_rank_ % cuda::device_count() : local_rank_;
+  HG_CHECK(device.index == expected, "[dist] rank ", rank_, " drives cuda:", expected,
            " (one process per device, device = local rank) but the buffer is on ", device.str());
   if (!device_) {
     // NCCL starts at the first CUDA collective (every rank reaches it in the same order), so CPU-only
     // jobs never initialise it. The unique id travels over the host transport: drain the
     // communication thread first, so that the bootstrap is the only host collective in flight.
     barrier().wait();
-    device_ = make_nccl_transport(process_, *host_, timeout_);
+    device_ = make_nccl_transport(process_, expected, *host_, timeout_, reduce_halves_in_fp32_);
   }
   return true;
+}
+
+void Communicator::record_stream(void* base, Device device) {
+  if (!device_ || !device.is_cuda() || base == nullptr) return;
+  cuda::record_stream(base, device.index, static_cast<cuda::Stream>(device_->stream()));
 }
 
 void Communicator::check_counts(const char* op, const std::vector<int64_t>& counts) const {

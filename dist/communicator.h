@@ -13,14 +13,20 @@
 // Counts may differ between ranks (and be 0), so buffers whose size the world size does not divide
 // need no padding; shard_of() gives the usual balanced split. Buffers are f32, f16 or bf16 (f64, i32
 // and i64 too, except that reductions of integers other than sum/max are rejected). Half reductions
-// are accumulated in fp32 (the fp32-accumulation rule), then rounded once.
+// are accumulated in fp32 (the fp32-accumulation rule), then rounded once: always by the host
+// transports; by NCCL unless CommunicatorOptions::reduce_halves_in_fp32(false) (then NCCL reduces
+// the halves themselves: half the bytes on the wire, a rounding to the half type at every addition).
 //
 // Backends (chosen per call by where the buffer lives; see dist/transport.h):
-//   - CUDA buffers on a real GPU: NCCL, on a communication stream that first waits for the device's
-//     compute stream; Work::block(stream) orders later compute after the collective.
+//   - CUDA buffers on a real GPU: NCCL, on a communication stream that waits for an event recorded on
+//     the device's compute stream at the call (the stream ordering rule of dist/transport.h);
+//     Work::block(stream) orders later compute after the collective without a host wait.
 //   - CPU buffers, and CUDA buffers of the emulated device (host memory): a host transport — MPI under
 //     mpirun, a TCP star through rank 0 under the RANK/WORLD_SIZE environment, or nothing at world
 //     size 1 — run by one communication thread per communicator, in the order the calls were made.
+//   - In the emulated build with MPI, HALFGRAD_EMULATED_NCCL=1 sends the emulated device's buffers
+//     through the NCCL transport instead, over the emulated NCCL (dist/emu/nccl.cpp; mpirun only), so
+//     that nccl_transport.cpp runs in CI.
 //
 // CONVENTION
 //   - Every rank makes the same collective calls in the same order (as with MPI and NCCL).
@@ -86,6 +92,11 @@ struct CommunicatorOptions {
   // A communicator of this process alone (world size 1), whatever the launcher says: e.g. to resume a
   // sharded checkpoint in one process, or to compare against single-process training.
   HG_OPTION(CommunicatorOptions, bool, this_process_only, false);
+  // NCCL: reduce f16/bf16 buffers in fp32 (up-cast into an fp32 workspace, reduce, down-cast), as
+  // the host transports always do. false reduces the halves themselves: half the communication
+  // volume, but every addition rounds to the half type (bf16 keeps 8 bits: a sum over many ranks
+  // loses small gradients).
+  HG_OPTION(CommunicatorOptions, bool, reduce_halves_in_fp32, true);
 };
 
 class HostTransport;
@@ -125,6 +136,12 @@ class Communicator {
   Work all_gather(const Tensor& send, const Tensor& recv);
   Work broadcast(const Tensor& t, int root);
 
+  // Marks the caching-allocator block that starts at `base` (a device allocation of `device`) as used
+  // by the collectives enqueued so far, so that freeing it does not hand it out again before they
+  // completed (CudaCachingAllocator::record_stream on the communication stream). Nothing to do for
+  // host transports, whose Work::block waits on the host.
+  void record_stream(void* base, Device device);
+
   // Whether a collective has failed (then every later call throws).
   bool broken() const;
   // Whether this build has NCCL (CUDA buffers of a real GPU need it).
@@ -140,6 +157,7 @@ class Communicator {
   int local_rank_ = 0;
   ProcessInfo process_;
   std::chrono::milliseconds timeout_;
+  bool reduce_halves_in_fp32_ = true;
   HostTransport* host_ = nullptr;  // owned through host_shared_ (the TCP transport is per process)
   std::unique_ptr<DeviceTransport> device_;
   struct Stream;

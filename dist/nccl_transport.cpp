@@ -1,23 +1,36 @@
 // The NCCL device transport: collectives on CUDA device memory, asynchronous on a communication stream.
 //
 // Setup: rank 0 creates the NCCL unique id and the host transport (MPI under mpirun, the TCP star
-// otherwise) broadcasts it; every rank then calls ncclCommInitRank on CUDA device local_rank, with
-// the communicator non-blocking so that initialisation and collectives can be abandoned.
-// Each collective: the communication stream waits for the device's compute stream (the data is
-// produced there), the NCCL call is enqueued, and an event recorded after it is the Work. Waiting
-// polls the event and ncclCommGetAsyncError; a timeout or an asynchronous error aborts the NCCL
-// communicator (ncclCommAbort) and throws, instead of hanging the process.
+// otherwise) broadcasts it; every rank then calls ncclCommInitRank on its CUDA device, with the
+// communicator non-blocking so that initialisation and collectives can be abandoned.
+// Stream ordering (dist/transport.h states the rule): before each collective the communication
+// stream waits for ONE event recorded on the compute stream at the call (after the work that produced
+// its inputs); nothing enqueued later delays it. An event recorded after the NCCL calls is the Work:
+// Work::block(compute stream) is how the consumer waits, on the device. Events come from a pool (no
+// cudaEventCreate per collective).
+// Halves (f16/bf16) are reduced in fp32 by default: up-cast into an fp32 workspace taken from the
+// caching allocator on the communication stream, reduced, down-cast into the destination, all on that
+// stream (so the workspace is reused only by later work of that stream: no record_stream needed).
+// CommunicatorOptions::reduce_halves_in_fp32(false) reduces the halves themselves (half the bytes on
+// the wire, each addition rounded to the half type).
+// Waiting polls the event and ncclCommGetAsyncError; a timeout or an asynchronous error aborts the
+// NCCL communicator (ncclCommAbort) and throws, instead of hanging the process.
 // Uneven reduce_scatter / all_gather (counts that differ by rank) are grouped ncclReduce /
 // ncclBroadcast calls, one per rank, as PyTorch does for uneven shards.
+// Every NCCL collective call counts RuntimeCounter::collective_calls.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <mutex>
 #include <thread>
 
 #include "dist/transport.h"
 #include "engine/cuda/cuda_context.h"
+#include "kernels/cuda/workspace.h"
 #include "kernels/error.h"
+#include "kernels/kernels.h"
+#include "kernels/runtime_counters.h"
 
 namespace hg::dist {
 namespace {
@@ -29,6 +42,13 @@ using Clock = std::chrono::steady_clock;
     const ncclResult_t nccl_status_ = (call);                                                        \
     HG_CHECK(nccl_status_ == ncclSuccess || nccl_status_ == ncclInProgress, "[dist] ", #call,        \
              " failed: ", ncclGetErrorString(nccl_status_));                                         \
+  } while (0)
+
+// An NCCL collective call: counted, then checked.
+#define HG_NCCL_COLLECTIVE(call)                       \
+  do {                                                 \
+    count_runtime(RuntimeCounter::collective_calls);   \
+    HG_NCCL_CHECK(call);                               \
   } while (0)
 
 #define HG_CUDA_RT_CHECK(call)                                                                       \
@@ -76,14 +96,42 @@ void wait_nccl_ready(ncclComm_t comm, Clock::time_point deadline, const char* wh
   }
 }
 
-class NcclTransport;
+// Completion events, reused: a Work hands its event back when it dies. Re-recording an event that
+// an earlier cudaStreamWaitEvent already captured does not affect that wait.
+class EventPool {
+ public:
+  ~EventPool() {
+    for (cudaEvent_t e : free_) cudaEventDestroy(e);
+  }
+  cudaEvent_t take() {
+    {
+      std::lock_guard lock(mutex_);
+      if (!free_.empty()) {
+        cudaEvent_t e = free_.back();
+        free_.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t e = nullptr;
+    HG_CUDA_RT_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  void give(cudaEvent_t e) {
+    std::lock_guard lock(mutex_);
+    free_.push_back(e);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<cudaEvent_t> free_;
+};
 
 class NcclWork final : public detail::WorkState {
  public:
-  NcclWork(std::string what, ncclComm_t comm, std::chrono::milliseconds timeout)
-      : what_(std::move(what)), comm_(comm), timeout_(timeout) {}
-  ~NcclWork() override { cudaEventDestroy(event_); }
-  cudaEvent_t& event() { return event_; }
+  NcclWork(std::string what, ncclComm_t comm, std::chrono::milliseconds timeout, std::shared_ptr<EventPool> pool)
+      : what_(std::move(what)), comm_(comm), timeout_(timeout), pool_(std::move(pool)), event_(pool_->take()) {}
+  ~NcclWork() override { pool_->give(event_); }
+  cudaEvent_t event() const { return event_; }
 
   void wait() override {
     const auto deadline = Clock::now() + timeout_;
@@ -117,18 +165,25 @@ class NcclWork final : public detail::WorkState {
   std::string what_;
   ncclComm_t comm_;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<EventPool> pool_;
   cudaEvent_t event_ = nullptr;
 };
 
 class NcclTransport final : public DeviceTransport {
  public:
-  NcclTransport(const ProcessInfo& process, HostTransport& bootstrap, std::chrono::milliseconds timeout)
-      : device_(process.local_rank), rank_(process.rank), world_(process.world_size), timeout_(timeout) {
+  NcclTransport(const ProcessInfo& process, int device, HostTransport& bootstrap, std::chrono::milliseconds timeout,
+                bool reduce_halves_in_fp32)
+      : device_(device),
+        rank_(process.rank),
+        world_(process.world_size),
+        timeout_(timeout),
+        halves_in_fp32_(reduce_halves_in_fp32) {
     ncclUniqueId id{};
     if (rank_ == 0) HG_NCCL_CHECK(ncclGetUniqueId(&id));
     bootstrap.broadcast(&id, sizeof id, 0);
     HG_CUDA_RT_CHECK(cudaSetDevice(device_));
     HG_CUDA_RT_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    HG_CUDA_RT_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     HG_NCCL_CHECK(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config));
@@ -136,37 +191,43 @@ class NcclTransport final : public DeviceTransport {
   }
   ~NcclTransport() override {
     if (comm_) ncclCommDestroy(comm_);
+    if (inputs_ready_) cudaEventDestroy(inputs_ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
   std::string name() const override { return "nccl"; }
+  void* stream() const override { return stream_; }
 
   Work all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
+    if (widen(dtype, count))
+      return enqueue("all_reduce", [&] {
+        kernels::cuda::Workspace wide(size_t(count) * sizeof(float), stream_);
+        kernels::cuda::cast(data, dtype, wide.as<float>(), DType::f32, count, stream_);
+        HG_NCCL_COLLECTIVE(
+            ncclAllReduce(wide.as<float>(), wide.as<float>(), size_t(count), ncclFloat32, nccl_op(op), comm_, stream_));
+        kernels::cuda::cast(wide.as<float>(), DType::f32, data, dtype, count, stream_);
+      });
     return enqueue("all_reduce", [&] {
-      HG_NCCL_CHECK(ncclAllReduce(data, data, size_t(count), nccl_type(dtype), nccl_op(op), comm_, stream_));
+      HG_NCCL_COLLECTIVE(
+          ncclAllReduce(data, data, size_t(count), nccl_type(dtype), nccl_op(op), comm_, stream_));
     });
   }
 
   Work reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
                       ReduceOp op) override {
-    const size_t element = dtype_size(dtype);
-    const bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
-    return enqueue("reduce_scatter", [&] {
-      if (even) {
-        HG_NCCL_CHECK(
-            ncclReduceScatter(send, recv, size_t(counts[0]), nccl_type(dtype), nccl_op(op), comm_, stream_));
-        return;
-      }
-      HG_NCCL_CHECK(ncclGroupStart());
-      int64_t offset = 0;
-      for (int r = 0; r < world_; ++r) {
-        const void* slice = static_cast<const char*>(send) + size_t(offset) * element;
-        HG_NCCL_CHECK(ncclReduce(slice, r == rank_ ? recv : nullptr, size_t(counts[size_t(r)]), nccl_type(dtype),
-                                 nccl_op(op), r, comm_, stream_));
-        offset += counts[size_t(r)];
-      }
-      HG_NCCL_CHECK(ncclGroupEnd());
-    });
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    const int64_t mine = counts[size_t(rank_)];
+    if (widen(dtype, total))
+      return enqueue("reduce_scatter", [&] {
+        kernels::cuda::Workspace wide(size_t(total + mine) * sizeof(float), stream_);
+        float* wide_send = wide.as<float>();
+        float* wide_recv = wide_send + total;
+        kernels::cuda::cast(send, dtype, wide_send, DType::f32, total, stream_);
+        reduce_scatter_nccl(wide_send, wide_recv, counts, DType::f32, op);
+        if (mine > 0) kernels::cuda::cast(wide_recv, DType::f32, recv, dtype, mine, stream_);
+      });
+    return enqueue("reduce_scatter", [&] { reduce_scatter_nccl(send, recv, counts, dtype, op); });
   }
 
   Work all_gather(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype) override {
@@ -174,15 +235,15 @@ class NcclTransport final : public DeviceTransport {
     const bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
     return enqueue("all_gather", [&] {
       if (even) {
-        HG_NCCL_CHECK(ncclAllGather(send, recv, size_t(counts[0]), nccl_type(dtype), comm_, stream_));
+        HG_NCCL_COLLECTIVE(ncclAllGather(send, recv, size_t(counts[0]), nccl_type(dtype), comm_, stream_));
         return;
       }
       HG_NCCL_CHECK(ncclGroupStart());
       int64_t offset = 0;
       for (int r = 0; r < world_; ++r) {
         void* slot = static_cast<char*>(recv) + size_t(offset) * element;
-        HG_NCCL_CHECK(ncclBroadcast(r == rank_ ? send : slot, slot, size_t(counts[size_t(r)]), nccl_type(dtype), r,
-                                    comm_, stream_));
+        HG_NCCL_COLLECTIVE(ncclBroadcast(r == rank_ ? send : slot, slot, size_t(counts[size_t(r)]), nccl_type(dtype),
+                                         r, comm_, stream_));
         offset += counts[size_t(r)];
       }
       HG_NCCL_CHECK(ncclGroupEnd());
@@ -191,26 +252,45 @@ class NcclTransport final : public DeviceTransport {
 
   Work broadcast(void* data, int64_t count, DType dtype, int root) override {
     return enqueue("broadcast", [&] {
-      HG_NCCL_CHECK(ncclBroadcast(data, data, size_t(count), nccl_type(dtype), root, comm_, stream_));
+      HG_NCCL_COLLECTIVE(ncclBroadcast(data, data, size_t(count), nccl_type(dtype), root, comm_, stream_));
     });
   }
 
  private:
+  bool widen(DType dtype, int64_t count) const { return halves_in_fp32_ && is_half(dtype) && count > 0; }
+
+  void reduce_scatter_nccl(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
+                           ReduceOp op) {
+    const size_t element = dtype_size(dtype);
+    const bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+    if (even) {
+      HG_NCCL_COLLECTIVE(
+          ncclReduceScatter(send, recv, size_t(counts[0]), nccl_type(dtype), nccl_op(op), comm_, stream_));
+      return;
+    }
+    HG_NCCL_CHECK(ncclGroupStart());
+    int64_t offset = 0;
+    for (int r = 0; r < world_; ++r) {
+      const void* slice = static_cast<const char*>(send) + size_t(offset) * element;
+      HG_NCCL_COLLECTIVE(ncclReduce(slice, r == rank_ ? recv : nullptr, size_t(counts[size_t(r)]), nccl_type(dtype),
+                                    nccl_op(op), r, comm_, stream_));
+      offset += counts[size_t(r)];
+    }
+    HG_NCCL_CHECK(ncclGroupEnd());
+  }
+
   template <class Call>
   Work enqueue(const char* op, Call call) {
     HG_CUDA_RT_CHECK(cudaSetDevice(device_));
-    // The data is produced on the device's compute stream: order the collective after it.
-    cudaEvent_t ready = nullptr;
-    HG_CUDA_RT_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    HG_CUDA_RT_CHECK(cudaEventRecord(ready, static_cast<cudaStream_t>(cuda::compute_stream(device_))));
-    HG_CUDA_RT_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
-    cudaEventDestroy(ready);
+    // The inputs were produced (and the output's previous contents last read) by compute-stream work
+    // enqueued before this call: wait for exactly that, through one reused event.
+    HG_CUDA_RT_CHECK(cudaEventRecord(inputs_ready_, static_cast<cudaStream_t>(cuda::compute_stream(device_))));
+    HG_CUDA_RT_CHECK(cudaStreamWaitEvent(stream_, inputs_ready_, 0));
     call();
     wait_nccl_ready(comm_, Clock::now() + timeout_, op);
     auto work = std::make_shared<NcclWork>(
         hg::detail::concat(op, " (collective #", ++sequence_, " on rank ", rank_, " of ", world_, ", nccl)"), comm_,
-        timeout_);
-    HG_CUDA_RT_CHECK(cudaEventCreateWithFlags(&work->event(), cudaEventDisableTiming));
+        timeout_, events_);
     HG_CUDA_RT_CHECK(cudaEventRecord(work->event(), stream_));
     return Work(work);
   }
@@ -219,16 +299,19 @@ class NcclTransport final : public DeviceTransport {
   int rank_;
   int world_;
   std::chrono::milliseconds timeout_;
+  bool halves_in_fp32_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t inputs_ready_ = nullptr;
+  std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
   uint64_t sequence_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<DeviceTransport> make_nccl_transport(const ProcessInfo& process, HostTransport& bootstrap,
-                                                     std::chrono::milliseconds timeout) {
-  return std::make_unique<NcclTransport>(process, bootstrap, timeout);
+std::unique_ptr<DeviceTransport> make_nccl_transport(const ProcessInfo& process, int device, HostTransport& bootstrap,
+                                                     std::chrono::milliseconds timeout, bool reduce_halves_in_fp32) {
+  return std::make_unique<NcclTransport>(process, device, bootstrap, timeout, reduce_halves_in_fp32);
 }
 
 std::string nccl_unavailable_reason() { return ""; }

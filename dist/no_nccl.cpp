@@ -4,12 +4,14 @@
 
 namespace hg::dist {
 
-std::unique_ptr<DeviceTransport> make_nccl_transport(const ProcessInfo&, HostTransport&, std::chrono::milliseconds) {
+std::unique_ptr<DeviceTransport> make_nccl_transport(const ProcessInfo&, int, HostTransport&, std::chrono::milliseconds,
+                                                     bool) {
   return nullptr;
 }
 
 std::string nccl_unavailable_reason() {
-  return "this build has no NCCL (it is used by the nvcc build when the CUDA toolkit's nccl.h and libnccl are found)";
+  return "this build has no NCCL (it is used by the nvcc build when the CUDA toolkit's nccl.h and libnccl are found, "
+         "and emulated over MPI by the emulated build when it has MPI)";
 }
 
 }  // namespace hg::dist

@@ -386,10 +386,11 @@ bool ZeroOptimizer::step() {
   } else if (options_.stage() >= 1) {
     const int64_t part = partition_numel();
     const std::vector<int64_t> counts(size_t(comm_.world_size()), part);
+    // The compute stream waits for the gather (no host wait with NCCL; host transports wait on the host).
     comm_
         .all_gather(flat_params_.narrow(0, opt_begin_, part).data_ptr(), flat_params_.data_ptr(), counts, dtype_,
                     device_)
-        .wait();
+        .block(device_.is_cuda() ? static_cast<void*>(cuda::compute_stream(device_.index)) : nullptr);
   }
   norm_ = -1.0;
   return true;

@@ -1,11 +1,19 @@
 // ZeroOptimizer stage 3 (dist/zero_optimizer.h): the per-unit layout, gathering a unit around its
 // forward and backward (with prefetch), releasing it, and reduce-scattering its gradients.
+//
+// Waiting for a gather: the compute stream waits for the all-gather's event (Work::block), the host
+// never does (with a host transport -- CPU, or the emulated device without NCCL -- block() is a host
+// wait, as the data is moved by the host). Memory: a unit's gathered storage is written on the
+// communication stream and may be released (back to the caching allocator) before the host knows the
+// gather completed, and the packed gradients a reduce-scatter reads likewise: both blocks are marked
+// with Communicator::record_stream, so the allocator reuses them only after the collective.
 #include <functional>
 #include <map>
 
 #include "dist/zero_layout.h"
 #include "dist/zero_optimizer.h"
 #include "engine/autograd.h"
+#include "engine/cuda/cuda_context.h"
 #include "engine/storage.h"
 #include "layers/transformer.h"
 
@@ -17,6 +25,12 @@ bool transformer_blocks(const nn::Module& module) { return dynamic_cast<const nn
 
 namespace {
 Storage& storage_of(const Tensor& t) { return *t.impl()->storage; }
+
+// Orders the device's compute stream after a collective (NCCL: a stream wait; host transports and
+// CPU buffers: the host waits, the data being moved by the host).
+void consume_on_compute_stream(Work& work, const Device& device) {
+  work.block(device.is_cuda() ? static_cast<void*>(cuda::compute_stream(device.index)) : nullptr);
+}
 }  // namespace
 
 void ZeroOptimizer::layout_units(nn::Module& model, const ShardUnitPolicy& policy) {
@@ -153,6 +167,7 @@ void ZeroOptimizer::start_gather(size_t unit) {
   const int64_t part = u.padded / comm_.world_size();
   u.gather = comm_.all_gather(param_shard_.narrow(0, u.shard_local, part).data_ptr(), storage.data(),
                               std::vector<int64_t>(size_t(comm_.world_size()), part), dtype_, device_);
+  comm_.record_stream(storage.data(), device_);  // released before the gather completed: reused after it
   u.gathering = true;
 }
 
@@ -162,7 +177,7 @@ void ZeroOptimizer::ensure_gathered(size_t unit) {
   if (storage.ready()) return;
   if (!u.gathering) start_gather(unit);
   u.gathering = false;
-  u.gather.wait();
+  consume_on_compute_stream(u.gather, device_);  // no host wait: compute reading the unit is ordered after it
   storage.set_ready(true);
 }
 
@@ -235,6 +250,7 @@ void ZeroOptimizer::launch_unit(size_t unit) {
   const int64_t part = u.padded / world;
   in_flight_.push_back(comm_.reduce_scatter(packed.data_ptr(), grad_shard_.narrow(0, u.shard_local, part).data_ptr(),
                                             std::vector<int64_t>(size_t(world), part), dtype_, ReduceOp::avg, device_));
+  comm_.record_stream(packed.data_ptr(), device_);  // read on the communication stream until it completes
   in_flight_buffers_.push_back(packed);
   in_flight_parts_.push_back(OwnedPart{u.shard_local, part});
 }
@@ -248,15 +264,15 @@ void ZeroOptimizer::refresh_units_after_step() {
     Storage& storage = storage_of(u.full);
     if (u.gathering) {  // a prefetch of the old values
       u.gathering = false;
-      u.gather.wait();
+      consume_on_compute_stream(u.gather, device_);
       storage.set_ready(true);
     }
     if (storage.released()) continue;
     const int64_t part = u.padded / world;
-    comm_
-        .all_gather(param_shard_.narrow(0, u.shard_local, part).data_ptr(), storage.data(),
-                    std::vector<int64_t>(size_t(world), part), dtype_, device_)
-        .wait();
+    Work gather = comm_.all_gather(param_shard_.narrow(0, u.shard_local, part).data_ptr(), storage.data(),
+                                   std::vector<int64_t>(size_t(world), part), dtype_, device_);
+    comm_.record_stream(storage.data(), device_);
+    consume_on_compute_stream(gather, device_);
     storage.set_ready(true);
     release(k);  // a stale prefetch that nobody holds
   }

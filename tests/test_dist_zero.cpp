@@ -376,7 +376,7 @@ TEST_CASE("ZeRO stage 3 prefetches the next unit of the recorded forward order")
   }
 }
 
-TEST_CASE("ZeRO stages on the CUDA device train like one process on the CPU") {
+TEST_CASE("ZeRO stages on the CUDA device train like one process on the CPU" * doctest::test_suite("cuda")) {
   if (!cuda::is_available()) {
     MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
     return;
@@ -488,37 +488,44 @@ TEST_CASE("model-state bytes per rank follow the ZeRO formulas") {
   }
 }
 
-TEST_CASE("offload with clipping and a loss scale updates like the device optimizer") {
-  // clip_grad_norm with offload folds its factor into the CPU update's gradient scale (the gradients
-  // are already on their way to the host); the device optimizer rewrites the gradients. A large Adam
-  // eps (1e-2, comparable to the gradients) makes the update depend on the gradients' scale, so a
-  // factor that were dropped or applied twice would show (checked: a run without clipping differs).
-  std::vector<Device> devices{kCPU};
-  if (cuda::is_available())
-    devices.push_back(test_cuda_device());
-  else
-    MESSAGE("SKIPPED on the CUDA device: " << cuda::unavailable_reason());
-  for (const Device& device : devices)
-    for (int stage : {0, 1, 2, 3}) {
-      if (!device.is_cpu() && stage == 1) continue;  // CI time: the emulator runs stages 0, 2 and 3
-      INFO("stage ", stage, " on ", device.str());
-      Plan plan;
-      plan.stage = stage;
-      plan.device = device;
-      plan.last_step = 4;
-      plan.loss_scale = 1024.0;
-      plan.clip = 0.05;
-      plan.adamw = adamw_options().eps(1e-2);
-      const Run want = zero_run(plan);
-      plan.offload = true;
-      const double tol = device.is_cpu() ? 2e-4 : 5e-4;
-      check_equal_runs(zero_run(plan), want, tol);
-      plan.clip = 0.0;
-      CHECK(largest_param_difference(zero_run(plan), want) > 20 * tol);
-    }
+namespace {
+// clip_grad_norm with offload folds its factor into the CPU update's gradient scale (the gradients
+// are already on their way to the host); the device optimizer rewrites the gradients. A large Adam
+// eps (1e-2, comparable to the gradients) makes the update depend on the gradients' scale, so a
+// factor that were dropped or applied twice would show (checked: a run without clipping differs).
+void check_offload_clipping(const Device& device) {
+  for (int stage : {0, 1, 2, 3}) {
+    if (!device.is_cpu() && stage == 1) continue;  // CI time: the emulator runs stages 0, 2 and 3
+    INFO("stage ", stage, " on ", device.str());
+    Plan plan;
+    plan.stage = stage;
+    plan.device = device;
+    plan.last_step = 4;
+    plan.loss_scale = 1024.0;
+    plan.clip = 0.05;
+    plan.adamw = adamw_options().eps(1e-2);
+    const Run want = zero_run(plan);
+    plan.offload = true;
+    const double tol = device.is_cpu() ? 2e-4 : 5e-4;
+    check_equal_runs(zero_run(plan), want, tol);
+    plan.clip = 0.0;
+    CHECK(largest_param_difference(zero_run(plan), want) > 20 * tol);
+  }
+}
+}  // namespace
+
+TEST_CASE("offload with clipping and a loss scale updates like the device optimizer") { check_offload_clipping(kCPU); }
+
+TEST_CASE("offload with clipping and a loss scale updates like the device optimizer on the CUDA device" *
+          doctest::test_suite("cuda")) {
+  if (!cuda::is_available()) {
+    MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
+    return;
+  }
+  check_offload_clipping(test_cuda_device());
 }
 
-TEST_CASE("offload streams the averaged gradients into pinned host memory during backward") {
+TEST_CASE("offload streams the averaged gradients into pinned host memory during backward" * doctest::test_suite("cuda")) {
   if (!cuda::is_available()) {
     MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
     return;
@@ -1091,26 +1098,35 @@ TEST_CASE("a stage 3 optimizer refused for a hooked module leaves the model as i
   CHECK(largest_param_difference(run, want) <= 2e-4);
 }
 
-TEST_CASE("ZeRO stage 3 accumulation with checkpointing persistent units and offload on each device") {
+namespace {
+void check_stage3_accumulation_with_checkpointing(const Device& device) {
   if (kGlobalBatch / comm().world_size() < 2) return;
   const Run want = reference_run();
-  std::vector<Device> devices{kCPU};
-  if (cuda::is_available())
-    devices.push_back(test_cuda_device());
-  else
-    MESSAGE("SKIPPED on the CUDA device: " << cuda::unavailable_reason());
-  for (const Device& device : devices)
-    for (bool offload : {false, true}) {
-      INFO(device.str(), offload ? " + offload" : "");
-      Plan plan;
-      plan.stage = 3;
-      plan.micro = 2;
-      plan.offload = offload;
-      plan.device = device;
-      plan.persistence_threshold = 64;
-      plan.checkpoint_every = 1;
-      check_equal_runs(zero_run(plan), want, device.is_cpu() ? 2e-4 : 5e-4);
-    }
+  for (bool offload : {false, true}) {
+    INFO(device.str(), offload ? " + offload" : "");
+    Plan plan;
+    plan.stage = 3;
+    plan.micro = 2;
+    plan.offload = offload;
+    plan.device = device;
+    plan.persistence_threshold = 64;
+    plan.checkpoint_every = 1;
+    check_equal_runs(zero_run(plan), want, device.is_cpu() ? 2e-4 : 5e-4);
+  }
+}
+}  // namespace
+
+TEST_CASE("ZeRO stage 3 accumulation with checkpointing persistent units and offload") {
+  check_stage3_accumulation_with_checkpointing(kCPU);
+}
+
+TEST_CASE("ZeRO stage 3 accumulation with checkpointing persistent units and offload on the CUDA device" *
+          doctest::test_suite("cuda")) {
+  if (!cuda::is_available()) {
+    MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
+    return;
+  }
+  check_stage3_accumulation_with_checkpointing(test_cuda_device());
 }
 
 TEST_CASE("ZeRO stage 3 holds the same bytes after every step") {
