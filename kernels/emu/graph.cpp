@@ -158,7 +158,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
 
 // Ends the capture begun on `stream` and hands out its graph. Every stream that joined leaves the
 // capture, whatever the outcome. Refused: a stream that is not capturing (cudaErrorIllegalState), one that
-// joined but did not begin it (cudaErrorStreamCaptureUnmatched), a Global/ThreadLocal capture ended by
+// joined but did not begin it (cudaErrorStreamCaptureUnmatched, and the capture is invalidated), a Global/ThreadLocal capture ended by
 // another thread (cudaErrorStreamCaptureWrongThread); failed, with *pGraph null: a capture that was
 // invalidated (cudaErrorStreamCaptureInvalidated) or a fork not joined back (cudaErrorStreamCaptureUnjoined).
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
@@ -169,7 +169,10 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
   std::lock_guard<std::mutex> lock(s.mutex);
   Capture* capture = hg::emu::internal::capture_of(stream);
   if (!capture) return fail(cudaErrorIllegalState);
-  if (capture->origin != stream) return fail(cudaErrorStreamCaptureUnmatched);
+  if (capture->origin != stream) {
+    hg::emu::internal::invalidate(*capture);
+    return fail(cudaErrorStreamCaptureUnmatched);
+  }
   if (capture->mode != cudaStreamCaptureModeRelaxed && capture->thread != std::this_thread::get_id())
     return fail(cudaErrorStreamCaptureWrongThread);
   const std::shared_ptr<Capture> keep = stream->capture;
