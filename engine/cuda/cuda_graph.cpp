@@ -17,8 +17,8 @@ constexpr const char* kCaptureAdvice =
     "work captured into a CUDA graph must only enqueue device work on the capture stream (or on streams "
     "that fork from it with events and join back): no stream/event/device synchronisation or host read "
     "of a tensor, no synchronous cudaMemcpy/cudaMemset, no cudaMalloc/cudaFree outside the caching "
-    "allocator, no legacy-stream work, no wait on an event recorded before the capture. Run the work once "
-    "eagerly before capturing so that lazy initialisation happens outside the capture";
+    "allocator, no legacy-stream work, no wait on an event recorded before the capture. Warm up: run the "
+    "work once eagerly before capturing, so that lazy initialisation happens outside the capture";
 
 std::string message_of(const std::exception_ptr& failure) {
   try {

@@ -66,7 +66,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
   };
   request.closure = &closure;
   request.clone = [](const void* p) -> std::shared_ptr<const void> {
-    return std::make_shared<const Closure>(*static_cast<const Closure*>(p));
+    return std::make_shared<Closure>(*static_cast<const Closure*>(p));
   };
   request.argument_bytes = (size_t(0) + ... + sizeof(std::decay_t<Params>));
   request.grid = grid;
