@@ -27,7 +27,35 @@ struct CudaCachingAllocator::Block {
   Block* prev = nullptr;
   Block* next = nullptr;
   std::vector<Stream> used_on;  // streams besides `stream` (record_stream)
+  GraphPool* pool = nullptr;     // the graph's private pool it belongs to (null: the shared pools)
+  bool pending = false;          // freed, waiting for events of other streams (pending_)
 };
+
+// A CUDA graph's private pool: its own free lists, the segments it allocated, the eager blocks freed
+// during its capture (kept, never reused, until the pool is released).
+struct CudaCachingAllocator::GraphPool {
+  unsigned long long capture_id = 0;
+  bool capturing = true;
+  Pool small, large;
+  std::vector<Block*> segments;  // the first block of each segment (never merged away)
+  std::vector<Block*> adopted;
+  size_t reserved = 0;
+};
+
+namespace {
+// cudaMalloc for a graph's private pool during its capture: legal with the thread's capture mode
+// relaxed (the allocation is not part of the graph; the pool keeps it for the graph's lifetime).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&previous_); }
+  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&previous_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
+};
+}  // namespace
 
 bool CudaCachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
   return std::make_tuple(reinterpret_cast<uintptr_t>(a->stream), a->size, reinterpret_cast<uintptr_t>(a->ptr)) <
@@ -61,6 +89,11 @@ CudaCachingAllocator::Block* CudaCachingAllocator::allocate_segment(size_t segme
                                                                     int* error) {
   void* ptr = nullptr;
   int status = device_malloc(&ptr, segment_size);
+  if (status != int(cudaSuccess) && capturing_pools_ > 0) {  // no release (cudaFree) during a capture
+    ++stats_.oom_count;
+    *error = status;
+    return nullptr;
+  }
   if (status != int(cudaSuccess)) {
     ++stats_.alloc_retries;
     release_cached_segments();
@@ -89,19 +122,49 @@ void CudaCachingAllocator::throw_out_of_memory(size_t request, size_t segment_si
           ")\n", memory_summary(), out_of_memory_advice());
 }
 
+CudaCachingAllocator::Pool& CudaCachingAllocator::pool_of(const Block* block) {
+  if (block->pool) return block->small ? block->pool->small : block->pool->large;
+  return block->small ? small_pool_ : large_pool_;
+}
+
+CudaCachingAllocator::GraphPool* CudaCachingAllocator::capturing_pool(Stream stream) {
+  if (capturing_pools_ == 0) return nullptr;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  if (cudaStreamGetCaptureInfo(stream, &status, &id) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  if (status == cudaStreamCaptureStatusNone) return nullptr;
+  for (auto& [handle, pool] : graph_pools_)
+    if (pool->capturing && pool->capture_id == id) return pool;
+  return nullptr;
+}
+
 void* CudaCachingAllocator::allocate(size_t nbytes, Stream stream) {
   const size_t size = round_size(nbytes);
   const bool small = size <= kSmallLimit;
   std::unique_lock<std::mutex> lock(mutex_);
   process_pending_frees();
-  Pool& pool = small ? small_pool_ : large_pool_;
+  GraphPool* graph_pool = capturing_pool(stream);
+  Pool& pool = graph_pool ? (small ? graph_pool->small : graph_pool->large) : (small ? small_pool_ : large_pool_);
   Block* block = find_free_block(pool, stream, size);
   if (block) {
     ++stats_.cache_hits;
   } else {
     const size_t segment = small ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
     int error = 0;
-    block = allocate_segment(segment, stream, small, &error);
+    if (graph_pool) {
+      RelaxedCaptureMode relaxed;
+      block = allocate_segment(segment, stream, small, &error);
+      if (block) {
+        block->pool = graph_pool;
+        graph_pool->segments.push_back(block);
+        graph_pool->reserved += segment;
+      }
+    } else {
+      block = allocate_segment(segment, stream, small, &error);
+    }
     if (block == nullptr) {
       const MemoryStats at_failure = stats_;
       lock.unlock();
@@ -112,6 +175,7 @@ void* CudaCachingAllocator::allocate(size_t nbytes, Stream stream) {
   const size_t remainder = block->size - size;
   if ((small && remainder >= kRound) || (!small && remainder > kSmallLimit)) {
     Block* rest = new Block{static_cast<char*>(block->ptr) + size, remainder, stream, small};
+    rest->pool = block->pool;
     rest->prev = block;
     rest->next = block->next;
     if (block->next) block->next->prev = rest;
@@ -135,6 +199,17 @@ void CudaCachingAllocator::deallocate(void* ptr) {
   Block* block = it->second;
   active_.erase(it);
   stats_.allocated_bytes -= int64_t(block->size);
+  if (capturing_pools_ > 0) {
+    // Freed while a graph captures on a stream it was used on: the graph's replays may still use it.
+    GraphPool* graph_pool = capturing_pool(block->stream);
+    for (size_t i = 0; !graph_pool && i < block->used_on.size(); ++i) graph_pool = capturing_pool(block->used_on[i]);
+    if (graph_pool && (block->pool != graph_pool || !block->used_on.empty())) {
+      block->allocated = false;
+      block->used_on.clear();
+      if (!block->pool) graph_pool->adopted.push_back(block);  // else found again through its segment
+      return;
+    }
+  }
   if (block->used_on.empty()) {
     free_block(block);
     return;
@@ -152,6 +227,7 @@ void CudaCachingAllocator::deallocate(void* ptr) {
     }
   }
   block->used_on.clear();
+  block->pending = true;
   pending_.push_back(std::move(pending));
 }
 
@@ -182,6 +258,7 @@ void CudaCachingAllocator::process_pending_frees() {
       continue;
     }
     for (void* e : p.events) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    p.block->pending = false;
     free_block(p.block);
     pending_[i] = std::move(pending_.back());
     pending_.pop_back();
@@ -190,7 +267,7 @@ void CudaCachingAllocator::process_pending_frees() {
 
 void CudaCachingAllocator::free_block(Block* block) {
   block->allocated = false;
-  Pool& pool = block->small ? small_pool_ : large_pool_;
+  Pool& pool = pool_of(block);
   // Merge with free neighbours of the same segment (never with a block still pending).
   auto is_free = [&](Block* b) { return b && !b->allocated && pool.count(b); };
   if (is_free(block->prev)) {
@@ -250,8 +327,59 @@ void CudaCachingAllocator::set_limit(int64_t bytes) {
   stats_.limit_bytes = bytes;
 }
 
+uint64_t CudaCachingAllocator::begin_graph_pool(unsigned long long capture_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto* pool = new GraphPool;
+  pool->capture_id = capture_id;
+  const uint64_t handle = next_graph_pool_++;
+  graph_pools_[handle] = pool;
+  ++capturing_pools_;
+  return handle;
+}
+
+void CudaCachingAllocator::end_graph_capture(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = graph_pools_.find(handle);
+  if (it == graph_pools_.end() || !it->second->capturing) return;
+  it->second->capturing = false;
+  --capturing_pools_;
+}
+
+void CudaCachingAllocator::release_graph_pool(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = graph_pools_.find(handle);
+  if (it == graph_pools_.end()) return;
+  GraphPool* graph_pool = it->second;
+  graph_pools_.erase(it);
+  if (graph_pool->capturing) --capturing_pools_;
+  // Every block of the graph's segments now belongs to the shared pools: free ones move there (merging
+  // with their neighbours), allocated or pending ones go there when freed.
+  std::vector<Block*> to_free;
+  for (Block* head : graph_pool->segments) {
+    for (Block* b = head; b; b = b->next) {
+      if (!b->allocated && !b->pending) {
+        (b->small ? graph_pool->small : graph_pool->large).erase(b);
+        to_free.push_back(b);
+      }
+      b->pool = nullptr;
+    }
+  }
+  for (Block* b : graph_pool->adopted) to_free.push_back(b);
+  for (Block* b : to_free) free_block(b);
+  delete graph_pool;
+}
+
+size_t CudaCachingAllocator::graph_pool_reserved_bytes(uint64_t handle) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = graph_pools_.find(handle);
+  return it == graph_pools_.end() ? 0 : it->second->reserved;
+}
+
 void CudaCachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  HG_CHECK(capturing_pools_ == 0, "[cuda] empty_cache on cuda:", device_,
+           " during a CUDA graph capture: releasing memory synchronises the device, which a capture forbids; "
+           "call it before capturing or after");
   for (auto& p : pending_)
     for (void* e : p.events) (void)cudaEventSynchronize(static_cast<cudaEvent_t>(e));
   process_pending_frees();

@@ -18,7 +18,16 @@
 //   - set_limit(bytes) caps reserved bytes (a budget, like PyTorch's per-process memory fraction): a
 //     segment that would pass it fails like cudaMalloc, with the same retry and error. The error
 //     carries memory_summary() and the ways to need less memory.
+//   - CUDA graphs (engine/cuda/cuda_graph.h), as PyTorch's graph pools: while a graph is captured, a
+//     block allocated on a stream taking part in the capture comes from the graph's private pool, and
+//     an eager block freed on such a stream is adopted by the graph. Neither is ever handed to work
+//     outside the graph, because replays write them again; they go back to the shared pools when the
+//     graph is destroyed (release_graph_pool). The private pool grows by new segments during capture:
+//     cudaMalloc is not stream-ordered, so the allocator makes it with the thread's capture mode relaxed
+//     (cudaThreadExchangeStreamCaptureMode), and the segment belongs to the graph for its lifetime. The
+//     out-of-memory retry does not release cached segments during a capture (cudaFree would be illegal).
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -46,8 +55,20 @@ class CudaCachingAllocator final : public Allocator {
 
   static size_t round_size(size_t nbytes);
 
+  // Graph pools. begin_graph_pool(capture_id) after cudaStreamBeginCapture (the id from
+  // cudaStreamGetCaptureInfo) routes that capture's allocations to a new private pool and returns its
+  // handle; end_graph_capture(pool) after cudaStreamEndCapture stops the routing (blocks still allocated
+  // return to the private pool when freed); release_graph_pool(pool) when the graph is destroyed gives
+  // every block back to the shared pools (those still allocated when they are freed).
+  uint64_t begin_graph_pool(unsigned long long capture_id);
+  void end_graph_capture(uint64_t pool);
+  void release_graph_pool(uint64_t pool);
+  // Bytes of the segments the private pool holds (0 for an unknown or released pool).
+  size_t graph_pool_reserved_bytes(uint64_t pool) const;
+
  private:
   struct Block;
+  struct GraphPool;
   struct BlockOrder {
     bool operator()(const Block* a, const Block* b) const;
   };
@@ -58,6 +79,9 @@ class CudaCachingAllocator final : public Allocator {
   };
 
   Block* find_free_block(Pool& pool, Stream stream, size_t size);
+  Pool& pool_of(const Block* block);
+  // The graph pool whose capture `stream` takes part in, or null. Caller holds mutex_.
+  GraphPool* capturing_pool(Stream stream);
   // nullptr when the device (or the limit) refuses even after releasing the cache; *error says why.
   Block* allocate_segment(size_t segment_size, Stream stream, bool small, int* error);
   int device_malloc(void** ptr, size_t segment_size);  // cudaMalloc within the limit: a cudaError_t
@@ -72,6 +96,9 @@ class CudaCachingAllocator final : public Allocator {
   Pool small_pool_, large_pool_;
   std::unordered_map<void*, Block*> active_;
   std::vector<PendingFree> pending_;
+  std::unordered_map<uint64_t, GraphPool*> graph_pools_;
+  uint64_t next_graph_pool_ = 1;
+  int capturing_pools_ = 0;
   MemoryStats stats_;
 };
 

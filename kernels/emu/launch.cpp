@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "kernels/emu/block.h"
+#include "kernels/emu/runtime_state.h"
 #include "kernels/error.h"
+#include "kernels/runtime_counters.h"
 
 namespace hg::emu {
 namespace {
@@ -167,8 +169,37 @@ uint3 block_index(uint64_t linear, dim3 grid) {
 
 }  // namespace
 
+namespace {
+void execute_grid(const LaunchRequest& request);
+}  // namespace
+
 void run_grid(const LaunchRequest& request) {
+  count_runtime(RuntimeCounter::kernel_launches);
   check_launch(request);
+  CUstream_st* capturing = nullptr;
+  if (const cudaError_t e = internal::begin_enqueue(request.stream, &capturing); e != cudaSuccess) {
+    throw Error(::hg::detail::concat("[emu] launch of ", kernel_name(request.kernel), " on stream ",
+                                     static_cast<const void*>(request.stream), ": ", cudaGetErrorName(e), " (",
+                                     cudaGetErrorString(e), ")"));
+  }
+  if (!capturing) {
+    execute_grid(request);
+    return;
+  }
+  // Recorded: the node owns a copy of the arguments and runs on the stream the graph is launched on.
+  std::shared_ptr<const void> closure = request.clone(request.closure);
+  LaunchRequest recorded = request;
+  recorded.closure = nullptr;
+  internal::record_node(capturing, cudaGraphNodeTypeKernel, [recorded, closure](cudaStream_t stream) {
+    LaunchRequest r = recorded;
+    r.closure = closure.get();
+    r.stream = stream;
+    execute_grid(r);
+  });
+}
+
+namespace {
+void execute_grid(const LaunchRequest& request) {
   GridJob job;
   job.kernel = request.kernel;
   job.invoke = request.invoke;
@@ -218,6 +249,7 @@ void run_grid(const LaunchRequest& request) {
   }
   if (first_error) std::rethrow_exception(first_error);
 }
+}  // namespace
 
 }  // namespace detail
 }  // namespace hg::emu

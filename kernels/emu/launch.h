@@ -14,7 +14,14 @@
 // threads as fibers (block.h). The call returns when the grid has finished; an exception thrown by
 // kernel code, a deadlock or a divergent barrier is rethrown here (the first one, if several blocks
 // fail; the remaining blocks are skipped).
+//
+// Every launch is counted (RuntimeCounter::kernel_launches) when it is made. On a stream that is being
+// captured (cudaStreamBeginCapture) the grid does not run: the kernel and a copy of its argument tuple
+// become a node of the capture's graph, which runs each time the graph is launched. A launch the runtime
+// refuses (a capture that was invalidated, the legacy stream during a capture of a blocking stream)
+// sets the thread's last CUDA error and throws hg::Error naming it.
 #include <cstddef>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -29,6 +36,7 @@ struct LaunchRequest {
   const void* kernel = nullptr;
   void (*invoke)(const void* closure) = nullptr;
   const void* closure = nullptr;
+  std::shared_ptr<const void> (*clone)(const void* closure) = nullptr;  // a heap copy, for a graph node
   size_t argument_bytes = 0;
   dim3 grid, block;
   size_t shared_bytes = 0;
@@ -57,6 +65,9 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
     std::apply(c.kernel, c.args);
   };
   request.closure = &closure;
+  request.clone = [](const void* p) -> std::shared_ptr<const void> {
+    return std::make_shared<Closure>(*static_cast<const Closure*>(p));
+  };
   request.argument_bytes = (size_t(0) + ... + sizeof(std::decay_t<Params>));
   request.grid = grid;
   request.block = block;

@@ -1,5 +1,7 @@
 // The CUDA runtime subset on the host (see runtime.h). Definitions take their C linkage and exact
-// signatures from the toolkit's declarations in cuda_runtime_api.h.
+// signatures from the toolkit's declarations in cuda_runtime_api.h. Every call is counted into the
+// runtime counters (kernels/runtime_counters.h) when it is made, whatever it returns; stream capture
+// and graphs are in graph.cpp, the state both share in runtime_state.h.
 #include "kernels/emu/runtime.h"
 
 #include <unistd.h>
@@ -8,45 +10,21 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <set>
-#include <unordered_map>
 
-struct CUstream_st {
-  unsigned flags = 0;
-  int priority = 0;
-};
-
-struct CUevent_st {
-  unsigned flags = 0;
-  bool recorded = false;
-  std::chrono::steady_clock::time_point time;
-};
+#include "kernels/emu/runtime_state.h"
+#include "kernels/runtime_counters.h"
 
 namespace hg::emu {
+namespace internal {
+
 namespace {
-
-constexpr size_t kDeviceAlignment = 256;  // cudaMalloc's guarantee
-constexpr size_t kHostAlignment = 4096;
-
 size_t physical_memory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(16) << 30;
 }
+}  // namespace
 
-// Everything the runtime tracks, under one mutex (runtime calls are not on any hot path).
-struct State {
-  std::mutex mutex;
-  std::map<uintptr_t, size_t> device;  // cudaMalloc'ed ranges: start -> bytes
-  std::map<uintptr_t, size_t> host;    // cudaMallocHost'ed ranges
-  std::set<const CUstream_st*> streams;
-  std::set<const CUevent_st*> events;
-  std::unordered_map<const void*, size_t> max_dynamic_shared;
-  size_t device_bytes = 0;
-  size_t limit = 0;  // 0: physical memory
-  size_t total() const { return limit ? limit : physical_memory(); }
-};
+size_t State::total() const { return limit ? limit : physical_memory(); }
 
 State& state() {
   static State* s = new State;  // never destroyed: streams may be released by static destructors
@@ -54,13 +32,24 @@ State& state() {
 }
 
 thread_local cudaError_t t_last_error = cudaSuccess;
-thread_local int t_device = 0;
 
-// Records a failure as the thread's last error (as the runtime does) and returns it.
 cudaError_t fail(cudaError_t e) {
   t_last_error = e;
   return e;
 }
+
+}  // namespace internal
+
+namespace {
+
+using internal::fail;
+using internal::State;
+using internal::state;
+
+constexpr size_t kDeviceAlignment = 256;  // cudaMalloc's guarantee
+constexpr size_t kHostAlignment = 4096;
+
+thread_local int t_device = 0;
 
 // The allocation of `ranges` containing [p, p + bytes), if any. Caller holds the mutex.
 bool contains(const std::map<uintptr_t, size_t>& ranges, const void* p, size_t bytes) {
@@ -85,7 +74,33 @@ bool event_ok(cudaEvent_t event) {
   return event && s.events.count(event) != 0;
 }
 
-cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+// Counts a copy by its direction (cudaMemcpyDefault resolved by where the pointers point) and size.
+void count_copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (kind == cudaMemcpyDefault) {
+    const bool d = is_device(dst, std::max<size_t>(count, 1)), s = is_device(src, std::max<size_t>(count, 1));
+    kind = d && s ? cudaMemcpyDeviceToDevice : d ? cudaMemcpyHostToDevice : s ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
+  }
+  switch (kind) {
+    case cudaMemcpyHostToDevice:
+      count_runtime(RuntimeCounter::h2d_copies);
+      count_runtime(RuntimeCounter::h2d_bytes, int64_t(count));
+      break;
+    case cudaMemcpyDeviceToHost:
+      count_runtime(RuntimeCounter::d2h_copies);
+      count_runtime(RuntimeCounter::d2h_bytes, int64_t(count));
+      break;
+    case cudaMemcpyDeviceToDevice:
+      count_runtime(RuntimeCounter::d2d_copies);
+      count_runtime(RuntimeCounter::d2d_bytes, int64_t(count));
+      break;
+    default:
+      break;
+  }
+}
+
+// The checks of a copy (pointers inside live allocations and matching the kind); cudaSuccess when it
+// may run.
+cudaError_t check_copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   if (count == 0) return cudaSuccess;
   if (!dst || !src) return fail(cudaErrorInvalidValue);
   const bool dst_device = is_device(dst, count), src_device = is_device(src, count);
@@ -109,15 +124,23 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) 
     default:
       return fail(cudaErrorInvalidMemcpyDirection);
   }
-  if (!ok) return fail(cudaErrorInvalidValue);
-  std::memmove(dst, src, count);
-  return cudaSuccess;
+  return ok ? cudaSuccess : fail(cudaErrorInvalidValue);
 }
 
-cudaError_t set(void* dst, int value, size_t count) {
+cudaError_t check_set(void* dst, size_t count) {
   if (count == 0) return cudaSuccess;
-  if (!is_device(dst, count)) return fail(cudaErrorInvalidValue);
-  std::memset(dst, value, count);
+  return is_device(dst, count) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+// An operation on `stream`: run now, or recorded as a node of the capture the stream takes part in.
+cudaError_t enqueue(cudaStream_t stream, cudaGraphNodeType type, std::function<void(cudaStream_t)> work) {
+  CUstream_st* capturing = nullptr;
+  if (const cudaError_t e = internal::begin_enqueue(stream, &capturing); e != cudaSuccess) return e;
+  if (capturing) {
+    internal::record_node(capturing, type, std::move(work));
+  } else {
+    work(stream);
+  }
   return cudaSuccess;
 }
 
@@ -154,8 +177,10 @@ bool is_valid_stream(cudaStream_t stream) {
 }  // namespace detail
 }  // namespace hg::emu
 
-using hg::emu::fail;
-using hg::emu::state;
+using hg::emu::internal::fail;
+using hg::emu::internal::state;
+using hg::RuntimeCounter;
+using hg::count_runtime;
 
 // ---- errors ------------------------------------------------------------------------------------------
 
@@ -180,6 +205,16 @@ const char* cudaGetErrorName(cudaError_t error) {
     HG_EMU_ERROR_NAME(cudaErrorIllegalAddress)
     HG_EMU_ERROR_NAME(cudaErrorLaunchFailure)
     HG_EMU_ERROR_NAME(cudaErrorNotSupported)
+    HG_EMU_ERROR_NAME(cudaErrorIllegalState)
+    HG_EMU_ERROR_NAME(cudaErrorStreamCaptureUnsupported)
+    HG_EMU_ERROR_NAME(cudaErrorStreamCaptureInvalidated)
+    HG_EMU_ERROR_NAME(cudaErrorStreamCaptureMerge)
+    HG_EMU_ERROR_NAME(cudaErrorStreamCaptureUnmatched)
+    HG_EMU_ERROR_NAME(cudaErrorStreamCaptureUnjoined)
+    HG_EMU_ERROR_NAME(cudaErrorStreamCaptureIsolation)
+    HG_EMU_ERROR_NAME(cudaErrorStreamCaptureImplicit)
+    HG_EMU_ERROR_NAME(cudaErrorCapturedEvent)
+    HG_EMU_ERROR_NAME(cudaErrorStreamCaptureWrongThread)
     HG_EMU_ERROR_NAME(cudaErrorUnknown)
 #undef HG_EMU_ERROR_NAME
     default:
@@ -221,13 +256,33 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "unspecified launch failure";
     case cudaErrorNotSupported:
       return "operation not supported";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge:
+      return "operation would result in a merge of separate capture sequences";
+    case cudaErrorStreamCaptureUnmatched:
+      return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
     default:
       return "unknown error";
   }
 }
 
-cudaError_t cudaGetLastError(void) { return std::exchange(hg::emu::t_last_error, cudaSuccess); }
-cudaError_t cudaPeekAtLastError(void) { return hg::emu::t_last_error; }
+cudaError_t cudaGetLastError(void) { return std::exchange(hg::emu::internal::t_last_error, cudaSuccess); }
+cudaError_t cudaPeekAtLastError(void) { return hg::emu::internal::t_last_error; }
 
 // ---- device ------------------------------------------------------------------------------------------
 
@@ -344,7 +399,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+  count_runtime(RuntimeCounter::device_syncs);
+  return hg::emu::internal::refuse_unsafe_call();
+}
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 
 cudaError_t cudaDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
@@ -382,8 +440,10 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 }
 
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  count_runtime(RuntimeCounter::device_allocs);
   if (!devPtr) return fail(cudaErrorInvalidValue);
   *devPtr = nullptr;
+  if (const cudaError_t e = hg::emu::internal::refuse_unsafe_call(); e != cudaSuccess) return e;
   if (size == 0) return cudaSuccess;
   auto& s = state();
   {
@@ -406,7 +466,11 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
   return cudaSuccess;
 }
 
+// cudaFree also synchronises the device (counted as a device sync too).
 cudaError_t cudaFree(void* devPtr) {
+  count_runtime(RuntimeCounter::device_frees);
+  count_runtime(RuntimeCounter::device_syncs);
+  if (const cudaError_t e = hg::emu::internal::refuse_unsafe_call(); e != cudaSuccess) return e;
   if (!devPtr) return cudaSuccess;
   auto& s = state();
   {
@@ -422,8 +486,10 @@ cudaError_t cudaFree(void* devPtr) {
 
 cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
   (void)flags;
+  count_runtime(RuntimeCounter::pinned_allocs);
   if (!pHost) return fail(cudaErrorInvalidValue);
   *pHost = nullptr;
+  if (const cudaError_t e = hg::emu::internal::refuse_unsafe_call(); e != cudaSuccess) return e;
   if (size == 0) return cudaSuccess;
   void* p = nullptr;
   if (posix_memalign(&p, hg::emu::kHostAlignment, size) != 0 || !p) return fail(cudaErrorMemoryAllocation);
@@ -435,9 +501,11 @@ cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaHostAlloc(ptr, size, cudaHostAllocDefault); }
+cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaHostAlloc(ptr, size, cudaHostAllocDefault); }  // counted there
 
 cudaError_t cudaFreeHost(void* ptr) {
+  count_runtime(RuntimeCounter::pinned_frees);
+  if (const cudaError_t e = hg::emu::internal::refuse_unsafe_call(); e != cudaSuccess) return e;
   if (!ptr) return cudaSuccess;
   auto& s = state();
   {
@@ -467,27 +535,49 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
   return cudaSuccess;
 }
 
+// Synchronous copies and sets wait for the device (device syncs) and run on the legacy stream.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  return hg::emu::copy(dst, src, count, kind);
+  count_runtime(RuntimeCounter::device_syncs);
+  hg::emu::count_copy(dst, src, count, kind);
+  if (const cudaError_t e = hg::emu::internal::refuse_unsafe_call(); e != cudaSuccess) return e;
+  if (const cudaError_t e = hg::emu::internal::refuse_implicit_legacy_use(nullptr); e != cudaSuccess) return e;
+  if (const cudaError_t e = hg::emu::check_copy(dst, src, count, kind); e != cudaSuccess) return e;
+  if (count) std::memmove(dst, src, count);
+  return cudaSuccess;
 }
 
+// Captured: the node copies from and to the same pointers when the graph runs (as a CUDA memcpy node).
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  hg::emu::count_copy(dst, src, count, kind);
   if (!hg::emu::stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return hg::emu::copy(dst, src, count, kind);
+  if (const cudaError_t e = hg::emu::check_copy(dst, src, count, kind); e != cudaSuccess) return e;
+  if (count == 0) return cudaSuccess;
+  return hg::emu::enqueue(stream, cudaGraphNodeTypeMemcpy, [=](cudaStream_t) { std::memmove(dst, src, count); });
 }
 
-cudaError_t cudaMemset(void* devPtr, int value, size_t count) { return hg::emu::set(devPtr, value, count); }
+cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
+  count_runtime(RuntimeCounter::device_syncs);
+  if (const cudaError_t e = hg::emu::internal::refuse_unsafe_call(); e != cudaSuccess) return e;
+  if (const cudaError_t e = hg::emu::internal::refuse_implicit_legacy_use(nullptr); e != cudaSuccess) return e;
+  if (const cudaError_t e = hg::emu::check_set(devPtr, count); e != cudaSuccess) return e;
+  if (count) std::memset(devPtr, value, count);
+  return cudaSuccess;
+}
 
 cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
   if (!hg::emu::stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return hg::emu::set(devPtr, value, count);
+  if (const cudaError_t e = hg::emu::check_set(devPtr, count); e != cudaSuccess) return e;
+  if (count == 0) return cudaSuccess;
+  return hg::emu::enqueue(stream, cudaGraphNodeTypeMemset, [=](cudaStream_t) { std::memset(devPtr, value, count); });
 }
 
 // ---- streams -----------------------------------------------------------------------------------------
 
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* pStream, unsigned int flags, int priority) {
   if (!pStream) return fail(cudaErrorInvalidValue);
-  auto* stream = new CUstream_st{flags, std::clamp(priority, -5, 0)};
+  auto* stream = new CUstream_st{};
+  stream->flags = flags;
+  stream->priority = std::clamp(priority, -5, 0);
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.streams.insert(stream);
@@ -501,50 +591,118 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags)
 
 cudaError_t cudaStreamCreate(cudaStream_t* pStream) { return cudaStreamCreateWithPriority(pStream, 0, 0); }
 
+// A stream that takes part in a capture is not destroyed (cudaErrorStreamCaptureUnsupported): end the
+// capture first.
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   auto& s = state();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
-    if (!stream || s.streams.erase(stream) == 0) return fail(cudaErrorInvalidResourceHandle);
+    if (!stream || s.streams.count(stream) == 0) return fail(cudaErrorInvalidResourceHandle);
+    if (stream->capture) return fail(cudaErrorStreamCaptureUnsupported);
+    s.streams.erase(stream);
   }
   delete stream;
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return hg::emu::stream_ok(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
-}
-
-cudaError_t cudaStreamQuery(cudaStream_t stream) {
-  return hg::emu::stream_ok(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
-}
-
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
-  (void)flags;
-  if (!hg::emu::stream_ok(stream) || !hg::emu::event_ok(event)) return fail(cudaErrorInvalidResourceHandle);
+namespace hg::emu {
+namespace {
+// Synchronising with or querying a stream that is being captured is illegal (and ends the capture's
+// validity); the legacy stream falls under the implicit-synchronisation rule.
+cudaError_t check_stream_wait(cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = internal::refuse_implicit_legacy_use(stream); e != cudaSuccess) return e;
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (internal::Capture* capture = internal::capture_of(stream)) {
+    internal::invalidate(*capture);
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   return cudaSuccess;
+}
+
+// Waiting for or querying an event last recorded in a capture that is still going on is illegal
+// (cudaErrorCapturedEvent) and invalidates that capture.
+cudaError_t check_event_wait(cudaEvent_t event) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!event || s.events.count(event) == 0) return fail(cudaErrorInvalidResourceHandle);
+  if (event->capture && event->capture->active) {
+    internal::invalidate(*event->capture);
+    return fail(cudaErrorCapturedEvent);
+  }
+  return cudaSuccess;
+}
+}  // namespace
+}  // namespace hg::emu
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  count_runtime(RuntimeCounter::stream_syncs);
+  return hg::emu::check_stream_wait(stream);
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) { return hg::emu::check_stream_wait(stream); }
+
+// During capture: waiting on an event recorded in the same capture adds its dependencies; a stream that
+// is not capturing joins the event's capture (a fork); an event recorded outside any capture may only be
+// waited on with cudaEventWaitExternal (cudaErrorStreamCaptureIsolation otherwise), one recorded in
+// another capture not at all (cudaErrorStreamCaptureMerge). Both refusals invalidate the capture.
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  count_runtime(RuntimeCounter::stream_waits);
+  if (!hg::emu::stream_ok(stream) || !hg::emu::event_ok(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = hg::emu::internal::refuse_implicit_legacy_use(stream); e != cudaSuccess) return e;
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  hg::emu::internal::Capture* mine = hg::emu::internal::capture_of(stream);
+  hg::emu::internal::Capture* theirs = event->capture && event->capture->active ? event->capture.get() : nullptr;
+  if (mine && mine->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+  if (theirs) {
+    if (theirs->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+    if (mine && mine != theirs) {
+      hg::emu::internal::invalidate(*mine);
+      return fail(cudaErrorStreamCaptureMerge);
+    }
+    if (!mine) {
+      if (hg::emu::internal::is_legacy(stream) || stream == cudaStreamPerThread) {
+        hg::emu::internal::invalidate(*theirs);
+        return fail(cudaErrorStreamCaptureImplicit);
+      }
+      stream->capture = event->capture;
+      theirs->streams.insert(stream);
+      stream->dependencies.clear();
+    }
+    for (CUgraphNode_st* node : event->dependencies)
+      if (std::find(stream->dependencies.begin(), stream->dependencies.end(), node) == stream->dependencies.end())
+        stream->dependencies.push_back(node);
+    return cudaSuccess;
+  }
+  if (mine && !(flags & cudaEventWaitExternal)) {
+    hg::emu::internal::invalidate(*mine);
+    return fail(cudaErrorStreamCaptureIsolation);
+  }
+  return cudaSuccess;  // the event's work has finished: work runs when it is enqueued
 }
 
 namespace hg::emu {
 cudaError_t enqueue_host_work(cudaStream_t stream, std::function<void()> work) {
   if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
-  work();
-  return cudaSuccess;
+  return enqueue(stream, cudaGraphNodeTypeHost, [work = std::move(work)](cudaStream_t) { work(); });
 }
 }  // namespace hg::emu
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
   if (!hg::emu::stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (!fn) return fail(cudaErrorInvalidValue);
-  fn(userData);
-  return cudaSuccess;
+  return hg::emu::enqueue(stream, cudaGraphNodeTypeHost, [fn, userData](cudaStream_t) { fn(userData); });
 }
 
 // ---- events ------------------------------------------------------------------------------------------
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  count_runtime(RuntimeCounter::events_created);
   if (!event) return fail(cudaErrorInvalidValue);
-  auto* e = new CUevent_st{flags, false, {}};
+  auto* e = new CUevent_st{};
+  e->flags = flags;
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.events.insert(e);
@@ -564,8 +722,22 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 
+// Recorded in a capturing stream, the event takes the stream's dependency set (no node: it expresses
+// a dependency for cudaStreamWaitEvent) and belongs to the capture until it is recorded again.
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!hg::emu::event_ok(event) || !hg::emu::stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
+  count_runtime(RuntimeCounter::event_records);
+  if (!hg::emu::event_ok(event)) return fail(cudaErrorInvalidResourceHandle);
+  CUstream_st* capturing = nullptr;
+  if (const cudaError_t e = hg::emu::internal::begin_enqueue(stream, &capturing); e != cudaSuccess) return e;
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (capturing && capturing->capture) {
+    event->capture = capturing->capture;
+    event->dependencies = capturing->dependencies;
+    return cudaSuccess;
+  }
+  event->capture.reset();
+  event->dependencies.clear();
   event->recorded = true;
   event->time = std::chrono::steady_clock::now();
   return cudaSuccess;
@@ -573,12 +745,11 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 // Work is done when it is enqueued, so every recorded event has completed (and, as in CUDA, so has an
 // event that was never recorded).
-cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return hg::emu::event_ok(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
-}
+cudaError_t cudaEventQuery(cudaEvent_t event) { return hg::emu::check_event_wait(event); }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return hg::emu::event_ok(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  count_runtime(RuntimeCounter::event_syncs);
+  return hg::emu::check_event_wait(event);
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {

@@ -14,12 +14,40 @@
 // cudaMallocHost/FreeHost/HostAlloc, cudaPointerGetAttributes, cudaMemcpy(Async) (all kinds),
 // cudaMemset(Async), cudaStreamCreate(WithFlags/WithPriority)/Destroy/Synchronize/Query/WaitEvent,
 // cudaLaunchHostFunc, cudaEventCreate(WithFlags)/Record/Synchronize/Query/ElapsedTime/Destroy,
-// cudaFuncSetAttribute (MaxDynamicSharedMemorySize, PreferredSharedMemoryCarveout).
+// cudaFuncSetAttribute (MaxDynamicSharedMemorySize, PreferredSharedMemoryCarveout); stream capture and
+// graphs (graph.cpp): cudaStreamBeginCapture (Global / ThreadLocal / Relaxed), cudaStreamEndCapture,
+// cudaStreamIsCapturing, cudaStreamGetCaptureInfo, cudaThreadExchangeStreamCaptureMode,
+// cudaGraphInstantiate (flags 0), cudaGraphLaunch, cudaGraphExecDestroy, cudaGraphDestroy,
+// cudaGraphGetNodes, cudaGraphNodeGetType.
 //
 // Work runs synchronously when it is enqueued: a kernel launch or cudaMemcpyAsync has finished when
 // the call returns, whatever the stream. So stream-ordering bugs (a missing cudaStreamWaitEvent, a
 // buffer freed while a kernel still reads it) do not show under emulation; the real-GPU run of the
 // CUDA suite (scripts/gpu-check) and record_stream tests of the allocator are what catch them.
+//
+// Runtime accounting: every call above that costs the GPU or the host time is counted into
+// kernels/runtime_counters.h when it is made, whatever it returns (as the nvcc build's link-time
+// wrappers count): cudaMalloc/cudaFree (cudaFree also a device sync), cudaMallocHost/HostAlloc/FreeHost,
+// cudaDeviceSynchronize and the synchronous cudaMemcpy/cudaMemset (device syncs), cudaStreamSynchronize,
+// cudaEventSynchronize, event creates and records, stream waits, copies and bytes by direction
+// (cudaMemcpyDefault resolved by where the pointers point), kernel launches (hg::emu::launch), graph
+// launches. A graph launch counts only itself: its nodes were counted when they were captured.
+//
+// Stream capture (CUDA's semantics, see graph.cpp): on a captured stream, kernel launches (with a copy
+// of their arguments), cudaMemcpyAsync, cudaMemsetAsync, cudaLaunchHostFunc, enqueue_host_work and
+// cudaGraphLaunch are recorded as graph nodes and run when the graph is launched, in capture order;
+// cudaEventRecord / cudaStreamWaitEvent build the cross-stream edges (a stream waiting on an event
+// recorded in the capture joins it and must be joined back before EndCapture, else
+// cudaErrorStreamCaptureUnjoined). What CUDA forbids fails with CUDA's error and invalidates the
+// capture (EndCapture then returns cudaErrorStreamCaptureInvalidated): synchronising or querying a
+// capturing stream (cudaErrorStreamCaptureUnsupported, in every mode); cudaMalloc, cudaFree,
+// cudaMallocHost/HostAlloc/FreeHost, cudaDeviceSynchronize, synchronous cudaMemcpy/cudaMemset from
+// the capturing thread (Global, ThreadLocal) or from any thread whose interaction mode is Global while
+// a Global capture runs (cudaErrorStreamCaptureUnsupported); the legacy stream while a capture holds a
+// blocking stream (cudaErrorStreamCaptureImplicit); cudaEventSynchronize/Query of an event recorded in
+// a running capture (cudaErrorCapturedEvent); waiting on an event recorded outside the capture without
+// cudaEventWaitExternal (cudaErrorStreamCaptureIsolation) or in another capture
+// (cudaErrorStreamCaptureMerge). The legacy stream itself and cudaStreamPerThread cannot be captured.
 //
 // Checks a GPU would not always make, so that host-side mistakes fail here rather than corrupt memory:
 // cudaMemcpy/cudaMemset check that device ranges lie inside one live cudaMalloc allocation and that the
