@@ -148,8 +148,9 @@ bool LossScaler::unscale_(Optimizer& optimizer) {
 void LossScaler::unscale_on_device(Optimizer& optimizer) {
   if (mode_ == LossScaleMode::None || unscaled_) return;
   const std::vector<Tensor> params = optimizer.parameters();
-  HG_CHECK(!params.empty(), kOp, " unscale_: the optimizer ", optimizer.name(), " has no parameters");
-  ensure_state(params.front().device());
+  HG_CHECK(!params.empty() || !optimizer.decides_on_device(), kOp, " unscale_: the optimizer ", optimizer.name(),
+           " has no parameters");
+  ensure_state(params.empty() ? kCPU : params.front().device());
   if (optimizer.decides_on_device()) {
     optimizer.unscale_on_device(scale_tensor(), found_inf_tensor());
   } else {  // the optimizer decides on the host: S read, its verdict written back (no read)
@@ -168,9 +169,13 @@ void LossScaler::reduce_found_inf() {
 
 bool LossScaler::step(Optimizer& optimizer) {
   if (mode_ == LossScaleMode::None) return optimizer.step();
-  const bool own_verdict = step_on_device(optimizer);
-  if (own_verdict && !found_inf()) return true;
+  HG_CHECK(!stepped_, kOp, " step() called twice in one step; call update() after each step()");
+  unscale_on_device(optimizer);
+  stepped_ = true;
+  // The host form reads the verdict anyway, so a skipped step does not call the optimizer at all.
+  if (!found_inf() && optimizer.step()) return true;
   optimizer.zero_grad(/*set_to_none=*/false);  // skipped: the gradients are dropped in place
+  found_inf_tensor().fill_(1.0);               // (also when the optimizer found what the pass could not see)
   return false;
 }
 
