@@ -49,6 +49,20 @@ LossScaler::LossScaler(LossScaleMode mode, double scale, DynamicLossScaleOptions
   host_.hysteresis_left = options.hysteresis();
 }
 
+LossScaler::LossScaler(const LossScaler& other)
+    : mode_(other.mode_),
+      options_(other.options_),
+      host_(other.host_),
+      state_(other.state_.defined() ? other.state_.clone() : Tensor()),
+      unscaled_(other.unscaled_),
+      stepped_(other.stepped_),
+      reducer_(other.reducer_) {}
+
+LossScaler& LossScaler::operator=(const LossScaler& other) {
+  if (this != &other) *this = LossScaler(other);
+  return *this;
+}
+
 LossScaler LossScaler::none() { return LossScaler(); }
 
 LossScaler LossScaler::fixed(double scale) {

@@ -83,6 +83,11 @@ class LossScaler {
  public:
   // Mode none: scale 1, nothing checked.
   LossScaler();
+  // A copy is an independent scaler: its device state is a copy of this one's (no host read).
+  LossScaler(const LossScaler& other);
+  LossScaler& operator=(const LossScaler& other);
+  LossScaler(LossScaler&&) noexcept = default;
+  LossScaler& operator=(LossScaler&&) noexcept = default;
   static LossScaler none();
   // A fixed scale (finite, > 0).
   static LossScaler fixed(double scale);
