@@ -1,5 +1,7 @@
 #include "engine/tensor.h"
 
+#include "engine/host_reads.h"
+
 #include <sstream>
 
 #include "engine/autograd.h"
@@ -77,6 +79,7 @@ double Tensor::item() const {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  note_host_read("[Tensor::to_vector] of " + describe());
   if (!device().is_cpu()) return to(kCPU).to_vector<T>();
   Tensor dense = contiguous();
   std::vector<T> out(static_cast<size_t>(dense.numel()));

@@ -8,9 +8,17 @@
 //   v     <- beta2 * v + (1 - beta2) * g^2                     second moment
 //   theta <- theta - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 //
-// The step-dependent scalars are computed once per tensor on the host, in double, and handed to
-// the per-element function in the accumulation type A (float, or double for f64 parameters); the
-// element update then holds no pow and no branch, so the CPU loop vectorises.
+// The step-dependent scalars are computed once per tensor (on the host, or per thread from device
+// memory in the capturable form below), in double, and handed to the per-element function in the
+// accumulation type A (float, or double for f64 parameters); the element update then holds no pow
+// and no branch, so the CPU loop vectorises.
+//
+// Capturable form (adamw_step_device, PyTorch's capturable AdamW with the GradScaler's found_inf):
+// lr, the skip flag and the step count t live in device memory (AdamWStepScalars) and are read when
+// the kernel runs. When found_inf != 0 nothing is written (parameter, master, moments untouched bit
+// for bit) and t stays; otherwise t advances by one and the update uses it. t has two slots so that
+// no thread reads what another writes: the kernel reads step[parity] and one thread writes
+// step[1 - parity]; the host flips parity after each call.
 #include <cmath>
 #include <cstdint>
 
@@ -55,6 +63,24 @@ HG_HOST_DEVICE inline void adamw_update(A& theta, A g, A& m, A& v, const AdamWCo
   v = c.beta2 * v + c.one_minus_beta2 * g * g;
   const A denom = std::sqrt(v) / c.bias2_sqrt + c.eps;
   theta = theta * c.decay - c.step_size * (m / denom);
+}
+
+// The device-resident scalars of one adamw_step_device call.
+struct AdamWStepScalars {
+  const double* lr = nullptr;        // the learning rate, device memory; null: lr_value
+  double lr_value = 0.0;
+  const float* found_inf = nullptr;  // nonzero: skip the update; null: never skip
+  int64_t* step = nullptr;           // [2]: step[parity] = updates applied so far; step[1 - parity] is written
+  int32_t parity = 0;
+};
+
+HG_HOST_DEVICE inline bool adamw_skips(const AdamWStepScalars& s) { return s.found_inf != nullptr && *s.found_inf != 0.0f; }
+HG_HOST_DEVICE inline double adamw_lr(const AdamWStepScalars& s) { return s.lr != nullptr ? *s.lr : s.lr_value; }
+// The step count this call updates with (t >= 1 when it does not skip).
+HG_HOST_DEVICE inline int64_t adamw_next_step(const AdamWStepScalars& s) { return s.step[s.parity] + 1; }
+// Written by one thread: the count after this call (unchanged when skipped).
+HG_HOST_DEVICE inline void adamw_record_step(const AdamWStepScalars& s) {
+  s.step[1 - s.parity] = s.step[s.parity] + (adamw_skips(s) ? 0 : 1);
 }
 
 }  // namespace hg::kernels

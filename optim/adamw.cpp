@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "kernels/step_kernels.h"
 
 namespace hg::optim {
 
@@ -50,10 +51,31 @@ void AdamW::fused_step(const ParamGroup& group, const Tensor& param, void* maste
     state.buffers["exp_avg"] = zeros(param.shape(), acc, param.device());
     state.buffers["exp_avg_sq"] = zeros(param.shape(), acc, param.device());
   }
+  if (!state.step_count.defined()) {  // updates so far (state.step counts this one already)
+    Tensor count = zeros({2}, DType::i64, kCPU);
+    count.data<int64_t>()[0] = state.step - 1;
+    state.step_count = param.device().is_cpu() ? count : count.to(param.device());
+    state.parity = 0;
+  }
   const double weight_decay = options_.decay_only_matrices() && param.dim() < 2 ? 0.0 : group.weight_decay;
-  HG_KERNEL(param.device(), adamw_step, param.data_ptr(), master, grad.data_ptr(),
-            state.buffers.at("exp_avg").data_ptr(), state.buffers.at("exp_avg_sq").data_ptr(), param.numel(), group.lr,
-            options_.beta1(), options_.beta2(), options_.eps(), weight_decay, state.step, param.dtype());
+  kernels::AdamWStepScalars s;
+  s.lr_value = group.lr;
+  if (const Tensor& lr = device_lr(); lr.defined()) {
+    HG_CHECK(lr.device() == param.device(), "[AdamW] the device learning rate is on ", lr.device().str(),
+             " but parameter ", param.describe(), " is not");
+    s.lr = static_cast<const double*>(lr.data_ptr());
+  }
+  if (const Tensor& flag = skip_flag(); flag.defined()) {
+    HG_CHECK(flag.device() == param.device(), "[AdamW] the skip flag is on ", flag.device().str(), " but parameter ",
+             param.describe(), " is not");
+    s.found_inf = static_cast<const float*>(flag.data_ptr());
+  }
+  s.step = static_cast<int64_t*>(state.step_count.data_ptr());
+  s.parity = state.parity;
+  HG_KERNEL(param.device(), adamw_step_device, param.data_ptr(), master, grad.data_ptr(),
+            state.buffers.at("exp_avg").data_ptr(), state.buffers.at("exp_avg_sq").data_ptr(), param.numel(), s,
+            options_.beta1(), options_.beta2(), options_.eps(), weight_decay, param.dtype());
+  state.parity ^= 1;
 }
 
 }  // namespace hg::optim

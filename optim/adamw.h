@@ -12,6 +12,11 @@
 // precision and rounds the parameter once on store. decay_only_matrices(true) applies weight decay
 // only to tensors of rank >= 2 (weights of linear layers and embeddings), not to biases and norm
 // gains: the usual GPT recipe, without building two groups by hand.
+//
+// The kernel is the capturable form (kernels::*::adamw_step_device): lr (set_device_lr, else the
+// group's), the skip flag (set_skip_flag) and each parameter's update count t live in memory the
+// kernel reads when it runs, so AdamW decides_on_device(): a skipped step leaves parameters, masters
+// and moments bit for bit and t where it was, with no host read.
 #include "optim/optimizer.h"
 
 namespace hg::optim {
@@ -45,6 +50,7 @@ class AdamW : public LocalOptimizer {
                           ParamState& state) override;
   std::vector<std::string> state_buffer_names() const override;
   DType state_dtype(const Tensor& param) const override;
+  bool skips_on_device() const override { return true; }
 
  private:
   void check_options() const;

@@ -6,6 +6,8 @@
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "engine/kernel_dispatch.h"
+#include "kernels/step_kernels.h"
+#include "optim/unscale.h"
 
 namespace hg::optim {
 
@@ -36,6 +38,25 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     if (grad.defined()) grad.copy_(grad * coef);
   }
   return norm;
+}
+
+void clip_grad_norm_on_device(const std::vector<Tensor>& params, double max_norm, const Tensor& sum_sq) {
+  HG_CHECK(std::isfinite(max_norm) && max_norm > 0.0, "[clip_grad_norm] invalid max_norm ", max_norm,
+           ": expected a finite max_norm > 0");
+  HG_CHECK(sum_sq.defined() && sum_sq.numel() == 1 && sum_sq.dtype() == DType::f64 && sum_sq.is_contiguous(),
+           "[clip_grad_norm] expected the sum of squares as an f64 scalar, got ",
+           sum_sq.defined() ? sum_sq.describe() : std::string("an undefined tensor"));
+  NoGradGuard no_grad;
+  const Device device = sum_sq.device();
+  const std::vector<kernels::TensorSpan> spans = gradient_spans(params, device, "[clip_grad_norm]");
+  sum_sq.zero_();
+  auto* sum = static_cast<double*>(sum_sq.data_ptr());
+  for (const kernels::TensorSpan& s : spans) HG_KERNEL(device, sum_of_squares_into, s.data, s.n, s.dtype, sum);
+  kernels::GradientMultiplier m;
+  m.kind = kernels::GradientMultiplier::clip;
+  m.sum_sq = sum;
+  m.max_norm = max_norm;
+  HG_KERNEL(device, scale_gradients, spans.data(), int64_t(spans.size()), m, nullptr);
 }
 
 }  // namespace hg::optim

@@ -24,4 +24,12 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // The global L2 norm of the gradients of `params` (the first half of clip_grad_norm).
 double grad_norm(const std::vector<Tensor>& params);
 
+// The device form (no host read; a captured step can hold it): sum_sq[0] = the sum of squares of
+// every gradient (f64 scalar on the gradients' device, written: one sum_of_squares_into per
+// gradient, added in parameter order as grad_norm adds them), then every gradient *= coef on the
+// device when the norm sqrt(sum_sq) is finite and coef < 1 (kernels/unscale_math.h). The norm is
+// sqrt(sum_sq[0]), read whenever the caller reports it. On the CPU the gradients and the norm are
+// bit for bit those of clip_grad_norm.
+void clip_grad_norm_on_device(const std::vector<Tensor>& params, double max_norm, const Tensor& sum_sq);
+
 }  // namespace hg::optim

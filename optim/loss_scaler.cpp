@@ -3,13 +3,16 @@
 #include "optim/loss_scaler.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <set>
 
 #include "engine/autograd.h"
+#include "engine/host_reads.h"
 #include "engine/kernel_dispatch.h"
 #include "engine/ops.h"
+#include "kernels/step_kernels.h"
 #include "optim/unscale.h"
 
 namespace hg::optim {
@@ -41,7 +44,24 @@ void check_options(const DynamicLossScaleOptions& o) {
 LossScaler::LossScaler() = default;
 
 LossScaler::LossScaler(LossScaleMode mode, double scale, DynamicLossScaleOptions options)
-    : mode_(mode), scale_(scale), options_(options), hysteresis_left_(options.hysteresis()) {}
+    : mode_(mode), options_(options) {
+  host_.scale = float(scale);
+  host_.hysteresis_left = options.hysteresis();
+}
+
+LossScaler::LossScaler(const LossScaler& other)
+    : mode_(other.mode_),
+      options_(other.options_),
+      host_(other.host_),
+      state_(other.state_.defined() ? other.state_.clone() : Tensor()),
+      unscaled_(other.unscaled_),
+      stepped_(other.stepped_),
+      reducer_(other.reducer_) {}
+
+LossScaler& LossScaler::operator=(const LossScaler& other) {
+  if (this != &other) *this = LossScaler(other);
+  return *this;
+}
 
 LossScaler LossScaler::none() { return LossScaler(); }
 
@@ -54,6 +74,50 @@ LossScaler LossScaler::fixed(double scale) {
 LossScaler LossScaler::dynamic(DynamicLossScaleOptions options) {
   check_options(options);
   return LossScaler(LossScaleMode::Dynamic, options.init_scale(), options);
+}
+
+static_assert(sizeof(kernels::LossScaleState) == 4 * sizeof(int64_t), "the state is held in an i64[4] tensor");
+
+void LossScaler::ensure_state(const Device& device) {
+  if (state_.defined()) {
+    HG_CHECK(state_.device() == device, kOp, " the scaler's state lives on ", state_.device().str(),
+             " but this step's tensors are on ", device.str(), "; one scaler serves one device");
+    return;
+  }
+  Tensor host = empty({4}, DType::i64, kCPU);
+  std::memcpy(host.data_ptr(), &host_, sizeof host_);
+  state_ = device.is_cpu() ? host : host.to(device);
+}
+
+kernels::LossScaleState LossScaler::read_state() const {
+  if (!state_.defined()) return host_;
+  note_host_read("[LossScaler] a read of the scaler's state");
+  kernels::LossScaleState s;
+  const Tensor host = state_.device().is_cpu() ? state_ : state_.to(kCPU);  // the one read
+  std::memcpy(&s, host.data_ptr(), sizeof s);
+  return s;
+}
+
+Tensor LossScaler::view(DType dtype, int64_t offset) const {
+  if (!state_.defined() || mode_ == LossScaleMode::None) return Tensor();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = state_.storage();
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(impl);
+}
+
+kernels::LossScalePolicy LossScaler::policy() const {
+  kernels::LossScalePolicy p;
+  p.dynamic = mode_ == LossScaleMode::Dynamic;
+  p.growth_factor = options_.growth_factor();
+  p.backoff_factor = options_.backoff_factor();
+  p.min_scale = options_.min_scale();
+  p.max_scale = options_.max_scale();
+  p.growth_interval = options_.growth_interval();
+  p.hysteresis = options_.hysteresis();
+  p.consecutive_hysteresis = options_.consecutive_hysteresis();
+  return p;
 }
 
 const char* LossScaler::mode_name() const {
@@ -71,38 +135,83 @@ const char* LossScaler::mode_name() const {
 Tensor LossScaler::scale(const Tensor& loss) const {
   HG_CHECK(loss.defined(), kOp, " scale: the loss is an undefined tensor");
   if (mode_ == LossScaleMode::None) return loss;
-  return loss * scale_;
+  const_cast<LossScaler*>(this)->ensure_state(loss.device());
+  const Tensor scale = scale_tensor();  // S read by the multiply kernel: no host value
+  return loss * (loss.dtype() == DType::f32 ? scale : scale.to(loss.dtype()));
 }
 
 bool LossScaler::unscale_(const std::vector<Tensor>& params) {
   if (mode_ == LossScaleMode::None) return true;
-  if (unscaled_) return !found_inf_;
-  return record_unscale(unscale_gradients(params, 1.0 / scale_));
+  if (!unscaled_) {
+    for (const Tensor& p : params)
+      if (p.defined() && p.grad().defined()) ensure_state(p.grad().device());
+    if (!state_.defined()) return true;  // no gradient anywhere: nothing to unscale, nothing found
+    unscale_gradients_on_device(params, scale_tensor(), found_inf_tensor());
+    unscaled_ = true;
+    reduce_found_inf();
+  }
+  return !found_inf();
 }
 
 bool LossScaler::unscale_(Optimizer& optimizer) {
   if (mode_ == LossScaleMode::None) return true;
-  if (unscaled_) return !found_inf_;
-  return record_unscale(optimizer.unscale_and_check(scale_));
+  unscale_on_device(optimizer);
+  return !found_inf();
 }
 
-bool LossScaler::record_unscale(bool found) {
-  if (reducer_) found = reducer_(found);
+void LossScaler::unscale_on_device(Optimizer& optimizer) {
+  if (mode_ == LossScaleMode::None || unscaled_) return;
+  const std::vector<Tensor> params = optimizer.parameters();
+  HG_CHECK(!params.empty() || !optimizer.decides_on_device(), kOp, " unscale_: the optimizer ", optimizer.name(),
+           " has no parameters");
+  ensure_state(params.empty() ? kCPU : params.front().device());
+  if (optimizer.decides_on_device()) {
+    optimizer.unscale_on_device(scale_tensor(), found_inf_tensor());
+  } else {  // the optimizer decides on the host: S read, its verdict written back (no read)
+    const bool found = optimizer.unscale_and_check(scale_value());
+    found_inf_tensor().fill_(found ? 1.0 : 0.0);
+  }
   unscaled_ = true;
-  found_inf_ = found;
-  return !found;
+  reduce_found_inf();
+}
+
+void LossScaler::reduce_found_inf() {
+  if (!reducer_) return;
+  const bool local = read_state().found_inf != 0.0f;
+  found_inf_tensor().fill_(reducer_(local) ? 1.0 : 0.0);
 }
 
 bool LossScaler::step(Optimizer& optimizer) {
   if (mode_ == LossScaleMode::None) return optimizer.step();
   HG_CHECK(!stepped_, kOp, " step() called twice in one step; call update() after each step()");
-  const bool finite = unscale_(optimizer);
+  unscale_on_device(optimizer);
   stepped_ = true;
-  if (finite && optimizer.step()) return true;
-  // Skipped: the parameters and the optimizer state stay as they are.
-  optimizer.zero_grad(/*set_to_none=*/false);
-  if (finite) found_inf_ = true;  // the optimizer found what the unscale pass could not see
-  ++skipped_steps_;
+  // The host form reads the verdict anyway, so a skipped step does not call the optimizer at all.
+  if (!found_inf() && optimizer.step()) return true;
+  optimizer.zero_grad(/*set_to_none=*/false);  // skipped: the gradients are dropped in place
+  found_inf_tensor().fill_(1.0);               // (also when the optimizer found what the pass could not see)
+  return false;
+}
+
+bool LossScaler::step_on_device(Optimizer& optimizer) {
+  if (mode_ == LossScaleMode::None) return optimizer.step();
+  HG_CHECK(!stepped_, kOp, " step() called twice in one step; call update() after each step()");
+  unscale_on_device(optimizer);
+  stepped_ = true;
+  if (optimizer.decides_on_device()) {  // the kernels skip the update when found_inf is set
+    optimizer.set_skip_flag(found_inf_tensor());
+    struct Clear {
+      Optimizer& o;
+      ~Clear() { o.set_skip_flag(Tensor()); }
+    } clear{optimizer};
+    return optimizer.step();
+  }
+  if (found_inf()) {  // one host read: this optimizer cannot skip by itself
+    optimizer.zero_grad(/*set_to_none=*/false);
+    return true;
+  }
+  if (optimizer.step()) return true;
+  found_inf_tensor().fill_(1.0);  // the optimizer found what the unscale pass could not see
   return false;
 }
 
@@ -111,33 +220,18 @@ void LossScaler::update() {
   HG_CHECK(unscaled_, kOp,
            " update() without unscale_() or step() in this step; the order is scale(loss)."
            "backward(), unscale_(), clip, step(), update()");
-  const bool overflow = found_inf_;
-  unscaled_ = found_inf_ = stepped_ = false;
-  if (mode_ == LossScaleMode::Static) return;
-  const DynamicLossScaleOptions& o = options_;
-  if (overflow) {
-    good_steps_ = 0;
-    if (hysteresis_left_ > 1) {
-      --hysteresis_left_;
-    } else {
-      scale_ = std::max(scale_ * o.backoff_factor(), o.min_scale());
-    }
-    return;
-  }
-  if (o.consecutive_hysteresis()) hysteresis_left_ = o.hysteresis();
-  if (++good_steps_ >= o.growth_interval()) {
-    scale_ = std::min(scale_ * o.growth_factor(), o.max_scale());
-    good_steps_ = 0;
-    hysteresis_left_ = o.hysteresis();
-  }
+  HG_KERNEL(state_.device(), loss_scale_update, static_cast<kernels::LossScaleState*>(state_.data_ptr()), policy(),
+            stepped_);
+  unscaled_ = stepped_ = false;
 }
 
 std::vector<std::pair<std::string, Tensor>> LossScaler::state_tensors() const {
+  const kernels::LossScaleState s = read_state();
   return {{"mode", scalar_tensor(double(int(mode_)), DType::i64)},
-          {"scale", scalar_tensor(scale_, DType::f64)},
-          {"good_steps", scalar_tensor(double(good_steps_), DType::i64)},
-          {"hysteresis_left", scalar_tensor(double(hysteresis_left_), DType::i64)},
-          {"skipped_steps", scalar_tensor(double(skipped_steps_), DType::i64)}};
+          {"scale", scalar_tensor(double(s.scale), DType::f64)},
+          {"good_steps", scalar_tensor(double(s.good_steps), DType::i64)},
+          {"hysteresis_left", scalar_tensor(double(s.hysteresis_left), DType::i64)},
+          {"skipped_steps", scalar_tensor(double(s.skipped_steps), DType::i64)}};
 }
 
 void LossScaler::load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) {
@@ -174,14 +268,22 @@ void LossScaler::load_state_tensors(const std::vector<std::pair<std::string, Ten
     HG_CHECK(int64_t(values["good_steps"]) < options_.growth_interval(), op, " good_steps ", values["good_steps"],
              " is not below growth_interval ", options_.growth_interval());
   } else {
-    HG_CHECK(scale == scale_, op, " the state's scale ", scale, " differs from this ", mode_name(), " scaler's scale ",
-             scale_);
+    const double current = scale_value();
+    HG_CHECK(scale == current, op, " the state's scale ", scale, " differs from this ", mode_name(),
+             " scaler's scale ", current);
   }
-  scale_ = scale;
-  good_steps_ = int64_t(values["good_steps"]);
-  hysteresis_left_ = int64_t(values["hysteresis_left"]);
-  skipped_steps_ = int64_t(values["skipped_steps"]);
-  unscaled_ = found_inf_ = stepped_ = false;
+  host_.scale = float(scale);
+  host_.found_inf = 0.0f;
+  host_.good_steps = int64_t(values["good_steps"]);
+  host_.hysteresis_left = int64_t(values["hysteresis_left"]);
+  host_.skipped_steps = int64_t(values["skipped_steps"]);
+  if (state_.defined()) {  // the live device state takes the loaded values (a copy, no read)
+    Tensor host = empty({4}, DType::i64, kCPU);
+    std::memcpy(host.data_ptr(), &host_, sizeof host_);
+    NoGradGuard no_grad;
+    state_.copy_(host);
+  }
+  unscaled_ = stepped_ = false;
 }
 
 }  // namespace hg::optim

@@ -26,6 +26,17 @@
 //   if (scaler.step(optimizer)) ...          // false: skipped, do not advance the LR schedule
 //   scaler.update();                         // grow / back off S for the next step
 //
+// ON THE DEVICE (a step with no host read, capturable into a CUDA graph; train/trainer.h uses it)
+//   The scaler's state -- S (f32), found_inf (f32), the growth tracker, the hysteresis budget and the
+//   skipped-step count -- is one kernels::LossScaleState in the memory of the device it is first used
+//   on (the loss's or the parameters'). scale(loss) multiplies by S read from there; unscale_on_device
+//   has the optimizer's kernels divide by S and set found_inf; step_on_device hands found_inf to the
+//   optimizer, whose kernels skip the update when it is set (an optimizer that decides_on_device();
+//   for the others found_inf is read on the host, one wait, and the step is skipped there); update()
+//   applies the policy in a one-thread kernel. Nothing is read back until scale_value(),
+//   skipped_steps(), ... or state_tensors() is called (one read each). The bool-returning unscale_ and
+//   step are the device forms followed by that read.
+//
 // CONVENTION
 //   - unscale_ runs optimizer.unscale_and_check(S) (optim/optimizer.h; by default the fused
 //     optim/unscale.h pass over every gradient, one launch per device on CUDA) and remembers the
@@ -44,6 +55,7 @@
 #include <vector>
 
 #include "engine/tensor.h"
+#include "kernels/unscale_math.h"
 #include "optim/optimizer.h"
 
 namespace hg::optim {
@@ -71,6 +83,11 @@ class LossScaler {
  public:
   // Mode none: scale 1, nothing checked.
   LossScaler();
+  // A copy is an independent scaler: its device state is a copy of this one's (no host read).
+  LossScaler(const LossScaler& other);
+  LossScaler& operator=(const LossScaler& other);
+  LossScaler(LossScaler&&) noexcept = default;
+  LossScaler& operator=(LossScaler&&) noexcept = default;
   static LossScaler none();
   // A fixed scale (finite, > 0).
   static LossScaler fixed(double scale);
@@ -93,18 +110,32 @@ class LossScaler {
   // otherwise no step, gradients zeroed, skipped_steps() + 1, and false. In mode none: the optimizer's
   // own verdict (a sharded optimizer still skips a non-finite step).
   bool step(Optimizer& optimizer);
+  // The device forms (see ON THE DEVICE): no host read when the optimizer decides_on_device() and no
+  // overflow reducer is set. step_on_device returns the optimizer's own host verdict (false: a
+  // host-checking optimizer skipped); a skip decided on the device is counted there. The gradients
+  // of a skipped step are left as they are (the caller zeroes them).
+  void unscale_on_device(Optimizer& optimizer);
+  bool step_on_device(Optimizer& optimizer);
   // The dynamic policy on this step's result; ends the step. No-op in mode none.
   void update();
 
-  double scale_value() const { return scale_; }
+  // Each reads the device state (one host wait) once it lives on a device.
+  double scale_value() const { return double(read_state().scale); }
   // Steps skipped because of inf/NaN gradients, over the whole run (checkpointed).
-  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t skipped_steps() const { return read_state().skipped_steps; }
   // Consecutive clean steps since the last growth or overflow (the growth tracker).
-  int64_t good_steps() const { return good_steps_; }
+  int64_t good_steps() const { return read_state().good_steps; }
   // Overflows still tolerated before the next backoff.
-  int64_t hysteresis_left() const { return hysteresis_left_; }
+  int64_t hysteresis_left() const { return read_state().hysteresis_left; }
   // This step's unscale_ result so far: true once an inf/NaN was found (false before unscale_).
-  bool found_inf() const { return unscaled_ && found_inf_; }
+  bool found_inf() const { return unscaled_ && read_state().found_inf != 0.0f; }
+
+  // Views of the device state (undefined before its first use on a device, and in mode none):
+  // S and found_inf (f32 scalars), the skipped-step count (i64 scalar). For a step that reads them
+  // only when it reports (train/trainer.h).
+  Tensor scale_tensor() const { return view(DType::f32, 0); }
+  Tensor found_inf_tensor() const { return view(DType::f32, 1); }
+  Tensor skipped_steps_tensor() const { return view(DType::i64, 3); }
   const DynamicLossScaleOptions& options() const { return options_; }
 
   // f(local_found_inf) -> global_found_inf, called once per step by unscale_ (an empty function
@@ -121,17 +152,22 @@ class LossScaler {
 
  private:
   LossScaler(LossScaleMode mode, double scale, DynamicLossScaleOptions options);
-  bool record_unscale(bool found_inf);
+  // The state on `device` (created there from host_ at its first use; an error on another device).
+  void ensure_state(const Device& device);
+  // The state as the host sees it: host_ before the first use on a device, else one read.
+  kernels::LossScaleState read_state() const;
+  // A scalar of `dtype` at element `offset` of the state's storage (undefined without one).
+  Tensor view(DType dtype, int64_t offset) const;
+  // Writes this rank's flag combined by the reducer back (a host read: the reducer is a host function).
+  void reduce_found_inf();
+  kernels::LossScalePolicy policy() const;
 
   LossScaleMode mode_ = LossScaleMode::None;
-  double scale_ = 1.0;
   DynamicLossScaleOptions options_;
-  int64_t good_steps_ = 0;
-  int64_t hysteresis_left_ = 1;
-  int64_t skipped_steps_ = 0;
-  bool unscaled_ = false;   // unscale_ ran in this step
-  bool found_inf_ = false;  // its result
-  bool stepped_ = false;    // step() ran in this step
+  kernels::LossScaleState host_;  // the state until it lives on a device (and what load_state_tensors checked)
+  Tensor state_;                  // i64[4] holding a kernels::LossScaleState, on the device of first use
+  bool unscaled_ = false;         // unscale_ ran in this step
+  bool stepped_ = false;          // step() ran in this step
   std::function<bool(bool)> reducer_;
 };
 

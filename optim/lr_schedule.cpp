@@ -53,8 +53,7 @@ LinearWarmup::LinearWarmup(double base_lr, int64_t warmup_steps, double start_fa
 
 double LinearWarmup::lr(int64_t step) const {
   check_step(step, "LinearWarmup");
-  const double progress = double(std::min(step, warmup_steps_)) / double(warmup_steps_);
-  return base_lr_ * (start_factor_ + (1.0 - start_factor_) * progress);
+  return kernels::linear_warmup_lr(base_lr_, warmup_steps_, start_factor_, step);
 }
 
 CosineDecay::CosineDecay(double base_lr, int64_t decay_steps, double min_lr)
@@ -68,8 +67,7 @@ CosineDecay::CosineDecay(double base_lr, int64_t decay_steps, double min_lr)
 
 double CosineDecay::lr(int64_t step) const {
   check_step(step, "CosineDecay");
-  const double progress = double(std::min(step, decay_steps_)) / double(decay_steps_);
-  return min_lr_ + (base_lr_ - min_lr_) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return kernels::cosine_decay_lr(base_lr_, decay_steps_, min_lr_, step);
 }
 
 Sequential::Sequential(std::vector<LrSchedulePtr> schedules, std::vector<int64_t> milestones)
@@ -93,6 +91,49 @@ double Sequential::lr(int64_t step) const {
   const size_t k = size_t(std::upper_bound(milestones_.begin(), milestones_.end(), step) - milestones_.begin());
   const int64_t start = k == 0 ? 0 : milestones_[k - 1];
   return schedules_[k]->lr(step - start);
+}
+
+namespace {
+
+kernels::LrScheduleDesc one_piece(kernels::LrPiece::Kind kind, double base, double extra, int64_t steps) {
+  kernels::LrScheduleDesc d;
+  d.count = 1;
+  d.pieces[0] = {kind, base, extra, steps};
+  return d;
+}
+
+}  // namespace
+
+std::optional<kernels::LrScheduleDesc> ConstantLr::device_form() const {
+  return one_piece(kernels::LrPiece::constant, base_lr_, 0.0, 1);
+}
+
+std::optional<kernels::LrScheduleDesc> LinearWarmup::device_form() const {
+  return one_piece(kernels::LrPiece::linear_warmup, base_lr_, start_factor_, warmup_steps_);
+}
+
+std::optional<kernels::LrScheduleDesc> CosineDecay::device_form() const {
+  return one_piece(kernels::LrPiece::cosine_decay, base_lr_, min_lr_, decay_steps_);
+}
+
+// Flattened: piece j of child k starts at milestone[k-1] + its own start, and is kept when that is
+// before child k's end (milestone[k]); every piece then sees step - its start, as nesting gives it.
+std::optional<kernels::LrScheduleDesc> Sequential::device_form() const {
+  kernels::LrScheduleDesc out;
+  for (size_t k = 0; k < schedules_.size(); ++k) {
+    const std::optional<kernels::LrScheduleDesc> child = schedules_[k]->device_form();
+    if (!child) return std::nullopt;
+    const int64_t begin = k == 0 ? 0 : milestones_[k - 1];
+    const bool last = k + 1 == schedules_.size();
+    for (int j = 0; j < child->count; ++j) {
+      const int64_t start = begin + (j == 0 ? 0 : child->milestones[j - 1]);
+      if (!last && start >= milestones_[k]) break;
+      if (out.count == kernels::kMaxLrPieces) return std::nullopt;  // too many pieces: host only
+      if (out.count > 0) out.milestones[out.count - 1] = start;
+      out.pieces[out.count++] = child->pieces[j];
+    }
+  }
+  return out;
 }
 
 WarmupCosine::WarmupCosine(double base_lr, int64_t warmup_steps, int64_t total_steps, double min_lr)

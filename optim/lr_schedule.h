@@ -14,9 +14,19 @@
 //
 // With a start factor of 0 the warmup's first step (s = 0) has lr 0, as in PyTorch; it still
 // updates Adam's moments. Arguments are checked in the constructors (hg::Error).
+//
+// On the device: device_form() describes a schedule as plain data (kernels/lr_schedule_math.h) that
+// the lr_schedule_eval kernel evaluates at a step count in device memory, so a step whose count of
+// steps taken lives on the device (skipped steps do not count) reads its lr without the host. The
+// built-in schedules have one (up to kernels::kMaxLrPieces pieces after flattening nested
+// Sequentials) and their lr() calls the same functions, so both agree to the bit on the CPU; a
+// user's schedule without one is evaluated on the host (train/trainer.h then reads the count).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
+
+#include "kernels/lr_schedule_math.h"
 
 namespace hg::optim {
 
@@ -25,6 +35,8 @@ class LrSchedule {
   virtual ~LrSchedule() = default;
   // The learning rate at `step` (>= 0).
   virtual double lr(int64_t step) const = 0;
+  // The schedule as data for the device (see above); nullopt: host only.
+  virtual std::optional<kernels::LrScheduleDesc> device_form() const { return std::nullopt; }
 };
 
 using LrSchedulePtr = std::shared_ptr<const LrSchedule>;
@@ -33,6 +45,7 @@ class ConstantLr : public LrSchedule {
  public:
   explicit ConstantLr(double base_lr);
   double lr(int64_t step) const override;
+  std::optional<kernels::LrScheduleDesc> device_form() const override;
 
  private:
   double base_lr_;
@@ -42,6 +55,7 @@ class LinearWarmup : public LrSchedule {
  public:
   LinearWarmup(double base_lr, int64_t warmup_steps, double start_factor = 0.0);
   double lr(int64_t step) const override;
+  std::optional<kernels::LrScheduleDesc> device_form() const override;
 
  private:
   double base_lr_;
@@ -53,6 +67,7 @@ class CosineDecay : public LrSchedule {
  public:
   CosineDecay(double base_lr, int64_t decay_steps, double min_lr = 0.0);
   double lr(int64_t step) const override;
+  std::optional<kernels::LrScheduleDesc> device_form() const override;
 
  private:
   double base_lr_;
@@ -65,6 +80,7 @@ class Sequential : public LrSchedule {
   // milestones: strictly increasing, > 0, one fewer than schedules.
   Sequential(std::vector<LrSchedulePtr> schedules, std::vector<int64_t> milestones);
   double lr(int64_t step) const override;
+  std::optional<kernels::LrScheduleDesc> device_form() const override;
 
  private:
   std::vector<LrSchedulePtr> schedules_;

@@ -22,6 +22,24 @@ double Optimizer::grad_norm() { return optim::grad_norm(parameters()); }
 
 double Optimizer::clip_grad_norm(double max_norm) { return optim::clip_grad_norm(parameters(), max_norm); }
 
+void Optimizer::unscale_on_device(const Tensor& scale, const Tensor& found_inf) {
+  unscale_gradients_on_device(parameters(), scale, found_inf);
+}
+
+void Optimizer::clip_grad_norm_on_device(double max_norm, const Tensor& sum_sq) {
+  optim::clip_grad_norm_on_device(parameters(), max_norm, sum_sq);
+}
+
+void Optimizer::set_device_lr(const Tensor& lr) {
+  HG_CHECK(!lr.defined(), "[", name(), "] set_device_lr: this optimizer reads its learning rate on the host "
+           "(decides_on_device() is false); call set_lr(double)");
+}
+
+void Optimizer::set_skip_flag(const Tensor& found_inf) {
+  HG_CHECK(!found_inf.defined(), "[", name(), "] set_skip_flag: this optimizer cannot skip a step on the device "
+           "(decides_on_device() is false); read the flag and do not call step()");
+}
+
 void Optimizer::throw_not_sharded(const char* what, const std::string& prefix) const {
   HG_FAIL("[", name(), "] ", what, "('", prefix,
           "'): this optimizer keeps its whole state in this process; its "
@@ -108,7 +126,25 @@ void LocalOptimizer::add_param_group(ParamGroup group) {
 
 void LocalOptimizer::set_lr(double lr) {
   check_lr(lr);
+  device_lr_ = Tensor();
   for (ParamGroup& g : groups_) g.lr = lr;
+}
+
+void LocalOptimizer::set_device_lr(const Tensor& lr) {
+  if (!lr.defined() || !skips_on_device()) return Optimizer::set_device_lr(lr);
+  HG_CHECK(lr.numel() == 1 && lr.dtype() == DType::f64 && lr.is_contiguous(), "[", name_,
+           "] set_device_lr: expected an f64 scalar, got ", lr.describe());
+  device_lr_ = lr;
+}
+
+void LocalOptimizer::set_skip_flag(const Tensor& found_inf) {
+  if (!found_inf.defined() || !skips_on_device()) {
+    if (!found_inf.defined()) skip_flag_ = Tensor();
+    return Optimizer::set_skip_flag(found_inf);
+  }
+  HG_CHECK(found_inf.numel() == 1 && found_inf.dtype() == DType::f32 && found_inf.is_contiguous(), "[", name_,
+           "] set_skip_flag: expected an f32 scalar, got ", found_inf.describe());
+  skip_flag_ = found_inf;
 }
 
 void LocalOptimizer::set_lr(size_t group, double lr) {
@@ -150,6 +186,9 @@ void LocalOptimizer::set_mixed_precision(const MixedPrecisionOptions& options) {
 
 bool LocalOptimizer::step() {
   NoGradGuard no_grad;
+  // Stochastic rounding draws from the step count on the host: a skip decided on the device is
+  // read here (one host wait) so that a skipped step re-rounds nothing.
+  if (skip_flag_.defined() && mixed_precision_.stochastic_rounding() && skip_flag_.item() != 0.0) return true;
   size_t index = 0;
   for (const ParamGroup& group : groups_) {
     for (const Tensor& p : group.params) {
@@ -222,7 +261,10 @@ std::vector<std::pair<std::string, Tensor>> LocalOptimizer::state_tensors() cons
   for (size_t i = 0; i < state_.size(); ++i) {
     const ParamState& st = state_[i];
     if (!st.initialized()) continue;
-    out.emplace_back(std::to_string(i) + ".step", scalar_tensor(double(st.step), DType::i64));
+    int64_t updates = st.step;
+    if (st.step_count.defined()) updates = st.step_count.narrow(0, st.parity, 1).to(kCPU).to_vector<int64_t>()[0];
+    if (updates == 0) continue;  // every update so far was skipped: the state is still the fresh one
+    out.emplace_back(std::to_string(i) + ".step", scalar_tensor(double(updates), DType::i64));
     for (const auto& [name, buffer] : st.buffers) out.emplace_back(std::to_string(i) + "." + name, buffer);
   }
   return out;

@@ -61,8 +61,13 @@ struct ParamGroup {
 
 // What an optimizer keeps for one parameter.
 struct ParamState {
-  int64_t step = 0;                       // updates applied to this parameter so far
+  int64_t step = 0;                       // step() calls that reached this parameter (= updates applied,
+                                          // unless the device skipped some: see step_count)
   std::map<std::string, Tensor> buffers;  // e.g. "exp_avg", "momentum_buffer"; empty before step 1
+  // An optimizer that skips on the device (AdamW) counts the updates applied there: i64[2] on the
+  // parameter's device, step_count[parity] current (kernels/adamw_math.h AdamWStepScalars).
+  Tensor step_count;
+  int32_t parity = 0;
   bool initialized() const { return step > 0; }
 };
 
@@ -118,6 +123,24 @@ class Optimizer {
   virtual double grad_norm();
   virtual double clip_grad_norm(double max_norm);
 
+  // ---- the device-resident step (optim/loss_scaler.h ON THE DEVICE; train/trainer.h) ----
+  // Whether the step's decisions can be taken on the device: the four calls below are supported and
+  // step() reads what they set without a host wait. False for an optimizer that checks on the host
+  // (ZeRO's inf check comes from its all-reduced norm; SGD composes engine ops that cannot skip):
+  // the scaler and the trainer then use the host forms above (a read per decision).
+  virtual bool decides_on_device() const { return false; }
+  // grads /= scale[0]; found_inf[0] = 1 when some gradient is inf/NaN, else 0 (f32 scalars on the
+  // gradients' device). Default: one fused pass over parameters()' gradients (optim/unscale.h).
+  virtual void unscale_on_device(const Tensor& scale, const Tensor& found_inf);
+  // sum_sq[0] = the gradients' sum of squares, and clipping to max_norm, on the device (optim/clip.h).
+  virtual void clip_grad_norm_on_device(double max_norm, const Tensor& sum_sq);
+  // The learning rate of the next step() of every group read from lr[0] (an f64 scalar on the
+  // parameters' device) when step() runs; an undefined tensor returns to set_lr's value.
+  virtual void set_device_lr(const Tensor& lr);
+  // While set, step() leaves every parameter and its state untouched (bit for bit) and counts no
+  // update when found_inf[0] != 0 (an f32 scalar on the parameters' device); undefined: never skip.
+  virtual void set_skip_flag(const Tensor& found_inf);
+
   // This process's optimizer state as named tensors (see CONVENTION), and its restoration (checked
   // before anything changes).
   virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
@@ -155,8 +178,12 @@ class LocalOptimizer : public Optimizer {
  public:
   const std::string& name() const override { return name_; }
   std::vector<Tensor> parameters() const override;
-  // Applies one update to every parameter that has a gradient (under NoGradGuard); returns true.
+  // Applies one update to every parameter that has a gradient (under NoGradGuard); returns true
+  // (a skip decided on the device by set_skip_flag is not seen here).
   bool step() override;
+  bool decides_on_device() const override { return skips_on_device(); }
+  void set_device_lr(const Tensor& lr) override;
+  void set_skip_flag(const Tensor& found_inf) override;
   void zero_grad(bool set_to_none = true) override;
 
   // Sets the learning rate of every group (what a schedule drives each step), or of one group.
@@ -214,6 +241,11 @@ class LocalOptimizer : public Optimizer {
 
   void check_lr(double lr) const;
   void check_weight_decay(double weight_decay) const;
+  // Whether update() honours the skip flag and the device lr in its kernels (AdamW).
+  virtual bool skips_on_device() const { return false; }
+  // What set_device_lr / set_skip_flag set (undefined when not set), for update().
+  const Tensor& device_lr() const { return device_lr_; }
+  const Tensor& skip_flag() const { return skip_flag_; }
 
   std::vector<ParamGroup> groups_;
   std::vector<ParamState> state_;  // one per parameter, by index
@@ -227,6 +259,7 @@ class LocalOptimizer : public Optimizer {
   std::vector<std::string> buffers_of(const Tensor& p) const;
   std::string name_;
   MixedPrecisionOptions mixed_precision_;
+  Tensor device_lr_, skip_flag_;
 };
 
 }  // namespace hg::optim

@@ -1,18 +1,22 @@
 // Mixed precision on a CUDA device (a GPU, or the SIMT emulator in CI): the stochastic-rounding
 // kernel equals the CPU's bit for bit, AdamW with fp32 master weights on the device follows the
-// CPU, and a tiny GPT trained in bf16 and f16 on the device tracks the f32 run.
+// CPU, a tiny GPT trained in bf16 and f16 on the device tracks the f32 run, and an fp16 step with a
+// planted overflow taken on the device skips bit for bit without a host read.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "engine/cuda/cuda_context.h"
+#include "engine/host_reads.h"
 #include "engine/ops.h"
 #include "engine/random.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/runtime_counters.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
 
@@ -129,4 +133,47 @@ TEST_CASE("a tiny GPT trained on the CUDA device in bf16 and f16 tracks f32") {
     CHECK(std::abs(half.back() - f32.back()) < 0.15);
     CHECK(std::abs(half.front() - f32.front()) < 0.02);
   }
+}
+
+TEST_CASE("cuda: an fp16 step with a planted overflow, on the device, leaves the weights bit for bit and reads nothing") {
+  if (skip_without_cuda()) return;
+  // The capturable step of optim/loss_scaler.h: scale(loss) with S from device memory, the unscale
+  // pass setting found_inf, AdamW's kernel skipping on it with lr and t from device memory, the
+  // policy kernel backing S off -- all under a HostReadGuard (any host read throws) and with no host
+  // wait counted by the runtime.
+  manual_seed(21);
+  Tensor w = randn({40, 24}).to(DType::f16).to(kGpu);
+  w.requires_grad_();
+  optim::AdamW adamw({w}, optim::AdamWOptions().lr(1e-2));
+  optim::LossScaler scaler = optim::LossScaler::dynamic(optim::DynamicLossScaleOptions().init_scale(1024));
+  const Tensor lr = scalar_tensor(1e-2, DType::f64).reshape({1}).to(kGpu);
+  const Tensor x = randn({8, 40}).to(DType::f16).to(kGpu);
+  adamw.set_device_lr(lr);
+  auto step = [&](bool overflow) {
+    HostReadGuard no_reads("a test's device step");
+    const RuntimeCounters before = runtime_counters();
+    Tensor loss = mean(matmul(x, w).to(DType::f32));
+    if (overflow) loss = loss * std::numeric_limits<double>::infinity();
+    scaler.scale(loss).backward();
+    scaler.unscale_on_device(adamw);
+    adamw.clip_grad_norm_on_device(1.0, zeros({1}, DType::f64, kGpu));
+    scaler.step_on_device(adamw);
+    scaler.update();
+    adamw.zero_grad();
+    CHECK((runtime_counters() - before).host_waits() == 0);
+  };
+  step(false);  // warm-up: state created
+  const std::vector<uint16_t> weights = bits_of(w);
+  const std::vector<float> master = adamw.state(0).buffers.at("master").to(kCPU).to_vector<float>();
+  const std::vector<float> moment = adamw.state(0).buffers.at("exp_avg").to(kCPU).to_vector<float>();
+  step(true);
+  CHECK(bits_of(w) == weights);
+  CHECK(adamw.state(0).buffers.at("master").to(kCPU).to_vector<float>() == master);
+  CHECK(adamw.state(0).buffers.at("exp_avg").to(kCPU).to_vector<float>() == moment);
+  CHECK(scaler.scale_value() == 512);
+  CHECK(scaler.skipped_steps() == 1);
+  CHECK(adamw.state_tensors().front().second.item() == 1);  // t did not advance
+  step(false);
+  CHECK(bits_of(w) != weights);
+  CHECK(adamw.state_tensors().front().second.item() == 2);
 }

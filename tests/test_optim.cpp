@@ -26,6 +26,7 @@
 #include "engine/random.h"
 #include "kernels/half.h"
 #include "kernels/kernels.h"
+#include "kernels/step_kernels.h"
 #include "optim/optim.h"
 
 using namespace hg;
@@ -673,4 +674,83 @@ TEST_CASE("whole_parameters commit refreshes the fp32 master copies of rewritten
   CHECK(opt.state(0).buffers.at("master").to_vector<float>() == restored.to(DType::f32).to_vector<float>());
   CHECK_FALSE(opt.is_sharded());
   CHECK_THROWS_WITH_AS(opt.save_state("x"), doctest::Contains("keeps its whole state in this process"), hg::Error);
+}
+
+// ---- the device-resident step (kernels/step_kernels.h) --------------------------------------------------
+
+TEST_CASE("AdamW with a set skip flag leaves parameters, masters and moments bit for bit and counts no update") {
+  manual_seed(11);
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Tensor a = randn({37}).to(dtype).requires_grad_();
+    Tensor b = a.detach().clone().requires_grad_();
+    optim::AdamW skipping({a}, optim::AdamWOptions().lr(0.01));
+    optim::AdamW plain({b}, optim::AdamWOptions().lr(0.01));
+    const Tensor flag = zeros({1});
+    const Tensor lr = scalar_tensor(0.01, DType::f64).reshape({1});
+    skipping.set_device_lr(lr);
+    for (int step = 1; step <= 4; ++step) {
+      const Tensor g = randn({37}).to(dtype);
+      a.set_grad(g.clone());
+      b.set_grad(g.clone());
+      const bool skip = step == 2;
+      flag.fill_(skip ? 1.0 : 0.0);
+      const std::vector<float> param_before = a.to_vector<float>();
+      std::vector<std::vector<float>> state_before;
+      for (const auto& [name, t] : skipping.state_tensors()) state_before.push_back(t.to_vector<float>());
+      skipping.set_skip_flag(flag);
+      CHECK(skipping.step());
+      skipping.set_skip_flag(Tensor());
+      if (skip) {
+        CHECK(a.to_vector<float>() == param_before);
+        std::vector<std::vector<float>> state_after;
+        for (const auto& [name, t] : skipping.state_tensors()) state_after.push_back(t.to_vector<float>());
+        CHECK(state_after == state_before);
+      } else {
+        plain.step();  // the same gradients without the skipped one: the same bits
+        CHECK(a.to_vector<float>() == b.to_vector<float>());
+      }
+    }
+    const auto entries = skipping.state_tensors();
+    REQUIRE(!entries.empty());
+    CHECK(entries.front().first == "0.step");
+    CHECK(entries.front().second.item() == 3);  // 4 calls, one skipped
+  }
+}
+
+TEST_CASE("clip_grad_norm_on_device gives clip_grad_norm's gradients and norm bit for bit") {
+  manual_seed(12);
+  for (double max_norm : {0.5, 1e6}) {
+    std::vector<Tensor> host, device;
+    for (int64_t n : {5, 300, 70000}) {
+      const Tensor g = randn({n});
+      host.push_back(zeros({n}).requires_grad_());
+      device.push_back(zeros({n}).requires_grad_());
+      host.back().set_grad(g.clone());
+      device.back().set_grad(g.clone());
+    }
+    const double norm = clip_grad_norm(host, max_norm);
+    const Tensor sum_sq = scalar_tensor(-1.0, DType::f64).reshape({1});  // poisoned: must be written
+    clip_grad_norm_on_device(device, max_norm, sum_sq);
+    CHECK(std::sqrt(sum_sq.item()) == norm);
+    for (size_t i = 0; i < host.size(); ++i) CHECK(device[i].grad().to_vector<float>() == host[i].grad().to_vector<float>());
+  }
+}
+
+TEST_CASE("the device form of every built-in schedule gives lr(step) to the last bit") {
+  const std::vector<LrSchedulePtr> schedules = {
+      std::make_shared<ConstantLr>(0.3), std::make_shared<LinearWarmup>(0.1, 7, 0.25),
+      std::make_shared<CosineDecay>(0.1, 13, 0.01), std::make_shared<WarmupCosine>(3e-4, 10, 100, 3e-5),
+      std::make_shared<Sequential>(
+          std::vector<LrSchedulePtr>{std::make_shared<WarmupCosine>(0.2, 3, 20, 0.0), std::make_shared<ConstantLr>(0.01),
+                                     std::make_shared<LinearWarmup>(0.05, 4)},
+          std::vector<int64_t>{12, 30})};
+  for (const LrSchedulePtr& s : schedules) {
+    const std::optional<kernels::LrScheduleDesc> form = s->device_form();
+    REQUIRE(form.has_value());
+    for (int64_t t = 0; t < 120; ++t) {
+      double lr = -1.0;
+      kernels::cpu::lr_schedule_eval(*form, &t, &lr);
+      CHECK(lr == s->lr(t));
+    }
+  }
 }

@@ -17,6 +17,7 @@
 
 #include "data/data_loader.h"
 #include "engine/random.h"
+#include "kernels/runtime_counters.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "support/check_error.h"
@@ -241,4 +242,36 @@ TEST_CASE("a resume the loader cannot use changes nothing and keeps failing") {
   CHECK_ERROR(trainer.resume(), "--resume from");  // still refused, not silently "resumed"
   trainer.fit();
   CHECK_ERROR(trainer.loss_scaler(optim::LossScaler::dynamic()), "[Trainer]", "loss_scaler() after resume() or fit()");
+}
+
+TEST_CASE("on the device: a planted overflow is skipped by the kernels and unlogged steps read nothing") {
+  // AdamW decides on the device and WarmupCosine has a device form: the steps that are not logged
+  // (1-5 here) run under forbid_host_reads, so any item(), to_vector or copy to the host in them throws.
+  const auto options = train::TrainerOptions().steps(6).log_every(100).forbid_host_reads(true);
+  const auto scaler = optim::LossScaler::dynamic(optim::DynamicLossScaleOptions().init_scale(1024));
+  Run reading(8, options);
+  reading.loss_of_batch = [&](const data::Batch& b) {
+    Tensor loss = cross_entropy(reading.model->forward(b[0]), b[1]);
+    (void)loss.item();  // a host read inside an unlogged step
+    return loss;
+  };
+  reading.trainer->schedule(std::make_shared<optim::WarmupCosine>(0.05, 2, 6, 0.001)).loss_scaler(scaler);
+  CHECK_THROWS_WITH_AS(reading.trainer->fit(), doctest::Contains("must not read the device"), hg::Error);
+
+  Run run(8, options);
+  int calls = 0;
+  run.loss_of_batch = [&](const data::Batch& b) {
+    Tensor loss = cross_entropy(run.model->forward(b[0]), b[1]);
+    return ++calls == 4 ? loss * std::numeric_limits<double>::infinity() : loss;
+  };
+  run.trainer->schedule(std::make_shared<optim::WarmupCosine>(0.05, 2, 6, 0.001)).loss_scaler(scaler);
+  const RuntimeCounters before = runtime_counters();
+  const train::TrainResult r = run.trainer->fit();
+  CHECK((runtime_counters() - before).host_waits() == 0);  // the CPU device makes no runtime call
+  CHECK(r.skipped_steps == 1);   // counted by the update kernel, read at the last step
+  CHECK(r.optimizer_steps == 5); // t advanced by the kernel on the five clean steps only
+  CHECK(run.trainer->scaler().scale_value() == 512);
+  CHECK(std::isfinite(r.final_loss));
+  for (const Tensor& p : run.model->parameters())
+    for (float v : p.to_vector<float>()) CHECK(std::isfinite(v));  // the inf step wrote nothing
 }

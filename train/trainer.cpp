@@ -13,7 +13,10 @@
 #include "engine/autograd.h"
 #include "engine/profiler/profiler.h"
 #include "engine/random.h"
+#include "engine/host_reads.h"
+#include "engine/kernel_dispatch.h"
 #include "engine/safetensors.h"
+#include "kernels/step_kernels.h"
 #include "train/checkpoint_directory.h"
 #include "train/progress.h"
 
@@ -148,12 +151,28 @@ data::Batch Trainer::narrowed(const data::Batch& batch, int64_t step) const {
   return out;
 }
 
-Trainer::StepFigures Trainer::run_step(int64_t step) {
+Tensor Trainer::micro_batch_loss(const data::Batch& batch, int64_t micro_batches) {
+  std::optional<ActivationOffload> offload;
+  if (options_.offload_activations() == OffloadActivations::checkpoint_inputs)
+    offload.emplace(OffloadMode::checkpoint_inputs);
+  if (options_.offload_activations() == OffloadActivations::all) offload.emplace(OffloadMode::all);
+  return loss_(batch) * (1.0 / double(micro_batches));
+}
+
+bool Trainer::steps_on_device() const {
+  return optimizer_.decides_on_device() && (!schedule_ || schedule_->device_form().has_value());
+}
+
+Trainer::StepFigures Trainer::run_step(int64_t step, bool read) {
   using profiler::Category;
   StepFigures f;
   const auto start = Clock::now();
   const int64_t micro_batches = options_.grad_accum();
+  const bool on_device = device_step_.has_value();
   std::optional<profiler::ScopedRange> phase;
+  std::optional<HostReadGuard> no_reads;
+  if (on_device && !read && options_.forbid_host_reads()) no_reads.emplace("a training step that is not logged");
+  if (on_device) device_step_->figures.narrow(0, 0, 1).zero_();
   // Each micro-batch's loss is divided by their number, so the summed gradients are those of the
   // mean over all of them; the scaler multiplies it by S for fp16 (1 otherwise). Only the last
   // micro-batch's backward communicates.
@@ -164,39 +183,84 @@ Trainer::StepFigures Trainer::run_step(int64_t step) {
     unit_ = counts_tokens(batch) ? "tok" : "ex";
     optimizer_.set_gradient_sync(micro == micro_batches - 1);
     phase.emplace("forward", Category::forward, batch[0].device());
-    Tensor loss;
-    {
-      std::optional<ActivationOffload> offload;
-      if (options_.offload_activations() == OffloadActivations::checkpoint_inputs)
-        offload.emplace(OffloadMode::checkpoint_inputs);
-      if (options_.offload_activations() == OffloadActivations::all) offload.emplace(OffloadMode::all);
-      loss = loss_(batch) * (1.0 / double(micro_batches));
-    }
+    const Tensor loss = micro_batch_loss(batch, micro_batches);
     phase.emplace("backward", Category::backward, batch[0].device());
     scaler_.scale(loss).backward();
     phase.reset();
-    f.loss += loss.item();
+    if (on_device) {  // summed in double in micro-batch order, as the host sum was: no read
+      NoGradGuard no_grad;
+      const Tensor sum = device_step_->figures.narrow(0, 0, 1);
+      device_step_->scratch.copy_(loss.detach().reshape({1}));
+      sum.copy_(sum + device_step_->scratch);
+    } else {
+      f.loss += loss.item();
+    }
   }
   phase.emplace("optimizer", Category::optimizer);
-  // unscale -> clip -> step -> update. A step with inf/NaN gradients is skipped: the weights and the
-  // schedule stay where they are.
-  scaler_.unscale_(optimizer_);
-  f.grad_norm = options_.clip() > 0 ? optimizer_.clip_grad_norm(options_.clip()) : NAN;
-  f.lr = schedule_ ? schedule_->lr(optimizer_steps_) : NAN;
-  if (schedule_) optimizer_.set_lr(f.lr);
-  if (scaler_.step(optimizer_))
-    ++optimizer_steps_;
-  else if (!scaler_.enabled())
-    ++unscaled_skips_;  // a sharded optimizer found inf/NaN itself (the scaler counts only its own)
-  scaler_.update();
+  if (on_device) {
+    optimizer_step_on_device();
+  } else {
+    // unscale -> clip -> step -> update. A step with inf/NaN gradients is skipped: the weights and
+    // the schedule stay where they are.
+    scaler_.unscale_(optimizer_);
+    f.grad_norm = options_.clip() > 0 ? optimizer_.clip_grad_norm(options_.clip()) : NAN;
+    f.lr = schedule_ ? schedule_->lr(optimizer_steps_) : NAN;
+    if (schedule_) optimizer_.set_lr(f.lr);
+    if (scaler_.step(optimizer_))
+      ++optimizer_steps_;
+    else if (!scaler_.enabled())
+      ++unscaled_skips_;  // a sharded optimizer found inf/NaN itself (the scaler counts only its own)
+    scaler_.update();
+    if (read && scaler_.enabled()) f.scale = scaler_.scale_value(), f.skipped = scaler_.skipped_steps();
+  }
   optimizer_.zero_grad();
   phase.reset();
+  no_reads.reset();
+  if (on_device && read) read_device_figures(f);
   if (dist::Communicator* comm = options_.communicator()) {
-    comm->all_reduce(&f.loss, 1, DType::f64, dist::ReduceOp::avg).wait();
+    if (read) comm->all_reduce(&f.loss, 1, DType::f64, dist::ReduceOp::avg).wait();  // same steps on every rank
     f.items *= comm->world_size();
   }
   f.seconds = seconds_since(start);
   return f;
+}
+
+void Trainer::optimizer_step_on_device() {
+  DeviceStep& d = *device_step_;
+  const Device device = d.figures.device();
+  NoGradGuard no_grad;
+  scaler_.unscale_on_device(optimizer_);
+  if (options_.clip() > 0) optimizer_.clip_grad_norm_on_device(options_.clip(), d.figures.narrow(0, 1, 1));
+  if (device_schedule_) {
+    HG_KERNEL(device, lr_schedule_eval, *device_schedule_, static_cast<const int64_t*>(d.steps.data_ptr()),
+              static_cast<double*>(d.figures.narrow(0, 2, 1).data_ptr()));
+    optimizer_.set_device_lr(d.figures.narrow(0, 2, 1));
+  }
+  const bool stepped = scaler_.step_on_device(optimizer_);
+  const Tensor found_inf = scaler_.found_inf_tensor();
+  if (stepped)  // t advances unless the device found inf/NaN
+    HG_KERNEL(device, step_count_advance, static_cast<int64_t*>(d.steps.data_ptr()),
+              found_inf.defined() ? static_cast<const float*>(found_inf.data_ptr()) : nullptr);
+  else
+    ++unscaled_skips_;
+  scaler_.update();
+}
+
+void Trainer::read_device_figures(StepFigures& f) {
+  DeviceStep& d = *device_step_;
+  NoGradGuard no_grad;
+  if (scaler_.enabled()) {
+    d.figures.narrow(0, 3, 1).copy_(scaler_.scale_tensor().reshape({1}));
+    d.figures.narrow(0, 4, 1).copy_(scaler_.skipped_steps_tensor().reshape({1}));
+  }
+  d.figures.narrow(0, 5, 1).copy_(d.steps);
+  const std::vector<double> v = d.figures.to_vector<double>();  // the step's one read
+  f.loss = v[0];
+  f.grad_norm = options_.clip() > 0 ? std::sqrt(v[1]) : NAN;
+  f.lr = schedule_ ? v[2] : NAN;
+  f.scale = scaler_.enabled() ? v[3] : 1.0;
+  f.skipped = int64_t(v[4]);
+  optimizer_steps_ = int64_t(v[5]);
 }
 
 metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool keep) const {
@@ -211,8 +275,7 @@ metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool ke
                 megabytes(memory.peak_allocated_bytes).c_str(), megabytes(memory.reserved_bytes).c_str());
   line += part;
   if (scaler_.enabled()) {
-    std::snprintf(part, sizeof part, " | scale %g | skipped %lld", scaler_.scale_value(),
-                  (long long)scaler_.skipped_steps());
+    std::snprintf(part, sizeof part, " | scale %g | skipped %lld", f.scale, (long long)f.skipped);
     line += part;
   }
   if (const std::string state = optimizer_.state_summary(); !state.empty()) line += " | " + state;
@@ -223,8 +286,7 @@ metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool ke
   record.set(std::strcmp(unit_, "tok") == 0 ? "tokens_per_s" : "examples_per_s", f.items / f.seconds);
   record.set("step_ms", f.seconds * 1e3);
   if (options_.clip() > 0) record.set("grad_norm", f.grad_norm);
-  if (scaler_.enabled())
-    record.set("loss_scale", scaler_.scale_value()).set("skipped_steps", double(scaler_.skipped_steps()));
+  if (scaler_.enabled()) record.set("loss_scale", f.scale).set("skipped_steps", double(f.skipped));
   return record;
 }
 
@@ -284,22 +346,42 @@ TrainResult Trainer::fit() {
   result.first_step = completed_steps_ + 1;
   double last_loss = NAN;
   model_.train();
+  device_step_.reset();
+  device_schedule_.reset();
+  if (steps_on_device() && !parameters.empty()) {  // the step's scalars, made once (see ON THE DEVICE)
+    const Device device = parameters.front().device();
+    DeviceStep d;
+    d.figures = zeros({6}, DType::f64, device);
+    d.scratch = zeros({1}, DType::f64, device);
+    d.steps = scalar_tensor(double(optimizer_steps_), DType::i64).reshape({1}).to(device);
+    device_step_ = d;
+    if (schedule_) device_schedule_ = schedule_->device_form();
+  }
   const auto start = Clock::now();
   for (int64_t step = completed_steps_ + 1; step <= last_step; ++step) {
     monitor.begin_step(step);
     std::optional<profiler::ScopedRange> step_range(std::in_place, "step", Category::step);
-    const StepFigures f = run_step(step);
-    last_loss = f.loss;
+    const bool eval_now = (o.eval_every() > 0 && step % o.eval_every() == 0) || step == o.steps();
+    const bool checkpoint_now =
+        checkpoints_ && ((o.checkpoint_every() > 0 && step % o.checkpoint_every() == 0) || step == last_step);
+    const bool keep = eval_now || step % o.log_every() == 0;
+    const bool read = keep || checkpoint_now || step == last_step;  // the steps that report their figures
+    const StepFigures f = run_step(step, read);
+    if (read) last_loss = f.loss;
     totals_.steps += 1;
     totals_.seconds += f.seconds;
     totals_.items += f.items;
-    const bool eval_now = (o.eval_every() > 0 && step % o.eval_every() == 0) || step == o.steps();
-    metrics::Record record = report_step(step, f, eval_now || step % o.log_every() == 0);
+    metrics::Record record(step);
+    if (read) {
+      record = report_step(step, f, keep);
+    } else {  // what the host knows without reading the device
+      record.set(std::strcmp(unit_, "tok") == 0 ? "tokens_per_s" : "examples_per_s", f.items / f.seconds);
+      record.set("step_ms", f.seconds * 1e3);
+    }
     step_range.reset();
     const bool stop = eval_now && evaluate_ && evaluate(step, record, monitor);
     completed_steps_ = step;
-    if (checkpoints_ && ((o.checkpoint_every() > 0 && step % o.checkpoint_every() == 0) || step == last_step))
-      save_checkpoint(step, last_loss);
+    if (checkpoint_now) save_checkpoint(step, last_loss);
     monitor.end_step(std::move(record));
     if (stop) {
       progress.line("early stopping: no improvement in " + std::to_string(o.monitor().early_stop_patience()) +

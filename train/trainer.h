@@ -25,6 +25,16 @@
 // under ZeRO), the loss scaler, the step and the optimizer-step counters, the default Philox
 // generator (dropout) and the loader's position.
 //
+// ON THE DEVICE. When the optimizer decides_on_device() (AdamW; optim/optimizer.h) and the schedule,
+// if any, has a device_form(), a step reads nothing from the device: the micro-batch losses are
+// summed into a device scalar (loss.detach()), the scaler's found_inf decides the skip in the
+// optimizer's kernels, the gradient norm is a device sum of squares, t (the steps taken) is a device
+// count advanced by a kernel unless found_inf is set, and the schedule's lr is evaluated from it by
+// a kernel into the device scalar the optimizer reads. Only a step that is logged (every log_every,
+// evaluated, checkpointed, or the last) reads its figures -- loss, norm, lr, scale, skipped count,
+// t -- with ONE copy to the host. Otherwise (ZeRO, SGD, a host-only schedule) each decision is read
+// on the host as it is taken.
+//
 // CONVENTION
 //   - t, the step the schedule sees, counts optimizer steps that were not skipped.
 //   - Losses printed and logged are the mean over the ranks; only rank 0 writes the metrics log;
@@ -86,6 +96,9 @@ struct TrainerOptions {
   HG_OPTION(TrainerOptions, bool, resume, false);  // from the newest checkpoint of checkpoint_dir
   // Profiler, metrics log, early stopping (train/monitor.h).
   HG_OPTION(TrainerOptions, MonitorOptions, monitor, MonitorOptions());
+  // Debug: a step taken on the device that is not logged throws an hg::Error at any host read of
+  // device values (engine/host_reads.h) -- how tests assert that such a step reads nothing.
+  HG_OPTION(TrainerOptions, bool, forbid_host_reads, false);
   // The ranks of a data-parallel run (dist/data_parallel.h); nullptr: one process.
   HG_OPTION(TrainerOptions, dist::Communicator*, communicator, nullptr);
 };
@@ -147,9 +160,26 @@ class Trainer {
  private:
   struct StepFigures {
     double loss = 0, lr = 0, grad_norm = 0, items = 0, seconds = 0;
+    double scale = 1;         // the loss scale after the step
+    int64_t skipped = 0;      // the scaler's skipped steps so far
+  };
+  // The device scalars of a step taken on the device (see ON THE DEVICE); one f64 buffer, so the
+  // figures of a logged step come back in one copy.
+  struct DeviceStep {
+    Tensor figures;  // f64[6]: loss sum, sum of squares, lr, scale, skipped steps, t
+    Tensor steps;    // i64[1]: t, the optimizer steps taken
+    Tensor scratch;  // f64[1]: staging for the loss sum
   };
   data::Batch narrowed(const data::Batch& batch, int64_t step) const;
-  StepFigures run_step(int64_t step);
+  // Micro-batches, backward and the optimizer; the figures are read (`read`) or left on the device.
+  StepFigures run_step(int64_t step, bool read);
+  // Whether this run's steps stay on the device (see ON THE DEVICE).
+  bool steps_on_device() const;
+  // The optimizer part of a step on the device (no host read), and its figures' readback.
+  void optimizer_step_on_device();
+  void read_device_figures(StepFigures& f);
+  // The loss of one micro-batch: forward (with activation offload when set), / grad_accum.
+  Tensor micro_batch_loss(const data::Batch& batch, int64_t micro_batches);
   metrics::Record report_step(int64_t step, const StepFigures& figures, bool keep) const;
   // Runs the evaluator (eval mode, no grad) and early stopping; true when it says to stop.
   bool evaluate(int64_t step, metrics::Record& record, TrainingMonitor& monitor);
@@ -169,6 +199,8 @@ class Trainer {
   int64_t completed_steps_ = 0, optimizer_steps_ = 0;
   bool resumed_ = false;
   int64_t unscaled_skips_ = 0;  // steps a self-checking optimizer skipped without a loss scaler
+  std::optional<DeviceStep> device_step_;  // when steps_on_device(), from the first step of fit()
+  std::optional<kernels::LrScheduleDesc> device_schedule_;
   Tensor loader_position_;
   TrainingState state_;
   std::unique_ptr<CheckpointDirectory> checkpoints_;

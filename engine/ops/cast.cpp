@@ -1,6 +1,7 @@
 // cast between dtypes (floating <-> floating is differentiable: the gradient is cast back) and
 // moves between the CPU and a CUDA device (differentiable: the gradient moves back).
 #include "engine/cuda/cuda_context.h"
+#include "engine/host_reads.h"
 #include "engine/ops.h"
 #include "engine/ops/op_support.h"
 
@@ -35,7 +36,7 @@ Tensor to_device(const Tensor& input, const Device& device) {
   if (x.device().is_cpu())
     cuda::copy_to_device(y.data_ptr(), x.data_ptr(), bytes, device.index);
   else if (device.is_cpu())
-    cuda::copy_to_host(y.data_ptr(), x.data_ptr(), bytes, x.device().index);
+    note_host_read("[to] " + x.describe() + " -> cpu"), cuda::copy_to_host(y.data_ptr(), x.data_ptr(), bytes, x.device().index);
   else
     HG_CHECK(x.device() == device, "[to] copies between two CUDA devices (", x.device().str(), " -> ", device.str(),
              ") are not supported; go through the CPU");

@@ -17,6 +17,7 @@
 #include "kernels/adamw_math.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
+#include "kernels/step_kernels.h"
 
 namespace hg::kernels::cpu {
 namespace {
@@ -99,6 +100,24 @@ void adamw_step(void* param, void* master, const void* grad, void* exp_avg, void
       adamw_all<T, false>(p, nullptr, g, m, v, n, c);
     }
   });
+}
+
+}  // namespace hg::kernels::cpu
+
+namespace hg::kernels::cpu {
+
+// The capturable form (kernels/adamw_math.h): the scalars are read from (host) memory when called,
+// and the update is adamw_step's, so the two give the same bits.
+void adamw_step_device(void* param, void* master, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+                       const AdamWStepScalars& s, double beta1, double beta2, double eps, double weight_decay,
+                       DType dtype) {
+  HG_CHECK(n >= 0, "[adamw_step_device] expected n >= 0, got ", n);
+  HG_CHECK(s.step != nullptr && (s.parity == 0 || s.parity == 1), "[adamw_step_device] expected a two-slot step count "
+           "and parity 0 or 1, got ", s.step == nullptr ? "a null step pointer" : "parity ", s.parity);
+  if (!adamw_skips(s) && n > 0)
+    adamw_step(param, master, grad, exp_avg, exp_avg_sq, n, adamw_lr(s), beta1, beta2, eps, weight_decay,
+               adamw_next_step(s), dtype);
+  adamw_record_step(s);
 }
 
 }  // namespace hg::kernels::cpu

@@ -10,6 +10,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
+#include "kernels/step_kernels.h"
 
 namespace hg::kernels::cpu {
 namespace {
@@ -47,6 +48,15 @@ double sum_of_squares(const void* x, int64_t n, DType dtype) {
     for (const double p : partial) total += p;
     return total;
   });
+}
+
+}  // namespace hg::kernels::cpu
+
+namespace hg::kernels::cpu {
+
+void sum_of_squares_into(const void* x, int64_t n, DType dtype, double* accumulator) {
+  HG_CHECK(accumulator != nullptr, "[sum_of_squares_into] null accumulator");
+  *accumulator += sum_of_squares(x, n, dtype);
 }
 
 }  // namespace hg::kernels::cpu

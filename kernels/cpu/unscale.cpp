@@ -1,5 +1,7 @@
-// unscale_and_check: the loss scaler's fused pass over many gradient tensors (math in
-// kernels/unscale_math.h): x *= inv_scale in place, and whether any element is inf or NaN.
+// unscale_and_check and scale_gradients: the loss scaler's fused pass over many gradient tensors
+// (math in kernels/unscale_math.h): x *= inv_scale in place, and whether any element is inf or NaN;
+// scale_gradients reads its multiplier from memory (the loss scale, or the clip coefficient from
+// the sum of squares) and writes found_inf there instead of returning it (the capturable step).
 //
 // Parallel strategy: the tensors are cut into chunks of kChunk elements (the last chunk of a tensor
 // is shorter; a chunk never spans two tensors), and the chunks of all tensors together form one
@@ -13,6 +15,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
+#include "kernels/step_kernels.h"
 #include "kernels/unscale_math.h"
 
 namespace hg::kernels::cpu {
@@ -26,6 +29,29 @@ struct Chunk {
   int64_t n;
   DType dtype;
 };
+
+// One chunk of the clip pass: x = round(coef * acc(x) + 0), the affine op's formula.
+template <class T>
+void clip_chunk(T* __restrict x, int64_t n, double coef) {
+  using A = acc_t<T>;
+  const A a = A(coef), b = A(0);
+  for (int64_t i = 0; i < n; ++i) x[i] = T(a * A(x[i]) + b);
+}
+
+void clip_chunk_any(const Chunk& c, double coef) {
+  switch (c.dtype) {
+    case DType::f32:
+      return clip_chunk(static_cast<float*>(c.data), c.n, coef);
+    case DType::f64:
+      return clip_chunk(static_cast<double*>(c.data), c.n, coef);
+    case DType::f16:
+      return clip_chunk(static_cast<half*>(c.data), c.n, coef);
+    case DType::bf16:
+      return clip_chunk(static_cast<bfloat16*>(c.data), c.n, coef);
+    default:
+      return;  // unreachable: dtypes are validated before the parallel loop
+  }
+}
 
 // One chunk: returns 1 when an element is inf or NaN (after scaling, as stored).
 template <class T>
@@ -62,28 +88,63 @@ int unscale_chunk_any(const Chunk& c, double inv_scale) {
   }
 }
 
-}  // namespace
-
-bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scale) {
-  HG_CHECK(count >= 0, "[unscale_and_check] expected count >= 0 tensors, got ", count);
-  HG_CHECK(count == 0 || tensors != nullptr, "[unscale_and_check] null tensor list for count = ", count);
-  HG_CHECK(std::isfinite(inv_scale) && inv_scale > 0.0, "[unscale_and_check] invalid inv_scale ", inv_scale,
-           ": expected a finite value > 0 (1 / loss scale)");
+// Every tensor cut into chunks, the spans validated (an hg::Error names the bad one and `op`).
+std::vector<Chunk> chunks_of(const TensorSpan* tensors, int64_t count, const char* op, int64_t& total) {
+  HG_CHECK(count >= 0, "[", op, "] expected count >= 0 tensors, got ", count);
+  HG_CHECK(count == 0 || tensors != nullptr, "[", op, "] null tensor list for count = ", count);
   std::vector<Chunk> chunks;
-  int64_t total = 0;
+  total = 0;
   for (int64_t t = 0; t < count; ++t) {
     const TensorSpan& s = tensors[t];
-    HG_CHECK(s.n >= 0, "[unscale_and_check] tensor ", t, " has n = ", s.n, "; expected n >= 0");
-    HG_CHECK(is_floating(s.dtype), "[unscale_and_check] tensor ", t, " is ", dtype_name(s.dtype),
+    HG_CHECK(s.n >= 0, "[", op, "] tensor ", t, " has n = ", s.n, "; expected n >= 0");
+    HG_CHECK(is_floating(s.dtype), "[", op, "] tensor ", t, " is ", dtype_name(s.dtype),
              "; expected a floating dtype (f32, f64, f16, bf16)");
     if (s.n == 0) continue;
-    HG_CHECK(s.data != nullptr, "[unscale_and_check] tensor ", t, " is null with n = ", s.n);
+    HG_CHECK(s.data != nullptr, "[", op, "] tensor ", t, " is null with n = ", s.n);
     const size_t size = dtype_size(s.dtype);
     for (int64_t begin = 0; begin < s.n; begin += kChunk) {
       chunks.push_back({static_cast<char*>(s.data) + size_t(begin) * size, std::min(kChunk, s.n - begin), s.dtype});
     }
     total += s.n;
   }
+  return chunks;
+}
+
+}  // namespace
+
+void scale_gradients(const TensorSpan* tensors, int64_t count, const GradientMultiplier& multiplier, float* found_inf) {
+  const bool unscale = multiplier.kind == GradientMultiplier::unscale;
+  HG_CHECK(unscale ? multiplier.scale != nullptr && found_inf != nullptr : multiplier.sum_sq != nullptr,
+           "[scale_gradients] ", unscale ? "unscale needs the loss scale and found_inf" : "clip needs the sum of squares");
+  HG_CHECK(unscale || (std::isfinite(multiplier.max_norm) && multiplier.max_norm > 0.0),
+           "[scale_gradients] invalid max_norm ", multiplier.max_norm, ": expected a finite max_norm > 0");
+  int64_t total = 0;
+  const std::vector<Chunk> chunks = chunks_of(tensors, count, "scale_gradients", total);
+  if (unscale) {
+    const float scale = *multiplier.scale;
+    HG_CHECK(std::isfinite(scale) && scale > 0.0f, "[scale_gradients] invalid loss scale ", scale,
+             ": expected a finite value > 0");
+  }
+  bool write = false;
+  const double factor = gradient_multiplier(multiplier, &write);
+  const int64_t n_chunks = int64_t(chunks.size());
+  if (!unscale) {
+    if (!write) return;
+#pragma omp parallel for schedule(static) if (total >= kParallelMinElements)
+    for (int64_t k = 0; k < n_chunks; ++k) clip_chunk_any(chunks[size_t(k)], factor);
+    return;
+  }
+  int found = 0;
+#pragma omp parallel for schedule(static) reduction(| : found) if (total >= kParallelMinElements)
+  for (int64_t k = 0; k < n_chunks; ++k) found |= unscale_chunk_any(chunks[size_t(k)], factor);
+  *found_inf = found != 0 ? 1.0f : 0.0f;
+}
+
+bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scale) {
+  HG_CHECK(std::isfinite(inv_scale) && inv_scale > 0.0, "[unscale_and_check] invalid inv_scale ", inv_scale,
+           ": expected a finite value > 0 (1 / loss scale)");
+  int64_t total = 0;
+  const std::vector<Chunk> chunks = chunks_of(tensors, count, "unscale_and_check", total);
   const int64_t n_chunks = int64_t(chunks.size());
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (total >= kParallelMinElements)

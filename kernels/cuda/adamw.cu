@@ -10,6 +10,11 @@
 // parameter receives master's rounding. nvcc may fuse the multiply-adds of adamw_update into fma, so
 // results agree with the CPU's to an ulp or so, not always to the bit.
 //
+// adamw_step_device (the capturable form, kernels/adamw_math.h AdamWStepScalars): every thread reads
+// lr, found_inf and the step count from device memory and builds the coefficients itself (a few
+// double operations per thread, not per element); when found_inf != 0 every thread returns before
+// touching memory. Thread 0 of block 0 writes the step count's other slot, which no thread reads.
+//
 // Parallel strategy: a grid-stride loop in which a thread owns four consecutive elements. When every
 // array is aligned to four of its elements, each is moved with one load and one store per array
 // (128-bit for f32 and for the fp32 moments of half parameters, 64-bit for half parameters and
@@ -19,6 +24,7 @@
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/step_kernels.h"
 
 namespace hg::kernels::cuda {
 namespace {
@@ -26,9 +32,9 @@ namespace {
 constexpr int kGroup = 4;
 
 template <class T, bool kMaster>
-__global__ void adamw_kernel(T* __restrict__ param, acc_t<T>* __restrict__ master, const T* __restrict__ grad,
-                             acc_t<T>* __restrict__ exp_avg, acc_t<T>* __restrict__ exp_avg_sq, int64_t n,
-                             AdamWCoefficients<acc_t<T>> c, bool packed) {
+HG_DEVICE void adamw_elements(T* __restrict__ param, acc_t<T>* __restrict__ master, const T* __restrict__ grad,
+                              acc_t<T>* __restrict__ exp_avg, acc_t<T>* __restrict__ exp_avg_sq, int64_t n,
+                              const AdamWCoefficients<acc_t<T>>& c, bool packed) {
   using A = acc_t<T>;
   const int64_t groups = (n + kGroup - 1) / kGroup;
   for (int64_t q = flat_worker(); q < groups; q += flat_workers()) {
@@ -63,6 +69,36 @@ __global__ void adamw_kernel(T* __restrict__ param, acc_t<T>* __restrict__ maste
   }
 }
 
+template <class T, bool kMaster>
+__global__ void adamw_kernel(T* __restrict__ param, acc_t<T>* __restrict__ master, const T* __restrict__ grad,
+                             acc_t<T>* __restrict__ exp_avg, acc_t<T>* __restrict__ exp_avg_sq, int64_t n,
+                             AdamWCoefficients<acc_t<T>> c, bool packed) {
+  adamw_elements<T, kMaster>(param, master, grad, exp_avg, exp_avg_sq, n, c, packed);
+}
+
+struct AdamWHyper {
+  double beta1, beta2, eps, weight_decay;
+};
+
+template <class T, bool kMaster>
+__global__ void adamw_device_kernel(T* __restrict__ param, acc_t<T>* __restrict__ master, const T* __restrict__ grad,
+                                    acc_t<T>* __restrict__ exp_avg, acc_t<T>* __restrict__ exp_avg_sq, int64_t n,
+                                    AdamWStepScalars s, AdamWHyper h, bool packed) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) adamw_record_step(s);  // the other slot: read by nobody here
+  if (adamw_skips(s)) return;
+  const AdamWCoefficients<acc_t<T>> c =
+      adamw_coefficients<acc_t<T>>(adamw_lr(s), h.beta1, h.beta2, h.eps, h.weight_decay, adamw_next_step(s));
+  adamw_elements<T, kMaster>(param, master, grad, exp_avg, exp_avg_sq, n, c, packed);
+}
+
+bool all_aligned(const void* param, const void* master, const void* grad, const void* m, const void* v, size_t t,
+                 size_t a) {
+  const auto aligned = [](const void* p, size_t element) {
+    return p == nullptr || reinterpret_cast<uintptr_t>(p) % (kGroup * element) == 0;
+  };
+  return aligned(param, t) && aligned(grad, t) && aligned(m, a) && aligned(v, a) && aligned(master, a);
+}
+
 }  // namespace
 
 void adamw_step(void* param, void* master, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n, double lr,
@@ -90,6 +126,33 @@ void adamw_step(void* param, void* master, const void* grad, void* exp_avg, void
     } else {
       launch(adamw_kernel<T, false>, grid, dim3(kFlatThreads), 0, stream, p, static_cast<A*>(nullptr), g, m, v, n, c,
              packed);
+    }
+  });
+}
+
+void adamw_step_device(void* param, void* master, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+                       const AdamWStepScalars& scalars, double beta1, double beta2, double eps, double weight_decay,
+                       DType dtype, Stream stream) {
+  HG_CHECK(n >= 0, "[adamw_step_device] expected n >= 0, got ", n);
+  HG_CHECK(scalars.step != nullptr && (scalars.parity == 0 || scalars.parity == 1),
+           "[adamw_step_device] expected a two-slot step count and parity 0 or 1");
+  HG_CHECK(n == 0 || (param && grad && exp_avg && exp_avg_sq),
+           "[adamw_step_device] null param, grad or moment pointer for n = ", n);
+  dispatch_floating_cuda(dtype, "adamw_step_device", [&]<class T>() {
+    using A = acc_t<T>;
+    const bool packed = all_aligned(param, master, grad, exp_avg, exp_avg_sq, sizeof(T), sizeof(A));
+    const dim3 grid = flat_grid(n == 0 ? 1 : (n + kGroup - 1) / kGroup);  // n = 0 still records the count
+    T* p = static_cast<T*>(param);
+    const T* g = static_cast<const T*>(grad);
+    A* m = static_cast<A*>(exp_avg);
+    A* v = static_cast<A*>(exp_avg_sq);
+    const AdamWHyper h{beta1, beta2, eps, weight_decay};
+    if (master != nullptr) {
+      launch(adamw_device_kernel<T, true>, grid, dim3(kFlatThreads), 0, stream, p, static_cast<A*>(master), g, m, v, n,
+             scalars, h, packed);
+    } else {
+      launch(adamw_device_kernel<T, false>, grid, dim3(kFlatThreads), 0, stream, p, static_cast<A*>(nullptr), g, m, v,
+             n, scalars, h, packed);
     }
   });
 }

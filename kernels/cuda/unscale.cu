@@ -12,6 +12,13 @@
 // saw one does atomicOr(found, 1) -- at most one atomic per block, and no plain racing stores. One
 // device-to-host copy of the found word ends the call (and synchronises the stream).
 // Every element is independent, so the stored values and the flag do not depend on block order.
+//
+// scale_gradients is the same pass with its multiplier read from device memory by every block
+// (kernels/unscale_math.h gradient_multiplier: 1 / loss scale, or the clip coefficient from the
+// device sum of squares), so nothing is read back: found_inf (f32, device) is zeroed with an async
+// memset before the launch and a block that saw an inf/NaN ORs the bits of 1.0f into it (race-free:
+// every writer ORs the same bits). The clip form writes round(coef * x + 0), the affine op's formula,
+// and only when the norm is finite and over the bound.
 #include <cstring>
 #include <vector>
 
@@ -19,6 +26,7 @@
 #include "kernels/cuda/workspace.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/step_kernels.h"
 #include "kernels/unscale_math.h"
 
 namespace hg::kernels::cuda {
@@ -40,47 +48,93 @@ struct TableHeader {
   int padding[3];
 };
 
-template <class T>
-HG_DEVICE int unscale_span(T* __restrict__ x, int64_t n, int64_t head, double inv_scale, bool write) {
+// kClip: x = round(factor * x + 0) and no check; else x = round(x * factor) (when write) and the check.
+template <bool kClip, class T>
+HG_DEVICE int unscale_span(T* __restrict__ x, int64_t n, int64_t head, double factor, bool write) {
   using A = acc_t<T>;
-  const A inv = A(inv_scale);
+  const A inv = A(factor);
   int found = 0;
   for_packs<kPack<T>>(n, head, threadIdx.x, blockDim.x, [&](int64_t i, auto width) {
     constexpr int W = decltype(width)::value;
     Pack<T, W> p = load_pack<W>(x + i);
     HG_UNROLL
     for (int k = 0; k < W; ++k) {
-      if (write) p.v[k] = from_acc<T>(to_acc(p.v[k]) * inv);
-      found |= int(is_nonfinite(to_acc(p.v[k])));
+      if constexpr (kClip) {
+        p.v[k] = from_acc<T>(inv * to_acc(p.v[k]) + A(0));
+      } else {
+        if (write) p.v[k] = from_acc<T>(to_acc(p.v[k]) * inv);
+        found |= int(is_nonfinite(to_acc(p.v[k])));
+      }
     }
     if (write) store_pack<W>(x + i, p);
   });
   return found;
 }
 
-__global__ void unscale_and_check_kernel(const UnscaleChunk* __restrict__ chunks, int64_t count, double inv_scale,
-                                         bool write, int* __restrict__ found) {
+template <bool kClip>
+HG_DEVICE int scale_chunks(const UnscaleChunk* __restrict__ chunks, int64_t count, double factor, bool write) {
   int local = 0;
   for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
     const UnscaleChunk chunk = chunks[c];
     switch (DType(chunk.dtype)) {
       case DType::f32:
-        local |= unscale_span(static_cast<float*>(chunk.data), chunk.n, chunk.head, inv_scale, write);
+        local |= unscale_span<kClip>(static_cast<float*>(chunk.data), chunk.n, chunk.head, factor, write);
         break;
       case DType::f64:
-        local |= unscale_span(static_cast<double*>(chunk.data), chunk.n, chunk.head, inv_scale, write);
+        local |= unscale_span<kClip>(static_cast<double*>(chunk.data), chunk.n, chunk.head, factor, write);
         break;
       case DType::f16:
-        local |= unscale_span(static_cast<__half*>(chunk.data), chunk.n, chunk.head, inv_scale, write);
+        local |= unscale_span<kClip>(static_cast<__half*>(chunk.data), chunk.n, chunk.head, factor, write);
         break;
       case DType::bf16:
-        local |= unscale_span(static_cast<__nv_bfloat16*>(chunk.data), chunk.n, chunk.head, inv_scale, write);
+        local |= unscale_span<kClip>(static_cast<__nv_bfloat16*>(chunk.data), chunk.n, chunk.head, factor, write);
         break;
       default:
         break;  // unreachable: the host validated every dtype
     }
   }
+  return local;
+}
+
+__global__ void unscale_and_check_kernel(const UnscaleChunk* __restrict__ chunks, int64_t count, double inv_scale,
+                                         bool write, int* __restrict__ found) {
+  const int local = scale_chunks<false>(chunks, count, inv_scale, write);
   if (__syncthreads_or(local) && threadIdx.x == 0) atomicOr(found, 1);
+}
+
+__global__ void scale_gradients_kernel(const UnscaleChunk* __restrict__ chunks, int64_t count, GradientMultiplier m,
+                                       float* __restrict__ found_inf) {
+  bool write = false;
+  const double factor = gradient_multiplier(m, &write);
+  if (m.kind == GradientMultiplier::clip) {
+    if (write) scale_chunks<true>(chunks, count, factor, true);
+    return;
+  }
+  const int local = scale_chunks<false>(chunks, count, factor, factor != 1.0);
+  if (__syncthreads_or(local) && threadIdx.x == 0) atomicOr(reinterpret_cast<int*>(found_inf), __float_as_int(1.0f));
+}
+
+// The chunk table of `count` spans (validated; an hg::Error names the bad one and `op`).
+std::vector<UnscaleChunk> chunk_table(const TensorSpan* tensors, int64_t count, const char* op) {
+  HG_CHECK(count >= 0, "[", op, "] expected count >= 0 tensors, got ", count);
+  HG_CHECK(count == 0 || tensors != nullptr, "[", op, "] null tensor list for count = ", count);
+  std::vector<UnscaleChunk> chunks;
+  for (int64_t t = 0; t < count; ++t) {
+    const TensorSpan& s = tensors[t];
+    HG_CHECK(s.n >= 0, "[", op, "] tensor ", t, " has n = ", s.n, "; expected n >= 0");
+    HG_CHECK(is_floating(s.dtype), "[", op, "] tensor ", t, " is ", dtype_name(s.dtype),
+             "; expected a floating dtype (f32, f64, f16, bf16)");
+    if (s.n == 0) continue;
+    HG_CHECK(s.data != nullptr, "[", op, "] tensor ", t, " is null with n = ", s.n);
+    dispatch_floating_cuda(s.dtype, op, [&]<class T>() {
+      for (int64_t begin = 0; begin < s.n; begin += kChunk) {
+        T* data = static_cast<T*>(s.data) + begin;
+        const int64_t n = s.n - begin < kChunk ? s.n - begin : kChunk;
+        chunks.push_back({data, n, int32_t(s.dtype), int32_t(pack_head<T>(n, data))});
+      }
+    });
+  }
+  return chunks;
 }
 
 }  // namespace
@@ -90,22 +144,7 @@ bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scal
   HG_CHECK(count == 0 || tensors != nullptr, "[unscale_and_check] null tensor list for count = ", count);
   HG_CHECK(std::isfinite(inv_scale) && inv_scale > 0.0, "[unscale_and_check] invalid inv_scale ", inv_scale,
            ": expected a finite value > 0 (1 / loss scale)");
-  std::vector<UnscaleChunk> chunks;
-  for (int64_t t = 0; t < count; ++t) {
-    const TensorSpan& s = tensors[t];
-    HG_CHECK(s.n >= 0, "[unscale_and_check] tensor ", t, " has n = ", s.n, "; expected n >= 0");
-    HG_CHECK(is_floating(s.dtype), "[unscale_and_check] tensor ", t, " is ", dtype_name(s.dtype),
-             "; expected a floating dtype (f32, f64, f16, bf16)");
-    if (s.n == 0) continue;
-    HG_CHECK(s.data != nullptr, "[unscale_and_check] tensor ", t, " is null with n = ", s.n);
-    dispatch_floating_cuda(s.dtype, "unscale_and_check", [&]<class T>() {
-      for (int64_t begin = 0; begin < s.n; begin += kChunk) {
-        T* data = static_cast<T*>(s.data) + begin;
-        const int64_t n = s.n - begin < kChunk ? s.n - begin : kChunk;
-        chunks.push_back({data, n, int32_t(s.dtype), int32_t(pack_head<T>(n, data))});
-      }
-    });
-  }
+  const std::vector<UnscaleChunk> chunks = chunk_table(tensors, count, "unscale_and_check");
   if (chunks.empty()) return false;
 
   const size_t table_bytes = sizeof(TableHeader) + chunks.size() * sizeof(UnscaleChunk);
@@ -124,6 +163,25 @@ bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scal
   HG_CUDA_CHECK(cudaMemcpyAsync(&host_found, found, sizeof host_found, cudaMemcpyDeviceToHost, stream));
   HG_CUDA_CHECK(cudaStreamSynchronize(stream));
   return host_found != 0;
+}
+
+void scale_gradients(const TensorSpan* tensors, int64_t count, const GradientMultiplier& multiplier, float* found_inf,
+                     Stream stream) {
+  const bool unscale = multiplier.kind == GradientMultiplier::unscale;
+  HG_CHECK(unscale ? multiplier.scale != nullptr && found_inf != nullptr : multiplier.sum_sq != nullptr,
+           "[scale_gradients] ", unscale ? "unscale needs the loss scale and found_inf" : "clip needs the sum of squares");
+  HG_CHECK(unscale || (std::isfinite(multiplier.max_norm) && multiplier.max_norm > 0.0),
+           "[scale_gradients] invalid max_norm ", multiplier.max_norm, ": expected a finite max_norm > 0");
+  const std::vector<UnscaleChunk> chunks = chunk_table(tensors, count, "scale_gradients");
+  if (unscale) HG_CUDA_CHECK(cudaMemsetAsync(found_inf, 0, sizeof(float), stream));
+  if (chunks.empty()) return;
+  const size_t table_bytes = chunks.size() * sizeof(UnscaleChunk);
+  Workspace scratch(table_bytes, stream);
+  HG_CUDA_CHECK(cudaMemcpyAsync(scratch.as<void>(), chunks.data(), table_bytes, cudaMemcpyHostToDevice, stream));
+  const auto* d_chunks = scratch.as<const UnscaleChunk>();
+  const int64_t blocks = int64_t(chunks.size()) < kMaxFlatBlocks ? int64_t(chunks.size()) : kMaxFlatBlocks;
+  launch(scale_gradients_kernel, dim3(unsigned(blocks)), dim3(kThreads), 0, stream, d_chunks, int64_t(chunks.size()),
+         multiplier, found_inf);
 }
 
 }  // namespace hg::kernels::cuda

@@ -1,0 +1,56 @@
+#pragma once
+// The kernels of a capturable training step: its scalars (learning rate, loss scale, skip flag,
+// step counts, gradient norm) live in device memory and are read by the kernels when they run, so a
+// step makes no host read and can be captured into a CUDA graph. Declared like every kernel of
+// kernels/kernels.h (conventions there): kernels::cpu::name(args...) in kernels/cpu/*.cpp and
+// kernels::cuda::name(args..., stream) in kernels/cuda/*.cu. Kept in their own header so that the
+// many files including kernels.h do not depend on the step's scalar types.
+#include <cstdint>
+
+#include "kernels/adamw_math.h"
+#include "kernels/kernels.h"
+#include "kernels/lr_schedule_math.h"
+#include "kernels/unscale_math.h"
+
+namespace hg::kernels {
+
+#define HG_KERNEL_WITH_STREAM(...) (__VA_ARGS__, ::hg::kernels::cuda::Stream stream)
+#define HG_DECLARE_KERNEL(ret, name, params) \
+  namespace cpu {                            \
+  ret name params;                           \
+  }                                          \
+  namespace cuda {                           \
+  ret name HG_KERNEL_WITH_STREAM params;     \
+  }                                          \
+  static_assert(true, "")
+
+// Used by optim/loss_scaler.h, optim/optimizer.h, train/trainer.h. Every scalar below is a device pointer
+// for the CUDA backend (host memory for the CPU one) read when the kernel runs, so a step captured
+// into a CUDA graph reads each step's values, and no call waits for the device.
+//
+// adamw_step with its step-dependent scalars in device memory (kernels/adamw_math.h AdamWStepScalars):
+// when *found_inf != 0 nothing is written; else t = step[parity] + 1 and the update of adamw_step at
+// step t with lr = *lr; step[1 - parity] receives the count after the call either way.
+HG_DECLARE_KERNEL(void, adamw_step_device,
+                  (void* param, void* master, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+                   const AdamWStepScalars& scalars, double beta1, double beta2, double eps, double weight_decay,
+                   DType dtype));
+// The multi-tensor pass of unscale_and_check with its multiplier read from device memory
+// (kernels/unscale_math.h GradientMultiplier): unscale (x *= 1 / *scale; *found_inf = 1 when an
+// element is inf or NaN, 0 otherwise -- found_inf is required) or clip (x *= coef when the norm is
+// finite and over max_norm; found_inf unused, may be null). One launch; no host wait.
+HG_DECLARE_KERNEL(void, scale_gradients,
+                  (const TensorSpan* tensors, int64_t count, const GradientMultiplier& multiplier, float* found_inf));
+// *accumulator += sum_i x[i]^2 (the sum of sum_of_squares, added in double; no host wait).
+HG_DECLARE_KERNEL(void, sum_of_squares_into, (const void* x, int64_t n, DType dtype, double* accumulator));
+// One thread: the loss scaler's policy on its device state (kernels/unscale_math.h update_loss_scale).
+HG_DECLARE_KERNEL(void, loss_scale_update, (LossScaleState* state, const LossScalePolicy& policy, bool count_skip));
+// One thread: *count += 1 unless found_inf is given and *found_inf != 0 (the steps actually taken).
+HG_DECLARE_KERNEL(void, step_count_advance, (int64_t* count, const float* found_inf));
+// One thread: *lr = lr_at(schedule, *step) (kernels/lr_schedule_math.h).
+HG_DECLARE_KERNEL(void, lr_schedule_eval, (const LrScheduleDesc& schedule, const int64_t* step, double* lr));
+
+#undef HG_DECLARE_KERNEL
+#undef HG_KERNEL_WITH_STREAM
+
+}  // namespace hg::kernels
