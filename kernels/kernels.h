@@ -18,6 +18,7 @@
 //   synchronises the stream (those that return a value read from the device).
 #include <cstdint>
 
+#include "kernels/declare_kernel.h"
 #include "kernels/binary_math.h"
 #include "kernels/conv_geometry.h"
 #include "kernels/dtype.h"
@@ -39,21 +40,7 @@ struct TensorSpan {
   DType dtype = DType::f32;
 };
 
-namespace cuda {
-using Stream = CUstream_st*;
-}  // namespace cuda
-
-// HG_DECLARE_KERNEL(return type, name, (parameters)); declares cpu::name(parameters) and
-// cuda::name(parameters, Stream stream).
-#define HG_KERNEL_WITH_STREAM(...) (__VA_ARGS__, ::hg::kernels::cuda::Stream stream)
-#define HG_DECLARE_KERNEL(ret, name, params) \
-  namespace cpu {                            \
-  ret name params;                           \
-  }                                          \
-  namespace cuda {                           \
-  ret name HG_KERNEL_WITH_STREAM params;     \
-  }                                          \
-  static_assert(true, "")
+// HG_DECLARE_KERNEL: kernels/declare_kernel.h.
 
 // ---- memory and layout -------------------------------------------------------------------------
 // y[i] = value for i < n (value converted to dtype).
@@ -279,7 +266,5 @@ HG_DECLARE_KERNEL(void, pool2d_backward,
                   (PoolMode mode, const Pool2dGeometry& g, const void* dy, const int32_t* argmax, void* dx,
                    DType dtype));
 
-#undef HG_DECLARE_KERNEL
-#undef HG_KERNEL_WITH_STREAM
 
 }  // namespace hg::kernels

@@ -8,21 +8,13 @@
 #include <cstdint>
 
 #include "kernels/adamw_math.h"
+#include "kernels/declare_kernel.h"
 #include "kernels/kernels.h"
 #include "kernels/lr_schedule_math.h"
 #include "kernels/unscale_math.h"
 
 namespace hg::kernels {
 
-#define HG_KERNEL_WITH_STREAM(...) (__VA_ARGS__, ::hg::kernels::cuda::Stream stream)
-#define HG_DECLARE_KERNEL(ret, name, params) \
-  namespace cpu {                            \
-  ret name params;                           \
-  }                                          \
-  namespace cuda {                           \
-  ret name HG_KERNEL_WITH_STREAM params;     \
-  }                                          \
-  static_assert(true, "")
 
 // Used by optim/loss_scaler.h, optim/optimizer.h, train/trainer.h. Every scalar below is a device pointer
 // for the CUDA backend (host memory for the CPU one) read when the kernel runs, so a step captured
@@ -49,8 +41,5 @@ HG_DECLARE_KERNEL(void, loss_scale_update, (LossScaleState* state, const LossSca
 HG_DECLARE_KERNEL(void, step_count_advance, (int64_t* count, const float* found_inf));
 // One thread: *lr = lr_at(schedule, *step) (kernels/lr_schedule_math.h).
 HG_DECLARE_KERNEL(void, lr_schedule_eval, (const LrScheduleDesc& schedule, const int64_t* step, double* lr));
-
-#undef HG_DECLARE_KERNEL
-#undef HG_KERNEL_WITH_STREAM
 
 }  // namespace hg::kernels

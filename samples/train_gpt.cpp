@@ -102,6 +102,7 @@ train::TrainerOptions trainer_options(const TrainGptConfig& c, const samples::Gp
       .checkpoint_every(c.checkpoint_every)
       .keep_checkpoints(c.keep_checkpoints)
       .resume(c.resume)
+      .cuda_graph(c.cuda_graph)
       .monitor(train::MonitorOptions()
                    .profile_path(c.profile)
                    .profile_ops(c.profile_ops)

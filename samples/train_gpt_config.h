@@ -81,6 +81,10 @@ struct TrainGptConfig {
   std::string& profile = flags.add_string("profile", "",
                                           "profile the run: Chrome trace JSON to this file (rank r > 0 of a "
                                           "data-parallel run: FILE.rank<r>.json), tables at the end");
+  bool& cuda_graph = flags.add_bool("cuda-graph", false,
+                                    "capture the training step into a CUDA graph after 2 eager steps and replay it "
+                                    "(--device cuda, one process, ON THE DEVICE: AdamW, no dropout, offload or "
+                                    "sequence warmup)");
   bool& profile_ops =
       flags.add_bool("profile-ops", false, "with --profile: also a range per kernel call (trace detail)");
   std::string& metrics_log =

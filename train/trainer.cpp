@@ -11,6 +11,7 @@
 #include "dist/rank0.h"
 #include "engine/allocator.h"
 #include "engine/autograd.h"
+#include "engine/cuda/cuda_graph.h"
 #include "engine/profiler/profiler.h"
 #include "engine/random.h"
 #include "engine/host_reads.h"
@@ -164,27 +165,59 @@ bool Trainer::steps_on_device() const {
 }
 
 Trainer::StepFigures Trainer::run_step(int64_t step, bool read) {
-  using profiler::Category;
   StepFigures f;
   const auto start = Clock::now();
-  const int64_t micro_batches = options_.grad_accum();
+  const RuntimeCounters runtime_before = runtime_counters();
+  std::vector<data::Batch> batches;
+  {
+    profiler::ScopedRange data_range("data", profiler::Category::data);
+    for (int64_t micro = 0; micro < options_.grad_accum(); ++micro) {
+      batches.push_back(narrowed(loader_.next(), step));
+      f.items += items_of(batches.back());
+      unit_ = counts_tokens(batches.back()) ? "tok" : "ex";
+    }
+  }
+  {
+    std::optional<HostReadGuard> no_reads;
+    if (device_step_ && !read && options_.forbid_host_reads()) no_reads.emplace("a training step that is not logged");
+    if (graph_)
+      graph_step(step, batches, f);
+    else
+      step_body(batches, read, /*ranges=*/true, f);
+  }
+  if (device_step_ && read) read_device_figures(f);
+  if (dist::Communicator* comm = options_.communicator()) {
+    if (read) comm->all_reduce(&f.loss, 1, DType::f64, dist::ReduceOp::avg).wait();  // same steps on every rank
+    f.items *= comm->world_size();
+  }
+  f.seconds = seconds_since(start);
+  f.runtime = runtime_counters() - runtime_before;
+  return f;
+}
+
+void Trainer::step_body(const std::vector<data::Batch>& batches, bool read, bool ranges, StepFigures& f) {
+  using profiler::Category;
+  const int64_t micro_batches = int64_t(batches.size());
   const bool on_device = device_step_.has_value();
   std::optional<profiler::ScopedRange> phase;
-  std::optional<HostReadGuard> no_reads;
-  if (on_device && !read && options_.forbid_host_reads()) no_reads.emplace("a training step that is not logged");
+  auto enter = [&](const char* name, Category category, const Device* device) {
+    if (!ranges) return;
+    if (device)
+      phase.emplace(name, category, *device);
+    else
+      phase.emplace(name, category);
+  };
   if (on_device) device_step_->figures.narrow(0, 0, 1).zero_();
   // Each micro-batch's loss is divided by their number, so the summed gradients are those of the
   // mean over all of them; the scaler multiplies it by S for fp16 (1 otherwise). Only the last
   // micro-batch's backward communicates.
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
-    phase.emplace("data", Category::data);
-    const data::Batch batch = narrowed(loader_.next(), step);
-    f.items += items_of(batch);
-    unit_ = counts_tokens(batch) ? "tok" : "ex";
+    const data::Batch& batch = batches[size_t(micro)];
+    const Device device = batch[0].device();
     optimizer_.set_gradient_sync(micro == micro_batches - 1);
-    phase.emplace("forward", Category::forward, batch[0].device());
+    enter("forward", Category::forward, &device);
     const Tensor loss = micro_batch_loss(batch, micro_batches);
-    phase.emplace("backward", Category::backward, batch[0].device());
+    enter("backward", Category::backward, &device);
     scaler_.scale(loss).backward();
     phase.reset();
     if (on_device) {  // summed in double in micro-batch order, as the host sum was: no read
@@ -196,7 +229,7 @@ Trainer::StepFigures Trainer::run_step(int64_t step, bool read) {
       f.loss += loss.item();
     }
   }
-  phase.emplace("optimizer", Category::optimizer);
+  enter("optimizer", Category::optimizer, nullptr);
   if (on_device) {
     optimizer_step_on_device();
   } else {
@@ -214,15 +247,67 @@ Trainer::StepFigures Trainer::run_step(int64_t step, bool read) {
     if (read && scaler_.enabled()) f.scale = scaler_.scale_value(), f.skipped = scaler_.skipped_steps();
   }
   optimizer_.zero_grad();
-  phase.reset();
-  no_reads.reset();
-  if (on_device && read) read_device_figures(f);
-  if (dist::Communicator* comm = options_.communicator()) {
-    if (read) comm->all_reduce(&f.loss, 1, DType::f64, dist::ReduceOp::avg).wait();  // same steps on every rank
-    f.items *= comm->world_size();
+}
+
+void Trainer::check_graph_preconditions() const {
+  const TrainerOptions& o = options_;
+  const char* why = nullptr;
+  if (!device_.is_cuda())
+    why = "the model is not on a CUDA device";
+  else if (!device_step_)
+    why = "the step is not taken on the device (it needs an optimizer that decides on the device -- AdamW, not "
+          "SGD or ZeRO yet -- and a schedule with a device form)";
+  else if (o.communicator() != nullptr && o.communicator()->world_size() > 1)
+    why = "data parallelism is on (capturing the NCCL collectives is not supported yet)";
+  else if (o.offload_activations() != OffloadActivations::off)
+    why = "activation offload is on (its host copies are not captured)";
+  else if (o.seq_warmup_steps() > 0)
+    why = "the sequence-length warmup changes the batch shapes during the run";
+  else if (o.graph_warmup() < 1)
+    why = "graph_warmup is below 1 (the captured step needs the state an eager step creates: Adam moments, caches)";
+  HG_CHECK(why == nullptr, kWho, " cuda_graph: ", why, "; expected a single-process run ON THE DEVICE on a CUDA device");
+}
+
+void Trainer::graph_step(int64_t step, const std::vector<data::Batch>& batches, StepFigures& f) {
+  if (step - graph_first_step_ < options_.graph_warmup()) {  // eager warm-up
+    step_body(batches, /*read=*/false, /*ranges=*/true, f);
+    return;
   }
-  f.seconds = seconds_since(start);
-  return f;
+  NoGradGuard no_grad;
+  if (!graph_->captured()) {
+    profiler::ScopedRange capture_range("capture", profiler::Category::other);
+    graph_batches_.clear();
+    for (const data::Batch& batch : batches) {
+      data::Batch copy = batch;
+      for (Tensor& t : copy.tensors) t = t.clone();
+      graph_batches_.push_back(std::move(copy));
+    }
+    const GeneratorState before = default_generator().state();
+    graph_->capture(cuda::compute_stream(device_.index), [&] {
+      GradModeGuard grad_mode(true);  // the step's forward records its graph for backward
+      StepFigures unused;
+      step_body(graph_batches_, /*read=*/false, /*ranges=*/false, unused);
+    });
+    HG_CHECK(default_generator().state() == before, kWho,
+             " cuda_graph: the step draws random numbers (dropout): every replay of the captured step would draw "
+             "the same ones; expected a step without random ops (e.g. dropout 0)");
+  } else {
+    for (size_t m = 0; m < batches.size(); ++m) {
+      const data::Batch& batch = batches[m];
+      data::Batch& into = graph_batches_[m];
+      HG_CHECK(batch.tensors.size() == into.tensors.size(), kWho, " cuda_graph: micro-batch ", m, " has ",
+               batch.tensors.size(), " fields; the captured step has ", into.tensors.size());
+      for (size_t i = 0; i < batch.tensors.size(); ++i) {
+        HG_CHECK(batch[i].shape() == into[i].shape() && batch[i].dtype() == into[i].dtype(), kWho,
+                 " cuda_graph: field ", i, " of micro-batch ", m, " is ", batch[i].describe(),
+                 "; the captured step was recorded for ", into[i].describe(),
+                 " (a CUDA graph replays fixed shapes: make every batch the same size, e.g. drop_last)");
+        into.tensors[i].copy_(batch[i]);
+      }
+    }
+  }
+  profiler::ScopedRange replay_range("replay", profiler::Category::other);
+  graph_->replay();
 }
 
 void Trainer::optimizer_step_on_device() {
@@ -263,6 +348,16 @@ void Trainer::read_device_figures(StepFigures& f) {
   optimizer_steps_ = int64_t(v[5]);
 }
 
+bool Trainer::reports_runtime() const { return device_.is_cuda(); }
+
+namespace {
+// cuda_<counter> for every runtime counter of the step (kernels/runtime_counters.h).
+void set_runtime_counters(metrics::Record& record, const RuntimeCounters& runtime) {
+  for (int i = 0; i < kRuntimeCounterCount; ++i)
+    record.set(std::string("cuda_") + runtime_counter_name(RuntimeCounter(i)), double(runtime.value[size_t(i)]));
+}
+}  // namespace
+
 metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool keep) const {
   const MemoryStats memory = memory_stats(device_);
   std::string line;
@@ -279,6 +374,18 @@ metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool ke
     line += part;
   }
   if (const std::string state = optimizer_.state_summary(); !state.empty()) line += " | " + state;
+  if (reports_runtime() && !options_.monitor().profile_path().empty()) {  // --profile: what the step asked of CUDA
+    const RuntimeCounters& r = f.runtime;
+    using C = RuntimeCounter;
+    std::snprintf(part, sizeof part,
+                  " | cuda: %lld launches, %lld gemm, %lld graph | %lld allocs, %lld frees | %lld device syncs, "
+                  "%lld host waits | H2D %lld B, D2H %lld B",
+                  (long long)r[C::kernel_launches], (long long)r[C::blas_calls], (long long)r[C::graph_launches],
+                  (long long)(r[C::device_allocs] + r[C::pinned_allocs]),
+                  (long long)(r[C::device_frees] + r[C::pinned_frees]), (long long)r[C::device_syncs],
+                  (long long)r.host_waits(), (long long)r[C::h2d_bytes], (long long)r[C::d2h_bytes]);
+    line += part;
+  }
   progress_->step_line(line, keep);
   metrics::Record record(step);
   record.set("loss", f.loss);
@@ -287,6 +394,7 @@ metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool ke
   record.set("step_ms", f.seconds * 1e3);
   if (options_.clip() > 0) record.set("grad_norm", f.grad_norm);
   if (scaler_.enabled()) record.set("loss_scale", f.scale).set("skipped_steps", double(f.skipped));
+  if (reports_runtime()) set_runtime_counters(record, f.runtime);
   return record;
 }
 
@@ -357,6 +465,13 @@ TrainResult Trainer::fit() {
     device_step_ = d;
     if (schedule_) device_schedule_ = schedule_->device_form();
   }
+  graph_.reset();
+  graph_batches_.clear();
+  if (o.cuda_graph()) {
+    check_graph_preconditions();
+    graph_ = std::make_unique<cuda::Graph>();
+    graph_first_step_ = completed_steps_ + 1;
+  }
   const auto start = Clock::now();
   for (int64_t step = completed_steps_ + 1; step <= last_step; ++step) {
     monitor.begin_step(step);
@@ -377,6 +492,7 @@ TrainResult Trainer::fit() {
     } else {  // what the host knows without reading the device
       record.set(std::strcmp(unit_, "tok") == 0 ? "tokens_per_s" : "examples_per_s", f.items / f.seconds);
       record.set("step_ms", f.seconds * 1e3);
+      if (reports_runtime()) set_runtime_counters(record, f.runtime);
     }
     step_range.reset();
     const bool stop = eval_now && evaluate_ && evaluate(step, record, monitor);

@@ -35,6 +35,19 @@
 // t -- with ONE copy to the host. Otherwise (ZeRO, SGD, a host-only schedule) each decision is read
 // on the host as it is taken.
 //
+// CUDA GRAPHS (cuda_graph). A step ON THE DEVICE reads nothing from the host and makes no allocation
+// once warm, so it can be captured (engine/cuda/cuda_graph.h): the first `graph_warmup` steps of
+// fit() run eagerly (lazy state: Adam moments, plan caches, workspaces, the allocator's pools), the
+// next one is captured -- its batches cloned into the graph's input tensors -- and every step from
+// then on copies its batches into those tensors (device-to-device) and replays the graph: one
+// cudaGraphLaunch per step. Logged steps read the figures after the replay as before. Refused, with
+// an hg::Error saying why: a model not on a CUDA device, a step not ON THE DEVICE (ZeRO, SGD, a
+// host-only schedule), data parallelism (capturing NCCL is not done yet), activation offload, the
+// sequence-length warmup (its shapes change), and random ops inside the step (dropout: the captured
+// Philox offsets would repeat every replay; found by the default generator moving during capture).
+// Evaluation and checkpoints run eagerly between replays. A batch whose shapes differ from the
+// captured ones is an hg::Error.
+//
 // CONVENTION
 //   - t, the step the schedule sees, counts optimizer steps that were not skipped.
 //   - Losses printed and logged are the mean over the ranks; only rank 0 writes the metrics log;
@@ -53,12 +66,17 @@
 #include "data/data_loader.h"
 #include "dist/communicator.h"
 #include "engine/activation_offload.h"
+#include "kernels/runtime_counters.h"
 #include "layers/module.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
 #include "train/monitor.h"
+
+namespace hg::cuda {
+class Graph;
+}
 
 namespace hg::train {
 
@@ -99,6 +117,11 @@ struct TrainerOptions {
   // Debug: a step taken on the device that is not logged throws an hg::Error at any host read of
   // device values (engine/host_reads.h) -- how tests assert that such a step reads nothing.
   HG_OPTION(TrainerOptions, bool, forbid_host_reads, false);
+  // CUDA Graphs (see CUDA GRAPHS): after `graph_warmup` eager steps, the whole step -- forward,
+  // backward, unscale and inf check, clip, schedule, optimizer, loss-scale update -- is captured once
+  // and replayed every step after. Losses equal the eager run's bit for bit.
+  HG_OPTION(TrainerOptions, bool, cuda_graph, false);
+  HG_OPTION(TrainerOptions, int64_t, graph_warmup, 2);
   // The ranks of a data-parallel run (dist/data_parallel.h); nullptr: one process.
   HG_OPTION(TrainerOptions, dist::Communicator*, communicator, nullptr);
 };
@@ -162,6 +185,7 @@ class Trainer {
     double loss = 0, lr = 0, grad_norm = 0, items = 0, seconds = 0;
     double scale = 1;         // the loss scale after the step
     int64_t skipped = 0;      // the scaler's skipped steps so far
+    RuntimeCounters runtime;  // the CUDA runtime calls the step made (kernels/runtime_counters.h)
   };
   // The device scalars of a step taken on the device (see ON THE DEVICE); one f64 buffer, so the
   // figures of a logged step come back in one copy.
@@ -173,6 +197,13 @@ class Trainer {
   data::Batch narrowed(const data::Batch& batch, int64_t step) const;
   // Micro-batches, backward and the optimizer; the figures are read (`read`) or left on the device.
   StepFigures run_step(int64_t step, bool read);
+  // What run_step does after fetching the batches: forward and backward of each micro-batch, then
+  // the optimizer. `ranges`: profiler phase ranges (not while a CUDA graph is being captured).
+  void step_body(const std::vector<data::Batch>& batches, bool read, bool ranges, StepFigures& f);
+  // The same step through the CUDA graph (captured at the first step after the warm-up).
+  void graph_step(int64_t step, const std::vector<data::Batch>& batches, StepFigures& f);
+  // Refuses cuda_graph where a captured step could not equal the eager one (an hg::Error says why).
+  void check_graph_preconditions() const;
   // Whether this run's steps stay on the device (see ON THE DEVICE).
   bool steps_on_device() const;
   // The optimizer part of a step on the device (no host read), and its figures' readback.
@@ -181,6 +212,9 @@ class Trainer {
   // The loss of one micro-batch: forward (with activation offload when set), / grad_accum.
   Tensor micro_batch_loss(const data::Batch& batch, int64_t micro_batches);
   metrics::Record report_step(int64_t step, const StepFigures& figures, bool keep) const;
+  // On a CUDA device each step's runtime counters go to its metrics record (cuda_<counter>), and with
+  // --profile to its progress line.
+  bool reports_runtime() const;
   // Runs the evaluator (eval mode, no grad) and early stopping; true when it says to stop.
   bool evaluate(int64_t step, metrics::Record& record, TrainingMonitor& monitor);
   void save_checkpoint(int64_t step, double loss);
@@ -201,6 +235,9 @@ class Trainer {
   int64_t unscaled_skips_ = 0;  // steps a self-checking optimizer skipped without a loss scaler
   std::optional<DeviceStep> device_step_;  // when steps_on_device(), from the first step of fit()
   std::optional<kernels::LrScheduleDesc> device_schedule_;
+  std::unique_ptr<cuda::Graph> graph_;       // cuda_graph: the captured step
+  std::vector<data::Batch> graph_batches_;   // the graph's inputs: each step's batches are copied here
+  int64_t graph_first_step_ = 0;             // the first step of this fit() (warm-up counts from it)
   Tensor loader_position_;
   TrainingState state_;
   std::unique_ptr<CheckpointDirectory> checkpoints_;

@@ -218,11 +218,16 @@ void CudaCachingAllocator::deallocate(void* ptr) {
   PendingFree pending{block, {}};
   for (Stream s : block->used_on) {
     cudaEvent_t event = nullptr;
-    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess &&
-        cudaEventRecord(event, s) == cudaSuccess) {
+    try {
+      event = acquire_event(/*timing=*/false);  // pooled: a steady-state step creates no event
+    } catch (const Error&) {
+      event = nullptr;
+    }
+    if (event != nullptr && cudaEventRecord(event, s) == cudaSuccess) {
       pending.events.push_back(event);
     } else {
       (void)cudaGetLastError();
+      release_event(event, /*timing=*/false);
       (void)cudaStreamSynchronize(s);  // cannot track: wait instead (a destructor must not throw)
     }
   }
@@ -257,7 +262,7 @@ void CudaCachingAllocator::process_pending_frees() {
       ++i;
       continue;
     }
-    for (void* e : p.events) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    for (void* e : p.events) release_event(static_cast<cudaEvent_t>(e), /*timing=*/false);
     p.block->pending = false;
     free_block(p.block);
     pending_[i] = std::move(pending_.back());

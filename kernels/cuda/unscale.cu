@@ -13,13 +13,17 @@
 // device-to-host copy of the found word ends the call (and synchronises the stream).
 // Every element is independent, so the stored values and the flag do not depend on block order.
 //
-// scale_gradients is the same pass with its multiplier read from device memory by every block
+// scale_gradients is the same pass with its multiplier read from device memory by every block, and its
+// table cached on the device (DeviceTableCache: uploaded once per set of gradient buffers)
 // (kernels/unscale_math.h gradient_multiplier: 1 / loss scale, or the clip coefficient from the
 // device sum of squares), so nothing is read back: found_inf (f32, device) is zeroed with an async
 // memset before the launch and a block that saw an inf/NaN ORs the bits of 1.0f into it (race-free:
 // every writer ORs the same bits). The clip form writes round(coef * x + 0), the affine op's formula,
 // and only when the norm is finite and over the bound.
 #include <cstring>
+#include <list>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/device_math.h"
@@ -137,6 +141,53 @@ std::vector<UnscaleChunk> chunk_table(const TensorSpan* tensors, int64_t count, 
   return chunks;
 }
 
+// Device copies of chunk tables, keyed by their bytes and the device. A training step passes the same
+// gradient buffers every step, so from the second step on scale_gradients finds its table already on
+// the device: no upload, no allocation, nothing a CUDA graph capture would refuse (a copy from
+// pageable memory, a cudaMalloc). A miss (new gradient buffers) uploads once from the entry's own
+// host bytes, which live as long as the entry, so the asynchronous copy never reads freed memory.
+// At most kMaxTables entries; past that the least recently used is freed (cudaFree: a device-wide
+// sync, which only a run that reallocates its gradients every step would pay).
+class DeviceTableCache {
+ public:
+  const UnscaleChunk* find_or_upload(const std::vector<UnscaleChunk>& chunks, cudaStream_t stream) {
+    int device = 0;
+    HG_CUDA_CHECK(cudaGetDevice(&device));
+    std::string key(reinterpret_cast<const char*>(chunks.data()), chunks.size() * sizeof(UnscaleChunk));
+    key.append(reinterpret_cast<const char*>(&device), sizeof device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->key != key) continue;
+      entries_.splice(entries_.begin(), entries_, it);  // most recently used first
+      return static_cast<const UnscaleChunk*>(entries_.front().device);
+    }
+    if (entries_.size() >= kMaxTables) {
+      (void)cudaFree(entries_.back().device);
+      entries_.pop_back();
+    }
+    void* device_table = nullptr;
+    const size_t bytes = chunks.size() * sizeof(UnscaleChunk);
+    HG_CUDA_CHECK(cudaMalloc(&device_table, bytes));
+    entries_.push_front({std::move(key), device_table});
+    HG_CUDA_CHECK(cudaMemcpyAsync(device_table, entries_.front().key.data(), bytes, cudaMemcpyHostToDevice, stream));
+    return static_cast<const UnscaleChunk*>(device_table);
+  }
+
+ private:
+  static constexpr size_t kMaxTables = 16;
+  struct Entry {
+    std::string key;  // the table's bytes (uploaded from here), then the device id
+    void* device;
+  };
+  std::mutex mutex_;
+  std::list<Entry> entries_;
+};
+
+DeviceTableCache& table_cache() {
+  static DeviceTableCache* cache = new DeviceTableCache;  // never destroyed: the device may be gone at exit
+  return *cache;
+}
+
 }  // namespace
 
 bool unscale_and_check(const TensorSpan* tensors, int64_t count, double inv_scale, Stream stream) {
@@ -175,10 +226,7 @@ void scale_gradients(const TensorSpan* tensors, int64_t count, const GradientMul
   const std::vector<UnscaleChunk> chunks = chunk_table(tensors, count, "scale_gradients");
   if (unscale) HG_CUDA_CHECK(cudaMemsetAsync(found_inf, 0, sizeof(float), stream));
   if (chunks.empty()) return;
-  const size_t table_bytes = chunks.size() * sizeof(UnscaleChunk);
-  Workspace scratch(table_bytes, stream);
-  HG_CUDA_CHECK(cudaMemcpyAsync(scratch.as<void>(), chunks.data(), table_bytes, cudaMemcpyHostToDevice, stream));
-  const auto* d_chunks = scratch.as<const UnscaleChunk>();
+  const UnscaleChunk* d_chunks = table_cache().find_or_upload(chunks, stream);
   const int64_t blocks = int64_t(chunks.size()) < kMaxFlatBlocks ? int64_t(chunks.size()) : kMaxFlatBlocks;
   launch(scale_gradients_kernel, dim3(unsigned(blocks)), dim3(kThreads), 0, stream, d_chunks, int64_t(chunks.size()),
          multiplier, found_inf);

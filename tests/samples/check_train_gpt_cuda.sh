@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train_gpt on --device cuda (a GPU, or the SIMT emulator) with a tiny config: trains, evaluates and
 # must reach the same loss as the CPU run of the same seed (the kernels agree to float rounding).
-# Without a CUDA device it prints SKIPPED (ctest lists it as skipped).
+# Then --cuda-graph (the step captured once and replayed) must give the eager run's losses and weights
+# bit for bit, in fp32 and bf16. Without a CUDA device it prints SKIPPED (ctest lists it as skipped).
 set -uo pipefail
 bin=$1
 tiny=(--layers 1 --heads 2 --dim 32 --batch 16 --steps 40 --eval-every 40 --eval-problems 20 --threads 2 --sample 0)
@@ -19,4 +20,25 @@ awk -v a="$(loss_of "$out")" -v b="$(loss_of "$cpu")" 'BEGIN {
   d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; if (m < 1) m = 1
   if (a == "" || b == "" || d > 1e-3 * m) { print "FAIL: cuda loss " a " vs cpu loss " b; exit 1 }
 }' || exit 1
+
+# CUDA graph vs eager: the metrics logs' losses (every logged step) and the saved weights, identical.
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+graph_tiny=(--layers 1 --heads 2 --dim 32 --batch 8 --steps 12 --eval-every 6 --eval-problems 10 --threads 2 --sample 0
+            --device cuda)
+for precision in fp32 bf16; do
+  for mode in eager graph; do
+    extra=()
+    [[ $mode == graph ]] && extra=(--cuda-graph)
+    "$bin" "${graph_tiny[@]}" --precision $precision "${extra[@]}" --metrics-log "$dir/$mode.jsonl" \
+      --save "$dir/$mode.safetensors" > "$dir/$mode.out" 2>&1 || { echo "FAIL: $precision $mode run:"; cat "$dir/$mode.out"; exit 1; }
+  done
+  losses() { grep -o '"loss": *[-0-9.e+]*' "$1"; }
+  [[ -n "$(losses "$dir/eager.jsonl")" ]] || { echo "FAIL: no loss in the eager metrics log"; exit 1; }
+  if [[ "$(losses "$dir/eager.jsonl")" != "$(losses "$dir/graph.jsonl")" ]]; then
+    echo "FAIL: $precision --cuda-graph losses differ from eager:"; diff <(losses "$dir/eager.jsonl") <(losses "$dir/graph.jsonl"); exit 1
+  fi
+  cmp -s "$dir/eager.safetensors" "$dir/graph.safetensors" || { echo "FAIL: $precision --cuda-graph weights differ from eager"; exit 1; }
+  echo "$precision: --cuda-graph losses ($(losses "$dir/graph.jsonl" | wc -l) logged) and weights equal eager bit for bit"
+done
 echo "train_gpt cuda ok"
