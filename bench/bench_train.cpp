@@ -3,7 +3,9 @@
 // Each step is forward + backward + AdamW (and clip for GPT), the same code train_gpt runs. Reports
 // the median ms/step over the timed steps, tokens/s, analytic FLOPs per step
 //   GPT: 6 N B T + 12 L C T B T      MLP: 6 N B
-// and the achieved GFLOP/s. Usage: bench_train [--quick] [--steps N] [--device cpu|cuda]
+// and the achieved GFLOP/s. On a CUDA device also "runtime": the CUDA runtime calls of the last timed
+// step (kernels/runtime_counters.h; the timing's own synchronisation excluded).
+// Usage: bench_train [--quick] [--steps N] [--device cpu|cuda]
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
 #include "json_line.h"
+#include "kernels/runtime_counters.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
 
@@ -28,6 +31,7 @@ double median(std::vector<double> v) {
 }
 
 Device g_device = kCPU;
+RuntimeCounters g_last_step;  // the runtime calls of the last timed step
 
 // Waits for the device's queued work, so a step's time includes it.
 void sync_device() {
@@ -41,7 +45,9 @@ std::vector<double> time_steps(int warmup, int steps, Step&& step) {
   std::vector<double> ms;
   for (int i = 0; i < steps; ++i) {
     const auto start = Clock::now();
+    const RuntimeCounters before = runtime_counters();
     step();
+    g_last_step = runtime_counters() - before;
     sync_device();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   }
@@ -77,6 +83,7 @@ void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t
       .add("threads", omp_get_max_threads())
       .add("device", g_device.str())
       .add("steps", steps)
+      .add_raw("runtime", g_last_step.json())
       .print();
 }
 
@@ -109,6 +116,7 @@ void bench_mlp(int steps) {
       .add("threads", omp_get_max_threads())
       .add("device", g_device.str())
       .add("steps", steps)
+      .add_raw("runtime", g_last_step.json())
       .print();
 }
 

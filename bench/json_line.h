@@ -36,6 +36,11 @@ class JsonLine {
   }
   JsonLine& add(const std::string& key, int value) { return add(key, (long long)value); }
   JsonLine& add(const std::string& key, long value) { return add(key, (long long)value); }
+  // A JSON value written as is (e.g. RuntimeCounters::json()).
+  JsonLine& add_raw(const std::string& key, const std::string& json) {
+    field(key) << json;
+    return *this;
+  }
   void print() const {
     std::printf("{%s}\n", body_.str().c_str());
     std::fflush(stdout);
