@@ -1,6 +1,7 @@
 #include "engine/activation_offload.h"
 
 #include <cstring>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -12,12 +13,38 @@ namespace hg {
 
 namespace {
 
+// Pinned buffers whose copies may still be in flight go back to their allocator only once the copies'
+// events have completed -- checked with cudaEventQuery (no wait) whenever an offload starts or ends.
+// Waiting for the events in the destructor instead would block the host in every backward.
+struct DeferredRelease {
+  Allocator* allocator;
+  void* host;
+  std::unique_ptr<cuda::Event> copied, fetched;
+  bool done() const { return (!copied || copied->query()) && (!fetched || fetched->query()); }
+};
+std::mutex g_deferred_mutex;
+std::vector<DeferredRelease> g_deferred;
+
+void release_completed_copies() {
+  std::lock_guard<std::mutex> lock(g_deferred_mutex);
+  for (size_t i = 0; i < g_deferred.size();) {
+    if (!g_deferred[i].done()) {
+      ++i;
+      continue;
+    }
+    g_deferred[i].allocator->deallocate(g_deferred[i].host);
+    g_deferred[i] = std::move(g_deferred.back());
+    g_deferred.pop_back();
+  }
+}
+
 // One Storage that a saved tensor lives in, held in host memory between forward and backward.
 class OffloadedStorage {
  public:
   OffloadedStorage(const Storage& source, int group)
       : device_(source.device()), nbytes_(source.nbytes()), group_(group) {
     host_allocator_ = device_.is_cpu() ? &host_offload_allocator() : &cuda::pinned_allocator();
+    if (!device_.is_cpu()) release_completed_copies();  // so the pool can hand those buffers out again
     host_ = host_allocator_->allocate(nbytes_);
     if (device_.is_cpu()) {
       std::memcpy(host_, source.data(), nbytes_);
@@ -35,11 +62,17 @@ class OffloadedStorage {
   }
 
   ~OffloadedStorage() {
-    // A destructor must not throw: a failed wait leaves the pinned buffer to the process.
+    // A destructor must not throw: a failed query leaves the pinned buffer to the process.
     try {
-      if (copied_) copied_->synchronize();
-      if (fetched_) fetched_->synchronize();
-      host_allocator_->deallocate(host_);
+      if (device_.is_cpu()) {
+        host_allocator_->deallocate(host_);
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(g_deferred_mutex);
+        g_deferred.push_back({host_allocator_, host_, std::move(copied_), std::move(fetched_)});
+      }
+      release_completed_copies();
     } catch (...) {
     }
   }

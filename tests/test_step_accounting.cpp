@@ -124,7 +124,7 @@ Outcome train_gpt(const Config& c) {
       *model, optimizer, loader,
       [&](const data::Batch& b) {
         const Tensor loss = model->loss(b[0], b[1]);
-        return loss * (b[2].to(loss.dtype()).sum() + 1.0);  // x 1 exactly, or inf on a poisoned batch
+        return loss * (sum(b[2].to(loss.dtype())) + 1.0);  // x 1 exactly, or inf on a poisoned batch
       },
       train::TrainerOptions()
           .steps(kSteps)
