@@ -7,9 +7,10 @@
 // thread, a few microseconds for the token counts of a training step.
 //
 // Host side, per device: the record (cudaMalloc'd and zeroed once, on the first check), a pinned
-// mirror it is copied into at read points (cudaMallocHost, once), a `pending` flag (a check was
-// enqueued since the last read: read points copy nothing otherwise), and a mutex that guards the
-// mirror while a copy is in flight.
+// mirror it is copied into at read points (cudaMallocHost, once), and a mutex that guards the mirror
+// while a copy is in flight. Once a device has a record, every read point copies it back (40 bytes,
+// enqueued before the wait the read point makes anyway): a host-side "check enqueued" flag would
+// miss the checks of a replayed CUDA graph, which the host never sees being enqueued.
 #include <array>
 #include <atomic>
 #include <mutex>
@@ -45,9 +46,8 @@ __global__ void __launch_bounds__(kCheckThreads)
 
 struct DeviceErrorState {
   std::once_flag once;
-  DeviceErrorRecord* record = nullptr;  // device memory
-  DeviceErrorRecord* mirror = nullptr;  // pinned host memory
-  std::atomic<bool> pending{false};
+  std::atomic<DeviceErrorRecord*> record{nullptr};  // device memory; published after it is zeroed
+  DeviceErrorRecord* mirror = nullptr;               // pinned host memory
   std::mutex mutex;
 };
 
@@ -89,14 +89,15 @@ DeviceErrorRecord* device_error_record_for_check() {
   std::call_once(s.once, [&] {
     // Once per device, before its first check: synchronous zeroing, so no stream can see the record
     // before it is zero (this one device-wide wait happens in a warm-up, never in a steady step).
-    HG_CUDA_CHECK(cudaMalloc(&s.record, sizeof(DeviceErrorRecord)));
-    HG_CUDA_CHECK(cudaMemset(s.record, 0, sizeof(DeviceErrorRecord)));
+    DeviceErrorRecord* record = nullptr;
+    HG_CUDA_CHECK(cudaMalloc(&record, sizeof(DeviceErrorRecord)));
+    HG_CUDA_CHECK(cudaMemset(record, 0, sizeof(DeviceErrorRecord)));
     HG_CUDA_CHECK(cudaDeviceSynchronize());
     HG_CUDA_CHECK(cudaMallocHost(&s.mirror, sizeof(DeviceErrorRecord)));
     *s.mirror = DeviceErrorRecord{};
+    s.record.store(record, std::memory_order_release);
   });
-  s.pending.store(true, std::memory_order_release);
-  return s.record;
+  return s.record.load(std::memory_order_acquire);
 }
 
 void enqueue_index_check(DeviceErrorOp op, const void* indices, DType index_dtype, int64_t n, int64_t bound,
@@ -111,14 +112,12 @@ void enqueue_index_check(DeviceErrorOp op, const void* indices, DType index_dtyp
 
 DeviceErrorReadback::DeviceErrorReadback(int device, cudaStream_t stream) {
   DeviceErrorState& s = state_of(device);
-  if (!s.pending.load(std::memory_order_acquire)) return;  // nothing checked since the last read
+  DeviceErrorRecord* record = s.record.load(std::memory_order_acquire);
+  if (record == nullptr) return;  // no check ever ran on this device
   s.mutex.lock();
-  // Cleared before the copy: a check enqueued from now on is seen by the next read point.
-  s.pending.store(false, std::memory_order_release);
   const cudaError_t status =
-      cudaMemcpyAsync(s.mirror, s.record, sizeof(DeviceErrorRecord), cudaMemcpyDeviceToHost, stream);
+      cudaMemcpyAsync(s.mirror, record, sizeof(DeviceErrorRecord), cudaMemcpyDeviceToHost, stream);
   if (status != cudaSuccess) {
-    s.pending.store(true, std::memory_order_release);
     s.mutex.unlock();
     HG_CUDA_CHECK(status);
   }
@@ -128,10 +127,8 @@ DeviceErrorReadback::DeviceErrorReadback(int device, cudaStream_t stream) {
 
 DeviceErrorReadback::~DeviceErrorReadback() {
   if (device_ < 0) return;
-  // The wait failed or raise() was never called: the record is read again next time.
-  DeviceErrorState& s = state_of(device_);
-  s.pending.store(true, std::memory_order_release);
-  s.mutex.unlock();
+  // The wait failed or raise() was never called: the record stays as it is, read again next time.
+  state_of(device_).mutex.unlock();
 }
 
 void DeviceErrorReadback::raise(const char* where) {
@@ -140,17 +137,12 @@ void DeviceErrorReadback::raise(const char* where) {
   const int device = device_;
   const DeviceErrorRecord seen = *s.mirror;
   device_ = -1;
-  if (seen.state == 0) {
-    s.mutex.unlock();
-    return;
-  }
-  if (seen.state != 2) {  // a kernel on another stream is writing it: look again at the next read
-    s.pending.store(true, std::memory_order_release);
+  if (seen.state != 2) {  // none; or a kernel on another stream is writing it: seen at the next read
     s.mutex.unlock();
     return;
   }
   *s.mirror = DeviceErrorRecord{};
-  const cudaError_t status = cudaMemsetAsync(s.record, 0, sizeof(DeviceErrorRecord), stream_);
+  const cudaError_t status = cudaMemsetAsync(s.record.load(), 0, sizeof(DeviceErrorRecord), stream_);
   s.mutex.unlock();
   HG_CUDA_CHECK(status);
   HG_FAIL(describe(seen), " (found on cuda:", device,

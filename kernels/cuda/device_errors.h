@@ -14,8 +14,8 @@
 //   - the host reads the record only where it already waits for the device: the engine's
 //     copy_to_host (hence Tensor::item and .to(kCPU)) and hg::cuda::synchronize enqueue the record's
 //     copy into pinned memory before their single stream synchronisation, then throw the recorded
-//     hg::Error (the same message the CPU backend throws at once) and clear the record. The copy is
-//     only made when a checking kernel was enqueued since the last read.
+//     hg::Error (the same message the CPU backend throws at once) and clear the record. Devices on
+//     which no check ever ran copy nothing.
 // Kernel callers outside the engine (the kernel tests) use synchronize_and_raise_device_errors.
 //
 // The device-side writer, record_device_error, lives in kernels/cuda/device_error_record.h (included
@@ -44,9 +44,9 @@ struct DeviceErrorRecord {
   long long ignore_index;  // cross entropy: the value that is also accepted
 };
 
-// The current device's record, allocated (cudaMalloc) and zeroed on first use; marks the device as
-// having a check enqueued, so the next read point copies the record back. Called by the host code of
-// checking kernels, when they enqueue.
+// The current device's record, allocated (cudaMalloc) and zeroed on its first use (so the first
+// checking op must run before a CUDA graph capture, e.g. in a warm-up step). Called by the host code
+// of checking kernels, when they enqueue.
 DeviceErrorRecord* device_error_record_for_check();
 
 // Enqueues on `stream` a one-block kernel that finds the first i in [0, n) with indices[i] outside
@@ -56,7 +56,7 @@ void enqueue_index_check(DeviceErrorOp op, const void* indices, DType index_dtyp
 
 // ---- read points (host) ------------------------------------------------------------------------
 // Usage, with the caller's one host wait in the middle:
-//   DeviceErrorReadback errors(device, stream);  // enqueues the record's copy (when a check is pending)
+//   DeviceErrorReadback errors(device, stream);  // enqueues the record's copy (none if never checked)
 //   cudaStreamSynchronize(stream);               // the wait the caller makes anyway
 //   errors.raise("copy_to_host");                // throws the recorded hg::Error, if any
 // `stream` must be the stream the checking kernels ran on (the device's compute stream). While a copy
