@@ -104,7 +104,7 @@ bool runtime_calls_are_counted() {
 }
 
 void check_no_wait_or_allocation(const RuntimeCounters& d, const char* what) {
-  INFO(what, ": ", d.json());
+  INFO(std::string(what), ": ", d.json());
   CHECK(d[RuntimeCounter::device_allocs] == 0);
   CHECK(d[RuntimeCounter::device_frees] == 0);
   CHECK(d[RuntimeCounter::pinned_allocs] == 0);
