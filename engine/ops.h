@@ -75,11 +75,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 Tensor softmax(const Tensor& x, int dim = -1);
 Tensor log_softmax(const Tensor& x, int dim = -1);
 // Fused log-softmax + negative log-likelihood. logits [N, C] (or [C]), targets [N] i32/i64.
-// Mean over targets != ignore_index; the loss is f32 (f64 for f64 logits).
+// Mean over targets != ignore_index; the loss is f32 (f64 for f64 logits). A target outside [0, C)
+// that is not ignore_index is an hg::Error naming the row; on CUDA the check runs on the device and
+// the error is raised LATER, at the next host read (.item(), .to(kCPU), cuda::synchronize), as CUDA
+// reports its own kernel errors (docs/cuda.md).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 // Over the last dimension, statistics in fp32. weight/bias may be undefined.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
-// weight [V, D], ids i32/i64 of any shape -> [ids.shape, D]. Deterministic backward.
+// weight [V, D], ids i32/i64 of any shape -> [ids.shape, D]. Deterministic backward. An id outside
+// [0, V) is an hg::Error naming its position; on CUDA raised at the next host read (as cross_entropy).
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 // Zeroes each element with probability p and scales the rest by 1/(1-p) when training; the mask is
 // drawn from the default generator's Philox stream and regenerated (not stored) for backward.

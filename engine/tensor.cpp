@@ -72,6 +72,8 @@ void* Tensor::data_ptr() const {
   return static_cast<char*>(t.storage->data()) + t.offset * int64_t(dtype_size(t.dtype));
 }
 
+// For a CUDA tensor: a copy to the host (cuda::copy_to_host), which waits for the device and so also
+// raises any index error a kernel recorded since the last host read (docs/cuda.md).
 double Tensor::item() const {
   HG_CHECK(numel() == 1, "[Tensor::item] expected a one-element tensor, got ", describe());
   return to_vector<double>()[0];

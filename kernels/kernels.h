@@ -122,12 +122,19 @@ HG_DECLARE_KERNEL(void, softmax_backward,
 // Fused log-softmax + NLL over logits [rows, cols] and targets [rows]:
 //   loss[r] = logsumexp(x[r, :]) - x[r, t_r], lse[r] = logsumexp(x[r, :]);
 // rows whose target == ignore_index get loss 0. loss and lse are in accumulate_dtype(dtype).
-// Returns the number of non-ignored rows. Throws hg::Error naming the row if a target is outside
-// [0, cols) and is not ignore_index. CUDA: reads the targets back (synchronises the stream); the
-// kernel flags an out-of-range target and the error is thrown after it.
-HG_DECLARE_KERNEL(int64_t, cross_entropy_forward,
-                  (const void* logits, const void* targets, DType index_dtype, void* loss, void* lse, int64_t rows,
-                   int64_t cols, int64_t ignore_index, DType dtype));
+// Also writes the mean over the counted (non-ignored) rows, two scalars in accumulate_dtype(dtype):
+//   inv_count[0] = 1 / (number of counted rows),  mean[0] = (sum_r loss[r]) * inv_count[0],
+// both NaN when no row counts (a mean over nothing, as in PyTorch). The count never leaves the
+// device: the loss op reads neither it nor the mean on the host.
+// A target outside [0, cols) that is not ignore_index is an hg::Error naming the row, the value and
+// the range ("[cross_entropy_forward] target 7 at row 3 is out of range, expected 0 <= target < 5
+// (or ignore_index = -100)"; with several, the smallest row). CPU: thrown by the call. CUDA: no host
+// wait; a kernel records it on the device and it is thrown LATER, at the next point where the host
+// reads from the device (kernels/cuda/device_errors.h; the engine: copy_to_host, Tensor::item,
+// hg::cuda::synchronize), like CUDA's own asynchronous errors; the outputs are then garbage.
+HG_DECLARE_KERNEL(void, cross_entropy_forward,
+                  (const void* logits, const void* targets, DType index_dtype, void* loss, void* lse, void* mean,
+                   void* inv_count, int64_t rows, int64_t cols, int64_t ignore_index, DType dtype));
 // dlogits[r, c] = dloss[r] * (exp(x[r, c] - lse[r]) - [c == t_r]); 0 for ignored rows.
 // dloss is per row, in accumulate_dtype(dtype).
 HG_DECLARE_KERNEL(void, cross_entropy_backward,
@@ -153,13 +160,17 @@ HG_DECLARE_KERNEL(void, layer_norm_backward,
                    void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype));
 
 // ---- embedding ---------------------------------------------------------------------------------
-// y[i, :] = weight[ids[i], :] for weight [vocab, dim]. Throws hg::Error naming the position of
-// the first id outside [0, vocab) (CUDA: after the kernel, synchronising the stream).
+// y[i, :] = weight[ids[i], :] for weight [vocab, dim]. An id outside [0, vocab) is an hg::Error
+// naming the first such position ("[embedding_forward] id 10 at position 3 is out of range, expected
+// 0 <= id < 10"). CPU: thrown by the call. CUDA: no host wait; recorded on the device and thrown
+// LATER, at the next host read (as cross_entropy_forward; kernels/cuda/device_errors.h); y is then
+// garbage.
 HG_DECLARE_KERNEL(void, embedding_forward,
                   (const void* weight, const void* ids, DType index_dtype, void* y, int64_t n_ids, int64_t vocab,
                    int64_t dim, DType dtype));
 // dweight = sum over i with ids[i] = v of dy[i, :], accumulated in acc_t in increasing i
-// (deterministic), written to all of dweight (rows with no id get 0).
+// (deterministic), written to all of dweight (rows with no id get 0). Bad ids: as embedding_forward
+// ("[embedding_backward] ..."; CUDA: reported at the next host read).
 HG_DECLARE_KERNEL(void, embedding_backward,
                   (const void* dy, const void* ids, DType index_dtype, void* dweight, int64_t n_ids, int64_t vocab,
                    int64_t dim, DType dtype));

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/device_errors.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 #include "kernels/kernels.h"
@@ -678,18 +679,21 @@ TEST_CASE("cuda softmax_backward: softmax and log_softmax, every dtype, unaligne
 
 // ==== cross entropy ===============================================================================
 
-TEST_CASE("cuda cross_entropy: loss, lse, count, ignore_index and dlogits, every dtype and index type") {
+TEST_CASE("cuda cross_entropy: loss, lse, mean, 1/count, ignore_index and dlogits, every dtype and index type") {
   SKIP_WITHOUT_DEVICE();
   // lse = m + log(sum exp(x - m)): the sum in another order (4 sqrt(cols) + 8 ulps) becomes an
   // absolute error of lse of that many ulps; loss = lse - x[t] cancels against |x| <= 6 + log(cols):
-  // scale 16. dlogits = dloss (exp(x - lse) - [c = t]): exp's 2 ulps plus the (absolute, <= 16 ulps)
+  // scale 16. The mean adds the rows' losses in another order too (4 sqrt(rows) more ulps of their
+  // sum). dlogits = dloss (exp(x - lse) - [c = t]): exp's 2 ulps plus the (absolute, <= 16 ulps)
   // error of lse, times dloss <= 2: 64 ulps with scale 2.
   Rng rng(71);
   const int64_t ignore = -100;
   struct Case {
     int64_t rows, cols, offset;
   };
-  const Case cases[] = {{1, 1, 0}, {13, 7, 1}, {37, 100, 0}, {37, 100, 1}, {4, 1500, 0}, {3, 3001, 1}};
+  // {0, 5}: no rows, a mean over nothing (NaN); {4, 3} below: every row ignored.
+  const Case cases[] = {{1, 1, 0}, {13, 7, 1}, {37, 100, 0}, {37, 100, 1}, {4, 1500, 0}, {3, 3001, 1}, {0, 5, 0},
+                        {2500, 3, 0}};
   for (DType t : kFloatingTypes) {
     for (DType index_type : {DType::i32, DType::i64}) {
       for (const Case& c : cases) {
@@ -703,16 +707,31 @@ TEST_CASE("cuda cross_entropy: loss, lse, count, ignore_index and dlogits, every
         std::vector<int64_t> target_values(static_cast<size_t>(c.rows));
         for (int64_t r = 0; r < c.rows; ++r) target_values[r] = r % 5 == 2 ? ignore : rng.integer(0, c.cols - 1);
         const Buffer targets = index_buffer(index_type, target_values);
-        Buffer loss(acc, c.rows), lse(acc, c.rows);
-        const int64_t count = cpu::cross_entropy_forward(x.data(), targets.data(), index_type, loss.data(), lse.data(),
-                                                         c.rows, c.cols, ignore, t);
-        DeviceBuffer d_x(x, c.offset), d_targets(targets), d_loss(acc, c.rows), d_lse(acc, c.rows);
-        const int64_t d_count = gpu::cross_entropy_forward(d_x.data(), d_targets.data(), index_type, d_loss.data(),
-                                                           d_lse.data(), c.rows, c.cols, ignore, t, stream());
-        CHECK(d_count == count);
+        Buffer loss(acc, c.rows), lse(acc, c.rows), mean(acc, 1), inv_count(acc, 1);
+        cpu::cross_entropy_forward(x.data(), targets.data(), index_type, loss.data(), lse.data(), mean.data(),
+                                   inv_count.data(), c.rows, c.cols, ignore, t);
+        // The CPU's mean against its own rows (a serial sum of positive terms: within rows ulps).
+        int64_t counted = 0;
+        double sum = 0;
+        for (int64_t r = 0; r < c.rows; ++r) {
+          counted += target_values[size_t(r)] != ignore;
+          sum += loss.get(r);
+        }
+        Buffer expect_inv(acc, 1), expect_mean(acc, 1);
+        expect_inv.set(0, counted > 0 ? 1.0 / double(counted) : kNaN);
+        expect_mean.set(0, counted > 0 ? sum / double(counted) : kNaN);
+        check_close(inv_count, expect_inv, "CPU 1 / count", tolerance(acc, 1));
+        check_close(mean, expect_mean, "CPU mean", tolerance(acc, double(c.rows) + 4));
+        DeviceBuffer d_x(x, c.offset), d_targets(targets), d_loss(acc, c.rows), d_lse(acc, c.rows), d_mean(acc, 1),
+            d_inv_count(acc, 1);
+        gpu::cross_entropy_forward(d_x.data(), d_targets.data(), index_type, d_loss.data(), d_lse.data(),
+                                   d_mean.data(), d_inv_count.data(), c.rows, c.cols, ignore, t, stream());
+        gpu::synchronize_and_raise_device_errors(stream());  // no error: nothing is thrown
         const double ulps = 4 * std::sqrt(double(c.cols)) + 8;
         check_close(d_lse.download(), lse, "lse", tolerance(acc, ulps, 16));
         check_close(d_loss.download(), loss, "loss", tolerance(acc, ulps, 16));
+        check_close(d_inv_count.download(), inv_count, "1 / count", tolerance(acc, 1, 1));
+        check_close(d_mean.download(), mean, "mean", tolerance(acc, ulps + 4 * std::sqrt(double(c.rows)), 16));
 
         // Backward from the CPU's lse, so both backends see the same statistics.
         const Buffer dloss = random_buffer(acc, c.rows, rng, 0.5, 2);
@@ -726,6 +745,21 @@ TEST_CASE("cuda cross_entropy: loss, lse, count, ignore_index and dlogits, every
       }
     }
   }
+  SUBCASE("every row ignored: mean and 1/count are NaN on both backends") {
+    const Buffer x = random_buffer(DType::f32, 4 * 3, rng, -1, 1);
+    const Buffer targets = index_buffer(DType::i64, {ignore, ignore, ignore, ignore});
+    Buffer loss(DType::f32, 4), lse(DType::f32, 4), mean(DType::f32, 1), inv_count(DType::f32, 1);
+    cpu::cross_entropy_forward(x.data(), targets.data(), DType::i64, loss.data(), lse.data(), mean.data(),
+                               inv_count.data(), 4, 3, ignore, DType::f32);
+    DeviceBuffer d_x(x), d_targets(targets), d_loss(DType::f32, 4), d_lse(DType::f32, 4), d_mean(DType::f32, 1),
+        d_inv_count(DType::f32, 1);
+    gpu::cross_entropy_forward(d_x.data(), d_targets.data(), DType::i64, d_loss.data(), d_lse.data(), d_mean.data(),
+                               d_inv_count.data(), 4, 3, ignore, DType::f32, stream());
+    CHECK(std::isnan(mean.get(0)));
+    CHECK(std::isnan(inv_count.get(0)));
+    CHECK(std::isnan(d_mean.download().get(0)));
+    CHECK(std::isnan(d_inv_count.download().get(0)));
+  }
 }
 
 TEST_CASE("cuda cross_entropy: an out-of-range target names the row, the value and the range") {
@@ -734,23 +768,52 @@ TEST_CASE("cuda cross_entropy: an out-of-range target names the row, the value a
   for (DType index_type : {DType::i32, DType::i64}) {
     CAPTURE(name_of(index_type));
     DeviceBuffer d_x(random_buffer(DType::f32, 6 * 10, rng, -1, 1));
-    DeviceBuffer d_loss(DType::f32, 6), d_lse(DType::f32, 6);
+    DeviceBuffer d_loss(DType::f32, 6), d_lse(DType::f32, 6), d_mean(DType::f32, 1), d_inv(DType::f32, 1);
     DeviceBuffer d_high(index_buffer(index_type, {1, 2, -100, 3, 4, 10}));
+    // The kernel makes no host wait: the error is recorded on the device and raised at the next read.
     check_error(
         [&] {
-          gpu::cross_entropy_forward(d_x.data(), d_high.data(), index_type, d_loss.data(), d_lse.data(), 6, 10, -100,
-                                     DType::f32, stream());
+          gpu::cross_entropy_forward(d_x.data(), d_high.data(), index_type, d_loss.data(), d_lse.data(), d_mean.data(),
+                                     d_inv.data(), 6, 10, -100, DType::f32, stream());
+          gpu::synchronize_and_raise_device_errors(stream());
         },
         {"[cross_entropy_forward]", "target 10 at row 5", "0 <= target < 10", "ignore_index = -100"});
     // Two bad rows: the first one is named, as the CPU backend does.
     DeviceBuffer d_two(index_buffer(index_type, {1, -3, 2, 3, 12, 0}));
     check_error(
         [&] {
-          gpu::cross_entropy_forward(d_x.data(), d_two.data(), index_type, d_loss.data(), d_lse.data(), 6, 10, -100,
-                                     DType::f32, stream());
+          gpu::cross_entropy_forward(d_x.data(), d_two.data(), index_type, d_loss.data(), d_lse.data(), d_mean.data(),
+                                     d_inv.data(), 6, 10, -100, DType::f32, stream());
+          gpu::synchronize_and_raise_device_errors(stream());
         },
         {"[cross_entropy_forward]", "target -3 at row 1"});
   }
+}
+
+TEST_CASE("cuda index errors: the first one enqueued is raised, once, then the record is clear") {
+  SKIP_WITHOUT_DEVICE();
+  Rng rng(73);
+  DeviceBuffer d_x(random_buffer(DType::f32, 6 * 10, rng, -1, 1));
+  DeviceBuffer d_loss(DType::f32, 6), d_lse(DType::f32, 6), d_mean(DType::f32, 1), d_inv(DType::f32, 1);
+  DeviceBuffer d_bad_targets(index_buffer(DType::i64, {1, 2, 3, 11, 4, 5}));
+  DeviceBuffer d_weight(random_buffer(DType::f32, 10 * 4, rng, -1, 1)), d_y(DType::f32, 3 * 4);
+  DeviceBuffer d_bad_ids(index_buffer(DType::i32, {0, 12, 1}));
+  // Two bad ops before any read: the first (cross entropy) is reported, the second is dropped.
+  gpu::cross_entropy_forward(d_x.data(), d_bad_targets.data(), DType::i64, d_loss.data(), d_lse.data(), d_mean.data(),
+                             d_inv.data(), 6, 10, -100, DType::f32, stream());
+  gpu::embedding_forward(d_weight.data(), d_bad_ids.data(), DType::i32, d_y.data(), 3, 10, 4, DType::f32, stream());
+  check_error([&] { gpu::synchronize_and_raise_device_errors(stream()); },
+              {"[cross_entropy_forward]", "target 11 at row 3", "0 <= target < 10"});
+  // Raised once: the next read is clean, and good inputs run as before.
+  gpu::synchronize_and_raise_device_errors(stream());
+  DeviceBuffer d_good_ids(index_buffer(DType::i32, {3, 0, 9}));
+  gpu::embedding_forward(d_weight.data(), d_good_ids.data(), DType::i32, d_y.data(), 3, 10, 4, DType::f32, stream());
+  gpu::synchronize_and_raise_device_errors(stream());
+  // A new error after the clear is recorded again.
+  gpu::embedding_forward(d_weight.data(), d_bad_ids.data(), DType::i32, d_y.data(), 3, 10, 4, DType::f32, stream());
+  check_error([&] { gpu::synchronize_and_raise_device_errors(stream()); },
+              {"[embedding_forward]", "id 12 at position 1", "0 <= id < 10", "raised at the next host read"});
+  gpu::synchronize_and_raise_device_errors(stream());
 }
 
 // ==== LayerNorm ===================================================================================
@@ -895,6 +958,7 @@ TEST_CASE("cuda embedding: an id out of range names its position") {
     check_error(
         [&] {
           gpu::embedding_forward(d_weight.data(), d_ids.data(), index_type, d_y.data(), 6, 10, 4, DType::f32, stream());
+          gpu::synchronize_and_raise_device_errors(stream());  // reported at the next read, not by the call
         },
         {"[embedding_forward]", "id 10 at position 3", "0 <= id < 10"});
     DeviceBuffer d_negative(index_buffer(index_type, {-1, 2}));
@@ -902,6 +966,7 @@ TEST_CASE("cuda embedding: an id out of range names its position") {
         [&] {
           gpu::embedding_forward(d_weight.data(), d_negative.data(), index_type, d_y.data(), 2, 10, 4, DType::f32,
                                  stream());
+          gpu::synchronize_and_raise_device_errors(stream());
         },
         {"[embedding_forward]", "id -1 at position 0"});
     DeviceBuffer d_dy(DType::f32, 6 * 4), d_dweight(DType::f32, 10 * 4);
@@ -909,6 +974,7 @@ TEST_CASE("cuda embedding: an id out of range names its position") {
         [&] {
           gpu::embedding_backward(d_dy.data(), d_ids.data(), index_type, d_dweight.data(), 6, 10, 4, DType::f32,
                                   stream());
+          gpu::synchronize_and_raise_device_errors(stream());
         },
         {"[embedding_backward]", "id 10 at position 3", "0 <= id < 10"});
   }

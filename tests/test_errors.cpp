@@ -3,6 +3,9 @@
 
 #include "support/check_error.h"
 
+#include <cmath>
+#include <vector>
+
 #include "engine/cuda/cuda_context.h"
 #include "engine/ops.h"
 
@@ -52,4 +55,36 @@ TEST_CASE("op-specific argument errors") {
   CHECK_ERROR(scaled_dot_product_attention(zeros({4, 2}), zeros({3, 2}), zeros({3, 2})), "causal", "Tq = 4");
   CHECK_ERROR(max(zeros({0, 3}), 0), "[max]", "empty");
   CHECK_ERROR(Tensor().shape(), "undefined tensor");
+}
+
+TEST_CASE("index errors on CUDA: the CPU's message, raised at the next host read, once") {
+  if (!cuda::is_available()) {
+    MESSAGE("skipped: no CUDA device: ", cuda::unavailable_reason());
+    return;
+  }
+  const Device dev = Device::cuda(0);
+  const Tensor logits = zeros({4, 5}, f32, dev);
+  // The op makes no host wait, so it cannot know yet; the next read (item) raises, naming the op.
+  Tensor loss;
+  CHECK_NOTHROW(loss = cross_entropy(logits, from_vector(std::vector<int64_t>{0, 1, -100, 7}, {4}, i64, dev)));
+  CHECK_ERROR(loss.item(),
+              "[cross_entropy_forward] target 7 at row 3 is out of range, expected 0 <= target < 5 (or "
+              "ignore_index = -100)",
+              "cuda:0");
+  // Raised once: the record is clear afterwards, and good targets read normally (log 5 for zeros).
+  const Tensor good = cross_entropy(logits, from_vector(std::vector<int64_t>{0, 1, -100, 4}, {4}, i64, dev));
+  CHECK(good.item() == doctest::Approx(std::log(5.0)));
+
+  // Embedding: raised by a copy to the host; forward and backward both bad: the first is reported.
+  const Tensor weight = zeros({5, 2}, f32, dev).requires_grad_();
+  Tensor y;
+  CHECK_NOTHROW(y = embedding(weight, from_vector(std::vector<int64_t>{1, 5}, {2}, i64, dev)));
+  CHECK_NOTHROW(y.backward(ones({2, 2}, f32, dev)));
+  CHECK_ERROR(y.to(kCPU), "[embedding_forward] id 5 at position 1 is out of range, expected 0 <= id < 5");
+  CHECK_NOTHROW(y.to(kCPU));
+
+  // ... and by hg::cuda::synchronize.
+  y = embedding(weight, from_vector(std::vector<int64_t>{-2, 1}, {2}, i64, dev));
+  CHECK_ERROR(cuda::synchronize(0), "[embedding_forward] id -2 at position 0", "hg::cuda::synchronize");
+  CHECK_NOTHROW(cuda::synchronize(0));
 }

@@ -712,10 +712,11 @@ TEST_CASE("cross_entropy: forward never needs probabilities, ignore_index, backw
           expected_count += target_values[r] != ignore;
         }
         const Buffer targets = index_buffer(index_type, target_values);
-        Buffer loss = poisoned(acc, rows), lse = poisoned(acc, rows);
-        const int64_t count = cpu::cross_entropy_forward(x.data(), targets.data(), index_type, loss.data(), lse.data(),
-                                                         rows, cols, ignore, t);
-        CHECK(count == expected_count);
+        Buffer loss = poisoned(acc, rows), lse = poisoned(acc, rows), mean = poisoned(acc, 1),
+               inv_count = poisoned(acc, 1);
+        cpu::cross_entropy_forward(x.data(), targets.data(), index_type, loss.data(), lse.data(), mean.data(),
+                                   inv_count.data(), rows, cols, ignore, t);
+        check_close(inv_count, {1.0 / double(expected_count)}, "1 / count", 0, 1);
         std::vector<double> lse_ref(static_cast<size_t>(rows)), loss_ref(static_cast<size_t>(rows));
         for (int64_t r = 0; r < rows; ++r) {
           double m = -kInf, s = 0;
@@ -726,6 +727,9 @@ TEST_CASE("cross_entropy: forward never needs probabilities, ignore_index, backw
         }
         check_close(lse, lse_ref, "lse", 0, 2);
         check_close(loss, loss_ref, "loss", eps(acc) * 8, 2);
+        double loss_sum = 0;
+        for (double l : loss_ref) loss_sum += l;
+        check_close(mean, {loss_sum / double(expected_count)}, "mean over the counted rows", 0, double(rows) + 4);
 
         const Buffer dloss = random_buffer(acc, rows, rng, 0.5, 2);
         Buffer dx = poisoned(t, rows * cols);
@@ -747,11 +751,12 @@ TEST_CASE("cross_entropy: forward never needs probabilities, ignore_index, backw
 
 TEST_CASE("cross_entropy: a target out of range names the row, the value and the range") {
   Buffer x(DType::f32, 6 * 10), loss(DType::f32, 6), lse(DType::f32, 6), dloss(DType::f32, 6), dx(DType::f32, 60);
+  Buffer mean(DType::f32, 1), inv_count(DType::f32, 1);
   const Buffer targets = index_buffer(DType::i64, {1, 2, -100, 3, 4, 10});
   check_error(
       [&] {
-        cpu::cross_entropy_forward(x.data(), targets.data(), DType::i64, loss.data(), lse.data(), 6, 10, -100,
-                                   DType::f32);
+        cpu::cross_entropy_forward(x.data(), targets.data(), DType::i64, loss.data(), lse.data(), mean.data(),
+                                   inv_count.data(), 6, 10, -100, DType::f32);
       },
       {"[cross_entropy_forward]", "target 10 at row 5", "0 <= target < 10"});
   check_error(

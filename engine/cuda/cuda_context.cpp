@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/device_errors.h"
 #include "kernels/cuda/workspace.h"
 
 namespace hg::cuda {
@@ -82,6 +83,16 @@ DeviceStreams& streams_of(int device) {
 
 }  // namespace
 
+namespace {
+// The compute stream of `device`, waited for, with its device errors raised.
+void synchronize_compute(int device) {
+  const Stream compute = compute_stream(device);
+  kernels::cuda::DeviceErrorReadback errors(device, compute);
+  HG_CUDA_CHECK(cudaStreamSynchronize(compute));
+  errors.raise("hg::cuda::synchronize");
+}
+}  // namespace
+
 int device_count() { return std::min(discovery().count, kMaxDevices); }
 bool is_available() { return device_count() > 0; }
 std::string unavailable_reason() { return discovery().reason; }
@@ -113,11 +124,22 @@ Stream compute_stream(int device) {
   return s.compute;
 }
 Stream copy_stream(int device) { return streams_of(device).copy; }
+// Read points of the device error record (kernels/cuda/device_errors.h): index errors found by
+// kernels on the compute stream are raised here, after the wait these calls make anyway (the record's
+// copy is enqueued before it, so no extra wait).
 void synchronize(int device) {
-  synchronize(compute_stream(device));
-  synchronize(copy_stream(device));
+  const Stream compute = compute_stream(device);
+  kernels::cuda::DeviceErrorReadback errors(device, compute);
+  HG_CUDA_CHECK(cudaStreamSynchronize(compute));
+  HG_CUDA_CHECK(cudaStreamSynchronize(copy_stream(device)));
+  errors.raise("hg::cuda::synchronize");
 }
-void synchronize(Stream stream) { HG_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+void synchronize(Stream stream) {
+  for (int device = 0; device < device_count(); ++device) {
+    if (stream != nullptr && streams()[size_t(device)].compute == stream) return synchronize_compute(device);
+  }
+  HG_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
 
 namespace {
 
@@ -208,10 +230,16 @@ void copy_to_device(void* dst, const void* src, size_t nbytes, int device) {
   HG_CUDA_CHECK(cudaStreamWaitEvent(compute, done, 0));
 }
 
+// Also a read point of the device error record (see synchronize): Tensor::item and .to(kCPU) land here.
 void copy_to_host(void* dst, const void* src, size_t nbytes, int device) {
   if (nbytes == 0) return;
-  HG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, compute_stream(device)));
-  synchronize(compute_stream(device));
+  const Stream compute = compute_stream(device);
+  // The record's copy first: a copy into pageable `dst` may itself make the host wait (CUDA stages
+  // it), and that wait then covers both.
+  kernels::cuda::DeviceErrorReadback errors(device, compute);
+  HG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, compute));
+  HG_CUDA_CHECK(cudaStreamSynchronize(compute));
+  errors.raise("copy to host");
 }
 
 void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device) {

@@ -1,5 +1,8 @@
 // embedding: y[..., :] = weight[ids[...], :]. Backward sums the gradient rows of equal ids in a
 // fixed order (deterministic, no atomics): dweight[v] = sum_{i: ids[i] = v} dy[i].
+// An id outside [0, vocab) throws hg::Error naming its position: on the CPU here; on CUDA, where the
+// check runs on the device with no host wait, at the next host read (.item(), .to(kCPU),
+// hg::cuda::synchronize), as CUDA reports its own kernel errors (kernels/cuda/device_errors.h).
 #include "engine/ops.h"
 #include "engine/ops/op_support.h"
 

@@ -3,7 +3,10 @@
 //   dx_r = g / |valid| * (softmax(x_r) - onehot(t_r))  for valid rows, 0 for ignored rows.
 // The forward keeps only the per-row logsumexp (fp32) for backward, never the probabilities.
 // With no valid target the mean is 0/0 = NaN, as in PyTorch.
-#include <limits>
+// No host read: the kernel writes the mean and 1/|valid| on the device, and the backward scales by
+// that device scalar. A bad target (outside [0, C), not ignore_index) throws hg::Error naming the
+// row: on the CPU here; on CUDA at the next host read (loss.item(), .to(kCPU), hg::cuda::synchronize),
+// as CUDA reports its own kernel errors (kernels/cuda/device_errors.h, docs/cuda.md).
 
 #include "engine/ops.h"
 #include "engine/ops/op_support.h"
@@ -31,21 +34,20 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
   const DType stat = accumulate_dtype(logits.dtype());
   Tensor row_loss = empty({rows}, stat, logits.device());
   Tensor lse = empty({rows}, stat, logits.device());
-  const int64_t count =
-      HG_KERNEL(logits.device(), cross_entropy_forward, logits.data_ptr(), targets.data_ptr(), targets.dtype(),
-                row_loss.data_ptr(), lse.data_ptr(), rows, cols, ignore_index, logits.dtype());
-  const double scale = count > 0 ? 1.0 / double(count) : std::numeric_limits<double>::quiet_NaN();
   Tensor loss = empty({}, stat, logits.device());
-  HG_KERNEL(logits.device(), reduce, kernels::ReduceOp::Sum, row_loss.data_ptr(), loss.data_ptr(), nullptr, 1, rows, 1,
-            scale, stat);
+  Tensor inv_count = empty({}, stat, logits.device());  // 1 / |valid|, NaN when none
+  HG_KERNEL(logits.device(), cross_entropy_forward, logits.data_ptr(), targets.data_ptr(), targets.dtype(),
+            row_loss.data_ptr(), lse.data_ptr(), loss.data_ptr(), inv_count.data_ptr(), rows, cols, ignore_index,
+            logits.dtype());
 
   if (should_record({&logits_in})) {
-    const SavedTensor saved(logits), saved_targets(targets), saved_lse(lse);
+    const SavedTensor saved(logits), saved_targets(targets), saved_lse(lse), saved_scale(inv_count);
     record_op(name, {logits_in, targets_in}, loss,
-              [saved, saved_targets, saved_lse, rows, cols, ignore_index, scale](const Tensor& g, const NeedsGrad&) {
+              [saved, saved_targets, saved_lse, saved_scale, rows, cols, ignore_index](const Tensor& g,
+                                                                                      const NeedsGrad&) {
                 const Tensor saved_logits = saved.unpack(), targets = saved_targets.unpack();
                 const Tensor lse = saved_lse.unpack();
-                const Tensor dloss = (g * scale).reshape({1}).expand({rows}).contiguous();
+                const Tensor dloss = (g * saved_scale.unpack()).reshape({1}).expand({rows}).contiguous();
                 Tensor dlogits = empty_like(saved_logits);
                 HG_KERNEL(saved_logits.device(), cross_entropy_backward, saved_logits.data_ptr(), targets.data_ptr(),
                           targets.dtype(), lse.data_ptr(), dloss.data_ptr(), dlogits.data_ptr(), rows, cols,

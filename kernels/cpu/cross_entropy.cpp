@@ -11,6 +11,9 @@
 // Targets are validated before any work, serially, so the error names the first bad row and no
 // exception is thrown inside an OpenMP region.
 //
+// The mean over the counted rows (mean = sum * inv_count, inv_count = 1 / count, NaN for no rows) is
+// summed serially in row order after the parallel loop, the CUDA backend's contract on the host.
+//
 // Parallel strategy: one row per OpenMP iteration (static schedule) once rows * cols is large.
 #include <cmath>
 #include <limits>
@@ -64,8 +67,8 @@ acc_t<T> row_logsumexp(const T* __restrict x, int64_t cols) {
 }
 
 template <class T, class I>
-int64_t forward_typed(const T* x, const I* targets, acc_t<T>* loss, acc_t<T>* lse, int64_t rows, int64_t cols,
-                      int64_t ignore_index) {
+void forward_typed(const T* x, const I* targets, acc_t<T>* loss, acc_t<T>* lse, acc_t<T>* mean, acc_t<T>* inv_count,
+                   int64_t rows, int64_t cols, int64_t ignore_index) {
   using A = acc_t<T>;
   check_targets("cross_entropy_forward", targets, rows, cols, ignore_index);
   int64_t counted = 0;
@@ -82,7 +85,11 @@ int64_t forward_typed(const T* x, const I* targets, acc_t<T>* loss, acc_t<T>* ls
       ++counted;
     }
   }
-  return counted;
+  A sum = 0;
+  for (int64_t r = 0; r < rows; ++r) sum += loss[r];  // ignored rows hold 0
+  const A inv = counted > 0 ? A(1) / A(counted) : std::numeric_limits<A>::quiet_NaN();
+  *inv_count = inv;
+  *mean = sum * inv;
 }
 
 template <class T, class I>
@@ -107,14 +114,15 @@ void backward_typed(const T* x, const I* targets, const acc_t<T>* lse, const acc
 
 }  // namespace
 
-int64_t cross_entropy_forward(const void* logits, const void* targets, DType index_dtype, void* loss, void* lse,
-                              int64_t rows, int64_t cols, int64_t ignore_index, DType dtype) {
+void cross_entropy_forward(const void* logits, const void* targets, DType index_dtype, void* loss, void* lse,
+                           void* mean, void* inv_count, int64_t rows, int64_t cols, int64_t ignore_index, DType dtype) {
   HG_CHECK(rows >= 0 && cols > 0, "[cross_entropy_forward] rows = ", rows, ", cols = ", cols,
            ", expected rows >= 0 and cols >= 1");
-  return dispatch_floating(dtype, "cross_entropy_forward", [&]<class T>() {
-    return dispatch_index(index_dtype, "cross_entropy_forward", [&]<class I>() {
-      return forward_typed(static_cast<const T*>(logits), static_cast<const I*>(targets), static_cast<acc_t<T>*>(loss),
-                           static_cast<acc_t<T>*>(lse), rows, cols, ignore_index);
+  dispatch_floating(dtype, "cross_entropy_forward", [&]<class T>() {
+    dispatch_index(index_dtype, "cross_entropy_forward", [&]<class I>() {
+      using A = acc_t<T>;
+      forward_typed(static_cast<const T*>(logits), static_cast<const I*>(targets), static_cast<A*>(loss),
+                    static_cast<A*>(lse), static_cast<A*>(mean), static_cast<A*>(inv_count), rows, cols, ignore_index);
     });
   });
 }

@@ -14,17 +14,20 @@
 //     plus one pair per warp in shared memory for a block), and the group's thread 0 reads x[t]
 //     and writes loss and lse.
 //   backward: one pass, every thread writes its columns of dlogits; no reduction.
-// Target checking: the forward kernel records the smallest row with an out-of-range target (and
-// neither ignore_index) with an integer atomicMin in a device status word, and counts the
-// non-ignored rows with an integer atomicAdd (integer atomics: the same result in any order). The
-// host reads both back after the kernel (a stream synchronisation, which the contract states) and
-// throws hg::Error naming the row, as the CPU backend does. A bad row never reads outside its row.
-// The backward pass does not check again (its forward did); an out-of-range target there matches no
-// column, so nothing outside dlogits is touched.
+// The mean (cross_entropy_mean_kernel, one block of kMeanThreads): sums the non-ignored rows' losses
+// (each thread a strided subset, then a block reduction: a fixed order, the same bits on every run),
+// counts them, and writes mean = sum * inv_count and inv_count = 1 / count (NaN when no row counts),
+// so the loss op never reads the count on the host.
+// Target checking, on the device (no host wait): the forward kernel gives a bad row (a target
+// outside [0, cols), not ignore_index) loss 0 and never reads outside its row; the mean kernel finds
+// the smallest such row while counting and records it in the device's error record
+// (kernels/cuda/device_errors.h), which the engine raises as hg::Error -- the CPU backend's message
+// -- at its next host read. The backward pass does not check again (its forward did); an
+// out-of-range target there matches no column, so nothing outside dlogits is touched.
 #include <climits>
 
+#include "kernels/cuda/device_error_record.h"
 #include "kernels/cuda/device_math.h"
-#include "kernels/cuda/workspace.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/cuda/online_softmax.h"
 #include "kernels/kernels_cuda.h"
@@ -32,12 +35,12 @@
 namespace hg::kernels::cuda {
 namespace {
 
-// status[0]: smallest row with a bad target (INT_MAX when none); status[1]: non-ignored rows.
+constexpr int kMeanThreads = 1024;
+
 template <class T, class I, bool kWarpRows>
 __global__ void __launch_bounds__(kMaxRowThreads)
     cross_entropy_forward_kernel(const T* __restrict__ x, const I* __restrict__ targets, acc_t<T>* __restrict__ loss,
-                                 acc_t<T>* __restrict__ lse, int64_t rows, int64_t cols, int64_t ignore_index,
-                                 int* __restrict__ status) {
+                                 acc_t<T>* __restrict__ lse, int64_t rows, int64_t cols, int64_t ignore_index) {
   using A = acc_t<T>;
   __shared__ MaxSum<A> shared[32];
   const RowGroup<kWarpRows> g = RowGroup<kWarpRows>::make();
@@ -58,15 +61,43 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     const A row_lse = acc.m + log_acc(acc.s);
     const int64_t t = int64_t(targets[g.row]);
     lse[g.row] = row_lse;
-    if (t == ignore_index) {
-      loss[g.row] = A(0);
-    } else if (t < 0 || t >= cols) {
-      loss[g.row] = A(0);
-      atomicMin(&status[0], int(g.row));
-    } else {
-      loss[g.row] = row_lse - to_acc(xr[t]);
-      atomicAdd(&status[1], 1);
+    // An ignored row, or a bad one (reported by the mean kernel): loss 0, nothing read outside the row.
+    loss[g.row] = t == ignore_index || t < 0 || t >= cols ? A(0) : row_lse - to_acc(xr[t]);
+  }
+}
+
+// mean = (sum of the counted rows' losses) * inv_count, inv_count = 1 / count; records the smallest
+// row with a bad target.
+template <class A, class I>
+__global__ void __launch_bounds__(kMeanThreads)
+    cross_entropy_mean_kernel(const A* __restrict__ loss, const I* __restrict__ targets, A* __restrict__ mean,
+                              A* __restrict__ inv_count, int64_t rows, int64_t cols, int64_t ignore_index,
+                              DeviceErrorRecord* __restrict__ record) {
+  __shared__ A shared_sum[32];
+  __shared__ long long shared_ll[32];
+  A sum = 0;
+  long long counted = 0, first_bad = rows;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int64_t t = int64_t(targets[r]);
+    if (t == ignore_index) continue;
+    if (t < 0 || t >= cols) {
+      if (first_bad == rows) first_bad = r;  // this thread's rows increase: its first is its smallest
+      continue;
     }
+    sum += loss[r];
+    ++counted;
+  }
+  sum = block_reduce(sum, SumOp{}, A(0), shared_sum);
+  counted = block_reduce(counted, SumOp{}, 0LL, shared_ll);
+  first_bad = block_reduce(first_bad, MinOp{}, (long long)rows, shared_ll);
+  if (threadIdx.x == 0) {
+    if (first_bad < rows) {
+      record_device_error(record, DeviceErrorOp::cross_entropy_forward, first_bad, (long long)targets[first_bad], cols,
+                          ignore_index);
+    }
+    const A inv = counted > 0 ? A(1) / A(counted) : A(NAN);
+    *inv_count = inv;
+    *mean = sum * inv;
   }
 }
 
@@ -100,16 +131,14 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 
 }  // namespace
 
-int64_t cross_entropy_forward(const void* logits, const void* targets, DType index_dtype, void* loss, void* lse,
-                              int64_t rows, int64_t cols, int64_t ignore_index, DType dtype, Stream stream) {
+void cross_entropy_forward(const void* logits, const void* targets, DType index_dtype, void* loss, void* lse,
+                           void* mean, void* inv_count, int64_t rows, int64_t cols, int64_t ignore_index, DType dtype,
+                           Stream stream) {
   HG_CHECK(rows >= 0 && cols > 0, "[cross_entropy_forward] rows = ", rows, ", cols = ", cols,
            ", expected rows >= 0 and cols >= 1");
   HG_CHECK(rows < INT_MAX, "[cross_entropy_forward] rows = ", rows, ", expected rows < ", INT_MAX);
-  if (rows == 0) return 0;
-  Workspace scratch(2 * sizeof(int), stream);
-  int* status = scratch.as<int>();
-  int host_status[2] = {INT_MAX, 0};
-  HG_CUDA_CHECK(cudaMemcpyAsync(status, host_status, sizeof host_status, cudaMemcpyHostToDevice, stream));
+  // rows == 0: no row can be bad, and the mean kernel still writes NaN (a mean over no rows).
+  DeviceErrorRecord* record = rows > 0 ? device_error_record_for_check() : nullptr;
   dispatch_floating_cuda(dtype, "cross_entropy_forward", [&]<class T>() {
     dispatch_index_cuda(index_dtype, "cross_entropy_forward", [&]<class I>() {
       using A = acc_t<T>;
@@ -117,23 +146,12 @@ int64_t cross_entropy_forward(const void* logits, const void* targets, DType ind
       const auto kernel =
           rl.warp_rows ? cross_entropy_forward_kernel<T, I, true> : cross_entropy_forward_kernel<T, I, false>;
       launch(kernel, rl.grid, rl.block, 0, stream, static_cast<const T*>(logits), static_cast<const I*>(targets),
-             static_cast<A*>(loss), static_cast<A*>(lse), rows, cols, ignore_index, status);
+             static_cast<A*>(loss), static_cast<A*>(lse), rows, cols, ignore_index);
+      launch(cross_entropy_mean_kernel<A, I>, dim3(1), dim3(kMeanThreads), 0, stream, static_cast<const A*>(loss),
+             static_cast<const I*>(targets), static_cast<A*>(mean), static_cast<A*>(inv_count), rows, cols,
+             ignore_index, record);
     });
   });
-  HG_CUDA_CHECK(cudaMemcpyAsync(host_status, status, sizeof host_status, cudaMemcpyDeviceToHost, stream));
-  HG_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (host_status[0] != INT_MAX) {
-    const int64_t row = host_status[0];
-    int64_t target = 0;
-    dispatch_index_cuda(index_dtype, "cross_entropy_forward", [&]<class I>() {
-      I value{};
-      HG_CUDA_CHECK(cudaMemcpy(&value, static_cast<const I*>(targets) + row, sizeof(I), cudaMemcpyDeviceToHost));
-      target = int64_t(value);
-    });
-    HG_FAIL("[cross_entropy_forward] target ", target, " at row ", row, " is out of range, expected 0 <= target < ",
-            cols, " (or ignore_index = ", ignore_index, ")");
-  }
-  return host_status[1];
 }
 
 void cross_entropy_backward(const void* logits, const void* targets, DType index_dtype, const void* lse,

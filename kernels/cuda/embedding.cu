@@ -5,15 +5,16 @@
 //
 // Forward, parallel strategy: a pure copy of bits (templated on the element size). A grid-stride
 // loop over (position, 16-byte pack of the row) units when dim fills whole packs and both y and
-// weight are 16-byte aligned, over single elements otherwise. An id outside [0, vocab) copies nothing;
-// its position is recorded with an integer atomicMin in a device status word, which the host reads
-// after the kernel (a stream synchronisation, as the contract states) to throw hg::Error naming the
-// first bad position, as the CPU backend does.
+// weight are 16-byte aligned, over single elements otherwise. An id outside [0, vocab) copies nothing.
+//
+// Id checking, on the device (no host wait): a one-block index_check_kernel (kernels/cuda/
+// device_errors.cu) finds the first bad position and records it in the device's error record; the
+// engine raises it as hg::Error -- the CPU backend's message -- at its next host read.
 //
 // Backward, deterministic without float atomics and without a sort:
 //   1. count_ids_kernel: counts[v] = number of positions holding id v (integer atomicAdd: the same
-//      counts in any order); an id outside [0, vocab) is flagged as in the forward pass, and the host
-//      throws naming the first such position after the kernels (a stream synchronisation).
+//      counts in any order) in a workspace from the caching allocator (kernels/cuda/workspace.h); an
+//      id outside [0, vocab) is skipped (no row is touched for it) and checked as in the forward.
 //   2. embedding_backward_kernel: one block of kBackwardThreads threads per (vocab row v, tile of
 //      kBackwardThreads columns); thread t owns column tile * kBackwardThreads + t and keeps its sum
 //      in a register. A row with counts[v] == 0 writes zeros at once. Otherwise the block scans the
@@ -26,9 +27,10 @@
 //   cut that to O(n_ids) should vocabularies and batches grow large enough to matter.
 #include <climits>
 
+#include "kernels/cuda/device_errors.h"
 #include "kernels/cuda/device_math.h"
-#include "kernels/cuda/workspace.h"
 #include "kernels/cuda/dispatch_cuda.h"
+#include "kernels/cuda/workspace.h"
 #include "kernels/kernels_cuda.h"
 
 namespace hg::kernels::cuda {
@@ -38,32 +40,24 @@ constexpr int kBackwardThreads = 128;
 
 template <class E, class I, int W>
 __global__ void embedding_forward_kernel(const E* __restrict__ weight, const I* __restrict__ ids, E* __restrict__ y,
-                                         int64_t n_ids, int64_t vocab, int64_t dim, int* __restrict__ status) {
-  // W divides dim. An empty row (dim == 0) still gets one unit, so its id is checked.
-  const int64_t row_units = dim / W > 0 ? dim / W : 1;
+                                         int64_t n_ids, int64_t vocab, int64_t dim) {
+  // W divides dim; dim > 0 (the host launches nothing for empty rows).
+  const int64_t row_units = dim / W;
   const int64_t units = n_ids * row_units;
   for (int64_t u = flat_worker(); u < units; u += flat_workers()) {
     const int64_t i = u / row_units, c = (u % row_units) * W;
     const int64_t id = int64_t(ids[i]);
-    if (id < 0 || id >= vocab) {
-      if (c == 0) atomicMin(status, int(i));
-      continue;
-    }
-    if (c < dim) store_pack<W>(y + i * dim + c, load_pack<W>(weight + id * dim + c));
+    if (id < 0 || id >= vocab) continue;  // recorded by the index check
+    store_pack<W>(y + i * dim + c, load_pack<W>(weight + id * dim + c));
   }
 }
 
-// counts[v] = positions holding id v; an id outside [0, vocab) is flagged in *status instead.
+// counts[v] = positions holding id v; an id outside [0, vocab) is skipped (the index check reports it).
 template <class I>
-__global__ void count_ids_kernel(const I* __restrict__ ids, int* __restrict__ counts, int64_t n_ids, int64_t vocab,
-                                 int* __restrict__ status) {
+__global__ void count_ids_kernel(const I* __restrict__ ids, int* __restrict__ counts, int64_t n_ids, int64_t vocab) {
   for (int64_t i = flat_worker(); i < n_ids; i += flat_workers()) {
     const int64_t id = int64_t(ids[i]);
-    if (id >= 0 && id < vocab) {
-      atomicAdd(&counts[id], 1);
-    } else {
-      atomicMin(status, int(i));
-    }
+    if (id >= 0 && id < vocab) atomicAdd(&counts[id], 1);
   }
 }
 
@@ -106,24 +100,6 @@ __global__ void embedding_backward_kernel(const T* __restrict__ dy, const I* __r
   if (column < dim) dweight[v * dim + column] = from_acc<T>(acc);
 }
 
-// Reads the status word (the smallest position with a bad id, INT_MAX when none) once the stream's
-// work is done, and throws hg::Error naming that position and its id, as the CPU backend does.
-void check_ids_status(const char* op, const int* status, const void* ids, DType index_dtype, int64_t vocab,
-                      cudaStream_t stream) {
-  int host_status = INT_MAX;
-  HG_CUDA_CHECK(cudaMemcpyAsync(&host_status, status, sizeof host_status, cudaMemcpyDeviceToHost, stream));
-  HG_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (host_status == INT_MAX) return;
-  const int64_t position = host_status;
-  int64_t bad_id = 0;
-  dispatch_index_cuda(index_dtype, op, [&]<class I>() {
-    I value{};
-    HG_CUDA_CHECK(cudaMemcpy(&value, static_cast<const I*>(ids) + position, sizeof(I), cudaMemcpyDeviceToHost));
-    bad_id = int64_t(value);
-  });
-  HG_FAIL("[", op, "] id ", bad_id, " at position ", position, " is out of range, expected 0 <= id < ", vocab);
-}
-
 }  // namespace
 
 void embedding_forward(const void* weight, const void* ids, DType index_dtype, void* y, int64_t n_ids, int64_t vocab,
@@ -133,10 +109,8 @@ void embedding_forward(const void* weight, const void* ids, DType index_dtype, v
   HG_CHECK(is_floating(dtype), "[embedding_forward] expected a floating dtype, got ", dtype_name(dtype));
   HG_CHECK(n_ids < INT_MAX, "[embedding_forward] n_ids = ", n_ids, ", expected n_ids < ", INT_MAX);
   if (n_ids == 0) return;
-  Workspace scratch(sizeof(int), stream);
-  int* status = scratch.as<int>();
-  int host_status = INT_MAX;
-  HG_CUDA_CHECK(cudaMemcpyAsync(status, &host_status, sizeof host_status, cudaMemcpyHostToDevice, stream));
+  enqueue_index_check(DeviceErrorOp::embedding_forward, ids, index_dtype, n_ids, vocab, false, 0, stream);
+  if (dim == 0) return;
   dispatch_bits_cuda(dtype, "embedding_forward", [&]<class E>() {
     dispatch_index_cuda(index_dtype, "embedding_forward", [&]<class I>() {
       const E* w = static_cast<const E*>(weight);
@@ -144,16 +118,15 @@ void embedding_forward(const void* weight, const void* ids, DType index_dtype, v
       E* out = static_cast<E*>(y);
       constexpr int N = kPack<E>;
       const bool packed = dim % N == 0 && pack_head<E>(dim, w, out) == 0;
-      if (packed && dim > 0) {
+      if (packed) {
         launch(embedding_forward_kernel<E, I, N>, flat_grid(n_ids * (dim / N)), dim3(kFlatThreads), 0, stream, w, id,
-               out, n_ids, vocab, dim, status);
+               out, n_ids, vocab, dim);
       } else {
-        launch(embedding_forward_kernel<E, I, 1>, flat_grid(n_ids * (dim > 0 ? dim : 1)), dim3(kFlatThreads), 0, stream,
-               w, id, out, n_ids, vocab, dim, status);
+        launch(embedding_forward_kernel<E, I, 1>, flat_grid(n_ids * dim), dim3(kFlatThreads), 0, stream, w, id, out,
+               n_ids, vocab, dim);
       }
     });
   });
-  check_ids_status("embedding_forward", status, ids, index_dtype, vocab, stream);
 }
 
 void embedding_backward(const void* dy, const void* ids, DType index_dtype, void* dweight, int64_t n_ids, int64_t vocab,
@@ -165,24 +138,21 @@ void embedding_backward(const void* dy, const void* ids, DType index_dtype, void
   if (n_ids == 0 && (vocab == 0 || dim == 0)) return;
   const int64_t tiles = (dim + kBackwardThreads - 1) / kBackwardThreads;
   HG_CHECK(tiles <= 65535, "[embedding_backward] dim = ", dim, " exceeds ", 65535 * kBackwardThreads, " columns");
-  // The status word, then counts[vocab].
-  Workspace scratch(size_t(vocab + 1) * sizeof(int), stream);
-  int* status = scratch.as<int>();
-  int* counts = status + 1;
-  const int no_bad_position = INT_MAX;
-  HG_CUDA_CHECK(cudaMemcpyAsync(status, &no_bad_position, sizeof(int), cudaMemcpyHostToDevice, stream));
+  enqueue_index_check(DeviceErrorOp::embedding_backward, ids, index_dtype, n_ids, vocab, false, 0, stream);
+  // counts[vocab], stream-ordered: handed back right after the launches below are enqueued.
+  Workspace workspace(size_t(vocab) * sizeof(int), stream);
+  int* counts = workspace.as<int>();
   if (vocab > 0) HG_CUDA_CHECK(cudaMemsetAsync(counts, 0, size_t(vocab) * sizeof(int), stream));
   dispatch_floating_cuda(dtype, "embedding_backward", [&]<class T>() {
     dispatch_index_cuda(index_dtype, "embedding_backward", [&]<class I>() {
       const I* id = static_cast<const I*>(ids);
-      launch(count_ids_kernel<I>, flat_grid(n_ids), dim3(kFlatThreads), 0, stream, id, counts, n_ids, vocab, status);
+      launch(count_ids_kernel<I>, flat_grid(n_ids), dim3(kFlatThreads), 0, stream, id, counts, n_ids, vocab);
       if (dim > 0) {
         launch(embedding_backward_kernel<T, I>, dim3(unsigned(vocab), unsigned(tiles)), dim3(kBackwardThreads), 0,
                stream, static_cast<const T*>(dy), id, counts, static_cast<T*>(dweight), n_ids, dim);
       }
     });
   });
-  check_ids_status("embedding_backward", status, ids, index_dtype, vocab, stream);
 }
 
 }  // namespace hg::kernels::cuda

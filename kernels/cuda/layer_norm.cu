@@ -20,9 +20,13 @@
 //   stage 2 (layer_norm_param_grads_kernel): one thread per column adds the kRowBlocks partials in
 //     block order and writes dweight[c] and dbias[c] (rounded once).
 // The result is bitwise identical from run to run, whatever order the blocks run in.
+// The partial rows are a Workspace (kernels/cuda/workspace.h) from the caching allocator on `stream`:
+// stage 1 zeroes its own partial row before adding to it, so the buffer needs no clearing (only for
+// rows == 0, a cudaMemsetAsync); both stages are enqueued before the workspace is handed back, and the
+// allocator reuses a block only for later work on that same stream. No host wait, no cudaMalloc/Free.
 #include "kernels/cuda/device_math.h"
-#include "kernels/cuda/workspace.h"
 #include "kernels/cuda/dispatch_cuda.h"
+#include "kernels/cuda/workspace.h"
 #include "kernels/kernels_cuda.h"
 
 namespace hg::kernels::cuda {
