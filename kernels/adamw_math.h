@@ -18,7 +18,8 @@
 // the kernel runs. When found_inf != 0 nothing is written (parameter, master, moments untouched bit
 // for bit) and t stays; otherwise t advances by one and the update uses it. t has two slots so that
 // no thread reads what another writes: the kernel reads step[parity] and one thread writes
-// step[1 - parity]; the host flips parity after each call.
+// step[1 - parity]. optim/adamw.cpp keeps parity 0 and copies step[1] to step[0] on the device after
+// each call, so a CUDA graph that captured the call replays the same, correct sequence.
 #include <cmath>
 #include <cstdint>
 

@@ -2,6 +2,7 @@
 // the fused adamw_step kernel of the parameter's device.
 #include "optim/adamw.h"
 
+#include "engine/autograd.h"
 #include "engine/kernel_dispatch.h"
 
 #include <cmath>
@@ -75,7 +76,10 @@ void AdamW::fused_step(const ParamGroup& group, const Tensor& param, void* maste
   HG_KERNEL(param.device(), adamw_step_device, param.data_ptr(), master, grad.data_ptr(),
             state.buffers.at("exp_avg").data_ptr(), state.buffers.at("exp_avg_sq").data_ptr(), param.numel(), s,
             options_.beta1(), options_.beta2(), options_.eps(), weight_decay, param.dtype());
-  state.parity ^= 1;
+  // The kernel wrote the new count to slot 1; bring it to slot 0 on the device, in stream order. (Not a
+  // host-side parity flip: a CUDA graph replays the captured call with the captured arguments.)
+  NoGradGuard no_grad;
+  state.step_count.narrow(0, 0, 1).copy_(state.step_count.narrow(0, 1, 1));
 }
 
 }  // namespace hg::optim

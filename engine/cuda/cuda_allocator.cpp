@@ -409,6 +409,9 @@ void record_stream(void* ptr, int device, Stream stream) { device_allocator(devi
 namespace {
 void* pinned_allocate(size_t bytes) {
   void* ptr = nullptr;
+  // Host memory is never part of a graph: legal while this thread captures one (e.g. the staging of
+  // a captured copy_to_device), with the capture mode relaxed around the call.
+  RelaxedCaptureMode relaxed;
   if (cudaMallocHost(&ptr, bytes) != cudaSuccess) {
     (void)cudaGetLastError();
     return nullptr;

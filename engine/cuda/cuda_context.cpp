@@ -214,11 +214,23 @@ void copy_to_device(void* dst, const void* src, size_t nbytes, int device) {
   // stream waits for the compute stream's work so far: `dst` may be a block the caching allocator
   // just handed back after compute-stream kernels that still read its previous contents were queued.
   // Both waits are device-side; the host never blocks.
+  const Stream compute = compute_stream(device), copy = copy_stream(device);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  HG_CUDA_CHECK(cudaStreamIsCapturing(compute, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    // Being captured into a CUDA graph (engine/cuda/cuda_graph.h): the copy becomes a node that every
+    // replay runs, reading the same host bytes. So they are staged in a pinned buffer the graph keeps:
+    // never handed back (a captured step's host constants, e.g. position ids: bytes, not megabytes),
+    // and copied on the compute stream itself (no event query on captured work, no fork to join).
+    void* kept = pinned_allocator().allocate(nbytes);
+    std::memcpy(kept, src, nbytes);
+    HG_CUDA_CHECK(cudaMemcpyAsync(dst, kept, nbytes, cudaMemcpyHostToDevice, compute));
+    return;
+  }
   std::lock_guard<std::mutex> lock(g_staging_mutex);
   release_finished_staging();
   void* pinned = pinned_allocator().allocate(nbytes);
   std::memcpy(pinned, src, nbytes);
-  const Stream compute = compute_stream(device), copy = copy_stream(device);
   cudaEvent_t compute_done = acquire_event(/*timing=*/false);
   HG_CUDA_CHECK(cudaEventRecord(compute_done, compute));
   HG_CUDA_CHECK(cudaStreamWaitEvent(copy, compute_done, 0));

@@ -21,6 +21,7 @@
 // every writer ORs the same bits). The clip form writes round(coef * x + 0), the affine op's formula,
 // and only when the norm is finite and over the bound.
 #include <cstring>
+#include <iterator>
 #include <list>
 #include <mutex>
 #include <string>
@@ -143,17 +144,21 @@ std::vector<UnscaleChunk> chunk_table(const TensorSpan* tensors, int64_t count, 
 
 // Device copies of chunk tables, keyed by their bytes and the device. A training step passes the same
 // gradient buffers every step, so from the second step on scale_gradients finds its table already on
-// the device: no upload, no allocation, nothing a CUDA graph capture would refuse (a copy from
-// pageable memory, a cudaMalloc). A miss (new gradient buffers) uploads once from the entry's own
-// host bytes, which live as long as the entry, so the asynchronous copy never reads freed memory.
-// At most kMaxTables entries; past that the least recently used is freed (cudaFree: a device-wide
-// sync, which only a run that reallocates its gradients every step would pay).
+// the device: no upload, no allocation, nothing a CUDA graph capture would refuse. A miss uploads once,
+// from a pinned copy of the table the entry owns (so the asynchronous copy -- or the copy node of a
+// captured graph, which every replay runs -- never reads freed or pageable memory). A miss during a
+// capture (the graph's gradients live in its private pool, at new addresses) allocates with the
+// thread's capture mode relaxed -- the memory is not part of the graph -- and its entry is never
+// evicted, since the graph reads it on every replay. Otherwise at most kMaxTables entries; past that
+// the least recently used is freed (cudaFree: a device-wide sync, which only a run that reallocates
+// its gradients every step would pay).
 class DeviceTableCache {
  public:
   const UnscaleChunk* find_or_upload(const std::vector<UnscaleChunk>& chunks, cudaStream_t stream) {
     int device = 0;
     HG_CUDA_CHECK(cudaGetDevice(&device));
-    std::string key(reinterpret_cast<const char*>(chunks.data()), chunks.size() * sizeof(UnscaleChunk));
+    const size_t bytes = chunks.size() * sizeof(UnscaleChunk);
+    std::string key(reinterpret_cast<const char*>(chunks.data()), bytes);
     key.append(reinterpret_cast<const char*>(&device), sizeof device);
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
@@ -161,24 +166,46 @@ class DeviceTableCache {
       entries_.splice(entries_.begin(), entries_, it);  // most recently used first
       return static_cast<const UnscaleChunk*>(entries_.front().device);
     }
-    if (entries_.size() >= kMaxTables) {
-      (void)cudaFree(entries_.back().device);
-      entries_.pop_back();
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    HG_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    const bool captured = capture != cudaStreamCaptureStatusNone;
+    if (!captured) evict_one_if_full();
+    Entry entry{std::move(key), nullptr, nullptr, captured};
+    {
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;  // allocations are not graph nodes
+      HG_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+      const cudaError_t device_status = cudaMalloc(&entry.device, bytes);
+      const cudaError_t host_status =
+          device_status == cudaSuccess ? cudaMallocHost(&entry.host, bytes) : cudaErrorMemoryAllocation;
+      HG_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+      if (host_status != cudaSuccess && entry.device != nullptr) (void)cudaFree(entry.device);
+      HG_CUDA_CHECK(device_status);
+      HG_CUDA_CHECK(host_status);
     }
-    void* device_table = nullptr;
-    const size_t bytes = chunks.size() * sizeof(UnscaleChunk);
-    HG_CUDA_CHECK(cudaMalloc(&device_table, bytes));
-    entries_.push_front({std::move(key), device_table});
-    HG_CUDA_CHECK(cudaMemcpyAsync(device_table, entries_.front().key.data(), bytes, cudaMemcpyHostToDevice, stream));
-    return static_cast<const UnscaleChunk*>(device_table);
+    std::memcpy(entry.host, chunks.data(), bytes);
+    HG_CUDA_CHECK(cudaMemcpyAsync(entry.device, entry.host, bytes, cudaMemcpyHostToDevice, stream));
+    entries_.push_front(std::move(entry));
+    return static_cast<const UnscaleChunk*>(entries_.front().device);
   }
 
  private:
   static constexpr size_t kMaxTables = 16;
   struct Entry {
-    std::string key;  // the table's bytes (uploaded from here), then the device id
+    std::string key;  // the table's bytes, then the device id
     void* device;
+    void* host;       // pinned copy the upload reads
+    bool kept;        // made during a capture: a graph reads it on every replay
   };
+  void evict_one_if_full() {
+    if (entries_.size() < kMaxTables) return;
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+      if (it->kept) continue;
+      (void)cudaFree(it->device);
+      (void)cudaFreeHost(it->host);
+      entries_.erase(std::next(it).base());
+      return;
+    }
+  }
   std::mutex mutex_;
   std::list<Entry> entries_;
 };
