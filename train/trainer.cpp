@@ -480,7 +480,9 @@ TrainResult Trainer::fit() {
     const bool checkpoint_now =
         checkpoints_ && ((o.checkpoint_every() > 0 && step % o.checkpoint_every() == 0) || step == last_step);
     const bool keep = eval_now || step % o.log_every() == 0;
-    const bool read = keep || checkpoint_now || step == last_step;  // the steps that report their figures
+    // The steps that read their figures: logged ones -- and on the CPU every step (its "device memory"
+    // is host memory: reading costs nothing), unless the debug option forbids reads.
+    const bool read = keep || checkpoint_now || step == last_step || (device_.is_cpu() && !o.forbid_host_reads());
     const StepFigures f = run_step(step, read);
     if (read) last_loss = f.loss;
     totals_.steps += 1;

@@ -32,7 +32,8 @@
 // count advanced by a kernel unless found_inf is set, and the schedule's lr is evaluated from it by
 // a kernel into the device scalar the optimizer reads. Only a step that is logged (every log_every,
 // evaluated, checkpointed, or the last) reads its figures -- loss, norm, lr, scale, skipped count,
-// t -- with ONE copy to the host. Otherwise (ZeRO, SGD, a host-only schedule) each decision is read
+// t -- with ONE copy to the host. (On the CPU, where that copy costs nothing, every step reads them,
+// so the metrics log keeps a loss per step; forbid_host_reads turns that off.) Otherwise (ZeRO, SGD, a host-only schedule) each decision is read
 // on the host as it is taken.
 //
 // CUDA GRAPHS (cuda_graph). A step ON THE DEVICE reads nothing from the host and makes no allocation
