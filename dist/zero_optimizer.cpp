@@ -129,6 +129,7 @@ void ZeroOptimizer::init_state_and_buckets() {
     master_ = new_state(opt_count_);
     master_.copy_(owned_params());
   }
+  if (!options_.offload_optimizer()) step_count_ = zeros({2}, DType::i64, device_);  // the device step's count
   allocate_offload_staging();
   for (Bucket& b : buckets_) b.pending = int(b.params.size());
   ready_.assign(params_.size(), false);
@@ -343,44 +344,21 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
 
 bool ZeroOptimizer::step() {
   NoGradGuard no_grad;
-  if (!std::isfinite(grad_norm())) {
+  if (skip_flag_.defined()) {  // decided on the device (dist/zero_device_step.cpp): no host read
+    finish_gradient_sync();
+  } else if (!std::isfinite(grad_norm())) {
     norm_ = -1.0;
     return false;
   }
-  ++step_;
-  const optim::AdamWOptions& o = options_.adamw();
-  // Offload: this rank's gradients and updated parameters cross to and from host memory once.
-  Tensor grads_host, params_host;
-  if (options_.offload_optimizer()) {
-    std::tie(grads_host, params_host) = offload_buffers();
-  } else if (grad_scale_ != 1.0) {
-    const Tensor g = owned_grads();
-    g.copy_(g * grad_scale_);
-  }
-  for (const OwnedRange& range : owned_)
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const int64_t begin = std::max(offsets_[i], range.begin);
-      const int64_t count =
-          overlap(offsets_[i], offsets_[i] + params_[i].numel(), range.begin, range.begin + range.count);
-      if (count == 0) continue;
-      const double weight_decay = o.decay_only_matrices() && params_[i].dim() < 2 ? 0.0 : o.weight_decay();
-      const int64_t local = range.local + begin - range.begin;
-      auto* m = exp_avg_.data<float>() + local;
-      auto* v = exp_avg_sq_.data<float>() + local;
-      float* master = master_.defined() ? master_.data<float>() + local : nullptr;
-      if (options_.offload_optimizer()) {
-        const size_t element = dtype_size(dtype_);
-        kernels::cpu::adamw_offload_step(master, static_cast<const char*>(grads_host.data_ptr()) + local * element,
-                                         dtype_, m, v, static_cast<char*>(params_host.data_ptr()) + local * element,
-                                         dtype_, count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay, step_,
-                                         grad_scale_ * clip_coef_);
-      } else {
-        HG_KERNEL(device_, adamw_step, owned_params().narrow(0, local, count).data_ptr(), master,
-                  owned_grads().narrow(0, local, count).data_ptr(), m, v, count, lr_, o.beta1(), o.beta2(), o.eps(),
-                  weight_decay, step_, dtype_);
-      }
+  if (!options_.offload_optimizer()) {
+    if (grad_scale_ != 1.0) {
+      const Tensor g = owned_grads();
+      g.copy_(g * grad_scale_);
     }
-  if (options_.offload_optimizer()) upload_offloaded_params();
+    update_on_device();
+  } else {
+    offload_update();
+  }
   if (options_.stage() == 3) {
     refresh_units_after_step();
   } else if (options_.stage() >= 1) {
@@ -394,6 +372,32 @@ bool ZeroOptimizer::step() {
   }
   norm_ = -1.0;
   return true;
+}
+
+void ZeroOptimizer::offload_update() {
+  ++step_;
+  const optim::AdamWOptions& o = options_.adamw();
+  // This rank's gradients and updated parameters cross to and from host memory once.
+  Tensor grads_host, params_host;
+  std::tie(grads_host, params_host) = offload_buffers();
+  for (const OwnedRange& range : owned_)
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t begin = std::max(offsets_[i], range.begin);
+      const int64_t count =
+          overlap(offsets_[i], offsets_[i] + params_[i].numel(), range.begin, range.begin + range.count);
+      if (count == 0) continue;
+      const double weight_decay = o.decay_only_matrices() && params_[i].dim() < 2 ? 0.0 : o.weight_decay();
+      const int64_t local = range.local + begin - range.begin;
+      auto* m = exp_avg_.data<float>() + local;
+      auto* v = exp_avg_sq_.data<float>() + local;
+      float* master = master_.defined() ? master_.data<float>() + local : nullptr;
+      const size_t element = dtype_size(dtype_);
+      kernels::cpu::adamw_offload_step(master, static_cast<const char*>(grads_host.data_ptr()) + local * element,
+                                       dtype_, m, v, static_cast<char*>(params_host.data_ptr()) + local * element,
+                                       dtype_, count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay, step_,
+                                       grad_scale_ * clip_coef_);
+    }
+  upload_offloaded_params();
 }
 
 void ZeroOptimizer::zero_grad(bool /*set_to_none: the flat buffers stay*/) {
@@ -543,7 +547,7 @@ void ZeroOptimizer::save_state(const std::string& prefix) {
   safetensors::save(shard_path(prefix, rank, world), tensors,
                     {{"ranges", ranges},
                      {"numel", std::to_string(total_)},
-                     {"step", std::to_string(step_)},
+                     {"step", std::to_string(step_count())},
                      {"world", std::to_string(world)}});
   comm_.barrier().wait();
   // Shards an earlier save at a larger world size left under this prefix would be what load_state
@@ -633,6 +637,11 @@ void ZeroOptimizer::load_state(const std::string& prefix) {
     }
   }
   step_ = step;
+  if (step_count_.defined()) {  // both slots: whichever the next update reads
+    Tensor count = zeros({2}, DType::i64, kCPU);
+    count.data<int64_t>()[0] = count.data<int64_t>()[1] = step;
+    step_count_.copy_(count.to(device_));
+  }
   comm_.barrier().wait();
 }
 

@@ -142,6 +142,24 @@ class ZeroOptimizer final : public optim::Optimizer {
   // it first waits for that backward's collectives, so the next backward starts afresh.
   void zero_grad(bool set_to_none = true) override;
 
+  // ---- the device-resident step (optim/optimizer.h; dist/zero_device_step.cpp) ----
+  // Stages 0-3 decide on the device; the optimizer-offload variant (whose update runs on the CPU)
+  // keeps the host path above.
+  bool decides_on_device() const override { return !options_.offload_optimizer(); }
+  // Waits for the gradient collectives (stream order: no host wait over NCCL), unscales this rank's
+  // gradients (stage 0: all of them) with found_inf[0] = 1 on an inf/NaN, then all-reduces found_inf
+  // with MAX on the device, so every rank skips the same steps.
+  void unscale_on_device(const Tensor& scale, const Tensor& found_inf) override;
+  // sum_sq[0] = the global sum of squares of the (unscaled) gradients: this rank's share, all-reduced
+  // (SUM) on the device; then the clip pass over this rank's gradients (stages 0/1: the flat buffer).
+  void clip_grad_norm_on_device(double max_norm, const Tensor& sum_sq) override;
+  // step() reads lr[0] (an f64 scalar on the parameters' device) instead of set_lr's value.
+  void set_device_lr(const Tensor& lr) override;
+  // While set, step() makes no host read: it updates unless found_inf[0] != 0 (then parameters and
+  // state stay bit for bit, and the step is not counted) and returns true. Unset, step() decides on
+  // the host from the all-reduced norm, as before.
+  void set_skip_flag(const Tensor& found_inf) override;
+
   void set_lr(double lr) override;
   double lr() const { return lr_; }
   void set_grad_scale(double scale) { grad_scale_ = scale; }
@@ -152,7 +170,8 @@ class ZeroOptimizer final : public optim::Optimizer {
   Tensor host_gradients();
 
   int stage() const { return options_.stage(); }
-  int64_t step_count() const { return step_; }
+  // Updates applied so far (a read of the device count, except under offload).
+  int64_t step_count() const;
   int64_t numel() const { return total_; }          // parameters (unpadded)
   int64_t padded_numel() const { return padded_; }  // flat buffer length
   int64_t partition_numel() const { return padded_ / comm_.world_size(); }
@@ -284,6 +303,15 @@ class ZeroOptimizer final : public optim::Optimizer {
   // The gradient of flat element `global` (stage 0/1: the flat buffer; stage 2: the shard).
   Tensor grad_range(int64_t global_begin, int64_t count) const;
   double local_sum_of_squares();
+  // The gradients this rank adds to the global sum of squares (stage 0: its 1/N share of the flat
+  // buffer), and the ones its clip pass scales (stages 0/1: the whole flat buffer, as clip_grad_norm).
+  Tensor norm_share() const;
+  Tensor clipped_grads() const;
+  // AdamW over this rank's owned ranges (not offload) through adamw_step_device: lr from device_lr_
+  // or lr_, skip from skip_flag_ (may be undefined), t from step_count_.
+  void update_on_device();
+  // ZeRO-Offload's update: the CPU AdamW over the host state, then the parameters back (host step_).
+  void offload_update();
   // ZeRO-Offload (dist/zero_offload.cpp).
   bool streams_gradients() const { return options_.offload_optimizer() && device_.is_cuda(); }
   Tensor new_state(int64_t count) const;  // fp32 zeros: on the device, or in (pinned) host memory
@@ -323,7 +351,11 @@ class ZeroOptimizer final : public optim::Optimizer {
   bool sync_ = true;
   bool synced_ = false;  // gradients of this step are reduced
   double norm_ = -1.0;   // global norm of this step, once computed
-  int64_t step_ = 0;
+  int64_t step_ = 0;  // offload: updates applied (otherwise step_count_ counts them)
+  // The device step (not offload): updates applied, i64[2] on the parameters' device (slot 0 current;
+  // adamw_step_device writes slot 1, copied back in stream order), and what set_device_lr /
+  // set_skip_flag set (undefined: lr_ / the host decision).
+  Tensor step_count_, device_lr_, skip_flag_;
   // ZeRO-Offload from a CUDA device: pinned host copies of this rank's gradients and parameters, the
   // next in-flight bucket to stream, and the copy-stream events of the last gradient and parameter copies.
   double clip_coef_ = 1.0;  // clip_grad_norm's factor with offload, applied by the CPU update

@@ -17,24 +17,29 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
 #include <random>
 
+#include "data/data_loader.h"
 #include "data/sampler.h"
 #include "dist/communicator.h"
+#include "dist/data_parallel.h"
 #include "dist/zero_optimizer.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/ops.h"
 #include "engine/random.h"
 #include "engine/safetensors.h"
+#include "kernels/runtime_counters.h"
 #include "layers/gpt.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/loss_scaler.h"
 #include "train/checkpoint_directory.h"
+#include "train/trainer.h"
 
 using namespace hg;
 using namespace hg::dist;
@@ -1299,5 +1304,104 @@ TEST_CASE("zero_grad between a forward and its backward trains like one process 
     const auto whole = opt.gather_parameters();
     for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
     CHECK(largest_param_difference(run, want) <= 2e-4);
+  }
+}
+
+// ---- the step on the device: what a steady-state step asks of the CUDA runtime ------------------------
+namespace {
+
+// Random token windows (seeded): "x" [8] and "y" = x shifted by one.
+struct TokenWindows final : data::Dataset {
+  std::vector<int64_t> tokens;
+  TokenWindows() {
+    std::mt19937 rng(29);
+    for (int64_t i = 0; i < size() * 9; ++i) tokens.push_back(int64_t(rng() % 16));
+  }
+  int64_t size() const override { return 64; }
+  std::vector<data::Field> fields() const override { return {{"x", DType::i64, {8}}, {"y", DType::i64, {8}}}; }
+  void get(int64_t i, const std::vector<void*>& out) const override {
+    std::memcpy(out[0], tokens.data() + i * 9, 8 * sizeof(int64_t));
+    std::memcpy(out[1], tokens.data() + i * 9 + 1, 8 * sizeof(int64_t));
+  }
+};
+
+// The runtime counters between consecutive loss calls (one step each: the end of step s, its log, the
+// data of step s + 1), of a GPT trained by train::Trainer under dist::DataParallel at `stage` with a
+// dynamic loss scale, clipping and a schedule (every decision ON THE DEVICE), on this rank.
+struct DeviceStepRun {
+  std::vector<RuntimeCounters> between_steps;  // [s]: from the loss of step s + 1 to that of step s + 2
+  bool on_device = false;
+  std::string backend;
+};
+
+constexpr int64_t kAccountingSteps = 8, kAccountingLogEvery = 4;
+
+DeviceStepRun device_step_run(int stage) {
+  DataParallel parallel(DataParallelOptions().zero_stage(stage).quiet_other_ranks(false));
+  const Device device = test_cuda_device();
+  manual_seed(11);
+  auto model = std::make_shared<nn::GPT>(tiny_config());
+  model->to(device);
+  std::unique_ptr<optim::Optimizer> optimizer = parallel.adamw(*model, optim::AdamWOptions().lr(3e-3));
+  data::DataLoader loader(std::make_shared<TokenWindows>(),
+                          data::DataLoaderOptions()
+                              .batch_size(parallel.rows_per_rank(kGlobalBatch))
+                              .shuffle(false)
+                              .rank(parallel.rank(), parallel.world_size())
+                              .device(device));
+  DeviceStepRun run;
+  run.on_device = optimizer->decides_on_device();
+  std::vector<RuntimeCounters> at_loss;
+  train::Trainer trainer(
+      *model, *optimizer, loader,
+      [&](const data::Batch& b) {
+        at_loss.push_back(runtime_counters());
+        return model->loss(b[0], b[1]);
+      },
+      train::TrainerOptions()
+          .steps(kAccountingSteps)
+          .log_every(kAccountingLogEvery)
+          .clip(1.0)
+          .forbid_host_reads(true)  // an unlogged step that reads a device value is an hg::Error
+          .communicator(parallel.communicator()));
+  trainer.loss_scaler(optim::LossScaler::dynamic(optim::DynamicLossScaleOptions().init_scale(1024)));
+  trainer.schedule(std::make_shared<optim::WarmupCosine>(3e-3, 2, kAccountingSteps, 3e-4));
+  trainer.fit();
+  for (size_t s = 0; s + 1 < at_loss.size(); ++s) run.between_steps.push_back(at_loss[s + 1] - at_loss[s]);
+  run.backend = parallel.communicator()->backend();
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("a steady-state ZeRO step on the device makes no allocation, free or device synchronisation" *
+          doctest::test_suite("cuda")) {
+  if (!cuda::is_available()) {
+    MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
+    return;
+  }
+  using C = RuntimeCounter;
+  for (int stage : {1, 2, 3}) {
+    const DeviceStepRun run = device_step_run(stage);
+    INFO("stage ", stage, ", rank ", comm().rank(), " of ", comm().world_size(), ", backend ", run.backend);
+    CHECK(run.on_device);
+    REQUIRE(run.between_steps.size() == size_t(kAccountingSteps - 1));
+    const bool nccl = run.backend.find("nccl") != std::string::npos;
+    for (size_t s = 2; s < run.between_steps.size(); ++s) {  // after the warm-up: steps 3..7 and their logs
+      const int64_t step = int64_t(s) + 1;                    // the step whose end this interval holds
+      const bool logged = step % kAccountingLogEvery == 0;
+      const RuntimeCounters& r = run.between_steps[s];
+      INFO("step ", step, logged ? " (logged)" : "", ": ", r.json());
+      CHECK(r[C::device_allocs] == 0);
+      CHECK(r[C::device_frees] == 0);
+      CHECK(r[C::device_syncs] == 0);
+      CHECK(r[C::kernel_launches] > 50);  // the counters count: the step did run on the device
+      if (!logged) {
+        MESSAGE("ZeRO stage " << stage << " over " << run.backend << ", unlogged step " << step << ": "
+                              << r.host_waits() << " host waits, " << r[C::events_created] << " events created");
+        // Over NCCL the collectives are ordered on the streams; the host transports wait on the host.
+        if (nccl) CHECK(r.host_waits() == 0);
+      }
+    }
   }
 }

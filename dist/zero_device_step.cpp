@@ -1,0 +1,153 @@
+// ZeroOptimizer's device-resident step (dist/zero_optimizer.h; the protocol in optim/optimizer.h):
+// the loss scaler's unscale with its found_inf, the gradient norm's sum of squares, the skip decision,
+// the learning rate and the step count stay in device memory, so a step of stages 0-3 reads nothing on
+// the host. What ranks must agree on is combined by device all-reduces ordered on the compute stream
+// (Work::block: no host wait over NCCL; the host transports wait, as for every collective):
+//
+//   found_inf = MAX over ranks of (some gradient this rank owns is inf/NaN)   -> every rank skips alike
+//   sum_sq    = SUM over ranks of (sum of squares of this rank's share)       -> every rank clips alike
+//
+// The update is adamw_step_device over every owned slice with one shared i64[2] count (each call reads
+// slot 0 and writes slot 1; slot 1 is copied to slot 0 after the last call, in stream order, as
+// optim/adamw.cpp does -- no host parity flip, so a captured step would replay correctly).
+// Bits: the same as the host-decided path whenever the loss scale is a power of two (the dynamic
+// scaler's always are) and no unscaled half gradient is subnormal: unscaling first and clipping the
+// unscaled gradients then multiplies the same values by the same factors.
+#include "dist/zero_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dist/zero_layout.h"
+#include "engine/autograd.h"
+#include "engine/cuda/cuda_context.h"
+#include "engine/kernel_dispatch.h"
+#include "kernels/step_kernels.h"
+
+namespace hg::dist {
+namespace {
+void* compute_stream_of(const Device& device) {
+  return device.is_cuda() ? static_cast<void*>(cuda::compute_stream(device.index)) : nullptr;
+}
+
+void check_scalar(const Tensor& t, DType dtype, const Device& device, const char* what, const char* call) {
+  HG_CHECK(t.numel() == 1 && t.dtype() == dtype && t.is_contiguous() && t.device() == device, "[ZeroOptimizer] ", call,
+           ": expected ", what, " as a contiguous ", dtype_name(dtype), " scalar on ", device.str(), ", got ",
+           t.describe());
+}
+}  // namespace
+
+Tensor ZeroOptimizer::norm_share() const {
+  if (options_.stage() == 0) {
+    const int64_t part = partition_numel();
+    return flat_grads_.narrow(0, comm_.rank() * part, part);
+  }
+  return owned_grads();
+}
+
+Tensor ZeroOptimizer::clipped_grads() const { return options_.stage() < 2 ? flat_grads_ : grad_shard_; }
+
+void ZeroOptimizer::unscale_on_device(const Tensor& scale, const Tensor& found_inf) {
+  HG_CHECK(decides_on_device(), "[ZeroOptimizer] unscale_on_device: the offload optimizer decides on the host; "
+           "use unscale_and_check(scale)");
+  HG_CHECK(scale.defined() && found_inf.defined(), "[ZeroOptimizer] unscale_on_device: undefined scale or found_inf");
+  check_scalar(scale, DType::f32, device_, "the loss scale", "unscale_on_device");
+  check_scalar(found_inf, DType::f32, device_, "found_inf", "unscale_on_device");
+  NoGradGuard no_grad;
+  finish_gradient_sync();
+  grad_scale_ = 1.0;  // the gradients themselves are unscaled here
+  norm_ = -1.0;
+  const Tensor g = owned_grads();
+  const kernels::TensorSpan span{g.data_ptr(), g.numel(), g.dtype()};
+  kernels::GradientMultiplier m;
+  m.kind = kernels::GradientMultiplier::unscale;
+  m.scale = static_cast<const float*>(scale.data_ptr());
+  HG_KERNEL(device_, scale_gradients, &span, 1, m, static_cast<float*>(found_inf.data_ptr()));
+  comm_.all_reduce(found_inf.data_ptr(), 1, DType::f32, ReduceOp::max, device_).block(compute_stream_of(device_));
+}
+
+void ZeroOptimizer::clip_grad_norm_on_device(double max_norm, const Tensor& sum_sq) {
+  HG_CHECK(decides_on_device(), "[ZeroOptimizer] clip_grad_norm_on_device: the offload optimizer decides on the "
+           "host; use clip_grad_norm(max_norm)");
+  HG_CHECK(std::isfinite(max_norm) && max_norm > 0.0, "[ZeroOptimizer] clip_grad_norm_on_device: invalid max_norm ",
+           max_norm, ": expected a finite max_norm > 0");
+  HG_CHECK(sum_sq.defined(), "[ZeroOptimizer] clip_grad_norm_on_device: undefined sum_sq");
+  check_scalar(sum_sq, DType::f64, device_, "the sum of squares", "clip_grad_norm_on_device");
+  HG_CHECK(grad_scale_ == 1.0, "[ZeroOptimizer] clip_grad_norm_on_device after unscale_and_check: the gradients are "
+           "still scaled; unscale with unscale_on_device");
+  NoGradGuard no_grad;
+  finish_gradient_sync();
+  norm_ = -1.0;
+  auto* sum = static_cast<double*>(sum_sq.data_ptr());
+  sum_sq.zero_();
+  const Tensor share = norm_share();
+  HG_KERNEL(device_, sum_of_squares_into, share.data_ptr(), share.numel(), dtype_, sum);
+  comm_.all_reduce(sum, 1, DType::f64, ReduceOp::sum, device_).block(compute_stream_of(device_));
+  const Tensor g = clipped_grads();
+  const kernels::TensorSpan span{g.data_ptr(), g.numel(), g.dtype()};
+  kernels::GradientMultiplier m;
+  m.kind = kernels::GradientMultiplier::clip;
+  m.sum_sq = sum;
+  m.max_norm = max_norm;
+  HG_KERNEL(device_, scale_gradients, &span, 1, m, nullptr);
+}
+
+void ZeroOptimizer::set_device_lr(const Tensor& lr) {
+  if (!lr.defined()) {
+    device_lr_ = Tensor();
+    return;
+  }
+  HG_CHECK(decides_on_device(), "[ZeroOptimizer] set_device_lr: the offload optimizer reads its learning rate on "
+           "the host; call set_lr(double)");
+  check_scalar(lr, DType::f64, device_, "the learning rate", "set_device_lr");
+  device_lr_ = lr;
+}
+
+void ZeroOptimizer::set_skip_flag(const Tensor& found_inf) {
+  if (!found_inf.defined()) {
+    skip_flag_ = Tensor();
+    return;
+  }
+  HG_CHECK(decides_on_device(), "[ZeroOptimizer] set_skip_flag: the offload optimizer cannot skip a step on the "
+           "device; read the flag and do not call step()");
+  check_scalar(found_inf, DType::f32, device_, "found_inf", "set_skip_flag");
+  skip_flag_ = found_inf;
+}
+
+void ZeroOptimizer::update_on_device() {
+  const optim::AdamWOptions& o = options_.adamw();
+  kernels::AdamWStepScalars s;
+  s.lr_value = lr_;
+  if (device_lr_.defined()) s.lr = static_cast<const double*>(device_lr_.data_ptr());
+  if (skip_flag_.defined()) s.found_inf = static_cast<const float*>(skip_flag_.data_ptr());
+  s.step = static_cast<int64_t*>(step_count_.data_ptr());
+  s.parity = 0;
+  const Tensor params = owned_params(), grads = owned_grads();
+  bool counted = false;
+  for (const OwnedRange& range : owned_)
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t begin = std::max(offsets_[i], range.begin);
+      const int64_t count =
+          layout::overlap(offsets_[i], offsets_[i] + params_[i].numel(), range.begin, range.begin + range.count);
+      if (count == 0) continue;
+      const double weight_decay = o.decay_only_matrices() && params_[i].dim() < 2 ? 0.0 : o.weight_decay();
+      const int64_t local = range.local + begin - range.begin;
+      float* master = master_.defined() ? master_.data<float>() + local : nullptr;
+      HG_KERNEL(device_, adamw_step_device, params.narrow(0, local, count).data_ptr(), master,
+                grads.narrow(0, local, count).data_ptr(), exp_avg_.data<float>() + local,
+                exp_avg_sq_.data<float>() + local, count, s, o.beta1(), o.beta2(), o.eps(), weight_decay, dtype_);
+      counted = true;
+    }
+  if (counted) {  // every call wrote the same count to slot 1; bring it to slot 0 in stream order
+    step_count_.narrow(0, 0, 1).copy_(step_count_.narrow(0, 1, 1));
+  } else {  // this rank owns only padding: count the step as the others do
+    HG_KERNEL(device_, step_count_advance, s.step, s.found_inf);
+  }
+}
+
+int64_t ZeroOptimizer::step_count() const {
+  if (!step_count_.defined()) return step_;
+  return step_count_.narrow(0, 0, 1).to(kCPU).to_vector<int64_t>()[0];
+}
+
+}  // namespace hg::dist
