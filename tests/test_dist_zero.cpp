@@ -1307,6 +1307,103 @@ TEST_CASE("zero_grad between a forward and its backward trains like one process 
   }
 }
 
+// ---- the step decided on the device equals the step decided on the host ---------------------------
+namespace {
+
+struct ProtocolRun {
+  std::vector<double> norms;
+  std::vector<unsigned char> params;  // every parameter's bytes (gathered)
+  int64_t steps_taken = 0;
+};
+
+// One ZeroOptimizer trained for kSteps with a loss scale of 2^10, clipping that bites and a learning
+// rate that changes every step; at step 2 the last rank's loss is multiplied by inf (every rank must
+// skip). Host protocol: unscale_and_check, clip_grad_norm, set_lr, step. Device protocol:
+// unscale_on_device, clip_grad_norm_on_device, set_device_lr, set_skip_flag, step (no host read).
+ProtocolRun protocol_run(int stage, const Device& device, bool on_device) {
+  Communicator& c = comm();
+  manual_seed(7);
+  nn::GPT model(tiny_config());
+  model.to(device);
+  ZeroOptimizer opt(model, c, ZeroOptions().stage(stage).bucket_bytes(4096).adamw(adamw_options()));
+  REQUIRE(opt.decides_on_device());
+  constexpr double kScale = 1024.0, kPlantClip = 0.5;
+  constexpr int kPlant = 2;
+  const Tensor scale = full({1}, kScale, DType::f32, device);
+  const Tensor found_inf = full({1}, -7.0, DType::f32, device);  // poisoned: the unscale pass writes it
+  const Tensor sum_sq = full({1}, -7.0, DType::f64, device);
+  const Tensor lr = zeros({1}, DType::f64, device);
+  const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, c.world_size(), c.rank());
+  ProtocolRun run;
+  for (int s = 0; s < kSteps; ++s) {
+    auto [ids, targets] = global_batch(s);
+    const double step_lr = 3e-3 * double(s + 1) / kSteps;
+    opt.zero_grad();
+    Tensor loss = model.loss(take_rows(ids, rows).to(device), take_rows(targets, rows).to(device));
+    if (s == kPlant && c.rank() == c.world_size() - 1) loss = loss * std::numeric_limits<double>::infinity();
+    (loss * kScale).backward();
+    if (on_device) {
+      opt.unscale_on_device(scale, found_inf);
+      opt.clip_grad_norm_on_device(kPlantClip, sum_sq);
+      lr.fill_(step_lr);
+      opt.set_device_lr(lr);
+      opt.set_skip_flag(found_inf);
+      CHECK(opt.step());
+      opt.set_skip_flag(Tensor());
+      CHECK(found_inf.item() == (s == kPlant ? 1.0 : 0.0));
+      run.norms.push_back(std::sqrt(sum_sq.item()));
+    } else {
+      const bool inf = opt.unscale_and_check(kScale);
+      CHECK(inf == (s == kPlant));
+      run.norms.push_back(opt.clip_grad_norm(kPlantClip));
+      opt.set_lr(step_lr);
+      CHECK(opt.step() == !inf);
+    }
+  }
+  {
+    const auto whole = opt.gather_parameters();
+    run.params = parameter_bytes(model.parameters());
+  }
+  run.steps_taken = opt.step_count();
+  return run;
+}
+
+void check_protocols_agree(const Device& device) {
+  for (int stage : {0, 1, 2, 3}) {
+    INFO("stage ", stage, " on ", device.str(), ", rank ", comm().rank(), " of ", comm().world_size());
+    const ProtocolRun host = protocol_run(stage, device, false);
+    const ProtocolRun dev = protocol_run(stage, device, true);
+    CHECK(host.steps_taken == kSteps - 1);
+    CHECK(dev.steps_taken == host.steps_taken);
+    REQUIRE(dev.norms.size() == host.norms.size());
+    for (size_t s = 0; s < host.norms.size(); ++s) {
+      INFO("step ", s, ": norm ", dev.norms[s], " vs ", host.norms[s]);
+      if (std::isfinite(host.norms[s])) {
+        CHECK(host.norms[s] > 0.5);  // the clipping bites
+        CHECK(dev.norms[s] == host.norms[s]);
+      } else {
+        CHECK(!std::isfinite(dev.norms[s]));
+      }
+    }
+    CHECK(dev.params == host.params);  // bit for bit
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO stages decided on the device step bit for bit like the host decision, skips included") {
+  check_protocols_agree(kCPU);
+}
+
+TEST_CASE("ZeRO stages decided on the device step bit for bit like the host decision on the CUDA device" *
+          doctest::test_suite("cuda")) {
+  if (!cuda::is_available()) {
+    MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
+    return;
+  }
+  check_protocols_agree(test_cuda_device());
+}
+
 // ---- the step on the device: what a steady-state step asks of the CUDA runtime ------------------------
 namespace {
 
@@ -1391,7 +1488,7 @@ TEST_CASE("a steady-state ZeRO step on the device makes no allocation, free or d
       const int64_t step = int64_t(s) + 1;                    // the step whose end this interval holds
       const bool logged = step % kAccountingLogEvery == 0;
       const RuntimeCounters& r = run.between_steps[s];
-      INFO("step ", step, logged ? " (logged)" : "", ": ", r.json());
+      INFO("step ", step, std::string(logged ? " (logged)" : ""), ": ", r.json());
       CHECK(r[C::device_allocs] == 0);
       CHECK(r[C::device_frees] == 0);
       CHECK(r[C::device_syncs] == 0);
