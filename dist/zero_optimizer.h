@@ -41,8 +41,9 @@
 // micro-step (sync on) communicates once.
 //
 // Optimizer. AdamW with PyTorch's semantics over this rank's partition (stage 0: everything), one
-// kernel call per parameter slice (weight decay may differ per parameter): kernels::adamw_step on the
-// parameters' device with the master copy, or, with offload_optimizer (ZeRO-Offload), the master and
+// kernel call per parameter slice (weight decay may differ per parameter): kernels::adamw_step_device on
+// the parameters' device with the master copy and a device step count (the step ON THE DEVICE below),
+// or, with offload_optimizer (ZeRO-Offload), the master and
 // moments in host memory and kernels::cpu::adamw_offload_step (SIMD) writing the rounded parameter.
 // ZeRO-Offload from a CUDA device (dist/zero_offload.cpp): that host memory is pinned (the state and a
 // host copy of this rank's gradients and parameters); as each bucket's collective completes during
@@ -54,6 +55,16 @@
 // rewriting the gradients, which have already left for the host (the parameters' grad() stay unclipped).
 // Gradient norm and the non-finite check are combined across ranks (all-reduce of the sum of squares
 // of each partition), so every rank clips by the same factor and skips the same steps.
+//
+// ON THE DEVICE (dist/zero_device_step.cpp; optim/optimizer.h decides_on_device). Stages 0-3 without
+// offload take the loss scaler's and the trainer's decisions in device memory: unscale_on_device
+// writes this rank's inf/NaN flag and all-reduces it (MAX) on the device, clip_grad_norm_on_device
+// all-reduces the sum of squares (SUM) on the device and clips, and step() with a skip flag set reads
+// nothing on the host (the update kernels skip; the lr may come from set_device_lr). Over NCCL the
+// collectives are ordered on the streams: an unlogged Trainer step waits for nothing (the host
+// transports wait on the host, as for every collective). Without a skip flag step() decides on the
+// host from the all-reduced norm, as the host protocol (unscale_and_check, clip_grad_norm) always
+// did; both give the same bits. The offload variant keeps the host path (decides_on_device false).
 //
 // CONVENTION
 //   - Every rank constructs it over the same parameters in the same order; rank 0's values are
