@@ -255,10 +255,10 @@ void Trainer::check_graph_preconditions() const {
   if (!device_.is_cuda())
     why = "the model is not on a CUDA device";
   else if (!device_step_)
-    why = "the step is not taken on the device (it needs an optimizer that decides on the device -- AdamW, not "
-          "SGD or ZeRO yet -- and a schedule with a device form)";
-  else if (o.communicator() != nullptr && o.communicator()->world_size() > 1)
-    why = "data parallelism is on (capturing the NCCL collectives is not supported yet)";
+    why = "the step is not taken on the device (it needs an optimizer that decides on the device -- AdamW or "
+          "ZeRO without optimizer offload, not SGD -- and a schedule with a device form)";
+  else if ((o.communicator() != nullptr && o.communicator()->world_size() > 1) || optimizer_.is_sharded())
+    why = "data parallelism or a sharded (ZeRO) optimizer is on (capturing their collectives is not supported yet)";
   else if (o.offload_activations() != OffloadActivations::off)
     why = "activation offload is on (its host copies are not captured)";
   else if (o.seq_warmup_steps() > 0)

@@ -25,7 +25,8 @@
 // under ZeRO), the loss scaler, the step and the optimizer-step counters, the default Philox
 // generator (dropout) and the loader's position.
 //
-// ON THE DEVICE. When the optimizer decides_on_device() (AdamW; optim/optimizer.h) and the schedule,
+// ON THE DEVICE. When the optimizer decides_on_device() (AdamW, ZeRO stages 0-3 without optimizer
+// offload; optim/optimizer.h) and the schedule,
 // if any, has a device_form(), a step reads nothing from the device: the micro-batch losses are
 // summed into a device scalar (loss.detach()), the scaler's found_inf decides the skip in the
 // optimizer's kernels, the gradient norm is a device sum of squares, t (the steps taken) is a device
@@ -33,8 +34,8 @@
 // a kernel into the device scalar the optimizer reads. Only a step that is logged (every log_every,
 // evaluated, checkpointed, or the last) reads its figures -- loss, norm, lr, scale, skipped count,
 // t -- with ONE copy to the host. (On the CPU, where that copy costs nothing, every step reads them,
-// so the metrics log keeps a loss per step; forbid_host_reads turns that off.) Otherwise (ZeRO, SGD, a host-only schedule) each decision is read
-// on the host as it is taken.
+// so the metrics log keeps a loss per step; forbid_host_reads turns that off.) Otherwise (SGD, ZeRO-Offload, a host-only schedule) each
+// decision is read on the host as it is taken.
 //
 // CUDA GRAPHS (cuda_graph). A step ON THE DEVICE reads nothing from the host and makes no allocation
 // once warm, so it can be captured (engine/cuda/cuda_graph.h): the first `graph_warmup` steps of
@@ -42,8 +43,9 @@
 // next one is captured -- its batches cloned into the graph's input tensors -- and every step from
 // then on copies its batches into those tensors (device-to-device) and replays the graph: one
 // cudaGraphLaunch per step. Logged steps read the figures after the replay as before. Refused, with
-// an hg::Error saying why: a model not on a CUDA device, a step not ON THE DEVICE (ZeRO, SGD, a
-// host-only schedule), data parallelism (capturing NCCL is not done yet), activation offload, the
+// an hg::Error saying why: a model not on a CUDA device, a step not ON THE DEVICE (SGD,
+// ZeRO-Offload, a host-only schedule), data parallelism or a sharded optimizer (capturing their
+// collectives is not done yet), activation offload, the
 // sequence-length warmup (its shapes change), and random ops inside the step (dropout: the captured
 // Philox offsets would repeat every replay; found by the default generator moving during capture).
 // Evaluation and checkpoints run eagerly between replays. A batch whose shapes differ from the
