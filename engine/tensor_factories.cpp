@@ -1,6 +1,7 @@
 // Tensor factories: empty/zeros/ones/full, from host values, ranges and random draws.
 #include <cmath>
 
+#include "engine/kernel_dispatch.h"
 #include "engine/random.h"
 #include "engine/tensor.h"
 #include "kernels/kernels.h"
@@ -27,11 +28,12 @@ Tensor empty(const Shape& shape, DType dtype, const Device& device) {
   return Tensor(std::move(impl));
 }
 
-// Factories fill on the CPU; a tensor for another device is made there and moved (one copy).
+// A constant tensor is filled where it lives: on a CUDA device by the fill kernel, not made on the CPU
+// and copied (a staged host-to-device copy of every zero-initialised gradient, every step).
+// Random and listed values are made on the CPU and moved (one copy).
 Tensor full(const Shape& shape, double value, DType dtype, const Device& device) {
-  if (!device.is_cpu()) return full(shape, value, dtype, kCPU).to(device);
   Tensor t = empty(shape, dtype, device);
-  kernels::cpu::fill(t.data_ptr(), t.numel(), value, dtype);
+  HG_KERNEL(device, fill, t.data_ptr(), t.numel(), value, dtype);
   return t;
 }
 
