@@ -315,14 +315,21 @@ void Trainer::optimizer_step_on_device() {
   const Device device = d.figures.device();
   NoGradGuard no_grad;
   scaler_.unscale_on_device(optimizer_);
+  // A sharded optimizer checks inf/NaN itself when no scaler does (it skips such a step): here on the
+  // device, as the scaler would -- an unscale pass by 1 (the gradients keep their bits) writing a flag
+  // that its step's kernels read -- instead of from its norm on the host.
+  const bool own_check = !scaler_.enabled() && optimizer_.is_sharded();
+  if (own_check) optimizer_.unscale_on_device(d.one, d.found_inf);
   if (options_.clip() > 0) optimizer_.clip_grad_norm_on_device(options_.clip(), d.figures.narrow(0, 1, 1));
   if (device_schedule_) {
     HG_KERNEL(device, lr_schedule_eval, *device_schedule_, static_cast<const int64_t*>(d.steps.data_ptr()),
               static_cast<double*>(d.figures.narrow(0, 2, 1).data_ptr()));
     optimizer_.set_device_lr(d.figures.narrow(0, 2, 1));
   }
+  if (own_check) optimizer_.set_skip_flag(d.found_inf);
   const bool stepped = scaler_.step_on_device(optimizer_);
-  const Tensor found_inf = scaler_.found_inf_tensor();
+  if (own_check) optimizer_.set_skip_flag(Tensor());
+  const Tensor found_inf = own_check ? d.found_inf : scaler_.found_inf_tensor();
   if (stepped)  // t advances unless the device found inf/NaN
     HG_KERNEL(device, step_count_advance, static_cast<int64_t*>(d.steps.data_ptr()),
               found_inf.defined() ? static_cast<const float*>(found_inf.data_ptr()) : nullptr);
@@ -346,6 +353,9 @@ void Trainer::read_device_figures(StepFigures& f) {
   f.scale = scaler_.enabled() ? v[3] : 1.0;
   f.skipped = int64_t(v[4]);
   optimizer_steps_ = int64_t(v[5]);
+  // Without a scaler, the steps a sharded optimizer skipped on its own inf/NaN check are the steps run
+  // that t did not count.
+  if (!scaler_.enabled() && optimizer_.is_sharded()) unscaled_skips_ = completed_steps_ + 1 - optimizer_steps_;
 }
 
 bool Trainer::reports_runtime() const { return device_.is_cuda(); }
@@ -461,6 +471,8 @@ TrainResult Trainer::fit() {
     DeviceStep d;
     d.figures = zeros({6}, DType::f64, device);
     d.scratch = zeros({1}, DType::f64, device);
+    d.one = ones({1}, DType::f32, device);
+    d.found_inf = zeros({1}, DType::f32, device);
     d.steps = scalar_tensor(double(optimizer_steps_), DType::i64).reshape({1}).to(device);
     device_step_ = d;
     if (schedule_) device_schedule_ = schedule_->device_form();

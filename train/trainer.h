@@ -196,6 +196,7 @@ class Trainer {
     Tensor figures;  // f64[6]: loss sum, sum of squares, lr, scale, skipped steps, t
     Tensor steps;    // i64[1]: t, the optimizer steps taken
     Tensor scratch;  // f64[1]: staging for the loss sum
+    Tensor one, found_inf;  // f32[1]: a sharded optimizer's own inf/NaN check without a scaler
   };
   data::Batch narrowed(const data::Batch& batch, int64_t step) const;
   // Micro-batches, backward and the optimizer; the figures are read (`read`) or left on the device.
