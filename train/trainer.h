@@ -34,7 +34,9 @@
 // a kernel into the device scalar the optimizer reads. Only a step that is logged (every log_every,
 // evaluated, checkpointed, or the last) reads its figures -- loss, norm, lr, scale, skipped count,
 // t -- with ONE copy to the host. (On the CPU, where that copy costs nothing, every step reads them,
-// so the metrics log keeps a loss per step; forbid_host_reads turns that off.) Otherwise (SGD, ZeRO-Offload, a host-only schedule) each
+// so the metrics log keeps a loss per step; forbid_host_reads turns that off.) Without a loss scaler a
+// sharded optimizer, which skips inf/NaN steps by itself, checks on the device too: an unscale pass
+// by 1 writes the skip flag its kernels read. Otherwise (SGD, ZeRO-Offload, a host-only schedule) each
 // decision is read on the host as it is taken.
 //
 // CUDA GRAPHS (cuda_graph). A step ON THE DEVICE reads nothing from the host and makes no allocation
