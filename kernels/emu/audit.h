@@ -1,0 +1,116 @@
+#pragma once
+// The kernel audit: what Nsight Compute's memory tables and `compute-sanitizer --tool racecheck` report
+// on a GPU, measured on the SIMT emulator from every global and shared-memory access a kernel makes.
+//
+// Only the audit build flavour records (CMake -DHALFGRAD_EMU_AUDIT=ON, with HALFGRAD_CUDA=EMULATED and
+// without sanitizers; `make test-audit` configures build-audit/). There the kernels/cuda/*.cu files (and
+// any source given the flavour's instrumentation flags) are compiled with GCC's kernel-address
+// instrumentation in its outline form: the compiler calls __asan_{load,store}{1,2,4,8,16,N}_noabort
+// before every memory access, and kernels/emu/audit_trace.cpp defines those callbacks. No kernel source
+// changes. Accesses made while no CUDA thread runs, and accesses to anything but device memory
+// (cudaMalloc ranges) and shared memory (the __shared__ section and the block's dynamic shared buffer)
+// are ignored: locals, kernel parameters, the emulator's own bookkeeping. Atomics are reported by the
+// emulator's atomic functions themselves (the compiler does not instrument atomic builtins).
+//
+// How accesses become warp requests: accesses are grouped by (block, warp, instruction address of the
+// access, the lane's occurrence count at that address): the k-th time lanes of one warp execute one
+// load or store is one request, as a converged warp issues it on a GPU.
+//
+// Per request (global): the distinct 32-byte sectors its bytes touch. Efficiency = requested bytes /
+// (sectors x 32), capped at 1 (a broadcast, many lanes reading one word, is efficient, not > 100%).
+// Per request (shared): 32 banks of 4 bytes; accesses wider than 4 bytes are split into phases of
+// 128 bytes of lanes (8-byte: half-warps, 16-byte: quarter-warps), as the hardware does; a phase takes
+// as many wavefronts as the largest number of distinct 4-byte words any one bank serves (lanes reading
+// the same word are a broadcast). Bank conflicts = wavefronts - phases.
+// Per launch: the distinct sectors read and written over the whole grid (DRAM traffic if no sector
+// were fetched twice: the L2 is assumed to catch every re-read within a launch).
+//
+// Races (racecheck): within a block, two accesses to the same byte by different threads, at least one a
+// write, neither an atomic, not ordered by a __syncthreads between them (the barrier count differs) nor,
+// for lanes of one warp, by a warp collective both took part in after the first and before the second
+// (__syncwarp, shuffles, votes, __reduce_*: vector clocks per warp). This includes the intra-warp races
+// a lockstep-assuming kernel has. Accesses by different blocks to one address are not checked (the
+// emulator runs blocks one after another; inter-block communication goes through atomics and fences).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <vector_types.h>
+
+namespace hg::emu::audit {
+
+// Whether this build records accesses (the audit flavour); false elsewhere, where everything below is
+// inert (set_enabled does nothing, take_launches returns nothing).
+bool available();
+
+// Start or stop recording the launches that follow (off at start-up). Recording runs blocks one at a
+// time; it costs a few times the emulator's normal speed.
+void set_enabled(bool enabled);
+bool enabled();
+
+enum class Space : uint8_t { global, shared };
+enum class Kind : uint8_t { load, store, atomic };
+
+const char* space_name(Space space);
+const char* kind_name(Kind kind);
+
+// Access figures of a set of warp requests (one site, or every site of one space and kind).
+struct AccessTotals {
+  uint64_t requests = 0;         // warp-level requests
+  uint64_t accesses = 0;         // thread-level accesses
+  uint64_t requested_bytes = 0;  // sum of the accesses' sizes
+  uint64_t sectors = 0;          // global: distinct 32-byte sectors per request, summed
+  uint64_t wide_accesses = 0;    // accesses of 16 bytes (one vector instruction per lane)
+  uint64_t wavefronts = 0;       // shared: wavefronts per request, summed
+  uint64_t phases = 0;           // shared: the conflict-free wavefronts (1, 2 or 4 per request)
+
+  // requested bytes / fetched sector bytes, at most 1; 1 when nothing was requested.
+  double efficiency() const;
+  uint64_t bank_conflicts() const { return wavefronts - phases; }  // extra wavefronts
+  double vector_share() const { return accesses ? double(wide_accesses) / double(accesses) : 0.0; }
+  AccessTotals& operator+=(const AccessTotals& other);
+};
+
+// One load or store instruction of the kernel (a call site of the instrumentation).
+struct SiteTotals {
+  uintptr_t pc = 0;        // the instruction's address in this process
+  std::string location;    // "file:line" (from the binary's line table; "?" without debug info)
+  Space space = Space::global;
+  Kind kind = Kind::load;
+  AccessTotals totals;
+};
+
+// Two conflicting accesses of one block.
+struct Race {
+  std::string hazard;  // "read-after-write", "write-after-read" or "write-after-write"
+  Space space = Space::shared;
+  uintptr_t address = 0;
+  uint3 block{};
+  uint3 first_thread{}, second_thread{};  // first: the earlier access, as the emulator ran them
+  std::string first_location, second_location;
+  uint64_t count = 1;  // how many conflicting access pairs of this (hazard, first site, second site)
+};
+
+// Everything recorded for one kernel launch.
+struct LaunchAudit {
+  std::string kernel;  // demangled name, as the emulator's error messages give it
+  dim3 grid{}, block{};
+  size_t dynamic_shared_bytes = 0;
+  AccessTotals global_load, global_store, global_atomic, shared_load, shared_store;
+  uint64_t dram_read_bytes = 0;   // distinct sectors read x 32, over the whole grid
+  uint64_t dram_write_bytes = 0;  // distinct sectors written x 32 (atomics count as written)
+  std::vector<SiteTotals> sites;  // by requested bytes, largest first
+  std::vector<Race> races;        // one per (hazard, first site, second site), at most 32
+
+  uint64_t dram_bytes() const { return dram_read_bytes + dram_write_bytes; }
+  uint64_t bank_conflicts() const { return shared_load.bank_conflicts() + shared_store.bank_conflicts(); }
+};
+
+// The launches recorded since the last call, in launch order; clears them.
+std::vector<LaunchAudit> take_launches();
+
+// One JSON object (no newline) with every figure of `launch`, for reports.
+std::string to_json(const LaunchAudit& launch);
+
+}  // namespace hg::emu::audit
