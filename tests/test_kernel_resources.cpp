@@ -86,13 +86,6 @@ const KernelResources& by_mangled(const std::vector<KernelResources>& records, c
   throw 0;
 }
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 TEST_CASE("kernel_resources: ptxas -v log") {
@@ -259,6 +252,13 @@ TEST_CASE("kernel_resources: sm_90 occupancy against figures worked out by hand"
 }
 
 #ifdef HG_KERNEL_RESOURCES_FILE
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 // sm_90 instances that spilled when the gate was added (CUDA 13.0 ptxas, Release). All four are double
 // instances of __launch_bounds__(kMaxRowThreads = 1024) row kernels: ptxas keeps them at 32 registers and
 // spills a few bytes of the fp64 row state instead of using more registers. To be fixed in the kernels
