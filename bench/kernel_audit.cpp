@@ -49,7 +49,9 @@ std::string string_array(const std::vector<std::string>& items) {
 }
 
 std::string dim3_json(const dim3& d) {
-  return "[" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + "]";
+  std::ostringstream out;
+  out << '[' << d.x << ", " << d.y << ", " << d.z << ']';
+  return out.str();
 }
 
 std::string number(double v) {
@@ -96,7 +98,7 @@ struct GateTally {
   std::vector<std::string> all;
 };
 
-void audit_case(const KernelCase& c, DType dtype, bool has_dtype, const CaseSize& size, cudaStream_t stream,
+void audit_case(const KernelCase& c, DType dtype, bool has_dtype, const CaseSize& size, CUstream_st* stream,
                 GateTally& tally) {
   DeviceArena arena(stream);
   const PreparedCase p = c.prepare(size, dtype, arena);
@@ -265,7 +267,7 @@ int run_audit(const AuditOptions& options) {
   }
   // The convolution cases audit the im2col path (cuDNN's kernels are not ours); read once, set first.
   setenv("HALFGRAD_CUDNN", "0", 1);
-  const cudaStream_t stream = cuda::compute_stream(0);
+  CUstream_st* const stream = cuda::compute_stream(0);
   const CaseSize size{options.rows, options.cols};
   GateTally tally;
   for (const KernelCase& c : kernel_cases()) {
