@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/emu/audit_log.h"
 #include "kernels/error.h"
 
 #if HG_EMU_ASAN
@@ -190,6 +191,7 @@ void BlockRunner::run(const GridJob& job, uint3 block_idx) {
 #endif
   std::memset(dynamic_shared_, 0xff, job.shared_bytes);
   t_dynamic_shared = dynamic_shared_;
+  if (audit::detail::g_recording) audit::detail::begin_block(block_idx, job.block);
 
   for (uint32_t i = 0; i < n_threads_; ++i) {
     Fiber& f = fibers_[i];
@@ -231,6 +233,7 @@ void BlockRunner::run(const GridJob& job, uint3 block_idx) {
       report_deadlock();
     }
   }
+  if (audit::detail::g_recording) audit::detail::end_block();
   t_runner = nullptr;
 }
 
@@ -322,6 +325,7 @@ bool BlockRunner::try_complete(Warp& warp, int group, const Fiber* running) {
   const WarpGroup g = warp.groups[group];
   const unsigned required = g.mask & warp.alive;
   if ((g.arrived & required) != required) return false;
+  if (audit::detail::g_recording) audit::detail::on_warp_sync(uint32_t(&warp - warps_.data()), g.arrived);
   compute_results(warp, g);
   warp.groups[group] = warp.groups[--warp.n_groups];
   push_released(warp, g.arrived, running);
@@ -566,6 +570,7 @@ void BlockRunner::release_barrier() {
     abandon();
     throw Error(text);
   }
+  if (audit::detail::g_recording) audit::detail::on_barrier();
   switch (first->barrier_op) {
     case BarrierOp::Sync:
       barrier_result_ = 0;

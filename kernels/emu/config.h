@@ -24,7 +24,13 @@
 #define HG_EMU_ASAN 0
 #endif
 
-#if HG_EMU_ASAN || defined(HG_EMU_SERIAL_BLOCKS)
+// HG_EMU_AUDIT: the kernel-audit flavour (kernels/emu/audit.h; CMake HALFGRAD_EMU_AUDIT). It records
+// one block at a time, so it runs blocks serially too.
+#ifndef HG_EMU_AUDIT
+#define HG_EMU_AUDIT 0
+#endif
+
+#if HG_EMU_ASAN || HG_EMU_AUDIT || defined(HG_EMU_SERIAL_BLOCKS)
 #define HG_EMU_BLOCKS_IN_PARALLEL 0
 #else
 #define HG_EMU_BLOCKS_IN_PARALLEL 1

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/emu/audit_log.h"
 #include "kernels/emu/block.h"
 #include "kernels/emu/runtime_state.h"
 #include "kernels/error.h"
@@ -223,6 +224,11 @@ void execute_grid(const LaunchRequest& request) {
   if (!request.blocks_in_parallel) {
     std::lock_guard<std::mutex> lock(serial_grid_mutex());
     BlockRunner& runner = BlockRunner::this_thread();
+    // The audit records serial grids only (its flavour runs every grid serially).
+    struct AuditedLaunch {
+      explicit AuditedLaunch(const GridJob& j) { audit::detail::begin_launch(j.kernel, j.grid, j.block, j.shared_bytes); }
+      ~AuditedLaunch() { audit::detail::end_launch(); }
+    } audited(job);
     for (uint32_t b : order) runner.run(job, block_index(b, job.grid));
     return;
   }

@@ -22,6 +22,7 @@
 // sets the thread's last CUDA error and throws hg::Error naming it.
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -45,6 +46,9 @@ struct LaunchRequest {
 };
 
 void run_grid(const LaunchRequest& request);
+
+// The kernel's demangled name, for messages (from the symbol tables: anonymous-namespace kernels too).
+std::string kernel_name(const void* kernel);
 
 }  // namespace detail
 

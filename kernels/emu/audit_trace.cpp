@@ -1,0 +1,262 @@
+// The kernel audit's recording (see audit.h): the compiler's access callbacks, the address
+// classification, and the hooks the emulator calls at launch, block, barrier and warp-collective
+// boundaries. The analysis of a finished block lives in audit_requests.cpp and audit_races.cpp.
+//
+// Mechanism: in the audit flavour (HG_EMU_AUDIT) the kernels' translation units are compiled with GCC's
+// `-fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0` (no shadow checks
+// inline: a call per access), with stack and global instrumentation off. GCC then calls
+// __asan_loadK_noabort(address) / __asan_storeK_noabort(address) (K = 1, 2, 4, 8, 16; N with a size)
+// before each load and store, from the instruction's own place in the code: the callback's return
+// address identifies the access site. Kernel-address instrumentation needs no runtime library; the
+// functions below are the whole of it. The rest of the program is not instrumented.
+#include <link.h>
+
+#include <algorithm>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/emu/audit_log.h"
+#include "kernels/emu/config.h"
+#include "kernels/emu/emu.h"
+#include "kernels/emu/launch.h"
+#include "kernels/emu/runtime_state.h"
+
+
+namespace hg::emu::audit {
+namespace detail {
+
+bool g_recording = false;
+bool g_in_atomic = false;
+
+namespace {
+
+bool g_enabled = false;
+std::mutex g_finished_mutex;
+std::vector<LaunchState> g_finished;  // launches finished since the last take_launches
+
+// The launch and block being recorded (blocks run one at a time in the audit flavour).
+struct Recorder {
+  bool in_launch = false;
+  LaunchState launch;
+  BlockLog log;
+  std::vector<std::pair<uintptr_t, uintptr_t>> device_ranges;  // [start, end), sorted
+  size_t last_range = 0;
+  // Static __shared__ variables are `static thread_local` (emu.h): they live in the launching thread's
+  // TLS block of the module that holds the kernel, next to the emulator's own thread-locals (the
+  // built-ins threadIdx & co.), which are not shared memory.
+  uintptr_t static_shared_begin = 0, static_shared_end = 0;
+  std::vector<std::pair<uintptr_t, uintptr_t>> not_shared;
+  uintptr_t dynamic_shared_begin = 0, dynamic_shared_end = 0;
+
+  bool is_device(uintptr_t a) {
+    if (last_range < device_ranges.size()) {
+      const auto& r = device_ranges[last_range];
+      if (a >= r.first && a < r.second) return true;
+    }
+    auto it = std::upper_bound(device_ranges.begin(), device_ranges.end(), a,
+                               [](uintptr_t x, const std::pair<uintptr_t, uintptr_t>& r) { return x < r.first; });
+    if (it == device_ranges.begin()) return false;
+    --it;
+    if (a >= it->second) return false;
+    last_range = size_t(it - device_ranges.begin());
+    return true;
+  }
+};
+
+// The calling thread's TLS block of the module whose code contains `code`: [begin, end).
+std::pair<uintptr_t, uintptr_t> thread_local_block(const void* code) {
+  struct Query {
+    uintptr_t code;
+    std::pair<uintptr_t, uintptr_t> block{0, 0};
+  } query{reinterpret_cast<uintptr_t>(code)};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto& q = *static_cast<Query*>(data);
+        bool contains = false;
+        const ElfW(Phdr)* tls = nullptr;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          const uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+          if (ph.p_type == PT_LOAD && q.code >= start && q.code < start + ph.p_memsz) contains = true;
+          if (ph.p_type == PT_TLS) tls = &ph;
+        }
+        if (!contains) return 0;
+        if (tls && info->dlpi_tls_data) {
+          const uintptr_t begin = reinterpret_cast<uintptr_t>(info->dlpi_tls_data);
+          q.block = {begin, begin + tls->p_memsz};
+        }
+        return 1;
+      },
+      &query);
+  return query.block;
+}
+
+template <class T>
+std::pair<uintptr_t, uintptr_t> range_of(const T& variable) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(&variable);
+  return {begin, begin + sizeof(T)};
+}
+
+Recorder& recorder() {
+  static Recorder r;
+  return r;
+}
+
+uint32_t running_thread() {
+  const uint3 t = ::hg::emu::detail::t_thread->thread_idx;
+  const dim3 d = ::hg::emu::detail::t_block_dim;
+  return t.x + d.x * (t.y + d.y * t.z);
+}
+
+}  // namespace
+
+// The hot path: one call per load or store of instrumented code.
+inline void record(uintptr_t address, unsigned size, Kind kind, uintptr_t pc) {
+  if (!g_recording || g_in_atomic || !::hg::emu::detail::t_thread) return;
+  Recorder& r = recorder();
+  if (!r.in_launch) return;
+  Space space;
+  if (address >= r.static_shared_begin && address < r.static_shared_end) {
+    for (const auto& [begin, end] : r.not_shared) {
+      if (address >= begin && address < end) return;
+    }
+    space = Space::shared;
+  } else if (address >= r.dynamic_shared_begin && address < r.dynamic_shared_end) {
+    space = Space::shared;
+  } else if (r.is_device(address)) {
+    space = Space::global;
+  } else {
+    return;  // a local, a kernel parameter, the emulator's own state
+  }
+  Entry e;
+  e.address = address;
+  e.pc = pc;
+  e.thread = running_thread();
+  e.size = uint16_t(std::min(size, 0xffffu));
+  e.type = EntryType::access;
+  e.space = space;
+  e.kind = kind;
+  r.log.entries.push_back(e);
+}
+
+void on_atomic(const void* address, unsigned size) {
+  record(reinterpret_cast<uintptr_t>(address), size, Kind::atomic,
+         reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+}
+
+void begin_launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes) {
+  if (!g_recording) return;
+  Recorder& r = recorder();
+  r.in_launch = true;
+  r.launch = LaunchState{};
+  r.launch.audit.kernel = ::hg::emu::detail::kernel_name(kernel);
+  r.launch.audit.grid = grid;
+  r.launch.audit.block = block;
+  r.launch.audit.dynamic_shared_bytes = dynamic_shared_bytes;
+  r.device_ranges.clear();
+  {
+    internal::State& s = internal::state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (const auto& [start, bytes] : s.device) r.device_ranges.emplace_back(start, start + bytes);
+  }
+  r.last_range = 0;
+  std::tie(r.static_shared_begin, r.static_shared_end) = thread_local_block(kernel);
+  namespace emu = ::hg::emu::detail;
+  r.not_shared = {range_of(emu::t_thread), range_of(emu::t_block_idx), range_of(emu::t_block_dim),
+                  range_of(emu::t_grid_dim), range_of(emu::t_dynamic_shared)};
+}
+
+void begin_block(uint3 block, dim3 block_dim) {
+  Recorder& r = recorder();
+  if (!g_recording || !r.in_launch) return;
+  r.log.entries.clear();
+  r.log.block = block;
+  r.log.block_dim = block_dim;
+  r.dynamic_shared_begin = reinterpret_cast<uintptr_t>(::hg::emu::detail::t_dynamic_shared);
+  r.dynamic_shared_end = r.dynamic_shared_begin + r.launch.audit.dynamic_shared_bytes;
+}
+
+void on_barrier() {
+  Recorder& r = recorder();
+  if (!g_recording || !r.in_launch) return;
+  Entry e;
+  e.type = EntryType::barrier;
+  r.log.entries.push_back(e);
+}
+
+void on_warp_sync(uint32_t warp, unsigned lanes) {
+  Recorder& r = recorder();
+  if (!g_recording || !r.in_launch) return;
+  Entry e;
+  e.type = EntryType::warp_sync;
+  e.thread = warp;
+  e.address = lanes;
+  r.log.entries.push_back(e);
+}
+
+void end_block() {
+  Recorder& r = recorder();
+  if (!g_recording || !r.in_launch) return;
+  add_requests(r.log, r.launch);
+  add_races(r.log, r.launch);
+  r.log.entries.clear();
+}
+
+void end_launch() {
+  Recorder& r = recorder();
+  if (!r.in_launch) return;
+  r.in_launch = false;
+  r.log.entries.clear();
+  std::lock_guard<std::mutex> lock(g_finished_mutex);
+  g_finished.push_back(std::move(r.launch));
+  r.launch = LaunchState{};
+}
+
+std::vector<LaunchState> take_finished() {
+  std::lock_guard<std::mutex> lock(g_finished_mutex);
+  return std::exchange(g_finished, {});
+}
+
+}  // namespace detail
+
+bool available() { return HG_EMU_AUDIT != 0; }
+
+void set_enabled(bool enabled) {
+  detail::g_enabled = enabled && available();
+  detail::g_recording = detail::g_enabled;
+}
+
+bool enabled() { return detail::g_enabled; }
+
+}  // namespace hg::emu::audit
+
+#if HG_EMU_AUDIT
+// The instrumentation's entry points (GCC's names for kernel-address, outline, recovering mode).
+#define HG_AUDIT_CALLBACKS(bytes)                                                                           \
+  extern "C" void __asan_load##bytes##_noabort(uintptr_t address) {                                        \
+    hg::emu::audit::detail::record(address, bytes, hg::emu::audit::Kind::load,                              \
+                                   reinterpret_cast<uintptr_t>(__builtin_return_address(0)));               \
+  }                                                                                                         \
+  extern "C" void __asan_store##bytes##_noabort(uintptr_t address) {                                       \
+    hg::emu::audit::detail::record(address, bytes, hg::emu::audit::Kind::store,                             \
+                                   reinterpret_cast<uintptr_t>(__builtin_return_address(0)));               \
+  }
+HG_AUDIT_CALLBACKS(1)
+HG_AUDIT_CALLBACKS(2)
+HG_AUDIT_CALLBACKS(4)
+HG_AUDIT_CALLBACKS(8)
+HG_AUDIT_CALLBACKS(16)
+#undef HG_AUDIT_CALLBACKS
+extern "C" void __asan_loadN_noabort(uintptr_t address, size_t bytes) {
+  hg::emu::audit::detail::record(address, unsigned(bytes), hg::emu::audit::Kind::load,
+                                 reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+}
+extern "C" void __asan_storeN_noabort(uintptr_t address, size_t bytes) {
+  hg::emu::audit::detail::record(address, unsigned(bytes), hg::emu::audit::Kind::store,
+                                 reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+}
+// Emitted around noreturn calls and dynamic initialisers; nothing to do without shadow memory.
+extern "C" void __asan_handle_no_return() {}
+extern "C" void __asan_before_dynamic_init(const char*) {}
+extern "C" void __asan_after_dynamic_init() {}
+#endif
