@@ -58,7 +58,9 @@ emu::LaunchAudit sum_launches(const std::vector<emu::LaunchAudit>& launches, con
     sum.block = launches.front().block;
     sum.dynamic_shared_bytes = launches.front().dynamic_shared_bytes;
   }
-  std::map<std::tuple<uintptr_t, emu::Space, emu::Kind>, size_t> site_index;
+  // Sites by source line: the instructions of one line (an unrolled loop's copies, several template
+  // instances) are one site of the report, their figures added.
+  std::map<std::tuple<std::string, emu::Space, emu::Kind>, size_t> site_index;
   std::map<std::tuple<std::string, std::string, std::string>, size_t> race_index;
   for (const emu::LaunchAudit& a : launches) {
     sum.global_load += a.global_load;
@@ -69,7 +71,8 @@ emu::LaunchAudit sum_launches(const std::vector<emu::LaunchAudit>& launches, con
     sum.dram_read_bytes += a.dram_read_bytes;
     sum.dram_write_bytes += a.dram_write_bytes;
     for (const emu::SiteTotals& s : a.sites) {
-      const auto [it, inserted] = site_index.emplace(std::make_tuple(s.pc, s.space, s.kind), sum.sites.size());
+      const std::string line = s.location == "?" ? "?@" + std::to_string(s.pc) : s.location;
+      const auto [it, inserted] = site_index.emplace(std::make_tuple(line, s.space, s.kind), sum.sites.size());
       if (inserted) sum.sites.push_back(s);
       else sum.sites[it->second].totals += s.totals;
     }

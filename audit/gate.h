@@ -42,7 +42,8 @@ struct GateResult {
   bool passed() const { return violations.empty(); }
 };
 
-// Every launch of `launches` as one: figures added, sites merged by instruction (largest first), races
+// Every launch of `launches` as one: figures added, sites merged by source line and space and kind
+// (the instructions of one line: an unrolled loop's copies; largest first), races
 // merged by (hazard, both sites). `name` becomes its kernel name; grid/block are the first launch's.
 hg::emu::audit::LaunchAudit sum_launches(const std::vector<hg::emu::audit::LaunchAudit>& launches,
                                          const std::string& name);

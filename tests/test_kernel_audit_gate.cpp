@@ -135,7 +135,7 @@ TEST_CASE("kernel audit gate: an exemption moves its finding aside with the writ
   for (const audit::Exemption& x : audit::exemptions()) CHECK(std::string(x.reason).size() > 20);
 }
 
-TEST_CASE("kernel audit gate: sum_launches adds figures and merges sites by instruction") {
+TEST_CASE("kernel audit gate: sum_launches adds figures and merges sites by source line") {
   const rec::LaunchAudit a = clean_launch(4096), b = clean_launch(1024);
   const rec::LaunchAudit sum = audit::sum_launches({a, b}, "planted_op");
   CHECK(sum.kernel == "planted_op");
@@ -144,6 +144,14 @@ TEST_CASE("kernel audit gate: sum_launches adds figures and merges sites by inst
   REQUIRE(sum.sites.size() == 2);
   CHECK(sum.sites[0].totals.requested_bytes == 4096 + 1024);
   CHECK(sum.sites[0].totals.sectors == (4096 + 1024) / 32);
+  // Two instructions of one line (an unrolled loop) are one site.
+  rec::LaunchAudit unrolled = clean_launch(4096);
+  unrolled.sites.push_back(load_site(0x11, "a.cu:10", 4096, 512));
+  const rec::LaunchAudit merged = audit::sum_launches({unrolled}, "planted_op");
+  REQUIRE(merged.sites.size() == 2);
+  CHECK(merged.sites[0].location == "a.cu:10");
+  CHECK(merged.sites[0].totals.requested_bytes == 8192);
+  CHECK(merged.sites[0].totals.sectors == 128 + 512);
 }
 
 TEST_CASE("H200 roofline: memory- and compute-bound predictions from the stated constants") {
