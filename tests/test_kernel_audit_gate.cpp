@@ -31,7 +31,7 @@ rec::SiteTotals load_site(uintptr_t pc, const char* location, uint64_t bytes, ui
 // One launch that reads `bytes` coalesced (site a.cu:10) and stores them (b.cu:20), touching each sector once.
 rec::LaunchAudit clean_launch(uint64_t bytes) {
   rec::LaunchAudit l;
-  l.kernel = "k";
+  l.kernel = std::string(1, 'k');
   l.sites.push_back(load_site(0x10, "a.cu:10", bytes, bytes / 32));
   rec::SiteTotals store = load_site(0x20, "b.cu:20", bytes, bytes / 32);
   store.kind = rec::Kind::store;
@@ -55,7 +55,7 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 }  // namespace
 
-TEST_CASE("kernel audit gate: a clean op passes; each rule fires above its limit with the site and figures") {
+TEST_CASE("kernel audit gate: a clean op passes, each rule fires above its limit with the site and figures") {
   const uint64_t n = 4096;
   const rec::LaunchAudit clean = clean_launch(n);
   CHECK(audit::evaluate_gate(clean, claims("planted_copy", 2 * n)).passed());
