@@ -1,10 +1,18 @@
 // bench_kernels: the hand-written CUDA kernels on the device, one JSON object per line.
-// Memory-bound kernels report bytes moved, median time, GB/s and the fraction of the measured
-// device-to-device copy rate (the roofline for them); GEMM reports TFLOP/s per dtype. On the SIMT
-// emulator the figures are CPU timings of an interpreter and mean nothing about a GPU: every line
-// then carries "emulated": true.
-// Usage: bench_kernels [--device cuda] [--quick]
+//
+// Timing mode (default; a GPU under scripts/gpu-check): every case of kernel_cases.h that a GPU runs,
+// at rows x cols = 16384 x 4096 (67M elements), median time over 20 runs; memory-bound kernels report
+// their minimum bytes (each input read once, each output written once), GB/s and the fraction of the
+// measured device-to-device copy rate (the roofline for them); GEMM reports TFLOP/s per dtype. On the
+// SIMT emulator the figures are CPU timings of an interpreter and mean nothing about a GPU: every line
+// then carries "emulated": true (and the size is 64 x 1024).
+//
+// Audit mode (--audit; the emulated audit build, build-audit/): each case recorded once at 256 x 1024
+// and judged by the gate (kernel_audit.h, audit/gate.h, docs/kernel_audit.md). The "kernel" names of
+// both modes are the same, so scripts/audit-vs-measured joins measured time and prediction.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -12,12 +20,30 @@
 
 #include "engine/cuda/cuda_context.h"
 #include "json_line.h"
+#include "kernel_cases.h"
 #include "kernels/cuda/check.h"
 #include "kernels/kernels_cuda.h"
+#if defined(HALFGRAD_EMULATED_CUDA)
+#include "kernel_audit.h"
+#endif
 
 using namespace hg;
 
 namespace {
+
+constexpr const char* kUsage =
+    "usage: bench_kernels [--device cuda] [--quick] [--only NAME]\n"
+    "       bench_kernels --audit [--gate] [--only NAME] [--no-gpt-step] [--rows R] [--cols C]\n"
+    "  (default)      time every kernel case on the CUDA device (a GPU; on the emulator the figures are\n"
+    "                 an interpreter's and say \"emulated\": true)\n"
+    "  --quick        a small size and 3 repeats\n"
+    "  --only NAME    only the cases whose name contains NAME\n"
+    "  --audit        the emulated audit build (build-audit/): record every kernel case at 256 x 1024\n"
+    "                 (--rows/--cols), one JSON line per (kernel, dtype) with its access figures, DRAM\n"
+    "                 bytes against the op's minimum, the H200 roofline prediction and the gate's findings;\n"
+    "                 then a small GPT training step's predicted time\n"
+    "  --gate         with --audit: exit status 1 when the gate finds a violation (all printed first)\n"
+    "  --no-gpt-step  with --audit: skip the GPT step\n";
 
 struct Bench {
   cuda::Stream stream;
@@ -46,11 +72,7 @@ void* device_buffer(size_t bytes) {
   return p;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) quick |= std::strcmp(argv[i], "--quick") == 0;
+int time_kernels(bool quick, const char* only) {
   if (!cuda::is_available()) {
     bench::JsonLine("bench_kernels").add("skipped", cuda::unavailable_reason()).print();
     return 0;
@@ -58,53 +80,45 @@ int main(int argc, char** argv) {
   const bool emulated = cuda::is_emulated();
   if (emulated) quick = true;  // an interpreter: keep it short
   Bench b{cuda::compute_stream(0), quick ? 3 : 20};
-  const int64_t rows = quick ? 64 : 16384, cols = quick ? 1024 : 4096, n = rows * cols;
-  auto line = [&](const char* kernel, DType dtype, double bytes, double ms, double copy_gbs) {
+  const bench::CaseSize size{quick ? 64 : 16384, quick ? 1024 : 4096};
+
+  // The roofline: a device-to-device copy of the size of the f32 tensors.
+  const size_t bytes32 = size_t(size.n()) * 4;
+  void* x = device_buffer(bytes32);
+  void* y = device_buffer(bytes32);
+  const double copy_ms =
+      b.median_ms([&] { HG_CUDA_CHECK(cudaMemcpyAsync(y, x, bytes32, cudaMemcpyDeviceToDevice, b.stream)); });
+  const double copy_gbs = 2.0 * double(bytes32) / (copy_ms * 1e-3) / 1e9;
+  auto line = [&](const std::string& kernel, const char* dtype, const std::string& shape, double bytes, double ms,
+                  double roof_gbs) {
     const double gbs = bytes / (ms * 1e-3) / 1e9;
     bench::JsonLine("cuda_kernel")
         .add("kernel", kernel)
-        .add("dtype", dtype_name(dtype))
-        .add("rows", (long long)rows)
-        .add("cols", (long long)cols)
+        .add("dtype", dtype)
+        .add("rows", (long long)size.rows)
+        .add("cols", (long long)size.cols)
+        .add("shape", shape)
         .add("bytes", bytes)
         .add("median_ms", ms)
         .add("gbs", gbs)
-        .add("fraction_of_copy", copy_gbs > 0 ? gbs / copy_gbs : 0.0)
+        .add("fraction_of_copy", roof_gbs > 0 ? gbs / roof_gbs : 0.0)
         .add("device", cuda::device_name(0))
         .add("emulated", emulated)
         .print();
-    return gbs;
   };
+  line("d2d_copy", "f32", std::to_string(size.n()), 2.0 * double(bytes32), copy_ms, 0);
+  HG_CUDA_CHECK(cudaFree(x));
+  HG_CUDA_CHECK(cudaFree(y));
 
-  // The roofline: a device-to-device copy of the same size as the f32 tensors.
-  const size_t bytes32 = size_t(n) * 4;
-  void* x = device_buffer(bytes32 * 2);
-  void* y = device_buffer(bytes32 * 2);
-  void* w = device_buffer(size_t(cols) * 4);
-  void* stats = device_buffer(size_t(rows) * 8 * 2);
-  void* m = device_buffer(bytes32);
-  void* v = device_buffer(bytes32);
-  const double copy_ms = b.median_ms([&] { HG_CUDA_CHECK(cudaMemcpyAsync(y, x, bytes32, cudaMemcpyDeviceToDevice, b.stream)); });
-  const double copy_gbs = line("d2d_copy", f32, 2.0 * double(bytes32), copy_ms, 0);
-
-  for (DType dtype : {f32, bf16, f16}) {
-    const double bytes = double(n) * double(dtype_size(dtype));
-    line("softmax_forward", dtype, 2 * bytes,
-         b.median_ms([&] { kernels::cuda::softmax_forward(x, y, rows, cols, false, 0, dtype, b.stream); }), copy_gbs);
-    line("layer_norm_forward", dtype, 2 * bytes, b.median_ms([&] {
-           kernels::cuda::layer_norm_forward(x, w, w, y, stats, static_cast<char*>(stats) + rows * 4, rows, cols, 1e-5,
-                                             dtype, b.stream);
-         }),
-         copy_gbs);
-    line("gelu_forward", dtype, 2 * bytes, b.median_ms([&] {
-           kernels::cuda::unary_forward(kernels::UnaryOp::GeluTanh, x, y, n, 0.0, dtype, b.stream);
-         }),
-         copy_gbs);
-    // param read+write and grad read in dtype, fp32 moments read+write: the optimizer's traffic.
-    line("adamw_step", dtype, double(n) * (3.0 * double(dtype_size(dtype)) + 16.0), b.median_ms([&] {
-           kernels::cuda::adamw_step(x, nullptr, y, m, v, n, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, dtype, b.stream);
-         }),
-         copy_gbs);
+  for (const bench::KernelCase& c : bench::kernel_cases()) {
+    if (c.audit_only || (only && c.name.find(only) == std::string::npos)) continue;
+    const std::vector<DType> dtypes = c.dtypes.empty() ? std::vector<DType>{DType::f32} : c.dtypes;
+    for (DType dtype : dtypes) {
+      bench::DeviceArena arena(b.stream);
+      const bench::PreparedCase p = c.prepare(size, dtype, arena);
+      line(c.name, c.dtypes.empty() ? "none" : dtype_name(dtype), p.shape, double(p.min_bytes), b.median_ms(p.run),
+           copy_gbs);
+    }
   }
 
   // GEMM (cuBLASLt on a GPU).
@@ -124,6 +138,67 @@ int main(int argc, char** argv) {
         .add("emulated", emulated)
         .print();
   }
-  for (void* p : {x, y, w, stats, m, v, ga, gb, gc}) HG_CUDA_CHECK(cudaFree(p));
+  for (void* p : {ga, gb, gc}) HG_CUDA_CHECK(cudaFree(p));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, audit = false, gate = false;
+  [[maybe_unused]] bool gpt_step = true;
+  const char* only = nullptr;
+  int64_t rows = 256, cols = 1024;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--audit") {
+      audit = true;
+    } else if (arg == "--gate") {
+      gate = true;
+    } else if (arg == "--no-gpt-step") {
+      gpt_step = false;
+    } else if (arg == "--only" && has_value) {
+      only = argv[++i];
+    } else if (arg == "--rows" && has_value) {
+      rows = std::atoll(argv[++i]);
+    } else if (arg == "--cols" && has_value) {
+      cols = std::atoll(argv[++i]);
+    } else if (arg == "--device" && has_value && std::strcmp(argv[i + 1], "cuda") == 0) {
+      ++i;
+    } else {
+      std::fprintf(stderr, "bench_kernels: unknown or incomplete argument '%s'\n%s", arg.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (gate && !audit) {
+    std::fprintf(stderr, "bench_kernels: --gate needs --audit\n%s", kUsage);
+    return 2;
+  }
+  if (rows <= 0 || cols <= 0) {
+    std::fprintf(stderr, "bench_kernels: --rows and --cols must be positive, got %lld x %lld\n", (long long)rows,
+                 (long long)cols);
+    return 2;
+  }
+  if (audit) {
+#if defined(HALFGRAD_EMULATED_CUDA)
+    bench::AuditOptions options;
+    options.rows = rows;
+    options.cols = cols;
+    options.gate = gate;
+    options.gpt_step = gpt_step;
+    options.only = only;
+    return bench::run_audit(options);
+#else
+    std::fprintf(stderr, "bench_kernels: --audit runs on the SIMT emulator: build with -DHALFGRAD_CUDA=EMULATED "
+                         "-DHALFGRAD_EMU_AUDIT=ON (build-audit/, make test-audit)\n");
+    return 2;
+#endif
+  }
+  return time_kernels(quick, only);
 }

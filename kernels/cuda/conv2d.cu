@@ -19,6 +19,8 @@
 //                       reading the one dcol entry whose window tap hit (h, w) (conv_reading_output),
 //                       summed in A in a fixed order: deterministic, no scattered writes.
 //   bias_store_kernel:  one thread per y element: y = round(out + bias[channel]).
+// Kernel audit (audit/exemptions.cpp): the im2col path is exempt from the 1.3x DRAM check -- it
+// materialises the patch matrix (KH x KW copies of the input) by design; cuDNN replaces it on a GPU.
 #include <cstdlib>
 
 #include "kernels/cuda/cudnn/conv2d_cudnn.h"

@@ -1,0 +1,33 @@
+// The gate's exemptions: kernels that are what they are by design (audit/exemptions.h). Each reason is
+// also in the kernel's header comment; add both or neither.
+#include "audit/exemptions.h"
+
+namespace hg::audit {
+
+const std::vector<Exemption>& exemptions() {
+  static const std::vector<Exemption> list = {
+      {"loss_scale_update", Check::efficiency,
+       "one thread updates the loss scaler's few scalars: no warp to coalesce, a handful of sectors per step"},
+      {"step_count_advance", Check::efficiency,
+       "one thread advances one step counter: no warp to coalesce, two sectors per step"},
+      {"lr_schedule_eval", Check::efficiency,
+       "one thread evaluates the schedule at the step count: no warp to coalesce, two sectors per step"},
+      {"conv2d_forward_im2col", Check::dram_ratio,
+       "im2col materialises the patch matrix (KH x KW copies of the input) by design: the fallback path that "
+       "cuDNN replaces on a GPU"},
+      {"conv2d_backward_data_im2col", Check::dram_ratio,
+       "the backward GEMM writes the patch-matrix gradient that col2im gathers: the im2col fallback by design"},
+      {"conv2d_backward_filter_im2col", Check::dram_ratio,
+       "im2col materialises the patch matrix per image by design: the fallback path that cuDNN replaces on a GPU"},
+  };
+  return list;
+}
+
+const Exemption* find_exemption(const std::string& op, Check check) {
+  for (const Exemption& e : exemptions()) {
+    if (op == e.op && e.check == check) return &e;
+  }
+  return nullptr;
+}
+
+}  // namespace hg::audit

@@ -1,0 +1,19 @@
+#pragma once
+// bench_kernels --audit: the kernel audit's report and gate (docs/kernel_audit.md, "The audit report and
+// the gate"). Only in the emulated builds; it records only in the audit flavour (kernels/emu/audit.h).
+#include <cstdint>
+
+namespace hg::bench {
+
+struct AuditOptions {
+  int64_t rows = 256, cols = 1024;  // the audited size: 262,144 elements per flat op, [256, 1024] per row op
+  bool gate = false;                // exit status 1 when the gate finds a violation
+  bool gpt_step = true;             // also audit a GPT training step
+  const char* only = nullptr;       // audit only the cases whose name contains this
+};
+
+// Prints one JSON line per (kernel case, dtype), then one for the GPT step, then the gate's summary;
+// returns the exit status (1: --gate and a violation; 2: not the audit build).
+int run_audit(const AuditOptions& options);
+
+}  // namespace hg::bench

@@ -1,0 +1,570 @@
+// The benchmark cases of the hand-written CUDA kernels (kernel_cases.h): one entry per op and variant,
+// with its shapes, its random inputs and its minimum traffic. Minimum bytes list every buffer the op's
+// contract reads or writes (kernels/kernels.h), in its dtype; a buffer read and written counts twice.
+#include "kernel_cases.h"
+
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "kernels/cuda/check.h"
+#include "kernels/kernels_cuda.h"
+#include "kernels/step_kernels.h"
+
+namespace hg::bench {
+
+namespace k = hg::kernels::cuda;
+using kernels::UnaryOp;
+using kernels::BinaryOp;
+using kernels::ReduceOp;
+using audit::FlopKind;
+
+uint64_t sector_bytes(uint64_t bytes) { return (bytes + 31) / 32 * 32; }
+
+DeviceArena::~DeviceArena() {
+  cudaStreamSynchronize(stream_);
+  for (void* p : buffers_) cudaFree(p);
+}
+
+void* DeviceArena::zeros(size_t bytes) {
+  void* p = nullptr;
+  HG_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+  buffers_.push_back(p);
+  HG_CUDA_CHECK(cudaMemset(p, 0, bytes));
+  return p;
+}
+
+void* DeviceArena::uniform(int64_t n, DType dtype, double low, double high) {
+  void* p = zeros(size_t(n) * dtype_size(dtype));
+  k::uniform_fill(p, n, low, high, seed_++, 0, dtype, stream_);
+  return p;
+}
+
+void* DeviceArena::upload(const void* values, size_t bytes) {
+  void* p = zeros(bytes);
+  HG_CUDA_CHECK(cudaMemcpy(p, values, bytes, cudaMemcpyHostToDevice));
+  return p;
+}
+
+namespace {
+
+const std::vector<DType> kFloats = {DType::f32, DType::bf16, DType::f16};
+
+uint64_t bytes_of(int64_t n, DType dtype) { return uint64_t(n) * dtype_size(dtype); }
+
+// The minimum traffic of buffers of these sizes in bytes (each rounded up to whole sectors).
+uint64_t io(std::initializer_list<uint64_t> buffers) {
+  uint64_t sum = 0;
+  for (uint64_t b : buffers) sum += sector_bytes(b);
+  return sum;
+}
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::ostringstream out;
+  const char* sep = "";
+  for (int64_t v : d) {
+    out << sep << v;
+    sep = "x";
+  }
+  return out.str();
+}
+
+// n random indices in [0, bound), seeded.
+std::vector<int64_t> random_indices(int64_t n, int64_t bound, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (int64_t& v : out) v = int64_t(rng() % uint64_t(bound));
+  return out;
+}
+
+// Pooling over [N = rows/16, C = 16, H = W = sqrt(cols)] planes, 2x2 windows, stride 2.
+kernels::Pool2dGeometry pool_geometry(const CaseSize& s) {
+  kernels::Pool2dGeometry g;
+  const int64_t side = int64_t(std::lround(std::sqrt(double(s.cols))));
+  g.batch = std::max<int64_t>(1, s.rows / 16);
+  g.channels = 16;
+  g.height = g.width = side;
+  g.kernel_h = g.kernel_w = 2;
+  g.stride_h = g.stride_w = 2;
+  return g;
+}
+
+// A 3x3 convolution, padding 1: [N = rows/64, C = 16, H = W = sqrt(cols)] -> 32 channels.
+kernels::Conv2dGeometry conv_geometry(const CaseSize& s) {
+  kernels::Conv2dGeometry g;
+  const int64_t side = int64_t(std::lround(std::sqrt(double(s.cols))));
+  g.batch = std::max<int64_t>(1, s.rows / 64);
+  g.in_channels = 16;
+  g.height = g.width = side;
+  g.out_channels = 32;
+  g.kernel_h = g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1;
+  return g;
+}
+
+FlopKind gemm_kind(DType dtype) { return dtype == DType::f32 ? FlopKind::fp32_fma : FlopKind::bf16_tensor; }
+
+// A memory-bound case (flops not counted).
+PreparedCase memory_case(std::string shape, uint64_t min_bytes, std::function<void()> run) {
+  PreparedCase c;
+  c.shape = std::move(shape);
+  c.min_bytes = min_bytes;
+  c.run = std::move(run);
+  return c;
+}
+
+std::vector<KernelCase> make_cases() {
+  std::vector<KernelCase> cases;
+  auto add = [&](std::string name, std::vector<DType> dtypes,
+                 std::function<PreparedCase(const CaseSize&, DType, DeviceArena&)> prepare, bool audit_only = false) {
+    cases.push_back(KernelCase{std::move(name), std::move(dtypes), audit_only, std::move(prepare)});
+  };
+  using S = const CaseSize&;
+  using A = DeviceArena&;
+
+  // ---- memory and layout ----
+  add("fill", kFloats, [](S s, DType dt, A a) {
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] { k::fill(y, s.n(), 0.5, dt, st); });
+  });
+  // cast to f32 (f32: to bf16), the mixed-precision copies.
+  add("cast", kFloats, [](S s, DType dt, A a) {
+    const DType to = dt == DType::f32 ? DType::bf16 : DType::f32;
+    void* x = a.uniform(s.n(), dt);
+    void* y = a.zeros(bytes_of(s.n(), to));
+    return memory_case(dims({s.n()}) + " to " + dtype_name(to), io({bytes_of(s.n(), dt), bytes_of(s.n(), to)}),
+                       [=, st = a.stream()] { k::cast(x, dt, y, to, s.n(), st); });
+  });
+  add("copy_contiguous", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt)}), [=, st = a.stream()] {
+      const int64_t shape[1] = {s.n()}, strides[1] = {1};
+      k::copy_strided(x, strides, y, strides, shape, 1, dt, st);
+    });
+  });
+  // contiguous() of attention's head permutation: [B, T, H, D] viewed as [B, H, T, D], D = 64.
+  add("copy_strided", kFloats, [](S s, DType dt, A a) {
+    const int64_t B = 4, T = std::max<int64_t>(1, s.rows / 4), D = 64, H = std::max<int64_t>(1, s.cols / 64);
+    const int64_t n = B * T * H * D;
+    void* x = a.uniform(n, dt);
+    void* y = a.zeros(bytes_of(n, dt));
+    return memory_case(dims({B, T, H, D}) + " as " + dims({B, H, T, D}), io({bytes_of(n, dt), bytes_of(n, dt)}),
+                       [=, st = a.stream()] {
+                         const int64_t shape[4] = {B, H, T, D};
+                         const int64_t src[4] = {T * H * D, D, H * D, 1}, dst[4] = {H * T * D, T * D, D, 1};
+                         k::copy_strided(x, src, y, dst, shape, 4, dt, st);
+                       });
+  });
+
+  // ---- elementwise ----
+  add("gelu_forward", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt)}), [=, st = a.stream()] {
+      k::unary_forward(UnaryOp::GeluTanh, x, y, s.n(), 0.0, dt, st);
+    });
+  });
+  add("gelu_backward", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* y = a.uniform(s.n(), dt);
+    void* dy = a.uniform(s.n(), dt);
+    void* dx = a.zeros(bytes_of(s.n(), dt));
+    // GELU's derivative needs x and dy, not y.
+    return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] { k::unary_backward(UnaryOp::GeluTanh, x, y, dy, dx, s.n(), 0.0, dt, st); });
+  });
+  add("affine", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] { k::affine(x, y, s.n(), 2.0, 0.5, dt, st); });
+  });
+  add("add", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* b = a.uniform(s.n(), dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.rows, s.cols}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] {
+                         const int64_t shape[2] = {s.rows, s.cols}, strides[2] = {s.cols, 1};
+                         k::binary_forward(BinaryOp::Add, x, strides, b, strides, y, shape, 2, dt, st);
+                       });
+  });
+  // A bias over the rows: y[r, c] = x[r, c] + b[c] (the broadcast kernel).
+  add("add_bias", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* b = a.uniform(s.cols, dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.rows, s.cols}) + " + " + dims({s.cols}),
+                       io({bytes_of(s.n(), dt), bytes_of(s.cols, dt), bytes_of(s.n(), dt)}), [=, st = a.stream()] {
+                         const int64_t shape[2] = {s.rows, s.cols}, xs[2] = {s.cols, 1}, bs[2] = {0, 1};
+                         k::binary_forward(BinaryOp::Add, x, xs, b, bs, y, shape, 2, dt, st);
+                       });
+  });
+  add("mul_scalar", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* b = a.uniform(1, dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.n()}) + " * scalar", io({bytes_of(s.n(), dt), bytes_of(1, dt), bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] {
+                         const int64_t shape[1] = {s.n()}, xs[1] = {1}, bs[1] = {0};
+                         k::binary_forward(BinaryOp::Mul, x, xs, b, bs, y, shape, 1, dt, st);
+                       });
+  });
+
+  // ---- reductions ----
+  add("reduce_sum_rows", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* y = a.zeros(bytes_of(s.rows, dt));
+    return memory_case(dims({s.rows, s.cols}) + " over cols", io({bytes_of(s.n(), dt), bytes_of(s.rows, dt)}),
+                       [=, st = a.stream()] { k::reduce(ReduceOp::Sum, x, y, nullptr, s.rows, s.cols, 1, 1.0, dt, st); });
+  });
+  add("reduce_max_rows", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* y = a.zeros(bytes_of(s.rows, dt));
+    auto* argmax = static_cast<int64_t*>(a.zeros(bytes_of(s.rows, DType::i64)));
+    return memory_case(dims({s.rows, s.cols}) + " over cols, argmax",
+                       io({bytes_of(s.n(), dt), bytes_of(s.rows, dt), bytes_of(s.rows, DType::i64)}),
+                       [=, st = a.stream()] { k::reduce(ReduceOp::Max, x, y, argmax, s.rows, s.cols, 1, 1.0, dt, st); });
+  });
+  add("reduce_sum_columns", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* y = a.zeros(bytes_of(s.cols, dt));
+    return memory_case(dims({s.rows, s.cols}) + " over rows", io({bytes_of(s.n(), dt), bytes_of(s.cols, dt)}),
+                       [=, st = a.stream()] { k::reduce(ReduceOp::Sum, x, y, nullptr, 1, s.rows, s.cols, 1.0, dt, st); });
+  });
+  // The backward of max over the columns: y [rows, cols] zero but at index[r].
+  add("scatter_along", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.rows, dt);
+    auto* index = a.upload(random_indices(s.rows, s.cols, 5));
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.rows}) + " into " + dims({s.rows, s.cols}),
+                       io({bytes_of(s.rows, dt), bytes_of(s.rows, DType::i64), bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] { k::scatter_along(x, index, y, s.rows, s.cols, 1, dt, st); });
+  });
+
+  // ---- softmax ----
+  for (const bool log : {false, true}) {
+    add(log ? "log_softmax_forward" : "softmax_forward", kFloats, [log](S s, DType dt, A a) {
+      void* x = a.uniform(s.n(), dt);
+      void* y = a.zeros(bytes_of(s.n(), dt));
+      return memory_case(dims({s.rows, s.cols}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
+                         [=, st = a.stream()] { k::softmax_forward(x, y, s.rows, s.cols, log, 0, dt, st); });
+    });
+  }
+  // Attention's masked softmax: row r sees columns <= r % rows + (cols - rows); masked inputs need not be read.
+  add("softmax_forward_causal", kFloats, [](S s, DType dt, A a) {
+    const int64_t causal = std::min(s.rows, s.cols);
+    void* x = a.uniform(s.n(), dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.rows, s.cols}) + " causal", io({bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] { k::softmax_forward(x, y, s.rows, s.cols, false, causal, dt, st); });
+  });
+  for (const bool log : {false, true}) {
+    add(log ? "log_softmax_backward" : "softmax_backward", kFloats, [log](S s, DType dt, A a) {
+      void* y = a.uniform(s.n(), dt, 0.0, 1.0 / double(s.cols));
+      void* dy = a.uniform(s.n(), dt);
+      void* dx = a.zeros(bytes_of(s.n(), dt));
+      return memory_case(dims({s.rows, s.cols}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
+                         [=, st = a.stream()] { k::softmax_backward(y, dy, dx, s.rows, s.cols, log, dt, st); });
+    });
+  }
+
+  // ---- cross entropy ----
+  add("cross_entropy_forward", kFloats, [](S s, DType dt, A a) {
+    const DType acc = accumulate_dtype(dt);
+    void* logits = a.uniform(s.n(), dt, -4.0, 4.0);
+    void* targets = a.upload(random_indices(s.rows, s.cols, 7));
+    void* loss = a.zeros(bytes_of(s.rows, acc));
+    void* lse = a.zeros(bytes_of(s.rows, acc));
+    void* mean = a.zeros(bytes_of(1, acc));
+    void* inv_count = a.zeros(bytes_of(1, acc));
+    return memory_case(dims({s.rows, s.cols}),
+                       io({bytes_of(s.n(), dt), bytes_of(s.rows, DType::i64), bytes_of(s.rows, acc), bytes_of(s.rows, acc),
+                           bytes_of(1, acc), bytes_of(1, acc)}),
+                       [=, st = a.stream()] {
+                         k::cross_entropy_forward(logits, targets, DType::i64, loss, lse, mean, inv_count, s.rows, s.cols,
+                                                  -100, dt, st);
+                       });
+  });
+  add("cross_entropy_backward", kFloats, [](S s, DType dt, A a) {
+    const DType acc = accumulate_dtype(dt);
+    void* logits = a.uniform(s.n(), dt, -4.0, 4.0);
+    void* targets = a.upload(random_indices(s.rows, s.cols, 7));
+    void* loss = a.zeros(bytes_of(s.rows, acc));
+    void* lse = a.zeros(bytes_of(s.rows, acc));
+    void* scalars = a.zeros(bytes_of(2, acc));
+    k::cross_entropy_forward(logits, targets, DType::i64, loss, lse, scalars, static_cast<char*>(scalars) + dtype_size(acc),
+                             s.rows, s.cols, -100, dt, a.stream());
+    void* dloss = a.uniform(s.rows, acc);
+    void* dlogits = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.rows, s.cols}),
+                       io({bytes_of(s.n(), dt), bytes_of(s.rows, DType::i64), bytes_of(s.rows, acc), bytes_of(s.rows, acc),
+                           bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] {
+                         k::cross_entropy_backward(logits, targets, DType::i64, lse, dloss, dlogits, s.rows, s.cols, -100,
+                                                   dt, st);
+                       });
+  });
+
+  // ---- LayerNorm ----
+  add("layer_norm_forward", kFloats, [](S s, DType dt, A a) {
+    const DType acc = accumulate_dtype(dt);
+    void* x = a.uniform(s.n(), dt);
+    void* w = a.uniform(s.cols, dt);
+    void* b = a.uniform(s.cols, dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    void* mean = a.zeros(bytes_of(s.rows, acc));
+    void* rstd = a.zeros(bytes_of(s.rows, acc));
+    return memory_case(dims({s.rows, s.cols}),
+                       io({bytes_of(s.n(), dt), bytes_of(s.cols, dt), bytes_of(s.cols, dt), bytes_of(s.n(), dt),
+                           bytes_of(s.rows, acc), bytes_of(s.rows, acc)}),
+                       [=, st = a.stream()] { k::layer_norm_forward(x, w, b, y, mean, rstd, s.rows, s.cols, 1e-5, dt, st); });
+  });
+  add("layer_norm_backward", kFloats, [](S s, DType dt, A a) {
+    const DType acc = accumulate_dtype(dt);
+    void* x = a.uniform(s.n(), dt);
+    void* w = a.uniform(s.cols, dt);
+    void* b = a.uniform(s.cols, dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    void* mean = a.zeros(bytes_of(s.rows, acc));
+    void* rstd = a.zeros(bytes_of(s.rows, acc));
+    k::layer_norm_forward(x, w, b, y, mean, rstd, s.rows, s.cols, 1e-5, dt, a.stream());
+    void* dy = a.uniform(s.n(), dt);
+    void* dx = a.zeros(bytes_of(s.n(), dt));
+    void* dw = a.zeros(bytes_of(s.cols, dt));
+    void* db = a.zeros(bytes_of(s.cols, dt));
+    return memory_case(dims({s.rows, s.cols}),
+                       io({bytes_of(s.n(), dt), bytes_of(s.cols, dt), bytes_of(s.rows, acc), bytes_of(s.rows, acc),
+                           bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.cols, dt), bytes_of(s.cols, dt)}),
+                       [=, st = a.stream()] {
+                         k::layer_norm_backward(x, w, mean, rstd, dy, dx, dw, db, s.rows, s.cols, dt, st);
+                       });
+  });
+
+  // ---- embedding: ids [rows], rows of cols, a vocabulary of rows / 2 (ids repeat, as tokens do) ----
+  add("embedding_forward", kFloats, [](S s, DType dt, A a) {
+    const int64_t vocab = std::max<int64_t>(1, s.rows / 2), dim = s.cols;
+    const std::vector<int64_t> ids_host = random_indices(s.rows, vocab, 11);
+    const int64_t distinct = int64_t(std::set<int64_t>(ids_host.begin(), ids_host.end()).size());
+    void* weight = a.uniform(vocab * dim, dt);
+    void* ids = a.upload(ids_host);
+    void* y = a.zeros(bytes_of(s.rows * dim, dt));
+    // The rows the ids name, each read once.
+    return memory_case(dims({s.rows}) + " ids of " + dims({vocab, dim}),
+                       io({bytes_of(distinct * dim, dt), bytes_of(s.rows, DType::i64), bytes_of(s.rows * dim, dt)}),
+                       [=, st = a.stream()] { k::embedding_forward(weight, ids, DType::i64, y, s.rows, vocab, dim, dt, st); });
+  });
+  add("embedding_backward", kFloats, [](S s, DType dt, A a) {
+    const int64_t vocab = std::max<int64_t>(1, s.rows / 2), dim = s.cols;
+    void* dy = a.uniform(s.rows * dim, dt);
+    void* ids = a.upload(random_indices(s.rows, vocab, 11));
+    void* dweight = a.zeros(bytes_of(vocab * dim, dt));
+    return memory_case(dims({s.rows}) + " ids into " + dims({vocab, dim}),
+                       io({bytes_of(s.rows * dim, dt), bytes_of(s.rows, DType::i64), bytes_of(vocab * dim, dt)}),
+                       [=, st = a.stream()] {
+                         k::embedding_backward(dy, ids, DType::i64, dweight, s.rows, vocab, dim, dt, st);
+                       });
+  });
+
+  // ---- dropout, random fill, stochastic rounding ----
+  for (const bool backward : {false, true}) {
+    add(backward ? "dropout_backward" : "dropout_forward", kFloats, [backward](S s, DType dt, A a) {
+      void* x = a.uniform(s.n(), dt);
+      void* y = a.zeros(bytes_of(s.n(), dt));
+      return memory_case(dims({s.n()}) + " p 0.1", io({bytes_of(s.n(), dt), bytes_of(s.n(), dt)}), [=, st = a.stream()] {
+        if (backward) k::dropout_backward(x, y, s.n(), 0.1, 42, 0, dt, st);
+        else k::dropout_forward(x, y, s.n(), 0.1, 42, 0, dt, st);
+      });
+    });
+  }
+  for (const bool normal : {false, true}) {
+    add(normal ? "normal_fill" : "uniform_fill", kFloats, [normal](S s, DType dt, A a) {
+      void* y = a.zeros(bytes_of(s.n(), dt));
+      return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt)}), [=, st = a.stream()] {
+        if (normal) k::normal_fill(y, s.n(), 0.0, 0.02, 3, 0, dt, st);
+        else k::uniform_fill(y, s.n(), -1.0, 1.0, 3, 0, dt, st);
+      });
+    });
+  }
+  add("stochastic_round", {DType::bf16, DType::f16}, [](S s, DType dt, A a) {
+    auto* x = static_cast<const float*>(a.uniform(s.n(), DType::f32));
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.n()}) + " from f32", io({bytes_of(s.n(), DType::f32), bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] { k::stochastic_round(x, y, s.n(), 9, 0, dt, st); });
+  });
+
+  // ---- optimizer: f32 without a master copy, bf16/f16 with an f32 master (mixed precision) ----
+  for (const bool on_device : {false, true}) {
+    add(on_device ? "adamw_step_device" : "adamw_step", kFloats, [on_device](S s, DType dt, A a) {
+      const DType acc = accumulate_dtype(dt);
+      const bool mixed = dt != acc;
+      const uint64_t p = bytes_of(s.n(), dt), f = bytes_of(s.n(), acc);
+      void* param = a.uniform(s.n(), dt);
+      void* master = mixed ? a.uniform(s.n(), acc) : nullptr;
+      void* grad = a.uniform(s.n(), dt);
+      void* m = a.uniform(s.n(), acc);
+      void* v = a.uniform(s.n(), acc, 0.0, 1.0);
+      // param: read and written (written only, with a master, which is read and written); grad read;
+      // both moments read and written.
+      uint64_t min = mixed ? io({p, f, f, p, f, f, f, f}) : io({p, p, p, f, f, f, f});
+      std::string shape = dims({s.n()}) + (mixed ? " with f32 master" : "");
+      if (!on_device) {
+        return memory_case(shape, min, [=, st = a.stream()] {
+          k::adamw_step(param, master, grad, m, v, s.n(), 1e-3, 0.9, 0.999, 1e-8, 0.01, 7, dt, st);
+        });
+      }
+      const double lr = 1e-3;
+      const int64_t steps[2] = {6, 0};
+      const float found_inf = 0.0f;
+      kernels::AdamWStepScalars scalars;
+      scalars.lr = static_cast<const double*>(a.upload(&lr, sizeof lr));
+      scalars.found_inf = static_cast<const float*>(a.upload(&found_inf, sizeof found_inf));
+      scalars.step = static_cast<int64_t*>(a.upload(steps, sizeof steps));
+      min += io({sizeof lr, sizeof found_inf, sizeof steps, sizeof steps});  // the step counts read and written
+      return memory_case(shape + ", scalars on the device", min, [=, st = a.stream()] {
+        k::adamw_step_device(param, master, grad, m, v, s.n(), scalars, 0.9, 0.999, 1e-8, 0.01, dt, st);
+      });
+    });
+  }
+  // ---- gradient norm and loss scaling ----
+  add("sum_of_squares", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    return memory_case(dims({s.n()}) + ", read back", io({bytes_of(s.n(), dt), 8}),
+                       [=, st = a.stream()] { (void)k::sum_of_squares(x, s.n(), dt, st); });
+  });
+  add("sum_of_squares_into", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    auto* acc = static_cast<double*>(a.zeros(8));
+    return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt), 8, 8}),
+                       [=, st = a.stream()] { k::sum_of_squares_into(x, s.n(), dt, acc, st); });
+  });
+  // Four gradients of n/4 elements each, scaled in place (read and written).
+  for (const bool device_scale : {false, true}) {
+    add(device_scale ? "scale_gradients" : "unscale_and_check", kFloats, [device_scale](S s, DType dt, A a) {
+      const int64_t part = s.n() / 4;
+      std::vector<kernels::TensorSpan> spans;
+      uint64_t min = 0;
+      for (int i = 0; i < 4; ++i) {
+        spans.push_back(kernels::TensorSpan{a.uniform(part, dt), part, dt});
+        min += 2 * sector_bytes(bytes_of(part, dt));
+      }
+      const std::string shape = "4 x " + dims({part});
+      if (!device_scale) {
+        return memory_case(shape + ", read back", min + io({4}),
+                           [=, st = a.stream()] { (void)k::unscale_and_check(spans.data(), 4, 1.0 / 1024, st); });
+      }
+      const float scale = 1024.0f;
+      kernels::GradientMultiplier multiplier;
+      multiplier.kind = kernels::GradientMultiplier::unscale;
+      multiplier.scale = static_cast<const float*>(a.upload(&scale, sizeof scale));
+      auto* found_inf = static_cast<float*>(a.zeros(4));
+      return memory_case(shape, min + io({4, 4}), [=, st = a.stream()] {
+        k::scale_gradients(spans.data(), 4, multiplier, found_inf, st);
+      });
+    });
+  }
+  // ---- the step's one-thread scalar kernels (no dtype) ----
+  add("loss_scale_update", {}, [](S, DType, A a) {
+    kernels::LossScaleState state;
+    auto* d_state = static_cast<kernels::LossScaleState*>(a.upload(&state, sizeof state));
+    kernels::LossScalePolicy policy;
+    return memory_case("1 state", io({sizeof state, sizeof state}),
+                       [=, st = a.stream()] { k::loss_scale_update(d_state, policy, true, st); });
+  });
+  add("step_count_advance", {}, [](S, DType, A a) {
+    auto* count = static_cast<int64_t*>(a.zeros(8));
+    auto* found_inf = static_cast<const float*>(a.zeros(4));
+    return memory_case("1 count", io({8, 4, 8}), [=, st = a.stream()] { k::step_count_advance(count, found_inf, st); });
+  });
+  add("lr_schedule_eval", {}, [](S, DType, A a) {
+    kernels::LrScheduleDesc schedule;
+    schedule.count = 2;
+    schedule.pieces[0] = kernels::LrPiece{kernels::LrPiece::linear_warmup, 1e-3, 0.1, 100};
+    schedule.pieces[1] = kernels::LrPiece{kernels::LrPiece::cosine_decay, 1e-3, 1e-5, 1000};
+    schedule.milestones[0] = 100;
+    const int64_t step_host = 150;
+    auto* step = static_cast<const int64_t*>(a.upload(&step_host, sizeof step_host));
+    auto* lr = static_cast<double*>(a.zeros(8));
+    return memory_case("2 pieces", io({8, 8}), [=, st = a.stream()] { k::lr_schedule_eval(schedule, step, lr, st); });
+  });
+
+  // ---- pooling ----
+  for (const kernels::PoolMode mode : {kernels::PoolMode::Max, kernels::PoolMode::Avg}) {
+    const bool max = mode == kernels::PoolMode::Max;
+    add(max ? "max_pool2d_forward" : "avg_pool2d_forward", kFloats, [mode, max](S s, DType dt, A a) {
+      const kernels::Pool2dGeometry g = pool_geometry(s);
+      const int64_t in = g.planes() * g.height * g.width, out = g.planes() * g.out_h() * g.out_w();
+      void* x = a.uniform(in, dt);
+      void* y = a.zeros(bytes_of(out, dt));
+      auto* argmax = static_cast<int32_t*>(a.zeros(bytes_of(out, DType::i32)));
+      return memory_case(dims({g.batch, g.channels, g.height, g.width}) + " 2x2/2",
+                         io({bytes_of(in, dt), bytes_of(out, dt), max ? bytes_of(out, DType::i32) : 0}),
+                         [=, st = a.stream()] { k::pool2d_forward(mode, g, x, y, argmax, dt, st); });
+    });
+    add(max ? "max_pool2d_backward" : "avg_pool2d_backward", kFloats, [mode, max](S s, DType dt, A a) {
+      const kernels::Pool2dGeometry g = pool_geometry(s);
+      const int64_t in = g.planes() * g.height * g.width, out = g.planes() * g.out_h() * g.out_w();
+      void* x = a.uniform(in, dt);
+      void* y = a.zeros(bytes_of(out, dt));
+      auto* argmax = static_cast<int32_t*>(a.zeros(bytes_of(out, DType::i32)));
+      k::pool2d_forward(mode, g, x, y, argmax, dt, a.stream());
+      void* dy = a.uniform(out, dt);
+      void* dx = a.zeros(bytes_of(in, dt));
+      return memory_case(dims({g.batch, g.channels, g.height, g.width}) + " 2x2/2",
+                         io({bytes_of(out, dt), max ? bytes_of(out, DType::i32) : 0, bytes_of(in, dt)}),
+                         [=, st = a.stream()] { k::pool2d_backward(mode, g, dy, argmax, dx, dt, st); });
+    });
+  }
+
+  // ---- convolution: the im2col + GEMM fallback (cuDNN's path on a GPU; the audit turns cuDNN off) ----
+  const char* conv_names[3] = {"conv2d_forward_im2col", "conv2d_backward_data_im2col", "conv2d_backward_filter_im2col"};
+  for (int pass = 0; pass < 3; ++pass) {
+    add(conv_names[pass], kFloats, [pass](S s, DType dt, A a) {
+      const kernels::Conv2dGeometry g = conv_geometry(s);
+      const int64_t xn = g.batch * g.in_channels * g.height * g.width;
+      const int64_t yn = g.batch * g.out_channels * g.out_pixels();
+      const kernels::ConvPass which = pass == 0   ? kernels::ConvPass::Forward
+                                      : pass == 1 ? kernels::ConvPass::BackwardData
+                                                  : kernels::ConvPass::BackwardFilter;
+      const size_t ws_bytes = k::conv2d_workspace_bytes(g, which, dt, a.stream());
+      void* ws = a.zeros(ws_bytes);
+      void* x = a.uniform(xn, dt);
+      void* w = a.uniform(g.weight_numel(), dt);
+      void* bias = a.uniform(g.out_channels, dt);
+      void* y = a.uniform(yn, dt);
+      void* out = a.zeros(bytes_of(std::max(xn, std::max(yn, g.weight_numel())), dt));
+      PreparedCase c;
+      c.shape = dims({g.batch, g.in_channels, g.height, g.width}) + " * " +
+                dims({g.out_channels, g.in_channels, g.kernel_h, g.kernel_w}) + " pad 1";
+      c.flops = 2.0 * double(yn) * double(g.col_rows());
+      c.flop_kind = gemm_kind(dt);
+      const uint64_t xb = bytes_of(xn, dt), wb = bytes_of(g.weight_numel(), dt), yb = bytes_of(yn, dt);
+      if (pass == 0) {
+        c.min_bytes = io({xb, wb, bytes_of(g.out_channels, dt), yb});
+        c.run = [=, st = a.stream()] { k::conv2d_forward(g, x, w, bias, out, ws, ws_bytes, dt, st); };
+      } else if (pass == 1) {
+        c.min_bytes = io({yb, wb, xb});
+        c.run = [=, st = a.stream()] { k::conv2d_backward_data(g, y, w, out, ws, ws_bytes, dt, st); };
+      } else {
+        c.min_bytes = io({xb, yb, wb});
+        c.run = [=, st = a.stream()] { k::conv2d_backward_filter(g, x, y, out, ws, ws_bytes, dt, st); };
+      }
+      return c;
+    }, /*audit_only=*/true);
+  }
+  return cases;
+}
+
+}  // namespace
+
+const std::vector<KernelCase>& kernel_cases() {
+  static const std::vector<KernelCase> cases = make_cases();
+  return cases;
+}
+
+}  // namespace hg::bench
