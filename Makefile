@@ -1,8 +1,9 @@
 # The two commands of the quick start:
 #   make test    install what is missing, configure, build, run every test suite: the normal build in
-#                build/, then the CUDA suite on the SIMT emulator under AddressSanitizer in build-emu/
+#                build/, then the CUDA suite on the SIMT emulator under AddressSanitizer in build-emu/,
+#                then the kernel audit (access efficiency, DRAM bytes, bank conflicts, races) in build-audit/
 #   make train   install what is missing, build train_gpt, teach a tiny GPT 3-digit addition
-# Other targets: build, test-emu (only the emulated CUDA suite), fuzz (libFuzzer, scripts/fuzz), train-mlp,
+# Other targets: build, test-emu (only the emulated CUDA suite), test-audit (only the kernel audit), fuzz (libFuzzer, scripts/fuzz), train-mlp,
 # train-cnn, bench, plot (train_gpt with a metrics log, rendered to build/train_gpt_metrics.svg and .png),
 # format, clean.
 BUILD_DIR ?= build
@@ -12,11 +13,13 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 # everything instrumented with ASan + UBSan; the CUDA-labelled tests run there, and so do the fuzz
 # targets' corpus + 10,000 mutations each (label fuzz) and the CPU suites that read untrusted bytes
 # (label sanitize: safetensors, data, checkpoint, checkpoint crash, anomaly, errors).
+AUDIT_BUILD_DIR ?= build-audit
+AUDIT_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_CUDA=EMULATED -DHALFGRAD_EMU_AUDIT=ON
 EMU_BUILD_DIR ?= build-emu
 EMU_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_CUDA=EMULATED -DHALFGRAD_SANITIZE=address \
                    -DHALFGRAD_BUILD_BENCH=OFF
 
-.PHONY: setup configure build test test-emu fuzz train train-mlp train-cnn plot bench format clean
+.PHONY: setup configure build test test-emu test-audit fuzz train train-mlp train-cnn plot bench format clean
 
 setup:
 	@scripts/setup
@@ -29,8 +32,8 @@ build: configure
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
-	@if grep -q ON $(BUILD_DIR)/cuda_toolkit_found; then $(MAKE) --no-print-directory test-emu; \
-	else echo "SKIPPED: the emulated CUDA suite needs the CUDA toolkit's headers, which CMake did not find"; fi
+	@if grep -q ON $(BUILD_DIR)/cuda_toolkit_found; then $(MAKE) --no-print-directory test-emu test-audit; \
+	else echo "SKIPPED: the emulated CUDA suite and the kernel audit need the CUDA toolkit's headers, which CMake did not find"; fi
 
 test-emu: setup
 	cmake -S . -B $(EMU_BUILD_DIR) $(EMU_CMAKE_FLAGS)
@@ -38,6 +41,14 @@ test-emu: setup
 	ctest --test-dir $(EMU_BUILD_DIR) -L 'cuda|fuzz|sanitize' --output-on-failure -j $(JOBS) \
 	  --output-junit emulated-results.xml
 	scripts/check-emulated-suite $(EMU_BUILD_DIR)
+
+# The kernel audit (docs/kernel_audit.md): the audit flavour of the emulated build records every access
+# of the kernels; its tests check the recording on planted kernels and gate every hand-written kernel.
+test-audit: setup
+	cmake -S . -B $(AUDIT_BUILD_DIR) $(AUDIT_CMAKE_FLAGS)
+	cmake --build $(AUDIT_BUILD_DIR) -j $(JOBS) --target audit_tests
+	ctest --test-dir $(AUDIT_BUILD_DIR) -L audit --output-on-failure -j $(JOBS) --output-junit audit-results.xml
+	scripts/check-emulated-suite $(AUDIT_BUILD_DIR) audit
 
 # Every reader of untrusted bytes under libFuzzer + ASan + UBSan, 10,000 inputs per target (scripts/fuzz).
 fuzz: setup
@@ -69,4 +80,4 @@ format:
 	git ls-files '*.h' '*.cpp' '*.cu' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR) $(EMU_BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(EMU_BUILD_DIR) $(AUDIT_BUILD_DIR)

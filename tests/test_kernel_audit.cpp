@@ -95,6 +95,22 @@ __global__ void scale_pass(const float* in, const int* bits, float* out, int n) 
   if (i < n) out[i] = in[i] / __int_as_float(*bits);
 }
 
+// One block streams its input twice: pass 1 sums it, pass 2 writes x - mean. (Each pass reads every
+// element once; on a GPU the second pass hits the L2 only while the input fits in it.)
+__global__ void center_two_pass(const float* in, float* out, int n) {
+  __shared__ float partial[256];
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) sum += in[i];
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const float mean = partial[0] / float(n);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = in[i] - mean;
+}
+
 // ---- helpers --------------------------------------------------------------------------------------
 
 template <class T>
@@ -267,6 +283,28 @@ TEST_CASE("an op that reads its input twice moves twice its minimum") {
   CHECK(double(dram) / double(minimum) > 1.4);
   CHECK(launches[0].dram_read_bytes == 4 * kN);
   CHECK(launches[1].dram_read_bytes == 4 * kN + 32);
+}
+
+TEST_CASE("a kernel that streams its input twice: once from DRAM while it fits in the L2, twice when not") {
+  Device<float> in(kN), out(kN);
+  auto run = [&] { return audited_one([&] { launch(center_two_pass, dim3(1), dim3(256), 0, nullptr, in.get(), out.get(), kN); }); };
+  REQUIRE(audit::l2_bytes() == audit::kH200L2Bytes);
+  const auto fits = run();
+  CHECK(fits.dram_read_bytes == 4 * kN);
+  CHECK(fits.dram_write_bytes == 4 * kN);
+  CHECK(fits.races.empty());
+  CHECK(fits.bank_conflicts() == 0);
+  // An L2 of a quarter of the input (the input's sectors are evicted before pass 2 comes back).
+  audit::set_l2_bytes(4 * kN / 4);
+  const auto streams = run();
+  audit::set_l2_bytes(audit::kH200L2Bytes);
+  CHECK(streams.dram_read_bytes == 2 * 4 * kN);
+  CHECK(streams.dram_write_bytes == 4 * kN);
+  // An L2 larger than the input and output together: one read again.
+  audit::set_l2_bytes(3 * 4 * kN);
+  const auto large = run();
+  audit::set_l2_bytes(audit::kH200L2Bytes);
+  CHECK(large.dram_read_bytes == 4 * kN);
 }
 
 TEST_CASE("the JSON form carries the figures") {

@@ -4,13 +4,13 @@
 //
 // Only the audit build flavour records (CMake -DHALFGRAD_EMU_AUDIT=ON, with HALFGRAD_CUDA=EMULATED and
 // without sanitizers; `make test-audit` configures build-audit/). There the kernels/cuda/*.cu files (and
-// any source given the flavour's instrumentation flags) are compiled with GCC's kernel-address
-// instrumentation in its outline form: the compiler calls __asan_{load,store}{1,2,4,8,16,N}_noabort
-// before every memory access, and kernels/emu/audit_trace.cpp defines those callbacks. No kernel source
-// changes. Accesses made while no CUDA thread runs, and accesses to anything but device memory
-// (cudaMalloc ranges) and shared memory (the __shared__ section and the block's dynamic shared buffer)
-// are ignored: locals, kernel parameters, the emulator's own bookkeeping. Atomics are reported by the
-// emulator's atomic functions themselves (the compiler does not instrument atomic builtins).
+// any source given the flavour's instrumentation flags, HALFGRAD_EMU_AUDIT_FLAGS) are compiled with
+// GCC's ThreadSanitizer instrumentation but without its runtime: the compiler calls __tsan_read4(p),
+// __tsan_write16(p), __tsan_atomic32_fetch_add(p, ...) ... at every access, and
+// kernels/emu/audit_trace.cpp defines those functions. No kernel source changes. Accesses made while no
+// CUDA thread runs, and accesses to anything but device memory (cudaMalloc ranges) and shared memory
+// (the static __shared__ variables, thread-locals of the kernel's module, and the block's dynamic
+// shared buffer) are ignored: locals, kernel parameters, the emulator's own bookkeeping.
 //
 // How accesses become warp requests: accesses are grouped by (block, warp, instruction address of the
 // access, the lane's occurrence count at that address): the k-th time lanes of one warp execute one
@@ -22,8 +22,14 @@
 // 128 bytes of lanes (8-byte: half-warps, 16-byte: quarter-warps), as the hardware does; a phase takes
 // as many wavefronts as the largest number of distinct 4-byte words any one bank serves (lanes reading
 // the same word are a broadcast). Bank conflicts = wavefronts - phases.
-// Per launch: the distinct sectors read and written over the whole grid (DRAM traffic if no sector
-// were fetched twice: the L2 is assumed to catch every re-read within a launch).
+// Per launch, DRAM traffic through a model of the L2 (set_l2_bytes; the H200's 50 MiB by default): the
+// accesses of the grid, in the emulator's order (blocks one after another), pass through a cache of
+// that many bytes of 32-byte sectors with least-recently-used replacement, its age counted in sectors
+// brought in since (an approximation of LRU that needs one clock per sector). A load of a sector not
+// in it is read from DRAM; a sector written is written back once per stay in it. With the default size
+// and the audit's sizes, that is the distinct sectors read and written; with an L2 scaled down as the
+// working set is (bench_kernels --audit audits a 1/256 scale model of the sizes it times on a GPU), a
+// kernel that streams its input twice pays twice, as it would at full size.
 //
 // Races (racecheck): within a block, two accesses to the same byte by different threads, at least one a
 // write, neither an atomic, not ordered by a __syncthreads between them (the barrier count differs) nor,
@@ -48,6 +54,11 @@ bool available();
 // time; it costs a few times the emulator's normal speed.
 void set_enabled(bool enabled);
 bool enabled();
+
+// The modelled L2's capacity in bytes (default 50 MiB, the H200's); applies to launches that follow.
+void set_l2_bytes(uint64_t bytes);
+uint64_t l2_bytes();
+inline constexpr uint64_t kH200L2Bytes = 50ull << 20;
 
 enum class Space : uint8_t { global, shared };
 enum class Kind : uint8_t { load, store, atomic };
@@ -98,8 +109,8 @@ struct LaunchAudit {
   dim3 grid{}, block{};
   size_t dynamic_shared_bytes = 0;
   AccessTotals global_load, global_store, global_atomic, shared_load, shared_store;
-  uint64_t dram_read_bytes = 0;   // distinct sectors read x 32, over the whole grid
-  uint64_t dram_write_bytes = 0;  // distinct sectors written x 32 (atomics count as written)
+  uint64_t dram_read_bytes = 0;   // sectors read from DRAM x 32 (the L2 model above)
+  uint64_t dram_write_bytes = 0;  // sectors written back x 32 (atomics count as written)
   std::vector<SiteTotals> sites;  // by requested bytes, largest first
   std::vector<Race> races;        // one per (hazard, first site, second site), at most 32
 

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "kernels/emu/audit.h"
@@ -56,7 +55,15 @@ struct RawRace {
 struct LaunchState {
   LaunchAudit audit;  // sites and races filled in at the end
   std::unordered_map<SiteKey, AccessTotals, SiteKeyHash> sites;
-  std::unordered_set<uint64_t> sectors_read, sectors_written;
+  // The L2 model (audit.h): per sector, the clock when it last entered or was touched; the clock counts
+  // sectors brought into the L2. `dirty`: written since it entered.
+  struct CachedSector {
+    uint64_t touched = 0;
+    bool dirty = false;
+  };
+  std::unordered_map<uint64_t, CachedSector> l2;
+  uint64_t l2_clock = 0;
+  uint64_t l2_capacity_sectors = 0;
   std::vector<RawRace> races;
 };
 
@@ -82,8 +89,7 @@ void begin_block(uint3 block, dim3 block_dim);
 void end_block();
 void on_barrier();                                    // a __syncthreads released
 void on_warp_sync(uint32_t warp, unsigned lanes);     // a warp collective completed for `lanes`
-// An atomic by the running thread; its site is the caller's return address (the call sits in the
-// kernel, where the inline atomic function was inlined).
-__attribute__((noinline)) void on_atomic(const void* address, unsigned size);
+// The hot path (audit_trace.cpp): one access of the running CUDA thread.
+void record(uintptr_t address, unsigned size, Kind kind, uintptr_t pc);
 
 }  // namespace hg::emu::audit::detail

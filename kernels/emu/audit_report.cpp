@@ -99,7 +99,7 @@ std::vector<std::string> locate(const std::vector<uintptr_t>& pcs) {
     if (cache.count(pc) || offset_of.count(pc)) continue;
     Dl_info info{};
     if (dladdr(reinterpret_cast<void*>(pc), &info) == 0 || !info.dli_fname) {
-      cache[pc] = "?";
+      cache.emplace(pc, std::string(1, '?'));
       continue;
     }
     // The callback returns to the instruction after the call: ask for the call itself.

@@ -126,6 +126,24 @@ std::pair<uint64_t, uint64_t> request_wavefronts(const std::vector<Entry>& entri
   return {wavefronts, used};
 }
 
+// One access of `sector` through the L2 model: counts the DRAM read (a load of a sector not cached)
+// and write-back (the first write of a sector in a stay) it causes.
+void through_l2(LaunchState& launch, uint64_t sector, bool write) {
+  auto [it, inserted] = launch.l2.try_emplace(sector);
+  LaunchState::CachedSector& s = it->second;
+  const bool evicted = !inserted && launch.l2_clock - s.touched >= launch.l2_capacity_sectors;
+  if (inserted || evicted) {
+    ++launch.l2_clock;
+    if (!write) launch.audit.dram_read_bytes += 32;
+    s.dirty = false;
+  }
+  if (write && !s.dirty) {
+    launch.audit.dram_write_bytes += 32;
+    s.dirty = true;
+  }
+  s.touched = launch.l2_clock;
+}
+
 AccessTotals& space_totals(LaunchAudit& a, Space space, Kind kind) {
   if (space == Space::shared) return kind == Kind::load ? a.shared_load : a.shared_store;
   if (kind == Kind::atomic) return a.global_atomic;
@@ -145,7 +163,7 @@ void add_requests(const BlockLog& log, LaunchState& launch) {
     const uint32_t occurrence = occurrences[{e.thread, e.pc}]++;
     keyed.push_back(Keyed{e.thread / 32, occurrence, e.pc, uint8_t(e.space), uint8_t(e.kind), e.thread % 32, i});
     for (uint64_t s = e.address >> 5; s <= (e.address + e.size - 1) >> 5 && e.space == Space::global; ++s) {
-      (e.kind == Kind::load ? launch.sectors_read : launch.sectors_written).insert(s);
+      through_l2(launch, s, e.kind != Kind::load);
     }
   }
   std::sort(keyed.begin(), keyed.end());
@@ -176,8 +194,6 @@ void add_requests(const BlockLog& log, LaunchState& launch) {
     space_totals(launch.audit, space, kind) += request;
     first = last;
   }
-  launch.audit.dram_read_bytes = 32 * launch.sectors_read.size();
-  launch.audit.dram_write_bytes = 32 * launch.sectors_written.size();
 }
 
 }  // namespace detail

@@ -3,12 +3,14 @@
 // boundaries. The analysis of a finished block lives in audit_requests.cpp and audit_races.cpp.
 //
 // Mechanism: in the audit flavour (HG_EMU_AUDIT) the kernels' translation units are compiled with GCC's
-// `-fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0` (no shadow checks
-// inline: a call per access), with stack and global instrumentation off. GCC then calls
-// __asan_loadK_noabort(address) / __asan_storeK_noabort(address) (K = 1, 2, 4, 8, 16; N with a size)
-// before each load and store, from the instruction's own place in the code: the callback's return
-// address identifies the access site. Kernel-address instrumentation needs no runtime library; the
-// functions below are the whole of it. The rest of the program is not instrumented.
+// `-fsanitize=thread --param=tsan-instrument-func-entry-exit=0`, but not linked with its runtime: GCC
+// then calls __tsan_readK(address) / __tsan_writeK(address) (K = 1, 2, 4, 8, 16; unaligned variants;
+// ranges) before each load and store of memory that may be shared, and __tsan_atomicK_op(...) in place of
+// each atomic builtin, from the instruction's own place in the code: the callback's return address
+// identifies the access site. The functions below are the whole runtime. (GCC's AddressSanitizer
+// instrumentation would do too, but it skips a store to an address the same basic block already
+// checked with a load -- right for bounds checking, wrong for counting traffic: an in-place update's
+// stores would go unseen.) The rest of the program is not instrumented.
 #include <link.h>
 
 #include <algorithm>
@@ -30,11 +32,11 @@ namespace detail {
 bool g_recording = false;
 void flush_jsonl();
 extern const size_t kJsonlBatchSize;
-bool g_in_atomic = false;
 
 namespace {
 
 bool g_enabled = false;
+uint64_t g_l2_bytes = kH200L2Bytes;
 std::mutex g_finished_mutex;
 std::vector<LaunchState> g_finished;  // launches finished since the last take_launches
 
@@ -115,8 +117,8 @@ uint32_t running_thread() {
 }  // namespace
 
 // The hot path: one call per load or store of instrumented code.
-inline void record(uintptr_t address, unsigned size, Kind kind, uintptr_t pc) {
-  if (!g_recording || g_in_atomic || !::hg::emu::detail::t_thread) return;
+void record(uintptr_t address, unsigned size, Kind kind, uintptr_t pc) {
+  if (!g_recording || !::hg::emu::detail::t_thread) return;
   Recorder& r = recorder();
   if (!r.in_launch) return;
   Space space;
@@ -143,11 +145,6 @@ inline void record(uintptr_t address, unsigned size, Kind kind, uintptr_t pc) {
   r.log.entries.push_back(e);
 }
 
-void on_atomic(const void* address, unsigned size) {
-  record(reinterpret_cast<uintptr_t>(address), size, Kind::atomic,
-         reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
-}
-
 void begin_launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes) {
   if (!g_recording) return;
   Recorder& r = recorder();
@@ -157,6 +154,7 @@ void begin_launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shar
   r.launch.audit.grid = grid;
   r.launch.audit.block = block;
   r.launch.audit.dynamic_shared_bytes = dynamic_shared_bytes;
+  r.launch.l2_capacity_sectors = std::max<uint64_t>(g_l2_bytes / 32, 1);
   r.device_ranges.clear();
   {
     internal::State& s = internal::state();
@@ -270,35 +268,116 @@ void set_enabled(bool enabled) {
 
 bool enabled() { return detail::g_enabled; }
 
+void set_l2_bytes(uint64_t bytes) { detail::g_l2_bytes = bytes; }
+uint64_t l2_bytes() { return detail::g_l2_bytes; }
+
 }  // namespace hg::emu::audit
 
 #if HG_EMU_AUDIT
-// The instrumentation's entry points (GCC's names for kernel-address, outline, recovering mode).
-#define HG_AUDIT_CALLBACKS(bytes)                                                                           \
-  extern "C" void __asan_load##bytes##_noabort(uintptr_t address) {                                        \
-    hg::emu::audit::detail::record(address, bytes, hg::emu::audit::Kind::load,                              \
-                                   reinterpret_cast<uintptr_t>(__builtin_return_address(0)));               \
-  }                                                                                                         \
-  extern "C" void __asan_store##bytes##_noabort(uintptr_t address) {                                       \
-    hg::emu::audit::detail::record(address, bytes, hg::emu::audit::Kind::store,                             \
-                                   reinterpret_cast<uintptr_t>(__builtin_return_address(0)));               \
+// The instrumentation's entry points: GCC's ThreadSanitizer calls, without its runtime. Plain accesses
+// are recorded; atomic read-modify-writes (and atomic stores) are performed here, as the runtime would,
+// and recorded as atomics. Atomic loads are performed and not recorded: the emulator's atomics built on
+// a compare-and-swap loop (emu.h) start with one, so each CUDA atomic counts once.
+#define HG_AUDIT_ACCESS(bytes)                                                                       \
+  extern "C" __attribute__((noinline)) void __tsan_read##bytes(void* address) {                      \
+    hg::emu::audit::detail::record(reinterpret_cast<uintptr_t>(address), bytes, hg::emu::audit::Kind::load, \
+                                   reinterpret_cast<uintptr_t>(__builtin_return_address(0)));        \
+  }                                                                                                  \
+  extern "C" __attribute__((noinline)) void __tsan_write##bytes(void* address) {                     \
+    hg::emu::audit::detail::record(reinterpret_cast<uintptr_t>(address), bytes, hg::emu::audit::Kind::store, \
+                                   reinterpret_cast<uintptr_t>(__builtin_return_address(0)));        \
+  }                                                                                                  \
+  extern "C" __attribute__((noinline)) void __tsan_unaligned_read##bytes(void* address) {            \
+    hg::emu::audit::detail::record(reinterpret_cast<uintptr_t>(address), bytes, hg::emu::audit::Kind::load, \
+                                   reinterpret_cast<uintptr_t>(__builtin_return_address(0)));        \
+  }                                                                                                  \
+  extern "C" __attribute__((noinline)) void __tsan_unaligned_write##bytes(void* address) {           \
+    hg::emu::audit::detail::record(reinterpret_cast<uintptr_t>(address), bytes, hg::emu::audit::Kind::store, \
+                                   reinterpret_cast<uintptr_t>(__builtin_return_address(0)));        \
   }
-HG_AUDIT_CALLBACKS(1)
-HG_AUDIT_CALLBACKS(2)
-HG_AUDIT_CALLBACKS(4)
-HG_AUDIT_CALLBACKS(8)
-HG_AUDIT_CALLBACKS(16)
-#undef HG_AUDIT_CALLBACKS
-extern "C" void __asan_loadN_noabort(uintptr_t address, size_t bytes) {
-  hg::emu::audit::detail::record(address, unsigned(bytes), hg::emu::audit::Kind::load,
+HG_AUDIT_ACCESS(1)
+HG_AUDIT_ACCESS(2)
+HG_AUDIT_ACCESS(4)
+HG_AUDIT_ACCESS(8)
+HG_AUDIT_ACCESS(16)
+#undef HG_AUDIT_ACCESS
+extern "C" __attribute__((noinline)) void __tsan_read_range(void* address, unsigned long bytes) {
+  hg::emu::audit::detail::record(reinterpret_cast<uintptr_t>(address), unsigned(bytes), hg::emu::audit::Kind::load,
                                  reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
-extern "C" void __asan_storeN_noabort(uintptr_t address, size_t bytes) {
-  hg::emu::audit::detail::record(address, unsigned(bytes), hg::emu::audit::Kind::store,
+extern "C" __attribute__((noinline)) void __tsan_write_range(void* address, unsigned long bytes) {
+  hg::emu::audit::detail::record(reinterpret_cast<uintptr_t>(address), unsigned(bytes), hg::emu::audit::Kind::store,
                                  reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
-// Emitted around noreturn calls and dynamic initialisers; nothing to do without shadow memory.
-extern "C" void __asan_handle_no_return() {}
-extern "C" void __asan_before_dynamic_init(const char*) {}
-extern "C" void __asan_after_dynamic_init() {}
+extern "C" void __tsan_init() {}
+extern "C" void __tsan_func_entry(void*) {}
+extern "C" void __tsan_func_exit() {}
+extern "C" void __tsan_vptr_update(void**, void*) {}
+extern "C" void __tsan_vptr_read(void**) {}
+
+// Atomics: the memory order argument is C++'s (relaxed 0 ... seq_cst 5); performed sequentially
+// consistent, which every weaker order allows.
+#define HG_AUDIT_NOTE_ATOMIC(a)                                                                    \
+  hg::emu::audit::detail::record(reinterpret_cast<uintptr_t>(a), sizeof(*(a)), hg::emu::audit::Kind::atomic, \
+                                 reinterpret_cast<uintptr_t>(__builtin_return_address(0)))
+#define HG_AUDIT_ATOMICS(bits, T)                                                                                   \
+  extern "C" __attribute__((noinline)) T __tsan_atomic##bits##_load(const volatile T* a, int) {                    \
+    return __atomic_load_n(a, __ATOMIC_SEQ_CST);                                                                    \
+  }                                                                                                                 \
+  extern "C" __attribute__((noinline)) void __tsan_atomic##bits##_store(volatile T* a, T v, int) {                 \
+    HG_AUDIT_NOTE_ATOMIC(a);                                                                                        \
+    __atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                                                       \
+  }                                                                                                                 \
+  extern "C" __attribute__((noinline)) T __tsan_atomic##bits##_exchange(volatile T* a, T v, int) {                 \
+    HG_AUDIT_NOTE_ATOMIC(a);                                                                                        \
+    return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                                             \
+  }                                                                                                                 \
+  extern "C" __attribute__((noinline)) T __tsan_atomic##bits##_fetch_add(volatile T* a, T v, int) {                \
+    HG_AUDIT_NOTE_ATOMIC(a);                                                                                        \
+    return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                                              \
+  }                                                                                                                 \
+  extern "C" __attribute__((noinline)) T __tsan_atomic##bits##_fetch_sub(volatile T* a, T v, int) {                \
+    HG_AUDIT_NOTE_ATOMIC(a);                                                                                        \
+    return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                                              \
+  }                                                                                                                 \
+  extern "C" __attribute__((noinline)) T __tsan_atomic##bits##_fetch_and(volatile T* a, T v, int) {                \
+    HG_AUDIT_NOTE_ATOMIC(a);                                                                                        \
+    return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST);                                                              \
+  }                                                                                                                 \
+  extern "C" __attribute__((noinline)) T __tsan_atomic##bits##_fetch_or(volatile T* a, T v, int) {                 \
+    HG_AUDIT_NOTE_ATOMIC(a);                                                                                        \
+    return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);                                                               \
+  }                                                                                                                 \
+  extern "C" __attribute__((noinline)) T __tsan_atomic##bits##_fetch_xor(volatile T* a, T v, int) {                \
+    HG_AUDIT_NOTE_ATOMIC(a);                                                                                        \
+    return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST);                                                              \
+  }                                                                                                                 \
+  extern "C" __attribute__((noinline)) T __tsan_atomic##bits##_fetch_nand(volatile T* a, T v, int) {               \
+    HG_AUDIT_NOTE_ATOMIC(a);                                                                                        \
+    return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST);                                                             \
+  }                                                                                                                 \
+  extern "C" __attribute__((noinline)) int __tsan_atomic##bits##_compare_exchange_strong(volatile T* a, T* c, T v, \
+                                                                                      int, int) {                  \
+    HG_AUDIT_NOTE_ATOMIC(a);                                                                                        \
+    return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                         \
+  }                                                                                                                 \
+  extern "C" __attribute__((noinline)) int __tsan_atomic##bits##_compare_exchange_weak(volatile T* a, T* c, T v,   \
+                                                                                    int, int) {                    \
+    HG_AUDIT_NOTE_ATOMIC(a);                                                                                        \
+    return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                          \
+  }                                                                                                                 \
+  extern "C" __attribute__((noinline)) T __tsan_atomic##bits##_compare_exchange_val(volatile T* a, T c, T v, int,  \
+                                                                                  int) {                           \
+    HG_AUDIT_NOTE_ATOMIC(a);                                                                                        \
+    __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                               \
+    return c;                                                                                                       \
+  }
+HG_AUDIT_ATOMICS(8, uint8_t)
+HG_AUDIT_ATOMICS(16, uint16_t)
+HG_AUDIT_ATOMICS(32, uint32_t)
+HG_AUDIT_ATOMICS(64, uint64_t)
+#undef HG_AUDIT_ATOMICS
+#undef HG_AUDIT_NOTE_ATOMIC
+extern "C" void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+extern "C" void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 #endif

@@ -310,26 +310,6 @@ inline void __stwt(T* p, T v) {
   *p = v;
 }
 
-// In the audit flavour every atomic reports its address to the kernel audit (the compiler does not
-// instrument atomic builtins); elsewhere the hook is nothing.
-#if HG_EMU_AUDIT
-namespace hg::emu::audit::detail {
-extern bool g_recording;
-extern bool g_in_atomic;                              // the instrumented accesses of an atomic are not its own
-void on_atomic(const void* address, unsigned size);  // takes its caller's address as the site
-struct AtomicScope {
-  __attribute__((always_inline)) AtomicScope(const void* address, unsigned size) {
-    if (g_recording) on_atomic(address, size);
-    g_in_atomic = true;
-  }
-  __attribute__((always_inline)) ~AtomicScope() { g_in_atomic = false; }
-};
-}  // namespace hg::emu::audit::detail
-#define HG_EMU_NOTE_ATOMIC(a) const ::hg::emu::audit::detail::AtomicScope hg_emu_atomic_scope_((a), sizeof(*(a)))
-#else
-#define HG_EMU_NOTE_ATOMIC(a) ((void)0)
-#endif
-
 // ---- atomics: CUDA's overload sets, relaxed ordering (as CUDA's atomics), real atomics because blocks
 // of a grid run on several OS threads ------------------------------------------------------------------
 namespace hg::emu::detail {
@@ -352,60 +332,60 @@ T atomic_update(T* address, F update) {
 }  // namespace hg::emu::detail
 
 #define HG_EMU_ATOMIC_INT(type)                                                                    \
-  inline type atomicAdd(type* a, type v) { HG_EMU_NOTE_ATOMIC(a); return __atomic_fetch_add(a, v, __ATOMIC_RELAXED); }    \
-  inline type atomicExch(type* a, type v) { HG_EMU_NOTE_ATOMIC(a); return __atomic_exchange_n(a, v, __ATOMIC_RELAXED); }  \
-  inline type atomicAnd(type* a, type v) { HG_EMU_NOTE_ATOMIC(a); return __atomic_fetch_and(a, v, __ATOMIC_RELAXED); }    \
-  inline type atomicOr(type* a, type v) { HG_EMU_NOTE_ATOMIC(a); return __atomic_fetch_or(a, v, __ATOMIC_RELAXED); }      \
-  inline type atomicXor(type* a, type v) { HG_EMU_NOTE_ATOMIC(a); return __atomic_fetch_xor(a, v, __ATOMIC_RELAXED); }    \
-  inline type atomicCAS(type* a, type compare, type v) { HG_EMU_NOTE_ATOMIC(a);                                           \
+  inline type atomicAdd(type* a, type v) { return __atomic_fetch_add(a, v, __ATOMIC_RELAXED); }    \
+  inline type atomicExch(type* a, type v) { return __atomic_exchange_n(a, v, __ATOMIC_RELAXED); }  \
+  inline type atomicAnd(type* a, type v) { return __atomic_fetch_and(a, v, __ATOMIC_RELAXED); }    \
+  inline type atomicOr(type* a, type v) { return __atomic_fetch_or(a, v, __ATOMIC_RELAXED); }      \
+  inline type atomicXor(type* a, type v) { return __atomic_fetch_xor(a, v, __ATOMIC_RELAXED); }    \
+  inline type atomicCAS(type* a, type compare, type v) {                                           \
     __atomic_compare_exchange_n(a, &compare, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);        \
     return compare;                                                                                \
   }                                                                                                \
-  inline type atomicMin(type* a, type v) { HG_EMU_NOTE_ATOMIC(a);                                                         \
+  inline type atomicMin(type* a, type v) {                                                         \
     return ::hg::emu::detail::atomic_update<type>(a, [v](type old) { return v < old ? v : old; }); \
   }                                                                                                \
-  inline type atomicMax(type* a, type v) { HG_EMU_NOTE_ATOMIC(a);                                                         \
+  inline type atomicMax(type* a, type v) {                                                         \
     return ::hg::emu::detail::atomic_update<type>(a, [v](type old) { return v > old ? v : old; }); \
   }
 HG_EMU_ATOMIC_INT(int)
 HG_EMU_ATOMIC_INT(unsigned int)
 HG_EMU_ATOMIC_INT(unsigned long long int)
 #undef HG_EMU_ATOMIC_INT
-inline int atomicSub(int* a, int v) { HG_EMU_NOTE_ATOMIC(a); return __atomic_fetch_sub(a, v, __ATOMIC_RELAXED); }
-inline unsigned int atomicSub(unsigned int* a, unsigned int v) { HG_EMU_NOTE_ATOMIC(a); return __atomic_fetch_sub(a, v, __ATOMIC_RELAXED); }
-inline long long int atomicMin(long long int* a, long long int v) { HG_EMU_NOTE_ATOMIC(a);
+inline int atomicSub(int* a, int v) { return __atomic_fetch_sub(a, v, __ATOMIC_RELAXED); }
+inline unsigned int atomicSub(unsigned int* a, unsigned int v) { return __atomic_fetch_sub(a, v, __ATOMIC_RELAXED); }
+inline long long int atomicMin(long long int* a, long long int v) {
   return ::hg::emu::detail::atomic_update<long long int>(a, [v](long long int old) { return v < old ? v : old; });
 }
-inline long long int atomicMax(long long int* a, long long int v) { HG_EMU_NOTE_ATOMIC(a);
+inline long long int atomicMax(long long int* a, long long int v) {
   return ::hg::emu::detail::atomic_update<long long int>(a, [v](long long int old) { return v > old ? v : old; });
 }
-inline unsigned short int atomicCAS(unsigned short int* a, unsigned short int compare, unsigned short int v) { HG_EMU_NOTE_ATOMIC(a);
+inline unsigned short int atomicCAS(unsigned short int* a, unsigned short int compare, unsigned short int v) {
   __atomic_compare_exchange_n(a, &compare, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
   return compare;
 }
 // ((old >= limit) ? 0 : old + 1) and (((old == 0) || (old > limit)) ? limit : old - 1), as CUDA defines them.
-inline unsigned int atomicInc(unsigned int* a, unsigned int limit) { HG_EMU_NOTE_ATOMIC(a);
+inline unsigned int atomicInc(unsigned int* a, unsigned int limit) {
   return ::hg::emu::detail::atomic_update<unsigned int>(
       a, [limit](unsigned int old) { return old >= limit ? 0u : old + 1u; });
 }
-inline unsigned int atomicDec(unsigned int* a, unsigned int limit) { HG_EMU_NOTE_ATOMIC(a);
+inline unsigned int atomicDec(unsigned int* a, unsigned int limit) {
   return ::hg::emu::detail::atomic_update<unsigned int>(
       a, [limit](unsigned int old) { return (old == 0u || old > limit) ? limit : old - 1u; });
 }
-inline float atomicExch(float* a, float v) { HG_EMU_NOTE_ATOMIC(a);
+inline float atomicExch(float* a, float v) {
   return ::hg::emu::detail::atomic_update<uint32_t>(a, [v](float) { return v; });
 }
-inline float atomicAdd(float* a, float v) { HG_EMU_NOTE_ATOMIC(a);
+inline float atomicAdd(float* a, float v) {
   return ::hg::emu::detail::atomic_update<uint32_t>(a, [v](float old) { return old + v; });
 }
-inline double atomicAdd(double* a, double v) { HG_EMU_NOTE_ATOMIC(a);
+inline double atomicAdd(double* a, double v) {
   return ::hg::emu::detail::atomic_update<uint64_t>(a, [v](double old) { return old + v; });
 }
-inline __half atomicAdd(__half* a, __half v) { HG_EMU_NOTE_ATOMIC(a);
+inline __half atomicAdd(__half* a, __half v) {
   return ::hg::emu::detail::atomic_update<uint16_t>(a,
                                                     [v](__half old) { return __float2half_rn(float(old) + float(v)); });
 }
-inline __nv_bfloat16 atomicAdd(__nv_bfloat16* a, __nv_bfloat16 v) { HG_EMU_NOTE_ATOMIC(a);
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16* a, __nv_bfloat16 v) {
   return ::hg::emu::detail::atomic_update<uint16_t>(
       a, [v](__nv_bfloat16 old) { return __float2bfloat16_rn(float(old) + float(v)); });
 }
