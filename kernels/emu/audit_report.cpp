@@ -87,9 +87,12 @@ std::string describe(const std::vector<std::string>& chain) {
 }  // namespace
 
 std::vector<std::string> locate(const std::vector<uintptr_t>& pcs) {
-  static std::mutex mutex;
-  static std::map<uintptr_t, std::string> cache;
-  std::lock_guard<std::mutex> lock(mutex);
+  // Never destroyed: HG_EMU_AUDIT_JSONL flushes from an atexit handler, after static destructors of
+  // objects constructed later than its registration have run.
+  static auto* mutex = new std::mutex;
+  static auto* names = new std::map<uintptr_t, std::string>;
+  std::map<uintptr_t, std::string>& cache = *names;
+  std::lock_guard<std::mutex> lock(*mutex);
   std::map<std::string, std::vector<uintptr_t>> by_object;  // object file -> pcs
   std::map<uintptr_t, uintptr_t> offset_of;
   for (uintptr_t pc : pcs) {

@@ -12,6 +12,8 @@
 #include <link.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <tuple>
 
@@ -26,6 +28,8 @@ namespace hg::emu::audit {
 namespace detail {
 
 bool g_recording = false;
+void flush_jsonl();
+extern const size_t kJsonlBatchSize;
 bool g_in_atomic = false;
 
 namespace {
@@ -207,10 +211,48 @@ void end_launch() {
   if (!r.in_launch) return;
   r.in_launch = false;
   r.log.entries.clear();
-  std::lock_guard<std::mutex> lock(g_finished_mutex);
-  g_finished.push_back(std::move(r.launch));
+  size_t pending = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_finished_mutex);
+    g_finished.push_back(std::move(r.launch));
+    pending = g_finished.size();
+  }
   r.launch = LaunchState{};
+  if (pending >= kJsonlBatchSize) flush_jsonl();
 }
+
+// HG_EMU_AUDIT_JSONL=path: record from start-up and append every launch to `path` as a JSON line
+// (in batches and at exit), so any program of the audit build can be audited unchanged.
+namespace {
+const char* jsonl_path() {
+  static const char* path = std::getenv("HG_EMU_AUDIT_JSONL");
+  return path && *path ? path : nullptr;
+}
+}  // namespace
+extern const size_t kJsonlBatchSize = 256;
+
+void flush_jsonl() {
+  const char* path = jsonl_path();
+  if (!path) return;
+  const std::vector<LaunchAudit> launches = take_launches();
+  if (launches.empty()) return;
+  FILE* out = std::fopen(path, "a");
+  if (!out) {
+    std::fprintf(stderr, "[emu] HG_EMU_AUDIT_JSONL: cannot open %s for appending\n", path);
+    return;
+  }
+  for (const LaunchAudit& launch : launches) std::fprintf(out, "%s\n", to_json(launch).c_str());
+  std::fclose(out);
+}
+
+namespace {
+const bool g_jsonl_started = [] {
+  if (!jsonl_path() || !available()) return false;
+  set_enabled(true);
+  std::atexit(flush_jsonl);
+  return true;
+}();
+}  // namespace
 
 std::vector<LaunchState> take_finished() {
   std::lock_guard<std::mutex> lock(g_finished_mutex);
