@@ -45,6 +45,7 @@ const char* check_name(Check check) {
   switch (check) {
     case Check::efficiency: return "efficiency";
     case Check::dram_ratio: return "dram_ratio";
+    case Check::dram_floor: return "dram_floor";
     case Check::bank_conflicts: return "bank_conflicts";
   }
   return "?";
@@ -124,6 +125,15 @@ GateResult evaluate_gate(const emu::LaunchAudit& summed, const OpClaims& claims)
                     who.c_str(), (unsigned long long)summed.dram_bytes(), ratio,
                     (unsigned long long)claims.min_dram_bytes, GateLimits::max_dram_ratio,
                     (unsigned long long)summed.dram_read_bytes, (unsigned long long)summed.dram_write_bytes));
+    }
+    if (ratio < GateLimits::min_dram_ratio) {
+      report(result, claims.op, Check::dram_floor,
+             format("%s: DRAM bytes %llu = %.2fx the op's minimum %llu < %.2fx: outputs not written, or accesses "
+                    "the recording missed (read %llu, written %llu; %llu bytes stored)",
+                    who.c_str(), (unsigned long long)summed.dram_bytes(), ratio,
+                    (unsigned long long)claims.min_dram_bytes, GateLimits::min_dram_ratio,
+                    (unsigned long long)summed.dram_read_bytes, (unsigned long long)summed.dram_write_bytes,
+                    (unsigned long long)summed.global_store.requested_bytes));
     }
   }
 

@@ -4,7 +4,8 @@
 //   - efficiency: every main global load/store site (one carrying >= 10% of the op's global requested
 //     bytes) fetches at most 1/0.8 of what it requests in 32-byte sectors (efficiency >= 80%);
 //   - DRAM: the distinct sectors read and written (kernels/emu/audit.h) are at most 1.3x the op's
-//     minimum, which the caller states (each input read once, each output written once);
+//     minimum, which the caller states (each input read once, each output written once), and at least
+//     0.75x of it (less means outputs not written or accesses not recorded);
 //   - bank conflicts: none, for an op that claims none (every hand-written kernel does, unless its
 //     OpClaims says otherwise);
 //   - races: none, ever (no exemption).
@@ -22,6 +23,10 @@ struct GateLimits {
   static constexpr double min_efficiency = 0.80;   // requested / fetched sector bytes, per main site
   static constexpr double main_site_share = 0.10;  // of the op's global requested bytes
   static constexpr double max_dram_ratio = 1.3;    // DRAM bytes / the op's minimum
+  // Below this, the recording saw less traffic than the op's contract implies: outputs not written, or
+  // accesses the recording missed (e.g. the store of a read-modify-write the instrumentation folded into
+  // its load). Either way the other checks cannot be trusted for the op.
+  static constexpr double min_dram_ratio = 0.75;
 };
 
 // What the caller states about the op it ran.
@@ -33,7 +38,7 @@ struct OpClaims {
 };
 
 // The checks an exemption can waive. Races cannot be waived.
-enum class Check : uint8_t { efficiency, dram_ratio, bank_conflicts };
+enum class Check : uint8_t { efficiency, dram_ratio, dram_floor, bank_conflicts };
 const char* check_name(Check check);
 
 struct GateResult {

@@ -87,6 +87,14 @@ TEST_CASE("kernel audit gate: a clean op passes, each rule fires above its limit
     l.dram_read_bytes = n + n / 2;
     CHECK(audit::evaluate_gate(l, claims("planted_copy", 2 * n)).passed());
   }
+  SUBCASE("an output never written (or a store not recorded): DRAM 0.50x the minimum") {
+    rec::LaunchAudit l = clean;
+    l.dram_write_bytes = 0;
+    const audit::GateResult r = audit::evaluate_gate(l, claims("planted_copy", 2 * n));
+    REQUIRE(r.violations.size() == 1);
+    CHECK(contains(r.violations[0], "0.50x"));
+    CHECK(contains(r.violations[0], "not written"));
+  }
   SUBCASE("bank conflicts, unless the op does not claim none") {
     rec::LaunchAudit l = clean;
     rec::SiteTotals shared = load_site(0x40, "s.cu:40", 1024, 0);
