@@ -33,7 +33,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: bench_kernels [--device cuda] [--quick] [--only NAME]\n"
-    "       bench_kernels --audit [--gate] [--only NAME] [--no-gpt-step] [--rows R] [--cols C]\n"
+    "       bench_kernels --audit [--gate] [--only NAME] [--no-gpt-step] [--rows R] [--cols C] [--l2-bytes B]\n"
     "  (default)      time every kernel case on the CUDA device (a GPU; on the emulator the figures are\n"
     "                 an interpreter's and say \"emulated\": true)\n"
     "  --quick        a small size and 3 repeats\n"
@@ -43,7 +43,9 @@ constexpr const char* kUsage =
     "                 bytes against the op's minimum, the H200 roofline prediction and the gate's findings;\n"
     "                 then a small GPT training step's predicted time\n"
     "  --gate         with --audit: exit status 1 when the gate finds a violation (all printed first)\n"
-    "  --no-gpt-step  with --audit: skip the GPT step\n";
+    "  --no-gpt-step  with --audit: skip the GPT step\n"
+    "  --l2-bytes B   with --audit: the modelled L2's size for the kernel cases (default: the H200's 50 MiB\n"
+    "                 scaled by the audited over the timed elements, 200 KiB at 256 x 1024)\n";
 
 struct Bench {
   cuda::Stream stream;
@@ -80,7 +82,7 @@ int time_kernels(bool quick, const char* only) {
   const bool emulated = cuda::is_emulated();
   if (emulated) quick = true;  // an interpreter: keep it short
   Bench b{cuda::compute_stream(0), quick ? 3 : 20};
-  const bench::CaseSize size{quick ? 64 : 16384, quick ? 1024 : 4096};
+  const bench::CaseSize size{quick ? 64 : bench::kTimedRows, quick ? 1024 : bench::kTimedCols};
 
   // The roofline: a device-to-device copy of the size of the f32 tensors.
   const size_t bytes32 = size_t(size.n()) * 4;
@@ -148,7 +150,7 @@ int main(int argc, char** argv) {
   bool quick = false, audit = false, gate = false;
   [[maybe_unused]] bool gpt_step = true;
   const char* only = nullptr;
-  int64_t rows = 256, cols = 1024;
+  int64_t rows = 256, cols = 1024, l2_bytes = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -169,6 +171,12 @@ int main(int argc, char** argv) {
       rows = std::atoll(argv[++i]);
     } else if (arg == "--cols" && has_value) {
       cols = std::atoll(argv[++i]);
+    } else if (arg == "--l2-bytes" && has_value) {
+      l2_bytes = std::atoll(argv[++i]);
+      if (l2_bytes < 32) {
+        std::fprintf(stderr, "bench_kernels: --l2-bytes must be at least one 32-byte sector, got '%s'\n", argv[i]);
+        return 2;
+      }
     } else if (arg == "--device" && has_value && std::strcmp(argv[i + 1], "cuda") == 0) {
       ++i;
     } else {
@@ -190,6 +198,7 @@ int main(int argc, char** argv) {
     bench::AuditOptions options;
     options.rows = rows;
     options.cols = cols;
+    options.l2_bytes = l2_bytes;
     options.gate = gate;
     options.gpt_step = gpt_step;
     options.only = only;

@@ -269,6 +269,10 @@ int run_audit(const AuditOptions& options) {
   setenv("HALFGRAD_CUDNN", "0", 1);
   CUstream_st* const stream = cuda::compute_stream(0);
   const CaseSize size{options.rows, options.cols};
+  const double scale = double(options.rows) * double(options.cols) / (double(kTimedRows) * double(kTimedCols));
+  const uint64_t l2 = options.l2_bytes > 0 ? uint64_t(options.l2_bytes)
+                                           : std::max<uint64_t>(32, uint64_t(double(emu::kH200L2Bytes) * std::min(scale, 1.0)));
+  emu::set_l2_bytes(l2);
   GateTally tally;
   for (const KernelCase& c : kernel_cases()) {
     if (options.only && c.name.find(options.only) == std::string::npos) continue;
@@ -278,6 +282,8 @@ int run_audit(const AuditOptions& options) {
       for (DType dtype : c.dtypes) audit_case(c, dtype, true, size, stream, tally);
     }
   }
+  // The GPT step is audited at its own size, not a scale model: the whole L2.
+  emu::set_l2_bytes(emu::kH200L2Bytes);
   if (options.gpt_step) audit_gpt_step();
   JsonLine("kernel_audit_gate")
       .add("ops", tally.ops)
@@ -285,6 +291,7 @@ int run_audit(const AuditOptions& options) {
       .add("exempted", tally.exempted)
       .add("rows", (long long)options.rows)
       .add("cols", (long long)options.cols)
+      .add("l2_bytes", (long long)l2)
       .print();
   for (const std::string& v : tally.all) std::fprintf(stderr, "GATE: %s\n", v.c_str());
   return options.gate && tally.violations > 0 ? 1 : 0;

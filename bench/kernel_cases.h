@@ -19,6 +19,9 @@ namespace hg::bench {
 
 // The size every case derives its shapes from: n = rows x cols elements for the flat ops, [rows, cols]
 // for the row ops (softmax, LayerNorm, cross entropy, reductions); the others say how in kernel_cases.cpp.
+// The size bench_kernels times on a GPU (and that the audit's L2 is scaled against).
+inline constexpr int64_t kTimedRows = 16384, kTimedCols = 4096;
+
 struct CaseSize {
   int64_t rows = 0, cols = 0;
   int64_t n() const { return rows * cols; }
