@@ -43,11 +43,13 @@ test-emu: setup
 	scripts/check-emulated-suite $(EMU_BUILD_DIR)
 
 # The kernel audit (docs/kernel_audit.md): the audit flavour of the emulated build records every access
-# of the kernels; its tests check the recording on planted kernels and gate every hand-written kernel.
+# of the kernels; its tests check the recording on planted kernels and gate every hand-written kernel,
+# joined with the nvcc build's ptxas report (registers, spills, occupancy) when that build made one.
 test-audit: setup
 	cmake -S . -B $(AUDIT_BUILD_DIR) $(AUDIT_CMAKE_FLAGS)
 	cmake --build $(AUDIT_BUILD_DIR) -j $(JOBS) --target audit_tests
-	ctest --test-dir $(AUDIT_BUILD_DIR) -L audit --output-on-failure -j $(JOBS) --output-junit audit-results.xml
+	HG_KERNEL_RESOURCES=$$(test -f $(BUILD_DIR)/kernel_resources.txt && echo $(abspath $(BUILD_DIR))/kernel_resources.txt) \
+	  ctest --test-dir $(AUDIT_BUILD_DIR) -L audit --output-on-failure -j $(JOBS) --output-junit audit-results.xml
 	scripts/check-emulated-suite $(AUDIT_BUILD_DIR) audit
 
 # Every reader of untrusted bytes under libFuzzer + ASan + UBSan, 10,000 inputs per target (scripts/fuzz).

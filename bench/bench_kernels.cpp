@@ -34,6 +34,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: bench_kernels [--device cuda] [--quick] [--only NAME]\n"
     "       bench_kernels --audit [--gate] [--only NAME] [--no-gpt-step] [--rows R] [--cols C] [--l2-bytes B]\n"
+    "                            [--resources FILE]\n"
     "  (default)      time every kernel case on the CUDA device (a GPU; on the emulator the figures are\n"
     "                 an interpreter's and say \"emulated\": true)\n"
     "  --quick        a small size and 3 repeats\n"
@@ -45,7 +46,10 @@ constexpr const char* kUsage =
     "  --gate         with --audit: exit status 1 when the gate finds a violation (all printed first)\n"
     "  --no-gpt-step  with --audit: skip the GPT step\n"
     "  --l2-bytes B   with --audit: the modelled L2's size for the kernel cases (default: the H200's 50 MiB\n"
-    "                 scaled by the audited over the timed elements, 200 KiB at 256 x 1024)\n";
+    "                 scaled by the audited over the timed elements, 200 KiB at 256 x 1024)\n"
+    "  --resources F  with --audit: the nvcc build's ptxas report (build/kernel_resources.txt; default: the\n"
+    "                 file named by HG_KERNEL_RESOURCES): each kernel's registers, spills and occupancy at its\n"
+    "                 launch configuration; a spill is a gate violation\n";
 
 struct Bench {
   cuda::Stream stream;
@@ -150,6 +154,7 @@ int main(int argc, char** argv) {
   bool quick = false, audit = false, gate = false;
   [[maybe_unused]] bool gpt_step = true;
   const char* only = nullptr;
+  const char* resources = std::getenv("HG_KERNEL_RESOURCES");
   int64_t rows = 256, cols = 1024, l2_bytes = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -171,6 +176,8 @@ int main(int argc, char** argv) {
       rows = std::atoll(argv[++i]);
     } else if (arg == "--cols" && has_value) {
       cols = std::atoll(argv[++i]);
+    } else if (arg == "--resources" && has_value) {
+      resources = argv[++i];
     } else if (arg == "--l2-bytes" && has_value) {
       l2_bytes = std::atoll(argv[++i]);
       if (l2_bytes < 32) {
@@ -199,6 +206,7 @@ int main(int argc, char** argv) {
     options.rows = rows;
     options.cols = cols;
     options.l2_bytes = l2_bytes;
+    options.resources = resources && *resources ? resources : nullptr;
     options.gate = gate;
     options.gpt_step = gpt_step;
     options.only = only;

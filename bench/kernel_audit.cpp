@@ -17,6 +17,8 @@
 
 #include "audit/gate.h"
 #include "audit/h200_roofline.h"
+#include "audit/occupancy.h"
+#include "audit/resource_usage.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
 #include "json_line.h"
@@ -61,7 +63,40 @@ std::string number(double v) {
 }
 
 // The kernels an op launched: name, launch count and the first launch's configuration.
-std::string kernels_json(const std::vector<emu::LaunchAudit>& launches) {
+// The sm_90 build's resources of each kernel (bench_kernels --resources), or null: not joined.
+const std::vector<audit::KernelResources>* g_resources = nullptr;
+
+// What the sm_90 report says of one kernel at its launch configuration: registers, static shared
+// memory, spills and the theoretical occupancy. Appends a spill to `spills`.
+std::string resources_json(const emu::LaunchAudit& launch, std::vector<std::string>& spills, double& min_occupancy,
+                           int& max_registers) {
+  if (!g_resources) return "";
+  const audit::KernelResources* r = audit::find_kernel(*g_resources, launch.kernel, "sm_90");
+  if (!r) return ", \"sm90\": \"not in the sm_90 report\"";
+  if (r->spills()) {
+    spills.push_back(audit::normalize_kernel_name(launch.kernel) + ": ptxas spills " +
+                     std::to_string(r->spill_store_bytes) + " bytes stored / " + std::to_string(r->spill_load_bytes) +
+                     " bytes loaded (sm_90, " + std::to_string(r->registers) + " registers)");
+  }
+  audit::OccupancyInput in;
+  in.block_threads = int(launch.block.x * launch.block.y * launch.block.z);
+  in.registers_per_thread = r->registers;
+  in.static_shared_bytes = r->shared_bytes;
+  in.dynamic_shared_bytes = int64_t(launch.dynamic_shared_bytes);
+  const audit::Occupancy o = audit::theoretical_occupancy(in);
+  std::string limited;
+  for (audit::Limiter l : o.limited_by) limited += std::string(limited.empty() ? "" : "+") + audit::limiter_name(l);
+  min_occupancy = std::min(min_occupancy, o.fraction);
+  max_registers = std::max(max_registers, r->registers);
+  return ", \"registers\": " + std::to_string(r->registers) + ", \"static_shared_bytes\": " +
+         std::to_string(r->shared_bytes) + ", \"spill_bytes\": " +
+         std::to_string(r->spill_store_bytes + r->spill_load_bytes) + ", \"occupancy\": " + number(o.fraction) +
+         ", \"occupancy_limited_by\": " + quote(limited);
+}
+
+// Per kernel of the op: launches, grid and block of its first launch, and its sm_90 resources.
+std::string kernels_json(const std::vector<emu::LaunchAudit>& launches, std::vector<std::string>& spills,
+                         double& min_occupancy, int& max_registers) {
   std::vector<std::string> order;
   std::map<std::string, std::pair<int, const emu::LaunchAudit*>> seen;
   for (const emu::LaunchAudit& l : launches) {
@@ -73,7 +108,8 @@ std::string kernels_json(const std::vector<emu::LaunchAudit>& launches) {
   for (size_t i = 0; i < order.size(); ++i) {
     const auto& [count, first] = seen.at(order[i]);
     out += std::string(i ? ", " : "") + "{\"name\": " + quote(order[i]) + ", \"launches\": " + std::to_string(count) +
-           ", \"grid\": " + dim3_json(first->grid) + ", \"block\": " + dim3_json(first->block) + "}";
+           ", \"grid\": " + dim3_json(first->grid) + ", \"block\": " + dim3_json(first->block) +
+           resources_json(*first, spills, min_occupancy, max_registers) + "}";
   }
   return out + "]";
 }
@@ -119,6 +155,11 @@ void audit_case(const KernelCase& c, DType dtype, bool has_dtype, const CaseSize
   claims.claims_no_bank_conflicts = p.claims_no_bank_conflicts;
   audit::GateResult gate = audit::evaluate_gate(summed, claims);
   if (launches.empty()) gate.violations.push_back(c.name + " " + dtype_label + ": the op launched no kernel");
+  std::vector<std::string> spills;
+  double min_occupancy = 1.0;
+  int max_registers = 0;
+  const std::string kernels = kernels_json(launches, spills, min_occupancy, max_registers);
+  for (const std::string& spill : spills) gate.violations.push_back(c.name + " " + dtype_label + ": " + spill);
 
   const double dram = double(summed.dram_bytes());
   JsonLine("kernel_audit")
@@ -126,7 +167,7 @@ void audit_case(const KernelCase& c, DType dtype, bool has_dtype, const CaseSize
       .add("dtype", dtype_label)
       .add("shape", p.shape)
       .add("launches", (long long)launches.size())
-      .add_raw("kernels", kernels_json(launches))
+      .add_raw("kernels", kernels)
       .add("requested_load_bytes", (long long)summed.global_load.requested_bytes)
       .add("requested_store_bytes", (long long)summed.global_store.requested_bytes)
       .add("requested_atomic_bytes", (long long)summed.global_atomic.requested_bytes)
@@ -144,6 +185,8 @@ void audit_case(const KernelCase& c, DType dtype, bool has_dtype, const CaseSize
       .add("vector_share_load", summed.global_load.vector_share())
       .add("vector_share_store", summed.global_store.vector_share())
       .add("races", (long long)summed.races.size())
+      .add_raw("max_registers", g_resources ? std::to_string(max_registers) : "null")
+      .add_raw("min_occupancy", g_resources ? number(min_occupancy) : "null")
       .add("flops", p.flops)
       .add("flop_kind", audit::flop_kind_name(p.flop_kind))
       .add("predicted_memory_us", audit::memory_us(dram))
@@ -265,6 +308,16 @@ int run_audit(const AuditOptions& options) {
         .print();
     return 2;
   }
+  std::vector<audit::KernelResources> resources;
+  if (options.resources) {
+    try {
+      resources = audit::load_kernel_resources(options.resources);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_kernels: --resources %s: %s\n", options.resources, e.what());
+      return 2;
+    }
+    g_resources = &resources;
+  }
   // The convolution cases audit the im2col path (cuDNN's kernels are not ours); read once, set first.
   setenv("HALFGRAD_CUDNN", "0", 1);
   CUstream_st* const stream = cuda::compute_stream(0);
@@ -292,7 +345,9 @@ int run_audit(const AuditOptions& options) {
       .add("rows", (long long)options.rows)
       .add("cols", (long long)options.cols)
       .add("l2_bytes", (long long)l2)
+      .add("resources", options.resources ? options.resources : "none (no sm_90 report given: --resources)")
       .print();
+  g_resources = nullptr;
   for (const std::string& v : tally.all) std::fprintf(stderr, "GATE: %s\n", v.c_str());
   return options.gate && tally.violations > 0 ? 1 : 0;
 }

@@ -14,6 +14,9 @@ struct AuditOptions {
   // audited elements over the timed ones (16384 x 4096), so that the audit is a scale model of the size
   // bench_kernels times on a GPU: a kernel that streams its input twice pays for it as it would there.
   int64_t l2_bytes = 0;
+  // The nvcc build's ptxas report (build/kernel_resources.txt): joins each kernel's registers, static
+  // shared memory, spills and theoretical occupancy at its launch configuration; a spill is a violation.
+  const char* resources = nullptr;
 };
 
 
