@@ -73,6 +73,11 @@ struct AdamWStepScalars {
   const float* found_inf = nullptr;  // nonzero: skip the update; null: never skip
   int64_t* step = nullptr;           // [2]: step[parity] = updates applied so far; step[1 - parity] is written
   int32_t parity = 0;
+  // Optional: a counter that is zero between calls (the third slot of a three-slot count). Given it, the
+  // call also moves the new count back into step[parity] -- on CUDA the last block to finish does (it
+  // takes the counter's last ticket), then re-zeroes the counter -- so the count stays in one slot and
+  // needs no second launch to bring it back. Null: step[parity] is left as it was.
+  unsigned long long* blocks_done = nullptr;
 };
 
 HG_HOST_DEVICE inline bool adamw_skips(const AdamWStepScalars& s) { return s.found_inf != nullptr && *s.found_inf != 0.0f; }
@@ -83,5 +88,8 @@ HG_HOST_DEVICE inline int64_t adamw_next_step(const AdamWStepScalars& s) { retur
 HG_HOST_DEVICE inline void adamw_record_step(const AdamWStepScalars& s) {
   s.step[1 - s.parity] = s.step[s.parity] + (adamw_skips(s) ? 0 : 1);
 }
+// With blocks_done: the count written by adamw_record_step becomes the current one, once nothing reads
+// the old one any more (called by the last block on CUDA, at the end on the CPU).
+HG_HOST_DEVICE inline void adamw_settle_step(const AdamWStepScalars& s) { s.step[s.parity] = s.step[1 - s.parity]; }
 
 }  // namespace hg::kernels

@@ -53,7 +53,8 @@ void AdamW::fused_step(const ParamGroup& group, const Tensor& param, void* maste
     state.buffers["exp_avg_sq"] = zeros(param.shape(), acc, param.device());
   }
   if (!state.step_count.defined()) {  // updates so far (state.step counts this one already)
-    Tensor count = zeros({2}, DType::i64, kCPU);
+    // [current, next, blocks done] (kernels/adamw_math.h): the kernel settles the count in slot 0 itself.
+    Tensor count = zeros({3}, DType::i64, kCPU);
     count.data<int64_t>()[0] = state.step - 1;
     state.step_count = param.device().is_cpu() ? count : count.to(param.device());
     state.parity = 0;
@@ -73,13 +74,12 @@ void AdamW::fused_step(const ParamGroup& group, const Tensor& param, void* maste
   }
   s.step = static_cast<int64_t*>(state.step_count.data_ptr());
   s.parity = state.parity;
+  s.blocks_done = reinterpret_cast<unsigned long long*>(s.step + 2);
   HG_KERNEL(param.device(), adamw_step_device, param.data_ptr(), master, grad.data_ptr(),
             state.buffers.at("exp_avg").data_ptr(), state.buffers.at("exp_avg_sq").data_ptr(), param.numel(), s,
             options_.beta1(), options_.beta2(), options_.eps(), weight_decay, param.dtype());
-  // The kernel wrote the new count to slot 1; bring it to slot 0 on the device, in stream order. (Not a
-  // host-side parity flip: a CUDA graph replays the captured call with the captured arguments.)
-  NoGradGuard no_grad;
-  state.step_count.narrow(0, 0, 1).copy_(state.step_count.narrow(0, 1, 1));
+  // The count stays in slot 0 (parity 0 for ever): a CUDA graph replays the captured call with the
+  // captured arguments, so the slots cannot swap on the host.
 }
 
 }  // namespace hg::optim

@@ -56,6 +56,8 @@
 #include "kernels/half.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/runtime_counters.h"
+#include "kernels/step_kernels.h"
 
 namespace {
 
@@ -1100,6 +1102,52 @@ TEST_CASE("cuda adamw_step: with and without an fp32 master copy, every dtype, s
                         stream());
       },
       {"[adamw_step]", "step >= 1"});
+}
+
+TEST_CASE("cuda adamw_step_device with a blocks-done counter settles the step count in its own launch") {
+  SKIP_WITHOUT_DEVICE();
+  // The last block to finish moves the new count into slot 0 and re-zeroes the counter: one launch per
+  // call, the count where the next call reads it, and the same update as the two-slot form.
+  Rng rng(112);
+  const int64_t kSteps = 3, kStart = 4;
+  for (int64_t n : {int64_t(5), int64_t(3001), int64_t(70000)}) {  // one block, a few, many
+    for (bool skipped : {false, true}) {
+      CAPTURE(n);
+      CAPTURE(skipped);
+      const Buffer param0 = random_buffer(DType::f32, n, rng, -1, 1), grad = random_buffer(DType::f32, n, rng, -1, 1);
+      const Buffer m0 = random_buffer(DType::f32, n, rng, -0.1, 0.1), v0 = random_buffer(DType::f32, n, rng, 0, 0.01);
+      DeviceBuffer p_settled(param0), m_settled(m0), v_settled(v0), p_plain(param0), m_plain(m0), v_plain(v0), g(grad);
+      DeviceBuffer count(DType::i64, 3), flag(DType::f32, 1);
+      const std::vector<int64_t> count0{kStart, -7, 0};
+      HG_CUDA_CHECK(cudaMemcpy(count.data(), count0.data(), sizeof(int64_t) * 3, cudaMemcpyHostToDevice));
+      const float inf_flag = skipped ? 1.0f : 0.0f;
+      HG_CUDA_CHECK(cudaMemcpy(flag.data(), &inf_flag, sizeof inf_flag, cudaMemcpyHostToDevice));
+      hg::kernels::AdamWStepScalars s;
+      s.lr_value = 1e-2;
+      s.found_inf = static_cast<const float*>(flag.data());
+      s.step = static_cast<int64_t*>(count.data());
+      s.blocks_done = reinterpret_cast<unsigned long long*>(s.step + 2);
+      const hg::RuntimeCounters before = hg::runtime_counters();
+      for (int64_t k = 0; k < kSteps; ++k) {
+        gpu::adamw_step_device(p_settled.data(), nullptr, g.data(), m_settled.data(), v_settled.data(), n, s, 0.9,
+                               0.999, 1e-8, 0.1, DType::f32, stream());
+      }
+      CHECK((hg::runtime_counters() - before)[hg::RuntimeCounter::kernel_launches] == kSteps);
+      std::vector<int64_t> after(3);
+      HG_CUDA_CHECK(cudaMemcpy(after.data(), count.data(), sizeof(int64_t) * 3, cudaMemcpyDeviceToHost));
+      const int64_t expected = skipped ? kStart : kStart + kSteps;
+      CHECK(after[0] == expected);
+      CHECK(after[1] == expected);
+      CHECK(after[2] == 0);
+      // The same updates through the host-scalar kernel at t = kStart + 1, +2, ...
+      for (int64_t k = 0; k < kSteps && !skipped; ++k) {
+        gpu::adamw_step(p_plain.data(), nullptr, g.data(), m_plain.data(), v_plain.data(), n, 1e-2, 0.9, 0.999, 1e-8,
+                        0.1, kStart + 1 + k, DType::f32, stream());
+      }
+      check_close(p_settled.download(), skipped ? param0 : p_plain.download(), "param", tolerance(DType::f32, 2, 1));
+      check_close(m_settled.download(), skipped ? m0 : m_plain.download(), "exp_avg", tolerance(DType::f32, 2, 1));
+    }
+  }
 }
 
 TEST_CASE("cuda sum_of_squares: double accumulation, deterministic, inf and NaN propagate") {

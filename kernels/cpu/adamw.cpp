@@ -118,6 +118,7 @@ void adamw_step_device(void* param, void* master, const void* grad, void* exp_av
     adamw_step(param, master, grad, exp_avg, exp_avg_sq, n, adamw_lr(s), beta1, beta2, eps, weight_decay,
                adamw_next_step(s), dtype);
   adamw_record_step(s);
+  if (s.blocks_done != nullptr) adamw_settle_step(s);
 }
 
 }  // namespace hg::kernels::cpu

@@ -13,7 +13,11 @@
 // adamw_step_device (the capturable form, kernels/adamw_math.h AdamWStepScalars): every thread reads
 // lr, found_inf and the step count from device memory and builds the coefficients itself (a few
 // double operations per thread, not per element); when found_inf != 0 every thread returns before
-// touching memory. Thread 0 of block 0 writes the step count's other slot, which no thread reads.
+// touching memory. Thread 0 of block 0 writes the step count's other slot, which no thread reads. With
+// a blocks_done counter, each block takes a ticket when it is done (after a barrier: its threads have
+// read the count; after a fence: block 0's write is visible) and the block that takes the last one
+// moves the new count into the current slot and re-zeroes the counter -- the count is settled in the
+// same launch (the step of a GPT used to spend one extra copy launch per parameter on it).
 //
 // Parallel strategy: a grid-stride loop in which a thread owns four consecutive elements. When every
 // array is aligned to four of its elements, each is moved with one load and one store per array
@@ -85,10 +89,23 @@ __global__ void adamw_device_kernel(T* __restrict__ param, acc_t<T>* __restrict_
                                     acc_t<T>* __restrict__ exp_avg, acc_t<T>* __restrict__ exp_avg_sq, int64_t n,
                                     AdamWStepScalars s, AdamWHyper h, bool packed) {
   if (blockIdx.x == 0 && threadIdx.x == 0) adamw_record_step(s);  // the other slot: read by nobody here
-  if (adamw_skips(s)) return;
-  const AdamWCoefficients<acc_t<T>> c =
-      adamw_coefficients<acc_t<T>>(adamw_lr(s), h.beta1, h.beta2, h.eps, h.weight_decay, adamw_next_step(s));
-  adamw_elements<T, kMaster>(param, master, grad, exp_avg, exp_avg_sq, n, c, packed);
+  if (!adamw_skips(s)) {
+    const AdamWCoefficients<acc_t<T>> c =
+        adamw_coefficients<acc_t<T>>(adamw_lr(s), h.beta1, h.beta2, h.eps, h.weight_decay, adamw_next_step(s));
+    adamw_elements<T, kMaster>(param, master, grad, exp_avg, exp_avg_sq, n, c, packed);
+  }
+  if (s.blocks_done == nullptr) return;  // uniform: every thread of every block returns here
+  __syncthreads();  // every thread of this block has read step[parity]
+  if (threadIdx.x == 0) {
+    __threadfence();  // block 0's step[1 - parity] before its ticket
+    const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z;
+    if (atomicAdd(s.blocks_done, 1ull) == blocks - 1) {
+      __threadfence();
+      const volatile int64_t* step = s.step;
+      s.step[s.parity] = step[1 - s.parity];
+      *s.blocks_done = 0;
+    }
+  }
 }
 
 bool all_aligned(const void* param, const void* master, const void* grad, const void* m, const void* v, size_t t,
