@@ -17,7 +17,12 @@
 //   im2col_kernel:      one thread per col element (row (c, p, q), pixel (i, j)): one read of x or a 0.
 //   col2im_kernel:      one thread per dx element (c, h, w): a gather over the KH KW taps, each tap
 //                       reading the one dcol entry whose window tap hit (h, w) (conv_reading_output),
-//                       summed in A in a fixed order: deterministic, no scattered writes.
+//                       summed in A in a fixed order: deterministic, no scattered writes. Every thread
+//                       loads all KH KW taps, a tap that hits no output (at the image edges, or between
+//                       strides) loading its nearest in-range entry and adding nothing: so a warp's
+//                       lanes load each tap together, consecutive lanes reading consecutive dcol
+//                       entries, instead of the edge lanes skipping taps and falling out of step with
+//                       their neighbours (the loads of a skipped tap are cached sectors the warp reads anyway).
 //   bias_store_kernel:  one thread per y element: y = round(out + bias[channel]).
 // Kernel audit (audit/exemptions.cpp): the im2col path is exempt from the 1.3x DRAM check -- it
 // materialises the patch matrix (KH x KW copies of the input) by design; cuDNN replaces it on a GPU.
@@ -44,6 +49,16 @@ __global__ void im2col_kernel(Conv2dGeometry g, const T* __restrict__ x, A* __re
   }
 }
 
+// The output index along one dimension nearest to the one tap p of input position h would read:
+// conv_reading_output's index where that is >= 0, else an in-range neighbour (what a tap that hits
+// no output loads, and does not add).
+HG_DEVICE int64_t nearest_reading_output(int64_t h, int64_t p, int64_t stride, int64_t pad, int64_t dilation,
+                                         int64_t out) {
+  const int64_t hp = h + pad - p * dilation;
+  const int64_t i = hp < 0 ? 0 : hp / stride;
+  return i < out ? i : out - 1;
+}
+
 template <class T, class A>
 __global__ void col2im_kernel(Conv2dGeometry g, const A* __restrict__ dcol, T* __restrict__ dx) {
   const int64_t oh = g.out_h(), ow = g.out_w(), P = oh * ow;
@@ -52,11 +67,13 @@ __global__ void col2im_kernel(Conv2dGeometry g, const A* __restrict__ dcol, T* _
     const int64_t w = u % g.width, h = (u / g.width) % g.height, c = u / (g.width * g.height);
     A sum = 0;
     for (int64_t p = 0; p < g.kernel_h; ++p) {
-      const int64_t i = conv_reading_output(h, p, g.stride_h, g.pad_h, g.dilation_h, oh);
-      if (i < 0) continue;
+      const bool row_hit = conv_reading_output(h, p, g.stride_h, g.pad_h, g.dilation_h, oh) >= 0;
+      const int64_t i = nearest_reading_output(h, p, g.stride_h, g.pad_h, g.dilation_h, oh);
       for (int64_t q = 0; q < g.kernel_w; ++q) {
-        const int64_t j = conv_reading_output(w, q, g.stride_w, g.pad_w, g.dilation_w, ow);
-        if (j >= 0) sum += dcol[((c * g.kernel_h + p) * g.kernel_w + q) * P + i * ow + j];
+        const bool hit = row_hit && conv_reading_output(w, q, g.stride_w, g.pad_w, g.dilation_w, ow) >= 0;
+        const int64_t j = nearest_reading_output(w, q, g.stride_w, g.pad_w, g.dilation_w, ow);
+        const A d = dcol[((c * g.kernel_h + p) * g.kernel_w + q) * P + i * ow + j];
+        if (hit) sum += d;
       }
     }
     dx[u] = from_acc<T>(sum);

@@ -6,9 +6,17 @@
 //   backward: dx[n, c, h, w] = sum over the windows (i, j) covering (h, w) (covering_windows) of
 //             dy[n, c, i, j] where argmax == h W + w (Max) or times 1 / (KH KW) (Avg).
 // Parallel strategy: grid-stride loops of kFlatThreads-thread blocks. Forward: one thread per output
-// element, reading its window. Backward: one thread per input element, gathering from the at most
-// ceil(KH / sh) ceil(KW / sw) windows that cover it, in a fixed order; so overlapping windows need
-// no atomics and the result is the same bits on every run. No shared memory.
+// element, reading its window row by row. When every window row is whole aligned pairs of elements
+// (kernel_w, stride_w, pad_w and width even, x 2-element aligned: the common 2x2 stride-2 pooling),
+// a thread reads each pair with one 2-element vector load, so a warp's loads of one window row are
+// contiguous (lane l reads elements 2l, 2l + 1: every fetched sector used; element by element, lanes
+// would be 2 elements apart and use half of each sector); otherwise element by element. The window
+// is visited in the same row-major order either way, so argmax, ties and NaN are as on the CPU.
+// Backward: one thread per input element, gathering from the at most ceil(KH / sh) ceil(KW / sw)
+// windows that cover it, in a fixed order; so overlapping windows need no atomics and the result is
+// the same bits on every run. Max reads dy of every covering window (not only of those whose argmax
+// is this element, which is a scattered subset of the warp's lanes) and adds it where the argmax
+// matches: neighbouring lanes read neighbouring dy entries in one request. No shared memory.
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
@@ -16,7 +24,8 @@
 namespace hg::kernels::cuda {
 namespace {
 
-template <class T>
+// kSpan: elements per load, 2 when the window rows are whole aligned pairs (see pair_windows), else 1.
+template <class T, int kSpan>
 __global__ void pool2d_forward_kernel(PoolMode mode, Pool2dGeometry g, const T* __restrict__ x, T* __restrict__ y,
                                       int32_t* __restrict__ argmax) {
   using A = acc_t<T>;
@@ -29,14 +38,20 @@ __global__ void pool2d_forward_kernel(PoolMode mode, Pool2dGeometry g, const T* 
     const int64_t h1 = h_start + g.kernel_h < g.height ? h_start + g.kernel_h : g.height;
     const int64_t w1 = w_start + g.kernel_w < g.width ? w_start + g.kernel_w : g.width;
     if (mode == PoolMode::Max) {
-      A best = to_acc(in[h0 * g.width + w0]);
-      int64_t best_at = h0 * g.width + w0;
+      // The first element of the window (best_at < 0) is taken as it is; then a later one wins when
+      // greater, or NaN, unless the best is NaN already: the first maximum, NaN first.
+      A best = 0;
+      int64_t best_at = -1;
       for (int64_t h = h0; h < h1; ++h) {
-        for (int64_t w = w0; w < w1; ++w) {
-          const A v = to_acc(in[h * g.width + w]);
-          if (!is_nan(best) && (v > best || is_nan(v))) {
-            best = v;
-            best_at = h * g.width + w;
+        for (int64_t w = w0; w < w1; w += kSpan) {
+          const Pack<T, kSpan> p = load_pack<kSpan>(in + h * g.width + w);
+          HG_UNROLL
+          for (int k = 0; k < kSpan; ++k) {
+            const A v = to_acc(p.v[k]);
+            if (best_at < 0 || (!is_nan(best) && (v > best || is_nan(v)))) {
+              best = v;
+              best_at = h * g.width + w + k;
+            }
           }
         }
       }
@@ -44,8 +59,13 @@ __global__ void pool2d_forward_kernel(PoolMode mode, Pool2dGeometry g, const T* 
       argmax[u] = int32_t(best_at);
     } else {
       A sum = 0;
-      for (int64_t h = h0; h < h1; ++h)
-        for (int64_t w = w0; w < w1; ++w) sum += to_acc(in[h * g.width + w]);
+      for (int64_t h = h0; h < h1; ++h) {
+        for (int64_t w = w0; w < w1; w += kSpan) {
+          const Pack<T, kSpan> p = load_pack<kSpan>(in + h * g.width + w);
+          HG_UNROLL
+          for (int k = 0; k < kSpan; ++k) sum += to_acc(p.v[k]);
+        }
+      }
       y[u] = from_acc<T>(sum / A(g.kernel_h * g.kernel_w));
     }
   }
@@ -65,13 +85,20 @@ __global__ void pool2d_backward_kernel(PoolMode mode, Pool2dGeometry g, const T*
     A sum = 0;
     for (int64_t i = i0; i <= i1; ++i) {
       for (int64_t j = j0; j <= j1; ++j) {
-        if (mode == PoolMode::Avg || argmax[plane * oh * ow + i * ow + j] == h * g.width + w) {
-          sum += to_acc(grad[i * ow + j]);
-        }
+        const A d = to_acc(grad[i * ow + j]);
+        if (mode == PoolMode::Avg || argmax[plane * oh * ow + i * ow + j] == h * g.width + w) sum += d;
       }
     }
     dx[u] = from_acc<T>(mode == PoolMode::Avg ? sum / A(g.kernel_h * g.kernel_w) : sum);
   }
+}
+
+// Whether every window row is whole pairs of elements at 2-element aligned addresses: the window
+// starts (j stride_w - pad_w, clipped at 0) and ends (+ kernel_w, clipped at width) are even, each
+// image row starts at an even element, and x is aligned to two elements.
+bool pair_windows(const Pool2dGeometry& g, const void* x, size_t element_bytes) {
+  return g.kernel_w % 2 == 0 && g.stride_w % 2 == 0 && g.pad_w % 2 == 0 && g.width % 2 == 0 &&
+         reinterpret_cast<uintptr_t>(x) % (2 * element_bytes) == 0;
 }
 
 }  // namespace
@@ -80,8 +107,9 @@ void pool2d_forward(PoolMode mode, const Pool2dGeometry& g, const void* x, void*
                     Stream stream) {
   check_pool2d_geometry(mode, g, argmax, "pool2d_forward");
   dispatch_floating_cuda(dtype, "pool2d_forward", [&]<class T>() {
-    launch(pool2d_forward_kernel<T>, flat_grid(g.planes() * g.out_h() * g.out_w()), dim3(kFlatThreads), 0, stream,
-           mode, g, static_cast<const T*>(x), static_cast<T*>(y), argmax);
+    const auto kernel = pair_windows(g, x, sizeof(T)) ? pool2d_forward_kernel<T, 2> : pool2d_forward_kernel<T, 1>;
+    launch(kernel, flat_grid(g.planes() * g.out_h() * g.out_w()), dim3(kFlatThreads), 0, stream, mode, g,
+           static_cast<const T*>(x), static_cast<T*>(y), argmax);
   });
 }
 
