@@ -267,6 +267,8 @@ TEST_CASE("max and avg pooling on CUDA equal the CPU with a deterministic backwa
       // Window rows of whole pairs (the kernel's 2-element loads), with rows and columns clipped by padding.
       {"pairs padded", pool(2, 2, 6, 10, 4, 4, 2, 2, 2, 2)},
       {"pairs 3x2 row-padded", pool(1, 3, 5, 8, 3, 2, 1, 2, 1, 0)},
+      // Windows that tile the image (max backward writes whole windows), rows of 3 single elements.
+      {"tiled 3x3", pool(2, 2, 6, 9, 3, 3, 3, 3, 0, 0)},
   };
   for (const PoolCase& c : cases) {
     const Pool2dGeometry& g = c.g;

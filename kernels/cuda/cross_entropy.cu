@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kMeanThreads)
 }
 
 template <class T, class I, bool kWarpRows>
-__global__ void __launch_bounds__(kMaxRowThreads, kRowMinBlocks)
+__global__ void __launch_bounds__(kMaxRowThreads, kRowMinBlocks<T>)
     cross_entropy_backward_kernel(const T* __restrict__ x, const I* __restrict__ targets,
                                   const acc_t<T>* __restrict__ lse, const acc_t<T>* __restrict__ dloss,
                                   T* __restrict__ dx, int64_t rows, int64_t cols, int64_t ignore_index) {

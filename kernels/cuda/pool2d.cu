@@ -14,9 +14,12 @@
 // is visited in the same row-major order either way, so argmax, ties and NaN are as on the CPU.
 // Backward: one thread per input element, gathering from the at most ceil(KH / sh) ceil(KW / sw)
 // windows that cover it, in a fixed order; so overlapping windows need no atomics and the result is
-// the same bits on every run. Max reads dy of every covering window (not only of those whose argmax
-// is this element, which is a scattered subset of the warp's lanes) and adds it where the argmax
-// matches: neighbouring lanes read neighbouring dy entries in one request. No shared memory.
+// the same bits on every run. Max pooling whose windows tile the image (stride = kernel, no padding,
+// whole windows: the common 2x2 stride 2) instead gives each window a thread that writes the whole
+// window (dy at the argmax, 0 elsewhere; every element has one writer, so still deterministic): the
+// gather would read dy only in the lanes whose element is the argmax, a scattered half of each
+// warp's sectors; the window thread reads dy and argmax densely, and stores its window rows in pairs
+// where they are aligned pairs. No shared memory.
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
@@ -85,12 +88,46 @@ __global__ void pool2d_backward_kernel(PoolMode mode, Pool2dGeometry g, const T*
     A sum = 0;
     for (int64_t i = i0; i <= i1; ++i) {
       for (int64_t j = j0; j <= j1; ++j) {
-        const A d = to_acc(grad[i * ow + j]);
-        if (mode == PoolMode::Avg || argmax[plane * oh * ow + i * ow + j] == h * g.width + w) sum += d;
+        if (mode == PoolMode::Avg || argmax[plane * oh * ow + i * ow + j] == h * g.width + w) {
+          sum += to_acc(grad[i * ow + j]);
+        }
       }
     }
     dx[u] = from_acc<T>(mode == PoolMode::Avg ? sum / A(g.kernel_h * g.kernel_w) : sum);
   }
+}
+
+// Max backward when the windows tile the image (tiled_windows): each input element lies in exactly
+// one window, so the gather above reduces to dx = 0 + dy[window] at the window's argmax and 0
+// elsewhere. One thread per window reads its dy and argmax once (consecutive lanes, consecutive
+// entries) and writes its whole window, each window row in stores of kSpan elements (2: the rows are
+// aligned pairs, pair_windows of dx), so a warp's stores of one row are contiguous.
+template <class T, int kSpan>
+__global__ void max_pool2d_backward_tiled_kernel(Pool2dGeometry g, const T* __restrict__ dy,
+                                                 const int32_t* __restrict__ argmax, T* __restrict__ dx) {
+  using A = acc_t<T>;
+  const int64_t oh = g.out_h(), ow = g.out_w(), total = g.planes() * oh * ow;
+  for (int64_t u = flat_worker(); u < total; u += flat_workers()) {
+    const int64_t j = u % ow, i = (u / ow) % oh, plane = u / (oh * ow);
+    const T hit = from_acc<T>(A(0) + to_acc(dy[u])), zero = from_acc<T>(A(0));  // the gather's sums
+    const int64_t at = argmax[u];
+    T* out = dx + plane * g.height * g.width;
+    for (int64_t h = i * g.kernel_h; h < (i + 1) * g.kernel_h; ++h) {
+      for (int64_t w = j * g.kernel_w; w < (j + 1) * g.kernel_w; w += kSpan) {
+        Pack<T, kSpan> p;
+        HG_UNROLL
+        for (int k = 0; k < kSpan; ++k) p.v[k] = h * g.width + w + k == at ? hit : zero;
+        store_pack<kSpan>(out + h * g.width + w, p);
+      }
+    }
+  }
+}
+
+// Whether the windows tile the image: stride = kernel, no padding, and the image a whole number of
+// windows, so every input element is in exactly one window.
+bool tiled_windows(const Pool2dGeometry& g) {
+  return g.stride_h == g.kernel_h && g.stride_w == g.kernel_w && g.pad_h == 0 && g.pad_w == 0 &&
+         g.height % g.kernel_h == 0 && g.width % g.kernel_w == 0;
 }
 
 // Whether every window row is whole pairs of elements at 2-element aligned addresses: the window
@@ -117,6 +154,13 @@ void pool2d_backward(PoolMode mode, const Pool2dGeometry& g, const void* dy, con
                      DType dtype, Stream stream) {
   check_pool2d_geometry(mode, g, argmax, "pool2d_backward");
   dispatch_floating_cuda(dtype, "pool2d_backward", [&]<class T>() {
+    if (mode == PoolMode::Max && tiled_windows(g)) {
+      const auto kernel = pair_windows(g, dx, sizeof(T)) ? max_pool2d_backward_tiled_kernel<T, 2>
+                                                         : max_pool2d_backward_tiled_kernel<T, 1>;
+      launch(kernel, flat_grid(g.planes() * g.out_h() * g.out_w()), dim3(kFlatThreads), 0, stream, g,
+             static_cast<const T*>(dy), argmax, static_cast<T*>(dx));
+      return;
+    }
     launch(pool2d_backward_kernel<T>, flat_grid(g.planes() * g.height * g.width), dim3(kFlatThreads), 0, stream, mode,
            g, static_cast<const T*>(dy), argmax, static_cast<T*>(dx));
   });

@@ -47,7 +47,7 @@ struct MaxIndexOp {
 };
 
 template <class T, bool kWarpRows>
-__global__ void __launch_bounds__(kMaxRowThreads, kRowMinBlocks)
+__global__ void __launch_bounds__(kMaxRowThreads, kRowMinBlocks<T>)
     sum_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t outer, int64_t n, acc_t<T> scale) {
   using A = acc_t<T>;
   __shared__ A shared[32];

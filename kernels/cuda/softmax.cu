@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 }
 
 template <class T, bool kWarpRows>
-__global__ void __launch_bounds__(kMaxRowThreads, kRowMinBlocks)
+__global__ void __launch_bounds__(kMaxRowThreads, kRowMinBlocks<T>)
     softmax_backward_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                             int64_t cols, bool log) {
   using A = acc_t<T>;
