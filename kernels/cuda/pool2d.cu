@@ -109,14 +109,14 @@ __global__ void max_pool2d_backward_tiled_kernel(Pool2dGeometry g, const T* __re
   const int64_t oh = g.out_h(), ow = g.out_w(), total = g.planes() * oh * ow;
   for (int64_t u = flat_worker(); u < total; u += flat_workers()) {
     const int64_t j = u % ow, i = (u / ow) % oh, plane = u / (oh * ow);
-    const T hit = from_acc<T>(A(0) + to_acc(dy[u])), zero = from_acc<T>(A(0));  // the gather's sums
+    const A hit = A(0) + to_acc(dy[u]);  // the gather's sum over the one window
     const int64_t at = argmax[u];
     T* out = dx + plane * g.height * g.width;
     for (int64_t h = i * g.kernel_h; h < (i + 1) * g.kernel_h; ++h) {
       for (int64_t w = j * g.kernel_w; w < (j + 1) * g.kernel_w; w += kSpan) {
         Pack<T, kSpan> p;
         HG_UNROLL
-        for (int k = 0; k < kSpan; ++k) p.v[k] = h * g.width + w + k == at ? hit : zero;
+        for (int k = 0; k < kSpan; ++k) p.v[k] = from_acc<T>(h * g.width + w + k == at ? hit : A(0));
         store_pack<kSpan>(out + h * g.width + w, p);
       }
     }
