@@ -132,7 +132,7 @@ bool tiled_windows(const Pool2dGeometry& g) {
 
 // Whether every window row is whole pairs of elements at 2-element aligned addresses: the window
 // starts (j stride_w - pad_w, clipped at 0) and ends (+ kernel_w, clipped at width) are even, each
-// image row starts at an even element, and x is aligned to two elements.
+// image row starts at an even element, and the tensor (x forward, dx backward) is aligned to two elements.
 bool pair_windows(const Pool2dGeometry& g, const void* x, size_t element_bytes) {
   return g.kernel_w % 2 == 0 && g.stride_w % 2 == 0 && g.pad_w % 2 == 0 && g.width % 2 == 0 &&
          reinterpret_cast<uintptr_t>(x) % (2 * element_bytes) == 0;
