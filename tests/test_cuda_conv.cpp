@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -263,6 +264,11 @@ TEST_CASE("max and avg pooling on CUDA equal the CPU with a deterministic backwa
       {"odd sizes", pool(1, 2, 7, 5, 2, 2, 2, 2, 0, 0)},
       {"overlapping padded", pool(2, 2, 9, 6, 3, 3, 2, 1, 1, 1)},
       {"window = image", pool(1, 4, 3, 5, 3, 5, 1, 1, 0, 0)},
+      // Window rows of whole pairs (the kernel's 2-element loads), with rows and columns clipped by padding.
+      {"pairs padded", pool(2, 2, 6, 10, 4, 4, 2, 2, 2, 2)},
+      {"pairs 3x2 row-padded", pool(1, 3, 5, 8, 3, 2, 1, 2, 1, 0)},
+      // Windows that tile the image (max backward writes whole windows), rows of 3 single elements.
+      {"tiled 3x3", pool(2, 2, 6, 9, 3, 3, 3, 3, 0, 0)},
   };
   for (const PoolCase& c : cases) {
     const Pool2dGeometry& g = c.g;
@@ -292,6 +298,45 @@ TEST_CASE("max and avg pooling on CUDA equal the CPU with a deterministic backwa
         const std::string failure = compare(name + " dx", got_dx, dx, dtype, g.kernel_h * g.kernel_w);
         CHECK_MESSAGE(failure.empty(), failure);
         CHECK_MESSAGE(got_dx.bitwise_equal(d_dx2.download(dtype, nx)), name, ": backward is not deterministic");
+      }
+    }
+  }
+}
+
+// Max pooling's choice among equal values and NaNs (the first maximum in row-major window order, a NaN
+// first) is the CPU's bit for bit, whether the kernel reads the window rows in pairs (x aligned) or
+// element by element (x one element off an aligned address, or odd window widths).
+TEST_CASE("max pooling on CUDA picks the CPU's argmax among ties and NaNs, aligned or not") {
+  if (skip_without_device()) return;
+  std::mt19937_64 rng(23);
+  std::uniform_int_distribution<int> pick(0, 9);
+  Pool2dGeometry pairs, odd;
+  pairs.batch = 2, pairs.channels = 3, pairs.height = 6, pairs.width = 8, pairs.kernel_h = 2, pairs.kernel_w = 4;
+  pairs.stride_h = 2, pairs.stride_w = 2, pairs.pad_h = 1, pairs.pad_w = 2;
+  odd = pairs;
+  odd.kernel_w = 3, odd.pad_w = 1;
+  for (const Pool2dGeometry& g : {pairs, odd}) {
+    const int64_t nx = g.planes() * g.height * g.width, ny = g.planes() * g.out_h() * g.out_w();
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      for (int64_t offset : {0, 1}) {
+        const std::string name = std::string(g.kernel_w == 4 ? "4-wide" : "3-wide") + " windows, x offset " +
+                                 std::to_string(offset) + ", " + hg::dtype_name(dtype);
+        // Values from {-1, 0, 1} (many ties), one in ten NaN.
+        HostBuffer x(dtype, nx + 1);
+        for (int64_t i = 0; i < nx + 1; ++i) {
+          const int v = pick(rng);
+          x.set(i, v == 0 ? std::numeric_limits<double>::quiet_NaN() : double(v % 3 - 1));
+        }
+        HostBuffer y(dtype, ny), argmax(DType::i32, ny);
+        const char* x_host = static_cast<const char*>(x.data()) + offset * hg::dtype_size(dtype);
+        cpu::pool2d_forward(PoolMode::Max, g, x_host, y.data(), argmax.as<int32_t>(), dtype);
+
+        const DeviceMemory d_x(x), d_y(y.bytes()), d_argmax(argmax.bytes());
+        const char* x_device = static_cast<const char*>(d_x.data()) + offset * hg::dtype_size(dtype);
+        gpu::pool2d_forward(PoolMode::Max, g, x_device, d_y.data(), static_cast<int32_t*>(d_argmax.data()), dtype,
+                            stream());
+        CHECK_MESSAGE(d_y.download(dtype, ny).bitwise_equal(y), name, ": max values differ");
+        CHECK_MESSAGE(d_argmax.download(DType::i32, ny).bitwise_equal(argmax), name, ": argmax differs");
       }
     }
   }

@@ -259,20 +259,6 @@ std::string read_file(const std::filesystem::path& path) {
   return s.str();
 }
 
-// sm_90 instances that spilled when the gate was added (CUDA 13.0 ptxas, Release). All four are double
-// instances of __launch_bounds__(kMaxRowThreads = 1024) row kernels: ptxas keeps them at 32 registers and
-// spills a few bytes of the fp64 row state instead of using more registers. To be fixed in the kernels
-// (or their launch bounds); until then the gate holds them to these figures.
-struct KnownSpill {
-  const char* kernel;  // normalize_kernel_name
-  int64_t store_bytes, load_bytes;
-};
-constexpr KnownSpill kSpillsToFix[] = {
-    {"hg::kernels::cuda::(anonymous namespace)::cross_entropy_backward_kernel<double, long, false>", 16, 16},
-    {"hg::kernels::cuda::(anonymous namespace)::cross_entropy_backward_kernel<double, int, false>", 4, 4},
-    {"hg::kernels::cuda::(anonymous namespace)::sum_rows_kernel<double, true>", 12, 16},
-    {"hg::kernels::cuda::(anonymous namespace)::softmax_backward_kernel<double, false>", 20, 20},
-};
 #endif
 
 // The nvcc build's report of its own kernels (audit/resources.cmake). Elsewhere (the emulated build, a
@@ -313,29 +299,14 @@ TEST_CASE("kernel_resources: the sm_90 build lists every kernel and none spills"
     CHECK_MESSAGE(listed, "__global__ ", name, " of kernels/cuda has no sm_90 record in ", HG_KERNEL_RESOURCES_FILE);
   }
 
-  // The gate: no function of the sm_90 build spills registers to local memory, except the instances
-  // recorded in kSpillsToFix (found by this gate when it was added, left to their kernels' owners): a
-  // listed kernel may not spill more than recorded, and must be taken off the list once it stops.
-  std::map<std::string, int> spills_seen;
+  // The gate: no function of the sm_90 build spills registers to local memory. (The four fp64 row
+  // kernel instances that spilled when the gate was added got a stated register budget:
+  // kernels/cuda/row_launch_bounds.h.)
   for (const auto& r : records) {
     CHECK_MESSAGE(r.spills_known, r.demangled, ": no spill figures (expected a ptxas -v report)");
-    const std::string key = normalize_kernel_name(r.demangled);
-    const KnownSpill* known = nullptr;
-    for (const KnownSpill& k : kSpillsToFix) known = key == k.kernel ? &k : known;
-    if (known) {
-      ++spills_seen[key];
-      CHECK_MESSAGE((r.spill_store_bytes <= known->store_bytes && r.spill_load_bytes <= known->load_bytes), r.demangled,
-                    " spills more than recorded: ", r.spill_store_bytes, " / ", r.spill_load_bytes, " bytes of spill stores / loads, recorded ",
-                    known->store_bytes, " / ", known->load_bytes);
-      CHECK_MESSAGE(r.spills(), key, " no longer spills: take it off kSpillsToFix in tests/test_kernel_resources.cpp");
-      continue;
-    }
     CHECK_MESSAGE(!r.spills(), r.demangled, " (", r.arch, ", ", r.object, ") spills: ", r.spill_store_bytes,
                   " bytes of spill stores, ", r.spill_load_bytes, " bytes of spill loads");
     CHECK_MESSAGE((r.registers > 0 || !r.entry), r.demangled, ": 0 registers (its \"Used N registers\" line was not read)");
-  }
-  for (const KnownSpill& k : kSpillsToFix) {
-    CHECK_MESSAGE(spills_seen.count(k.kernel), k.kernel, " is on kSpillsToFix but not in the build: take it off the list");
   }
 #endif
 }

@@ -17,7 +17,11 @@
 //   im2col_kernel:      one thread per col element (row (c, p, q), pixel (i, j)): one read of x or a 0.
 //   col2im_kernel:      one thread per dx element (c, h, w): a gather over the KH KW taps, each tap
 //                       reading the one dcol entry whose window tap hit (h, w) (conv_reading_output),
-//                       summed in A in a fixed order: deterministic, no scattered writes.
+//                       summed in A in a fixed order: deterministic, no scattered writes. Consecutive
+//                       lanes (consecutive w) read consecutive dcol entries of one tap. For 3x3 kernels
+//                       the tap loops have compile-time bounds and unroll: each tap is its own load
+//                       instruction, so a lane whose tap falls outside the output (at the image edges)
+//                       is simply masked off that tap's request, and the index arithmetic folds.
 //   bias_store_kernel:  one thread per y element: y = round(out + bias[channel]).
 // Kernel audit (audit/exemptions.cpp): the im2col path is exempt from the 1.3x DRAM check -- it
 // materialises the patch matrix (KH x KW copies of the input) by design; cuDNN replaces it on a GPU.
@@ -44,19 +48,23 @@ __global__ void im2col_kernel(Conv2dGeometry g, const T* __restrict__ x, A* __re
   }
 }
 
-template <class T, class A>
+// kKH, kKW: the kernel size when fixed at compile time (the taps unroll), 0 to take it from g.
+template <class T, class A, int kKH, int kKW>
 __global__ void col2im_kernel(Conv2dGeometry g, const A* __restrict__ dcol, T* __restrict__ dx) {
   const int64_t oh = g.out_h(), ow = g.out_w(), P = oh * ow;
+  const int64_t KH = kKH > 0 ? kKH : g.kernel_h, KW = kKW > 0 ? kKW : g.kernel_w;
   const int64_t total = g.group_in_channels() * g.height * g.width;
   for (int64_t u = flat_worker(); u < total; u += flat_workers()) {
     const int64_t w = u % g.width, h = (u / g.width) % g.height, c = u / (g.width * g.height);
     A sum = 0;
-    for (int64_t p = 0; p < g.kernel_h; ++p) {
+    HG_UNROLL
+    for (int64_t p = 0; p < KH; ++p) {
       const int64_t i = conv_reading_output(h, p, g.stride_h, g.pad_h, g.dilation_h, oh);
       if (i < 0) continue;
-      for (int64_t q = 0; q < g.kernel_w; ++q) {
+      HG_UNROLL
+      for (int64_t q = 0; q < KW; ++q) {
         const int64_t j = conv_reading_output(w, q, g.stride_w, g.pad_w, g.dilation_w, ow);
-        if (j >= 0) sum += dcol[((c * g.kernel_h + p) * g.kernel_w + q) * P + i * ow + j];
+        if (j >= 0) sum += dcol[((c * KH + p) * KW + q) * P + i * ow + j];
       }
     }
     dx[u] = from_acc<T>(sum);
@@ -125,12 +133,13 @@ void backward_data_im2col(const Conv2dGeometry& g, const void* dy, const void* w
     A* dcol = w_staging + g.weight_numel();
     A* dy_staging = dcol + R * P;
     const A* w = static_cast<const A*>(as_acc(weight, w_staging, g.weight_numel(), dtype, stream));
+    const auto col2im = g.kernel_h == 3 && g.kernel_w == 3 ? col2im_kernel<T, A, 3, 3> : col2im_kernel<T, A, 0, 0>;
     for (int64_t n = 0; n < g.batch; ++n) {
       for (int64_t gi = 0; gi < g.groups; ++gi) {
         const T* dy_g = static_cast<const T*>(dy) + (n * g.out_channels + gi * OCg) * P;
         const A* d = static_cast<const A*>(as_acc(dy_g, dy_staging, OCg * P, dtype, stream));
         gemm(true, false, R, P, OCg, 1.0, w + gi * OCg * R, R, d, P, 0.0, dcol, P, acc_dtype_of(dtype), stream);
-        launch(col2im_kernel<T, A>, flat_grid(Cg * g.height * g.width), dim3(kFlatThreads), 0, stream, g, dcol,
+        launch(col2im, flat_grid(Cg * g.height * g.width), dim3(kFlatThreads), 0, stream, g, dcol,
                static_cast<T*>(dx) + (n * g.in_channels + gi * Cg) * g.height * g.width);
       }
     }

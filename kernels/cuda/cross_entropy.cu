@@ -28,6 +28,7 @@
 
 #include "kernels/cuda/device_error_record.h"
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/row_launch_bounds.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/cuda/online_softmax.h"
 #include "kernels/kernels_cuda.h"
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kMeanThreads)
 }
 
 template <class T, class I, bool kWarpRows>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(kMaxRowThreads, kRowMinBlocks<T>)
     cross_entropy_backward_kernel(const T* __restrict__ x, const I* __restrict__ targets,
                                   const acc_t<T>* __restrict__ lse, const acc_t<T>* __restrict__ dloss,
                                   T* __restrict__ dx, int64_t rows, int64_t cols, int64_t ignore_index) {

@@ -18,6 +18,7 @@
 //     parallelism; a split-n two-stage variant would fix that if such shapes ever matter.)
 // No atomics: every output is written by one thread, so results are deterministic.
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/row_launch_bounds.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
 
@@ -46,7 +47,7 @@ struct MaxIndexOp {
 };
 
 template <class T, bool kWarpRows>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(kMaxRowThreads, kRowMinBlocks<T>)
     sum_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t outer, int64_t n, acc_t<T> scale) {
   using A = acc_t<T>;
   __shared__ A shared[32];

@@ -20,6 +20,7 @@
 //   forward pass 2: every thread writes its columns of y from x, m and s (masked columns too).
 //   backward: pass 1 reduces sum dy*y (or sum dy) over the group, pass 2 writes dx.
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/row_launch_bounds.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/cuda/online_softmax.h"
 #include "kernels/kernels_cuda.h"
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 }
 
 template <class T, bool kWarpRows>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(kMaxRowThreads, kRowMinBlocks<T>)
     softmax_backward_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
                             int64_t cols, bool log) {
   using A = acc_t<T>;
