@@ -45,19 +45,26 @@ TEST_CASE("cuda stochastic_round equals the CPU bit for bit") {
   if (skip_without_cuda()) return;
   std::mt19937_64 rng(77);
   std::uniform_real_distribution<double> exponent(-30.0, 20.0), unit(0.0, 1.0);
+  // offset 1 starts x and y one element into their buffers: not aligned to the kernel's 4-element
+  // packs, so it takes the element-by-element path (offset 0: the packed path and a scalar tail).
   for (DType dtype : {DType::f16, DType::bf16}) {
     for (int64_t n : {1, 3, 4, 1000, 4099}) {
-      CAPTURE(dtype_name(dtype));
-      CAPTURE(n);
-      std::vector<float> x(static_cast<size_t>(n));
-      for (float& v : x) v = float((unit(rng) < 0.5 ? -1.0 : 1.0) * std::exp2(exponent(rng)));
-      std::vector<uint16_t> want(x.size(), 0xffffu);
-      kernels::cpu::stochastic_round(x.data(), want.data(), n, 1234, 17, dtype);
-      const Tensor x_gpu = from_vector(x, {n}, DType::f32).to(kGpu);
-      Tensor y_gpu = full({n}, NAN, dtype, kGpu);  // poisoned
-      kernels::cuda::stochastic_round(static_cast<const float*>(x_gpu.data_ptr()), y_gpu.data_ptr(), n, 1234, 17,
-                                      dtype, cuda::compute_stream(0));
-      CHECK(bits_of(y_gpu) == want);
+      for (int64_t offset : {0, 1}) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(n);
+        CAPTURE(offset);
+        std::vector<float> x(static_cast<size_t>(n + offset));
+        for (float& v : x) v = float((unit(rng) < 0.5 ? -1.0 : 1.0) * std::exp2(exponent(rng)));
+        std::vector<uint16_t> want(x.size(), 0xffffu);
+        want[0] = bits_of(full({1}, NAN, dtype))[0];  // before the range: stays poisoned
+        kernels::cpu::stochastic_round(x.data() + offset, want.data() + offset, n, 1234, 17, dtype);
+        const Tensor x_gpu = from_vector(x, {n + offset}, DType::f32).to(kGpu);
+        Tensor y_gpu = full({n + offset}, NAN, dtype, kGpu);  // poisoned
+        kernels::cuda::stochastic_round(static_cast<const float*>(x_gpu.data_ptr()) + offset,
+                                        static_cast<uint16_t*>(y_gpu.data_ptr()) + offset, n, 1234, 17, dtype,
+                                        cuda::compute_stream(0));
+        CHECK(bits_of(y_gpu) == want);
+      }
     }
   }
 }
