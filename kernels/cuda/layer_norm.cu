@@ -120,28 +120,37 @@ struct GradSumsOp {
   }
 };
 
-// Where column c's partial sum lives in an accumulator of `width` interleaved rows of `stride`
-// slots: slot(c) = (c % width) * stride + c / width. With width = kPack<T>, the threads updating
-// element k of consecutive packs touch consecutive slots; stride = 32 / width (mod 32) makes
-// consecutive columns (the final copy-out) fall on distinct banks too. width 1, stride cols: plain.
+// Where column c's partial sum lives in an accumulator of 2^shift interleaved rows of `stride`
+// slots: slot(c) = (c % 2^shift) * stride + c / 2^shift. With 2^shift = kPack<T>, the threads
+// updating element k of consecutive packs touch consecutive slots; stride = 32 / kPack<T> (mod 32)
+// puts consecutive columns (the final copy-out) on distinct banks too. shift 0, stride cols: plain.
 struct ColumnSlots {
-  int64_t width;
+  int shift;
   int64_t stride;
-  HG_HOST_DEVICE int64_t operator()(int64_t c) const { return (c % width) * stride + c / width; }
-  HG_HOST_DEVICE int64_t size() const { return width * stride; }
+  HG_HOST_DEVICE int64_t operator()(int64_t c) const {
+    return (c & ((int64_t(1) << shift) - 1)) * stride + (c >> shift);
+  }
+  HG_HOST_DEVICE int64_t size() const { return (int64_t(1) << shift) * stride; }
 };
 
+// The accumulator's layout: interleaved by packs when every row can be read in packs (cols a
+// multiple of kPack<T>); otherwise rows start at varying alignments, stage 1 reads them element by
+// element (consecutive lanes, consecutive columns), and the plain layout is the conflict-free one.
 template <class T>
 ColumnSlots accumulator_slots(int64_t cols) {
   constexpr int64_t kWidth = kPack<T>, kBankPhase = 32 / kWidth;
-  const int64_t per_row = (cols + kWidth - 1) / kWidth;
-  return {kWidth, per_row + ((kBankPhase - per_row % 32) % 32 + 32) % 32};
+  if (cols % kWidth != 0) return {0, cols};
+  const int64_t per_row = cols / kWidth;
+  int shift = 0;
+  while ((int64_t(1) << shift) < kWidth) ++shift;
+  return {shift, per_row + ((kBankPhase - per_row % 32) % 32 + 32) % 32};
 }
 
 // Stage 1: block b owns rows [rows * b / blocks, rows * (b + 1) / blocks) and, when partial is not
 // null, the partial row partial[b * pitch, (b + 1) * pitch) = [dw partial, db partial] in the layout
-// `out_slots`. The accumulator (`acc_slots`, width kPack<T>) is the dynamic shared memory when
-// acc_in_shared, else the partial row itself (then out_slots == acc_slots and nothing is copied).
+// `out_slots`. The accumulator (`acc_slots`) is the dynamic shared memory when acc_in_shared, else
+// the partial row itself (then out_slots == acc_slots and nothing is copied). With the plain layout
+// (cols not a multiple of kPack<T>) every row is read element by element (head -1).
 template <class T>
 __global__ void layer_norm_backward_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                            const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
@@ -156,7 +165,8 @@ __global__ void layer_norm_backward_kernel(const T* __restrict__ x, const T* __r
   const int64_t worker = threadIdx.x, size = blockDim.x;
   A* const out = partial != nullptr ? partial + b * pitch : nullptr;
   A* const acc = out == nullptr ? nullptr : acc_in_shared ? shared_acc : out;
-  const ColumnSlots slots{kWidth, acc_slots.stride};  // the width as a constant: shifts, not divisions
+  const ColumnSlots slots = acc_slots;
+  const bool packs = slots.shift > 0 || kWidth == 1;
   A* const dw_acc = acc;
   A* const db_acc = acc != nullptr ? acc + slots.size() : nullptr;
   if (acc != nullptr) {
@@ -171,7 +181,7 @@ __global__ void layer_norm_backward_kernel(const T* __restrict__ x, const T* __r
     T* dxr = dx + r * cols;
     const A row_mean = mean[r], row_rstd = rstd[r];
     const T* w_align = weight != nullptr ? weight : xr;
-    const int64_t head = pack_head<T>(cols, xr, dyr, dxr, w_align);
+    const int64_t head = packs ? pack_head<T>(cols, xr, dyr, dxr, w_align) : -1;
 
     GradSums<A> sums{A(0), A(0)};
     for_packs<kWidth>(cols, head, worker, size, [&](int64_t c, auto width) {
