@@ -830,8 +830,11 @@ TEST_CASE("cuda layer_norm forward and backward, with and without affine, every 
   struct Case {
     int64_t rows, cols, offset;
   };
-  const Case cases[] = {{1, 1, 0},    {3, 7, 1},    {37, 100, 0}, {37, 100, 1},
-                        {5, 1500, 0}, {2, 4099, 1}, {600, 24, 0}, {530, 9, 1}};
+  // Backward's dw/db accumulator: interleaved in shared memory (cols a multiple of the pack: 100,
+  // 1500, 2048, 24), plain (7, 9, 4099: in global memory, too big for shared), interleaved in global
+  // memory (6144); 600 and 530 rows span several 16-row blocks.
+  const Case cases[] = {{1, 1, 0},    {3, 7, 1},    {37, 100, 0}, {37, 100, 1},  {5, 1500, 0},
+                        {2, 4099, 1}, {600, 24, 0}, {530, 9, 1},  {40, 2048, 0}, {3, 6144, 0}};
   Rng rng(81);
   for (DType t : kFloatingTypes) {
     for (const Case& c : cases) {

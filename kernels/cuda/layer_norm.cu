@@ -9,19 +9,31 @@
 // two mostly from L2: sum -> mean, sum of squared deviations -> rstd (two passes, as the CPU, rather
 // than E[x^2] - mean^2, which cancels), then y. 16-byte packs where x, y, w and b share alignment.
 //
-// Backward, deterministic two-stage reduction (no float atomics):
-//   stage 1 (layer_norm_backward_kernel): the rows are cut into kRowBlocks contiguous ranges (fewer
-//     when there are fewer rows; the split depends on `rows` alone), one thread block per range.
-//     The block walks its rows in increasing order; per row it reduces sum g and sum g*xhat over
-//     the block (shuffles + one pair per warp in shared memory), writes dx, and adds dy*xhat and
-//     dy into its own partial row of a global scratch buffer, partial[block] = [dw(cols), db(cols)].
-//     A column's partial is therefore the sum over the block's rows in row order; the barriers of
-//     the next row's reduction order the read-modify-writes of successive rows.
-//   stage 2 (layer_norm_param_grads_kernel): one thread per column adds the kRowBlocks partials in
-//     block order and writes dweight[c] and dbias[c] (rounded once).
+// Backward, deterministic two-stage reduction (no float atomics), x and dy read from DRAM once:
+//   stage 1 (layer_norm_backward_kernel): the rows are cut into `blocks` contiguous ranges of at least
+//     kMinRowsPerBlock rows (at most kMaxRowBlocks ranges; the split depends on `rows` alone), one
+//     thread block per range. The block walks its rows in increasing order; per row it reduces
+//     sum g and sum g*xhat over the block (shuffles + one pair per warp in shared memory), then
+//     writes dx, re-reading the row it has just read (L1 hits; the DRAM sees it once), and adds
+//     dy*xhat and dy into the block's accumulator of dw and db partial sums. The accumulator lives in
+//     dynamic shared memory (in the block's partial row of global memory when 2 * cols sums do not
+//     fit kMaxSharedAccBytes), in a column-slot layout (ColumnSlots) that makes each per-element
+//     update conflict-free: lanes own consecutive 16-byte packs, so element k of the packs goes to
+//     slots k * stride + pack. When cols is not a multiple of the pack, rows start at varying
+//     alignments; they are then read element by element and the layout is plain (slot = column).
+//     A column's partial is the sum over the block's rows in row order; the barriers of the next
+//     row's reduction order the read-modify-writes of successive rows. At the end the block writes
+//     its partials once, coalesced, to its row of a global scratch buffer: [dw(cols), db(cols)].
+//     At least kMinRowsPerBlock rows per block keep that write-then-read of partials a small share
+//     of the op's traffic: 2 sums x 4 bytes, written then read, is 16 bytes per column per block,
+//     against >= 16 x 6 bytes per column for x, dy and dx in a half type (<= 1.17x the minimum).
+//   stage 2 (layer_norm_param_grads_kernel): one thread per column adds the blocks' partials in
+//     block order and writes dweight[c] and dbias[c] (rounded once). (With the accumulator in global
+//     memory it reads the interleaved layout: half-efficient loads, but only for cols in the
+//     thousands, where the partials are a small share of the traffic.)
 // The result is bitwise identical from run to run, whatever order the blocks run in.
 // The partial rows are a Workspace (kernels/cuda/workspace.h) from the caching allocator on `stream`:
-// stage 1 zeroes its own partial row before adding to it, so the buffer needs no clearing (only for
+// stage 1 zeroes its accumulator before adding to it, so the buffer needs no clearing (only for
 // rows == 0, a cudaMemsetAsync); both stages are enqueued before the workspace is handed back, and the
 // allocator reuses a block only for later work on that same stream. No host wait, no cudaMalloc/Free.
 #include "kernels/cuda/device_math.h"
@@ -32,7 +44,11 @@
 namespace hg::kernels::cuda {
 namespace {
 
-constexpr int64_t kRowBlocks = 512;
+constexpr int64_t kMaxRowBlocks = 512;
+constexpr int64_t kMinRowsPerBlock = 16;
+// Largest shared accumulator (dynamic shared memory) of the backward stage 1; with the kernel's
+// static shared memory it stays within the 48 KiB a block gets without an opt-in.
+constexpr size_t kMaxSharedAccBytes = 46 * 1024;
 
 template <class T, bool kWarpRows>
 __global__ void __launch_bounds__(kMaxRowThreads)
@@ -109,23 +125,59 @@ struct GradSumsOp {
   }
 };
 
+// Where column c's partial sum lives in an accumulator of 2^shift interleaved rows of `stride`
+// slots: slot(c) = (c % 2^shift) * stride + c / 2^shift. With 2^shift = kPack<T>, the threads
+// updating element k of consecutive packs touch consecutive slots; stride = 32 / kPack<T> (mod 32)
+// puts consecutive columns (the final copy-out) on distinct banks too. shift 0, stride cols: plain.
+struct ColumnSlots {
+  int shift;
+  int64_t stride;
+  HG_HOST_DEVICE int64_t operator()(int64_t c) const {
+    return (c & ((int64_t(1) << shift) - 1)) * stride + (c >> shift);
+  }
+  HG_HOST_DEVICE int64_t size() const { return (int64_t(1) << shift) * stride; }
+};
+
+// The accumulator's layout: interleaved by packs when every row can be read in packs (cols a
+// multiple of kPack<T>); otherwise rows start at varying alignments, stage 1 reads them element by
+// element (consecutive lanes, consecutive columns), and the plain layout is the conflict-free one.
+template <class T>
+ColumnSlots accumulator_slots(int64_t cols) {
+  constexpr int64_t kWidth = kPack<T>, kBankPhase = 32 / kWidth;
+  if (cols % kWidth != 0) return {0, cols};
+  const int64_t per_row = cols / kWidth;
+  int shift = 0;
+  while ((int64_t(1) << shift) < kWidth) ++shift;
+  return {shift, per_row + ((kBankPhase - per_row % 32) % 32 + 32) % 32};
+}
+
 // Stage 1: block b owns rows [rows * b / blocks, rows * (b + 1) / blocks) and, when partial is not
-// null, the partial row partial[b * 2 * cols, (b + 1) * 2 * cols) = [dw partial, db partial].
+// null, the partial row partial[b * pitch, (b + 1) * pitch) = [dw partial, db partial] in the layout
+// `out_slots`. The accumulator (`acc_slots`) is the dynamic shared memory when acc_in_shared, else
+// the partial row itself (then out_slots == acc_slots and nothing is copied). With the plain layout
+// (cols not a multiple of kPack<T>) every row is read element by element (head -1).
 template <class T>
 __global__ void layer_norm_backward_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                            const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
                                            const T* __restrict__ dy, T* __restrict__ dx, acc_t<T>* __restrict__ partial,
-                                           int64_t rows, int64_t cols) {
+                                           int64_t pitch, ColumnSlots acc_slots, ColumnSlots out_slots,
+                                           bool acc_in_shared, int64_t rows, int64_t cols) {
   using A = acc_t<T>;
+  constexpr int kWidth = kPack<T>;
   __shared__ GradSums<A> shared[32];
+  HG_DYNAMIC_SHARED(A, shared_acc);
   const int64_t blocks = gridDim.x, b = blockIdx.x;
   const int64_t worker = threadIdx.x, size = blockDim.x;
-  A* dw_partial = partial != nullptr ? partial + b * 2 * cols : nullptr;
-  A* db_partial = partial != nullptr ? dw_partial + cols : nullptr;
-  if (partial != nullptr) {
-    for (int64_t c = worker; c < cols; c += size) dw_partial[c] = db_partial[c] = A(0);
+  A* const out = partial != nullptr ? partial + b * pitch : nullptr;
+  A* const acc = out == nullptr ? nullptr : acc_in_shared ? shared_acc : out;
+  const ColumnSlots slots = acc_slots;
+  const bool packs = slots.shift > 0 || kWidth == 1;
+  A* const dw_acc = acc;
+  A* const db_acc = acc != nullptr ? acc + slots.size() : nullptr;
+  if (acc != nullptr) {
+    for (int64_t i = worker; i < 2 * slots.size(); i += size) acc[i] = A(0);
   }
-  // The zeroing above and the first row's accumulation below may map a column to different
+  // The zeroing above and the first row's accumulation below may map a slot to different
   // threads; this barrier orders them (later rows are ordered by their reduction's barriers).
   __syncthreads();
   for (int64_t r = rows * b / blocks; r < rows * (b + 1) / blocks; ++r) {
@@ -134,10 +186,10 @@ __global__ void layer_norm_backward_kernel(const T* __restrict__ x, const T* __r
     T* dxr = dx + r * cols;
     const A row_mean = mean[r], row_rstd = rstd[r];
     const T* w_align = weight != nullptr ? weight : xr;
-    const int64_t head = pack_head<T>(cols, xr, dyr, dxr, w_align);
+    const int64_t head = packs ? pack_head<T>(cols, xr, dyr, dxr, w_align) : -1;
 
     GradSums<A> sums{A(0), A(0)};
-    for_packs<kPack<T>>(cols, head, worker, size, [&](int64_t c, auto width) {
+    for_packs<kWidth>(cols, head, worker, size, [&](int64_t c, auto width) {
       constexpr int W = decltype(width)::value;
       const Pack<T, W> xp = load_pack<W>(xr + c), gp = load_pack<W>(dyr + c);
       Pack<T, W> wp;
@@ -153,37 +205,47 @@ __global__ void layer_norm_backward_kernel(const T* __restrict__ x, const T* __r
     sums = block_reduce(sums, GradSumsOp{}, GradSums<A>{A(0), A(0)}, shared);
     const A mean_g = sums.g / A(cols), mean_gx = sums.gx / A(cols);
 
-    for_packs<kPack<T>>(cols, head, worker, size, [&](int64_t c, auto width) {
+    for_packs<kWidth>(cols, head, worker, size, [&](int64_t c, auto width) {
       constexpr int W = decltype(width)::value;
       const Pack<T, W> xp = load_pack<W>(xr + c), gp = load_pack<W>(dyr + c);
-      Pack<T, W> wp, out;
+      Pack<T, W> wp, o;
       if (weight != nullptr) wp = load_pack<W>(weight + c);
       HG_UNROLL
       for (int k = 0; k < W; ++k) {
         const A xhat = (to_acc(xp.v[k]) - row_mean) * row_rstd;
         const A dyv = to_acc(gp.v[k]);
         const A gv = dyv * (weight != nullptr ? to_acc(wp.v[k]) : A(1));
-        out.v[k] = from_acc<T>(row_rstd * (gv - mean_g - xhat * mean_gx));
-        if (dw_partial != nullptr) {
-          dw_partial[c + k] += dyv * xhat;
-          db_partial[c + k] += dyv;
+        o.v[k] = from_acc<T>(row_rstd * (gv - mean_g - xhat * mean_gx));
+        if (acc != nullptr) {
+          const int64_t slot = slots(c + k);
+          dw_acc[slot] += dyv * xhat;
+          db_acc[slot] += dyv;
         }
       }
-      store_pack<W>(dxr + c, out);
+      store_pack<W>(dxr + c, o);
     });
+  }
+  if (acc != nullptr && acc_in_shared) {
+    __syncthreads();  // the last row's updates, made by other threads, before the copy-out
+    for (int64_t c = worker; c < cols; c += size) {
+      out[out_slots(c)] = dw_acc[slots(c)];
+      out[pitch / 2 + out_slots(c)] = db_acc[slots(c)];
+    }
   }
 }
 
 // Stage 2: dweight[c] = sum_b partial[b].dw[c], dbias[c] = sum_b partial[b].db[c], in block order.
 template <class T>
 __global__ void layer_norm_param_grads_kernel(const acc_t<T>* __restrict__ partial, T* __restrict__ dweight,
-                                              T* __restrict__ dbias, int64_t blocks, int64_t cols) {
+                                              T* __restrict__ dbias, int64_t blocks, int64_t pitch, ColumnSlots slots,
+                                              int64_t cols) {
   using A = acc_t<T>;
   for (int64_t c = flat_worker(); c < cols; c += flat_workers()) {
+    const int64_t slot = slots(c);
     A dw = 0, db = 0;
     for (int64_t b = 0; b < blocks; ++b) {
-      dw += partial[b * 2 * cols + c];
-      db += partial[b * 2 * cols + cols + c];
+      dw += partial[b * pitch + slot];
+      db += partial[b * pitch + pitch / 2 + slot];
     }
     if (dweight != nullptr) dweight[c] = from_acc<T>(dw);
     if (dbias != nullptr) dbias[c] = from_acc<T>(db);
@@ -215,22 +277,30 @@ void layer_norm_backward(const void* x, const void* weight, const void* mean, co
   const bool want_param_grads = dweight != nullptr || dbias != nullptr;
   dispatch_floating_cuda(dtype, "layer_norm_backward", [&]<class T>() {
     using A = acc_t<T>;
-    const int64_t blocks = rows < kRowBlocks ? rows : kRowBlocks;
+    const int64_t wanted_blocks = (rows + kMinRowsPerBlock - 1) / kMinRowsPerBlock;
+    const int64_t blocks = wanted_blocks < kMaxRowBlocks ? wanted_blocks : kMaxRowBlocks;
     // rows == 0: no row block runs, and the parameter gradients (sums over no rows) are 0.
     const int64_t partial_blocks = blocks > 0 ? blocks : 1;
-    Workspace scratch(want_param_grads ? size_t(partial_blocks * 2 * cols) * sizeof(A) : 0, stream);
+    const ColumnSlots acc_slots = accumulator_slots<T>(cols);
+    const size_t shared_acc_bytes = size_t(2 * acc_slots.size()) * sizeof(A);
+    const bool acc_in_shared = shared_acc_bytes <= kMaxSharedAccBytes;
+    const ColumnSlots out_slots = acc_in_shared ? ColumnSlots{0, cols} : acc_slots;
+    const int64_t pitch = 2 * out_slots.size();
+    Workspace scratch(want_param_grads ? size_t(partial_blocks * pitch) * sizeof(A) : 0, stream);
     A* partial = scratch.as<A>();
     if (want_param_grads && rows == 0) {
-      HG_CUDA_CHECK(cudaMemsetAsync(partial, 0, size_t(2 * cols) * sizeof(A), stream));
+      HG_CUDA_CHECK(cudaMemsetAsync(partial, 0, size_t(pitch) * sizeof(A), stream));
     }
     const int64_t threads_wanted = (cols + kPack<T> - 1) / kPack<T>;
     const unsigned threads = threads_wanted >= 512 ? 512u : unsigned((threads_wanted + 31) / 32 * 32);
-    launch(layer_norm_backward_kernel<T>, dim3(unsigned(blocks)), dim3(threads), 0, stream, static_cast<const T*>(x),
+    launch(layer_norm_backward_kernel<T>, dim3(unsigned(blocks)), dim3(threads),
+           want_param_grads && acc_in_shared ? shared_acc_bytes : 0, stream, static_cast<const T*>(x),
            static_cast<const T*>(weight), static_cast<const A*>(mean), static_cast<const A*>(rstd),
-           static_cast<const T*>(dy), static_cast<T*>(dx), partial, rows, cols);
+           static_cast<const T*>(dy), static_cast<T*>(dx), partial, pitch, acc_slots, out_slots, acc_in_shared, rows,
+           cols);
     if (want_param_grads) {
       launch(layer_norm_param_grads_kernel<T>, flat_grid(cols), dim3(kFlatThreads), 0, stream, partial,
-             static_cast<T*>(dweight), static_cast<T*>(dbias), partial_blocks, cols);
+             static_cast<T*>(dweight), static_cast<T*>(dbias), partial_blocks, pitch, out_slots, cols);
     }
   });
 }

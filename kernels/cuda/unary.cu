@@ -5,6 +5,9 @@
 //   unary_forward:  y  = f(x)                     (UnaryMath<op>::value)
 //   unary_backward: dx = dy * f'(x, y)            (UnaryMath<op>::derivative). x may be null when
 //                   f' does not read it; y may be null and is then recomputed.
+// unary_backward reads only what the op's derivative reads (UnaryMath<op>::kReads): dy alone (None),
+// x and dy (X, even when y is given: GELU's backward moves 3 arrays, not 4), or y and dy (Y, or x and
+// dy with y recomputed when y is null), so no operand is loaded only to be ignored.
 //   affine:         y  = alpha * x + beta
 //
 // Parallel strategy: map_elements (map.h): a grid-stride loop in which a thread owns one 16-byte
@@ -24,11 +27,11 @@ struct UnaryForward {
   HG_DEVICE A operator()(const A* v) const { return UnaryMath<kOp>::value(v[0], s); }
 };
 
-// Inputs (x, y, dy).
+// Input (dy): the derivative reads neither x nor y.
 template <UnaryOp kOp, class A>
-struct UnaryBackwardXY {
+struct UnaryBackwardNone {
   A s;
-  HG_DEVICE A operator()(const A* v) const { return v[2] * UnaryMath<kOp>::derivative(v[0], v[1], s); }
+  HG_DEVICE A operator()(const A* v) const { return v[0] * UnaryMath<kOp>::derivative(A(0), A(0), s); }
 };
 
 // Inputs (x, dy): y recomputed when the derivative reads it.
@@ -78,14 +81,17 @@ void unary_backward(UnaryOp op, const void* x, const void* y, const void* dy, vo
     const T* dyt = static_cast<const T*>(dy);
     T* dxt = static_cast<T*>(dx);
     with_op(op, [&]<UnaryOp kOp>() {
-      if (x != nullptr && y != nullptr) {
-        map_elements(stream, n, UnaryBackwardXY<kOp, A>{A(scalar)}, dxt, xt, yt, dyt);
-      } else if (x != nullptr) {
-        map_elements(stream, n, UnaryBackwardX<kOp, A>{A(scalar)}, dxt, xt, dyt);
-      } else {
-        HG_CHECK(UnaryMath<kOp>::kReads != DerivativeReads::X, "[unary_backward] op ", UnaryMath<kOp>::kName,
+      constexpr DerivativeReads kReads = UnaryMath<kOp>::kReads;
+      if constexpr (kReads == DerivativeReads::None) {
+        map_elements(stream, n, UnaryBackwardNone<kOp, A>{A(scalar)}, dxt, dyt);
+      } else if constexpr (kReads == DerivativeReads::X) {
+        HG_CHECK(x != nullptr, "[unary_backward] op ", UnaryMath<kOp>::kName,
                  " needs x for its derivative, got x = nullptr");
+        map_elements(stream, n, UnaryBackwardX<kOp, A>{A(scalar)}, dxt, xt, dyt);
+      } else if (y != nullptr) {
         map_elements(stream, n, UnaryBackwardY<kOp, A>{A(scalar)}, dxt, yt, dyt);
+      } else {
+        map_elements(stream, n, UnaryBackwardX<kOp, A>{A(scalar)}, dxt, xt, dyt);  // y recomputed from x
       }
     });
   });
