@@ -23,7 +23,8 @@
 // as many wavefronts as the largest number of distinct 4-byte words any one bank serves (lanes reading
 // the same word are a broadcast). Bank conflicts = wavefronts - phases.
 // Per launch, DRAM traffic through a model of the L2 (set_l2_bytes; the H200's 50 MiB by default): the
-// accesses of the grid, in the emulator's order (blocks one after another), pass through a cache of
+// accesses of the grid -- blocks one after another, the threads of a block in lockstep (between two
+// barriers, every thread's k-th global access before anyone's (k+1)-th) -- pass through a cache of
 // that many bytes of 32-byte sectors with least-recently-used replacement, its age counted in sectors
 // brought in since (an approximation of LRU that needs one clock per sector). A load of a sector not
 // in it is read from DRAM; a sector written is written back once per stay in it. With the default size

@@ -144,6 +144,40 @@ void through_l2(LaunchState& launch, uint64_t sector, bool write) {
   s.touched = launch.l2_clock;
 }
 
+// The block's global accesses through the L2 model in the order a GPU would roughly make them: the
+// emulator runs a thread to its next barrier before the next thread starts, while on a GPU the threads
+// of a block advance together. So between two barriers, the k-th global access of every thread comes
+// before the (k+1)-th of any (then by thread): a lane's 64 loads of a strided loop do not evict its
+// neighbours' sectors before they use them.
+void through_l2_in_lockstep(const BlockLog& log, LaunchState& launch) {
+  struct Ordered {
+    uint32_t phase, ordinal, thread, index;
+    bool operator<(const Ordered& o) const {
+      if (phase != o.phase) return phase < o.phase;
+      if (ordinal != o.ordinal) return ordinal < o.ordinal;
+      if (thread != o.thread) return thread < o.thread;
+      return index < o.index;
+    }
+  };
+  std::vector<Ordered> order;
+  std::unordered_map<uint32_t, uint32_t> ordinal;  // thread -> global accesses so far in this phase
+  uint32_t phase = 0;
+  for (uint32_t i = 0; i < log.entries.size(); ++i) {
+    const Entry& e = log.entries[i];
+    if (e.type == EntryType::barrier) {
+      ++phase;
+      ordinal.clear();
+    } else if (e.type == EntryType::access && e.space == Space::global) {
+      order.push_back(Ordered{phase, ordinal[e.thread]++, e.thread, i});
+    }
+  }
+  std::sort(order.begin(), order.end());
+  for (const Ordered& o : order) {
+    const Entry& e = log.entries[o.index];
+    for (uint64_t s = e.address >> 5; s <= (e.address + e.size - 1) >> 5; ++s) through_l2(launch, s, e.kind != Kind::load);
+  }
+}
+
 AccessTotals& space_totals(LaunchAudit& a, Space space, Kind kind) {
   if (space == Space::shared) return kind == Kind::load ? a.shared_load : a.shared_store;
   if (kind == Kind::atomic) return a.global_atomic;
@@ -162,10 +196,8 @@ void add_requests(const BlockLog& log, LaunchState& launch) {
     if (e.type != EntryType::access) continue;
     const uint32_t occurrence = occurrences[{e.thread, e.pc}]++;
     keyed.push_back(Keyed{e.thread / 32, occurrence, e.pc, uint8_t(e.space), uint8_t(e.kind), e.thread % 32, i});
-    for (uint64_t s = e.address >> 5; s <= (e.address + e.size - 1) >> 5 && e.space == Space::global; ++s) {
-      through_l2(launch, s, e.kind != Kind::load);
-    }
   }
+  through_l2_in_lockstep(log, launch);
   std::sort(keyed.begin(), keyed.end());
   std::vector<uint64_t> scratch;
   for (size_t first = 0; first < keyed.size();) {
