@@ -16,12 +16,15 @@ namespace emu = hg::emu::audit;
 namespace {
 
 std::string format(const char* fmt, ...) {
-  char buffer[1024];
-  va_list args;
+  va_list args, again;
   va_start(args, fmt);
-  std::vsnprintf(buffer, sizeof buffer, fmt, args);
+  va_copy(again, args);
+  const int size = std::vsnprintf(nullptr, 0, fmt, args);
   va_end(args);
-  return buffer;
+  std::string out(size_t(std::max(size, 0)), '\0');
+  std::vsnprintf(out.data(), out.size() + 1, fmt, again);
+  va_end(again);
+  return out;
 }
 
 std::string thread_text(const uint3& t) { return format("(%u, %u, %u)", t.x, t.y, t.z); }

@@ -419,12 +419,14 @@ std::vector<KernelCase> make_cases() {
         });
       }
       const double lr = 1e-3;
-      const int64_t steps[2] = {6, 0};
+      // As optim::AdamW calls it: [current, next, blocks done], settled by the last block.
+      const int64_t steps[3] = {6, 0, 0};
       const float found_inf = 0.0f;
       kernels::AdamWStepScalars scalars;
       scalars.lr = static_cast<const double*>(a.upload(&lr, sizeof lr));
       scalars.found_inf = static_cast<const float*>(a.upload(&found_inf, sizeof found_inf));
       scalars.step = static_cast<int64_t*>(a.upload(steps, sizeof steps));
+      scalars.blocks_done = reinterpret_cast<unsigned long long*>(scalars.step + 2);
       min += io({sizeof lr, sizeof found_inf, sizeof steps, sizeof steps});  // the step counts read and written
       return memory_case(shape + ", scalars on the device", min, [=, st = a.stream()] {
         k::adamw_step_device(param, master, grad, m, v, s.n(), scalars, 0.9, 0.999, 1e-8, 0.01, dt, st);

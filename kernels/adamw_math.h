@@ -71,12 +71,13 @@ struct AdamWStepScalars {
   const double* lr = nullptr;        // the learning rate, device memory; null: lr_value
   double lr_value = 0.0;
   const float* found_inf = nullptr;  // nonzero: skip the update; null: never skip
-  int64_t* step = nullptr;           // [2]: step[parity] = updates applied so far; step[1 - parity] is written
+  int64_t* step = nullptr;           // [2] (or [3], see blocks_done): step[parity] = updates applied so far;
+                                     // step[1 - parity] is written
   int32_t parity = 0;
   // Optional: a counter that is zero between calls (the third slot of a three-slot count). Given it, the
-  // call also moves the new count back into step[parity] -- on CUDA the last block to finish does (it
-  // takes the counter's last ticket), then re-zeroes the counter -- so the count stays in one slot and
-  // needs no second launch to bring it back. Null: step[parity] is left as it was.
+  // call also advances step[parity] itself -- on CUDA the last block to finish does (it takes the
+  // counter's last ticket), then re-zeroes the counter -- so the count stays in one slot and needs no
+  // second launch to bring it back. Null: step[parity] is left as it was.
   unsigned long long* blocks_done = nullptr;
 };
 
@@ -88,8 +89,8 @@ HG_HOST_DEVICE inline int64_t adamw_next_step(const AdamWStepScalars& s) { retur
 HG_HOST_DEVICE inline void adamw_record_step(const AdamWStepScalars& s) {
   s.step[1 - s.parity] = s.step[s.parity] + (adamw_skips(s) ? 0 : 1);
 }
-// With blocks_done: the count written by adamw_record_step becomes the current one, once nothing reads
-// the old one any more (called by the last block on CUDA, at the end on the CPU).
-HG_HOST_DEVICE inline void adamw_settle_step(const AdamWStepScalars& s) { s.step[s.parity] = s.step[1 - s.parity]; }
+// With blocks_done: the current slot advances too, once nothing reads it any more (on CUDA the last block
+// does it, on the CPU the end of the call).
+HG_HOST_DEVICE inline void adamw_settle_step(const AdamWStepScalars& s) { s.step[s.parity] += adamw_skips(s) ? 0 : 1; }
 
 }  // namespace hg::kernels

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/emu/audit.h"
+#include "kernels/emu/launch.h"
 
 namespace {
 
@@ -68,6 +70,16 @@ __global__ void warp_sum(const float* in, float* out) {
     if (kSynced) __syncwarp();
   }
   if (lane == 0) out[0] = s[0];
+}
+
+// Lane i reads what lane i ^ 1 stored, with a shuffle between: the shuffle moves registers but does not
+// order memory (only __syncwarp does), so this is a race as CUDA defines it.
+__global__ void shuffle_is_not_a_fence(const float* in, float* out) {
+  __shared__ float s[32];
+  const int lane = threadIdx.x;
+  s[lane] = in[lane];
+  const float neighbour = __shfl_xor_sync(0xffffffffu, in[lane], 1);
+  out[lane] = s[lane ^ 1] + neighbour;
 }
 
 // Warp 1 reads what warp 0 wrote. kSynced: a __syncthreads between.
@@ -224,8 +236,8 @@ TEST_CASE("shared memory: stride 2 is a 2-way bank conflict, stride 1 and 33 are
     CHECK(a.shared_store.wavefronts == 1);
     CHECK(a.bank_conflicts() == 0);
   }
-  const auto sixteen_way = audited_one([&] { launch(shared_stride<32>, dim3(1), dim3(32), 0, nullptr, in.get(), out.get()); });
-  CHECK(sixteen_way.shared_store.wavefronts == 32);  // 32 lanes, one bank, 32 distinct words
+  const auto thirty_two_way = audited_one([&] { launch(shared_stride<32>, dim3(1), dim3(32), 0, nullptr, in.get(), out.get()); });
+  CHECK(thirty_two_way.shared_store.wavefronts == 32);  // 32 lanes, one bank, 32 distinct words
   CHECK(two_way.races.empty());
 }
 
@@ -246,6 +258,14 @@ TEST_CASE("racecheck: a warp reduction in shared memory without __syncwarp races
   const auto synced = audited_one([&] { launch(warp_sum<true>, dim3(1), dim3(32), 0, nullptr, in.get(), out.get()); });
   CHECK(synced.races.empty());
   CHECK(synced.shared_load.requests > 0);
+}
+
+TEST_CASE("racecheck: a shuffle does not order shared memory between lanes") {
+  Device<float> in(32), out(32);
+  const auto racy = audited_one([&] { launch(shuffle_is_not_a_fence, dim3(1), dim3(32), 0, nullptr, in.get(), out.get()); });
+  REQUIRE_FALSE(racy.races.empty());
+  CHECK(racy.races.front().hazard == std::string("read-after-write"));
+  CHECK(racy.races.front().space == audit::Space::shared);
 }
 
 TEST_CASE("racecheck: warps exchanging through shared memory without __syncthreads race") {
@@ -281,30 +301,37 @@ TEST_CASE("an op that reads its input twice moves twice its minimum") {
   for (const auto& a : launches) dram += a.dram_bytes();
   const uint64_t minimum = 2 * 4 * kN + 4;  // read x once, write y once, the scalar
   CHECK(double(dram) / double(minimum) > 1.4);
-  CHECK(launches[0].dram_read_bytes == 4 * kN);
-  CHECK(launches[1].dram_read_bytes == 4 * kN + 32);
+  CHECK(launches[0].dram_read_bytes == 4 * kN + 32);  // x, and the atomic's sector (read before written)
+  CHECK(launches[1].dram_read_bytes == 4 * kN + 32);  // x again, and the scalar
 }
 
 TEST_CASE("a kernel that streams its input twice: once from DRAM while it fits in the L2, twice when not") {
+  // Under every run order of the emulator (forward, reversed, shuffled threads, by seed): the L2 model
+  // sees the block's threads in lockstep, as a GPU runs them.
   Device<float> in(kN), out(kN);
   auto run = [&] { return audited_one([&] { launch(center_two_pass, dim3(1), dim3(256), 0, nullptr, in.get(), out.get(), kN); }); };
   REQUIRE(audit::l2_bytes() == audit::kH200L2Bytes);
-  const auto fits = run();
-  CHECK(fits.dram_read_bytes == 4 * kN);
-  CHECK(fits.dram_write_bytes == 4 * kN);
-  CHECK(fits.races.empty());
-  CHECK(fits.bank_conflicts() == 0);
-  // An L2 of a quarter of the input (the input's sectors are evicted before pass 2 comes back).
-  audit::set_l2_bytes(4 * kN / 4);
-  const auto streams = run();
-  audit::set_l2_bytes(audit::kH200L2Bytes);
-  CHECK(streams.dram_read_bytes == 2 * 4 * kN);
-  CHECK(streams.dram_write_bytes == 4 * kN);
-  // An L2 larger than the input and output together: one read again.
-  audit::set_l2_bytes(3 * 4 * kN);
-  const auto large = run();
-  audit::set_l2_bytes(audit::kH200L2Bytes);
-  CHECK(large.dram_read_bytes == 4 * kN);
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    CAPTURE(seed);
+    hg::emu::set_seed(seed);
+    const auto fits = run();
+    CHECK(fits.dram_read_bytes == 4 * kN);
+    CHECK(fits.dram_write_bytes == 4 * kN);
+    CHECK(fits.races.empty());
+    CHECK(fits.bank_conflicts() == 0);
+    // An L2 of a quarter of the input (the input's sectors are evicted before pass 2 comes back).
+    audit::set_l2_bytes(4 * kN / 4);
+    const auto streams = run();
+    CHECK(streams.dram_read_bytes == 2 * 4 * kN);
+    CHECK(streams.dram_write_bytes == 4 * kN);
+    // An L2 larger than the input and output together: one read again.
+    audit::set_l2_bytes(3 * 4 * kN);
+    const auto large = run();
+    CHECK(large.dram_read_bytes == 4 * kN);
+    audit::set_l2_bytes(audit::kH200L2Bytes);
+  }
+  const char* env = std::getenv("HG_EMU_SEED");
+  hg::emu::set_seed(env ? std::strtoull(env, nullptr, 0) : 0x68616c6667726164ull);  // back to the run's seed
 }
 
 TEST_CASE("the JSON form carries the figures") {

@@ -112,7 +112,7 @@ void adamw_step_device(void* param, void* master, const void* grad, void* exp_av
                        const AdamWStepScalars& s, double beta1, double beta2, double eps, double weight_decay,
                        DType dtype) {
   HG_CHECK(n >= 0, "[adamw_step_device] expected n >= 0, got ", n);
-  HG_CHECK(s.step != nullptr && (s.parity == 0 || s.parity == 1), "[adamw_step_device] expected a two-slot step count "
+  HG_CHECK(s.step != nullptr && (s.parity == 0 || s.parity == 1), "[adamw_step_device] expected a step count "
            "and parity 0 or 1, got ", s.step == nullptr ? "a null step pointer" : "parity ", s.parity);
   if (!adamw_skips(s) && n > 0)
     adamw_step(param, master, grad, exp_avg, exp_avg_sq, n, adamw_lr(s), beta1, beta2, eps, weight_decay,

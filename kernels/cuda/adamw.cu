@@ -12,12 +12,13 @@
 //
 // adamw_step_device (the capturable form, kernels/adamw_math.h AdamWStepScalars): every thread reads
 // lr, found_inf and the step count from device memory and builds the coefficients itself (a few
-// double operations per thread, not per element); when found_inf != 0 every thread returns before
-// touching memory. Thread 0 of block 0 writes the step count's other slot, which no thread reads. With
-// a blocks_done counter, each block takes a ticket when it is done (after a barrier: its threads have
-// read the count; after a fence: block 0's write is visible) and the block that takes the last one
-// moves the new count into the current slot and re-zeroes the counter -- the count is settled in the
-// same launch (the step of a GPT used to spend one extra copy launch per parameter on it).
+// double operations per thread, not per element); when found_inf != 0 no thread touches an element.
+// Thread 0 of block 0 writes the count after this call to the other slot, which no thread of this
+// launch reads. With a blocks_done counter, each block takes a ticket when it is done (after a barrier:
+// its threads have read the current count), and the block that takes the last one writes the new
+// count into the current slot itself (step[parity] + 1, or unchanged when skipped: it depends on no
+// other block's write) and re-zeroes the counter: the count is settled in the same launch (the step of a
+// GPT used to spend one extra copy launch per parameter on it).
 //
 // Parallel strategy: a grid-stride loop in which a thread owns four consecutive elements. When every
 // array is aligned to four of its elements, each is moved with one load and one store per array
@@ -97,12 +98,10 @@ __global__ void adamw_device_kernel(T* __restrict__ param, acc_t<T>* __restrict_
   if (s.blocks_done == nullptr) return;  // uniform: every thread of every block returns here
   __syncthreads();  // every thread of this block has read step[parity]
   if (threadIdx.x == 0) {
-    __threadfence();  // block 0's step[1 - parity] before its ticket
     const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z;
-    if (atomicAdd(s.blocks_done, 1ull) == blocks - 1) {
-      __threadfence();
-      const volatile int64_t* step = s.step;
-      s.step[s.parity] = step[1 - s.parity];
+    __threadfence();  // this block's reads of step[parity] are done before its ticket is seen
+    if (atomicAdd(s.blocks_done, 1ull) == blocks - 1) {  // every other block has read step[parity]
+      s.step[s.parity] += adamw_skips(s) ? 0 : 1;
       *s.blocks_done = 0;
     }
   }
@@ -152,7 +151,7 @@ void adamw_step_device(void* param, void* master, const void* grad, void* exp_av
                        DType dtype, Stream stream) {
   HG_CHECK(n >= 0, "[adamw_step_device] expected n >= 0, got ", n);
   HG_CHECK(scalars.step != nullptr && (scalars.parity == 0 || scalars.parity == 1),
-           "[adamw_step_device] expected a two-slot step count and parity 0 or 1");
+           "[adamw_step_device] expected a step count (two slots, three with blocks_done) and parity 0 or 1");
   HG_CHECK(n == 0 || (param && grad && exp_avg && exp_avg_sq),
            "[adamw_step_device] null param, grad or moment pointer for n = ", n);
   dispatch_floating_cuda(dtype, "adamw_step_device", [&]<class T>() {

@@ -17,7 +17,8 @@
 // load or store is one request, as a converged warp issues it on a GPU.
 //
 // Per request (global): the distinct 32-byte sectors its bytes touch. Efficiency = requested bytes /
-// (sectors x 32), capped at 1 (a broadcast, many lanes reading one word, is efficient, not > 100%).
+// (sectors x 32), capped at 1 per request (a broadcast, many lanes reading one word, is efficient, not
+// > 100%, and does not lift the efficiency of other requests of the same site).
 // Per request (shared): 32 banks of 4 bytes; accesses wider than 4 bytes are split into phases of
 // 128 bytes of lanes (8-byte: half-warps, 16-byte: quarter-warps), as the hardware does; a phase takes
 // as many wavefronts as the largest number of distinct 4-byte words any one bank serves (lanes reading
@@ -34,10 +35,15 @@
 //
 // Races (racecheck): within a block, two accesses to the same byte by different threads, at least one a
 // write, neither an atomic, not ordered by a __syncthreads between them (the barrier count differs) nor,
-// for lanes of one warp, by a warp collective both took part in after the first and before the second
-// (__syncwarp, shuffles, votes, __reduce_*: vector clocks per warp). This includes the intra-warp races
-// a lockstep-assuming kernel has. Accesses by different blocks to one address are not checked (the
-// emulator runs blocks one after another; inter-block communication goes through atomics and fences).
+// for lanes of one warp, by a __syncwarp both took part in after the first and before the second (vector
+// clocks per warp; shuffles, votes and __reduce_* exchange registers but do not order memory in CUDA's
+// model, so they do not count). This includes the intra-warp races a lockstep-assuming kernel has.
+// Accesses by different blocks to one address are not checked (the emulator runs blocks one after
+// another; inter-block communication goes through atomics and fences).
+//
+// HG_EMU_AUDIT_JSONL=path records every launch of the program from start-up and writes them to `path`;
+// it takes them as they finish (in batches, and at exit), so take_launches has nothing for the program
+// itself then.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -73,11 +79,13 @@ struct AccessTotals {
   uint64_t accesses = 0;         // thread-level accesses
   uint64_t requested_bytes = 0;  // sum of the accesses' sizes
   uint64_t sectors = 0;          // global: distinct 32-byte sectors per request, summed
+  uint64_t useful_bytes = 0;     // global: min(requested, sectors x 32) per request, summed
   uint64_t wide_accesses = 0;    // accesses of 16 bytes (one vector instruction per lane)
   uint64_t wavefronts = 0;       // shared: wavefronts per request, summed
   uint64_t phases = 0;           // shared: the conflict-free wavefronts (1, 2 or 4 per request)
 
-  // requested bytes / fetched sector bytes, at most 1; 1 when nothing was requested.
+  // useful bytes / fetched sector bytes: each request's requested / fetched, capped at 1 per request (a
+  // broadcast cannot make up for a gather); 1 when nothing was fetched.
   double efficiency() const;
   uint64_t bank_conflicts() const { return wavefronts - phases; }  // extra wavefronts
   double vector_share() const { return accesses ? double(wide_accesses) / double(accesses) : 0.0; }

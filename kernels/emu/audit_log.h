@@ -85,10 +85,11 @@ std::vector<std::string> locate(const std::vector<uintptr_t>& pcs);
 extern bool g_recording;  // set_enabled and the audit flavour both on
 void begin_launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes);
 void end_launch();
+void abort_launch();  // the launch threw: drop what was recorded
 void begin_block(uint3 block, dim3 block_dim);
 void end_block();
 void on_barrier();                                    // a __syncthreads released
-void on_warp_sync(uint32_t warp, unsigned lanes);     // a warp collective completed for `lanes`
+void on_warp_sync(uint32_t warp, unsigned lanes);     // a __syncwarp completed for `lanes`
 // The hot path (audit_trace.cpp): one access of the running CUDA thread.
 void record(uintptr_t address, unsigned size, Kind kind, uintptr_t pc);
 

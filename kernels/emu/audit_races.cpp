@@ -5,16 +5,18 @@
 //   * program order within a thread;
 //   * a released __syncthreads orders everything before it before everything after it, so the shadow
 //     (and the warps' clocks) start afresh at every barrier;
-//   * within one warp, a completed collective (__syncwarp, shuffle, vote, __reduce_*) orders what its
-//     lanes did before it before what they do after it: each lane carries a vector clock over the 32
-//     lanes of its warp; a collective joins its lanes' clocks and advances each lane's own entry. An
-//     access by lane a with own clock c is ordered before lane b's later access iff b's clock[a] >= c.
+//   * within one warp, a completed __syncwarp orders what its lanes did before it before what they do
+//     after it (shuffles, votes and __reduce_* do not order memory in CUDA's model): each lane carries a
+//     vector clock over the 32 lanes of its warp; a __syncwarp joins its lanes' clocks and advances each
+//     lane's own entry. An access by lane a with own clock c is ordered before lane b's later access iff
+//     b's clock[a] >= c.
 // Two accesses to one byte by different threads, at least one a store and neither an atomic, that are
 // not ordered are a race: read-after-write, write-after-read or write-after-write, named by which came
 // second in the emulator's execution. Per byte the shadow keeps the last store and up to four loads by
 // distinct threads since it (more readers are rare in kernels and only make a missed report possible).
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "kernels/emu/audit_log.h"
 
@@ -137,7 +139,7 @@ class Replay {
   void report(const char* hazard, const Stamp& first, const Entry& second, uint32_t index) {
     const Entry& a = log_.entries[first.entry];
     for (RawRace& r : launch_.races) {
-      if (r.hazard == hazard && r.first_pc == a.pc && r.second_pc == second.pc) {
+      if (std::strcmp(r.hazard, hazard) == 0 && r.first_pc == a.pc && r.second_pc == second.pc) {
         ++r.count;
         return;
       }

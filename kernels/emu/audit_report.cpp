@@ -2,7 +2,7 @@
 // source line, and their JSON form.
 //
 // Source lines come from the binary's own line table (the audit flavour compiles the instrumented
-// sources with -g1), read by binutils' addr2line, run once per take_launches for every new address.
+// sources with -g1), read by binutils' addr2line (-a -i), run once per take_launches for the new addresses.
 // An access inlined from a helper is named by the innermost place outside kernels/emu (the helper's
 // line) and, when that is not the outermost, by the outermost too ("helper.h:12 < kernel.cu:40").
 #include <dlfcn.h>
@@ -37,38 +37,33 @@ bool is_emulator(const std::string& location) {
 }
 
 // Runs addr2line over the addresses of one object file; returns one chain of "file:line" per address
-// (innermost first).
+// (innermost first). `-a` prints each address before its chain, which is how chains are told apart.
 std::vector<std::vector<std::string>> addr2line(const std::string& object, const std::vector<uintptr_t>& offsets) {
   std::vector<std::vector<std::string>> chains(offsets.size());
-  if (offsets.empty()) return chains;
+  if (offsets.empty() || object.find('\'') != std::string::npos) return chains;
   std::ostringstream command;
-  // A sentinel address after each one separates the inline chains.
-  command << "addr2line -i -e '" << object << "'";
-  for (uintptr_t o : offsets) command << " 0x" << std::hex << o << " 0x0";
+  command << "addr2line -a -i -e '" << object << "'";
+  for (uintptr_t o : offsets) command << " 0x" << std::hex << o;
   command << " 2>/dev/null";
   FILE* pipe = popen(command.str().c_str(), "r");
   if (!pipe) return chains;
   char line[4096];
-  size_t index = 0;
-  bool sentinel_next = false;
-  while (std::fgets(line, sizeof line, pipe) && index < offsets.size()) {
+  long index = -1;
+  while (std::fgets(line, sizeof line, pipe)) {
     std::string text(line);
     while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-    // The sentinel (address 0) prints "??:0" or "??:?": it ends the chain of the address before it.
-    if (text.rfind("??:", 0) == 0 && sentinel_next) {
+    if (text.rfind("0x", 0) == 0) {  // the next address
       ++index;
-      sentinel_next = false;
       continue;
     }
-    if (text.rfind("??:", 0) == 0) {  // the address itself has no line
-      chains[index].push_back("?");
-      sentinel_next = true;
+    if (index < 0 || size_t(index) >= chains.size()) break;
+    if (text.rfind("??", 0) == 0) {
+      chains[size_t(index)].push_back("?");
       continue;
     }
     const size_t space = text.find(" (discriminator");
     if (space != std::string::npos) text.resize(space);
-    chains[index].push_back(short_path(text));
-    sentinel_next = true;
+    chains[size_t(index)].push_back(short_path(text));
   }
   pclose(pipe);
   return chains;
@@ -77,7 +72,7 @@ std::vector<std::vector<std::string>> addr2line(const std::string& object, const
 std::string describe(const std::vector<std::string>& chain) {
   if (chain.empty()) return "?";
   size_t inner = 0;
-  while (inner < chain.size() && is_emulator(chain[inner])) ++inner;
+  while (inner < chain.size() && (is_emulator(chain[inner]) || chain[inner] == "?")) ++inner;
   if (inner == chain.size()) return chain.front();
   const std::string& outer = chain.back();
   if (inner + 1 == chain.size() || is_emulator(outer)) return chain[inner];

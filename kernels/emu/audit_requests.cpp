@@ -2,9 +2,10 @@
 // requests, and each request's 32-byte sectors (global memory) or bank wavefronts (shared memory),
 // folded into the launch's per-site and per-space totals and its set of distinct sectors.
 //
-// A request is the set of accesses with the same (warp, instruction, space, kind, occurrence), where
-// the occurrence counts how many times this lane has executed that instruction in this block: the
-// k-th execution of a load by each lane of a warp is one warp-wide load on a converged GPU warp.
+// A request is the set of accesses with the same (barrier phase, warp, instruction, space, kind,
+// occurrence), where the occurrence counts how many times this lane has executed that instruction since
+// the last __syncthreads: the k-th execution of a load by each lane of a warp is one warp-wide load on a
+// converged GPU warp.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -14,8 +15,8 @@
 namespace hg::emu::audit {
 
 double AccessTotals::efficiency() const {
-  if (requested_bytes == 0 || sectors == 0) return 1.0;
-  return std::min(1.0, double(requested_bytes) / (32.0 * double(sectors)));
+  if (sectors == 0) return 1.0;
+  return double(useful_bytes) / (32.0 * double(sectors));
 }
 
 AccessTotals& AccessTotals::operator+=(const AccessTotals& o) {
@@ -23,6 +24,7 @@ AccessTotals& AccessTotals::operator+=(const AccessTotals& o) {
   accesses += o.accesses;
   requested_bytes += o.requested_bytes;
   sectors += o.sectors;
+  useful_bytes += o.useful_bytes;
   wide_accesses += o.wide_accesses;
   wavefronts += o.wavefronts;
   phases += o.phases;
@@ -46,6 +48,7 @@ namespace detail {
 namespace {
 
 struct Keyed {
+  uint32_t phase;  // barriers passed
   uint32_t warp;
   uint32_t occurrence;
   uintptr_t pc;
@@ -53,6 +56,7 @@ struct Keyed {
   uint32_t lane;
   uint32_t index;  // into the log
   bool operator<(const Keyed& o) const {
+    if (phase != o.phase) return phase < o.phase;
     if (warp != o.warp) return warp < o.warp;
     if (pc != o.pc) return pc < o.pc;
     if (space != o.space) return space < o.space;
@@ -61,7 +65,7 @@ struct Keyed {
     return lane < o.lane;
   }
   bool same_request(const Keyed& o) const {
-    return warp == o.warp && pc == o.pc && space == o.space && kind == o.kind && occurrence == o.occurrence;
+    return phase == o.phase && warp == o.warp && pc == o.pc && space == o.space && kind == o.kind && occurrence == o.occurrence;
   }
 };
 
@@ -126,15 +130,15 @@ std::pair<uint64_t, uint64_t> request_wavefronts(const std::vector<Entry>& entri
   return {wavefronts, used};
 }
 
-// One access of `sector` through the L2 model: counts the DRAM read (a load of a sector not cached)
-// and write-back (the first write of a sector in a stay) it causes.
-void through_l2(LaunchState& launch, uint64_t sector, bool write) {
+// One access of `sector` through the L2 model: counts the DRAM read (a load or an atomic, which reads
+// before it writes, of a sector not cached) and write-back (the first write of a sector in a stay).
+void through_l2(LaunchState& launch, uint64_t sector, bool write, bool reads) {
   auto [it, inserted] = launch.l2.try_emplace(sector);
   LaunchState::CachedSector& s = it->second;
   const bool evicted = !inserted && launch.l2_clock - s.touched >= launch.l2_capacity_sectors;
   if (inserted || evicted) {
     ++launch.l2_clock;
-    if (!write) launch.audit.dram_read_bytes += 32;
+    if (reads) launch.audit.dram_read_bytes += 32;
     s.dirty = false;
   }
   if (write && !s.dirty) {
@@ -174,7 +178,9 @@ void through_l2_in_lockstep(const BlockLog& log, LaunchState& launch) {
   std::sort(order.begin(), order.end());
   for (const Ordered& o : order) {
     const Entry& e = log.entries[o.index];
-    for (uint64_t s = e.address >> 5; s <= (e.address + e.size - 1) >> 5; ++s) through_l2(launch, s, e.kind != Kind::load);
+    for (uint64_t s = e.address >> 5; s <= (e.address + e.size - 1) >> 5; ++s) {
+      through_l2(launch, s, e.kind != Kind::load, e.kind != Kind::store);
+    }
   }
 }
 
@@ -190,12 +196,19 @@ void add_requests(const BlockLog& log, LaunchState& launch) {
   const std::vector<Entry>& entries = log.entries;
   std::vector<Keyed> keyed;
   keyed.reserve(entries.size());
+  uint32_t phase = 0;
+  // Occurrences restart at every barrier, so lanes that diverged realign there.
   std::unordered_map<std::pair<uint32_t, uintptr_t>, uint32_t, PairHash> occurrences;
   for (uint32_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
+    if (e.type == EntryType::barrier) {
+      occurrences.clear();
+      ++phase;
+      continue;
+    }
     if (e.type != EntryType::access) continue;
     const uint32_t occurrence = occurrences[{e.thread, e.pc}]++;
-    keyed.push_back(Keyed{e.thread / 32, occurrence, e.pc, uint8_t(e.space), uint8_t(e.kind), e.thread % 32, i});
+    keyed.push_back(Keyed{phase, e.thread / 32, occurrence, e.pc, uint8_t(e.space), uint8_t(e.kind), e.thread % 32, i});
   }
   through_l2_in_lockstep(log, launch);
   std::sort(keyed.begin(), keyed.end());
@@ -217,6 +230,7 @@ void add_requests(const BlockLog& log, LaunchState& launch) {
     const Kind kind = Kind(begin->kind);
     if (space == Space::global) {
       request.sectors = request_sectors(entries, begin, end, scratch);
+      request.useful_bytes = std::min<uint64_t>(request.requested_bytes, 32 * request.sectors);
     } else {
       const auto [wavefronts, phases] = request_wavefronts(entries, begin, end);
       request.wavefronts = wavefronts;

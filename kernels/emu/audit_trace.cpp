@@ -204,6 +204,13 @@ void end_block() {
   r.log.entries.clear();
 }
 
+void abort_launch() {
+  Recorder& r = recorder();
+  r.in_launch = false;
+  r.log.entries.clear();
+  r.launch = LaunchState{};
+}
+
 void end_launch() {
   Recorder& r = recorder();
   if (!r.in_launch) return;

@@ -325,7 +325,11 @@ bool BlockRunner::try_complete(Warp& warp, int group, const Fiber* running) {
   const WarpGroup g = warp.groups[group];
   const unsigned required = g.mask & warp.alive;
   if ((g.arrived & required) != required) return false;
-  if (audit::detail::g_recording) audit::detail::on_warp_sync(uint32_t(&warp - warps_.data()), g.arrived);
+  // Of the warp collectives only __syncwarp orders memory between its lanes (CUDA's memory model): the
+  // race check joins the lanes' clocks for it alone.
+  if (audit::detail::g_recording && fibers_[uint32_t(&warp - warps_.data()) * 32 + __builtin_ctz(g.arrived)].op == WarpOp::Sync) {
+    audit::detail::on_warp_sync(uint32_t(&warp - warps_.data()), g.arrived);
+  }
   compute_results(warp, g);
   warp.groups[group] = warp.groups[--warp.n_groups];
   push_released(warp, g.arrived, running);

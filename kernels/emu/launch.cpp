@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -225,9 +226,17 @@ void execute_grid(const LaunchRequest& request) {
     std::lock_guard<std::mutex> lock(serial_grid_mutex());
     BlockRunner& runner = BlockRunner::this_thread();
     // The audit records serial grids only (its flavour runs every grid serially).
+    // A launch that throws (a kernel's exception, a deadlock) is dropped, not reported half-recorded.
     struct AuditedLaunch {
+      int exceptions = std::uncaught_exceptions();
       explicit AuditedLaunch(const GridJob& j) { audit::detail::begin_launch(j.kernel, j.grid, j.block, j.shared_bytes); }
-      ~AuditedLaunch() { audit::detail::end_launch(); }
+      ~AuditedLaunch() {
+        if (std::uncaught_exceptions() > exceptions) {
+          audit::detail::abort_launch();
+        } else {
+          audit::detail::end_launch();
+        }
+      }
     } audited(job);
     for (uint32_t b : order) runner.run(job, block_index(b, job.grid));
     return;
