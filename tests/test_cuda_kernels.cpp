@@ -1113,7 +1113,7 @@ TEST_CASE("cuda adamw_step_device with a blocks-done counter settles the step co
   // call, the count where the next call reads it, and the same update as the two-slot form.
   Rng rng(112);
   const int64_t kSteps = 3, kStart = 4;
-  for (int64_t n : {int64_t(5), int64_t(3001), int64_t(70000)}) {  // one block, a few, many
+  for (int64_t n : {int64_t(0), int64_t(5), int64_t(3001), int64_t(70000)}) {  // none, one block, a few, many
     for (bool skipped : {false, true}) {
       CAPTURE(n);
       CAPTURE(skipped);
