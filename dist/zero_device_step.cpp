@@ -66,6 +66,25 @@ void ZeroOptimizer::unscale_on_device(const Tensor& scale, const Tensor& found_i
   comm_.all_reduce(found_inf.data_ptr(), 1, DType::f32, ReduceOp::max, device_).block(compute_stream_of(device_));
 }
 
+// grad_norm's sum (zero_optimizer.cpp).
+double ZeroOptimizer::global_sum_of_squares() {
+  if (!device_.is_cuda() || !decides_on_device()) {
+    double sum = local_sum_of_squares();
+    comm_.all_reduce(&sum, 1, DType::f64, ReduceOp::sum).wait();
+    return sum;
+  }
+  // On a CUDA device, the very reduction clip_grad_norm_on_device makes (the kernel into device
+  // memory, the collective on the device), then one read: the host and the device decision then agree
+  // bit for bit. (Two collectives may add the ranks' sums in different orders: at 4 ranks that is an
+  // ulp of difference in the double sum.)
+  NoGradGuard no_grad;
+  const Tensor total = zeros({1}, DType::f64, device_);
+  const Tensor share = norm_share();
+  HG_KERNEL(device_, sum_of_squares_into, share.data_ptr(), share.numel(), dtype_, static_cast<double*>(total.data_ptr()));
+  comm_.all_reduce(total.data_ptr(), 1, DType::f64, ReduceOp::sum, device_).block(compute_stream_of(device_));
+  return total.item();
+}
+
 void ZeroOptimizer::clip_grad_norm_on_device(double max_norm, const Tensor& sum_sq) {
   HG_CHECK(decides_on_device(), "[ZeroOptimizer] clip_grad_norm_on_device: the offload optimizer decides on the "
            "host; use clip_grad_norm(max_norm)");

@@ -316,11 +316,10 @@ double ZeroOptimizer::local_sum_of_squares() {
 double ZeroOptimizer::grad_norm() {
   finish_gradient_sync();
   if (norm_ >= 0.0 || std::isnan(norm_)) return norm_;
-  double sum = local_sum_of_squares();
-  comm_.all_reduce(&sum, 1, DType::f64, ReduceOp::sum).wait();
-  norm_ = std::sqrt(sum) * std::abs(grad_scale_);
+  norm_ = std::sqrt(global_sum_of_squares()) * std::abs(grad_scale_);
   return norm_;
 }
+
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   HG_CHECK(std::isfinite(max_norm) && max_norm > 0,

@@ -314,6 +314,7 @@ class ZeroOptimizer final : public optim::Optimizer {
   // The gradient of flat element `global` (stage 0/1: the flat buffer; stage 2: the shard).
   Tensor grad_range(int64_t global_begin, int64_t count) const;
   double local_sum_of_squares();
+  double global_sum_of_squares();  // over the ranks; on CUDA the same reduction as the device decision's
   // The gradients this rank adds to the global sum of squares (stage 0: its 1/N share of the flat
   // buffer), and the ones its clip pass scales (stages 0/1: the whole flat buffer, as clip_grad_norm).
   Tensor norm_share() const;
