@@ -79,10 +79,15 @@ double ZeroOptimizer::global_sum_of_squares() {
   // ulp of difference in the double sum.)
   NoGradGuard no_grad;
   const Tensor total = zeros({1}, DType::f64, device_);
-  const Tensor share = norm_share();
-  HG_KERNEL(device_, sum_of_squares_into, share.data_ptr(), share.numel(), dtype_, static_cast<double*>(total.data_ptr()));
-  comm_.all_reduce(total.data_ptr(), 1, DType::f64, ReduceOp::sum, device_).block(compute_stream_of(device_));
+  sum_of_squares_on_device(total);
   return total.item();
+}
+
+void ZeroOptimizer::sum_of_squares_on_device(const Tensor& sum_sq) {
+  sum_sq.zero_();
+  const Tensor share = norm_share();
+  HG_KERNEL(device_, sum_of_squares_into, share.data_ptr(), share.numel(), dtype_, static_cast<double*>(sum_sq.data_ptr()));
+  comm_.all_reduce(sum_sq.data_ptr(), 1, DType::f64, ReduceOp::sum, device_).block(compute_stream_of(device_));
 }
 
 void ZeroOptimizer::clip_grad_norm_on_device(double max_norm, const Tensor& sum_sq) {
@@ -97,11 +102,8 @@ void ZeroOptimizer::clip_grad_norm_on_device(double max_norm, const Tensor& sum_
   NoGradGuard no_grad;
   finish_gradient_sync();
   norm_ = -1.0;
-  auto* sum = static_cast<double*>(sum_sq.data_ptr());
-  sum_sq.zero_();
-  const Tensor share = norm_share();
-  HG_KERNEL(device_, sum_of_squares_into, share.data_ptr(), share.numel(), dtype_, sum);
-  comm_.all_reduce(sum, 1, DType::f64, ReduceOp::sum, device_).block(compute_stream_of(device_));
+  sum_of_squares_on_device(sum_sq);
+  const auto* sum = static_cast<const double*>(sum_sq.data_ptr());
   const Tensor g = clipped_grads();
   const kernels::TensorSpan span{g.data_ptr(), g.numel(), g.dtype()};
   kernels::GradientMultiplier m;

@@ -315,6 +315,9 @@ class ZeroOptimizer final : public optim::Optimizer {
   Tensor grad_range(int64_t global_begin, int64_t count) const;
   double local_sum_of_squares();
   double global_sum_of_squares();  // over the ranks; on CUDA the same reduction as the device decision's
+  // sum_sq (an f64 scalar on the device) = the sum over the ranks, without a host read: one reduction,
+  // shared by clip_grad_norm_on_device and grad_norm, so the two agree bit for bit.
+  void sum_of_squares_on_device(const Tensor& sum_sq);
   // The gradients this rank adds to the global sum of squares (stage 0: its 1/N share of the flat
   // buffer), and the ones its clip pass scales (stages 0/1: the whole flat buffer, as clip_grad_norm).
   Tensor norm_share() const;
