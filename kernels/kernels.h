@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/declare_kernel.h"
+#include "kernels/attention_problem.h"
 #include "kernels/binary_math.h"
 #include "kernels/conv_geometry.h"
 #include "kernels/dtype.h"
@@ -140,6 +141,22 @@ HG_DECLARE_KERNEL(void, cross_entropy_forward,
 HG_DECLARE_KERNEL(void, cross_entropy_backward,
                   (const void* logits, const void* targets, DType index_dtype, const void* lse, const void* dloss,
                    void* dlogits, int64_t rows, int64_t cols, int64_t ignore_index, DType dtype));
+
+// ---- fused attention (FlashAttention-2; the math: kernels/attention_problem.h) -----------------
+// Forward: o (written) and lse [batch, heads, tq] contiguous in accumulate_dtype(dtype); the T x T
+// scores and probabilities are never stored. q, k, v are read only.
+// CPU: every floating dtype and head dimension. CUDA: cuda_attention_supports(d, dtype), else an
+// hg::Error naming the head dimension and dtype.
+HG_DECLARE_KERNEL(void, attention_forward,
+                  (const AttentionProblem& p, AttentionTensor q, AttentionTensor k, AttentionTensor v,
+                   AttentionTensor o, void* lse, DType dtype));
+// Backward: dq, dk, dv written (=) from q, k, v, o, dout and the forward's lse; `delta` is scratch of
+// batch * heads * tq elements in accumulate_dtype(dtype) (receives D = rowsum(dO * O)). The probabilities
+// (and the dropout mask) are recomputed tile by tile from q, k and lse.
+HG_DECLARE_KERNEL(void, attention_backward,
+                  (const AttentionProblem& p, AttentionTensor q, AttentionTensor k, AttentionTensor v,
+                   AttentionTensor o, AttentionTensor dout, const void* lse, void* delta, AttentionTensor dq,
+                   AttentionTensor dk, AttentionTensor dv, DType dtype));
 
 // ---- LayerNorm ---------------------------------------------------------------------------------
 // The one statement of LayerNorm's math (kernels/cpu/layer_norm.cpp, kernels/cuda/layer_norm.cu and
