@@ -7,6 +7,7 @@
 //
 // Binary ops need equal dtypes and devices and broadcast shapes NumPy-style.
 #include <array>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -88,8 +89,25 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 // Zeroes each element with probability p and scales the rest by 1/(1-p) when training; the mask is
 // drawn from the default generator's Philox stream and regenerated (not stored) for backward.
 Tensor dropout(const Tensor& x, double p, bool training = true);
-// Causal scaled-dot-product attention: q, k, v [.., T, D] -> softmax(q k^T / sqrt(D) + causal mask) v.
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true);
+// Which implementation scaled_dot_product_attention runs (engine/ops/attention*.cpp):
+//   Fused:    the FlashAttention-2 kernels (kernels/attention_problem.h): saves O and the row
+//             log-sum-exp, never the T x T probabilities. CPU: every floating dtype and head dimension;
+//             CUDA: cuda_attention_supports(D, dtype) (D 64 or 128; f16, bf16, f32). Also needs
+//             q, k, v with equal leading dimensions and D == Dv; an hg::Error says which is missing.
+//   Composed: batched GEMM, the (causal) softmax kernel, dropout, batched GEMM: the reference.
+//   Auto:     Fused where it applies, else Composed.
+enum class AttentionImpl { Auto, Fused, Composed };
+const char* attention_impl_name(AttentionImpl impl);
+// Scaled-dot-product attention: q [.., Tq, D], k [.., Tk, D], v [.., Tk, Dv] ->
+//   dropout(softmax(q k^T / sqrt(D) + causal mask), p) v                   [.., Tq, Dv]
+// causal: query i sees keys j <= i + (Tk - Tq). dropout_p > 0 drops probabilities (pass 0 when not
+// training), drawn from the default generator's Philox stream; the fused and composed paths drop the
+// same ones. The fused result of a [B, H, Tq, D] problem is a [B, Tq, H, D] buffer seen through a
+// transpose, so merging the heads afterwards (transpose(1, 2).reshape) is a view.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
+                                    double dropout_p = 0.0, AttentionImpl impl = AttentionImpl::Auto);
+// The implementation Auto picks for these operands (and why the fused kernels refuse them, when they do).
+AttentionImpl attention_impl_for(const Tensor& q, const Tensor& k, const Tensor& v, std::string* why_not_fused = nullptr);
 
 // ---- convolution and pooling over NCHW: engine/ops/conv.cpp ----
 using Size2d = std::array<int64_t, 2>;  // (height, width)

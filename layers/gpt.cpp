@@ -20,7 +20,7 @@ void GPTConfig::validate() const {
 }
 
 TransformerOptions GPTConfig::block_options() const {
-  return TransformerOptions().n_embd(n_embd_).n_head(n_head_).dropout(dropout_);
+  return TransformerOptions().n_embd(n_embd_).n_head(n_head_).dropout(dropout_).attention(attention_);
 }
 
 GPT::GPT(const GPTConfig& c) : config(c), checkpoint_every_(c.checkpoint_every()) {

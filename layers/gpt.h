@@ -21,6 +21,8 @@ struct GPTConfig {
   HG_OPTION(GPTConfig, int64_t, n_head, 4);
   HG_OPTION(GPTConfig, int64_t, n_embd, 128);
   HG_OPTION(GPTConfig, double, dropout, 0.0);
+  // The attention implementation of every block (engine/ops.h; Composed: the reference path).
+  HG_OPTION(GPTConfig, AttentionImpl, attention, AttentionImpl::Auto);
   // Activation checkpointing (engine/checkpoint.h): 0 keeps every activation; K >= 1 runs the blocks
   // in segments of K consecutive blocks, each one hg::checkpoint region (K = 1: every block), so the
   // forward keeps only the segments' inputs and the backward recomputes one segment at a time.

@@ -23,7 +23,8 @@ Tensor MLP::forward(const Tensor& x) {
   return drop->forward(c_proj->forward(gelu(c_fc->forward(x))));
 }
 
-CausalSelfAttention::CausalSelfAttention(const TransformerOptions& o) : n_head(o.n_head()) {
+CausalSelfAttention::CausalSelfAttention(const TransformerOptions& o)
+    : n_head(o.n_head()), attention_dropout(o.dropout()), attention(o.attention()) {
   o.validate();
   c_attn = register_module("c_attn", std::make_shared<Linear>(o.n_embd(), 3 * o.n_embd()));
   c_proj = register_module("c_proj", std::make_shared<Linear>(o.n_embd(), o.n_embd()));
@@ -37,7 +38,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const Tensor qkv = c_attn->forward(x);  // [B, T, 3C]
   // Views only: [B, T, C] slice -> [B, T, H, D] -> [B, H, T, D]; the GEMMs read the strides.
   auto heads = [&](int64_t which) { return qkv.narrow(2, which * C, C).view({B, T, n_head, D}).transpose(1, 2); };
-  const Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), /*causal=*/true);
+  const Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), /*causal=*/true,
+                                                is_training() ? attention_dropout : 0.0, attention);
   return drop->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
 }
 

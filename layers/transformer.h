@@ -1,8 +1,10 @@
 #pragma once
 // The pieces of a GPT-2 style transformer: MLP, CausalSelfAttention and the pre-LN Block.
 //   Block(x) = x + attn(ln_1(x)),  then  + mlp(ln_2(x))
-//   attn(x)  = c_proj(softmax(q k^T / sqrt(D) + causal) v), q, k, v split from one c_attn(x)
+//   attn(x)  = dropout(c_proj(dropout(softmax(q k^T / sqrt(D) + causal)) v)), q, k, v split from one c_attn(x)
 //   mlp(x)   = dropout(c_proj(gelu(c_fc(x))))
+// The attention runs scaled_dot_product_attention with `attention` (engine/ops.h: Auto takes the fused
+// FlashAttention-2 kernels where they apply); dropout on the probabilities only while training.
 #include "kernels/options.h"
 #include "layers/basic.h"
 
@@ -16,6 +18,7 @@ struct TransformerOptions {
   HG_OPTION(TransformerOptions, int64_t, mlp_ratio, 4);
   HG_OPTION(TransformerOptions, double, dropout, 0.0);
   HG_OPTION(TransformerOptions, double, layer_norm_eps, 1e-5);
+  HG_OPTION(TransformerOptions, AttentionImpl, attention, AttentionImpl::Auto);
 
  public:
   // Throws naming the offending field (e.g. n_embd % n_head != 0).
@@ -38,6 +41,8 @@ class CausalSelfAttention : public UnaryModule {
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> drop;
   const int64_t n_head;
+  const double attention_dropout;
+  const AttentionImpl attention;
 };
 
 class Block : public UnaryModule {

@@ -17,15 +17,18 @@ namespace hg::test {
 struct MemoryModelShape {
   int64_t B = 8, T = 32, C = 32, H = 2, L = 4, V = 64;
   double dropout = 0.1;
+  AttentionImpl attention = AttentionImpl::Auto;  // Auto: the fused kernels (they take every CPU shape)
 };
 
 // Bytes of the activations one pre-LN block certainly keeps for backward besides its input, counted
 // from what its ops save (a lower bound: layer-norm statistics and the dropout seeds are left out),
 // with N = B T tokens and e bytes per element: ln_1 out, attention output, h = x + attn, ln_2 out
-// (N C each), qkv (3 N C), c_fc out and gelu out (4 N C each), attention probabilities (B H T T).
+// (N C each), qkv (3 N C), c_fc out and gelu out (4 N C each), and with the composed attention its
+// probabilities (B H T T; the fused kernels keep B H T fp32 log-sum-exps instead, left out).
 inline int64_t block_activation_bytes(const MemoryModelShape& s, int64_t e) {
   const int64_t N = s.B * s.T;
-  return e * (N * s.C * (4 + 3 + 4 + 4) + s.B * s.H * s.T * s.T);
+  const int64_t probabilities = s.attention == AttentionImpl::Composed ? s.B * s.H * s.T * s.T : 0;
+  return e * (N * s.C * (4 + 3 + 4 + 4) + probabilities);
 }
 // Bytes of one block's input (what a checkpoint keeps): N C elements.
 inline int64_t block_input_bytes(const MemoryModelShape& s, int64_t e) { return e * s.B * s.T * s.C; }
@@ -40,6 +43,7 @@ inline std::shared_ptr<nn::GPT> make_memory_model(const MemoryModelShape& s, int
                           .n_head(s.H)
                           .n_embd(s.C)
                           .dropout(s.dropout)
+                          .attention(s.attention)
                           .checkpoint_every(checkpoint_every);
   auto model = std::make_shared<nn::GPT>(config);
   model->to(dtype);
