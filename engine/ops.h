@@ -98,6 +98,8 @@ Tensor dropout(const Tensor& x, double p, bool training = true);
 //   Auto:     Fused where it applies, else Composed.
 enum class AttentionImpl { Auto, Fused, Composed };
 const char* attention_impl_name(AttentionImpl impl);
+// "auto", "fused" or "composed"; anything else is an hg::Error naming the choices.
+AttentionImpl parse_attention_impl(const std::string& name);
 // Scaled-dot-product attention: q [.., Tq, D], k [.., Tk, D], v [.., Tk, Dv] ->
 //   dropout(softmax(q k^T / sqrt(D) + causal mask), p) v                   [.., Tq, Dv]
 // causal: query i sees keys j <= i + (Tk - Tq). dropout_p > 0 drops probabilities (pass 0 when not

@@ -75,6 +75,10 @@ Tensor GPT::forward(const Tensor& ids) {
   return matmul(x, wte->weight.t());
 }
 
+void GPT::set_attention(AttentionImpl impl) {
+  for (const auto& block : h) block->attn->attention = impl;
+}
+
 void GPT::set_checkpoint_every(int64_t k) {
   HG_CHECK(k >= 0, "[GPT] expected checkpoint_every >= 0 (0: off, K: segments of K blocks), got ", k);
   checkpoint_every_ = k;

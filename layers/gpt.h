@@ -49,6 +49,9 @@ class GPT : public Module {
 
   // Activation checkpointing from now on (starts at config.checkpoint_every(); also for loaded models).
   void set_checkpoint_every(int64_t k);
+  // The attention implementation of every block (config.attention() at construction), e.g. after load().
+  void set_attention(AttentionImpl impl);
+  AttentionImpl attention() const { return h.empty() ? config.attention() : h.front()->attn->attention; }
   int64_t checkpoint_every() const { return checkpoint_every_; }
 
   const GPTConfig config;

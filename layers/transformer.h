@@ -42,7 +42,7 @@ class CausalSelfAttention : public UnaryModule {
   std::shared_ptr<Dropout> drop;
   const int64_t n_head;
   const double attention_dropout;
-  const AttentionImpl attention;
+  AttentionImpl attention;  // may be changed between steps (GPT::set_attention)
 };
 
 class Block : public UnaryModule {

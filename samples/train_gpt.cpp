@@ -30,6 +30,23 @@ using samples::kProgram;
 using samples::TrainGptConfig;
 
 // A fresh GPT, or --load's; in the precision and on the device of the run.
+// "fused" or "composed (why the fused kernels refuse this model)", for the chosen implementation on
+// the model's device, dtype and head dimension. --attention fused where they refuse: a usage error.
+std::string attention_description(const nn::GPT& model) {
+  const Tensor weight = model.wte->weight;
+  const Tensor probe = empty({1, 1, 1, model.config.n_embd() / model.config.n_head()}, weight.dtype(), weight.device());
+  std::string why;
+  const AttentionImpl automatic = attention_impl_for(probe, probe, probe, &why);
+  switch (model.attention()) {
+    case AttentionImpl::Composed: return "composed (--attention composed)";
+    case AttentionImpl::Fused:
+      if (!why.empty()) samples::exit_with_usage_error(kProgram, "--attention fused: " + why);
+      return "fused (FlashAttention-2 kernels)";
+    case AttentionImpl::Auto: break;
+  }
+  return automatic == AttentionImpl::Fused ? "fused (FlashAttention-2 kernels)" : "composed (" + why + ")";
+}
+
 std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
   std::shared_ptr<nn::GPT> model;
   if (!c.load.empty()) {
@@ -54,6 +71,7 @@ std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
   model->to(Device::parse(c.device));
   if (c.fp32_grads) model->set_grad_dtype(DType::f32);
   model->set_checkpoint_every(c.recompute_every);
+  model->set_attention(parse_attention_impl(c.attention));
   return model;
 }
 
@@ -151,6 +169,7 @@ int run(const TrainGptConfig& c) {
       (long long)micro_batches, (long long)(tokens_per_micro_batch * micro_batches), train::precision_name(precision),
       trainer.scaler().enabled() ? (std::string(", ") + trainer.scaler().mode_name() + " loss scale").c_str() : "",
       omp_get_max_threads());
+  std::printf("attention: %s\n", attention_description(*model).c_str());
   if (c.recompute_every > 0 || c.offload != "off")
     std::printf("memory savers: checkpoint every %lld block(s) | activation offload %s\n", (long long)c.recompute_every,
                 c.offload.c_str());

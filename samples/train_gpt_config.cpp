@@ -25,6 +25,7 @@ TrainGptConfig::TrainGptConfig(int argc, char** argv) {
         "nearest even); expected a single process without --zero");
   if (c.checkpoint_dir.empty() && (c.resume || c.checkpoint_every > 0))
     fail("--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
+  or_usage_error(kProgram, [&] { return parse_attention_impl(c.attention); });
   if (c.profile_ops && c.profile.empty()) fail("--profile-ops needs --profile FILE");
   if (c.dim % c.heads != 0)
     fail("--heads " + std::to_string(c.heads) + " does not divide --dim " + std::to_string(c.dim) +

@@ -31,6 +31,8 @@ struct TrainGptConfig {
   double& weight_decay = flags.add_double("weight-decay", 0.1, "AdamW decoupled weight decay (matrices only)", 0.0);
   double& clip = flags.add_double("clip", 1.0, "clip the global gradient norm to this (0: off)", 0.0);
   double& dropout = flags.add_double("dropout", 0.0, "dropout probability", 0.0, 0.99);
+  std::string& attention = flags.add_string(
+      "attention", "auto", "attention kernels: fused (FlashAttention-2), composed (GEMM + softmax + GEMM) or auto");
   int64_t& eval_every = flags.add_int("eval-every", 500, "evaluate every N steps (0: only at the end)", 0);
   int64_t& eval_problems = flags.add_int("eval-problems", 1000, "held-out problems per evaluation", 1);
   int64_t& digits = flags.add_int("digits", 3, "digits per operand of the addition task", 1);

@@ -23,6 +23,13 @@ const char* attention_impl_name(AttentionImpl impl) {
   return "?";
 }
 
+AttentionImpl parse_attention_impl(const std::string& name) {
+  for (AttentionImpl impl : {AttentionImpl::Auto, AttentionImpl::Fused, AttentionImpl::Composed}) {
+    if (name == attention_impl_name(impl)) return impl;
+  }
+  HG_FAIL("[attention] unknown implementation \"", name, "\"; expected auto, fused or composed");
+}
+
 namespace ops {
 
 Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p) {

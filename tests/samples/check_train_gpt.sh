@@ -38,6 +38,12 @@ for savers in "--checkpoint-every 1" "--checkpoint-every 2 --offload-activations
   # shellcheck disable=SC2086
   [[ $(final_loss $savers) == "$plain" ]] || fail "$savers changed the run: $(final_loss $savers) vs $plain"
 done
+# The fused attention (auto on the CPU) and the composed path train the same model, dropout on the
+# probabilities included: the final losses agree to float rounding.
+grep -q "attention: fused" <<<"$("$bin" "${tiny[@]}" --steps 1 --eval-every 0 --sample 0)" || fail "auto is not fused on the CPU"
+composed=$(final_loss --attention composed) || fail "composed run failed"
+awk -v a="${plain##* }" -v b="${composed##* }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 2e-3 * (b < 1 ? 1 : b)) }' \
+  || fail "fused vs composed attention: $plain vs $composed"
 # The data pipeline: the same losses whatever the number of loader workers; curriculum flags; token
 # shards written by prepare_data (its bad flags and bad files answered with exit codes 2 and 1).
 loss_of() { grep -o "final loss [0-9.]*" <<<"$1"; }

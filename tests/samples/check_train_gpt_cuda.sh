@@ -24,7 +24,8 @@ awk -v a="$(loss_of "$out")" -v b="$(loss_of "$cpu")" 'BEGIN {
 # CUDA graph vs eager: the metrics logs' losses (every logged step) and the saved weights, identical.
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-graph_tiny=(--layers 1 --heads 2 --dim 32 --batch 8 --steps 12 --eval-every 6 --eval-problems 10 --threads 2 --sample 0
+# Head dimension 64, so the step runs the fused attention kernels (auto), captured and replayed.
+graph_tiny=(--layers 1 --heads 1 --dim 64 --batch 8 --steps 12 --eval-every 6 --eval-problems 10 --threads 2 --sample 0
             --device cuda)
 for precision in fp32 bf16; do
   for mode in eager graph; do
@@ -41,4 +42,18 @@ for precision in fp32 bf16; do
   cmp -s "$dir/eager.safetensors" "$dir/graph.safetensors" || { echo "FAIL: $precision --cuda-graph weights differ from eager"; exit 1; }
   echo "$precision: --cuda-graph losses ($(losses "$dir/graph.jsonl" | wc -l) logged) and weights equal eager bit for bit"
 done
+# The fused attention kernels on the device (head dimension 64) train as the CPU's fused kernels do.
+fused_tiny=(--layers 1 --heads 1 --dim 64 --batch 16 --steps 30 --eval-every 30 --eval-problems 20 --threads 2 --sample 0
+            --attention fused)
+out=$("$bin" "${fused_tiny[@]}" --device cuda 2>&1) || { echo "FAIL: fused cuda run: $out"; exit 1; }
+grep -q "attention: fused" <<<"$out" || { echo "FAIL: the cuda run did not take the fused kernels: $out"; exit 1; }
+cpu=$("$bin" "${fused_tiny[@]}" --device cpu 2>&1) || { echo "FAIL: fused cpu run: $cpu"; exit 1; }
+echo "fused attention: cuda final loss $(loss_of "$out"), cpu final loss $(loss_of "$cpu")"
+awk -v a="$(loss_of "$out")" -v b="$(loss_of "$cpu")" 'BEGIN {
+  d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; if (m < 1) m = 1
+  if (a == "" || b == "" || d > 1e-3 * m) { print "FAIL: fused cuda loss " a " vs cpu loss " b; exit 1 }
+}' || exit 1
+# --attention fused where the kernels refuse (head dimension 16 on CUDA): a usage error, exit 2.
+out=$("$bin" "${tiny[@]}" --device cuda --attention fused 2>&1)
+[[ $? -eq 2 && "$out" == *"head dimension 64 or 128"* ]] || { echo "FAIL: --attention fused with D = 16 on cuda: $out"; exit 1; }
 echo "train_gpt cuda ok"
