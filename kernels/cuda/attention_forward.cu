@@ -44,9 +44,6 @@
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/cuda/online_softmax.h"
 #include "kernels/kernels_cuda.h"
-#if !defined(HALFGRAD_EMULATED_CUDA)
-#include <mma.h>
-#endif
 
 namespace hg::kernels::cuda {
 namespace {
