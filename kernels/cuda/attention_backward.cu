@@ -38,33 +38,31 @@
 //     elements: scores are stored to shared fp32 (store_matrix_sync), and Pz / dS are fed to the next
 //     mma as half tiles loaded from shared (load_matrix_sync), so no register layout is assumed.
 //   SimtProducts (f32, CUDA cores): thread (warp w, lane l) owns rows w + 8 r (r < 8) and columns
-//     l + 32 c of each product; every inner step reads one element that is the same for the whole
-//     warp (a broadcast) and one per lane from consecutive or skewed addresses.
+//     l + 32 c of each product; every inner step reads one value that is the same for the whole warp
+//     (a broadcast) and one per lane (a row of B for S = A B^T, 16 bytes at a time; consecutive
+//     elements of a row for the accumulators).
 //
-// Shared memory (dynamic, over 48 KiB: raised with cudaFuncSetAttribute), in the operand type Op:
-//   Q, dO, K, V   [64][d + pad]      the four 64 x d operand tiles (zero rows past tq / tk)
+// Shared memory (dynamic, over 48 KiB: raised with cudaFuncSetAttribute), in the operand type Op;
+// tiles, pads, strided tile loads and the dropout draw are attention_tiles.h's, shared with the forward:
+//   Q, dO, K, V   [64][d + 16 B]     the four 64 x d operand tiles (zero rows past tq / tk)
 //   S, dP         [64][72] fp32      products, then the elementwise pass reads them
 //   Pz, dS        [64][72] Op        WMMA: the next mma's operands; SIMT: they alias S and dP
 //   lse, D        [64] fp32          of the query tile
 // At the end the accumulators go through a [64][d + 8] fp32 tile over the operand tiles, so the
 // global stores are coalesced rows (and the scale is applied there).
 // Bank conflicts (32 banks of 4 bytes):
-//   - WMMA operand tiles have rows of d + 8 halves (2 d + 16 bytes: each row starts 4 banks after the
-//     previous mod 32), so the eight 16-byte row segments a fragment load reads per phase fall on 32
-//     distinct banks; the [64][72] half tiles likewise (144-byte rows).
+//   - operand tiles have rows of d + 16 bytes (each row starts 4 banks after the previous mod 32), so
+//     the eight 16-byte row segments a WMMA fragment load (or a SIMT lane's 16-byte read of its own
+//     row) touches per phase fall on 32 distinct banks; the [64][72] half tiles likewise (144-byte
+//     rows).
 //   - fp32 tiles have rows of 72 (or d + 8) floats: 8 banks apart, so the accumulator's 8-byte pairs
 //     that a half warp stores (4 rows x 8 columns) cover 32 distinct banks.
-//   - SIMT operand tiles have rows of d + 1 floats: reading element [c][k] for 32 consecutive c hits
-//     banks (c + k) mod 32, all distinct; row reads [k][c] are consecutive. Loads of operand tiles
-//     and the elementwise pass move consecutive elements per lane.
+//   - SIMT row reads [k][c] are consecutive words; loads of operand tiles and the elementwise pass move
+//     consecutive elements per lane.
 #include "kernels/attention_problem.h"
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/device_math.h"
 #include "kernels/kernels_cuda.h"
-#include "kernels/philox.h"
-
-#if !defined(HALFGRAD_EMULATED_CUDA)
-#include <mma.h>
-#endif
 
 // Partial unrolling of the product loops keeps the WMMA kernels within 255 registers (no spills).
 #if defined(__CUDACC__)
@@ -78,10 +76,16 @@
 namespace hg::kernels::cuda {
 namespace {
 
-constexpr int kTile = 64;  // query rows and key rows of a tile
-constexpr int kThreads = 256;
+using attention::AttentionDropout;
+using attention::tile_ld;
+
+constexpr int kTile = attention::kQueryTile;  // query rows and key rows of a tile
+static_assert(attention::kKeyTile == kTile, "square tiles: one shared layout serves both kernels");
+constexpr int kThreads = 256;  // 8 warps (the forward uses 4: here two 64 x d accumulators share them)
 constexpr int kWarps = kThreads / kWarpSize;
-constexpr int kScoreLd = kTile + 8;  // row length of the [64][64] tiles (fp32 and Op)
+// Row length of the [64][64] tiles (fp32 and Op): 8 more than the 64 columns, not attention_tiles.h's
+// 4, so that whole accumulator fragments stored by store_matrix_sync are conflict-free (see above).
+constexpr int kScoreLd = kTile + 8;
 
 // ---- tile products -------------------------------------------------------------------------------
 
@@ -89,7 +93,7 @@ constexpr int kScoreLd = kTile + 8;  // row length of the [64][64] tiles (fp32 a
 template <class Op, int D>
 struct WmmaProducts {
   using Operand = Op;
-  static constexpr int kLd = D + 8;                  // operand tile rows
+  static constexpr int kLd = tile_ld<Op>(D);         // operand tile rows: d + 8
   static constexpr bool kAliasScores = false;        // Pz, dS are separate half tiles
   static constexpr int kAccFragments = D / 32;       // per warp: 16 rows x d / 2 columns
   static constexpr int kK = 16;                      // WMMA's 16 x 16 x 16
@@ -163,7 +167,7 @@ struct WmmaProducts {
 template <int D>
 struct SimtProducts {
   using Operand = float;
-  static constexpr int kLd = D + 1;            // skewed rows: column reads hit distinct banks
+  static constexpr int kLd = tile_ld<float>(D);  // d + 4: 16-byte row reads hit distinct bank groups
   static constexpr bool kAliasScores = true;   // Pz, dS overwrite S, dP in place (same thread, same element)
   static constexpr int kRows = kTile / kWarps;  // 8 rows per thread: warp + 8 r
   static constexpr int kCols = D / kWarpSize;   // columns lane + 32 c
@@ -184,15 +188,18 @@ struct SimtProducts {
     const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
     constexpr int kScoreCols = kTile / kWarpSize;
     float s[kRows][kScoreCols] = {};
-    for (int k = 0; k < D; ++k) {
-      float bk[kScoreCols];
+    for (int k = 0; k < D; k += 4) {
+      Pack<float, 4> bk[kScoreCols];
       HG_UNROLL
-      for (int c = 0; c < kScoreCols; ++c) bk[c] = b[(lane + kWarpSize * c) * kLd + k];
+      for (int c = 0; c < kScoreCols; ++c) bk[c] = load_pack<4>(b + (lane + kWarpSize * c) * kLd + k);
       HG_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        const float ak = a[(warp + kWarps * r) * kLd + k];
+        const Pack<float, 4> ak = load_pack<4>(a + (warp + kWarps * r) * kLd + k);
         HG_UNROLL
-        for (int c = 0; c < kScoreCols; ++c) s[r][c] += ak * bk[c];
+        for (int c = 0; c < kScoreCols; ++c) {
+          HG_UNROLL
+          for (int w = 0; w < 4; ++w) s[r][c] += ak.v[w] * bk[c].v[w];
+        }
       }
     }
     HG_UNROLL
@@ -262,9 +269,7 @@ struct Args {
   int64_t heads, tq, tk;
   bool causal;
   float scale;
-  float dropout_p;   // 0: no dropout
-  float keep_scale;  // 1 / (1 - p)
-  uint64_t seed, offset;
+  AttentionDropout dropout;
   bool vector_loads;  // every operand's pointer and strides allow 16-byte loads into shared memory
 };
 
@@ -284,35 +289,13 @@ HG_DEVICE BlockTile block_tile(int64_t heads, int64_t tiles) {
 
 // ---- tile moves ----------------------------------------------------------------------------------
 
-// dst[64][Products::kLd] = rows row0 .. row0 + 63 of one (b, h) of t; rows at or past `rows` are 0.
-template <class Products, int D, class T>
+// dst[64][tile_ld(D)] = rows row0 .. row0 + 63 of one (b, h) of t; rows at or past `rows` are 0.
+template <int D, class T>
 HG_DEVICE void load_operand_tile(T* dst, const AttentionTensor& t, int64_t b, int64_t h, int64_t row0, int64_t rows,
                                  bool vector_loads) {
-  constexpr int kLd = Products::kLd;
-  const T* src = static_cast<const T*>(t.data) + t.offset(b, h, row0);
   const int valid = int(rows - row0 < kTile ? rows - row0 : kTile);
-  constexpr int kVec = kPack<T>;
-  if constexpr (kLd % kVec == 0) {
-    if (vector_loads) {
-      constexpr int kRowPacks = D / kVec;
-      for (int e = int(threadIdx.x); e < kTile * kRowPacks; e += kThreads) {
-        const int r = e / kRowPacks, c = (e % kRowPacks) * kVec;
-        Pack<T, kVec> p;
-        if (r < valid) {
-          p = load_pack<kVec>(src + r * t.row_stride + c);
-        } else {
-          HG_UNROLL
-          for (int w = 0; w < kVec; ++w) p.v[w] = from_acc<T>(0.0f);
-        }
-        store_pack<kVec>(dst + r * kLd + c, p);
-      }
-      return;
-    }
-  }
-  for (int e = int(threadIdx.x); e < kTile * D; e += kThreads) {
-    const int r = e / D, c = e % D;
-    dst[r * kLd + c] = r < valid ? src[r * t.row_stride + c] : from_acc<T>(0.0f);
-  }
+  attention::load_tile<T, D>(dst, static_cast<const T*>(t.data) + t.offset(b, h, row0), t.row_stride, kTile, valid,
+                             vector_loads);
 }
 
 // lse and D of the query rows i0 .. i0 + 63 (0 past tq: those rows are masked anyway).
@@ -352,10 +335,7 @@ HG_DEVICE void probabilities_and_ds(const float* s, const float* dp, Op* pz, Op*
     const bool visible = i < a.tq && j < a.tk && (!a.causal || j <= i + shift);
     const float p = visible ? expf(s[r * kScoreLd + c] * a.scale - lse[r]) : 0.0f;
     float z = 1.0f;
-    if (a.dropout_p > 0.0f) {
-      const uint64_t index = uint64_t((bh * a.tq + i) * a.tk + j);
-      z = visible && dropout_keep(a.seed, a.offset, index, a.dropout_p) ? a.keep_scale : 0.0f;
-    }
+    if (a.dropout.active()) z = visible && a.dropout.keep_at(bh, a.tq, a.tk, i, j) ? a.dropout.keep_scale : 0.0f;
     const float ds_value = p * (dp[r * kScoreLd + c] * z - delta[r]);
     if constexpr (kWithPz) pz[r * kScoreLd + c] = from_acc<Op>(p * z);
     ds[r * kScoreLd + c] = from_acc<Op>(ds_value);
@@ -388,8 +368,8 @@ __global__ void __launch_bounds__(kThreads, 1) key_tile_kernel(Args a, int64_t k
   const Layout sm{smem};
   const BlockTile t = block_tile(a.heads, key_tiles);
   const int64_t j0 = t.tile * kTile;
-  load_operand_tile<Products, D>(sm.at(Layout::k), a.k, t.b, t.h, j0, a.tk, a.vector_loads);
-  load_operand_tile<Products, D>(sm.at(Layout::v), a.v, t.b, t.h, j0, a.tk, a.vector_loads);
+  load_operand_tile<D>(sm.at(Layout::k), a.k, t.b, t.h, j0, a.tk, a.vector_loads);
+  load_operand_tile<D>(sm.at(Layout::v), a.v, t.b, t.h, j0, a.tk, a.vector_loads);
 
   typename Products::Acc dk, dv;
   Products::zero(dk);
@@ -398,8 +378,8 @@ __global__ void __launch_bounds__(kThreads, 1) key_tile_kernel(Args a, int64_t k
   const int64_t first_query = a.causal && j0 > a.tk - a.tq ? j0 - (a.tk - a.tq) : 0;
   for (int64_t i0 = first_query / kTile * kTile; i0 < a.tq; i0 += kTile) {
     __syncthreads();  // the previous step's readers of Q, dO, Pz, dS are done
-    load_operand_tile<Products, D>(sm.at(Layout::q), a.q, t.b, t.h, i0, a.tq, a.vector_loads);
-    load_operand_tile<Products, D>(sm.at(Layout::dout), a.dout, t.b, t.h, i0, a.tq, a.vector_loads);
+    load_operand_tile<D>(sm.at(Layout::q), a.q, t.b, t.h, i0, a.tq, a.vector_loads);
+    load_operand_tile<D>(sm.at(Layout::dout), a.dout, t.b, t.h, i0, a.tq, a.vector_loads);
     load_row_stats(sm.f32(Layout::lse), sm.f32(Layout::delta), a, t.bh, i0);
     __syncthreads();
     Products::scores(sm.f32(Layout::s), sm.at(Layout::q), sm.at(Layout::k));
@@ -430,8 +410,8 @@ __global__ void __launch_bounds__(kThreads, 1) query_tile_kernel(Args a, int64_t
   const Layout sm{smem};
   const BlockTile t = block_tile(a.heads, query_tiles);
   const int64_t i0 = t.tile * kTile;
-  load_operand_tile<Products, D>(sm.at(Layout::q), a.q, t.b, t.h, i0, a.tq, a.vector_loads);
-  load_operand_tile<Products, D>(sm.at(Layout::dout), a.dout, t.b, t.h, i0, a.tq, a.vector_loads);
+  load_operand_tile<D>(sm.at(Layout::q), a.q, t.b, t.h, i0, a.tq, a.vector_loads);
+  load_operand_tile<D>(sm.at(Layout::dout), a.dout, t.b, t.h, i0, a.tq, a.vector_loads);
   load_row_stats(sm.f32(Layout::lse), sm.f32(Layout::delta), a, t.bh, i0);
 
   typename Products::Acc dq;
@@ -441,8 +421,8 @@ __global__ void __launch_bounds__(kThreads, 1) query_tile_kernel(Args a, int64_t
   const int64_t key_end = a.causal && last_query + (a.tk - a.tq) + 1 < a.tk ? last_query + (a.tk - a.tq) + 1 : a.tk;
   for (int64_t j0 = 0; j0 < key_end; j0 += kTile) {
     __syncthreads();  // the previous step's readers of K, dS are done
-    load_operand_tile<Products, D>(sm.at(Layout::k), a.k, t.b, t.h, j0, a.tk, a.vector_loads);
-    load_operand_tile<Products, D>(sm.at(Layout::v), a.v, t.b, t.h, j0, a.tk, a.vector_loads);
+    load_operand_tile<D>(sm.at(Layout::k), a.k, t.b, t.h, j0, a.tk, a.vector_loads);
+    load_operand_tile<D>(sm.at(Layout::v), a.v, t.b, t.h, j0, a.tk, a.vector_loads);
     __syncthreads();
     Products::scores(sm.f32(Layout::s), sm.at(Layout::q), sm.at(Layout::k));
     Products::scores(sm.f32(Layout::dp), sm.at(Layout::dout), sm.at(Layout::v));
@@ -461,12 +441,6 @@ __global__ void __launch_bounds__(kThreads, 1) query_tile_kernel(Args a, int64_t
 
 // ---- host side -----------------------------------------------------------------------------------
 
-bool vector_friendly(const AttentionTensor& t, size_t element_bytes) {
-  const int64_t vec = int64_t(16 / element_bytes);
-  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.batch_stride % vec == 0 && t.head_stride % vec == 0 &&
-         t.row_stride % vec == 0;
-}
-
 template <class Kernel>
 void launch_tiles(Kernel kernel, int64_t blocks, size_t shared_bytes, cudaStream_t stream, const Args& a,
                   int64_t tiles) {
@@ -478,7 +452,9 @@ void launch_tiles(Kernel kernel, int64_t blocks, size_t shared_bytes, cudaStream
 }
 
 template <class Products, class T, int D>
-void run_backward(const AttentionProblem& p, const Args& a, cudaStream_t stream) {
+void run_backward(const AttentionProblem& p, Args a, cudaStream_t stream) {
+  a.vector_loads = attention::vector_loads_ok<T>(a.q) && attention::vector_loads_ok<T>(a.k) &&
+                   attention::vector_loads_ok<T>(a.v) && attention::vector_loads_ok<T>(a.dout);
   const int64_t bh = p.batch * p.heads;
   const int64_t rows = bh * p.tq;
   if (rows > 0) {
@@ -529,12 +505,7 @@ void attention_backward(const AttentionProblem& p, AttentionTensor q, AttentionT
   a.heads = p.heads, a.tq = p.tq, a.tk = p.tk;
   a.causal = p.causal;
   a.scale = float(p.scale);
-  a.dropout_p = float(p.dropout_p);
-  a.keep_scale = float(1.0 / (1.0 - p.dropout_p));
-  a.seed = p.seed, a.offset = p.offset;
-  const size_t element = dtype_size(dtype);
-  a.vector_loads = vector_friendly(q, element) && vector_friendly(k, element) && vector_friendly(v, element) &&
-                   vector_friendly(dout, element);
+  a.dropout = AttentionDropout::of(p);
 
   switch (dtype) {
     case DType::f16:
