@@ -22,13 +22,14 @@
 //
 // Per step of either kernel (a 64 x 64 tile pair; i = query row, j = key row):
 //   S[64][64]  = Q_i K_j^T          (scores)          dP[64][64] = dO_i V_j^T        (fp32 products)
-//   elementwise, one element per thread step, in fp32: P = exp(scale S - lse[i]) on the visible
+//   elementwise, four columns per thread step, in fp32: P = exp(scale S - lse[i]) on the visible
 //     (i, j) (0 elsewhere, rows past tq and keys past tk included), z = keep(i, j) / (1 - p),
 //     Pz = P z, dS = P (dP z - D[i]); Pz and dS rounded to the operand type
 //   key kernel:   dV_j += Pz^T dO_i,  dK_j += dS^T Q_i          query kernel:  dQ_i += dS K_j
 //   The scale of dK and dQ is applied once, in fp32, when the accumulators are written.
 // The dropout keep of (i, j) is philox.h's dropout_keep at index ((b * heads + h) * tq + i) * tk + j
-// (the composed path's index), evaluated in both kernels.
+// (the composed path's index), evaluated in both kernels, one Philox block per four keys (two when tk
+// is not a multiple of 4).
 //
 // Tile products: one policy per operand type so the kernels are written once.
 //   WmmaProducts<__half / __nv_bfloat16>: tensor cores through nvcuda::wmma 16x16x16 fragments,
@@ -322,23 +323,59 @@ HG_DEVICE void write_output_tile(const float* tile, float scale, const Attention
 
 // ---- the elementwise step ------------------------------------------------------------------------
 
+// The keep bits of the four consecutive draws index .. index + 3 (attention_tiles.h's dropout_keep_at
+// of four neighbouring keys): one Philox block serves all four when index is a multiple of 4 (tk a
+// multiple of 4), two otherwise, instead of one block per element.
+struct Keep4 {
+  bool keep[4];
+};
+
+HG_DEVICE uint32_t philox_word(const Philox4& words, int w) {
+  return w == 0 ? words.v[0] : w == 1 ? words.v[1] : w == 2 ? words.v[2] : words.v[3];
+}
+
+HG_DEVICE Keep4 dropout_keep4(const AttentionDropout& dropout, uint64_t index) {
+  const uint32_t k0 = uint32_t(dropout.seed), k1 = uint32_t(dropout.seed >> 32);
+  const uint64_t block = dropout.offset + index / 4;
+  const int first = int(index % 4);
+  const Philox4 low = philox4x32_10(Philox4{{uint32_t(block), uint32_t(block >> 32), 0u, 0u}}, k0, k1);
+  Philox4 high = low;
+  if (first != 0) high = philox4x32_10(Philox4{{uint32_t(block + 1), uint32_t((block + 1) >> 32), 0u, 0u}}, k0, k1);
+  Keep4 out;
+  HG_UNROLL
+  for (int m = 0; m < 4; ++m) {
+    const int w = first + m;
+    out.keep[m] = bits_to_uniform(w < 4 ? philox_word(low, w) : philox_word(high, w - 4)) >= dropout.p;
+  }
+  return out;
+}
+
 // From S = Q_i K_j^T and dP = dO_i V_j^T (fp32, shared) of the query tile at i0 and the key tile at
-// j0: Pz = P z (when kWithPz) and dS = P (dP z - D), rounded to Op, into their tiles. Each thread
-// handles elements tid, tid + 256, ...: a warp covers 32 consecutive columns of one row.
+// j0: Pz = P z (when kWithPz) and dS = P (dP z - D), rounded to Op, into their tiles. A thread handles
+// 4 consecutive columns of a row per step (16-byte reads; one dropout draw of four): a warp covers
+// two whole rows.
 template <bool kWithPz, class Op>
 HG_DEVICE void probabilities_and_ds(const float* s, const float* dp, Op* pz, Op* ds, const float* lse,
                                     const float* delta, const Args& a, int64_t bh, int64_t i0, int64_t j0) {
   const int64_t shift = a.tk - a.tq;  // causal: query i sees keys j <= i + shift
-  for (int e = int(threadIdx.x); e < kTile * kTile; e += kThreads) {
-    const int r = e / kTile, c = e % kTile;
-    const int64_t i = i0 + r, j = j0 + c;
-    const bool visible = i < a.tq && j < a.tk && (!a.causal || j <= i + shift);
-    const float p = visible ? expf(s[r * kScoreLd + c] * a.scale - lse[r]) : 0.0f;
-    float z = 1.0f;
-    if (a.dropout.active()) z = visible && a.dropout.keep_at(bh, a.tq, a.tk, i, j) ? a.dropout.keep_scale : 0.0f;
-    const float ds_value = p * (dp[r * kScoreLd + c] * z - delta[r]);
-    if constexpr (kWithPz) pz[r * kScoreLd + c] = from_acc<Op>(p * z);
-    ds[r * kScoreLd + c] = from_acc<Op>(ds_value);
+  constexpr int kGroups = kTile / 4;  // of 4 columns, per row
+  for (int e = int(threadIdx.x); e < kTile * kGroups; e += kThreads) {
+    const int r = e / kGroups, c0 = (e % kGroups) * 4;
+    const int64_t i = i0 + r;
+    const Pack<float, 4> s4 = load_pack<4>(s + r * kScoreLd + c0);
+    const Pack<float, 4> dp4 = load_pack<4>(dp + r * kScoreLd + c0);
+    Keep4 keep = {{true, true, true, true}};
+    if (a.dropout.active()) keep = dropout_keep4(a.dropout, uint64_t((bh * a.tq + i) * a.tk + j0 + c0));
+    HG_UNROLL
+    for (int m = 0; m < 4; ++m) {
+      const int64_t j = j0 + c0 + m;
+      const bool visible = i < a.tq && j < a.tk && (!a.causal || j <= i + shift);
+      const float p = visible ? expf(s4.v[m] * a.scale - lse[r]) : 0.0f;
+      const float z = keep.keep[m] ? a.dropout.keep_scale : 0.0f;  // keep_scale = 1 without dropout
+      const float ds_value = p * (dp4.v[m] * z - delta[r]);
+      if constexpr (kWithPz) pz[r * kScoreLd + c0 + m] = from_acc<Op>(p * z);
+      ds[r * kScoreLd + c0 + m] = from_acc<Op>(ds_value);
+    }
   }
 }
 
