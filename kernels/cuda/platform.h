@@ -6,12 +6,16 @@
 //     memory and the runtime calls, and cuda_fp16.h / cuda_bf16.h supply __half / __nv_bfloat16.
 // Kernel code uses only what both provide. Dynamic shared memory is declared with
 // HG_DYNAMIC_SHARED(type, name) (nvcc: extern __shared__; emulator: the block's buffer).
+// Tensor cores: nvcuda::wmma (fragments, load/store_matrix_sync, mma_sync) in both builds: <mma.h>
+// under nvcc, kernels/emu/wmma.h (scrambled element-to-lane mapping: see there) in the emulator.
 #if defined(HALFGRAD_EMULATED_CUDA)
 #include "kernels/emu/emu.h"
+#include "kernels/emu/wmma.h"
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #define HG_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) unsigned char hg_dynamic_smem_##name[]; \
   type* name = reinterpret_cast<type*>(hg_dynamic_smem_##name)
 #endif

@@ -72,6 +72,12 @@ const char* op_name(WarpOp op) {
       return "__reduce_xor_sync";
     case WarpOp::ActiveMask:
       return "__activemask";
+    case WarpOp::WmmaLoad:
+      return "wmma::load_matrix_sync";
+    case WarpOp::WmmaStore:
+      return "wmma::store_matrix_sync";
+    case WarpOp::WmmaMma:
+      return "wmma::mma_sync";
   }
   return "?";
 }
@@ -386,6 +392,16 @@ void BlockRunner::compute_results(Warp& warp, const WarpGroup& group) {
       const unsigned out = op == WarpOp::Ballot ? ballot
                            : op == WarpOp::Any  ? unsigned(ballot != 0)
                                                 : unsigned(ballot == group.arrived);
+      for_each_lane([&](int lane) { std::memcpy(lane_fiber(lane).result, &out, sizeof out); });
+      return;
+    }
+    case WarpOp::WmmaLoad:
+    case WarpOp::WmmaStore:
+    case WarpOp::WmmaMma: {
+      warp.wmma_records.fill(nullptr);
+      for_each_lane([&](int lane) { std::memcpy(&warp.wmma_records[lane], lane_fiber(lane).value, sizeof(void*)); });
+      const WmmaResult out{warp.wmma_records.data(), group.arrived};
+      static_assert(sizeof out <= sizeof Fiber::result);
       for_each_lane([&](int lane) { std::memcpy(lane_fiber(lane).result, &out, sizeof out); });
       return;
     }

@@ -74,6 +74,7 @@ struct Warp {
   unsigned in_active_mask = 0;  // lanes waiting in __activemask
   int n_groups = 0;
   std::array<WarpGroup, 32> groups{};
+  std::array<const void*, 32> wmma_records{};  // of the last wmma collective (WmmaResult::records)
 };
 
 class BlockRunner {

@@ -131,6 +131,16 @@ enum class WarpOp : uint8_t {
   ReduceOr,
   ReduceXor,
   ActiveMask,
+  // nvcuda::wmma (kernels/emu/wmma.h): each lane brings a pointer to its call record; every lane gets
+  // a pointer to the 32 lanes' pointers and the mask of lanes that took part (WmmaResult). Unlike
+  // __syncwarp they do not order memory (racecheck does not join the lanes' clocks).
+  WmmaLoad,
+  WmmaStore,
+  WmmaMma,
+};
+struct WmmaResult {
+  const void* const* records;  // [32], nullptr for a lane that did not take part
+  unsigned lanes;
 };
 enum class BarrierOp : uint8_t { Sync, Count, And, Or };
 
