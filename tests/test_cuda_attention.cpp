@@ -263,8 +263,8 @@ TEST_CASE("attention_forward: every dtype, causal or not, head dim 64 and 128, t
     for (const int64_t d : {64, 128}) {
       for (const bool causal : {false, true}) {
         for (const int64_t t : {1, 17, 64, 130}) {
-          const int64_t batch = t > 64 ? 1 : 2;
-          check_forward({dtype, batch, 2, t, t, d, causal, 0.0, Layout::packed}, seed++);
+          const int64_t heads = t > 64 ? 1 : 2;
+          check_forward({dtype, 2, heads, t, t, d, causal, 0.0, Layout::packed}, seed++);
         }
       }
     }
@@ -291,7 +291,7 @@ TEST_CASE("attention_forward: dropout drops the probabilities the composed path 
     for (const int64_t d : {64, 128}) {
       for (const bool causal : {false, true}) {
         check_forward({dtype, 2, 2, 17, 17, d, causal, 0.25, Layout::packed}, seed++);
-        check_forward({dtype, 1, 2, 70, 130, d, causal, 0.5, Layout::packed}, seed++);
+        check_forward({dtype, 1, 1, 70, 130, d, causal, 0.5, Layout::packed}, seed++);
       }
     }
   }
