@@ -130,8 +130,11 @@ inline size_t chunk_offset(const LaneRecord& r, const ChunkGeometry& g, int k) {
 }
 
 // The tile's memory accesses, one 16- or 8-byte access per chunk, made here in the kernel's code.
+// Always inlined, as are load/store_matrix_sync: the audit names each access by its place in the
+// kernel ("wmma.h:N < kernel.cu:M"), one site per wmma call.
+#define HG_EMU_WMMA_INLINE inline __attribute__((always_inline))
 template <class T>
-void read_chunks(LaneRecord& r) {
+HG_EMU_WMMA_INLINE void read_chunks(LaneRecord& r) {
   const ChunkGeometry g = chunk_geometry(r, int(sizeof(T)));
   const T* tile = static_cast<const T*>(r.memory);
   for (int k = 0; k < g.chunks_per_lane; ++k) {
@@ -144,7 +147,7 @@ void read_chunks(LaneRecord& r) {
   }
 }
 template <class T>
-void write_chunks(const LaneRecord& r) {
+HG_EMU_WMMA_INLINE void write_chunks(const LaneRecord& r) {
   const ChunkGeometry g = chunk_geometry(r, int(sizeof(T)));
   T* tile = static_cast<T*>(const_cast<void*>(r.memory));
   for (int k = 0; k < g.chunks_per_lane; ++k) {
@@ -225,7 +228,7 @@ inline void fill_fragment(fragment<Use, m, n, k, T, Layout>& f, const std::type_
 }
 
 template <class Use, int m, int n, int k, class T, class Layout>
-void load_matrix_sync(fragment<Use, m, n, k, T, Layout>& f, const std::type_identity_t<T>* p, unsigned ldm,
+HG_EMU_WMMA_INLINE void load_matrix_sync(fragment<Use, m, n, k, T, Layout>& f, const std::type_identity_t<T>* p, unsigned ldm,
                       ::hg::emu::Site site = ::hg::emu::Site::here()) {
   static_assert(!std::is_same_v<Use, accumulator>,
                 "wmma::load_matrix_sync: an accumulator fragment needs the layout_t argument");
@@ -245,7 +248,7 @@ void load_matrix_sync(fragment<Use, m, n, k, T, Layout>& f, const std::type_iden
 }
 
 template <int m, int n, int k, class T>
-void load_matrix_sync(fragment<accumulator, m, n, k, T>& f, const std::type_identity_t<T>* p, unsigned ldm,
+HG_EMU_WMMA_INLINE void load_matrix_sync(fragment<accumulator, m, n, k, T>& f, const std::type_identity_t<T>* p, unsigned ldm,
                       layout_t layout, ::hg::emu::Site site = ::hg::emu::Site::here()) {
   using namespace ::hg::emu::wmma_detail;
   LaneRecord r;
@@ -263,7 +266,7 @@ void load_matrix_sync(fragment<accumulator, m, n, k, T>& f, const std::type_iden
 }
 
 template <int m, int n, int k, class T>
-void store_matrix_sync(std::type_identity_t<T>* p, const fragment<accumulator, m, n, k, T>& f, unsigned ldm,
+HG_EMU_WMMA_INLINE void store_matrix_sync(std::type_identity_t<T>* p, const fragment<accumulator, m, n, k, T>& f, unsigned ldm,
                        layout_t layout, ::hg::emu::Site site = ::hg::emu::Site::here()) {
   using namespace ::hg::emu::wmma_detail;
   LaneRecord r;
