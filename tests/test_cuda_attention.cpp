@@ -263,8 +263,8 @@ TEST_CASE("attention_forward: every dtype, causal or not, head dim 64 and 128, t
     for (const int64_t d : {64, 128}) {
       for (const bool causal : {false, true}) {
         for (const int64_t t : {1, 17, 64, 130}) {
-          const int64_t heads = t > 64 ? 1 : 2;
-          check_forward({dtype, 2, heads, t, t, d, causal, 0.0, Layout::packed}, seed++);
+          const int64_t groups = t > 64 ? 1 : 2;  // batch and heads
+          check_forward({dtype, groups, groups, t, t, d, causal, 0.0, Layout::packed}, seed++);
         }
       }
     }
