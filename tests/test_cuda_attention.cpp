@@ -64,14 +64,14 @@ const std::string& no_device_reason() {
   return reason;
 }
 
-#define SKIP_WITHOUT_DEVICE()                                                                                 \
-  do {                                                                                                        \
-    if (!no_device_reason().empty()) {                                                                        \
-      MESSAGE("SKIPPED: no CUDA device answers (" << no_device_reason()                                       \
-                                                  << "); the fused attention tests run on a GPU or in the "   \
-                                                     "emulated build (cmake -DHALFGRAD_CUDA=EMULATED)");      \
-      return;                                                                                                 \
-    }                                                                                                         \
+#define SKIP_WITHOUT_DEVICE()                                                                               \
+  do {                                                                                                      \
+    if (!no_device_reason().empty()) {                                                                      \
+      MESSAGE("SKIPPED: no CUDA device answers (" << no_device_reason()                                     \
+                                                  << "); the fused attention tests run on a GPU or in the " \
+                                                     "emulated build (cmake -DHALFGRAD_CUDA=EMULATED)");    \
+      return;                                                                                               \
+    }                                                                                                       \
   } while (0)
 
 gpu::Stream stream() {
@@ -180,9 +180,7 @@ void check_forward(const Case& c, uint64_t seed) {
     inputs.back()->upload(qkv);
     char* base = static_cast<char*>(inputs.back()->data());
     const int64_t elem = int64_t(hg::dtype_size(c.dtype));
-    const auto slice = [&](int64_t first) {
-      return AttentionTensor{base + first * elem, c.tk * 3 * C, d, 3 * C};
-    };
+    const auto slice = [&](int64_t first) { return AttentionTensor{base + first * elem, c.tk * 3 * C, d, 3 * C}; };
     q = slice(first_query * 3 * C);
     k = slice(C);
     v = slice(2 * C);
@@ -233,8 +231,8 @@ void check_forward(const Case& c, uint64_t seed) {
         lse_worst = std::max(lse_worst, std::isnan(lse_err) ? INFINITY : lse_err / lse_tol);
         for (int64_t col = 0; col < d; ++col) {
           const size_t e = row * size_t(d) + size_t(col);
-          const int64_t at = c.layout == Layout::packed ? (b * c.tq + i) * C + h * d + col
-                                                        : ((b * H + h) * c.tq + i) * d + col;
+          const int64_t at =
+              c.layout == Layout::packed ? (b * c.tq + i) * C + h * d + col : ((b * H + h) * c.tq + i) * d + col;
           const double got = o_got.get(at), want = ref.o[e];
           const double tol = o_rel * sum_abs[e] + u_t * std::abs(want) + u32;
           const double err = std::abs(got - want);

@@ -172,8 +172,7 @@ struct ScalarTiles {
     }
   }
 
-  HG_DEVICE void add_pv(const float* prob, const float* v_tile, float* /*scratch*/, OutputBlock<D>& o,
-                        int lane) const {
+  HG_DEVICE void add_pv(const float* prob, const float* v_tile, float* /*scratch*/, OutputBlock<D>& o, int lane) const {
     for (int j = 0; j < kKeyTile; ++j) {
       float vv[D / kWarpSize];
       HG_UNROLL
@@ -227,8 +226,8 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardArgs
   // Keys this warp needs: none when all its rows lie past tq.
   const int64_t warp_keys = warp_row0 < a.tq ? keys_seen(a, warp_row0 + kWarpRows - 1) : 0;
 
-  attention::load_tile<T, D>(q_tile, static_cast<const T*>(a.q.data) + a.q.offset(b, h, q0), a.q.row_stride,
-                             kQueryTile, int(block_rows), a.vector_q);
+  attention::load_tile<T, D>(q_tile, static_cast<const T*>(a.q.data) + a.q.offset(b, h, q0), a.q.row_stride, kQueryTile,
+                             int(block_rows), a.vector_q);
   __syncthreads();
   Tiles tiles;
   tiles.load_queries(q_tile + warp * kWarpRows * L::kTileLd);
@@ -347,15 +346,16 @@ void attention_forward(const AttentionProblem& p, AttentionTensor q, AttentionTe
 
   dispatch_floating_cuda(dtype, "attention_forward", [&]<class T>() {
     if constexpr (!std::is_same_v<T, double>) {
-      ForwardArgs args{q,      k,         v,       o,
-                       static_cast<float*>(lse),
-                       p.heads, p.tq,     p.tk,    q_tiles,
-                       float(p.scale),
-                       p.causal,
-                       attention::AttentionDropout::of(p),
-                       attention::vector_loads_ok<T>(q),
-                       attention::vector_loads_ok<T>(k),
-                       attention::vector_loads_ok<T>(v)};
+      ForwardArgs args;
+      args.q = q, args.k = k, args.v = v, args.o = o;
+      args.lse = static_cast<float*>(lse);
+      args.heads = p.heads, args.tq = p.tq, args.tk = p.tk, args.q_tiles = q_tiles;
+      args.scale = float(p.scale);
+      args.causal = p.causal;
+      args.dropout = attention::AttentionDropout::of(p);
+      args.vector_q = attention::vector_loads_ok<T>(q);
+      args.vector_k = attention::vector_loads_ok<T>(k);
+      args.vector_v = attention::vector_loads_ok<T>(v);
       if (p.d == 64) {
         launch_forward_for<T, 64>(args, q_tiles * bh, stream);
       } else {

@@ -124,7 +124,7 @@ struct ScratchLane {
 // The dropout draw of probability (i, j) of (batch * heads index) bh; see the header comment.
 struct AttentionDropout {
   uint64_t seed = 0, offset = 0;
-  float p = 0.0f;  // 0: no dropout
+  float p = 0.0f;           // 0: no dropout
   float keep_scale = 1.0f;  // 1 / (1 - p)
 
   static AttentionDropout of(const AttentionProblem& problem) {
@@ -139,8 +139,8 @@ struct AttentionDropout {
   HG_DEVICE unsigned keep_pair_at(int64_t bh, int64_t tq, int64_t tk, int64_t i, int64_t j) const {
     const uint64_t index = uint64_t((bh * tq + i) * tk + j);
     const uint64_t block = offset + index / 4;
-    const Philox4 w = philox4x32_10(Philox4{{uint32_t(block), uint32_t(block >> 32), 0u, 0u}}, uint32_t(seed),
-                                    uint32_t(seed >> 32));
+    const Philox4 w =
+        philox4x32_10(Philox4{{uint32_t(block), uint32_t(block >> 32), 0u, 0u}}, uint32_t(seed), uint32_t(seed >> 32));
     const unsigned first = unsigned(index % 4);
     // Selects, not w.v[first]: a run-time index would put w in local memory.
     const uint32_t bits0 = first == 0 ? w.v[0] : first == 1 ? w.v[1] : first == 2 ? w.v[2] : w.v[3];
