@@ -376,6 +376,8 @@ TEST_CASE("wmma: misaligned pointers, bad ldm, missing, diverging and disagreein
 #if HG_EMU_AUDIT
 namespace audit = hg::emu::audit;
 
+constexpr int kTileStoreLine = __LINE__ + 14;  // the store_matrix_sync of tile_through_shared
+
 // Each warp computes a 16x16 tile into shared memory and reads it back, row by row, lane by lane.
 template <bool kSyncwarp>
 __global__ void tile_through_shared(const __half* a, const __half* b, float* out) {
@@ -390,6 +392,7 @@ __global__ void tile_through_shared(const __half* a, const __half* b, float* out
   wmma::mma_sync(acc, fa, fb, acc);
   wmma::store_matrix_sync(tile[warp], acc, 16, wmma::mem_row_major);
   if (kSyncwarp) __syncwarp();
+  static_assert(kTileStoreLine == __LINE__ - 2);
   for (int i = lane; i < 256; i += 32) out[warp * 256 + i] = tile[warp][i];
 }
 
@@ -422,14 +425,14 @@ TEST_CASE("wmma under the kernel audit: 16-byte tile accesses, and no false race
 
   const audit::LaunchAudit racy = audited_one(
       [&] { launch(tile_through_shared<false>, dim3(1), dim3(64), 0, nullptr, a.get(), b.get(), out.get()); });
-  // The tile's stores (in wmma.h, inlined into this kernel) against the lanes' reads: read-after-write or
-  // write-after-read, depending on which lane the emulator ran first.
+  // The tile's stores (wmma.h's accesses, inlined: named by the store_matrix_sync line) against the
+  // lanes' reads: read-after-write or write-after-read, depending on which lane the emulator ran first.
   REQUIRE_FALSE(racy.races.empty());
+  const std::string store_line = "test_emulator_wmma.cpp:" + std::to_string(kTileStoreLine);
   bool store_against_read = false;
   for (const audit::Race& race : racy.races) {
-    store_against_read |= race.space == audit::Space::shared &&
-                          (race.first_location.find("wmma.h") != std::string::npos ||
-                           race.second_location.find("wmma.h") != std::string::npos);
+    store_against_read |= race.space == audit::Space::shared && (race.first_location.find(store_line) != std::string::npos ||
+                                                                 race.second_location.find(store_line) != std::string::npos);
   }
   CHECK_MESSAGE(store_against_read, audit::to_json(racy));
 }

@@ -130,8 +130,8 @@ inline size_t chunk_offset(const LaneRecord& r, const ChunkGeometry& g, int k) {
 }
 
 // The tile's memory accesses, one 16- or 8-byte access per chunk, made here in the kernel's code.
-// Always inlined, as are load/store_matrix_sync: the audit names each access by its place in the
-// kernel ("wmma.h:N < kernel.cu:M"), one site per wmma call.
+// Always inlined, as are load/store_matrix_sync: the audit names each access by the wmma call's line
+// in the kernel, one site per call.
 #define HG_EMU_WMMA_INLINE inline __attribute__((always_inline))
 template <class T>
 HG_EMU_WMMA_INLINE void read_chunks(LaneRecord& r) {
