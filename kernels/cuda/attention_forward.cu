@@ -22,20 +22,24 @@
 //      column; f32: accumulated directly from P (broadcast reads) and V (lane-contiguous reads).
 // Finally O / l / (1 - p) is written to o (rows past tq skipped) and lse = m + log l.
 //
-// Shared memory (ForwardLayout; bytes for f16/bf16 d = 64 / 128: 54,272 / 95,232; f32: 66,048 /
-// 136,192, all above the default 48 KiB, so the launch raises the limit with cudaFuncSetAttribute):
+// Shared memory (ForwardLayout; bytes for f16/bf16 d = 64 / 128: 55,552 / 96,512; f32: 88,320 /
+// 137,472, all above the default 48 KiB, so the launch raises the limit with cudaFuncSetAttribute; on an
+// H200, 2 blocks per SM for f16/bf16 (the registers allow 2 too), 1-2 for f32):
 //   Q, K, V tiles  [64, d + 16 B]           T       (Q staged; the WMMA path then keeps it in registers)
-//   scratch        4 warps x [16, n + 4]    float   n = max(64, d) (tensor cores: S, then P V), 64 (f32)
+//   scratch        4 warps x [16, n + 8]    float   n = max(64, d) (tensor cores: S, then P V), 64 (f32)
 //   P              4 warps x [16, 64 + 16 B] T
 //   row scale      4 warps x 16             float   alpha per tile, then 1 / l
-// Bank conflicts: every row length is a multiple of 128 bytes, so the pads (16 bytes per row: 8 halves,
-// 4 floats) shift consecutive rows by 4 banks. Tile stores of load_tile are 16-byte chunks, 8 lanes per
-// row per phase: conflict-free. WMMA loads of a padded tile read 8 rows x 16 bytes per phase, rows 16 B
-// apart mod 128: conflict-free on a GPU (the emulator's scrambled fragments are audited as they are).
-// The softmax walk (float2 scratch reads, T-pair P writes) is conflict-free by ScratchLane's skew
-// (attention_tiles.h). Reading the scratch or V by columns lane + 32 c is consecutive words; P, the row
-// scales and Q in the f32 product are broadcasts or skewed: the f32 S product reads K[j][(c + j) mod d]
-// and Q[r][(c + j) mod d] for lane j, banks 5 j + c and 4 r + c + j mod 32, both distinct across the warp.
+// Bank conflicts (the enumeration is in attention_tiles.h): the 16-byte pad of the T tiles and the
+// 32-byte pad of the float scratch make load_tile's 16-byte stores, WMMA operand loads (as ldmatrix or as
+// 32-bit fragment-order reads), accumulator stores in the mma.sync order and the softmax walk
+// (ScratchLane: float2 scratch reads, T-pair P writes) conflict-free on a GPU. Reading the scratch or V
+// by columns lane + 32 c is consecutive words; P and the row scales are broadcast reads. The f32 S product
+// walks the head dimension skewed by lane: lane j reads K[j][(c + j) mod d] and Q[r][(c + j) mod d],
+// banks 5 j + c and 4 r + c + j mod 32, distinct across the warp. What the kernel audit reports for the
+// WMMA calls is the emulator's own chunk order, not a GPU's (attention_tiles.h).
+//
+// Not done (yet): K/V tiles are not double-buffered (no cp.async prefetch of tile j + 1 while tile j
+// is computed), and dropout evaluates Philox once per pair of probabilities, not once per 4.
 #include <cmath>
 #include <type_traits>
 
@@ -168,8 +172,7 @@ struct ScalarTiles {
     }
   }
 
-  HG_DEVICE void add_pv(const float* prob, const float* v_tile, float* /*scratch*/, OutputBlock<D>& o,
-                        int lane) const {
+  HG_DEVICE void add_pv(const float* prob, const float* v_tile, float* /*scratch*/, OutputBlock<D>& o, int lane) const {
     for (int j = 0; j < kKeyTile; ++j) {
       float vv[D / kWarpSize];
       HG_UNROLL
@@ -223,8 +226,8 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardArgs
   // Keys this warp needs: none when all its rows lie past tq.
   const int64_t warp_keys = warp_row0 < a.tq ? keys_seen(a, warp_row0 + kWarpRows - 1) : 0;
 
-  attention::load_tile<T, D>(q_tile, static_cast<const T*>(a.q.data) + a.q.offset(b, h, q0), a.q.row_stride,
-                             kQueryTile, int(block_rows), a.vector_q);
+  attention::load_tile<T, D>(q_tile, static_cast<const T*>(a.q.data) + a.q.offset(b, h, q0), a.q.row_stride, kQueryTile,
+                             int(block_rows), a.vector_q);
   __syncthreads();
   Tiles tiles;
   tiles.load_queries(q_tile + warp * kWarpRows * L::kTileLd);
@@ -265,9 +268,10 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardArgs
       const int c = sl.pair_column(k);
       float p0 = exp_acc(s[2 * k] - base), p1 = exp_acc(s[2 * k + 1] - base);
       sum += p0 + p1;
-      if (a.dropout.active() && i < a.tq) {
-        if (p0 != 0.0f && !a.dropout.keep_at(bh, a.tq, a.tk, i, j0 + c)) p0 = 0.0f;
-        if (p1 != 0.0f && !a.dropout.keep_at(bh, a.tq, a.tk, i, j0 + c + 1)) p1 = 0.0f;
+      if (a.dropout.active() && i < a.tq && (p0 != 0.0f || p1 != 0.0f)) {
+        const unsigned keep = a.dropout.keep_pair_at(bh, a.tq, a.tk, i, j0 + c);
+        if (!(keep & 1u)) p0 = 0.0f;
+        if (!(keep & 2u)) p1 = 0.0f;
       }
       store_pack<2>(prob + sl.row * L::kProbLd + c, Pack<T, 2>{{from_acc<T>(p0), from_acc<T>(p1)}});
     }
@@ -342,15 +346,16 @@ void attention_forward(const AttentionProblem& p, AttentionTensor q, AttentionTe
 
   dispatch_floating_cuda(dtype, "attention_forward", [&]<class T>() {
     if constexpr (!std::is_same_v<T, double>) {
-      ForwardArgs args{q,      k,         v,       o,
-                       static_cast<float*>(lse),
-                       p.heads, p.tq,     p.tk,    q_tiles,
-                       float(p.scale),
-                       p.causal,
-                       attention::AttentionDropout::of(p),
-                       attention::vector_loads_ok<T>(q),
-                       attention::vector_loads_ok<T>(k),
-                       attention::vector_loads_ok<T>(v)};
+      ForwardArgs args;
+      args.q = q, args.k = k, args.v = v, args.o = o;
+      args.lse = static_cast<float*>(lse);
+      args.heads = p.heads, args.tq = p.tq, args.tk = p.tk, args.q_tiles = q_tiles;
+      args.scale = float(p.scale);
+      args.causal = p.causal;
+      args.dropout = attention::AttentionDropout::of(p);
+      args.vector_q = attention::vector_loads_ok<T>(q);
+      args.vector_k = attention::vector_loads_ok<T>(k);
+      args.vector_v = attention::vector_loads_ok<T>(v);
       if (p.d == 64) {
         launch_forward_for<T, 64>(args, q_tiles * bh, stream);
       } else {

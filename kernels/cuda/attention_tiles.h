@@ -7,13 +7,18 @@
 //   its kWarps = 4 warps owns kWarpRows = 16 of them (one WMMA row of fragments); key/value rows are
 //   staged kKeyTile = 64 at a time.
 //
-//   Shared memory rows are padded by 16 bytes (tile_ld, scratch_ld): a [rows, d] tile of T has leading
-//   dimension d + 16 / sizeof(T) elements, a float scratch of cols columns cols + 4. Every row length
-//   used (d = 64 or 128 elements, 64 keys) is a multiple of 128 bytes, so an unpadded column would sit
-//   in one bank for every row; with the pad, row r starts 16 * r bytes further round the 32 banks:
-//     - 16-byte accesses (load_tile's stores, WMMA's row-wise ldmatrix-style accesses of 8 rows x 16
-//       bytes) touch 8 different 16-byte bank groups in each quarter-warp phase: conflict-free;
-//     - the float scratch (ld = 4 mod 32 words) is read by ScratchLane below without conflicts.
+//   Shared memory rows are padded: a [rows, cols] tile of T has leading dimension tile_ld<T>(cols) =
+//   cols + 16 bytes, a float scratch scratch_ld(cols) = cols + 8 floats (32 bytes). Every row length
+//   used (d = 64 or 128 elements, 64 keys) is a multiple of 128 bytes, so without a pad a column would
+//   sit in one bank for every row. With the pads (checked by enumerating the lanes' addresses):
+//     - T tiles, rows 16 B apart mod 128: load_tile's 16-byte stores (8 lanes per row and phase), the
+//       ldmatrix-style 8 rows x 16 B reads of a WMMA operand load, and 32-bit reads of row g, word t by
+//       lane 4 g + t (the mma.sync fragment order: banks 4 g + t) are all conflict-free;
+//     - the float scratch, ld = 8 mod 32 words: 8-byte stores of an accumulator in the mma.sync order
+//       (lane 4 g + t: row g, columns 2 t, 2 t + 1; per half-warp banks pairs 4 g + t mod 16) and the
+//       ScratchLane walk below are conflict-free.
+//   (The emulator's WMMA moves 16-byte chunks in storage order, lane l taking chunk l, which is no
+//   GPU's order; the kernel audit measures that order as it is, 2-way conflicts on these tiles.)
 //   The pads also keep every WMMA pointer 32-byte aligned (16-row steps are multiples of 32 bytes).
 //
 //   load_tile: the whole block copies a strided [rows, D] operand tile (rows of one (batch, head),
@@ -24,14 +29,13 @@
 //   ScratchLane: which elements of a warp's [16, 64] float score scratch a lane visits, so that the
 //   per-row work (online softmax max/sum, recomputed probabilities) is conflict-free. Lane l owns row
 //   r = l % 16 and the 32 columns of half h = l / 16 of that row; at step k = 0..15 it visits the
-//   column pair 32 h + 2 x, x = (k + r / 8 + 2 h) mod 16. With a scratch leading dimension of 4 mod 32
-//   words:
-//     - 8-byte reads of a pair (float2; served per half-warp, h fixed): bank pair (2 r + x) mod 16 =
-//       (2 r + r / 8 + k + 2 h) mod 16, distinct for the 16 rows;
-//     - 4-byte writes of the pair as two halves into a [16, 64 + 8] half buffer (ld 36 words = 4 mod
-//       32): bank (4 r + 16 h + x) mod 32; rows r < 8 and r >= 8 and the two halves fall in the four
-//       residues k, k + 1, k + 2, k + 3 mod 4, 8 banks each: distinct for the 32 lanes;
-//     - 8-byte writes of the pair as floats into a [16, 64 + 4] float buffer: as the reads.
+//   column pair 32 h + 2 x, x = (k + r) mod 16. With the scratch's ld = 72 or 136 floats (8 mod 32):
+//     - 8-byte reads of a pair (float2; served per half-warp, h fixed): bank pair (4 r + x) mod 16 =
+//       (5 r + k) mod 16, distinct for the 16 rows;
+//     - 4-byte writes of the pair as two halves into a [16, tile_ld<half>(64) = 72] buffer (36 words a
+//       row): bank (4 r + 16 h + x) mod 32, distinct for the 32 lanes;
+//     - 8-byte writes of the pair as floats into a [16, tile_ld<float>(64) = 68] buffer: bank pair
+//       (2 r + x) mod 16 = (3 r + k) mod 16, distinct for the 16 rows.
 //   The two lanes of a row are l and l ^ 16 (a row reduction is one __shfl_xor_sync(.., 16)).
 //
 //   dropout_keep_at: element (i, j) of (batch * heads index) bh keeps its probability when philox.h's
@@ -56,8 +60,8 @@ template <class T>
 HG_HOST_DEVICE constexpr int tile_ld(int cols) {
   return cols + int(16 / sizeof(T));
 }
-// Leading dimension (floats) of a float scratch of cols columns.
-HG_HOST_DEVICE constexpr int scratch_ld(int cols) { return tile_ld<float>(cols); }
+// Leading dimension (floats) of a float scratch of cols columns: cols plus 32 bytes.
+HG_HOST_DEVICE constexpr int scratch_ld(int cols) { return cols + 8; }
 
 // Host: whether every row of the operand starts on a 16-byte boundary, so load_tile may move 16 bytes
 // per thread (the data pointer and the batch, head and row strides in bytes are multiples of 16).
@@ -112,7 +116,7 @@ struct ScratchLane {
 
   HG_DEVICE static ScratchLane of(int lane) { return {lane & 15, lane >> 4}; }
   // The first of the two columns visited at step k, 0 <= k < kPairSteps.
-  HG_DEVICE int pair_column(int k) const { return 32 * half + 2 * ((k + (row >> 3) + 2 * half) & 15); }
+  HG_DEVICE int pair_column(int k) const { return 32 * half + 2 * ((k + row) & 15); }
   static constexpr int kPairSteps = 16;
   static constexpr int kPartnerMask = 16;  // shuffle xor mask of the row's other lane
 };
@@ -120,7 +124,7 @@ struct ScratchLane {
 // The dropout draw of probability (i, j) of (batch * heads index) bh; see the header comment.
 struct AttentionDropout {
   uint64_t seed = 0, offset = 0;
-  float p = 0.0f;  // 0: no dropout
+  float p = 0.0f;           // 0: no dropout
   float keep_scale = 1.0f;  // 1 / (1 - p)
 
   static AttentionDropout of(const AttentionProblem& problem) {
@@ -129,6 +133,25 @@ struct AttentionDropout {
   HG_DEVICE bool active() const { return p > 0.0f; }
   HG_DEVICE bool keep_at(int64_t bh, int64_t tq, int64_t tk, int64_t i, int64_t j) const {
     return dropout_keep(seed, offset, uint64_t((bh * tq + i) * tk + j), p);
+  }
+  // keep_at(.., j) in bit 0 and keep_at(.., j + 1) in bit 1, from one Philox evaluation when the two
+  // indices share a Philox block (3 times in 4).
+  HG_DEVICE unsigned keep_pair_at(int64_t bh, int64_t tq, int64_t tk, int64_t i, int64_t j) const {
+    const uint64_t index = uint64_t((bh * tq + i) * tk + j);
+    const uint64_t block = offset + index / 4;
+    const Philox4 w =
+        philox4x32_10(Philox4{{uint32_t(block), uint32_t(block >> 32), 0u, 0u}}, uint32_t(seed), uint32_t(seed >> 32));
+    const unsigned first = unsigned(index % 4);
+    // Selects, not w.v[first]: a run-time index would put w in local memory.
+    const uint32_t bits0 = first == 0 ? w.v[0] : first == 1 ? w.v[1] : first == 2 ? w.v[2] : w.v[3];
+    const bool keep0 = bits_to_uniform(bits0) >= p;
+    bool keep1;
+    if (first < 3) {
+      keep1 = bits_to_uniform(first == 0 ? w.v[1] : first == 1 ? w.v[2] : w.v[3]) >= p;
+    } else {
+      keep1 = dropout_keep(seed, offset, index + 1, p);
+    }
+    return unsigned(keep0) | (unsigned(keep1) << 1);
   }
 };
 
