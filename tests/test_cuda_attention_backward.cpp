@@ -189,7 +189,7 @@ Buffer scatter(const std::vector<double>& dense, const Placement& p, DType dtype
 std::vector<double> random_rounded(std::mt19937_64& rng, DType dtype, int64_t n) {
   std::uniform_real_distribution<double> dist(-1.0, 1.0);
   Buffer b(dtype, 1);
-  std::vector<double> v(size_t(n));
+  std::vector<double> v(static_cast<size_t>(n));
   for (auto& x : v) {
     b.set(0, dist(rng));
     x = b.get(0);
