@@ -189,7 +189,7 @@ Buffer scatter(const std::vector<double>& dense, const Placement& p, DType dtype
 std::vector<double> random_rounded(std::mt19937_64& rng, DType dtype, int64_t n) {
   std::uniform_real_distribution<double> dist(-1.0, 1.0);
   Buffer b(dtype, 1);
-  std::vector<double> v(size_t(n));
+  std::vector<double> v(static_cast<size_t>(n));
   for (auto& x : v) {
     b.set(0, dist(rng));
     x = b.get(0);
@@ -410,7 +410,8 @@ void check_case(const Case& c, uint64_t seed) {
 }
 
 // Every sequence length, head dimension, mask and dropout setting for one dtype; the layouts take
-// turns. Small (b, h) counts for the longer sequences keep the emulated run short.
+// turns. Small (b, h) counts for the longer sequences keep the emulated run short (the emulated WMMA
+// collectives dominate it: about 20 s per half dtype under ASan on the 2-core VM, 2 s for f32).
 void sweep(DType dtype) {
   const Layout layouts[] = {Layout::dense, Layout::qkv_slices, Layout::odd_rows};
   uint64_t seed = 1000 * uint64_t(dtype) + 1;
@@ -419,7 +420,11 @@ void sweep(DType dtype) {
     for (const int64_t d : {64, 128}) {
       for (const bool causal : {false, true}) {
         for (const double dropout : {0.0, 0.2}) {
-          const int64_t batch = t <= 17 ? 2 : 1, heads = t <= 17 ? 3 : (t == 64 ? 2 : 1);
+          // T = 130 (three tiles, partial last ones): two of the four mask x dropout pairs, to keep
+          // the emulated tensor cores' run short; every pair is run at the shorter lengths.
+          if (t == 130 && causal != (dropout > 0)) continue;
+          // Every tile costs the same, however few of its rows are real: (b, h) counts stay small.
+          const int64_t batch = t == 17 ? 2 : 1, heads = t == 130 ? 1 : 2;
           check_case({dtype, batch, heads, t, t, d, causal, dropout, layouts[turn++ % 3]}, seed++);
         }
       }
