@@ -17,7 +17,7 @@
 //   O = O e^(m - m') + (P Z / (1 - p)) V_j                  (Z: the dropout keep bits, when p > 0)
 // and at the end O /= l, lse = m + log l.
 // Backward, one batch * head per task (so every dQ, dK, dV row has one writer, and the sums run in
-// one fixed order: the bits do not depend on the thread count). Q^T and dO^T are packed once;
+// one fixed order: the bits do not depend on the thread count). Q^T and dO^T are packed once, per tile;
 // D = rowsum(dO O) is written to `delta`. Outer loop over key tiles j (dK_j, dV_j accumulate in a
 // tile buffer), inner over the query tiles that see them:
 //   P^T = exp(S^T - lse),  dV_j += (P Z')^T dO_i,  dP^T = V_j dO_i^T,  dS^T = P^T (dP^T Z' - D),
@@ -360,10 +360,17 @@ void backward_group(const AttentionProblem& p, const BackwardOperands& x, int64_
   const Rows<Acc> v = read_rows<T, Acc>(x.v, b, h, 0, tk, d, w.v);
   const Rows<Acc> o = read_rows<T, Acc>(x.o, b, h, 0, tq, d, w.o);
   const Rows<Acc> dout = read_rows<T, Acc>(x.dout, b, h, 0, tq, d, w.dout);
-  Acc* qt = Workspace<Acc>::sized(w.qt, d * tq);
-  Acc* dout_t = Workspace<Acc>::sized(w.dout_t, d * tq);
-  pack_transposed(q, tq, d, Acc(p.scale), qt, tq);
-  pack_transposed(dout, tq, d, Acc(1), dout_t, tq);
+  // Q^T and dO^T packed per query tile, [tile][d][kQueryTile]: a tile's rows are 256 bytes apart.
+  // (One [d][tq] matrix put them tq * 4 bytes apart, 4 KiB at T = 1024, all in the same few L1 sets:
+  // the products reading them missed L1 on most rows.)
+  const int64_t query_tiles = (tq + kQueryTile - 1) / kQueryTile;
+  Acc* qt = Workspace<Acc>::sized(w.qt, query_tiles * d * kQueryTile);
+  Acc* dout_t = Workspace<Acc>::sized(w.dout_t, query_tiles * d * kQueryTile);
+  for (int64_t i0 = 0; i0 < tq; i0 += kQueryTile) {
+    const int64_t br = std::min(kQueryTile, tq - i0), at = i0 * d;  // tile i0 / kQueryTile starts at i0 * d
+    pack_transposed(Rows<Acc>{q.data + i0 * q.ld, q.ld}, br, d, Acc(p.scale), qt + at, kQueryTile);
+    pack_transposed(Rows<Acc>{dout.data + i0 * dout.ld, dout.ld}, br, d, Acc(1), dout_t + at, kQueryTile);
+  }
 
   const Acc* lse = static_cast<const Acc*>(x.lse) + g * tq;
   Acc* delta = static_cast<Acc*>(x.delta) + g * tq;
@@ -394,7 +401,7 @@ void backward_group(const AttentionProblem& p, const BackwardOperands& x, int64_
     for (int64_t i0 = first_query / kQueryTile * kQueryTile; i0 < tq; i0 += kQueryTile) {
       const int64_t br = std::min(kQueryTile, tq - i0);
       const TileMask mask = tile_mask(p, j0, bc, i0, br);
-      keys_by_queries(ops, mask, d, k_tile, k.ld, qt + i0, tq, s);
+      keys_by_queries(ops, mask, d, k_tile, k.ld, qt + i0 * d, kQueryTile, s);
       if (mask.partial) fill_hidden(mask, s, -std::numeric_limits<Acc>::infinity());
       ops.exp_shifted(s, bc, br, kQueryTile, lse + i0, nullptr);  // P^T
       const Acc* p_kept = s;
@@ -406,7 +413,7 @@ void backward_group(const AttentionProblem& p, const BackwardOperands& x, int64_
         p_kept = pz;
       }
       accumulate_keys(ops, mask, d, p_kept, dout.data + i0 * dout.ld, dout.ld, dv);
-      keys_by_queries(ops, mask, d, v_tile, v.ld, dout_t + i0, tq, dp);  // dP^T (before Z')
+      keys_by_queries(ops, mask, d, v_tile, v.ld, dout_t + i0 * d, kQueryTile, dp);  // dP^T (before Z')
       if (mask.partial) fill_hidden(mask, dp, Acc(0));
       for (int64_t jj = 0; jj < bc; ++jj) {
         Acc* dp_row = dp + jj * kQueryTile;
