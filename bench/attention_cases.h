@@ -51,9 +51,7 @@ inline AttentionCpuTiming time_attention_cpu(int64_t batch, int64_t heads, int64
   kernels::AttentionProblem p;
   p.batch = batch, p.heads = heads, p.tq = t, p.tk = t, p.d = d, p.causal = causal;
   p.scale = 1.0 / std::sqrt(double(d));
-  const auto view = [&](const Tensor& x) {
-    return kernels::AttentionTensor{x.data_ptr(), heads * t * d, t * d, d};
-  };
+  const auto view = [&](const Tensor& x) { return kernels::AttentionTensor{x.data_ptr(), heads * t * d, t * d, d}; };
   timing.fused_ms = time_median_ms(repeats, [&] {
     kernels::cpu::attention_forward(p, view(q), view(k), view(v), view(o), lse.data_ptr(), dtype);
     kernels::cpu::attention_backward(p, view(q), view(k), view(v), view(o), view(dout), lse.data_ptr(),
@@ -61,9 +59,7 @@ inline AttentionCpuTiming time_attention_cpu(int64_t batch, int64_t heads, int64
   });
 
   q.requires_grad_(), k.requires_grad_(), v.requires_grad_();
-  timing.composed_ms = time_median_ms(repeats, [&] {
-    scaled_dot_product_attention(q, k, v, causal).backward(dout);
-  });
+  timing.composed_ms = time_median_ms(repeats, [&] { scaled_dot_product_attention(q, k, v, causal).backward(dout); });
   return timing;
 }
 

@@ -13,10 +13,11 @@
 //   P = exp(S - lse): relative error rho = 2 gamma_d S_abs + gamma_tk + 8u
 //   O  = sum_j P Z' v:        |dO|  <= (rho + gamma_tk) mag_O + u_t |O|,   mag_O  = sum_j P Z' |v|
 //   dV = sum_i P Z' dO:       |ddV| <= (rho + gamma_tq) mag_dV + u_t |dV|, mag_dV = sum_i P Z' |dO|
-//   dS = P (dP Z' - D):       its error <= (rho + gamma_d + u_t) mag_dS, mag_dS = P (Z' sum_c |dO v| + sum_c |dO O|)
+//   dS = P (dP Z' - D):       its error <= (rho + gamma_d + u_t) mag_dS,
+//                             mag_dS = P (Z' sum_c |dO v| + sum_c |dO O|)
 //                             (u_t: the backward's D is computed from O as stored in the dtype)
-//   dQ = scale sum_j dS k:    |ddQ| <= (rho + gamma_d + u_t + gamma_tk) mag_dQ + u_t |dQ|, mag_dQ = scale sum_j mag_dS |k|
-//   dK likewise over i with |q| and gamma_tq.
+//   dQ = scale sum_j dS k:    |ddQ| <= (rho + gamma_d + u_t + gamma_tk) mag_dQ + u_t |dQ|,
+//                             mag_dQ = scale sum_j mag_dS |k|;  dK likewise over i with |q| and gamma_tq.
 // Each stored result also carries its rounding to the dtype: u_t |x|, or eta_t = half the subnormal
 // spacing for a tiny x (2^-25 in f16). The check allows twice each bound (second-order terms and
 // the exp's 4 ulp), plus 1e-30.
@@ -54,20 +55,28 @@ const DType kFloatingTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16}
 
 double unit_roundoff(DType t) {
   switch (t) {
-    case DType::f64: return 0x1p-53;
-    case DType::f16: return 0x1p-11;
-    case DType::bf16: return 0x1p-8;
-    default: return 0x1p-24;
+    case DType::f64:
+      return 0x1p-53;
+    case DType::f16:
+      return 0x1p-11;
+    case DType::bf16:
+      return 0x1p-8;
+    default:
+      return 0x1p-24;
   }
 }
 double accumulate_roundoff(DType t) { return t == DType::f64 ? 0x1p-53 : 0x1p-24; }
 // Half the spacing of the dtype's subnormals: the absolute rounding error of a tiny result.
 double subnormal_rounding(DType t) {
   switch (t) {
-    case DType::f64: return 0.0;
-    case DType::f16: return 0x1p-25;
-    case DType::bf16: return 0x1p-134;
-    default: return 0x1p-150;
+    case DType::f64:
+      return 0.0;
+    case DType::f16:
+      return 0x1p-25;
+    case DType::bf16:
+      return 0x1p-134;
+    default:
+      return 0x1p-150;
   }
 }
 
@@ -78,7 +87,11 @@ bool has_avx512() { return detail::cpu_has_avx512_gemm(); }
 class Operand {
  public:
   Operand(DType dtype, int64_t batch, int64_t heads, int64_t rows, int64_t d, bool strided)
-      : batch_(batch), heads_(heads), rows_(rows), d_(d), ld_(strided ? d + 3 : d),
+      : batch_(batch),
+        heads_(heads),
+        rows_(rows),
+        d_(d),
+        ld_(strided ? d + 3 : d),
         buffer_(dtype, std::max<int64_t>(batch * heads * rows * (strided ? d + 3 : d), 1)) {
     if (strided) {
       tensor_ = {buffer_.data(), rows * heads * ld_, ld_, heads * ld_};
@@ -144,7 +157,9 @@ struct Case {
     return std::string(hg::dtype_name(dtype)) + " B" + std::to_string(batch) + " H" + std::to_string(heads) + " tq" +
            std::to_string(tq) + " tk" + std::to_string(tk) + " d" + std::to_string(d) + (causal ? " causal" : "") +
            " dropout " + std::to_string(dropout) + (strided ? " strided" : " contiguous") +
-           (path == AttentionPath::portable ? " portable" : path == AttentionPath::avx512 ? " avx512" : " auto");
+           (path == AttentionPath::portable ? " portable"
+            : path == AttentionPath::avx512 ? " avx512"
+                                            : " auto");
   }
   AttentionProblem problem(uint64_t seed) const {
     AttentionProblem p;
@@ -249,7 +264,8 @@ Outputs run_and_check(const Case& c, uint64_t seed, bool check = true) {
   Outputs out{Operand(c.dtype, c.batch, c.heads, c.tq, c.d, c.strided),
               Operand(c.dtype, c.batch, c.heads, c.tq, c.d, c.strided),
               Operand(c.dtype, c.batch, c.heads, c.tk, c.d, c.strided),
-              Operand(c.dtype, c.batch, c.heads, c.tk, c.d, c.strided), HostBuffer(acc, p.rows()),
+              Operand(c.dtype, c.batch, c.heads, c.tk, c.d, c.strided),
+              HostBuffer(acc, p.rows()),
               HostBuffer(acc, p.rows())};
   out.o.poison();
   out.dq.poison();
@@ -438,8 +454,9 @@ TEST_CASE("attention cpu: the AVX-512 exp is within 4 ulp of exp, 0 below -87.3,
   }
   INFO("worst relative error ", worst, " = ", worst / 0x1p-24, " ulp of 2^-24 over ", x.size(), " points");
   CHECK(worst <= 0x1p-22);
-  const float special_in[] = {-std::numeric_limits<float>::infinity(), -100.0f, -87.5f,
-                              std::numeric_limits<float>::infinity(), 100.0f, std::numeric_limits<float>::quiet_NaN()};
+  const float special_in[] = {
+      -std::numeric_limits<float>::infinity(), -100.0f, -87.5f,
+      std::numeric_limits<float>::infinity(),  100.0f,  std::numeric_limits<float>::quiet_NaN()};
   float special_out[6];
   detail::exp_f32_avx512(special_in, special_out, 6);
   CHECK(special_out[0] == 0.0f);

@@ -11,12 +11,13 @@
 //
 // Forward, one (batch * head, query tile) per task, tasks over OpenMP threads (dynamic: causal tiles
 // differ in work). For each key tile up to the last one the tile's last query sees (fully masked
-// tiles are skipped; the diagonal tile is masked to -inf):
+// tiles are skipped; on a diagonal tile the products skip the hidden half and the scores there are
+// set to -inf):
 //   S^T = K_j (scale Q_i)^T,  m' = max(m, colmax S^T),  P^T = exp(S^T - m'),  l = l e^(m - m') + colsum P^T,
 //   O = O e^(m - m') + (P Z / (1 - p)) V_j                  (Z: the dropout keep bits, when p > 0)
 // and at the end O /= l, lse = m + log l.
 // Backward, one batch * head per task (so every dQ, dK, dV row has one writer, and the sums run in
-// one fixed order: the bits do not depend on the thread count). Q^T and dO^T are packed once;
+// one fixed order: the bits do not depend on the thread count). Q^T and dO^T are packed once, per tile;
 // D = rowsum(dO O) is written to `delta`. Outer loop over key tiles j (dK_j, dV_j accumulate in a
 // tile buffer), inner over the query tiles that see them:
 //   P^T = exp(S^T - lse),  dV_j += (P Z')^T dO_i,  dP^T = V_j dO_i^T,  dS^T = P^T (dP^T Z' - D),
@@ -24,11 +25,13 @@
 // Five products of 64 x 64 x d per tile pair, on the AVX-512 micro-kernel of attention_avx512.cpp
 // for f32 (when the CPU has AVX-512), on portable loops otherwise and for f64.
 //
+// (With batch * heads below the thread count the backward leaves threads idle; the GPT has 32+.)
+// Memory per thread: the tiles (S^T, dP^T, Z, P Z, O and dK, dV accumulators: ~100 KiB in f32 at
+// d = 64, in L2) and, in the backward, Q^T, dO^T and the dQ accumulator of one (b, h): 3 tq d values.
+//
 // Precision: f32 and f64 compute in their own type. f16 and bf16 operands are converted to f32 (the
 // rows one task reads: a (b, h)'s keys and values, a query tile), everything accumulates in f32,
 // and O, dQ, dK, dV are rounded to the dtype once, on store. lse and delta are in accumulate_dtype.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -104,10 +107,10 @@ detail::AttentionTileOps<Acc> choose_ops(detail::AttentionPath path, const char*
 // Q^T and dO^T and its dQ accumulator are whole (b, h) slices: 3 tq d values).
 template <class Acc>
 struct Workspace {
-  std::vector<Acc> q, k, v, o, dout;      // rows converted from f16 / bf16
-  std::vector<Acc> qt, dout_t;            // packed transposes (scale Q)^T, dO^T
-  std::vector<Acc> s, dp, z, pz;          // [kKeyTile][kQueryTile] tiles
-  std::vector<Acc> acc_o, dq, dk, dv;     // accumulators
+  std::vector<Acc> q, k, v, o, dout;   // rows converted from f16 / bf16
+  std::vector<Acc> qt, dout_t;         // packed transposes (scale Q)^T, dO^T
+  std::vector<Acc> s, dp, z, pz;       // [kKeyTile][kQueryTile] tiles
+  std::vector<Acc> acc_o, dq, dk, dv;  // accumulators
   std::vector<Acc> m, l, m_new, alpha, sums;
 
   static Acc* sized(std::vector<Acc>& buffer, int64_t n) {
@@ -168,15 +171,70 @@ void write_rows(AttentionTensor t, int64_t b, int64_t h, int64_t row0, int64_t r
 
 // ---- masks ----------------------------------------------------------------------------------------
 
-// Causal mask on a transposed score tile (keys j0.., queries i0..): key j is hidden from query i when
-// j > i + (tk - tq). Only the tiles on the diagonal have hidden entries.
-template <class Acc>
-void mask_causal(const AttentionProblem& p, Acc* s, int64_t j0, int64_t bc, int64_t i0, int64_t br) {
+// The causal mask of one (key tile j0.., query tile i0..) pair: key jj is hidden from the queries
+// ii < hidden_queries(jj) = jj + offset (clamped to [0, br]), offset = j0 - i0 - (tk - tq), i.e.
+// key j is hidden from query i when j > i + (tk - tq). `partial`: the tile has hidden entries (it
+// lies on the diagonal); tiles that are entirely hidden are never visited.
+struct TileMask {
+  int64_t bc, br, offset;
+  bool partial;
+  int64_t hidden_queries(int64_t jj) const { return partial ? std::clamp<int64_t>(jj + offset, 0, br) : 0; }
+  // The keys that at least one of the queries [0, ii_end) sees.
+  int64_t seen_keys(int64_t ii_end) const { return partial ? std::clamp<int64_t>(ii_end - offset, 0, bc) : bc; }
+};
+
+TileMask tile_mask(const AttentionProblem& p, int64_t j0, int64_t bc, int64_t i0, int64_t br) {
   const int64_t shift = p.tk - p.tq;
-  for (int64_t jj = 0; jj < bc; ++jj) {
-    // Queries i0 + ii with i0 + ii + shift < j0 + jj do not see this key.
-    const int64_t hidden = std::clamp<int64_t>(j0 + jj - shift - i0, 0, br);
-    std::fill(s + jj * kQueryTile, s + jj * kQueryTile + hidden, -std::numeric_limits<Acc>::infinity());
+  return {bc, br, j0 - i0 - shift, p.causal && j0 + bc - 1 > i0 + shift};
+}
+
+// Writes `value` into the hidden entries of a transposed [key][query] tile.
+template <class Acc>
+void fill_hidden(const TileMask& mask, Acc* tile, Acc value) {
+  for (int64_t jj = 0; jj < mask.bc; ++jj)
+    std::fill(tile + jj * kQueryTile, tile + jj * kQueryTile + mask.hidden_queries(jj), value);
+}
+
+// The three shapes of product a tile pair needs, each skipping the hidden part of a diagonal tile in
+// strips of kStrip rows (the entries skipped are hidden scores, filled afterwards, or exact zeros of
+// P and dS, so nothing changes but the work: about half of each diagonal tile).
+constexpr int64_t kStrip = 8;
+
+// out[jj][ii] = sum_c a[jj][c] b[c][ii]: a [bc] key rows of d values, b [d][br] packed (stride ldb);
+// out a transposed tile. Hidden entries are left unwritten.
+template <class Acc>
+void keys_by_queries(const detail::AttentionTileOps<Acc>& ops, const TileMask& mask, int64_t d, const Acc* a,
+                     int64_t lda, const Acc* b, int64_t ldb, Acc* out) {
+  if (!mask.partial) return ops.product(mask.bc, mask.br, d, a, lda, 1, b, ldb, out, kQueryTile, false);
+  for (int64_t jj0 = 0; jj0 < mask.bc; jj0 += kStrip) {
+    const int64_t c0 = mask.hidden_queries(jj0);
+    if (c0 < mask.br)
+      ops.product(std::min(kStrip, mask.bc - jj0), mask.br - c0, d, a + jj0 * lda, lda, 1, b + c0, ldb,
+                  out + jj0 * kQueryTile + c0, kQueryTile, false);
+  }
+}
+
+// c[jj][:] += sum_ii t[jj][ii] b[ii][:]: t a transposed tile, b [br] query rows, c [bc][d].
+template <class Acc>
+void accumulate_keys(const detail::AttentionTileOps<Acc>& ops, const TileMask& mask, int64_t d, const Acc* t,
+                     const Acc* b, int64_t ldb, Acc* c) {
+  if (!mask.partial) return ops.product(mask.bc, d, mask.br, t, kQueryTile, 1, b, ldb, c, d, true);
+  for (int64_t jj0 = 0; jj0 < mask.bc; jj0 += kStrip) {
+    const int64_t c0 = mask.hidden_queries(jj0);
+    if (c0 < mask.br)
+      ops.product(std::min(kStrip, mask.bc - jj0), d, mask.br - c0, t + jj0 * kQueryTile + c0, kQueryTile, 1,
+                  b + c0 * ldb, ldb, c + jj0 * d, d, true);
+  }
+}
+
+// c[ii][:] += sum_jj t[jj][ii] b[jj][:]: t a transposed tile read transposed, b [bc] key rows, c [br][d].
+template <class Acc>
+void accumulate_queries(const detail::AttentionTileOps<Acc>& ops, const TileMask& mask, int64_t d, const Acc* t,
+                        const Acc* b, int64_t ldb, Acc* c) {
+  if (!mask.partial) return ops.product(mask.br, d, mask.bc, t, 1, kQueryTile, b, ldb, c, d, true);
+  for (int64_t ii0 = 0; ii0 < mask.br; ii0 += kStrip) {
+    const int64_t rows = std::min(kStrip, mask.br - ii0), keys = mask.seen_keys(ii0 + rows);
+    if (keys > 0) ops.product(rows, d, keys, t + ii0, 1, kQueryTile, b, ldb, c + ii0 * d, d, true);
   }
 }
 
@@ -237,8 +295,9 @@ void forward_task(const AttentionProblem& p, const ForwardOperands& x, int64_t g
 
   for (int64_t j0 = 0; j0 < key_end; j0 += kKeyTile) {
     const int64_t bc = std::min(kKeyTile, key_end - j0);
-    ops.product(bc, br, d, k.data + j0 * k.ld, k.ld, 1, qt, kQueryTile, s, kQueryTile, false);
-    if (p.causal && j0 + bc - 1 > i0 + (p.tk - p.tq)) mask_causal(p, s, j0, bc, i0, br);
+    const TileMask mask = tile_mask(p, j0, bc, i0, br);
+    keys_by_queries(ops, mask, d, k.data + j0 * k.ld, k.ld, qt, kQueryTile, s);
+    if (mask.partial) fill_hidden(mask, s, -std::numeric_limits<Acc>::infinity());
     // Key 0 is in the first tile and every query sees it, so m' is finite from the first tile on.
     std::copy(m, m + br, m_new);
     for (int64_t jj = 0; jj < bc; ++jj)
@@ -262,7 +321,7 @@ void forward_task(const AttentionProblem& p, const ForwardOperands& x, int64_t g
         for (int64_t ii = 0; ii < br; ++ii) s[jj * kQueryTile + ii] *= z[jj * kQueryTile + ii];
     }
     // O (+)= P V_j, P read transposed out of S^T.
-    ops.product(br, d, bc, s, 1, kQueryTile, v.data + j0 * v.ld, v.ld, acc, d, true);
+    accumulate_queries(ops, mask, d, s, v.data + j0 * v.ld, v.ld, acc);
   }
 
   Acc* lse = static_cast<Acc*>(x.lse) + g * p.tq + i0;
@@ -301,10 +360,17 @@ void backward_group(const AttentionProblem& p, const BackwardOperands& x, int64_
   const Rows<Acc> v = read_rows<T, Acc>(x.v, b, h, 0, tk, d, w.v);
   const Rows<Acc> o = read_rows<T, Acc>(x.o, b, h, 0, tq, d, w.o);
   const Rows<Acc> dout = read_rows<T, Acc>(x.dout, b, h, 0, tq, d, w.dout);
-  Acc* qt = Workspace<Acc>::sized(w.qt, d * tq);
-  Acc* dout_t = Workspace<Acc>::sized(w.dout_t, d * tq);
-  pack_transposed(q, tq, d, Acc(p.scale), qt, tq);
-  pack_transposed(dout, tq, d, Acc(1), dout_t, tq);
+  // Q^T and dO^T packed per query tile, [tile][d][kQueryTile]: a tile's rows are 256 bytes apart.
+  // (One [d][tq] matrix put them tq * 4 bytes apart, 4 KiB at T = 1024, all in the same few L1 sets:
+  // the products reading them missed L1 on most rows.)
+  const int64_t query_tiles = (tq + kQueryTile - 1) / kQueryTile;
+  Acc* qt = Workspace<Acc>::sized(w.qt, query_tiles * d * kQueryTile);
+  Acc* dout_t = Workspace<Acc>::sized(w.dout_t, query_tiles * d * kQueryTile);
+  for (int64_t i0 = 0; i0 < tq; i0 += kQueryTile) {
+    const int64_t br = std::min(kQueryTile, tq - i0), at = i0 * d;  // tile i0 / kQueryTile starts at i0 * d
+    pack_transposed(Rows<Acc>{q.data + i0 * q.ld, q.ld}, br, d, Acc(p.scale), qt + at, kQueryTile);
+    pack_transposed(Rows<Acc>{dout.data + i0 * dout.ld, dout.ld}, br, d, Acc(1), dout_t + at, kQueryTile);
+  }
 
   const Acc* lse = static_cast<const Acc*>(x.lse) + g * tq;
   Acc* delta = static_cast<Acc*>(x.delta) + g * tq;
@@ -334,18 +400,21 @@ void backward_group(const AttentionProblem& p, const BackwardOperands& x, int64_
     const int64_t first_query = p.causal ? std::max<int64_t>(0, j0 - (tk - tq)) : 0;
     for (int64_t i0 = first_query / kQueryTile * kQueryTile; i0 < tq; i0 += kQueryTile) {
       const int64_t br = std::min(kQueryTile, tq - i0);
-      ops.product(bc, br, d, k_tile, k.ld, 1, qt + i0, tq, s, kQueryTile, false);
-      if (p.causal && j0 + bc - 1 > i0 + (tk - tq)) mask_causal(p, s, j0, bc, i0, br);
+      const TileMask mask = tile_mask(p, j0, bc, i0, br);
+      keys_by_queries(ops, mask, d, k_tile, k.ld, qt + i0 * d, kQueryTile, s);
+      if (mask.partial) fill_hidden(mask, s, -std::numeric_limits<Acc>::infinity());
       ops.exp_shifted(s, bc, br, kQueryTile, lse + i0, nullptr);  // P^T
       const Acc* p_kept = s;
       if (dropout) {
         dropout_tile(p, g, i0, br, j0, bc, z);
         for (int64_t jj = 0; jj < bc; ++jj)
-          for (int64_t ii = 0; ii < br; ++ii) pz[jj * kQueryTile + ii] = s[jj * kQueryTile + ii] * z[jj * kQueryTile + ii];
+          for (int64_t ii = 0; ii < br; ++ii)
+            pz[jj * kQueryTile + ii] = s[jj * kQueryTile + ii] * z[jj * kQueryTile + ii];
         p_kept = pz;
       }
-      ops.product(bc, d, br, p_kept, kQueryTile, 1, dout.data + i0 * dout.ld, dout.ld, dv, d, true);
-      ops.product(bc, br, d, v_tile, v.ld, 1, dout_t + i0, tq, dp, kQueryTile, false);  // dP^T (before Z')
+      accumulate_keys(ops, mask, d, p_kept, dout.data + i0 * dout.ld, dout.ld, dv);
+      keys_by_queries(ops, mask, d, v_tile, v.ld, dout_t + i0 * d, kQueryTile, dp);  // dP^T (before Z')
+      if (mask.partial) fill_hidden(mask, dp, Acc(0));
       for (int64_t jj = 0; jj < bc; ++jj) {
         Acc* dp_row = dp + jj * kQueryTile;
         const Acc* p_row = s + jj * kQueryTile;
@@ -356,8 +425,8 @@ void backward_group(const AttentionProblem& p, const BackwardOperands& x, int64_
           for (int64_t ii = 0; ii < br; ++ii) dp_row[ii] = p_row[ii] * (dp_row[ii] - delta[i0 + ii]);
       }
       // dp now holds dS^T.
-      ops.product(bc, d, br, dp, kQueryTile, 1, q.data + i0 * q.ld, q.ld, dk, d, true);
-      ops.product(br, d, bc, dp, 1, kQueryTile, k_tile, k.ld, dq + i0 * d, d, true);
+      accumulate_keys(ops, mask, d, dp, q.data + i0 * q.ld, q.ld, dk);
+      accumulate_queries(ops, mask, d, dp, k_tile, k.ld, dq + i0 * d);
     }
     write_rows<T, Acc>(x.dk, b, h, j0, bc, d, dk, Acc(p.scale));
     write_rows<T, Acc>(x.dv, b, h, j0, bc, d, dv, Acc(1));
