@@ -45,7 +45,7 @@ struct Result {
 };
 
 Result run(const Tensor& x0, const Tensor& w0, const Tensor& targets, int64_t chunk, const Device& device) {
-  const Tensor x = x0.to(device).requires_grad_(), w = w0.to(device).requires_grad_();
+  const Tensor x = x0.to(device).detach().requires_grad_(), w = w0.to(device).detach().requires_grad_();
   if (device != kCPU) {
     const int64_t N = x0.size(0), C = x0.size(1), V = w0.size(0), R = chunk, e = int64_t(x0.element_size());
     poison_device_cache({R * V * e, R * V * 4, R * C * 4, N * C * e, N * C * 4, V * C * 4, V * C * e, N * 4});
@@ -79,7 +79,8 @@ TEST_CASE("linear_cross_entropy on CUDA equals the CPU, forward and backward, f3
     const Tensor targets = from_vector(t, {N});
     const double rel = dtype == f32 ? 1e-5 : 2 * std::ldexp(1.0, -8);
     for (int64_t chunk : {int64_t(16), int64_t(45), int64_t(64)}) {  // 16 leaves a last chunk of 13
-      CAPTURE(dtype_name(dtype));
+      const std::string dtype_str = dtype_name(dtype);
+      CAPTURE(dtype_str);
       CAPTURE(chunk);
       const Result cpu = run(x, w, targets, chunk, kCPU), gpu = run(x, w, targets, chunk, kCuda);
       CHECK(std::isfinite(gpu.loss));

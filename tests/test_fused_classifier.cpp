@@ -131,7 +131,8 @@ TEST_CASE("linear_cross_entropy equals cross_entropy(matmul(x, w^T)), forward an
                                          : 4 * unit_roundoff(dtype) * (1 + std::abs(ref.loss));
     // 1 row per chunk, 8 (does not divide 37), 37 (one chunk), 64 (more than N), 0 (the op's choice)
     for (int64_t chunk : {int64_t(1), int64_t(8), int64_t(37), int64_t(64), int64_t(0)}) {
-      CAPTURE(dtype_name(dtype));
+      const std::string dtype_str = dtype_name(dtype);
+      CAPTURE(dtype_str);
       CAPTURE(chunk);
       const Result got = run(x, w, targets, true, chunk, g);
       CHECK(std::isfinite(got.loss));
@@ -256,7 +257,8 @@ TEST_CASE("the tied embedding's gradient sums the embedding's use and the fused 
 
 TEST_CASE("GPT::loss through the fused classifier equals the composed head, loss and every gradient") {
   for (DType dtype : {f32, bf16}) {
-    CAPTURE(dtype_name(dtype));
+    const std::string dtype_str = dtype_name(dtype);
+    CAPTURE(dtype_str);
     auto make = [&](bool fused) {
       manual_seed(1234);
       auto model = std::make_shared<nn::GPT>(
