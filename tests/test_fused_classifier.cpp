@@ -59,10 +59,14 @@ Tensor make_targets(int64_t N, int64_t V, int64_t ignore_every) {
 
 double unit_roundoff(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return std::ldexp(1.0, -8);
-    case DType::f16: return std::ldexp(1.0, -11);
-    case DType::f64: return std::ldexp(1.0, -52);
-    default: return std::ldexp(1.0, -24);
+    case DType::bf16:
+      return std::ldexp(1.0, -8);
+    case DType::f16:
+      return std::ldexp(1.0, -11);
+    case DType::f64:
+      return std::ldexp(1.0, -52);
+    default:
+      return std::ldexp(1.0, -24);
   }
 }
 
@@ -75,8 +79,8 @@ struct Result {
 Result run(const Tensor& x0, const Tensor& w0, const Tensor& targets, bool fused, int64_t chunk, double g = 1.0) {
   const Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
   if (fused) poison_for(x.size(0), x.size(1), w.size(0), chunk > 0 ? chunk : x.size(0), x.dtype());
-  const Tensor loss = fused ? linear_cross_entropy(x, w, targets, kIgnore, chunk)
-                            : cross_entropy(matmul(x, w.t()), targets, kIgnore);
+  const Tensor loss =
+      fused ? linear_cross_entropy(x, w, targets, kIgnore, chunk) : cross_entropy(matmul(x, w.t()), targets, kIgnore);
   loss.backward(full({}, g, loss.dtype()));
   return {loss.item(), x.grad().to_vector<double>(), w.grad().to_vector<double>()};
 }
@@ -179,13 +183,16 @@ TEST_CASE("linear_cross_entropy with every row ignored is NaN with zero gradient
 TEST_CASE("linear_cross_entropy names a bad target by its row over all chunks, and bad shapes and dtypes") {
   const Tensor x = randn({4, 3}, f32), w = randn({5, 3}, f32);
   const Tensor bad = from_vector(std::vector<int64_t>{0, 1, -100, 7}, {4});
-  CHECK_ERROR(cross_entropy(matmul(x, w.t()), bad), "target 7 at row 3 is out of range, expected 0 <= target < 5 (or ignore_index = -100)");
+  CHECK_ERROR(cross_entropy(matmul(x, w.t()), bad),
+              "target 7 at row 3 is out of range, expected 0 <= target < 5 (or ignore_index = -100)");
   CHECK_ERROR(linear_cross_entropy(x, w, bad, kIgnore, 2), "[linear_cross_entropy]",
               "target 7 at row 3 is out of range, expected 0 <= target < 5 (or ignore_index = -100)");
   const Tensor good = from_vector(std::vector<int64_t>{0, 1, -100, 4}, {4});
   CHECK_ERROR(linear_cross_entropy(x.reshape({12}), w, good), "[linear_cross_entropy]", "expected x [N, C]");
-  CHECK_ERROR(linear_cross_entropy(x, randn({5, 2}), good), "[linear_cross_entropy]", "expected weight [V, C] with C = 3");
-  CHECK_ERROR(linear_cross_entropy(x, w, good.narrow(0, 0, 3)), "[linear_cross_entropy]", "expected targets of shape [4]");
+  CHECK_ERROR(linear_cross_entropy(x, randn({5, 2}), good), "[linear_cross_entropy]",
+              "expected weight [V, C] with C = 3");
+  CHECK_ERROR(linear_cross_entropy(x, w, good.narrow(0, 0, 3)), "[linear_cross_entropy]",
+              "expected targets of shape [4]");
   CHECK_ERROR(linear_cross_entropy(x, w, good.to(f32)), "[linear_cross_entropy]", "i32 or i64");
   CHECK_ERROR(linear_cross_entropy(x, w.to(bf16), good), "[linear_cross_entropy]", "dtype mismatch");
   CHECK_ERROR(linear_cross_entropy(x, w, good, kIgnore, -1), "[linear_cross_entropy]", "chunk_rows = -1");
@@ -212,8 +219,8 @@ TEST_CASE("linear_cross_entropy's peak memory: N x V below the composed path, wi
     const int64_t before = memory_stats(kCPU).allocated_bytes;
     reset_peak_memory(kCPU);
     {
-      const Tensor loss = fused ? linear_cross_entropy(x, w, targets, kIgnore, R)
-                                : cross_entropy(matmul(x, w.t()), targets, kIgnore);
+      const Tensor loss =
+          fused ? linear_cross_entropy(x, w, targets, kIgnore, R) : cross_entropy(matmul(x, w.t()), targets, kIgnore);
       loss.backward();
     }
     return memory_stats(kCPU).peak_allocated_bytes - before;

@@ -115,8 +115,9 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
   HG_CHECK(targets_in.device() == x_in.device(), "[", kName, "] x ", x_in.describe(), " and targets ",
            targets_in.describe(), " are on different devices");
   HG_CHECK(x_in.dim() == 2, "[", kName, "] expected x [N, C], got ", x_in.describe());
-  HG_CHECK(weight_in.dim() == 2 && weight_in.size(1) == x_in.size(1), "[", kName, "] expected weight [V, C] with C = ",
-           x_in.size(1), " (x's features), got weight ", weight_in.describe(), " for x ", x_in.describe());
+  HG_CHECK(weight_in.dim() == 2 && weight_in.size(1) == x_in.size(1), "[", kName,
+           "] expected weight [V, C] with C = ", x_in.size(1), " (x's features), got weight ", weight_in.describe(),
+           " for x ", x_in.describe());
   const int64_t N = x_in.size(0), C = x_in.size(1), V = weight_in.size(0);
   HG_CHECK(V > 0, "[", kName, "] weight ", weight_in.describe(), " has no classes; expected V >= 1 rows");
   HG_CHECK(C > 0, "[", kName, "] x ", x_in.describe(), " has no features; expected C >= 1");
@@ -131,8 +132,8 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
   const Device device = x.device();
   const DType dtype = x.dtype(), stat = accumulate_dtype(dtype);
   const DType dw_dtype = is_half(dtype) ? f32 : dtype;  // dW accumulates in fp32 for half weights
-  const int64_t R = chunk_rows > 0 ? std::max<int64_t>(1, std::min(chunk_rows, N))
-                                   : linear_cross_entropy_chunk_rows(N, C, V, dtype);
+  const int64_t R =
+      chunk_rows > 0 ? std::max<int64_t>(1, std::min(chunk_rows, N)) : linear_cross_entropy_chunk_rows(N, C, V, dtype);
   const bool record = should_record({&x_in, &weight_in});
   const bool need_dx = record && x_in.requires_grad(), need_dw = record && weight_in.requires_grad();
   const bool need_grad = need_dx || need_dw;
@@ -186,7 +187,7 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
   {
     NoGradGuard no_grad;
     const Tensor count = count_valid_rows(targets, ignore_index, stat);
-    loss = sum(row_loss) / count;                     // 0 / 0 = NaN when no row counts
+    loss = sum(row_loss) / count;                                 // 0 / 0 = NaN when no row counts
     if (need_grad) grad_scale = 1.0 / (relu(count - 1.0) + 1.0);  // 1 / max(|valid|, 1)
   }
   if (!record) return loss;
