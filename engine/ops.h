@@ -81,6 +81,17 @@ Tensor log_softmax(const Tensor& x, int dim = -1);
 // the error is raised LATER, at the next host read (.item(), .to(kCPU), cuda::synchronize), as CUDA
 // reports its own kernel errors (docs/cuda.md).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// The fused classifier (engine/ops/linear_cross_entropy.cpp): cross_entropy(x weight^T, targets)
+// for x [N, C], weight [V, C] (a tied lm_head), targets [N] i32/i64, with the same loss, dtype,
+// NaN-when-nothing-counts and target errors, computed in chunks of chunk_rows rows (0: choose, see
+// linear_cross_entropy_chunk_rows) so that the logits [N, V] and their gradient are never stored
+// whole: a gradient needed is computed in the forward pass, chunk by chunk, and kept as dx [N, C] and
+// dW [V, C] (fp32 for half weights); the backward scales them. Gradients flow to x and weight.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t ignore_index = -100,
+                            int64_t chunk_rows = 0);
+// The chunk linear_cross_entropy chooses for N = rows, C = features, V = classes: the rows whose
+// logits fit in max(bytes of x, 8 MiB), at least 1 and at most N, a multiple of 16 above 16.
+int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t features, int64_t classes, DType dtype);
 // Over the last dimension, statistics in fp32. weight/bias may be undefined.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // weight [V, D], ids i32/i64 of any shape -> [ids.shape, D]. Deterministic backward. An id outside

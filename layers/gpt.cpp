@@ -52,6 +52,10 @@ GPT::GPT(const GPTConfig& c) : config(c), checkpoint_every_(c.checkpoint_every()
 
 Tensor GPT::forward(const Tensor& ids) {
   ModuleScope scope(*this);
+  return matmul(final_hidden(ids), wte->weight.t());
+}
+
+Tensor GPT::final_hidden(const Tensor& ids) {
   HG_CHECK(ids.dim() == 2, "[GPT] expected ids [B, T], got ", ids.describe());
   const int64_t T = ids.size(1);
   HG_CHECK(T >= 1 && T <= config.context(), "[GPT] sequence length ", T, " exceeds the model's context of ",
@@ -71,8 +75,7 @@ Tensor GPT::forward(const Tensor& ids) {
     begin_saved_tensor_group();
     x = checkpoint_every_ > 0 ? checkpoint(run_segment, x) : run_segment(x);
   }
-  x = ln_f->forward(x);
-  return matmul(x, wte->weight.t());
+  return ln_f->forward(x);
 }
 
 void GPT::set_attention(AttentionImpl impl) {
@@ -86,9 +89,14 @@ void GPT::set_checkpoint_every(int64_t k) {
 
 Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {
   ModuleScope scope(*this);
-  const Tensor logits = forward(ids);
-  const int64_t V = config.vocab_size();
-  return cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
+  if (!config.fused_classifier()) {
+    const Tensor logits = forward(ids);
+    return cross_entropy(logits.reshape({-1, config.vocab_size()}), targets.reshape({-1}));
+  }
+  HG_CHECK(targets.shape() == ids.shape(), "[GPT] expected targets ", targets.describe(), " of the shape of ids ",
+           ids.describe());
+  const Tensor x = final_hidden(ids);
+  return linear_cross_entropy(x.reshape({-1, config.n_embd()}), wte->weight, targets.reshape({-1}));
 }
 
 }  // namespace hg::nn

@@ -27,6 +27,11 @@ struct GPTConfig {
   // in segments of K consecutive blocks, each one hg::checkpoint region (K = 1: every block), so the
   // forward keeps only the segments' inputs and the backward recomputes one segment at a time.
   HG_OPTION(GPTConfig, int64_t, checkpoint_every, 0);
+  // loss() through the fused classifier (linear_cross_entropy: the head and the cross-entropy in
+  // chunks of rows, never storing the [B T, vocab] logits or their gradient); false: the composed
+  // cross_entropy(forward(ids)), kept for comparison and benchmarks. forward() returns logits either way.
+  // A run-time choice, not saved in checkpoints (loaded models start with the default).
+  HG_OPTION(GPTConfig, bool, fused_classifier, true);
 
  public:
   void validate() const;
@@ -38,7 +43,8 @@ class GPT : public Module {
   explicit GPT(const GPTConfig& config);
   // ids [B, T] (i32/i64, T <= context) -> logits [B, T, vocab] in the model's dtype.
   Tensor forward(const Tensor& ids);
-  // Mean cross-entropy of next-token prediction; targets [B, T], ignore_index -100 (f32 loss).
+  // Mean cross-entropy of next-token prediction; targets [B, T], ignore_index -100 (f32 loss; f64
+  // for f64). Through the fused classifier unless config.fused_classifier() is false.
   Tensor loss(const Tensor& ids, const Tensor& targets);
 
   // Saves the native layout (safetensors, metadata records the config).
@@ -60,6 +66,9 @@ class GPT : public Module {
   std::shared_ptr<LayerNorm> ln_f;
 
  private:
+  // ln_f of the last block's output: [B, T, n_embd], what the tied head multiplies by wte^T.
+  Tensor final_hidden(const Tensor& ids);
+
   int64_t checkpoint_every_ = 0;
 };
 

@@ -107,7 +107,7 @@ TEST_CASE("the GPT's backward with a NaN loss gradient names the last op of the 
   }();
   CHECK(std::isfinite(loss.item()));
   DetectAnomaly anomaly;
-  CHECK_ERROR(loss.backward(full({}, std::numeric_limits<double>::quiet_NaN())), "backward of op 'cross_entropy'",
+  CHECK_ERROR(loss.backward(full({}, std::numeric_limits<double>::quiet_NaN())), "backward of op 'linear_cross_entropy'",
               "(already NaN or inf)", "module stack (forward): GPT");
 }
 
