@@ -5,7 +5,8 @@
 //            and without dropout; the error relative to the largest reference value, beside the
 //            tolerance the tests use (6 eps for f16/bf16, 2e-5 for f32, 1e-12 for f64).
 //   memory   a GPT training step at T = 1024: the bytes its forward keeps for backward and the step's
-//            peak, fused vs composed attention, beside the predicted T x T share L B H T^2 e.
+//            peak, fused vs composed attention, beside the predicted T x T share L B H T^2 e; and the
+//            peak of a classifier head (N 8192, C 256, V 8192) fused vs composed, beside N V e.
 //   speed    attention forward + backward alone (B8 H4 T256 D64, the GPT benchmark's, and B2 H4 T1024
 //            D64) and whole GPT steps (L4 H4 C256 T256 B8, and T1024 B2), fused vs composed, in one run.
 //   gpu      (CUDA device) TFLOP/s at T 1024 and 4096, D 64 and 128, causal, bf16, forward and backward;
@@ -167,6 +168,36 @@ void memory() {
   }
 }
 
+// The head of a GPT with a large vocabulary: N = B T = 8192 rows, C = 256, V = 8192, f32; the peak of
+// forward + backward above what was allocated before, composed (the N x V logits, their softmax inside
+// the loss and their gradient) vs the fused classifier (one chunk).
+void classifier_memory() {
+  const int64_t N = 8192, C = 256, V = 8192;
+  manual_seed(4);
+  const Tensor x = randn({N, C}, f32, g_device).requires_grad_(), w = randn({V, C}, f32, g_device).requires_grad_();
+  const Tensor targets = randint(0, V, {N}, i64, g_device);
+  for (bool fused : {true, false}) {
+    x.set_grad(zeros_like(x));
+    w.set_grad(zeros_like(w));
+    sync_device();
+    const int64_t before = memory_stats(g_device).allocated_bytes;
+    reset_peak_memory(g_device);
+    const Tensor loss = fused ? linear_cross_entropy(x, w, targets) : cross_entropy(matmul(x, w.t()), targets);
+    loss.backward();
+    sync_device();
+    const int64_t chunk = linear_cross_entropy_chunk_rows(N, C, V, f32);
+    bench::JsonLine("classifier_memory")
+        .add("device", g_device.str())
+        .add("N", (long long)N).add("C", (long long)C).add("V", (long long)V).add("dtype", "f32")
+        .add("classifier", fused ? "fused" : "composed")
+        .add("step_peak_bytes", (long long)(memory_stats(g_device).peak_allocated_bytes - before))
+        .add("logits_bytes", (long long)(N * V * 4))
+        .add("chunk_rows", (long long)chunk)
+        .add("chunk_logits_bytes", (long long)(chunk * V * 4))
+        .print();
+  }
+}
+
 void speed_op(int64_t B, int64_t H, int64_t T, int64_t D, DType dtype) {
   manual_seed(2);
   const Shape shape{B, H, T, D};
@@ -190,16 +221,26 @@ void speed_op(int64_t B, int64_t H, int64_t T, int64_t D, DType dtype) {
   line.add("speedup_forward_backward", times[1] / times[0]).print();
 }
 
+// A GPT training step (forward, backward, AdamW) three ways in one run: fused attention and classifier
+// (today's default), composed attention with the fused classifier, and both composed (before issue 17).
 void speed_step(int64_t L, int64_t H, int64_t C, int64_t T, int64_t B) {
   bench::JsonLine line("attention_gpt_step");
   line.add("device", g_device.str()).add("model", "gpt_L" + std::to_string(L) + "_H" + std::to_string(H) + "_C" +
                                                       std::to_string(C) + "_T" + std::to_string(T) + "_B" +
                                                       std::to_string(B));
   line.add("threads", omp_get_max_threads());
-  double times[2];
-  for (AttentionImpl impl : {AttentionImpl::Fused, AttentionImpl::Composed}) {
+  struct Variant {
+    const char* name;
+    AttentionImpl attention;
+    bool fused_classifier;
+  };
+  double times[3];
+  int v = 0;
+  for (const Variant& variant : {Variant{"fused", AttentionImpl::Fused, true},
+                                 Variant{"composed_attention", AttentionImpl::Composed, true},
+                                 Variant{"all_composed", AttentionImpl::Composed, false}}) {
     manual_seed(1);
-    nn::GPT model(gpt_config(L, H, C, T, impl));
+    nn::GPT model(gpt_config(L, H, C, T, variant.attention).fused_classifier(variant.fused_classifier));
     model.to(g_device);
     optim::AdamW optimizer(model.parameters(), optim::AdamWOptions().lr(3e-4).weight_decay(0.1));
     const Tensor ids = randint(0, 256, {B, T}, i64, g_device), targets = randint(0, 256, {B, T}, i64, g_device);
@@ -208,10 +249,10 @@ void speed_step(int64_t L, int64_t H, int64_t C, int64_t T, int64_t B) {
       optimizer.step();
       optimizer.zero_grad();
     });
-    line.add(std::string(attention_impl_name(impl)) + "_step_ms", ms);
-    times[impl == AttentionImpl::Fused ? 0 : 1] = ms;
+    line.add(std::string(variant.name) + "_step_ms", ms);
+    times[v++] = ms;
   }
-  line.add("speedup_step", times[1] / times[0]).print();
+  line.add("speedup_attention", times[1] / times[0]).add("speedup_vs_all_composed", times[2] / times[0]).print();
 }
 
 void speed() {
@@ -280,7 +321,10 @@ int main(int argc, char** argv) {
   if (sections.empty()) sections = {"parity", "memory", "speed", "gpu"};
   try {
     if (sections.count("parity")) parity();
-    if (sections.count("memory")) memory();
+    if (sections.count("memory")) {
+      memory();
+      classifier_memory();
+    }
     if (sections.count("speed")) speed();
     if (sections.count("gpu")) gpu();
   } catch (const Error& e) {
