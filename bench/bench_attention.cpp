@@ -10,7 +10,8 @@
 //   speed    attention forward + backward alone (B8 H4 T256 D64, the GPT benchmark's, and B2 H4 T1024
 //            D64) and whole GPT steps (L4 H4 C256 T256 B8, and T1024 B2), fused vs composed, in one run.
 //   gpu      (CUDA device) TFLOP/s at T 1024 and 4096, D 64 and 128, causal, bf16, forward and backward;
-//            FLOPs 4 B H T^2 D forward (half of it causal), 2.5x that backward (FlashAttention's count).
+//            FLOPs 4 B H T^2 D forward (half of it causal), 2.5x that backward (FlashAttention-2's count:
+//            "effective" TFLOP/s, since halfgrad's deterministic backward does 7 tile products, not 5).
 // Usage: bench_attention [--device cpu|cuda] [--quick] [parity] [memory] [speed] [gpu]
 #include <omp.h>
 
@@ -285,7 +286,8 @@ void gpu() {
           const double both = time_ms(10, [&] { forward_backward(q, k, v, dout, 0.0, impl); });
           line.add(name + "_forward_ms", fwd).add(name + "_forward_tflops", forward_flops / (fwd / 1e3) / 1e12);
           line.add(name + "_backward_ms", both - fwd);
-          line.add(name + "_backward_tflops", 2.5 * forward_flops / ((both - fwd) / 1e3) / 1e12);
+          // Effective: FlashAttention-2's count (5 tile products); the deterministic backward does 7.
+          line.add(name + "_backward_effective_tflops", 2.5 * forward_flops / ((both - fwd) / 1e3) / 1e12);
         } catch (const Error& e) {
           line.add(name + "_error", e.what());
         }

@@ -29,7 +29,6 @@ namespace {
 using samples::kProgram;
 using samples::TrainGptConfig;
 
-// A fresh GPT, or --load's; in the precision and on the device of the run.
 // "fused" or "composed (why the fused kernels refuse this model)", for the chosen implementation on
 // the model's device, dtype and head dimension. --attention fused where they refuse: a usage error.
 std::string attention_description(const nn::GPT& model) {
@@ -47,6 +46,7 @@ std::string attention_description(const nn::GPT& model) {
   return automatic == AttentionImpl::Fused ? "fused (FlashAttention-2 kernels)" : "composed (" + why + ")";
 }
 
+// A fresh GPT, or --load's; in the precision and on the device of the run.
 std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
   std::shared_ptr<nn::GPT> model;
   if (!c.load.empty()) {

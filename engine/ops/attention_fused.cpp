@@ -93,6 +93,9 @@ Tensor attention_fused(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
               [p, saved_q, saved_k, saved_v, saved_o, saved_lse](const Tensor& g, const NeedsGrad&) {
                 const Tensor q_full = saved_q.unpack(), k_full = saved_k.unpack(), v_full = saved_v.unpack();
                 const Tensor q = as_heads(q_full), k = as_heads(k_full), v = as_heads(v_full);
+                HG_CHECK(g.dtype() == q.dtype() && g.device() == q.device(), "[scaled_dot_product_attention] the "
+                         "gradient of the output is ", g.describe(), "; expected ", dtype_name(q.dtype()), " on ",
+                         q.device().str(), " like the output");
                 const Tensor o = as_heads(saved_o.unpack()), dout = as_heads(g);
                 const Tensor lse = saved_lse.unpack();
                 Tensor delta = empty({p.rows()}, lse.dtype(), q.device());

@@ -16,6 +16,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
-#define HG_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) unsigned char hg_dynamic_smem_##name[]; \
+#define HG_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) unsigned char hg_dynamic_smem_##name[]; \
   type* name = reinterpret_cast<type*>(hg_dynamic_smem_##name)
 #endif
