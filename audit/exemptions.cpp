@@ -19,6 +19,14 @@ const std::vector<Exemption>& exemptions() {
        "the backward GEMM writes the patch-matrix gradient that col2im gathers: the im2col fallback by design"},
       {"conv2d_backward_filter_im2col", Check::dram_ratio,
        "im2col materialises the patch matrix per image by design: the fallback path that cuDNN replaces on a GPU"},
+      {"attention_backward", Check::dram_ratio,
+       "the deterministic backward is three kernels (delta, key tiles, query tiles), each reading its operands "
+       "once: q, k, v and dO are read by both tile kernels and o, dO by the delta kernel, 1.63x one pass by "
+       "design (no dQ atomics, the same bits every run)"},
+      {"attention_backward_d128", Check::dram_ratio,
+       "the deterministic backward is three kernels (delta, key tiles, query tiles), each reading its operands "
+       "once: q, k, v and dO are read by both tile kernels and o, dO by the delta kernel, 1.63x one pass by "
+       "design (no dQ atomics, the same bits every run)"},
   };
   return list;
 }

@@ -218,8 +218,10 @@ std::pair<Tensor, Tensor> token_batch(int64_t batch, int64_t context, int64_t vo
 // One recorded bf16 training step (forward, backward, AdamW) of a small GPT: its launches, their
 // summed prediction, the kernels that take most of it, and the GEMMs (cuBLASLt, not recorded), whose
 // FLOPs are counted from the model's shapes and predicted at the tensor-core peak (a lower bound).
+// Head dimension 64 (2 heads of n_embd 128), one the fused attention kernels take, so the step runs
+// them (attention_forward / attention_backward, recorded like every other kernel) as a GPT on a GPU does.
 void audit_gpt_step(GateTally& tally) {
-  constexpr int64_t kBatch = 8, kContext = 64, kVocab = 256, kLayers = 2, kHeads = 4, kEmbd = 128;
+  constexpr int64_t kBatch = 8, kContext = 64, kVocab = 256, kLayers = 2, kHeads = 2, kEmbd = 128;
   manual_seed(5);
   auto model = std::make_shared<nn::GPT>(
       nn::GPTConfig().vocab_size(kVocab).context(kContext).n_layer(kLayers).n_head(kHeads).n_embd(kEmbd).dropout(0.0));
@@ -269,6 +271,18 @@ void audit_gpt_step(GateTally& tally) {
                           r.second_location);
     }
   }
+  // The step is meant to audit the fused attention; a refusal (the composed path) would go unnoticed.
+  int64_t attention_launches = 0;
+  for (const auto& [name, k] : per_kernel) {
+    if (name.find("attention_forward_kernel") != std::string::npos || name.find("key_tile_kernel") != std::string::npos ||
+        name.find("query_tile_kernel") != std::string::npos || name.find("delta_kernel") != std::string::npos) {
+      attention_launches += k.launches;
+    }
+  }
+  if (attention_launches == 0) {
+    tally.violations += 1;
+    tally.all.push_back("gpt_step: no fused attention kernel ran (the step took the composed attention path)");
+  }
   std::vector<std::pair<std::string, PerKernel>> ranked(per_kernel.begin(), per_kernel.end());
   std::sort(ranked.begin(), ranked.end(),
             [](const auto& a, const auto& b) { return a.second.predicted_us > b.second.predicted_us; });
@@ -281,11 +295,12 @@ void audit_gpt_step(GateTally& tally) {
   }
   top += "]";
 
-  // GEMM FLOPs of the step: forward per layer qkv 6Td^2 + projection 2Td^2 + MLP 16Td^2, attention
-  // scores and values 4 B t^2 d, the tied LM head 2TdV; the backward twice the forward.
+  // GEMM FLOPs of the step: forward per layer qkv 6Td^2 + projection 2Td^2 + MLP 16Td^2, the tied LM
+  // head 2TdV; the backward twice the forward. Attention's products (scores and values) run in the
+  // fused kernels, not in cuBLASLt: their launches are recorded above (at this size their tensor-core
+  // time, ~0.01 us per launch, is far below the launch overhead the prediction already counts).
   const double T = double(kBatch * kContext), d = double(kEmbd);
-  const double forward = double(kLayers) * (24.0 * T * d * d + 4.0 * double(kBatch) * double(kContext * kContext) * d) +
-                         2.0 * T * d * double(kVocab);
+  const double forward = double(kLayers) * 24.0 * T * d * d + 2.0 * T * d * double(kVocab);
   const double gemm_flops = 3.0 * forward;
   const int64_t blas_calls = counted[RuntimeCounter::blas_calls];
   const double gemm_us = audit::compute_us(gemm_flops, audit::FlopKind::bf16_tensor) +
@@ -296,6 +311,7 @@ void audit_gpt_step(GateTally& tally) {
                         std::to_string(kBatch) + " x " + std::to_string(kContext) + " tokens; AdamW")
       .add("launches", (long long)launches.size())
       .add("distinct_kernels", (long long)per_kernel.size())
+      .add("attention_launches", (long long)attention_launches)
       .add("dram_bytes", total_dram)
       .add("races", (long long)races)
       .add("predicted_us", total_us)

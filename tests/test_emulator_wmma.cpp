@@ -8,8 +8,10 @@
 //   * emulator only: a kernel that writes x[i] assuming a row-major lane layout gets the matrix wrong
 //     (the scrambling is real), while elementwise ops on every x[i] stay right; misaligned pointers,
 //     bad ldm, lanes that exit, lanes that diverge and lanes with different arguments are hg::Errors;
-//   * audit flavour only: the wmma loads and stores are recorded as 16-byte accesses of the kernel,
-//     and a fragment stored to shared memory and read back after __syncwarp is not a race (without
+//   * audit flavour only: the wmma loads and stores are recorded as accesses of the kernel in a GPU's
+//     order (operands as ldmatrix moves them, accumulators in the mma.sync fragment order), so padded
+//     shared tiles audit free of bank conflicts and tiles with 128-byte rows conflict by the expected
+//     count; a fragment stored to shared memory and read back after __syncwarp is not a race (without
 //     the __syncwarp it is).
 #include <doctest/doctest.h>
 
@@ -419,9 +421,10 @@ TEST_CASE("wmma under the kernel audit: 16-byte tile accesses, and no false race
   CHECK(synced.global_load.requested_bytes == 2 * 2 * 512);
   CHECK(synced.global_load.requests == 2 * 2);
   CHECK(synced.global_load.sectors == 2 * 2 * 16);
-  // The stores to shared memory: 1024 bytes per warp, two 16-byte accesses per lane.
+  // The stores to shared memory: 1024 bytes per warp, four 8-byte accesses per lane (a float
+  // accumulator in the mma.sync fragment order: one 8 x 8 block per access).
   CHECK(synced.shared_store.requested_bytes == 2 * 1024);
-  CHECK(synced.shared_store.requests == 2 * 2);
+  CHECK(synced.shared_store.requests == 2 * 4);
 
   const audit::LaunchAudit racy = audited_one(
       [&] { launch(tile_through_shared<false>, dim3(1), dim3(64), 0, nullptr, a.get(), b.get(), out.get()); });
@@ -435,6 +438,77 @@ TEST_CASE("wmma under the kernel audit: 16-byte tile accesses, and no false race
                                                                  race.second_location.find(store_line) != std::string::npos);
   }
   CHECK_MESSAGE(store_against_read, audit::to_json(racy));
+}
+
+// One warp: a [16, 64] __half tile staged in shared memory with row length kLd, A = its columns 0..15
+// (row_major), B = columns 16..31 read col_major (B(k, n) = tile[n][16 + k]), C = A B stored to a float
+// tile of row length kLdC, copied out row by row. The staging and the copy-out are conflict-free for
+// any row length (a warp's lanes touch consecutive words of one row); only the wmma calls can conflict.
+template <int kLd, int kLdC>
+__global__ void padded_or_not(const __half* a, float* out) {
+  // Raw bytes: a static __shared__ of a class type (__half) would be a lazily constructed thread-local
+  // in the emulator, its guard a shared access of its own.
+  __shared__ __align__(32) unsigned char tile_bytes[16 * kLd * sizeof(__half)];
+  __shared__ __align__(32) float c_tile[16 * kLdC];
+  __half* tile = reinterpret_cast<__half*>(tile_bytes);
+  const int lane = int(threadIdx.x);
+  for (int i = lane; i < 16 * 64; i += 32) tile[(i / 64) * kLd + i % 64] = a[i];
+  __syncwarp();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  wmma::load_matrix_sync(fa, tile, kLd);
+  wmma::load_matrix_sync(fb, tile + 16, kLd);
+  wmma::mma_sync(acc, fa, fb, acc);
+  wmma::store_matrix_sync(c_tile, acc, kLdC, wmma::mem_row_major);
+  __syncwarp();
+  if (lane < 16) {
+    for (int r = 0; r < 16; ++r) out[r * 16 + lane] = c_tile[r * kLdC + lane];
+  }
+}
+
+TEST_CASE("wmma under the kernel audit: a GPU's access order, padded tiles conflict-free, 128-byte rows conflict") {
+  std::mt19937 rng(31);
+  const std::vector<__half> host = random_values<__half>(16 * 64, rng);
+  DeviceArray<__half> a(host);
+  auto check_product = [&](const DeviceArray<float>& out) {
+    const std::vector<float> c = out.download();
+    int bad = 0;
+    for (int m = 0; m < 16; ++m) {
+      for (int n = 0; n < 16; ++n) {
+        double exact = 0, magnitude = 0;
+        for (int k = 0; k < 16; ++k) {
+          const double term = to_double(host[size_t(m * 64 + k)]) * to_double(host[size_t(n * 64 + 16 + k)]);
+          exact += term;
+          magnitude += std::fabs(term);
+        }
+        // Exact products, a float sum of 16 terms: within 16 * 2^-24 of their magnitude.
+        if (!(std::fabs(double(c[size_t(m * 16 + n)]) - exact) <= 16 * 0x1p-24 * magnitude + 1e-30)) ++bad;
+      }
+    }
+    CHECK(bad == 0);
+  };
+
+  // Rows of 64 + 8 halves (144 bytes: 16 bytes apart mod 128) and of 64 + 8 floats (8 words apart mod
+  // 32), the attention kernels' pads: an operand load's phases (8 rows x 16 bytes, as ldmatrix) fall
+  // on 32 distinct banks, so do the accumulator store's (half-warps of 8-byte pairs: 4 rows x 32 bytes).
+  DeviceArray<float> padded_out(256);
+  const audit::LaunchAudit padded = audited_one(
+      [&] { launch(padded_or_not<72, 72>, dim3(1), dim3(32), 0, nullptr, a.get(), padded_out.get()); });
+  check_product(padded_out);
+  CHECK_MESSAGE(padded.bank_conflicts() == 0, audit::to_json(padded));
+  CHECK_MESSAGE(padded.races.empty(), audit::to_json(padded));
+
+  // Rows of 128 and 256 bytes: every row starts in bank 0. Each load has 4 phases of 8 rows in the same
+  // 4 banks (8-way: 7 extra wavefronts each), two loads: 56; the store has 4 accesses of 2 half-warp
+  // phases of 4 rows in the same 8 banks (4-way: 3 extra each): 24.
+  DeviceArray<float> unpadded_out(256);
+  const audit::LaunchAudit unpadded = audited_one(
+      [&] { launch(padded_or_not<64, 64>, dim3(1), dim3(32), 0, nullptr, a.get(), unpadded_out.get()); });
+  check_product(unpadded_out);
+  CHECK_MESSAGE(unpadded.shared_load.bank_conflicts() == 2 * 4 * 7, audit::to_json(unpadded));
+  CHECK_MESSAGE(unpadded.shared_store.bank_conflicts() == 4 * 2 * 3, audit::to_json(unpadded));
 }
 #endif
 

@@ -35,8 +35,8 @@
 // (ScratchLane: float2 scratch reads, T-pair P writes) conflict-free on a GPU. Reading the scratch or V
 // by columns lane + 32 c is consecutive words; P and the row scales are broadcast reads. The f32 S product
 // walks the head dimension skewed by lane: lane j reads K[j][(c + j) mod d] and Q[r][(c + j) mod d],
-// banks 5 j + c and 4 r + c + j mod 32, distinct across the warp. What the kernel audit reports for the
-// WMMA calls is the emulator's own chunk order, not a GPU's (attention_tiles.h).
+// banks 5 j + c and 4 r + c + j mod 32, distinct across the warp. The kernel audit sees the WMMA calls'
+// accesses in a GPU's order (kernels/emu/wmma.h) and finds no conflict.
 //
 // Not done (yet): K/V tiles are not double-buffered (no cp.async prefetch of tile j + 1 while tile j
 // is computed), and dropout evaluates Philox once per pair of probabilities, not once per 4.

@@ -17,8 +17,8 @@
 //     - the float scratch, ld = 8 mod 32 words: 8-byte stores of an accumulator in the mma.sync order
 //       (lane 4 g + t: row g, columns 2 t, 2 t + 1; per half-warp banks pairs 4 g + t mod 16) and the
 //       ScratchLane walk below are conflict-free.
-//   (The emulator's WMMA moves 16-byte chunks in storage order, lane l taking chunk l, which is no
-//   GPU's order; the kernel audit measures that order as it is, 2-way conflicts on these tiles.)
+//   (The emulator's WMMA moves tiles in these same orders, ldmatrix's for operands and mma.sync's for
+//   accumulators: kernels/emu/wmma.h, so the kernel audit checks the claims above.)
 //   The pads also keep every WMMA pointer 32-byte aligned (16-row steps are multiples of 32 bytes).
 //
 //   load_tile: the whole block copies a strided [rows, D] operand tile (rows of one (batch, head),

@@ -1,10 +1,10 @@
 // nvcuda::wmma's warp-collective side (kernels/emu/wmma.h says what is emulated and guaranteed): the
 // scrambled element-to-lane mappings, the meeting of the 32 lanes with its argument checks, the exchange
-// of staged memory chunks into fragments and back, and D = A * B + C in float.
+// of staged memory pieces into fragments and back, and D = A * B + C in float.
 //
 // The lanes of a call meet in a warp collective whose result is every lane's LaneRecord (on its fiber's
 // stack, alive while the lane waits in the call's next step). Between two steps no lane runs kernel
-// code, so a lane may read the other lanes' records, staged chunks and fragments.
+// code, so a lane may read the other lanes' records, staged pieces and fragments.
 #include "kernels/emu/wmma.h"
 
 #include <cstdlib>
@@ -92,10 +92,11 @@ void write_element(Element e, void* x, int i, float v) {
   }
 }
 
-// The storage-order index of position (row, col) of `kind`'s matrix, and back.
-int storage_index(const FragmentKind& kind, bool col_major_storage, int position) {
+// Where position (row, col) = (position / cols, position % cols) of `kind`'s matrix lies in a tile
+// stored row-major (line = row) or column-major (line = col).
+TilePlace tile_place(const FragmentKind& kind, bool col_major_storage, int position) {
   const int row = position / kind.cols, col = position % kind.cols;
-  return col_major_storage ? col * kind.rows + row : position;
+  return col_major_storage ? TilePlace{col, row} : TilePlace{row, col};
 }
 
 }  // namespace
@@ -173,18 +174,15 @@ void step(const LaneRecord& r, const Site& site) {
   detail::warp_collective(call_op(r.call), ~0u, &self, sizeof self, 0, 32, site);
 }
 
-// Lane r.lane's k-th chunk holds the elements first .. first + chunk_elements - 1 (storage order),
-// first = (lane + 32 k) * chunk_elements: element e is in chunk e / chunk_elements, at e % chunk_elements.
+// The lanes' staged pieces hold the tile in wmma.h's piece order (piece_place / piece_holding).
 void gather_fragment(LaneRecord& r) {
   const Mapping& map = *r.map;
   const int bytes = element_bytes(map.kind.element);
-  const ChunkGeometry g = chunk_geometry(r, bytes);
+  const PieceGeometry g = piece_geometry(r, bytes);
   unsigned char* x = static_cast<unsigned char*>(r.fragment);
   for (int i = 0; i < map.per_lane; ++i) {
-    const int e = storage_index(map.kind, r.storage_col_major, map.position_of_slot[r.lane * map.per_lane + i]);
-    const int chunk = e / g.chunk_elements;
-    const LaneRecord& owner = *r.lanes[chunk % 32];
-    std::memcpy(x + i * bytes, owner.staging + (chunk / 32) * g.chunk_bytes + (e % g.chunk_elements) * bytes, bytes);
+    const PieceSlot held = piece_holding(g, tile_place(map.kind, r.storage_col_major, map.position_of_slot[r.lane * map.per_lane + i]));
+    std::memcpy(x + i * bytes, r.lanes[held.lane]->staging + held.piece * g.piece_bytes + held.element * bytes, bytes);
   }
 }
 
@@ -192,14 +190,14 @@ void scatter_fragment(LaneRecord& r) {
   const Mapping& map = *r.map;
   const FragmentKind& kind = map.kind;
   const int bytes = element_bytes(kind.element);
-  const ChunkGeometry g = chunk_geometry(r, bytes);
-  for (int k = 0; k < g.chunks_per_lane; ++k) {
-    for (int j = 0; j < g.chunk_elements; ++j) {
-      const int e = (r.lane + 32 * k) * g.chunk_elements + j;
-      const int position = r.storage_col_major ? (e % kind.rows) * kind.cols + e / kind.rows : e;
+  const PieceGeometry g = piece_geometry(r, bytes);
+  for (int k = 0; k < g.pieces_per_lane; ++k) {
+    const TilePlace first = piece_place(g, r.lane, k);
+    for (int j = 0; j < g.piece_elements; ++j) {
+      const int position = r.storage_col_major ? (first.pos + j) * kind.cols + first.line : first.line * kind.cols + first.pos + j;
       const int slot = map.slot_of_position[position];
       const auto* x = static_cast<const unsigned char*>(r.lanes[slot / map.per_lane]->fragment);
-      std::memcpy(r.staging + k * g.chunk_bytes + j * bytes, x + (slot % map.per_lane) * bytes, bytes);
+      std::memcpy(r.staging + k * g.piece_bytes + j * bytes, x + (slot % map.per_lane) * bytes, bytes);
     }
   }
 }

@@ -33,10 +33,12 @@
 //
 // Semantics and cost (kernels/emu/wmma.cpp does the exchanges): each call is two or three warp
 // collectives (WarpOp::WmmaLoad/Store/Mma, block.h) that meet the 32 lanes. Memory is touched by each
-// lane in 16-byte (8-byte for the small 32x8x16 / 8x32x16 operands) chunks of contiguous elements,
-// lane l taking chunks l, l + 32, ... of the tile in storage order, as ldmatrix/stmatrix-like code
-// does; these accesses are inline here, in the kernel's translation unit, so the kernel audit records
-// them as the kernel's (coalescing, bank conflicts, races) at the wmma call's line. The chunks are
+// lane in pieces of contiguous elements, in the order a GPU uses (PieceGeometry below): an operand as
+// ldmatrix moves it (16-byte pieces, 8-byte for the small 32x8x16 / 8x32x16 operands; each phase of a
+// warp's access is 8 stored lines x 16 bytes), an accumulator in the mma.sync fragment order (lane
+// 4 g + t: elements 2 t, 2 t + 1 of line g of an 8 x 8 block; 8-byte pieces for float, 4 for __half).
+// These accesses are inline here, in the kernel's translation unit, so the kernel audit records them
+// as the kernel's (coalescing, bank conflicts, races) at the wmma call's line. The pieces are
 // then exchanged between lanes into the scrambled mapping through the lanes' stacks, which neither the
 // audit nor racecheck sees (registers on a GPU). The collectives do not order memory between lanes: a
 // lane's plain store to shared memory read by another lane's load_matrix_sync still needs __syncwarp
@@ -91,7 +93,7 @@ struct LaneRecord {
   unsigned ldm = 0;
   bool storage_col_major = false;  // load/store: how the tile lies in memory
   int lane = 0;                    // filled in by begin()
-  alignas(16) unsigned char staging[32] = {};  // the chunks of memory this lane moves
+  alignas(16) unsigned char staging[32] = {};  // the pieces of the tile this lane moves
   const LaneRecord* lanes[32] = {};            // every lane's record, filled in by begin()
 };
 
@@ -100,63 +102,112 @@ struct LaneRecord {
 void begin(LaneRecord& r, const Site& site);
 // Waits until the 32 lanes reach this step of the call.
 void step(const LaneRecord& r, const Site& site);
-// Load: this lane's x[] from the lanes' staged chunks. Store: this lane's staged chunks from the lanes' x[].
+// Load: this lane's x[] from the lanes' staged pieces. Store: this lane's staged pieces from the lanes' x[].
 void gather_fragment(LaneRecord& r);
 void scatter_fragment(LaneRecord& r);
 // Mma: this lane's elements of D.
 void multiply_accumulate(LaneRecord& r);
 
-// Where lane `lane`'s k-th chunk lies in the tile, in elements from the tile's pointer; chunk_bytes
-// and chunks per lane.
-struct ChunkGeometry {
-  int chunk_bytes = 16;
-  int chunks_per_lane = 1;
-  int chunk_elements = 8;
-  int line_length = 16;  // elements of one stored row (row-major storage) or column (column-major)
+// The order in which the lanes move a tile (wmma.h's header): a GPU's, so that the kernel audit's
+// phases (128 bytes of lanes: 8 lanes of 16-byte, 16 of 8-byte or 32 of 4-byte accesses) see what a
+// GPU's shared-memory pipeline sees. The tile is cut into 8 x 8 blocks (8 stored lines -- rows of a
+// row-major tile, columns of a col-major one -- by 8 elements of each line); a lane moves one `piece`
+// (piece_elements contiguous elements of one line) per access, and the 32 lanes of one access cover
+// whole blocks, line by line:
+//   - matrix_a / matrix_b (16-bit) as ldmatrix.x4 (.x2 for the 128-element operands) does: 16-byte
+//     pieces (8-byte for 128 elements), so one phase is one block, 8 lines x 16 bytes; access k covers
+//     blocks 4 k .. 4 k + 3 (2 k, 2 k + 1), lane l line l % 8 of block 4 k + l / 8;
+//   - accumulators as a GPU's fragment store/load does (the mma.sync m16n8k16 accumulator layout):
+//     2-element pieces (8 bytes for float, 4 for __half), access k covers block k, lane l = 4 g + t
+//     elements 2 t, 2 t + 1 of line g (a half-warp phase of float: 4 lines x 32 bytes).
+// Blocks are numbered line-block first: block b = (line block b % line_blocks, column block
+// b / line_blocks). A padded tile (rows 16 bytes apart mod 128 for operands, 8 words mod 32 for float
+// accumulators) is conflict-free in this order, a tile with a 128-byte row stride is not, as on a GPU.
+struct PieceGeometry {
+  int piece_elements = 8;
+  int piece_bytes = 16;
+  int pieces_per_lane = 1;
+  int lanes_per_line = 1;  // lanes sharing one line of a block: 8 / piece_elements
+  int line_length = 16;    // elements of one stored line
+  int line_blocks = 2;     // stored lines / 8
 };
-inline ChunkGeometry chunk_geometry(const LaneRecord& r, int element_bytes) {
+inline PieceGeometry piece_geometry(const LaneRecord& r, int element_bytes) {
   const FragmentKind& kind = r.map->kind;
-  const int lane_bytes = kind.rows * kind.cols * element_bytes / 32;
-  ChunkGeometry g;
-  g.chunk_bytes = lane_bytes < 16 ? lane_bytes : 16;
-  g.chunks_per_lane = lane_bytes / g.chunk_bytes;
-  g.chunk_elements = g.chunk_bytes / element_bytes;
+  const int elements = kind.rows * kind.cols;
+  PieceGeometry g;
+  g.piece_elements = kind.use == FragmentUse::Accumulator ? 2 : (elements / 32 < 8 ? elements / 32 : 8);
+  g.piece_bytes = g.piece_elements * element_bytes;
+  g.pieces_per_lane = elements / (32 * g.piece_elements);
+  g.lanes_per_line = 8 / g.piece_elements;
   g.line_length = r.storage_col_major ? kind.rows : kind.cols;
+  g.line_blocks = elements / g.line_length / 8;
   return g;
 }
-inline size_t chunk_offset(const LaneRecord& r, const ChunkGeometry& g, int k) {
-  const int first = (r.lane + 32 * k) * g.chunk_elements;  // in storage order
-  return size_t(first / g.line_length) * r.ldm + size_t(first % g.line_length);
+// A place in the tile in storage coordinates: element `pos` of stored line `line`.
+struct TilePlace {
+  int line = 0, pos = 0;
+};
+// Where lane `lane`'s k-th piece starts.
+inline TilePlace piece_place(const PieceGeometry& g, int lane, int k) {
+  const int lanes_per_block = 8 * g.lanes_per_line;
+  const int block = k * (32 / lanes_per_block) + lane / lanes_per_block;
+  const int within = lane % lanes_per_block;
+  return {8 * (block % g.line_blocks) + within / g.lanes_per_line,
+          8 * (block / g.line_blocks) + (within % g.lanes_per_line) * g.piece_elements};
+}
+// Which lane, piece and element of the piece hold a place (piece_place's inverse).
+struct PieceSlot {
+  int lane = 0, piece = 0, element = 0;
+};
+inline PieceSlot piece_holding(const PieceGeometry& g, const TilePlace& at) {
+  const int lanes_per_block = 8 * g.lanes_per_line;
+  const int block = (at.pos / 8) * g.line_blocks + at.line / 8;
+  const int within = (at.line % 8) * g.lanes_per_line + (at.pos % 8) / g.piece_elements;
+  return {(block % (32 / lanes_per_block)) * lanes_per_block + within, block / (32 / lanes_per_block),
+          at.pos % g.piece_elements};
+}
+inline size_t piece_offset(const LaneRecord& r, const PieceGeometry& g, int k) {
+  const TilePlace at = piece_place(g, r.lane, k);
+  return size_t(at.line) * r.ldm + size_t(at.pos);
 }
 
-// The tile's memory accesses, one 16- or 8-byte access per chunk, made here in the kernel's code.
+// The tile's memory accesses, one 16-, 8- or 4-byte access per piece, made here in the kernel's code.
 // Always inlined, as are load/store_matrix_sync: the audit names each access by the wmma call's line
 // in the kernel, one site per call.
 #define HG_EMU_WMMA_INLINE inline __attribute__((always_inline))
-template <class T>
-HG_EMU_WMMA_INLINE void read_chunks(LaneRecord& r) {
-  const ChunkGeometry g = chunk_geometry(r, int(sizeof(T)));
-  const T* tile = static_cast<const T*>(r.memory);
-  for (int k = 0; k < g.chunks_per_lane; ++k) {
-    const T* source = tile + chunk_offset(r, g, k);
-    if (g.chunk_bytes == 16) {
-      *reinterpret_cast<uint4*>(r.staging + 16 * k) = *reinterpret_cast<const uint4*>(source);
-    } else {
-      *reinterpret_cast<uint2*>(r.staging + 8 * k) = *reinterpret_cast<const uint2*>(source);
-    }
+template <int kBytes>
+HG_EMU_WMMA_INLINE void copy_piece(void* to, const void* from) {
+  if constexpr (kBytes == 16) {
+    *static_cast<uint4*>(to) = *static_cast<const uint4*>(from);
+  } else if constexpr (kBytes == 8) {
+    *static_cast<uint2*>(to) = *static_cast<const uint2*>(from);
+  } else {
+    *static_cast<uint32_t*>(to) = *static_cast<const uint32_t*>(from);
+  }
+}
+HG_EMU_WMMA_INLINE void copy_piece(void* to, const void* from, int bytes) {
+  if (bytes == 16) {
+    copy_piece<16>(to, from);
+  } else if (bytes == 8) {
+    copy_piece<8>(to, from);
+  } else {
+    copy_piece<4>(to, from);
   }
 }
 template <class T>
-HG_EMU_WMMA_INLINE void write_chunks(const LaneRecord& r) {
-  const ChunkGeometry g = chunk_geometry(r, int(sizeof(T)));
+HG_EMU_WMMA_INLINE void read_pieces(LaneRecord& r) {
+  const PieceGeometry g = piece_geometry(r, int(sizeof(T)));
+  const T* tile = static_cast<const T*>(r.memory);
+  for (int k = 0; k < g.pieces_per_lane; ++k) {
+    copy_piece(r.staging + g.piece_bytes * k, tile + piece_offset(r, g, k), g.piece_bytes);
+  }
+}
+template <class T>
+HG_EMU_WMMA_INLINE void write_pieces(const LaneRecord& r) {
+  const PieceGeometry g = piece_geometry(r, int(sizeof(T)));
   T* tile = static_cast<T*>(const_cast<void*>(r.memory));
-  for (int k = 0; k < g.chunks_per_lane; ++k) {
-    T* target = tile + chunk_offset(r, g, k);
-    if (g.chunk_bytes == 16) {
-      *reinterpret_cast<uint4*>(target) = *reinterpret_cast<const uint4*>(r.staging + 16 * k);
-    } else {
-      *reinterpret_cast<uint2*>(target) = *reinterpret_cast<const uint2*>(r.staging + 8 * k);
-    }
+  for (int k = 0; k < g.pieces_per_lane; ++k) {
+    copy_piece(tile + piece_offset(r, g, k), r.staging + g.piece_bytes * k, g.piece_bytes);
   }
 }
 
@@ -241,10 +292,10 @@ HG_EMU_WMMA_INLINE void load_matrix_sync(fragment<Use, m, n, k, T, Layout>& f, c
   r.ldm = ldm;
   r.storage_col_major = std::is_same_v<Layout, col_major>;
   begin(r, site);
-  read_chunks<T>(r);
+  read_pieces<T>(r);
   step(r, site);
   gather_fragment(r);
-  step(r, site);  // every lane has its elements: the staged chunks may go
+  step(r, site);  // every lane has its elements: the staged pieces may go
 }
 
 template <int m, int n, int k, class T>
@@ -259,7 +310,7 @@ HG_EMU_WMMA_INLINE void load_matrix_sync(fragment<accumulator, m, n, k, T>& f, c
   r.ldm = ldm;
   r.storage_col_major = layout == mem_col_major;
   begin(r, site);
-  read_chunks<T>(r);
+  read_pieces<T>(r);
   step(r, site);
   gather_fragment(r);
   step(r, site);
@@ -279,7 +330,7 @@ HG_EMU_WMMA_INLINE void store_matrix_sync(std::type_identity_t<T>* p, const frag
   begin(r, site);
   scatter_fragment(r);
   step(r, site);  // every lane has read the fragments it stores: they may change
-  write_chunks<T>(r);
+  write_pieces<T>(r);
 }
 
 template <int m, int n, int k, class TC, class TAB, class LayoutA, class LayoutB>
