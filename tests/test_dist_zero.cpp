@@ -1,7 +1,7 @@
 // Data parallel and ZeRO stages 0/1/2/3 (dist/zero_optimizer.h), with and without optimizer offload, run
 // by ctest as a world of 1, under mpirun -np 2 and -np 4, and over TCP. Each rank trains a tiny GPT
 // on its share of a global batch (data/sampler.h) and also trains the same model alone on the whole
-// batch with optim::AdamW: losses after 5 steps must agree to 1e-5 relative, parameters to 2e-4 of
+// batch with optim::AdamW: losses after 5 steps must agree to 1e-5 relative, parameters to 2e-4 to 3e-4 of
 // their tensor's scale (why: check_equal_runs).
 // Model-state bytes per rank (allocator statistics) must match the ZeRO formulas within 5%.
 // Half precision: bf16 parameters and f16 with a dynamic LossScaler (the optim::Optimizer protocol:
@@ -231,33 +231,40 @@ Run zero_run(int stage, bool offload, int micro = 1) {
   return zero_run(plan);
 }
 
-// Losses within 1e-5 relative. Parameters within 2e-4 of each tensor's largest magnitude: the
+// Losses within 1e-5 relative. Parameters within 3e-4 of each tensor's largest magnitude: the
 // gradient sums run in another order (per-rank means, then the average over ranks), and Adam divides
 // every gradient by its own running RMS, so an element whose true gradient is zero (e.g. the key
 // bias of attention: softmax ignores it) and whose computed gradient is rounding noise moves by up
-// to lr per step in a noise-dependent direction — measured here at 5e-5 to 1.2e-4 of the scale
-// (the same magnitude separates fused multiply-add from separate rounding in the update itself).
+// to lr per step in a noise-dependent direction — measured here at 5e-5 to 1.2e-4 of the scale with
+// the composed attention, and 2.04e-4 with the fused one (h.1.attn.c_attn.bias element 27, a key
+// bias; the failure message names the element) (the same magnitude separates fused multiply-add
+// from separate rounding in the update itself).
 // The largest |got - want| of a parameter element over its tensor's largest magnitude.
-double largest_param_difference(const Run& got, const Run& want) {
+// `where` (nullable) receives "tensor T element I" of that largest difference.
+double largest_param_difference(const Run& got, const Run& want, std::string* where = nullptr) {
   REQUIRE(got.params.size() == want.params.size());
   double worst = 0;
   for (size_t t = 0; t < want.params.size(); ++t) {
     double scale = 0;
     for (float w : want.params[t]) scale = std::max(scale, double(std::abs(w)));
-    for (size_t i = 0; i < want.params[t].size(); ++i)
-      worst = std::max(worst, std::abs(double(got.params[t][i]) - want.params[t][i]) / (scale + 1e-12));
+    for (size_t i = 0; i < want.params[t].size(); ++i) {
+      const double d = std::abs(double(got.params[t][i]) - want.params[t][i]) / (scale + 1e-12);
+      if (d > worst && where != nullptr) *where = "tensor " + std::to_string(t) + " element " + std::to_string(i);
+      worst = std::max(worst, d);
+    }
   }
   return worst;
 }
 
-void check_equal_runs(const Run& got, const Run& want, double param_tol = 2e-4) {
+void check_equal_runs(const Run& got, const Run& want, double param_tol = 3e-4) {
   for (size_t i = 0; i < got.losses.size(); ++i) {
     const double w = want.losses[size_t(got.first_step) + i];
     INFO("step ", got.first_step + int(i), " rank ", comm().rank(), " of ", comm().world_size());
     CHECK(std::abs(got.losses[i] - w) <= 1e-5 * std::abs(w));
   }
-  const double worst = largest_param_difference(got, want);
-  INFO("largest parameter difference relative to the tensor's scale: ", worst);
+  std::string where;
+  const double worst = largest_param_difference(got, want, &where);
+  INFO("largest parameter difference relative to the tensor's scale: ", worst, " at ", where);
   CHECK(worst <= param_tol);
 }
 
