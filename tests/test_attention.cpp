@@ -196,6 +196,10 @@ TEST_CASE("attention rejects bad arguments with errors that name them") {
   CHECK_ERROR(scaled_dot_product_attention(q, q.to(f64), q), "[scaled_dot_product_attention]");
   CHECK_ERROR(scaled_dot_product_attention(q, randn({2, 0, 4}, f32), randn({2, 0, 4}, f32), false),
               "expected at least one key");
+  // A seed gradient of another dtype than the output reaches the fused backward: named, not misread.
+  const Tensor qg = randn({2, 5, 4}, f32).requires_grad_();
+  const Tensor out = scaled_dot_product_attention(qg, qg, qg, true, 0.0, AttentionImpl::Fused);
+  CHECK_ERROR(out.backward(randn({2, 5, 4}, f64)), "gradient of the output is f64", "expected f32");
 }
 
 TEST_CASE("fused attention keeps O(B H T D) for backward where the composed path keeps the B H T T probabilities") {
