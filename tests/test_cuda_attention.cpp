@@ -30,6 +30,7 @@
 
 #include "support/attention_reference.h"
 #include "support/check_error.h"
+#include "support/cuda_device.h"
 #include "support/host_buffer.h"
 
 #include <algorithm>
@@ -53,35 +54,12 @@ using hg::kernels::AttentionTensor;
 using Buffer = hg::testing::HostBuffer;
 namespace gpu = hg::kernels::cuda;
 
-const std::string& no_device_reason() {
-  static const std::string reason = [] {
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess) return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status);
-    if (count == 0) return std::string("cudaGetDeviceCount found 0 devices");
-    return std::string();
-  }();
-  return reason;
-}
-
-#define SKIP_WITHOUT_DEVICE()                                                                               \
-  do {                                                                                                      \
-    if (!no_device_reason().empty()) {                                                                      \
-      MESSAGE("SKIPPED: no CUDA device answers (" << no_device_reason()                                     \
-                                                  << "); the fused attention tests run on a GPU or in the " \
-                                                     "emulated build (cmake -DHALFGRAD_CUDA=EMULATED)");    \
-      return;                                                                                               \
-    }                                                                                                       \
+#define SKIP_WITHOUT_DEVICE()                                          \
+  do {                                                                 \
+    if (hg::testing::skip_without_cuda_device("fused attention forward")) return; \
   } while (0)
 
-gpu::Stream stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t created = nullptr;
-    HG_CUDA_CHECK(cudaStreamCreate(&created));
-    return created;
-  }();
-  return s;
-}
+gpu::Stream stream() { return hg::testing::cuda_test_stream(); }
 
 // n elements of dtype in device memory, `offset` elements into the allocation; 0xff bytes (NaN) at first.
 class DeviceBuffer {

@@ -46,6 +46,7 @@
 #include "kernels/kernels.h"
 #include "kernels/kernels_cuda.h"
 #include "support/attention_reference.h"
+#include "support/cuda_device.h"
 #include "support/host_buffer.h"
 
 namespace {
@@ -58,35 +59,12 @@ namespace gpu = hg::kernels::cuda;
 
 // ---- the device, or why there is none ------------------------------------------------------------
 
-const std::string& no_device_reason() {
-  static const std::string reason = [] {
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess) return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status);
-    if (count == 0) return std::string("cudaGetDeviceCount found 0 devices");
-    return std::string();
-  }();
-  return reason;
-}
-
-#define SKIP_WITHOUT_DEVICE()                                                                                 \
-  do {                                                                                                        \
-    if (!no_device_reason().empty()) {                                                                        \
-      MESSAGE("SKIPPED: no CUDA device answers (" << no_device_reason()                                       \
-                                                  << "); the fused attention backward runs on a GPU or in "   \
-                                                     "the emulated build (cmake -DHALFGRAD_CUDA=EMULATED)");  \
-      return;                                                                                                 \
-    }                                                                                                         \
+#define SKIP_WITHOUT_DEVICE()                                          \
+  do {                                                                 \
+    if (hg::testing::skip_without_cuda_device("fused attention backward")) return; \
   } while (0)
 
-gpu::Stream stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t created = nullptr;
-    HG_CUDA_CHECK(cudaStreamCreate(&created));
-    return created;
-  }();
-  return s;
-}
+gpu::Stream stream() { return hg::testing::cuda_test_stream(); }
 
 // A device copy of a host buffer (or n poisoned elements): 0xff bytes (NaN) until written.
 class DeviceBuffer {

@@ -36,6 +36,7 @@
 // and passes; the emulated build (HALFGRAD_CUDA=EMULATED) and a GPU machine run them all.
 #include <doctest/doctest.h>
 
+#include "support/cuda_device.h"
 #include "support/host_buffer.h"
 #include "support/op_cases.h"
 
@@ -75,39 +76,13 @@ const DType kFloatingTypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64}
 // ---- the device, or why there is none ------------------------------------------------------------
 
 // Empty when a CUDA device answers; otherwise the reason, printed by every test as it skips.
-const std::string& no_device_reason() {
-  static const std::string reason = [] {
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess) {
-      return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) +
-             ")";
-    }
-    if (count == 0) return std::string("cudaGetDeviceCount found 0 devices");
-    return std::string();
-  }();
-  return reason;
-}
-
-#define SKIP_WITHOUT_DEVICE()                                                                                 \
-  do {                                                                                                        \
-    if (!no_device_reason().empty()) {                                                                        \
-      MESSAGE("SKIPPED: no CUDA device answers (" << no_device_reason()                                       \
-                                                  << "); these parity tests run on a GPU or in the emulated " \
-                                                     "build (cmake -DHALFGRAD_CUDA=EMULATED)");               \
-      return;                                                                                                 \
-    }                                                                                                         \
+#define SKIP_WITHOUT_DEVICE()                                          \
+  do {                                                                 \
+    if (hg::testing::skip_without_cuda_device("CUDA kernel parity")) return; \
   } while (0)
 
 // One non-default stream for every launch, so nothing relies on the legacy default stream.
-gpu::Stream stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t created = nullptr;
-    HG_CUDA_CHECK(cudaStreamCreate(&created));
-    return created;
-  }();
-  return s;
-}
+gpu::Stream stream() { return hg::testing::cuda_test_stream(); }
 
 void sync() { HG_CUDA_CHECK(cudaStreamSynchronize(stream())); }
 

@@ -24,6 +24,7 @@
 #include "kernels/kernels_cuda.h"
 #include "kernels/runtime_counters.h"
 #include "support/check_error.h"
+#include "support/cuda_device.h"
 #include "support/host_buffer.h"
 
 namespace {
@@ -35,31 +36,9 @@ namespace gpu = hg::kernels::cuda;
 
 constexpr double kSentinel = 768.0;  // exact in every dtype
 
-const std::string& no_device_reason() {
-  static const std::string reason = [] {
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess) return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status);
-    return count == 0 ? std::string("cudaGetDeviceCount found 0 devices") : std::string();
-  }();
-  return reason;
-}
+bool skip_without_device() { return hg::testing::skip_without_cuda_device("CUDA library calls"); }
 
-bool skip_without_device() {
-  if (no_device_reason().empty()) return false;
-  std::printf("SKIPPED (CUDA library calls): no CUDA device: %s\n", no_device_reason().c_str());
-  MESSAGE("skipped: no CUDA device: ", no_device_reason());
-  return true;
-}
-
-gpu::Stream stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t created = nullptr;
-    HG_CUDA_CHECK(cudaStreamCreate(&created));
-    return created;
-  }();
-  return s;
-}
+gpu::Stream stream() { return hg::testing::cuda_test_stream(); }
 
 double eps(DType t) {
   switch (t) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "support/cuda_device.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/platform.h"
 #include "kernels/error.h"
@@ -45,22 +46,7 @@ constexpr bool kEmulated =
     false;
 #endif
 
-const std::string& no_device_reason() {
-  static const std::string reason = [] {
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess) return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status);
-    return count == 0 ? std::string("cudaGetDeviceCount found 0 devices") : std::string();
-  }();
-  return reason;
-}
-
-bool skip_without_device() {
-  if (no_device_reason().empty()) return false;
-  std::printf("SKIPPED (WMMA): no CUDA device: %s\n", no_device_reason().c_str());
-  MESSAGE("skipped: no CUDA device: ", no_device_reason());
-  return true;
-}
+bool skip_without_device() { return hg::testing::skip_without_cuda_device("WMMA"); }
 
 // The cases that check the emulator's own promises (scrambling, error reports) mean nothing on a GPU.
 bool skip_unless_emulated() {
