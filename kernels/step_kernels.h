@@ -7,6 +7,7 @@
 // many files including kernels.h do not depend on the step's scalar types.
 #include <cstdint>
 
+#include "kernels/adamw8bit_math.h"
 #include "kernels/adamw_math.h"
 #include "kernels/declare_kernel.h"
 #include "kernels/kernels.h"
@@ -27,6 +28,31 @@ HG_DECLARE_KERNEL(void, adamw_step_device,
                   (void* param, void* master, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
                    const AdamWStepScalars& scalars, double beta1, double beta2, double eps, double weight_decay,
                    DType dtype));
+// adamw_step_device with 8-bit moments (kernels/adamw8bit_math.h; bitsandbytes' block-wise 8-bit
+// Adam): m and v are stored as one byte per element, an index into a dynamic (non-linear)
+// quantisation map (signed for m, unsigned for v), scaled per block of kAdamW8BitBlock elements by
+// that block's absmax (fp32). One fused pass per block: dequantise -> the AdamW update of adamw_step
+// in fp32 -> new absmax of the block -> requantise (nearest map entry). Blocks start at element 0 of
+// the call (a ZeRO shard must start on a block boundary of its parameter to match the unsharded run).
+// Same skip / lr / step-count semantics as adamw_step_device. dtype: f32, f16 or bf16.
+struct QuantizedMoments {
+  uint8_t* exp_avg = nullptr;        // n codes (signed map)
+  uint8_t* exp_avg_sq = nullptr;     // n codes (unsigned map)
+  float* absmax_exp_avg = nullptr;   // ceil(n / kAdamW8BitBlock) block scales
+  float* absmax_exp_avg_sq = nullptr;
+};
+HG_DECLARE_KERNEL(void, adamw8bit_step_device,
+                  (void* param, void* master, const void* grad, const QuantizedMoments& moments, int64_t n,
+                   const AdamWStepScalars& scalars, double beta1, double beta2, double eps, double weight_decay,
+                   DType dtype));
+namespace cpu {
+// The optimizer-offload form (ZeRO-Offload with 8-bit state): the math of adamw8bit_step_device over
+// an fp32 master copy in host memory, g = grad * grad_scale; param_out (nullable) receives the updated
+// master rounded to param_dtype. Host-side scalars, like cpu::adamw_offload_step.
+void adamw8bit_offload_step(float* master, const void* grad, DType grad_dtype, const QuantizedMoments& moments,
+                            void* param_out, DType param_dtype, int64_t n, double lr, double beta1, double beta2,
+                            double eps, double weight_decay, int64_t step, double grad_scale = 1.0);
+}  // namespace cpu
 // The multi-tensor pass of unscale_and_check with its multiplier read from device memory
 // (kernels/unscale_math.h GradientMultiplier): unscale (x *= 1 / *scale; *found_inf = 1 when an
 // element is inf or NaN, 0 otherwise -- found_inf is required) or clip (x *= coef when the norm is

@@ -101,6 +101,20 @@ struct TrainGptConfig {
   int64_t& memory_limit_mib =
       flags.add_int("memory-limit-mib", 0, "cap the training device's allocator at N MiB (0: none)", 0);
   bool& memory_summary = flags.add_bool("memory-summary", false, "print every allocator's statistics at the end");
+  // Optimizer state and mixed precision (issue 18: 8-bit AdamW states; master weights as a choice).
+  int64_t& optimizer_state_bits = flags.add_int(
+      "optimizer-state-bits", 32, "AdamW moments: 32 (fp32) or 8 (block-wise quantised, bitsandbytes-style)", 8, 32);
+  bool& master_weights = flags.add_bool("master-weights", true,
+                                        "half precision: keep an fp32 master copy of the weights in the optimizer");
+  // The memory planner (plan/plan.h).
+  bool& plan = flags.add_bool("plan", false, "print the ranked configurations that fit --memory-budget, then exit");
+  double& memory_budget_gib = flags.add_double(
+      "memory-budget", 0.0, "device memory per rank in GiB: with --plan, plan for it; alone, train with the plan's pick",
+      0.0);
+  double& host_memory_gib = flags.add_double("host-memory", 0.0, "host memory budget in GiB for the plan (0: unlimited)", 0.0);
+  int64_t& plan_world = flags.add_int("world", 0, "ranks to plan for (0: this run's world size)", 0);
+  std::string& write_config =
+      flags.add_string("write-config", "", "with --plan: write the recommended configuration to this JSON file");
 
   // Parses argv and checks what parse() cannot (a usage error, exit 2, names the flag).
   TrainGptConfig(int argc, char** argv);
