@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "engine/cuda/cuda_context.h"
@@ -17,13 +18,23 @@ namespace hg::samples {
 Flags::Flags(std::string program, std::string description)
     : program_(std::move(program)), description_(std::move(description)) {}
 
+namespace {
+// --help, --config and --print-config belong to Flags; a name is declared once.
+void check_new_name(const std::string& program, const std::string& name, bool taken) {
+  HG_CHECK(!name.empty() && name != "help" && name != "config" && name != "print-config" && !taken, "[Flags] ",
+           program, " declares the flag '", name, "' twice or one of Flags' own (help, config, print-config)");
+}
+}  // namespace
+
 int64_t& Flags::add_int(const std::string& name, int64_t value, const std::string& help, int64_t min, int64_t max) {
+  check_new_name(program_, name, find(name) != nullptr);
   ints_.push_back(value);
   flags_.push_back({name, help, "int", std::to_string(value), &ints_.back(), double(min), 0, min, max});
   return ints_.back();
 }
 
 double& Flags::add_double(const std::string& name, double value, const std::string& help, double min, double max) {
+  check_new_name(program_, name, find(name) != nullptr);
   doubles_.push_back(value);
   std::ostringstream text;
   text << value;
@@ -32,12 +43,14 @@ double& Flags::add_double(const std::string& name, double value, const std::stri
 }
 
 std::string& Flags::add_string(const std::string& name, std::string value, const std::string& help) {
+  check_new_name(program_, name, find(name) != nullptr);
   strings_.push_back(value);
   flags_.push_back({name, help, "text", value.empty() ? "\"\"" : value, &strings_.back(), 0, 0, 0, 0});
   return strings_.back();
 }
 
 bool& Flags::add_bool(const std::string& name, bool value, const std::string& help) {
+  check_new_name(program_, name, find(name) != nullptr);
   bools_.push_back(value);
   flags_.push_back({name, help, "bool", value ? "true" : "false", &bools_.back(), 0, 0, 0, 0});
   return bools_.back();
@@ -47,6 +60,23 @@ Flags::Flag* Flags::find(const std::string& name) {
   for (Flag& f : flags_)
     if (f.name == name) return &f;
   return nullptr;
+}
+
+const Flags::Flag* Flags::find(const std::string& name) const {
+  for (const Flag& f : flags_)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+Flags& Flags::after_parse(std::function<void()> hook) {
+  after_parse_ = std::move(hook);
+  return *this;
+}
+
+bool Flags::given(const std::string& name) const {
+  const Flag* flag = find(name);
+  HG_CHECK(flag != nullptr, "[Flags] given(): '", name, "' is not a flag of ", program_);
+  return flag->given;
 }
 
 namespace {
@@ -93,11 +123,15 @@ std::string Flags::usage() const {
     left.resize(std::max<size_t>(left.size() + 2, 26), ' ');
     out << left << f.help << " (default " << f.default_text << ")\n";
   }
+  out << "  --config FILE           read settings from a JSON object of flag names (flags given here win)\n";
+  out << "  --print-config          print the effective settings as JSON and exit\n";
   out << "  --help                  show this help\n";
   return out.str();
 }
 
 void Flags::parse(int argc, char** argv) {
+  std::string config_path;
+  bool config_given = false, print_config = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -113,12 +147,29 @@ void Flags::parse(int argc, char** argv) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
+    if (name == "print-config") {
+      if (has_value) fail("--print-config takes no value, got \"" + value + "\"");
+      print_config = true;
+      continue;
+    }
+    if (name == "config") {
+      if (config_given) fail("--config is given twice; expected one config file (flags override its keys)");
+      if (!has_value) {
+        if (i + 1 >= argc) fail("--config needs a value");
+        value = argv[++i];
+      }
+      config_given = true;
+      config_path = value;
+      continue;
+    }
     Flag* flag = find(name);
     if (flag == nullptr && name.rfind("no-", 0) == 0 && find(name.substr(3)) && find(name.substr(3))->kind == "bool") {
       *static_cast<bool*>(find(name.substr(3))->target) = false;
+      find(name.substr(3))->given = true;
       continue;
     }
     if (flag == nullptr) fail("unknown flag --" + name);
+    flag->given = true;
     if (flag->kind == "bool") {
       if (!has_value) value = "true";
       if (value != "true" && value != "false") fail("--" + name + " expects true or false, got \"" + value + "\"");
@@ -153,6 +204,22 @@ void Flags::parse(int argc, char** argv) {
       }
       *static_cast<double*>(flag->target) = parsed;
     }
+  }
+  // The file after the flags: apply_json leaves the keys given on the command line as they are.
+  if (config_given) {
+    check_readable_file(program_, "config", config_path);
+    std::ifstream file(config_path, std::ios::binary);
+    std::ostringstream text;
+    text << file.rdbuf();
+    if (!file.good() && !file.eof())
+      exit_with_usage_error(program_, "--config \"" + config_path + "\": cannot read it; expected a readable file");
+    apply_json(text.str(), config_path);
+  }
+  if (after_parse_) after_parse_();
+  if (print_config) {
+    if (throw_usage_exits) throw UsageExit{0, to_json()};
+    std::fputs(to_json().c_str(), stdout);
+    std::exit(0);
   }
 }
 

@@ -4,9 +4,24 @@
 //   Flags flags("train_gpt", "Trains a byte-level GPT.");
 //   int64_t& steps = flags.add_int("steps", 1000, "optimizer steps");
 //   flags.parse(argc, argv);   // exits 0 after --help, 2 on a bad flag
+//
+// RUN CONFIG FILES (every program with Flags; the JSON side is samples/run_config.cpp)
+//   --config FILE   a JSON object whose keys are flag names ("grad-accum": 4): int flags take JSON
+//                   integers, float flags any JSON number, text flags strings, bool flags true/false,
+//                   each within the flag's [min, max]. Keys absent keep their defaults (a partial file
+//                   is valid). Flags on the command line win over the file wherever --config stands.
+//                   At most one --config. An unknown key (with the nearest known one when close), a
+//                   key twice, a wrong type or a value out of bounds, malformed JSON or a file that is
+//                   not an object: "<program>: error: FILE: ..." and exit code 2.
+//   --print-config  prints the effective settings (every key, in declaration order, pretty JSON) to
+//                   stdout and exits 0: `X --print-config > a.json; X --config a.json --print-config`
+//                   prints the same bytes.
+// Flags records which keys were given (by flag or file): a resumed run (ResumeRules below) takes a
+// checkpoint's value only for the keys not given now.
 #include <climits>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -15,6 +30,15 @@
 #include "kernels/error.h"
 
 namespace hg::samples {
+
+// How the run config stored in a training checkpoint combines with this invocation's on --resume
+// (Flags::restore): keys not given now take the checkpoint's value; a `fixed` key given now with
+// another value is a usage error (it cannot change mid-run); `per_invocation` keys (--resume itself,
+// --checkpoint-dir, --stop-after-steps) are neither stored nor restored.
+struct ResumeRules {
+  std::vector<std::string> fixed;
+  std::vector<std::string> per_invocation;
+};
 
 class Flags {
  public:
@@ -27,8 +51,31 @@ class Flags {
   bool& add_bool(const std::string& name, bool value, const std::string& help);
   // Parses argv; prints help and exits 0 on --help; prints "program: error: ..." and exits 2 on
   // an unknown flag, a missing or malformed value, or a value outside [min, max].
+  // Also reads --config FILE (see RUN CONFIG FILES), runs the after_parse hook, then answers
+  // --print-config.
   void parse(int argc, char** argv);
   std::string usage() const;
+  const std::string& program() const { return program_; }
+
+  // Runs `hook` at the end of parse(), before --print-config prints: where a program completes its
+  // settings (train_gpt --resume restores the checkpoint's run config there).
+  Flags& after_parse(std::function<void()> hook);
+  // Whether `name` was given on the command line or in a config file (or restored from a checkpoint).
+  bool given(const std::string& name) const;
+
+  // ---- JSON (samples/run_config.cpp) ----
+  // The settings as one pretty-printed JSON object, every key in declaration order but `omit`.
+  std::string to_json(const std::vector<std::string>& omit = {}) const;
+  // Applies a JSON object of settings read from `source` (a file name, in messages): every key is
+  // checked (name, type, bounds; usage error otherwise), and those not given yet take their values
+  // and count as given -- the command line wins over a config file, a config file over a plan.
+  void apply_json(const std::string& text, const std::string& source);
+  // The run config a checkpoint stores: to_json() without the rules' per_invocation keys.
+  std::string run_config(const ResumeRules& rules) const;
+  // --resume: the checkpoint's run config `text` (from `source`, e.g. its entry) under the settings
+  // given now: keys not given take its values; a fixed key given with another value is the usage
+  // error `--resume: "dim" is 128 in the checkpoint's run config, 256 now; it cannot change mid-run`.
+  void restore(const std::string& text, const std::string& source, const ResumeRules& rules);
 
  private:
   struct Flag {
@@ -36,8 +83,11 @@ class Flags {
     void* target;
     double min = 0, max = 0;
     int64_t int_min = 0, int_max = 0;
+    bool given = false;
   };
+  friend struct FlagsJson;  // samples/run_config.cpp: the JSON side, kept out of this header
   Flag* find(const std::string& name);
+  const Flag* find(const std::string& name) const;
   [[noreturn]] void fail(const std::string& message) const;
   std::string program_, description_;
   std::deque<Flag> flags_;
@@ -45,6 +95,7 @@ class Flags {
   std::deque<double> doubles_;
   std::deque<std::string> strings_;
   std::deque<bool> bools_;
+  std::function<void()> after_parse_;
 };
 
 // Prints "program: error: message" and exits with status 2 (for checks after parse()).

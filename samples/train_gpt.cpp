@@ -120,6 +120,7 @@ train::TrainerOptions trainer_options(const TrainGptConfig& c, const samples::Gp
       .checkpoint_every(c.checkpoint_every)
       .keep_checkpoints(c.keep_checkpoints)
       .resume(c.resume)
+      .run_config(c.flags.run_config(samples::train_gpt_resume_rules()))
       .cuda_graph(c.cuda_graph)
       .monitor(train::MonitorOptions()
                    .profile_path(c.profile)

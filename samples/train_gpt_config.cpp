@@ -4,12 +4,32 @@
 #include <algorithm>
 
 #include "dist/bootstrap.h"
+#include "train/checkpoint_directory.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
 namespace hg::samples {
 
+const ResumeRules& train_gpt_resume_rules() {
+  // The ZeRO stage and optimizer offload may change: a checkpoint re-partitions its optimizer shards
+  // at any world size and stage (train/checkpoint_directory.h); its layout (ZeRO or not) is checked
+  // when the trainer resumes.
+  static const ResumeRules rules{
+      {"data", "digits", "eval-problems", "layers", "heads", "dim", "context", "dropout", "load", "seed", "batch",
+       "grad-accum", "batch-tokens", "curriculum", "curriculum-steps", "seq-warmup-steps", "seq-warmup-start",
+       "precision", "loss-scale", "fp32-grads", "stochastic-rounding", "master-weights", "optimizer-state-bits"},
+      {"resume", "checkpoint-dir", "stop-after-steps"}};
+  return rules;
+}
+
 TrainGptConfig::TrainGptConfig(int argc, char** argv) {
+  // --resume: the newest checkpoint's run config under what is given now, before anything is checked
+  // or printed (--print-config shows the resumed settings).
+  flags.after_parse([this] {
+    if (!resume || checkpoint_dir.empty()) return;
+    const auto stored = or_usage_error(kProgram, "--resume", [&] { return train::read_run_config(checkpoint_dir); });
+    if (stored) flags.restore(stored->json, stored->entry, train_gpt_resume_rules());
+  });
   flags.parse(argc, argv);
   // The checks parse() cannot make: each a one-line usage error (exit 2).
   const TrainGptConfig& c = *this;

@@ -116,9 +116,18 @@ struct TrainGptConfig {
   std::string& write_config =
       flags.add_string("write-config", "", "with --plan: write the recommended configuration to this JSON file");
 
-  // Parses argv and checks what parse() cannot (a usage error, exit 2, names the flag).
+  // Parses argv (with --config FILE; --resume restores the checkpoint's run config under the flags
+  // given now, see train_gpt_resume_rules) and checks what parse() cannot (a usage error, exit 2,
+  // names the flag).
   TrainGptConfig(int argc, char** argv);
   TrainGptConfig(const TrainGptConfig&) = delete;
 };
+
+// train_gpt --resume (samples/cli.h ResumeRules): the keys that cannot change mid-run -- the model,
+// the data and its order, the numerics and the optimizer state's layout -- and those each invocation
+// sets anew (resume, checkpoint-dir, stop-after-steps). Every other key (steps, lr, eval-every,
+// checkpoint-every-steps, keep-checkpoints, sample, save, profile, metrics-log, threads, workers,
+// device, zero, ...) takes the value given now, or the checkpoint's when not given.
+const ResumeRules& train_gpt_resume_rules();
 
 }  // namespace hg::samples

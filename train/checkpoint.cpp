@@ -332,9 +332,18 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
 // ---- files -----------------------------------------------------------------------------------------
 
 void save_checkpoint(const std::string& path, const TrainingState& state, int64_t step) {
-  safetensors::save(
-      path, state.tensors(),
-      {{"format", kFormat}, {"version", kVersion}, {"step", std::to_string(step)}, {"contents", state.describe()}});
+  safetensors::Metadata metadata = {
+      {"format", kFormat}, {"version", kVersion}, {"step", std::to_string(step)}, {"contents", state.describe()}};
+  if (!state.run_config().empty()) metadata.emplace("run_config", state.run_config());
+  safetensors::save(path, state.tensors(), metadata);
+}
+
+std::optional<std::string> checkpoint_run_config(const std::string& path) {
+  const safetensors::File file = safetensors::load(path);  // a memory map: the tensors' pages are not read
+  check_format(file, path);
+  const auto it = file.metadata.find("run_config");
+  if (it == file.metadata.end()) return std::nullopt;
+  return it->second;
 }
 
 int64_t load_checkpoint(const std::string& path, const TrainingState& state) {

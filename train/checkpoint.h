@@ -18,7 +18,9 @@
 //
 // The file's metadata holds "format" = "halfgrad.training_checkpoint", "version" = "1", "step" and
 // the names of the registered parts, so a model-only safetensors file or another program's file is
-// refused with a message that says so.
+// refused with a message that says so; and, when the state has one, "run_config": the program's
+// settings as JSON text (samples/cli.h RUN CONFIG FILES), which --resume reads back before it builds
+// the model (read_run_config, train/checkpoint_directory.h). Loading ignores it.
 //
 // CONVENTION
 //   - save() writes atomically (safetensors::save: a temporary file, fsync, rename, fsync of the
@@ -32,6 +34,7 @@
 //   - The objects registered must outlive the TrainingState.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -73,6 +76,13 @@ class TrainingState {
   // The registered optimizer (nullptr when none).
   optim::Optimizer* registered_optimizer() const { return optimizer_; }
 
+  // The run config saved into the file's metadata ("run_config"; none when empty). Opaque text here.
+  TrainingState& run_config(std::string json) {
+    run_config_ = std::move(json);
+    return *this;
+  }
+  const std::string& run_config() const { return run_config_; }
+
  private:
   nn::Module* model_ = nullptr;
   optim::Optimizer* optimizer_ = nullptr;
@@ -82,11 +92,15 @@ class TrainingState {
   std::vector<std::pair<std::string, std::mt19937_64*>> engines_;
   std::vector<std::pair<std::string, Tensor*>> extras_;
   std::vector<std::function<void(const Tensor&)>> extra_checks_;  // parallel to extras_
+  std::string run_config_;
 };
 
 // Writes `state` to `path` atomically; `step` goes into the metadata.
 void save_checkpoint(const std::string& path, const TrainingState& state, int64_t step);
 // Reads `path` and restores `state` (all checked first); returns the step of its metadata.
 int64_t load_checkpoint(const std::string& path, const TrainingState& state);
+// The "run_config" metadata of the checkpoint file `path` (format checked; nothing restored), or
+// nullopt for a checkpoint written without one.
+std::optional<std::string> checkpoint_run_config(const std::string& path);
 
 }  // namespace hg::train

@@ -98,10 +98,13 @@ CheckpointDirectory::CheckpointDirectory(std::string directory, int64_t keep_las
   });
 }
 
-std::vector<CheckpointDirectory::Entry> CheckpointDirectory::list() const {
+namespace {
+// The complete entries of `directory`, oldest first.
+std::vector<CheckpointDirectory::Entry> list_entries(const std::string& directory) {
+  using Entry = CheckpointDirectory::Entry;
   std::vector<Entry> out;
   std::error_code error;
-  for (const auto& item : fs::directory_iterator(directory_, error)) {
+  for (const auto& item : fs::directory_iterator(directory, error)) {
     const std::string name = item.path().filename().string();
     const int64_t step = parse_step(name);
     if (step < 0) continue;
@@ -109,10 +112,25 @@ std::vector<CheckpointDirectory::Entry> CheckpointDirectory::list() const {
     if (name.size() == 15 && item.is_directory()) out.push_back({step, item.path().string(), true});
     if (name == entry_name(step, false) && item.is_regular_file()) out.push_back({step, item.path().string(), false});
   }
-  HG_CHECK(!error, kWho, " cannot list '", directory_, "': ", error.message());
+  HG_CHECK(!error, kWho, " cannot list '", directory, "': ", error.message());
   std::sort(out.begin(), out.end(),
             [](const Entry& a, const Entry& b) { return std::tie(a.step, a.sharded) < std::tie(b.step, b.sharded); });
   return out;
+}
+}  // namespace
+
+std::vector<CheckpointDirectory::Entry> CheckpointDirectory::list() const { return list_entries(directory_); }
+
+std::optional<StoredRunConfig> read_run_config(const std::string& directory) {
+  std::error_code error;
+  if (!fs::is_directory(directory, error)) return std::nullopt;
+  const std::vector<CheckpointDirectory::Entry> entries = list_entries(directory);
+  if (entries.empty()) return std::nullopt;
+  const CheckpointDirectory::Entry& newest = entries.back();
+  const std::string file = newest.sharded ? (fs::path(newest.path) / "state.safetensors").string() : newest.path;
+  std::optional<std::string> json = checkpoint_run_config(file);
+  if (!json) return std::nullopt;
+  return StoredRunConfig{newest.path, std::move(*json)};
 }
 
 std::optional<CheckpointDirectory::Entry> CheckpointDirectory::newest(std::optional<bool> sharded) const {

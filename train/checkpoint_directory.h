@@ -73,4 +73,15 @@ class CheckpointDirectory {
   dist::Communicator* comm_;
 };
 
+// The run config stored in the newest checkpoint of `directory` (either layout; a sharded entry's in
+// its state.safetensors), read before the model is built so that --resume can restore the settings.
+// nullopt when the directory does not exist, holds no checkpoint, or its newest checkpoint was
+// written without a run config. Neither creates nor changes anything (any rank may call it). An
+// hg::Error names an entry that is not a readable training checkpoint.
+struct StoredRunConfig {
+  std::string entry;  // the checkpoint it was read from
+  std::string json;
+};
+std::optional<StoredRunConfig> read_run_config(const std::string& directory);
+
 }  // namespace hg::train

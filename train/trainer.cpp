@@ -86,6 +86,7 @@ Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, data::DataLoade
   state_.model(model_).optimizer(optimizer_).scaler(scaler_).counter("step", completed_steps_);
   state_.counter("optimizer_steps", optimizer_steps_).generator("default", default_generator());
   state_.extra("loader", loader_position_, [this](const Tensor& saved) { loader_.check_state(saved); });
+  state_.run_config(o.run_config());
   if (!o.checkpoint_dir().empty())
     checkpoints_ = std::make_unique<CheckpointDirectory>(o.checkpoint_dir(), o.keep_checkpoints(), o.communicator());
 }

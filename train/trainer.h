@@ -23,7 +23,7 @@
 //
 // What a checkpoint holds (a resumed run continues bit for bit): the model, the optimizer (its shards
 // under ZeRO), the loss scaler, the step and the optimizer-step counters, the default Philox
-// generator (dropout) and the loader's position.
+// generator (dropout) and the loader's position; and options.run_config, the program's settings.
 //
 // ON THE DEVICE. When the optimizer decides_on_device() (AdamW, ZeRO stages 0-3 without optimizer
 // offload; optim/optimizer.h) and the schedule,
@@ -117,6 +117,9 @@ struct TrainerOptions {
   HG_OPTION(TrainerOptions, int64_t, checkpoint_every, 0);
   HG_OPTION(TrainerOptions, int64_t, keep_checkpoints, 3);
   HG_OPTION(TrainerOptions, bool, resume, false);  // from the newest checkpoint of checkpoint_dir
+  // The program's settings as JSON text, stored in every checkpoint's metadata (train/checkpoint.h)
+  // for read_run_config (train/checkpoint_directory.h) to give back to a resumed run ("": none).
+  HG_OPTION(TrainerOptions, std::string, run_config, "");
   // Profiler, metrics log, early stopping (train/monitor.h).
   HG_OPTION(TrainerOptions, MonitorOptions, monitor, MonitorOptions());
   // Debug: a step taken on the device that is not logged throws an hg::Error at any host read of

@@ -1,0 +1,206 @@
+// The JSON side of the samples' Flags (samples/cli.h, RUN CONFIG FILES): a config file applied under
+// the command line, the effective settings printed, and a checkpoint's run config restored on
+// --resume. Every bad input is a usage error (exit 2) that names the source, the key, what was
+// expected and what was found; nlohmann's own message (with its line and column) for malformed JSON.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "samples/cli.h"
+
+namespace hg::samples {
+
+using Json = nlohmann::ordered_json;  // keeps the file's key order (and declaration order when printing)
+
+struct FlagsJson {
+  using Flag = Flags::Flag;
+
+  // Records the first key that appears twice in the top-level object (nlohmann keeps only the last).
+  struct DuplicateKey {
+    int depth = 0;
+    std::set<std::string> seen;
+    std::optional<std::string> duplicate;
+    bool operator()(int, nlohmann::detail::parse_event_t event, Json& parsed) {
+      using Event = nlohmann::detail::parse_event_t;
+      if (event == Event::object_start || event == Event::array_start) ++depth;
+      if (event == Event::object_end || event == Event::array_end) --depth;
+      if (event == Event::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second && !duplicate)
+        duplicate = parsed.get<std::string>();
+      return true;
+    }
+  };
+
+  [[noreturn]] static void fail(const Flags& flags, const std::string& source, const std::string& message) {
+    exit_with_usage_error(flags.program_, source + ": " + message);
+  }
+
+  // What a JSON value is, for "expected ..., got <this>".
+  static std::string describe(const Json& v) {
+    switch (v.type()) {
+      case Json::value_t::string: {
+        std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+        if (text.size() > 60) text = text.substr(0, 56) + "...\"";
+        return "the string " + text;
+      }
+      case Json::value_t::boolean: return std::string("the boolean ") + (v.get<bool>() ? "true" : "false");
+      case Json::value_t::null: return "null";
+      case Json::value_t::array: return "an array";
+      case Json::value_t::object: return "an object";
+      case Json::value_t::number_float: return "the number " + v.dump();
+      default: return "the integer " + v.dump();
+    }
+  }
+
+  static const char* expected(const Flag& f) {
+    if (f.kind == "int") return "an integer";
+    if (f.kind == "float") return "a number";
+    if (f.kind == "text") return "a string";
+    return "true or false";
+  }
+
+  // Edit distance, for "did you mean".
+  static size_t distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diagonal = above;
+      }
+    }
+    return row[b.size()];
+  }
+
+  static std::string unknown_key(const Flags& flags, const std::string& key) {
+    const Flag* nearest = nullptr;
+    size_t best = SIZE_MAX;
+    for (const Flag& f : flags.flags_) {
+      const size_t d = distance(key, f.name);
+      if (d < best) best = d, nearest = &f;
+    }
+    std::string message = "unknown key \"" + key + "\"";
+    if (key == "config" || key == "print-config") return message + " (a config file holds settings, not --" + key + ")";
+    if (nearest && best <= std::max<size_t>(2, nearest->name.size() / 3))
+      message += "; did you mean \"" + nearest->name + "\"?";
+    else
+      message += "; expected a flag name of " + flags.program_ + " (see --help)";
+    return message;
+  }
+
+  static Json parse_object(const Flags& flags, const std::string& text, const std::string& source) {
+    DuplicateKey duplicates;
+    Json parsed;
+    try {
+      parsed = Json::parse(text, std::ref(duplicates));
+    } catch (const Json::parse_error& e) {
+      std::string what = e.what();
+      const size_t bracket = what.find("] ");
+      if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) what = what.substr(bracket + 2);
+      fail(flags, source, "not valid JSON: " + what);
+    }
+    if (!parsed.is_object())
+      fail(flags, source, "expected a JSON object of settings ({\"steps\": 100, ...}), got " + describe(parsed));
+    if (duplicates.duplicate) fail(flags, source, "key \"" + *duplicates.duplicate + "\" appears twice");
+    return parsed;
+  }
+
+  // Checks `v` against the flag's kind and bounds, then stores it when `assign`.
+  static void set(Flags& flags, Flag& f, const Json& v, const std::string& source, bool assign) {
+    const std::string key = "key \"" + f.name + "\": ";
+    auto wrong_type = [&] { fail(flags, source, key + "expected " + expected(f) + ", got " + describe(v)); };
+    if (f.kind == "int") {
+      if (!v.is_number_integer()) wrong_type();
+      if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+        fail(flags, source, key + "must be <= " + std::to_string(f.int_max) + ", got " + v.dump());
+      const int64_t value = v.get<int64_t>();
+      if (value < f.int_min) fail(flags, source, key + "must be >= " + std::to_string(f.int_min) + ", got " + v.dump());
+      if (value > f.int_max) fail(flags, source, key + "must be <= " + std::to_string(f.int_max) + ", got " + v.dump());
+      if (assign) *static_cast<int64_t*>(f.target) = value;
+    } else if (f.kind == "float") {
+      if (!v.is_number()) wrong_type();
+      const double value = v.get<double>();
+      if (!std::isfinite(value) || value < f.min || value > f.max) {
+        std::ostringstream range;
+        range << key << "must be in [" << f.min << ", " << f.max << "], got " << v.dump();
+        fail(flags, source, range.str());
+      }
+      if (assign) *static_cast<double*>(f.target) = value;
+    } else if (f.kind == "text") {
+      if (!v.is_string()) wrong_type();
+      if (assign) *static_cast<std::string*>(f.target) = v.get<std::string>();
+    } else {
+      if (!v.is_boolean()) wrong_type();
+      if (assign) *static_cast<bool*>(f.target) = v.get<bool>();
+    }
+  }
+
+  static Json value(const Flag& f) {
+    if (f.kind == "int") return *static_cast<const int64_t*>(f.target);
+    if (f.kind == "float") return *static_cast<const double*>(f.target);
+    if (f.kind == "text") return *static_cast<const std::string*>(f.target);
+    return *static_cast<const bool*>(f.target);
+  }
+
+  static std::string text(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
+};
+
+std::string Flags::to_json(const std::vector<std::string>& omit) const {
+  Json out = Json::object();
+  for (const Flag& f : flags_)
+    if (std::find(omit.begin(), omit.end(), f.name) == omit.end()) out[f.name] = FlagsJson::value(f);
+  return out.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+void Flags::apply_json(const std::string& text, const std::string& source) {
+  const Json object = FlagsJson::parse_object(*this, text, source);
+  std::vector<std::pair<Flag*, const Json*>> settings;
+  for (const auto& [key, v] : object.items()) {
+    Flag* flag = find(key);
+    if (flag == nullptr) FlagsJson::fail(*this, source, FlagsJson::unknown_key(*this, key));
+    FlagsJson::set(*this, *flag, v, source, false);  // every key checked, also those the command line overrides
+    settings.emplace_back(flag, &v);
+  }
+  for (const auto& [flag, v] : settings) {
+    if (flag->given) continue;
+    FlagsJson::set(*this, *flag, *v, source, true);
+    flag->given = true;
+  }
+}
+
+std::string Flags::run_config(const ResumeRules& rules) const { return to_json(rules.per_invocation); }
+
+void Flags::restore(const std::string& text, const std::string& source, const ResumeRules& rules) {
+  for (const auto* list : {&rules.fixed, &rules.per_invocation})
+    for (const std::string& name : *list)
+      HG_CHECK(find(name) != nullptr, "[Flags] ResumeRules name '", name, "', which is not a flag of ", program_);
+  auto listed = [](const std::vector<std::string>& list, const std::string& name) {
+    return std::find(list.begin(), list.end(), name) != list.end();
+  };
+  const Json object = FlagsJson::parse_object(*this, text, source);
+  for (const auto& [key, v] : object.items()) {
+    Flag* flag = find(key);
+    if (flag == nullptr) FlagsJson::fail(*this, source, FlagsJson::unknown_key(*this, key));
+    if (listed(rules.per_invocation, key)) continue;
+    FlagsJson::set(*this, *flag, v, source, false);
+    if (!flag->given) {
+      FlagsJson::set(*this, *flag, v, source, true);
+      flag->given = true;
+      continue;
+    }
+    const Json now = FlagsJson::value(*flag);
+    const bool same = flag->kind == "float" ? now.get<double>() == v.get<double>() : now == v;
+    if (listed(rules.fixed, key) && !same)
+      exit_with_usage_error(program_, "--resume: \"" + key + "\" is " + FlagsJson::text(v) +
+                                          " in the checkpoint's run config, " + FlagsJson::text(now) +
+                                          " now; it cannot change mid-run");
+  }
+}
+
+}  // namespace hg::samples
