@@ -68,8 +68,9 @@ expect train_gpt "--context 64 is longer than the 16 positions of --load $work/m
   "${tiny[@]}" --load "$work/model.safetensors" --data "$work/text.txt" --context 64
 expect train_gpt "positions of --load $work/model.safetensors are too few for 7-digit problems" \
   "${tiny[@]}" --load "$work/model.safetensors" --digits 7 --context 24
-# A checkpoint directory written by another architecture (width 16) resumed with width 32.
-expect train_gpt "--resume from $work/ckpt/step_0000000002.safetensors:" \
+# A checkpoint directory written by another architecture (width 16) resumed with width 32: refused by
+# the run config the checkpoint stores (tests/samples/check_run_config.sh: the run config files).
+expect train_gpt "--resume: \"dim\" is 16 in the checkpoint's run config, 32 now; it cannot change mid-run" \
   "${tiny[@]}" --dim 32 --checkpoint-dir "$work/ckpt" --resume --steps 4
 expect train_gpt "--data $work/text.txt: " "${tiny[@]}" --data "$work/text.txt" --context 1000
 
