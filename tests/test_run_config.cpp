@@ -1,0 +1,347 @@
+// Run config files (samples/cli.h RUN CONFIG FILES, samples/run_config.cpp) and the run config in
+// training checkpoints (train/checkpoint.h, read_run_config in train/checkpoint_directory.h):
+// --print-config round-trips random settings exactly; --config files combine with flags (flags win
+// wherever --config stands, a partial file keeps the other defaults, explicit keys are recorded);
+// every kind of bad file is one usage error (exit 2) with its exact message; --resume's restore
+// takes the checkpoint's values for the keys not given, refuses a changed fixed key and never
+// restores per-invocation keys; a Trainer stores its run config in every checkpoint, and
+// read_run_config reads the newest one back (nullopt for checkpoints written without one).
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "data/data_loader.h"
+#include "engine/random.h"
+#include "layers/nn.h"
+#include "optim/optim.h"
+#include "samples/cli.h"
+#include "support/check_error.h"
+#include "train/checkpoint_directory.h"
+#include "train/trainer.h"
+
+using namespace hg;
+using samples::Flags;
+using samples::UsageExit;
+
+namespace {
+
+struct TempDir {
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               ("hg_run_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(next()++));
+  static int& next() {
+    static int n = 0;
+    return n;
+  }
+  TempDir() { std::filesystem::create_directories(path); }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string file = (path / name).string();
+    std::ofstream(file, std::ios::binary) << text;
+    return file;
+  }
+};
+
+// A program with a flag of every kind, bounds on some.
+struct Settings {
+  Flags flags{"train_gpt", "test program"};
+  std::string& device = flags.add_string("device", "cpu", "device");
+  int64_t& dim = flags.add_int("dim", 128, "width", 1, 65536);
+  int64_t& steps = flags.add_int("steps", 3000, "steps", 0);
+  int64_t& grad_accum = flags.add_int("grad-accum", 1, "accumulation", 1);
+  double& lr = flags.add_double("lr", 2e-3, "learning rate", 0.0);
+  double& dropout = flags.add_double("dropout", 0.0, "dropout", 0.0, 0.99);
+  std::string& precision = flags.add_string("precision", "fp32", "precision");
+  bool& resume = flags.add_bool("resume", false, "resume");
+  bool& fp32_grads = flags.add_bool("fp32-grads", false, "fp32 gradients");
+  std::string& checkpoint_dir = flags.add_string("checkpoint-dir", "", "directory");
+  int64_t& stop_after = flags.add_int("stop-after-steps", 0, "stop after", 0);
+};
+
+const samples::ResumeRules kRules{{"dim", "grad-accum", "precision", "fp32-grads", "dropout"},
+                                  {"resume", "checkpoint-dir", "stop-after-steps"}};
+
+// Runs parse() on argv (program name first); returns the UsageExit it threw, or status -1 when none.
+UsageExit parse(Flags& flags, std::vector<std::string> args) {
+  samples::ThrowUsageExits throw_instead;
+  args.insert(args.begin(), "train_gpt");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  try {
+    flags.parse(int(args.size()), argv.data());
+  } catch (const UsageExit& e) {
+    return e;
+  }
+  return {-1, ""};
+}
+
+// The usage error `fn` raises (status 2), or "" with a failed check.
+template <class Fn>
+std::string usage_error(Fn&& fn) {
+  samples::ThrowUsageExits throw_instead;
+  try {
+    fn();
+  } catch (const UsageExit& e) {
+    CHECK(e.status == 2);
+    return e.message;
+  }
+  FAIL_CHECK("no usage error");
+  return "";
+}
+
+// The usage error parse() answers (status 2).
+std::string parse_error(Flags& flags, const std::vector<std::string>& args) {
+  const UsageExit exit = parse(flags, args);
+  CHECK(exit.status == 2);
+  return exit.message;
+}
+
+std::string printed_config(Flags& flags, const std::vector<std::string>& args) {
+  const UsageExit exit = parse(flags, args);
+  CHECK(exit.status == 0);
+  return exit.message;
+}
+
+}  // namespace
+
+TEST_CASE("--print-config prints every key in declaration order, and --config of it prints the same bytes") {
+  std::random_device entropy;
+  const unsigned seed = entropy();
+  INFO("seed ", seed);
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 20; ++trial) {
+    Settings a;
+    a.dim = 1 + int64_t(rng() % 65536);
+    a.steps = int64_t(rng() >> 1);  // any non-negative int64
+    a.lr = std::uniform_real_distribution<double>(0.0, 1e300)(rng) * (trial % 2 ? 1e-300 : 1.0);
+    a.dropout = std::uniform_real_distribution<double>(0.0, 0.99)(rng);
+    std::string text;  // printable ASCII with quotes and backslashes, and control characters
+    for (int i = int(rng() % 24); i > 0; --i) text += char(rng() % 4 == 0 ? 1 + rng() % 31 : 32 + rng() % 95);
+    a.device = text;
+    a.fp32_grads = rng() % 2;
+    const std::string printed = printed_config(a.flags, {"--print-config"});
+    CHECK(printed.rfind("{\n  \"device\": ", 0) == 0);
+    CHECK(printed.find("\"dim\": " + std::to_string(a.dim) + ",\n  \"steps\": " + std::to_string(a.steps)) !=
+          std::string::npos);
+    CHECK(printed.find("\"stop-after-steps\": 0\n}\n") != std::string::npos);
+
+    TempDir dir;
+    Settings b;
+    const UsageExit again = parse(b.flags, {"--config", dir.write("a.json", printed), "--print-config"});
+    CHECK(again.status == 0);
+    CHECK(again.message == printed);
+    CHECK(b.lr == a.lr);  // exactly: the shortest round-trip form
+    CHECK(b.dropout == a.dropout);
+    CHECK(b.device == a.device);
+    CHECK(b.steps == a.steps);
+    CHECK(b.fp32_grads == a.fp32_grads);
+  }
+}
+
+TEST_CASE("a config file and flags combine: flags win wherever --config stands, absent keys keep defaults") {
+  TempDir dir;
+  const std::string file = dir.write("run.json", R"({"steps": 77, "lr": 3, "precision": "bf16", "resume": true})");
+  for (const bool flag_first : {true, false}) {
+    Settings s;
+    std::vector<std::string> args = {"--config=" + file};
+    args.insert(flag_first ? args.begin() : args.end(), {"--steps", "5"});
+    CHECK(parse(s.flags, args).status == -1);
+    CHECK(s.steps == 5);           // the flag
+    CHECK(s.lr == 3.0);            // a JSON integer for a float flag
+    CHECK(s.precision == "bf16");  // the file
+    CHECK(s.resume);
+    CHECK(s.dim == 128);  // absent: the default
+    CHECK(s.flags.given("steps"));
+    CHECK(s.flags.given("lr"));
+    CHECK_FALSE(s.flags.given("dim"));
+    CHECK_FALSE(s.flags.given("grad-accum"));
+  }
+  Settings empty;
+  CHECK(parse(empty.flags, {"--config", dir.write("empty.json", " {}\n")}).status == -1);
+  CHECK(empty.steps == 3000);
+  Settings negated;  // --no-X counts as given too
+  CHECK(parse(negated.flags, {"--no-fp32-grads", "--config", dir.write("b.json", R"({"fp32-grads": true})")}).status ==
+        -1);
+  CHECK_FALSE(negated.fp32_grads);
+  Settings hooked;  // the after_parse hook runs before --print-config prints
+  hooked.flags.after_parse([&] { hooked.steps = 9; });
+  CHECK(printed_config(hooked.flags, {"--print-config"}).find("\"steps\": 9,") != std::string::npos);
+}
+
+TEST_CASE("a bad config file is one usage error naming the file, the key, what was expected and what was found") {
+  TempDir dir;
+  auto error_for = [&](const std::string& text) {
+    const std::string file = dir.write("run.json", text);
+    Settings s;
+    return parse_error(s.flags, {"--config", file});
+  };
+  const std::string run = "train_gpt: error: " + (dir.path / "run.json").string() + ": ";
+  CHECK(error_for(R"({"steps": "3"})") == run + "key \"steps\": expected an integer, got the string \"3\"");
+  CHECK(error_for(R"({"steps": 2.0})") == run + "key \"steps\": expected an integer, got the number 2.0");
+  CHECK(error_for(R"({"steps": true})") == run + "key \"steps\": expected an integer, got the boolean true");
+  CHECK(error_for(R"({"lr": "0.1"})") == run + "key \"lr\": expected a number, got the string \"0.1\"");
+  CHECK(error_for(R"({"precision": 16})") == run + "key \"precision\": expected a string, got the integer 16");
+  CHECK(error_for(R"({"resume": 1})") == run + "key \"resume\": expected true or false, got the integer 1");
+  CHECK(error_for(R"({"resume": null})") == run + "key \"resume\": expected true or false, got null");
+  CHECK(error_for(R"({"device": ["cpu"]})") == run + "key \"device\": expected a string, got an array");
+  CHECK(error_for(R"({"steps": -3})") == run + "key \"steps\": must be >= 0, got -3");
+  CHECK(error_for(R"({"dim": 65537})") == run + "key \"dim\": must be <= 65536, got 65537");
+  CHECK(error_for(R"({"steps": 9223372036854775808})") ==
+        run + "key \"steps\": must be <= 9223372036854775807, got 9223372036854775808");
+  CHECK(error_for(R"({"dropout": 1.5})") == run + "key \"dropout\": must be in [0, 0.99], got 1.5");
+  CHECK(error_for(R"({"lr": -1e-9})") == run + "key \"lr\": must be in [0, 1e+308], got -1e-09");
+  CHECK(error_for(R"({"grad_accum": 2})") == run + "unknown key \"grad_accum\"; did you mean \"grad-accum\"?");
+  CHECK(error_for(R"({"stpes": 2})") == run + "unknown key \"stpes\"; did you mean \"steps\"?");
+  CHECK(error_for(R"({"xyzzy": 2})") == run + "unknown key \"xyzzy\"; expected a flag name of train_gpt (see --help)");
+  CHECK(error_for(R"({"config": "b.json"})") ==
+        run + "unknown key \"config\" (a config file holds settings, not --config)");
+  CHECK(error_for(R"({"steps": 2, "steps": 3})") == run + "key \"steps\" appears twice");
+  CHECK(error_for("[1, 2]") == run + "expected a JSON object of settings ({\"steps\": 100, ...}), got an array");
+  CHECK(error_for("\"steps\"") ==
+        run + "expected a JSON object of settings ({\"steps\": 100, ...}), got the string \"steps\"");
+  CHECK(error_for("{\"steps\": 2,\n \"lr\": }") ==
+        run + "not valid JSON: parse error at line 2, column 8: syntax error while parsing value - unexpected '}'; "
+              "expected '[', '{', or a literal");
+  CHECK(error_for("").rfind(run + "not valid JSON: parse error at line 1, column 1: ", 0) == 0);
+  // A bad key is an error even where a flag overrides it.
+  const std::string overridden = dir.write("over.json", R"({"steps": "many"})");
+  Settings s;
+  CHECK(parse_error(s.flags, {"--steps", "4", "--config", overridden}) ==
+        "train_gpt: error: " + overridden + ": key \"steps\": expected an integer, got the string \"many\"");
+  // The command line's own errors.
+  const std::string missing = (dir.path / "missing.json").string();
+  CHECK(parse_error(s.flags, {"--config", missing}) ==
+        "train_gpt: error: --config \"" + missing + "\": No such file or directory; expected a readable file");
+  CHECK(parse_error(s.flags, {"--config", dir.path.string()}) ==
+        "train_gpt: error: --config \"" + dir.path.string() + "\" is not a regular file; expected a readable file");
+  CHECK(parse_error(s.flags, {"--config", overridden, "--config", overridden}) ==
+        "train_gpt: error: --config is given twice; expected one config file (flags override its keys) (see --help)");
+  CHECK(parse_error(s.flags, {"--config"}) == "train_gpt: error: --config needs a value (see --help)");
+  CHECK(parse_error(s.flags, {"--print-config=yes"}) ==
+        "train_gpt: error: --print-config takes no value, got \"yes\" (see --help)");
+  CHECK_ERROR(s.flags.add_int("config", 1, "clash"), "declares the flag 'config' twice or one of Flags' own");
+  CHECK_ERROR(s.flags.add_bool("steps", true, "clash"), "declares the flag 'steps' twice");
+}
+
+TEST_CASE("--resume restores the checkpoint's run config under the keys given now") {
+  Settings original;
+  REQUIRE(parse(original.flags, {"--dim", "256", "--steps", "40", "--lr", "0.25", "--precision", "bf16",
+                                 "--checkpoint-dir", "old", "--stop-after-steps", "20"})
+              .status == -1);
+  const std::string stored = original.flags.run_config(kRules);
+  CHECK(stored.find("\"checkpoint-dir\"") == std::string::npos);  // per-invocation keys are not stored
+  CHECK(stored.find("\"stop-after-steps\"") == std::string::npos);
+  CHECK(stored.find("\"resume\"") == std::string::npos);
+
+  Settings resumed;
+  REQUIRE(parse(resumed.flags, {"--checkpoint-dir", "new", "--resume", "--steps", "60"}).status == -1);
+  resumed.flags.restore(stored, "ck/step_0000000020.safetensors", kRules);
+  CHECK(resumed.dim == 256);  // restored
+  CHECK(resumed.precision == "bf16");
+  CHECK(resumed.lr == 0.25);
+  CHECK(resumed.steps == 60);  // a mutable key given now
+  CHECK(resumed.checkpoint_dir == "new");
+  CHECK(resumed.stop_after == 0);
+  CHECK(resumed.resume);
+  CHECK(resumed.flags.given("dim"));
+
+  Settings same;  // a fixed key given with its checkpoint value is fine
+  REQUIRE(parse(same.flags, {"--dim", "256", "--precision", "bf16", "--resume"}).status == -1);
+  same.flags.restore(stored, "entry", kRules);
+  CHECK(same.dim == 256);
+
+  auto refusal = [&](std::vector<std::string> args) {
+    Settings s;
+    REQUIRE(parse(s.flags, args).status == -1);
+    return usage_error([&] { s.flags.restore(stored, "entry", kRules); });
+  };
+  CHECK(refusal({"--dim", "128"}) ==
+        "train_gpt: error: --resume: \"dim\" is 256 in the checkpoint's run config, 128 now; it cannot change mid-run");
+  CHECK(refusal({"--precision", "fp16"}) ==
+        "train_gpt: error: --resume: \"precision\" is \"bf16\" in the checkpoint's run config, \"fp16\" now; it "
+        "cannot change mid-run");
+  CHECK(refusal({"--dropout", "0.1"}) ==
+        "train_gpt: error: --resume: \"dropout\" is 0.0 in the checkpoint's run config, 0.1 now; it cannot change "
+        "mid-run");
+  CHECK(refusal({"--fp32-grads"}) ==
+        "train_gpt: error: --resume: \"fp32-grads\" is false in the checkpoint's run config, true now; it cannot "
+        "change mid-run");
+  // A stored config this program cannot read (a key it does not have, a wrong type) names its entry.
+  Settings s;
+  CHECK(usage_error([&] { s.flags.restore(R"({"dim": 64, "heads": 4})", "ck/step_1", kRules); }) ==
+        "train_gpt: error: ck/step_1: unknown key \"heads\"; expected a flag name of train_gpt (see --help)");
+  CHECK(usage_error([&] { s.flags.restore(R"({"dim": "64"})", "ck/step_1", kRules); }) ==
+        "train_gpt: error: ck/step_1: key \"dim\": expected an integer, got the string \"64\"");
+  CHECK_ERROR(s.flags.restore("{}", "entry", samples::ResumeRules{{"heads"}, {}}), "ResumeRules name 'heads'");
+}
+
+TEST_CASE("a checkpoint stores the run config and read_run_config gives the newest one back") {
+  TempDir dir;
+  const std::string ckpt = (dir.path / "ckpt").string();
+  CHECK_FALSE(train::read_run_config(ckpt).has_value());  // no directory: nothing (and nothing created)
+  CHECK_FALSE(std::filesystem::exists(ckpt));
+
+  // A file written without a run config (as before this change) has none.
+  int64_t counter = 7;
+  train::TrainingState state;
+  state.counter("n", counter);
+  const std::string plain = (dir.path / "plain.safetensors").string();
+  train::save_checkpoint(plain, state, 3);
+  CHECK_FALSE(train::checkpoint_run_config(plain).has_value());
+  const std::string config = "{\n  \"steps\": " + std::to_string(std::random_device()()) + "\n}\n";
+  state.run_config(config);
+  const std::string with = (dir.path / "with.safetensors").string();
+  train::save_checkpoint(with, state, 3);
+  CHECK(train::checkpoint_run_config(with) == config);
+  train::TrainingState reader;  // loading ignores it
+  int64_t read_back = -1;
+  reader.counter("n", read_back);
+  CHECK(train::load_checkpoint(with, reader) == 3);
+  CHECK(read_back == 7);
+  CHECK_ERROR(train::checkpoint_run_config(dir.write("model.safetensors", "not a file")), "model.safetensors");
+
+  // A Trainer stores options.run_config in every checkpoint; the newest entry is read.
+  manual_seed(3);
+  struct Rows final : data::Dataset {
+    int64_t size() const override { return 16; }
+    std::vector<data::Field> fields() const override { return {{"x", DType::f32, {2}}}; }
+    void get(int64_t i, const std::vector<void*>& out) const override {
+      const float xy[2] = {float(i), 1.0f};
+      std::memcpy(out[0], xy, sizeof xy);
+    }
+  };
+  auto model = std::make_shared<nn::Linear>(2, 1);
+  optim::AdamW optimizer(model->parameters(), optim::AdamWOptions().lr(0.01));
+  data::DataLoader loader(std::make_shared<Rows>(), data::DataLoaderOptions().batch_size(4));
+  {
+    train::Trainer trainer(
+        *model, optimizer, loader, [&](const data::Batch& b) { return sum(model->forward(b[0])); },
+        train::TrainerOptions().steps(2).checkpoint_dir(ckpt).checkpoint_every(1).run_config(config));
+    trainer.fit();
+  }
+  const auto stored = train::read_run_config(ckpt);
+  REQUIRE(stored.has_value());
+  CHECK(stored->entry == (std::filesystem::path(ckpt) / "step_0000000002.safetensors").string());
+  CHECK(stored->json == config);
+  // A newer entry without a run config (an older build's) means none: the run resumes as before.
+  std::filesystem::copy_file(plain, std::filesystem::path(ckpt) / "step_0000000005.safetensors");
+  CHECK_FALSE(train::read_run_config(ckpt).has_value());
+  // A directory entry (a sharded optimizer's) is read from its state.safetensors.
+  std::filesystem::create_directory(std::filesystem::path(ckpt) / "step_0000000009");
+  train::save_checkpoint((std::filesystem::path(ckpt) / "step_0000000009" / "state.safetensors").string(), state, 9);
+  const auto sharded = train::read_run_config(ckpt);
+  REQUIRE(sharded.has_value());
+  CHECK(sharded->entry == (std::filesystem::path(ckpt) / "step_0000000009").string());
+  CHECK(sharded->json == config);
+}
