@@ -1,8 +1,11 @@
 // Fuzz target: the samples' flag parser (samples/cli.h Flags) and their shared flag validation
-// (train/precision.h, Device::parse), on an argv cut from the input at '\n' bytes. The
-// flags are those train_gpt declares, with their kinds and bounds. Every outcome is a parsed set of
-// flags or a UsageExit (status 2 with a "train_gpt: error: ..." line, or 0 after --help); the
-// validation after parse either accepts or answers UsageExit / hg::Error -- never a crash.
+// (train/precision.h, Device::parse), on an argv cut from the input at '\n' bytes -- or, when the
+// input starts with '{', on the input as a run config file (Flags::apply_json, as --config reads it,
+// and Flags::restore, as --resume reads a checkpoint's): accepted settings must print (to_json) as a
+// file that reads back to the same print. The flags are those train_gpt declares, with their kinds
+// and bounds. Every outcome is a parsed set of flags or a UsageExit (status 2 with a "train_gpt:
+// error: ..." line, or 0 after --help / --print-config); the validation after parse either accepts or
+// answers UsageExit / hg::Error -- never a crash.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -40,23 +43,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   argv.push_back(nullptr);
 
   hg::samples::ThrowUsageExits throw_instead_of_exit;
-  hg::samples::Flags flags("train_gpt", "fuzzed");
-  auto& device = flags.add_string("device", "cpu", "device");
-  auto& layers = flags.add_int("layers", 2, "blocks", 1, 1024);
-  auto& heads = flags.add_int("heads", 4, "heads", 1, 1 << 16);
-  auto& dim = flags.add_int("dim", 128, "width", 1, 1 << 16);
-  auto& context = flags.add_int("context", 16, "context", 1, 1 << 20);
-  auto& batch = flags.add_int("batch", 64, "batch", 1, 1 << 20);
-  auto& lr = flags.add_double("lr", 2e-3, "lr", 0.0);
-  auto& dropout = flags.add_double("dropout", 0.0, "dropout", 0.0, 0.99);
-  auto& seed = flags.add_int("seed", 1337, "seed", 0);
-  auto& precision = flags.add_string("precision", "fp32", "precision");
-  auto& loss_scale = flags.add_string("loss-scale", "", "loss scale");
-  auto& grad_accum = flags.add_int("grad-accum", 1, "accumulation", 1);
-  auto& batch_tokens = flags.add_int("batch-tokens", 0, "tokens per step", 0);
-  auto& resume = flags.add_bool("resume", false, "resume");
+  struct Declared {
+    hg::samples::Flags flags{"train_gpt", "fuzzed"};
+    std::string& device = flags.add_string("device", "cpu", "device");
+    int64_t& layers = flags.add_int("layers", 2, "blocks", 1, 1024);
+    int64_t& heads = flags.add_int("heads", 4, "heads", 1, 1 << 16);
+    int64_t& dim = flags.add_int("dim", 128, "width", 1, 1 << 16);
+    int64_t& context = flags.add_int("context", 16, "context", 1, 1 << 20);
+    int64_t& batch = flags.add_int("batch", 64, "batch", 1, 1 << 20);
+    double& lr = flags.add_double("lr", 2e-3, "lr", 0.0);
+    double& dropout = flags.add_double("dropout", 0.0, "dropout", 0.0, 0.99);
+    int64_t& seed = flags.add_int("seed", 1337, "seed", 0);
+    std::string& precision = flags.add_string("precision", "fp32", "precision");
+    std::string& loss_scale = flags.add_string("loss-scale", "", "loss scale");
+    int64_t& grad_accum = flags.add_int("grad-accum", 1, "accumulation", 1);
+    int64_t& batch_tokens = flags.add_int("batch-tokens", 0, "tokens per step", 0);
+    bool& resume = flags.add_bool("resume", false, "resume");
+  };
+  Declared declared;
+  hg::samples::Flags& flags = declared.flags;
+  const auto& [flags_, device, layers, heads, dim, context, batch, lr, dropout, seed, precision, loss_scale,
+               grad_accum, batch_tokens, resume] = declared;  // the values, by name
+  (void)flags_;
   try {
-    flags.parse(int(args.size()), argv.data());
+    if (size > 0 && data[0] == '{') {
+      const std::string text(reinterpret_cast<const char*>(data), size);
+      flags.apply_json(text, "fuzz.json");
+      const std::string printed = flags.to_json();
+      Declared again;
+      again.flags.apply_json(printed, "printed.json");
+      require(again.flags.to_json() == printed, "--print-config's output does not read back to the same print");
+      flags.restore(text, "entry", hg::samples::ResumeRules{{"layers", "dim"}, {"resume"}});
+    } else {
+      flags.parse(int(args.size()), argv.data());
+    }
     require(layers >= 1 && layers <= 1024 && heads >= 1 && dim >= 1 && context >= 1 && context <= (1 << 20) &&
                 batch >= 1 && batch <= (1 << 20) && lr >= 0 && dropout >= 0 && dropout <= 0.99 && seed >= 0 &&
                 grad_accum >= 1 && batch_tokens >= 0,

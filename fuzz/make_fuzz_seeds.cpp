@@ -128,6 +128,11 @@ int main(int argc, char** argv) {
   write_text(cl / "device", "--device=cuda:1\n--resume\n--no-resume");
   write_text(cl / "bad", "--layers\n-1\n--lr=nan\n--unknown\nx");
   write_text(cl / "help", "--dropout=0.5\n--seed=7\n--help");
+  write_text(cl / "print_config", "--lr\n0.25\n--print-config");
+  // run config files (an input starting with '{').
+  write_text(cl / "config.json", "{\"layers\": 4, \"lr\": 0.5, \"dropout\": 0.1, \"precision\": \"bf16\",\n"
+                                  " \"loss-scale\": \"static:1024\", \"resume\": true, \"device\": \"cuda:0\"}");
+  write_text(cl / "config_bad.json", "{\"layers\": \"4\", \"grad_accum\": 2, \"lr\": 1e999,\n \"seed\": -1, }");
   std::printf("seed corpora written under %s\n", root.c_str());
   return 0;
 }

@@ -99,7 +99,7 @@ struct FlagsJson {
     Json parsed;
     try {
       parsed = Json::parse(text, std::ref(duplicates));
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // a parse_error, or out_of_range for a number beyond double
       std::string what = e.what();
       const size_t bracket = what.find("] ");
       if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) what = what.substr(bracket + 2);
