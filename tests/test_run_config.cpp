@@ -211,8 +211,9 @@ TEST_CASE("a bad config file is one usage error naming the file, the key, what w
   CHECK(error_for("\"steps\"") ==
         run + "expected a JSON object of settings ({\"steps\": 100, ...}), got the string \"steps\"");
   CHECK(error_for("{\"steps\": 2,\n \"lr\": }") ==
-        run + "not valid JSON: parse error at line 2, column 8: syntax error while parsing value - unexpected '}'; "
-              "expected '[', '{', or a literal");
+        run +
+            "not valid JSON: parse error at line 2, column 8: syntax error while parsing value - unexpected '}'; "
+            "expected '[', '{', or a literal");
   CHECK(error_for(R"({"lr": 1e999})") == run + "not valid JSON: number overflow parsing '1e999'");
   CHECK(error_for("").rfind(run + "not valid JSON: parse error at line 1, column 1: ", 0) == 0);
   // A bad key is an error even where a flag overrides it.
