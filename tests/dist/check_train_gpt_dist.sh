@@ -148,8 +148,9 @@ if [[ $# -gt 0 ]]; then
   check "checkpoint-dir at 2 ranks resumed at 1" "$bin" "${tiny[@]}" "${ck[@]}" --zero 0 --checkpoint-dir "$work/d1" --resume
   check "checkpoint-dir of zero 2 resumed with zero 3" "$@" -np 2 "$bin" "${tiny[@]}" "${ck[@]}" --zero 3 --checkpoint-dir "$work/d3" --resume
   want_line=
-  out=$("$bin" "${tiny[@]}" "${ck[@]}" --checkpoint-dir "$work/d1" --resume 2>&1)
-  [[ $? -eq 2 ]] && grep -q "holds ZeRO" <<<"$out" || fail "a ZeRO entry without --zero should be a usage error: $out"
+  # Resumed without --zero the entry's run config restores its stage; --zero -1 (off) is refused.
+  out=$("$bin" "${tiny[@]}" "${ck[@]}" --zero -1 --checkpoint-dir "$work/d1" --resume 2>&1)
+  [[ $? -eq 2 ]] && grep -q "holds ZeRO" <<<"$out" || fail "a ZeRO entry with --zero -1 should be a usage error: $out"
 fi
 out=$("$bin" "${tiny[@]}" --zero 4 2>&1)
 [[ $? -eq 2 ]] && grep -q "0, 1, 2 or 3" <<<"$out" || fail "--zero 4 should be a usage error: $out"
