@@ -29,7 +29,10 @@ constexpr int64_t kParallelMinElements = int64_t(1) << 15;
 
 AdamWIsa g_isa_override = AdamWIsa::avx512;  // the widest allowed; clamped to what the CPU has
 
-AdamW8BitBlockFn block_function() { return adamw8bit_block_scalar; }
+AdamW8BitBlockFn block_function() {
+  const AdamWIsa isa = std::min(g_isa_override, adamw8bit_best_isa());
+  return isa == AdamWIsa::avx512 ? adamw8bit_block_avx512 : adamw8bit_block_scalar;
+}
 
 float load_float(const void* p, DType dtype, int64_t i) {
   switch (dtype) {
