@@ -23,9 +23,13 @@
 // make_adamw8bit_tables below, so the CPU and CUDA tables are the same bits.
 //
 // Quantisation is to the nearest map entry, decided by the 255 midpoints between neighbours
-// (bounds[i] = float((map[i] + map[i+1]) / 2), in double): code(x) = #{ i : bounds[i] < x }, a
-// branchless binary search of 8 steps. A value exactly on a midpoint takes the lower code; NaN gives
-// code 0. Scaled values outside the map's range saturate to its ends.
+// (mid[i] = float((map[i] + map[i+1]) / 2), in double): code(x) = #{ i : mid[i] < x }, a branchless binary
+// search of 8 steps. A value exactly on a midpoint takes the lower code; NaN gives code 0. Scaled values
+// outside the map's range saturate to its ends. The midpoints are stored in the search's visiting order
+// (Eytzinger / heap order: node h's children are 2h and 2h + 1, the root is node 1), so step k of every
+// search reads among nodes 2^k .. 2^(k+1)-1: the first five steps of a warp read within 32 consecutive
+// floats (one shared-memory word per bank, broadcasts at most), where a sorted array would have every
+// lane of a step read the same bank; and the AVX-512 path takes the first four steps from one register.
 #include <cstdint>
 
 #include "kernels/adamw_math.h"
@@ -48,8 +52,8 @@ inline constexpr uint8_t kAdamW8BitUnsignedZeroCode = 0;
 struct AdamW8BitTables {
   float signed_map[kAdamW8BitCodes];       // sorted ascending
   float unsigned_map[kAdamW8BitCodes];     // sorted ascending
-  float signed_bounds[kAdamW8BitCodes];    // [i] = midpoint of map[i], map[i+1]; [255] = +infinity (unused)
-  float unsigned_bounds[kAdamW8BitCodes];
+  float signed_search[kAdamW8BitCodes];    // the 255 midpoints in heap order at [1..255]; [0] unused (-inf)
+  float unsigned_search[kAdamW8BitCodes];
 };
 
 namespace detail {
@@ -82,32 +86,44 @@ constexpr void adamw8bit_dynamic_map(bool is_signed, double (&out)[kAdamW8BitCod
   }
 }
 
-constexpr void adamw8bit_fill(bool is_signed, float (&map)[kAdamW8BitCodes], float (&bounds)[kAdamW8BitCodes]) {
+// Heap node h at depth d (h in [2^d, 2^(d+1))) is the midpoint the binary search over the sorted midpoints
+// probes at its step d: with step = 128 >> d, the sorted index (h - 2^d) * 2 * step + step - 1.
+constexpr int adamw8bit_heap_to_sorted(int h) {
+  int depth = 0;
+  while ((2 << depth) <= h) ++depth;
+  const int step = 128 >> depth;
+  return (h - (1 << depth)) * 2 * step + step - 1;
+}
+
+constexpr void adamw8bit_fill(bool is_signed, float (&map)[kAdamW8BitCodes], float (&search)[kAdamW8BitCodes]) {
   double values[kAdamW8BitCodes] = {};
   adamw8bit_dynamic_map(is_signed, values);
   for (int i = 0; i < kAdamW8BitCodes; ++i) map[i] = float(values[i]);
-  for (int i = 0; i + 1 < kAdamW8BitCodes; ++i) bounds[i] = float((double(map[i]) + double(map[i + 1])) / 2.0);
-  bounds[kAdamW8BitCodes - 1] = __builtin_huge_valf();
+  search[0] = -__builtin_huge_valf();
+  for (int h = 1; h < kAdamW8BitCodes; ++h) {
+    const int i = adamw8bit_heap_to_sorted(h);
+    search[h] = float((double(map[i]) + double(map[i + 1])) / 2.0);
+  }
 }
 
 }  // namespace detail
 
 constexpr AdamW8BitTables make_adamw8bit_tables() {
   AdamW8BitTables t{};
-  detail::adamw8bit_fill(true, t.signed_map, t.signed_bounds);
-  detail::adamw8bit_fill(false, t.unsigned_map, t.unsigned_bounds);
+  detail::adamw8bit_fill(true, t.signed_map, t.signed_search);
+  detail::adamw8bit_fill(false, t.unsigned_map, t.unsigned_search);
   return t;
 }
 
 // The host's copy (the CUDA kernels keep a device copy made from the same constexpr value).
 inline constexpr AdamW8BitTables kAdamW8BitTables = make_adamw8bit_tables();
 
-// The code of the map entry nearest x: #{ i < 255 : bounds[i] < x } by an 8-step branchless binary search
-// (bounds is sorted; the indices probed are at most 254).
-HG_HOST_DEVICE inline uint8_t adamw8bit_quantise(float x, const float* bounds) {
-  int pos = 0;
-  for (int step = kAdamW8BitCodes / 2; step > 0; step >>= 1) pos += bounds[pos + step - 1] < x ? step : 0;
-  return uint8_t(pos);
+// The code of the map entry nearest x: #{ i : mid[i] < x }, by an 8-step branchless descent of the
+// midpoints' heap (search = signed_search or unsigned_search): h -> 2h + (search[h] < x), from h = 1.
+HG_HOST_DEVICE inline uint8_t adamw8bit_quantise(float x, const float* search) {
+  int h = 1;
+  for (int step = 0; step < 8; ++step) h = 2 * h + (search[h] < x ? 1 : 0);
+  return uint8_t(h - kAdamW8BitCodes);
 }
 
 HG_HOST_DEVICE inline float adamw8bit_dequantise(uint8_t code, float absmax, const float* map) {

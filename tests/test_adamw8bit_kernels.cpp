@@ -54,6 +54,24 @@ std::vector<double> bitsandbytes_map(bool is_signed) {
   return data;
 }
 
+// The midpoint between map entries i and i + 1, as adamw8bit_math.h defines it (in double, rounded once).
+float midpoint(const float* map, int i) { return float((double(map[i]) + double(map[i + 1])) / 2.0); }
+
+// The midpoints, sorted (index i: between codes i and i + 1).
+std::vector<float> midpoints(const float* map) {
+  std::vector<float> out(255);
+  for (int i = 0; i < 255; ++i) out[size_t(i)] = midpoint(map, i);
+  return out;
+}
+
+// The heap's nodes visited in order (left subtree, node, right subtree).
+void in_order(const float* search, int h, std::vector<float>& out) {
+  if (h >= kAdamW8BitCodes) return;
+  in_order(search, 2 * h, out);
+  out.push_back(search[h]);
+  in_order(search, 2 * h + 1, out);
+}
+
 // The nearest map entry by a linear scan (ties: the lower code).
 int nearest_code(double x, const float* map) {
   int best = 0;
@@ -183,7 +201,8 @@ TEST_CASE("adamw8bit maps: bitsandbytes' dynamic maps, sorted, with the document
   for (const bool is_signed : {true, false}) {
     INFO((is_signed ? "signed" : "unsigned"));
     const float* map = is_signed ? tables().signed_map : tables().unsigned_map;
-    const float* bounds = is_signed ? tables().signed_bounds : tables().unsigned_bounds;
+    const float* search = is_signed ? tables().signed_search : tables().unsigned_search;
+    const std::vector<float> bounds = midpoints(map);
     const std::vector<double> expected = bitsandbytes_map(is_signed);
     REQUIRE(expected.size() == 256);
     for (int i = 0; i < 256; ++i) {
@@ -196,7 +215,10 @@ TEST_CASE("adamw8bit maps: bitsandbytes' dynamic maps, sorted, with the document
       }
     }
     CHECK(map[255] == 1.0f);
-    CHECK(std::isinf(bounds[255]));
+    // The search table is the midpoints in heap order: read in order, they are the sorted midpoints.
+    std::vector<float> walked;
+    in_order(search, 1, walked);
+    CHECK(walked == bounds);
     // Entries per decade [10^(k-7), 10^(k-6)): 2^k each sign (signed), 2^(k+1) (unsigned).
     for (int k = 0; k < 7; ++k) {
       const double low = std::pow(10.0, k - 7), high = std::pow(10.0, k - 6);
@@ -222,22 +244,26 @@ TEST_CASE("adamw8bit quantisation: nearest entry, exact on entries, bounded roun
   for (const bool is_signed : {true, false}) {
     INFO((is_signed ? "signed" : "unsigned"));
     const float* map = is_signed ? tables().signed_map : tables().unsigned_map;
-    const float* bounds = is_signed ? tables().signed_bounds : tables().unsigned_bounds;
-    for (int i = 0; i < 256; ++i) CHECK(adamw8bit_quantise(map[i], bounds) == i);
+    const float* search = is_signed ? tables().signed_search : tables().unsigned_search;
+    const std::vector<float> bounds = midpoints(map);
+    for (int i = 0; i < 256; ++i) CHECK(adamw8bit_quantise(map[i], search) == i);
     // Below and above the range: the ends.
-    CHECK(adamw8bit_quantise(-2.0f, bounds) == 0);
-    CHECK(adamw8bit_quantise(2.0f, bounds) == 255);
-    CHECK(adamw8bit_quantise(std::nanf(""), bounds) == 0);
+    CHECK(adamw8bit_quantise(-2.0f, search) == 0);
+    CHECK(adamw8bit_quantise(2.0f, search) == 255);
+    CHECK(adamw8bit_quantise(std::nanf(""), search) == 0);
     // A midpoint takes the lower code; just above it, the upper.
-    CHECK(adamw8bit_quantise(bounds[100], bounds) == 100);
-    CHECK(adamw8bit_quantise(std::nextafter(bounds[100], 2.0f), bounds) == 101);
+    for (int i = 0; i < 255; ++i) {
+      INFO("midpoint ", i);
+      CHECK(adamw8bit_quantise(bounds[i], search) == i);
+      CHECK(adamw8bit_quantise(std::nextafter(bounds[i], 2.0f), search) == i + 1);
+    }
     // Random values spread over the decades: the nearest entry, error at most half the gap.
     std::uniform_real_distribution<double> exponent(-7.0, 0.0), sign(-1.0, 1.0);
     double worst_top_decade = 0.0;
     for (int k = 0; k < 20000; ++k) {
       const double magnitude = std::pow(10.0, exponent(rng));
       const float x = float(is_signed && sign(rng) < 0 ? -magnitude : magnitude);
-      const int code = adamw8bit_quantise(x, bounds);
+      const int code = adamw8bit_quantise(x, search);
       const int ref = nearest_code(x, map);
       INFO("x = ", x, " code ", code, " nearest ", ref);
       REQUIRE(code_acceptable(code, ref, x, map));
@@ -386,8 +412,8 @@ TEST_CASE("adamw8bit AVX-512 path: the scalar path's codes bit for bit, and its 
   for (const bool is_signed : {true, false}) {
     INFO((is_signed ? "signed" : "unsigned"));
     const AdamW8BitTables& t = kAdamW8BitTables;
-    const float* bounds = is_signed ? t.signed_bounds : t.unsigned_bounds;
     const float* map = is_signed ? t.signed_map : t.unsigned_map;
+    const std::vector<float> bounds = midpoints(map);
     std::vector<float> x;
     for (int i = 0; i < 255; ++i)
       for (const float b : {bounds[i], std::nextafter(bounds[i], -2.0f), std::nextafter(bounds[i], 2.0f), map[i]})

@@ -118,16 +118,16 @@ void adamw8bit_block_scalar(float* theta, const float* g, uint8_t* code_m, uint8
   }
   const float scale_m = adamw8bit_inverse_scale(new_m), scale_v = adamw8bit_inverse_scale(new_v);
   for (int64_t i = 0; i < count; ++i) {
-    code_m[i] = adamw8bit_quantise(m[i] * scale_m, t.signed_bounds);
-    code_v[i] = adamw8bit_quantise(v[i] * scale_v, t.unsigned_bounds);
+    code_m[i] = adamw8bit_quantise(m[i] * scale_m, t.signed_search);
+    code_v[i] = adamw8bit_quantise(v[i] * scale_v, t.unsigned_search);
   }
   *absmax_m = new_m;
   *absmax_v = new_v;
 }
 
 void adamw8bit_quantise_scalar(const float* x, uint8_t* codes, int64_t n, bool is_signed) {
-  const float* bounds = is_signed ? kAdamW8BitTables.signed_bounds : kAdamW8BitTables.unsigned_bounds;
-  for (int64_t i = 0; i < n; ++i) codes[i] = adamw8bit_quantise(x[i], bounds);
+  const float* search = is_signed ? kAdamW8BitTables.signed_search : kAdamW8BitTables.unsigned_search;
+  for (int64_t i = 0; i < n; ++i) codes[i] = adamw8bit_quantise(x[i], search);
 }
 
 AdamWIsa set_adamw8bit_isa(AdamWIsa isa) {

@@ -13,8 +13,9 @@
 // two groups of 4 consecutive ones, at 4x and 1024 + 4x of the block: every warp access of a group is a
 // contiguous 512 bytes (f32), 256 bytes (f16/bf16) or 128 bytes (codes), moved by one 128-, 64- or 32-bit
 // load per thread when the arrays are aligned to 4 elements (else element by element). The four tables
-// (two maps, two midpoint arrays: 4 KiB) are copied from global memory into shared memory by the block
-// (4 floats per thread); the 8-step binary search of the quantisation reads them there. The new m, v of
+// (two maps, two midpoint heaps: 4 KiB) are copied from global memory into shared memory by the block
+// (4 floats per thread); the 8-step descent of the quantisation reads them there: its first five steps
+// read within 32 consecutive floats (no bank conflict), the dequantisation's map reads are data-dependent. The new m, v of
 // a thread's 8 elements stay in registers between the update and the requantisation; the two absmax
 // are block reductions (warp butterflies + one shared slot per warp), a max, so independent of order.
 //
@@ -119,8 +120,8 @@ HG_DEVICE void adamw8bit_block(const Operands<T>& o, const AdamW8BitTables& t, c
       Pack<float, kGroup> th;
       HG_UNROLL
       for (int k = 0; k < kGroup; ++k) {
-        cm.v[k] = adamw8bit_quantise(m[q][k] * scale_m, t.signed_bounds);
-        cv.v[k] = adamw8bit_quantise(v[q][k] * scale_v, t.unsigned_bounds);
+        cm.v[k] = adamw8bit_quantise(m[q][k] * scale_m, t.signed_search);
+        cv.v[k] = adamw8bit_quantise(v[q][k] * scale_v, t.unsigned_search);
         p.v[k] = from_acc<T>(theta[q][k]);
         th.v[k] = theta[q][k];
       }
@@ -132,8 +133,8 @@ HG_DEVICE void adamw8bit_block(const Operands<T>& o, const AdamW8BitTables& t, c
       HG_UNROLL
       for (int k = 0; k < kGroup; ++k) {
         if (i + k >= o.n) continue;
-        o.q.exp_avg[i + k] = adamw8bit_quantise(m[q][k] * scale_m, t.signed_bounds);
-        o.q.exp_avg_sq[i + k] = adamw8bit_quantise(v[q][k] * scale_v, t.unsigned_bounds);
+        o.q.exp_avg[i + k] = adamw8bit_quantise(m[q][k] * scale_m, t.signed_search);
+        o.q.exp_avg_sq[i + k] = adamw8bit_quantise(v[q][k] * scale_v, t.unsigned_search);
         o.param[i + k] = from_acc<T>(theta[q][k]);
         if constexpr (kMaster) o.master[i + k] = theta[q][k];
       }
