@@ -37,9 +37,9 @@ namespace hg::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using kernels::cpu::AdamWIsa;
 using kernels::AdamWStepScalars;
 using kernels::QuantizedMoments;
+using kernels::cpu::AdamWIsa;
 
 constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8, kDecay = 0.01, kLr = 1e-4;
 
@@ -126,10 +126,10 @@ void cpu_bench(int64_t n, int repeats) {
     void* master_ptr = mixed ? master.get() : nullptr;
     count[0] = 0;
     report("cpu_adamw_8bit", "adamw_step_device", n, false, mixed, best_seconds(repeats, [&] {
-      kernels::cpu::adamw_step_device(param.get(), master_ptr, grad.get(), m32.get(), v32.get(), n, s, kBeta1, kBeta2,
-                                      kEps, kDecay, dtype);
-      count[0] = count[1];
-    }));
+             kernels::cpu::adamw_step_device(param.get(), master_ptr, grad.get(), m32.get(), v32.get(), n, s, kBeta1,
+                                             kBeta2, kEps, kDecay, dtype);
+             count[0] = count[1];
+           }));
     for (const AdamWIsa isa : {AdamWIsa::scalar, AdamWIsa::avx512}) {
       if (int(isa) > int(kernels::cpu::adamw8bit_best_isa())) continue;
       const AdamWIsa previous = kernels::cpu::set_adamw8bit_isa(isa);
@@ -203,13 +203,13 @@ void cuda_bench(int64_t n, int repeats) {
     const DType dtype = mixed ? DType::bf16 : DType::f32;
     void* master_ptr = mixed ? master.get() : nullptr;
     report("cuda_adamw_8bit", "adamw_step_device", n, false, mixed, best_device_seconds(repeats, stream, [&] {
-      kernels::cuda::adamw_step_device(param.get(), master_ptr, grad.get(), m32.get(), v32.get(), n, s, kBeta1, kBeta2,
-                                       kEps, kDecay, dtype, stream);
-    }));
+             kernels::cuda::adamw_step_device(param.get(), master_ptr, grad.get(), m32.get(), v32.get(), n, s, kBeta1,
+                                              kBeta2, kEps, kDecay, dtype, stream);
+           }));
     report("cuda_adamw_8bit", "adamw8bit_step_device", n, true, mixed, best_device_seconds(repeats, stream, [&] {
-      kernels::cuda::adamw8bit_step_device(param.get(), master_ptr, grad.get(), q, n, s, kBeta1, kBeta2, kEps, kDecay,
-                                           dtype, stream);
-    }));
+             kernels::cuda::adamw8bit_step_device(param.get(), master_ptr, grad.get(), q, n, s, kBeta1, kBeta2, kEps,
+                                                  kDecay, dtype, stream);
+           }));
   }
   HG_CUDA_CHECK(cudaStreamDestroy(stream));
 }

@@ -50,9 +50,9 @@ inline constexpr uint8_t kAdamW8BitSignedZeroCode = 127;
 inline constexpr uint8_t kAdamW8BitUnsignedZeroCode = 0;
 
 struct AdamW8BitTables {
-  float signed_map[kAdamW8BitCodes];       // sorted ascending
-  float unsigned_map[kAdamW8BitCodes];     // sorted ascending
-  float signed_search[kAdamW8BitCodes];    // the 255 midpoints in heap order at [1..255]; [0] unused (-inf)
+  float signed_map[kAdamW8BitCodes];     // sorted ascending
+  float unsigned_map[kAdamW8BitCodes];   // sorted ascending
+  float signed_search[kAdamW8BitCodes];  // the 255 midpoints in heap order at [1..255]; [0] unused (-inf)
   float unsigned_search[kAdamW8BitCodes];
 };
 
@@ -143,8 +143,8 @@ HG_HOST_DEVICE inline float adamw8bit_absmax(float a, float x) {
 // One element of a block: dequantise m, v, then the AdamW update; m and v receive the unquantised new
 // moments (for the block's absmax and the requantisation that follow).
 HG_HOST_DEVICE inline void adamw8bit_update(float& theta, float g, uint8_t code_m, uint8_t code_v, float absmax_m,
-                                            float absmax_v, const AdamW8BitTables& t,
-                                            const AdamWCoefficients<float>& c, float& m, float& v) {
+                                            float absmax_v, const AdamW8BitTables& t, const AdamWCoefficients<float>& c,
+                                            float& m, float& v) {
   m = adamw8bit_dequantise(code_m, absmax_m, t.signed_map);
   v = adamw8bit_dequantise(code_v, absmax_v, t.unsigned_map);
   adamw_update(theta, g, m, v, c);

@@ -93,8 +93,10 @@ struct State8 {
   std::vector<uint8_t> m, v;
   std::vector<float> absmax_m, absmax_v;
   explicit State8(int64_t n)
-      : m(size_t(n), kAdamW8BitSignedZeroCode), v(size_t(n), kAdamW8BitUnsignedZeroCode),
-        absmax_m(size_t(adamw8bit_blocks(n)), 0.0f), absmax_v(size_t(adamw8bit_blocks(n)), 0.0f) {}
+      : m(size_t(n), kAdamW8BitSignedZeroCode),
+        v(size_t(n), kAdamW8BitUnsignedZeroCode),
+        absmax_m(size_t(adamw8bit_blocks(n)), 0.0f),
+        absmax_v(size_t(adamw8bit_blocks(n)), 0.0f) {}
   QuantizedMoments view() { return {m.data(), v.data(), absmax_m.data(), absmax_v.data()}; }
   bool operator==(const State8& o) const {
     return m == o.m && v == o.v && std::memcmp(absmax_m.data(), o.absmax_m.data(), absmax_m.size() * 4) == 0 &&
@@ -156,8 +158,8 @@ void check_against_reference(const State8& before, const State8& after, const st
       const double xm = absmax_m > 0 ? m[i - begin] / absmax_m : 0.0;
       const double xv = absmax_v > 0 ? v[i - begin] / absmax_v : 0.0;
       const int ref_m = nearest_code(xm, tables().signed_map), ref_v = nearest_code(xv, tables().unsigned_map);
-      INFO("element ", i, ": m / absmax = ", xm, " code ", int(after.m[i]), " (reference ", ref_m, "), v / absmax = ",
-           xv, " code ", int(after.v[i]), " (reference ", ref_v, ")");
+      INFO("element ", i, ": m / absmax = ", xm, " code ", int(after.m[i]), " (reference ", ref_m,
+           "), v / absmax = ", xv, " code ", int(after.v[i]), " (reference ", ref_v, ")");
       REQUIRE(code_acceptable(after.m[i], ref_m, xm, tables().signed_map));
       REQUIRE(code_acceptable(after.v[i], ref_v, xv, tables().unsigned_map));
       mismatches.codes += (after.m[i] != ref_m) + (after.v[i] != ref_v);
@@ -282,37 +284,38 @@ TEST_CASE("adamw8bit_step_device equals the float64 block algorithm over steps a
   std::mt19937 rng(std::random_device{}());
   Mismatches mismatches;
   for (const AdamWIsa isa : isas())
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16})
-    for (const bool with_master : {false, true})
-      for (const int64_t n : {int64_t(1), int64_t(100), int64_t(2048), int64_t(5000), int64_t(3 * 2048 + 17)}) {
-        if (dtype != DType::f32 && !with_master && n > 100) continue;  // half without master: n <= 100 suffices
-        INFO(adamw_isa_name(isa), " ", dtype_name(dtype), with_master ? " with master" : " without master", " n = ", n);
-        const IsaScope scope(isa);
-        HostBuffer param = random_params(dtype, n, rng);
-        HostBuffer master(DType::f32, n);
-        for (int64_t i = 0; i < n; ++i) master.set(i, param.get(i));
-        State8 state(n);
-        StepCount count;
-        for (int64_t t = 1; t <= 5; ++t) {
-          const HostBuffer grad = random_grad(dtype, n, rng);
-          const State8 before = state;
-          const std::vector<double> theta_before = values_of(with_master ? master : param);
-          cpu::adamw8bit_step_device(param.data(), with_master ? master.data() : nullptr, grad.data(), state.view(), n,
-                                     count.scalars(nullptr, nullptr), kBeta1, kBeta2, kEps, kDecay, dtype);
-          CHECK(count.slots[1] == t);
-          count.slots[0] = count.slots[1];
-          // Without master a half parameter is theta rounded to its dtype: tolerate that rounding.
-          const double tolerance = with_master || dtype == DType::f32 ? 1e-6 : (dtype == DType::f16 ? 1e-3 : 8e-3);
-          check_against_reference(before, state, theta_before, values_of(with_master ? master : param), grad, t, kLr,
-                                  tolerance, mismatches);
-          if (with_master)  // the parameter is the master's rounding
-            for (int64_t i = 0; i < n; ++i) {
-              HostBuffer one(dtype, 1);
-              one.set(0, master.get(i));
-              REQUIRE(one.get(0) == param.get(i));
-            }
+    for (const DType dtype : {DType::f32, DType::f16, DType::bf16})
+      for (const bool with_master : {false, true})
+        for (const int64_t n : {int64_t(1), int64_t(100), int64_t(2048), int64_t(5000), int64_t(3 * 2048 + 17)}) {
+          if (dtype != DType::f32 && !with_master && n > 100) continue;  // half without master: n <= 100 suffices
+          INFO(adamw_isa_name(isa), " ", dtype_name(dtype), with_master ? " with master" : " without master",
+               " n = ", n);
+          const IsaScope scope(isa);
+          HostBuffer param = random_params(dtype, n, rng);
+          HostBuffer master(DType::f32, n);
+          for (int64_t i = 0; i < n; ++i) master.set(i, param.get(i));
+          State8 state(n);
+          StepCount count;
+          for (int64_t t = 1; t <= 5; ++t) {
+            const HostBuffer grad = random_grad(dtype, n, rng);
+            const State8 before = state;
+            const std::vector<double> theta_before = values_of(with_master ? master : param);
+            cpu::adamw8bit_step_device(param.data(), with_master ? master.data() : nullptr, grad.data(), state.view(),
+                                       n, count.scalars(nullptr, nullptr), kBeta1, kBeta2, kEps, kDecay, dtype);
+            CHECK(count.slots[1] == t);
+            count.slots[0] = count.slots[1];
+            // Without master a half parameter is theta rounded to its dtype: tolerate that rounding.
+            const double tolerance = with_master || dtype == DType::f32 ? 1e-6 : (dtype == DType::f16 ? 1e-3 : 8e-3);
+            check_against_reference(before, state, theta_before, values_of(with_master ? master : param), grad, t, kLr,
+                                    tolerance, mismatches);
+            if (with_master)  // the parameter is the master's rounding
+              for (int64_t i = 0; i < n; ++i) {
+                HostBuffer one(dtype, 1);
+                one.set(0, master.get(i));
+                REQUIRE(one.get(0) == param.get(i));
+              }
+          }
         }
-      }
   MESSAGE("midpoint code differences: ", mismatches.codes, " of ", mismatches.elements);
   CHECK(mismatches.codes * 1000 <= mismatches.elements);
 }
@@ -496,8 +499,9 @@ TEST_CASE("adamw8bit_offload_step equals the device form") {
                                  count.scalars(nullptr, nullptr), kBeta1, kBeta2, kEps, kDecay, param_dtype);
       count.slots[0] = count.slots[1];
       offload_param.poison_with_nan();
-      cpu::adamw8bit_offload_step(static_cast<float*>(offload_master.data()), doubled.data(), param_dtype, offload_state.view(),
-                                  offload_param.data(), param_dtype, n, kLr, kBeta1, kBeta2, kEps, kDecay, t, 0.5);
+      cpu::adamw8bit_offload_step(static_cast<float*>(offload_master.data()), doubled.data(), param_dtype,
+                                  offload_state.view(), offload_param.data(), param_dtype, n, kLr, kBeta1, kBeta2, kEps,
+                                  kDecay, t, 0.5);
       CHECK(offload_master.bitwise_equal(device_master));
       CHECK(offload_param.bitwise_equal(device_param));
       CHECK(offload_state == device_state);
@@ -520,8 +524,8 @@ TEST_CASE("adamw8bit: bad arguments are named errors") {
   CHECK_ERROR(cpu::adamw8bit_step_device(p.data(), nullptr, g.data(), state.view(), -1, count.scalars(nullptr, nullptr),
                                          kBeta1, kBeta2, kEps, kDecay, DType::f32),
               "expected n >= 0");
-  CHECK_ERROR(cpu::adamw8bit_offload_step(static_cast<float*>(p.data()), g.data(), DType::f32, state.view(), nullptr, DType::f32, 4096,
-                                          kLr, kBeta1, kBeta2, kEps, kDecay, 0),
+  CHECK_ERROR(cpu::adamw8bit_offload_step(static_cast<float*>(p.data()), g.data(), DType::f32, state.view(), nullptr,
+                                          DType::f32, 4096, kLr, kBeta1, kBeta2, kEps, kDecay, 0),
               "adamw8bit_offload_step", "step >= 1");
 }
 
@@ -554,8 +558,7 @@ TEST_CASE("8-bit AdamW follows 32-bit AdamW on a random quadratic over 50 steps"
     for (int64_t i = 0; i < n; ++i) g[i] = float(a[i] * (x8[i] - c[i]));
     AdamWStepScalars s = count.scalars(nullptr, nullptr);
     s.lr_value = lr;
-    cpu::adamw8bit_step_device(x8.data(), nullptr, g.data(), state.view(), n, s, kBeta1, kBeta2, kEps, 0.0,
-                               DType::f32);
+    cpu::adamw8bit_step_device(x8.data(), nullptr, g.data(), state.view(), n, s, kBeta1, kBeta2, kEps, 0.0, DType::f32);
     count.slots[0] = count.slots[1];
   }
   const double loss32 = loss(x32), loss8 = loss(x8);

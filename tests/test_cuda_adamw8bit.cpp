@@ -28,11 +28,11 @@ using hg::testing::HostBuffer;
 namespace {
 
 constexpr double kLr = 1e-3, kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8, kDecay = 0.01;
-constexpr size_t kCanary = 64;        // bytes after every device array
+constexpr size_t kCanary = 64;  // bytes after every device array
 constexpr unsigned char kCanaryByte = 0xa5;
 
-#define SKIP_WITHOUT_DEVICE()                                            \
-  do {                                                                   \
+#define SKIP_WITHOUT_DEVICE()                                                 \
+  do {                                                                        \
     if (hg::testing::skip_without_cuda_device("test_cuda_adamw8bit")) return; \
   } while (0)
 
@@ -49,7 +49,8 @@ class DeviceBytes {
   void* data() { return static_cast<char*>(base_) + offset_; }
   void download(void* host) const {
     HG_CUDA_CHECK(cudaStreamSynchronize(hg::testing::cuda_test_stream()));
-    if (bytes_ > 0) HG_CUDA_CHECK(cudaMemcpy(host, static_cast<char*>(base_) + offset_, bytes_, cudaMemcpyDeviceToHost));
+    if (bytes_ > 0)
+      HG_CUDA_CHECK(cudaMemcpy(host, static_cast<char*>(base_) + offset_, bytes_, cudaMemcpyDeviceToHost));
   }
   bool canaries_intact() const {
     std::vector<unsigned char> all(offset_ + bytes_ + kCanary);
@@ -70,8 +71,10 @@ struct State8 {
   std::vector<uint8_t> m, v;
   std::vector<float> absmax_m, absmax_v;
   explicit State8(int64_t n)
-      : m(size_t(n), kAdamW8BitSignedZeroCode), v(size_t(n), kAdamW8BitUnsignedZeroCode),
-        absmax_m(size_t(adamw8bit_blocks(n)), 0.0f), absmax_v(size_t(adamw8bit_blocks(n)), 0.0f) {}
+      : m(size_t(n), kAdamW8BitSignedZeroCode),
+        v(size_t(n), kAdamW8BitUnsignedZeroCode),
+        absmax_m(size_t(adamw8bit_blocks(n)), 0.0f),
+        absmax_v(size_t(adamw8bit_blocks(n)), 0.0f) {}
   QuantizedMoments view() { return {m.data(), v.data(), absmax_m.data(), absmax_v.data()}; }
 };
 
@@ -79,8 +82,10 @@ struct State8 {
 struct DeviceState8 {
   DeviceBytes m, v, absmax_m, absmax_v;
   DeviceState8(const State8& s, size_t offset)
-      : m(s.m.data(), s.m.size(), offset), v(s.v.data(), s.v.size(), offset),
-        absmax_m(s.absmax_m.data(), s.absmax_m.size() * 4), absmax_v(s.absmax_v.data(), s.absmax_v.size() * 4) {}
+      : m(s.m.data(), s.m.size(), offset),
+        v(s.v.data(), s.v.size(), offset),
+        absmax_m(s.absmax_m.data(), s.absmax_m.size() * 4),
+        absmax_v(s.absmax_v.data(), s.absmax_v.size() * 4) {}
   QuantizedMoments view() {
     return {static_cast<uint8_t*>(m.data()), static_cast<uint8_t*>(v.data()), static_cast<float*>(absmax_m.data()),
             static_cast<float*>(absmax_v.data())};
@@ -163,8 +168,8 @@ TEST_CASE("cuda adamw8bit_step_device equals the CPU kernel") {
             hs.lr_value = kLr;
             hs.step = count;
             const HostBuffer theta_before = with_master ? master : param;
-            cpu::adamw8bit_step_device(param.data(), with_master ? master.data() : nullptr, grad.data(), state.view(), n,
-                                       hs, kBeta1, kBeta2, kEps, kDecay, dtype);
+            cpu::adamw8bit_step_device(param.data(), with_master ? master.data() : nullptr, grad.data(), state.view(),
+                                       n, hs, kBeta1, kBeta2, kEps, kDecay, dtype);
             ++t;
             CHECK(d_count.read()[1] == t);
             CHECK(d_count.read()[0] == t - 1);
@@ -264,8 +269,8 @@ TEST_CASE("cuda adamw8bit_step_device: skip flag, device lr, blocks_done, n = 0"
   AdamWStepScalars hs;
   hs.lr_value = kLr;
   hs.step = count;
-  cpu::adamw8bit_step_device(param.data(), master.data(), grad.data(), state.view(), n, hs, kBeta1, kBeta2, kEps, kDecay,
-                             DType::bf16);
+  cpu::adamw8bit_step_device(param.data(), master.data(), grad.data(), state.view(), n, hs, kBeta1, kBeta2, kEps,
+                             kDecay, DType::bf16);
   HostBuffer got_master(DType::f32, n);
   d_master.download(got_master.data());
   double worst = 0;

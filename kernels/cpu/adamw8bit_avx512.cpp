@@ -112,8 +112,7 @@ HG_AVX512 void adamw8bit_quantise_avx512(const float* x, uint8_t* codes, int64_t
 AdamWIsa adamw8bit_best_isa() {
   static const AdamWIsa best = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   __builtin_cpu_supports("avx512vl")
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
                ? AdamWIsa::avx512
                : AdamWIsa::scalar;
   }();
