@@ -153,7 +153,10 @@ TEST_CASE("cuda adamw8bit_step_device equals the CPU kernel") {
             const HostBuffer grad = random_grad(dtype, n, rng);
             // The device starts from the CPU's state of this step.
             const size_t e = dtype_size(dtype);
-            DeviceBytes d_param(param.data(), n * e, offset * e), d_master(master.data(), n * 4, offset * 4);
+            // With a master copy the parameter is an output only: the device copy starts as NaN.
+            HostBuffer param_in = param;
+            if (with_master) param_in.poison_with_nan();
+            DeviceBytes d_param(param_in.data(), n * e, offset * e), d_master(master.data(), n * 4, offset * 4);
             DeviceBytes d_grad(grad.data(), n * e, offset * e);
             DeviceState8 d_state(state, offset);
             DeviceCount d_count(t);
