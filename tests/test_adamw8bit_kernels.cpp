@@ -525,6 +525,11 @@ TEST_CASE("adamw8bit: bad arguments are named errors") {
   CHECK_ERROR(cpu::adamw8bit_step_device(p.data(), nullptr, g.data(), state.view(), -1, count.scalars(nullptr, nullptr),
                                          kBeta1, kBeta2, kEps, kDecay, DType::f32),
               "expected n >= 0");
+  AdamWStepScalars no_count = count.scalars(nullptr, nullptr);
+  no_count.step = nullptr;
+  CHECK_ERROR(cpu::adamw8bit_step_device(p.data(), nullptr, g.data(), state.view(), 4096, no_count, kBeta1, kBeta2,
+                                         kEps, kDecay, DType::f32),
+              "adamw8bit_step_device", "step count", "null AdamWStepScalars::step");
   CHECK_ERROR(cpu::adamw8bit_offload_step(static_cast<float*>(p.data()), g.data(), DType::f32, state.view(), nullptr,
                                           DType::f32, 4096, kLr, kBeta1, kBeta2, kEps, kDecay, 0),
               "adamw8bit_offload_step", "step >= 1");

@@ -152,10 +152,8 @@ void adamw8bit_step_device(void* param, void* master, const void* grad, const Qu
                            const AdamWStepScalars& s, double beta1, double beta2, double eps, double weight_decay,
                            DType dtype) {
   HG_CHECK(n >= 0, "[adamw8bit_step_device] expected n >= 0, got ", n);
-  HG_CHECK(s.step != nullptr && (s.parity == 0 || s.parity == 1),
-           "[adamw8bit_step_device] expected a step count "
-           "and parity 0 or 1, got ",
-           s.step == nullptr ? "a null step pointer" : "parity ", s.parity);
+  HG_CHECK(s.step != nullptr, "[adamw8bit_step_device] expected a step count, got a null AdamWStepScalars::step");
+  HG_CHECK(s.parity == 0 || s.parity == 1, "[adamw8bit_step_device] expected parity 0 or 1, got ", s.parity);
   HG_CHECK(half_or_f32(dtype), "[adamw8bit_step_device] expected a parameter dtype f32, f16 or bf16, got ",
            dtype_name(dtype));
   if (n > 0) {
