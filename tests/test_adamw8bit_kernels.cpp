@@ -321,7 +321,7 @@ TEST_CASE("adamw8bit_step_device equals the float64 block algorithm over steps a
   CHECK(mismatches.codes * 1000 <= mismatches.elements);
 }
 
-TEST_CASE("adamw8bit_step_device: n = 0 records the count; the skip flag changes no byte") {
+TEST_CASE("adamw8bit_step_device: n = 0 records the count, and the skip flag changes no byte") {
   std::mt19937 rng(std::random_device{}());
   StepCount count;
   count.slots[0] = 7;
@@ -372,7 +372,7 @@ TEST_CASE("adamw8bit_step_device: n = 0 records the count; the skip flag changes
   CHECK_FALSE(state == state_before);
 }
 
-TEST_CASE("adamw8bit_step_device: the device lr is read; results do not depend on the thread count") {
+TEST_CASE("adamw8bit_step_device: the device lr is read, and results do not depend on the thread count") {
   std::mt19937 rng(std::random_device{}());
   const int64_t n = 40 * 2048 + 5;  // above the OpenMP threshold
   const HostBuffer start = random_params(DType::bf16, n, rng);
