@@ -216,6 +216,8 @@ void Flags::restore(const std::string& text, const std::string& source, const Re
   for (const auto* list : {&rules.fixed, &rules.per_invocation, &rules.paths})
     for (const std::string& name : *list)
       HG_CHECK(find(name) != nullptr, "[Flags] ResumeRules name '", name, "', which is not a flag of ", program_);
+  for (const std::string& name : rules.paths)
+    HG_CHECK(find(name)->kind == "text", "[Flags] ResumeRules paths name '", name, "', which is not a text flag");
   auto listed = [](const std::vector<std::string>& list, const std::string& name) {
     return std::find(list.begin(), list.end(), name) != list.end();
   };

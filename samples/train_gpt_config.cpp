@@ -51,7 +51,8 @@ void restore_run_config(TrainGptConfig& c) {
                       (stored->sharded ? "sharded" : "single-file") + " checkpoint) gives a " +
                       (writes_sharded(c) ? "sharded" : "single-file") + " run (--zero " + std::to_string(c.zero) +
                       ", --offload-optimizer " + (c.offload_optimizer ? "true" : "false") +
-                      "); expected the layout of the checkpoint it resumes");
+                      "); expected the checkpoint's layout: give --zero 0, 1, 2 or 3 for a sharded one, -1 for a "
+                      "single-file one");
 }
 
 // The checks parse() cannot make: each a one-line usage error (exit 2). Run by parse() after the

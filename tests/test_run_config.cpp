@@ -407,6 +407,8 @@ TEST_CASE("--resume restores the checkpoint's run config under the keys given no
   CHECK(older.dim == 64);
   CHECK_ERROR(s.flags.restore("{}", "entry", samples::ResumeRules{{"heads"}, {}, {}}), "ResumeRules name 'heads'");
   CHECK_ERROR(s.flags.restore("{}", "entry", samples::ResumeRules{{}, {}, {"load"}}), "ResumeRules name 'load'");
+  CHECK_ERROR(s.flags.restore("{}", "entry", samples::ResumeRules{{"dim"}, {}, {"dim"}}),
+              "ResumeRules paths name 'dim', which is not a text flag");
 }
 
 TEST_CASE("--resume compares path keys as files: the same file under another name is no change") {

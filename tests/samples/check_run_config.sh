@@ -163,5 +163,12 @@ err=$("$bin/train_gpt" --checkpoint-dir "$work/mixed" --resume --print-config 2>
 "$bin/train_gpt" --checkpoint-dir "$work/mixed" --resume --zero -1 --print-config > "$work/mixed.json" ||
   fail "--zero -1 in a directory of both layouts exited $?"
 grep -q '^  "dim": 32,$' "$work/mixed.json" || fail "--zero -1 did not restore the single-file run config"
+# A sharded entry whose run config gives a single-file run (as a multi-process run without --zero
+# stores: --zero -1, sharded by its world size) resumed in one process: the layouts must agree.
+mkdir -p "$work/sharded_only/step_0000000001"
+cp "$work/narrow/step_0000000001.safetensors" "$work/sharded_only/step_0000000001/state.safetensors"
+err=$("$bin/train_gpt" --checkpoint-dir "$work/sharded_only" --resume --print-config 2>&1 >/dev/null)
+[[ $? -eq 2 && $err == "train_gpt: error: --resume: the run config of $work/sharded_only/step_0000000001 (a sharded checkpoint) gives a single-file run (--zero -1, --offload-optimizer false); expected the checkpoint's layout: give --zero "* ]] ||
+  fail "a sharded entry with a single-file run config: $err"
 echo "ok: --resume restores the stored run config (byte-identical final checkpoint), refuses a changed fixed key"
 echo "run config ok"
