@@ -1,8 +1,9 @@
 // Fuzz target: the samples' flag parser (samples/cli.h Flags) and their shared flag validation
 // (train/precision.h, Device::parse), on an argv cut from the input at '\n' bytes -- or, when the
-// input starts with '{', on the input as a run config file (Flags::apply_json, as --config reads it,
-// and Flags::restore, as --resume reads a checkpoint's): accepted settings must print (to_json) as a
-// file that reads back to the same print. The flags are those train_gpt declares, with their kinds
+// input starts with '{', on the input as a run config file (Flags::apply_json, as --config reads it;
+// and Flags::restore, as --resume reads a checkpoint's, into a fresh set of flags of which some were
+// given on the command line, so values are restored, compared with fixed keys and refused): accepted
+// settings must print (to_json) as a file that reads back to the same print, and stay in bounds. The flags are those train_gpt declares, with their kinds
 // and bounds. Every outcome is a parsed set of flags or a UsageExit (status 2 with a "train_gpt:
 // error: ..." line, or 0 after --help / --print-config); the validation after parse either accepts or
 // answers UsageExit / hg::Error -- never a crash.
@@ -59,12 +60,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int64_t& grad_accum = flags.add_int("grad-accum", 1, "accumulation", 1);
     int64_t& batch_tokens = flags.add_int("batch-tokens", 0, "tokens per step", 0);
     bool& resume = flags.add_bool("resume", false, "resume");
+    std::string& load = flags.add_string("load", "", "start from this file");
+    bool in_bounds() const {
+      return layers >= 1 && layers <= 1024 && heads >= 1 && dim >= 1 && context >= 1 && context <= (1 << 20) &&
+             batch >= 1 && batch <= (1 << 20) && lr >= 0 && dropout >= 0 && dropout <= 0.99 && seed >= 0 &&
+             grad_accum >= 1 && batch_tokens >= 0;
+    }
   };
   Declared declared;
   hg::samples::Flags& flags = declared.flags;
   const auto& [flags_, device, layers, heads, dim, context, batch, lr, dropout, seed, precision, loss_scale,
-               grad_accum, batch_tokens, resume] = declared;  // the values, by name
+               grad_accum, batch_tokens, resume, load] = declared;  // the values, by name
   (void)flags_;
+  (void)load;
   try {
     if (size > 0 && data[0] == '{') {
       const std::string text(reinterpret_cast<const char*>(data), size);
@@ -73,14 +81,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Declared again;
       again.flags.apply_json(printed, "printed.json");
       require(again.flags.to_json() == printed, "--print-config's output does not read back to the same print");
-      flags.restore(text, "entry", hg::samples::ResumeRules{{"layers", "dim"}, {"resume"}});
+      // --resume: a run that gave some keys now (fixed or not, a path among them) restores the rest.
+      Declared resumed;
+      std::vector<std::string> given = {"train_gpt", "--layers", "2", "--lr", "0.5", "--precision", "bf16",
+                                        "--load", "fuzz.safetensors", "--resume"};
+      std::vector<char*> given_argv;
+      for (std::string& a : given) given_argv.push_back(a.data());
+      resumed.flags.parse(int(given.size()), given_argv.data());
+      resumed.flags.restore(text, "entry",
+                            hg::samples::ResumeRules{{"layers", "dim", "precision", "load"}, {"resume"}, {"load"}});
+      require(resumed.in_bounds(), "restore accepted a value outside its bounds");
+      require(resumed.layers == 2 && resumed.lr == 0.5 && resumed.precision == "bf16" &&
+                  resumed.load == "fuzz.safetensors" && resumed.resume,
+              "restore changed a key given now");
     } else {
       flags.parse(int(args.size()), argv.data());
     }
-    require(layers >= 1 && layers <= 1024 && heads >= 1 && dim >= 1 && context >= 1 && context <= (1 << 20) &&
-                batch >= 1 && batch <= (1 << 20) && lr >= 0 && dropout >= 0 && dropout <= 0.99 && seed >= 0 &&
-                grad_accum >= 1 && batch_tokens >= 0,
-            "parse accepted a value outside its bounds");
+    require(declared.in_bounds(), "parse accepted a value outside its bounds");
     (void)resume;
     const hg::DType dtype = hg::train::parse_precision(precision);
     const hg::optim::LossScaler scaler = hg::train::parse_loss_scale(loss_scale, dtype);

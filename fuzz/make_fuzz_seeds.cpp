@@ -133,6 +133,11 @@ int main(int argc, char** argv) {
   write_text(cl / "config.json", "{\"layers\": 4, \"lr\": 0.5, \"dropout\": 0.1, \"precision\": \"bf16\",\n"
                                   " \"loss-scale\": \"static:1024\", \"resume\": true, \"device\": \"cuda:0\"}");
   write_text(cl / "config_bad.json", "{\"layers\": \"4\", \"grad_accum\": 2, \"lr\": 1e999,\n \"seed\": -1, }");
+  // --resume's restore: fixed keys equal to those given (the path as another name), then one changed.
+  write_text(cl / "config_resume.json", "{\"layers\": 2, \"load\": \"./fuzz.safetensors\", \"heads\": 8, \"lr\": 9}");
+  write_text(cl / "config_resume_changed.json", "{\"layers\": 3, \"dim\": 64, \"precision\": \"fp16\"}");
+  write_text(cl / "config_non_ascii.json", "{\"device\": \"c\\u00e9\\ud83d\\ude00u\", \"load\": \"" +
+                                               std::string(70, 'x') + "\\u00e9\"}");
   std::printf("seed corpora written under %s\n", root.c_str());
   return 0;
 }

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "engine/cuda/cuda_context.h"
@@ -69,7 +68,7 @@ const Flags::Flag* Flags::find(const std::string& name) const {
 }
 
 Flags& Flags::after_parse(std::function<void()> hook) {
-  after_parse_ = std::move(hook);
+  after_parse_.push_back(std::move(hook));
   return *this;
 }
 
@@ -81,6 +80,30 @@ bool Flags::given(const std::string& name) const {
 
 namespace {
 bool throw_usage_exits = false;
+}
+
+size_t utf8_error_offset(const std::string& text) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned lead = bytes[i];
+    size_t length = 0;
+    uint32_t code = 0, least = 0;
+    if (lead < 0x80) length = 1, code = lead;
+    else if ((lead & 0xE0) == 0xC0) length = 2, code = lead & 0x1F, least = 0x80;
+    else if ((lead & 0xF0) == 0xE0) length = 3, code = lead & 0x0F, least = 0x800;
+    else if ((lead & 0xF8) == 0xF0) length = 4, code = lead & 0x07, least = 0x10000;
+    else return i;  // a continuation byte or 0xF8..0xFF where a character starts
+    if (i + length > n) return i;
+    for (size_t k = 1; k < length; ++k) {
+      if ((bytes[i + k] & 0xC0) != 0x80) return i;
+      code = (code << 6) | (bytes[i + k] & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates and code points beyond U+10FFFF are not UTF-8.
+    if (code < least || (code >= 0xD800 && code <= 0xDFFF) || code > 0x10FFFF) return i;
+    i += length;
+  }
+  return std::string::npos;
 }
 
 ThrowUsageExits::ThrowUsageExits() : previous_(throw_usage_exits) { throw_usage_exits = true; }
@@ -99,12 +122,16 @@ void check_at_most(const std::string& program, std::initializer_list<FlagBound> 
                                          " is too large; expected at most " + std::to_string(b.max));
 }
 
-void check_readable_file(const std::string& program, const std::string& flag, const std::string& path) {
+void check_readable_file(const std::string& program, const std::string& flag, const std::string& path,
+                         bool allow_pipe) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0)
     exit_with_usage_error(program,
                           "--" + flag + " \"" + path + "\": " + std::strerror(errno) + "; expected a readable file");
-  if (!S_ISREG(info.st_mode))
+  if (allow_pipe && !S_ISREG(info.st_mode) && !S_ISFIFO(info.st_mode))
+    exit_with_usage_error(program, "--" + flag + " \"" + path +
+                                       "\" is neither a regular file nor a pipe; expected a readable file or pipe");
+  if (!allow_pipe && !S_ISREG(info.st_mode))
     exit_with_usage_error(program, "--" + flag + " \"" + path + "\" is not a regular file; expected a readable file");
   if (::access(path.c_str(), R_OK) != 0)
     exit_with_usage_error(program,
@@ -181,6 +208,14 @@ void Flags::parse(int argc, char** argv) {
       value = argv[++i];
     }
     if (flag->kind == "text") {
+      // Every text value is printed by --print-config and stored in run configs: JSON text, UTF-8.
+      const size_t bad = utf8_error_offset(value);
+      if (bad != std::string::npos) {
+        char byte[8];
+        std::snprintf(byte, sizeof byte, "0x%02x", unsigned(static_cast<unsigned char>(value[bad])));
+        fail("--" + name + " must be UTF-8 text (its value goes into --print-config and run configs as JSON); byte " +
+             std::to_string(bad) + " (" + byte + ") is not");
+      }
       *static_cast<std::string*>(flag->target) = value;
       continue;
     }
@@ -207,15 +242,24 @@ void Flags::parse(int argc, char** argv) {
   }
   // The file after the flags: apply_json leaves the keys given on the command line as they are.
   if (config_given) {
-    check_readable_file(program_, "config", config_path);
-    std::ifstream file(config_path, std::ios::binary);
-    std::ostringstream text;
-    text << file.rdbuf();
-    if (!file.good() && !file.eof())
-      exit_with_usage_error(program_, "--config \"" + config_path + "\": cannot read it; expected a readable file");
-    apply_json(text.str(), config_path);
+    check_readable_file(program_, "config", config_path, /*allow_pipe=*/true);
+    std::FILE* file = std::fopen(config_path.c_str(), "rb");
+    if (file == nullptr)
+      exit_with_usage_error(program_, "--config \"" + config_path + "\": " + std::strerror(errno) +
+                                          "; expected a readable file");
+    std::string text;
+    char buffer[1 << 16];
+    size_t got = 0;
+    while ((got = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, got);
+    const bool failed = std::ferror(file) != 0;
+    const int error = errno;
+    std::fclose(file);
+    if (failed)
+      exit_with_usage_error(program_, "--config \"" + config_path + "\": cannot read it (" + std::strerror(error) +
+                                          "); expected a readable file");
+    apply_json(text, config_path);
   }
-  if (after_parse_) after_parse_();
+  for (const std::function<void()>& hook : after_parse_) hook();
   if (print_config) {
     if (throw_usage_exits) throw UsageExit{0, to_json()};
     std::fputs(to_json().c_str(), stdout);

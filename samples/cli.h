@@ -10,12 +10,17 @@
 //                   integers, float flags any JSON number, text flags strings, bool flags true/false,
 //                   each within the flag's [min, max]. Keys absent keep their defaults (a partial file
 //                   is valid). Flags on the command line win over the file wherever --config stands.
+//                   FILE is a regular file or a pipe (`--config <(jq ... run.json)`, /dev/stdin).
+//                   Relative paths inside the file (data, load, ...) resolve against the current
+//                   directory, as on the command line -- not against the file's directory.
 //                   At most one --config. An unknown key (with the nearest known one when close), a
 //                   key twice, a wrong type or a value out of bounds, malformed JSON or a file that is
 //                   not an object: "<program>: error: FILE: ..." and exit code 2.
 //   --print-config  prints the effective settings (every key, in declaration order, pretty JSON) to
-//                   stdout and exits 0: `X --print-config > a.json; X --config a.json --print-config`
-//                   prints the same bytes.
+//                   stdout and exits 0 -- after the after_parse hooks, where a program makes its own
+//                   checks, so settings it refuses are not printed (a usage error instead):
+//                   `X --print-config > a.json; X --config a.json --print-config` prints the same bytes.
+// Text values are UTF-8 (JSON's text): a flag's value that is not is a usage error naming the flag.
 // Flags records which keys were given (by flag or file): a resumed run (ResumeRules below) takes a
 // checkpoint's value only for the keys not given now.
 #include <climits>
@@ -34,10 +39,15 @@ namespace hg::samples {
 // How the run config stored in a training checkpoint combines with this invocation's on --resume
 // (Flags::restore): keys not given now take the checkpoint's value; a `fixed` key given now with
 // another value is a usage error (it cannot change mid-run); `per_invocation` keys (--resume itself,
-// --checkpoint-dir, --stop-after-steps) are neither stored nor restored.
+// --checkpoint-dir, --stop-after-steps, output files a run opens anew) are neither stored nor
+// restored. `paths` (fixed text keys holding comma-separated file names) compare file by file as the
+// same file (std::filesystem::equivalent) where both exist, as text otherwise. A stored key this
+// program does not declare is skipped with a warning on stderr; a stored value is checked (type,
+// bounds) only where it is used or compared.
 struct ResumeRules {
   std::vector<std::string> fixed;
   std::vector<std::string> per_invocation;
+  std::vector<std::string> paths;
 };
 
 class Flags {
@@ -50,15 +60,16 @@ class Flags {
   std::string& add_string(const std::string& name, std::string value, const std::string& help);
   bool& add_bool(const std::string& name, bool value, const std::string& help);
   // Parses argv; prints help and exits 0 on --help; prints "program: error: ..." and exits 2 on
-  // an unknown flag, a missing or malformed value, or a value outside [min, max].
-  // Also reads --config FILE (see RUN CONFIG FILES), runs the after_parse hook, then answers
-  // --print-config.
+  // an unknown flag, a missing or malformed value (text not UTF-8), or a value outside [min, max].
+  // Also reads --config FILE (see RUN CONFIG FILES), runs the after_parse hooks in order, then
+  // answers --print-config.
   void parse(int argc, char** argv);
   std::string usage() const;
   const std::string& program() const { return program_; }
 
-  // Runs `hook` at the end of parse(), before --print-config prints: where a program completes its
-  // settings (train_gpt --resume restores the checkpoint's run config there).
+  // Adds `hook` to those run at the end of parse(), in the order added, before --print-config
+  // prints: where a program completes its settings (train_gpt --resume restores the checkpoint's run
+  // config there) and checks them (a usage error stops before anything is printed).
   Flags& after_parse(std::function<void()> hook);
   // Whether `name` was given on the command line or in a config file (or restored from a checkpoint).
   bool given(const std::string& name) const;
@@ -95,8 +106,12 @@ class Flags {
   std::deque<double> doubles_;
   std::deque<std::string> strings_;
   std::deque<bool> bools_;
-  std::function<void()> after_parse_;
+  std::vector<std::function<void()>> after_parse_;
 };
+
+// The offset of the first byte of `text` that does not start a well-formed UTF-8 character (no
+// overlong forms, surrogates or code points beyond U+10FFFF), or std::string::npos when it is UTF-8.
+size_t utf8_error_offset(const std::string& text);
 
 // Prints "program: error: message" and exits with status 2 (for checks after parse()).
 [[noreturn]] void exit_with_usage_error(const std::string& program, const std::string& message);
@@ -109,8 +124,10 @@ struct FlagBound {
 };
 void check_at_most(const std::string& program, std::initializer_list<FlagBound> bounds);
 
-// A usage error unless `path` (given by --flag) is an existing, readable regular file.
-void check_readable_file(const std::string& program, const std::string& flag, const std::string& path);
+// A usage error unless `path` (given by --flag) is an existing, readable regular file (or a pipe,
+// with allow_pipe: a FIFO or /dev/stdin fed by one).
+void check_readable_file(const std::string& program, const std::string& flag, const std::string& path,
+                         bool allow_pipe = false);
 
 // Runs `load` (reading what a flag named: --load, --data, --resume's checkpoint); an hg::Error it
 // throws becomes the usage error "<what>: <message>" (exit 2) -- bad input, not a crash.

@@ -24,18 +24,22 @@ int main(int argc, char** argv) {
   auto& output = flags.add_string("output", "", "path prefix of the shards (required)");
   auto& shard_tokens = flags.add_int("shard-tokens", 100'000'000, "tokens per shard at most", 1);
   auto& dtype_name = flags.add_string("dtype", "u16", "token dtype on disk: u16 or u32");
+  // The checks parse() cannot make, run by parse() before --print-config prints.
+  flags.after_parse([&] {
+    if (input.empty()) samples::exit_with_usage_error("prepare_data", "--input FILE is required");
+    if (output.empty()) samples::exit_with_usage_error("prepare_data", "--output PREFIX is required");
+    if (dtype_name != "u16" && dtype_name != "u32")
+      samples::exit_with_usage_error("prepare_data", "unknown --dtype \"" + dtype_name + "\"; expected u16 or u32");
+    samples::check_readable_file("prepare_data", "input", input);
+    const std::string output_dir =
+        output.find('/') == std::string::npos ? "." : output.substr(0, output.rfind('/') + 1);
+    if (::access(output_dir.c_str(), W_OK) != 0)
+      samples::exit_with_usage_error("prepare_data", "--output " + output + ": the directory \"" + output_dir +
+                                                         "\" is not writable (" + std::strerror(errno) +
+                                                         "); expected an existing, writable directory");
+  });
   flags.parse(argc, argv);
-  if (input.empty()) samples::exit_with_usage_error("prepare_data", "--input FILE is required");
-  if (output.empty()) samples::exit_with_usage_error("prepare_data", "--output PREFIX is required");
-  if (dtype_name != "u16" && dtype_name != "u32")
-    samples::exit_with_usage_error("prepare_data", "unknown --dtype \"" + dtype_name + "\"; expected u16 or u32");
   const data::TokenDType dtype = dtype_name == "u16" ? data::TokenDType::u16 : data::TokenDType::u32;
-  samples::check_readable_file("prepare_data", "input", input);
-  const std::string output_dir = output.find('/') == std::string::npos ? "." : output.substr(0, output.rfind('/') + 1);
-  if (::access(output_dir.c_str(), W_OK) != 0)
-    samples::exit_with_usage_error("prepare_data", "--output " + output + ": the directory \"" + output_dir +
-                                                       "\" is not writable (" + std::strerror(errno) +
-                                                       "); expected an existing, writable directory");
 
   std::ifstream file(input, std::ios::binary);
   if (!file.good())

@@ -4,6 +4,8 @@
 // expected and what was found; nlohmann's own message (with its line and column) for malformed JSON.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -38,13 +40,20 @@ struct FlagsJson {
     exit_with_usage_error(flags.program_, source + ": " + message);
   }
 
+  // A key or text value as it reads in JSON, quoted and escaped (a newline stays "\n": one line).
+  static std::string quoted(const std::string& text) { return FlagsJson::text(Json(text)); }
+
   // What a JSON value is, for "expected ..., got <this>".
   static std::string describe(const Json& v) {
     switch (v.type()) {
       case Json::value_t::string: {
-        std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
-        if (text.size() > 60) text = text.substr(0, 56) + "...\"";
-        return "the string " + text;
+        // A long string is cut after at most 56 bytes, at a character boundary, then quoted.
+        std::string text = v.get<std::string>();
+        if (text.size() <= 56) return "the string " + quoted(text);
+        size_t cut = 56;
+        while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+        text = quoted(text.substr(0, cut));
+        return "the string " + text.insert(text.size() - 1, "...");
       }
       case Json::value_t::boolean: return std::string("the boolean ") + (v.get<bool>() ? "true" : "false");
       case Json::value_t::null: return "null";
@@ -85,7 +94,7 @@ struct FlagsJson {
       const size_t d = distance(key, f.name);
       if (d < best) best = d, nearest = &f;
     }
-    std::string message = "unknown key \"" + key + "\"";
+    std::string message = "unknown key " + quoted(key);
     if (key == "config" || key == "print-config") return message + " (a config file holds settings, not --" + key + ")";
     if (nearest && best <= std::max<size_t>(2, nearest->name.size() / 3))
       message += "; did you mean \"" + nearest->name + "\"?";
@@ -107,7 +116,7 @@ struct FlagsJson {
     }
     if (!parsed.is_object())
       fail(flags, source, "expected a JSON object of settings ({\"steps\": 100, ...}), got " + describe(parsed));
-    if (duplicates.duplicate) fail(flags, source, "key \"" + *duplicates.duplicate + "\" appears twice");
+    if (duplicates.duplicate) fail(flags, source, "key " + quoted(*duplicates.duplicate) + " appears twice");
     return parsed;
   }
 
@@ -116,6 +125,11 @@ struct FlagsJson {
     const std::string key = "key \"" + f.name + "\": ";
     auto wrong_type = [&] { fail(flags, source, key + "expected " + expected(f) + ", got " + describe(v)); };
     if (f.kind == "int") {
+      // An integer literal beyond uint64 reads as a float: integral and at least 2^63 in magnitude.
+      if (v.is_number_float() && std::isfinite(v.get<double>()) && std::floor(v.get<double>()) == v.get<double>() &&
+          std::fabs(v.get<double>()) >= 9223372036854775808.0)
+        fail(flags, source, key + "got " + v.dump() + ", out of range for an integer; expected an integer in [" +
+                                std::to_string(f.int_min) + ", " + std::to_string(f.int_max) + "]");
       if (!v.is_number_integer()) wrong_type();
       if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
         fail(flags, source, key + "must be <= " + std::to_string(f.int_max) + ", got " + v.dump());
@@ -149,6 +163,28 @@ struct FlagsJson {
   }
 
   static std::string text(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+  // Comma-separated file lists naming the same files in order: each pair the same file
+  // (std::filesystem::equivalent) where both exist, the same text otherwise.
+  static bool same_files(const std::string& stored, const std::string& now) {
+    auto split = [](const std::string& list) {
+      std::vector<std::string> out;
+      for (size_t start = 0; start <= list.size();) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        out.push_back(list.substr(start, comma - start));
+        start = comma + 1;
+      }
+      return out;
+    };
+    const std::vector<std::string> a = split(stored), b = split(now);
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      std::error_code error;
+      const bool both_exist = std::filesystem::exists(a[i], error) && std::filesystem::exists(b[i], error);
+      if (both_exist ? !std::filesystem::equivalent(a[i], b[i], error) || error : a[i] != b[i]) return false;
+    }
+    return true;
+  }
 };
 
 std::string Flags::to_json(const std::vector<std::string>& omit) const {
@@ -177,29 +213,41 @@ void Flags::apply_json(const std::string& text, const std::string& source) {
 std::string Flags::run_config(const ResumeRules& rules) const { return to_json(rules.per_invocation); }
 
 void Flags::restore(const std::string& text, const std::string& source, const ResumeRules& rules) {
-  for (const auto* list : {&rules.fixed, &rules.per_invocation})
+  for (const auto* list : {&rules.fixed, &rules.per_invocation, &rules.paths})
     for (const std::string& name : *list)
       HG_CHECK(find(name) != nullptr, "[Flags] ResumeRules name '", name, "', which is not a flag of ", program_);
+  for (const std::string& name : rules.paths)
+    HG_CHECK(find(name)->kind == "text", "[Flags] ResumeRules paths name '", name, "', which is not a text flag");
   auto listed = [](const std::vector<std::string>& list, const std::string& name) {
     return std::find(list.begin(), list.end(), name) != list.end();
   };
   const Json object = FlagsJson::parse_object(*this, text, source);
   for (const auto& [key, v] : object.items()) {
     Flag* flag = find(key);
-    if (flag == nullptr) FlagsJson::fail(*this, source, FlagsJson::unknown_key(*this, key));
+    if (flag == nullptr) {  // a setting this build no longer has: nothing to restore it into
+      std::fprintf(stderr, "%s: warning: run config of %s: ignoring unknown key %s\n", program_.c_str(),
+                   source.c_str(), FlagsJson::quoted(key).c_str());
+      continue;
+    }
     if (listed(rules.per_invocation, key)) continue;
-    FlagsJson::set(*this, *flag, v, source, false);
     if (!flag->given) {
       FlagsJson::set(*this, *flag, v, source, true);
       flag->given = true;
       continue;
     }
+    if (!listed(rules.fixed, key)) continue;  // given now, may change: the stored value is not used
+    FlagsJson::set(*this, *flag, v, source, false);
     const Json now = FlagsJson::value(*flag);
-    const bool same = flag->kind == "float" ? now.get<double>() == v.get<double>() : now == v;
-    if (listed(rules.fixed, key) && !same)
+    bool same = flag->kind == "float" ? now.get<double>() == v.get<double>() : now == v;
+    const bool as_files = listed(rules.paths, key);
+    if (as_files && !same) same = FlagsJson::same_files(v.get<std::string>(), now.get<std::string>());
+    if (!same)
       exit_with_usage_error(program_, "--resume: \"" + key + "\" is " + FlagsJson::text(v) +
-                                          " in the checkpoint's run config, " + FlagsJson::text(now) +
-                                          " now; it cannot change mid-run");
+                                          " in the checkpoint's run config, " + FlagsJson::text(now) + " now" +
+                                          (as_files ? " (compared file by file: the same file where both exist, "
+                                                      "the same text otherwise)"
+                                                    : "") +
+                                          "; it cannot change mid-run");
   }
 }
 

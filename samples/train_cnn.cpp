@@ -43,16 +43,19 @@ struct Config {
   int64_t& show = flags.add_int("show", 0, "draw N held-out images with the model's answers at the end", 0);
 
   Config(int argc, char** argv) {
+    // The checks parse() cannot make, run by parse() before --print-config prints.
+    flags.after_parse([this] {
+      if (size % 4 != 0 || size > 256)
+        samples::exit_with_usage_error(
+            "train_cnn", "--size " + std::to_string(size) + " must be a multiple of 4 in [8, 256] (two 2x2 poolings)");
+      samples::check_at_most("train_cnn", {{"channels", channels, 4096},
+                                           {"batch", batch, 1 << 20},
+                                           {"eval-images", eval_images, 1 << 24},
+                                           {"threads", threads, 4096},
+                                           {"show", show, 1000}});
+      samples::checked_device("train_cnn", device);
+    });
     flags.parse(argc, argv);
-    if (size % 4 != 0 || size > 256)
-      samples::exit_with_usage_error(
-          "train_cnn", "--size " + std::to_string(size) + " must be a multiple of 4 in [8, 256] (two 2x2 poolings)");
-    samples::check_at_most("train_cnn", {{"channels", channels, 4096},
-                                         {"batch", batch, 1 << 20},
-                                         {"eval-images", eval_images, 1 << 24},
-                                         {"threads", threads, 4096},
-                                         {"show", show, 1000}});
-    samples::checked_device("train_cnn", device);
   }
   Config(const Config&) = delete;
 };

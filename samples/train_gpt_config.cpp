@@ -13,26 +13,52 @@ namespace hg::samples {
 const ResumeRules& train_gpt_resume_rules() {
   // The ZeRO stage and optimizer offload may change: a checkpoint re-partitions its optimizer shards
   // at any world size and stage (train/checkpoint_directory.h); its layout (ZeRO or not) is checked
-  // when the trainer resumes.
+  // when the trainer resumes. The output files a run opens anew ("w": the metrics log, the profile's
+  // trace) belong to each invocation: restored, they would overwrite the earlier segment's.
   static const ResumeRules rules{
       {"data", "digits", "eval-problems", "layers", "heads", "dim", "context", "dropout", "load", "seed", "batch",
        "grad-accum", "batch-tokens", "curriculum", "curriculum-steps", "seq-warmup-steps", "seq-warmup-start",
        "precision", "loss-scale", "fp32-grads", "stochastic-rounding", "master-weights", "optimizer-state-bits"},
-      {"resume", "checkpoint-dir", "stop-after-steps"}};
+      {"resume", "checkpoint-dir", "stop-after-steps", "metrics-log", "profile", "profile-ops"},
+      {"data", "load"}};
   return rules;
 }
 
-TrainGptConfig::TrainGptConfig(int argc, char** argv) {
-  // --resume: the newest checkpoint's run config under what is given now, before anything is checked
-  // or printed (--print-config shows the resumed settings).
-  flags.after_parse([this] {
-    if (!resume || checkpoint_dir.empty()) return;
-    const auto stored = or_usage_error(kProgram, "--resume", [&] { return train::read_run_config(checkpoint_dir); });
-    if (stored) flags.restore(stored->json, stored->entry, train_gpt_resume_rules());
-  });
-  flags.parse(argc, argv);
-  // The checks parse() cannot make: each a one-line usage error (exit 2).
-  const TrainGptConfig& c = *this;
+namespace {
+
+// Whether this run's optimizer is sharded (DataParallel: ZeRO at --zero >= 0, with
+// --offload-optimizer, or in more than one process), which picks the checkpoint layout it resumes.
+bool writes_sharded(const TrainGptConfig& c) {
+  return c.zero >= 0 || c.offload_optimizer || dist::detect_process().world_size > 1;
+}
+
+// --resume: the run config of the newest checkpoint of the layout this run resumes, under what is
+// given now. The layout is known before the restore when the flags given now decide it; otherwise
+// the directory must hold one layout, and the restored settings must pick that layout.
+void restore_run_config(TrainGptConfig& c) {
+  if (!c.resume || c.checkpoint_dir.empty()) return;
+  std::optional<bool> sharded;
+  if (c.flags.given("zero") || (c.flags.given("offload-optimizer") && c.offload_optimizer) ||
+      dist::detect_process().world_size > 1)
+    sharded = writes_sharded(c);
+  const auto stored =
+      or_usage_error(kProgram, "--resume", [&] { return train::read_run_config(c.checkpoint_dir, sharded); });
+  if (!stored) return;
+  c.flags.restore(stored->json, stored->entry, train_gpt_resume_rules());
+  if (writes_sharded(c) != stored->sharded)
+    exit_with_usage_error(
+        kProgram, "--resume: the run config of " + stored->entry + " (a " +
+                      (stored->sharded ? "sharded" : "single-file") + " checkpoint) gives a " +
+                      (writes_sharded(c) ? "sharded" : "single-file") + " run (--zero " + std::to_string(c.zero) +
+                      ", --offload-optimizer " + (c.offload_optimizer ? "true" : "false") +
+                      "); expected the checkpoint's layout: give --zero 0, 1, 2 or 3 for a sharded one, -1 for a "
+                      "single-file one");
+}
+
+// The checks parse() cannot make: each a one-line usage error (exit 2). Run by parse() after the
+// restore and before --print-config prints.
+void check_settings(const TrainGptConfig& c) {
+
   auto fail = [](const std::string& message) { exit_with_usage_error(kProgram, message); };
   if (c.zero > 3) fail("--zero " + std::to_string(c.zero) + " is not a ZeRO stage; expected 0, 1, 2 or 3");
   or_usage_error(kProgram, [&] { return train::parse_offload_activations(c.offload); });
@@ -77,6 +103,16 @@ TrainGptConfig::TrainGptConfig(int argc, char** argv) {
     start = comma + 1;
   }
   checked_device(kProgram, c.device);
+}
+
+}  // namespace
+
+TrainGptConfig::TrainGptConfig(int argc, char** argv) {
+  // --resume restores the checkpoint's run config before anything is checked or printed
+  // (--print-config shows the resumed settings, and only settings that pass the checks).
+  flags.after_parse([this] { restore_run_config(*this); });
+  flags.after_parse([this] { check_settings(*this); });
+  flags.parse(argc, argv);
 }
 
 }  // namespace hg::samples

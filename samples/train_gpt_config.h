@@ -124,10 +124,12 @@ struct TrainGptConfig {
 };
 
 // train_gpt --resume (samples/cli.h ResumeRules): the keys that cannot change mid-run -- the model,
-// the data and its order, the numerics and the optimizer state's layout -- and those each invocation
-// sets anew (resume, checkpoint-dir, stop-after-steps). Every other key (steps, lr, eval-every,
-// checkpoint-every-steps, keep-checkpoints, sample, save, profile, metrics-log, threads, workers,
-// device, zero, ...) takes the value given now, or the checkpoint's when not given.
+// the data and its order (data and load compared as files), the numerics and the optimizer state's
+// layout -- and those each invocation sets anew (resume, checkpoint-dir, stop-after-steps, and the
+// files a run opens anew: metrics-log, profile, profile-ops; a bare --resume writes neither, so the
+// first segment's log and trace stay). Every other key (steps, lr, eval-every, checkpoint-every-steps,
+// keep-checkpoints, sample, save, threads, workers, device, zero, ...) takes the value given now, or
+// the checkpoint's when not given.
 const ResumeRules& train_gpt_resume_rules();
 
 }  // namespace hg::samples

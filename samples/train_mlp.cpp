@@ -45,14 +45,17 @@ struct Config {
   int64_t& threads = flags.add_int("threads", 1, "CPU threads (0: all cores; one suits a model this small)", 0);
 
   Config(int argc, char** argv) {
+    // The checks parse() cannot make, run by parse() before --print-config prints.
+    flags.after_parse([this] {
+      if (classes > 1000) samples::exit_with_usage_error("train_mlp", "--classes must be at most 1000");
+      samples::check_at_most("train_mlp", {{"points", points, 1 << 26},
+                                           {"width", width, 1 << 16},
+                                           {"depth", depth, 1024},
+                                           {"batch", batch, 1 << 20},
+                                           {"threads", threads, 4096}});
+      samples::checked_device("train_mlp", device);
+    });
     flags.parse(argc, argv);
-    if (classes > 1000) samples::exit_with_usage_error("train_mlp", "--classes must be at most 1000");
-    samples::check_at_most("train_mlp", {{"points", points, 1 << 26},
-                                         {"width", width, 1 << 16},
-                                         {"depth", depth, 1024},
-                                         {"batch", batch, 1 << 20},
-                                         {"threads", threads, 4096}});
-    samples::checked_device("train_mlp", device);
   }
   Config(const Config&) = delete;
 };

@@ -8,6 +8,7 @@
 // read_run_config reads the newest one back (nullopt for checkpoints written without one).
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -65,11 +66,43 @@ struct Settings {
   bool& resume = flags.add_bool("resume", false, "resume");
   bool& fp32_grads = flags.add_bool("fp32-grads", false, "fp32 gradients");
   std::string& checkpoint_dir = flags.add_string("checkpoint-dir", "", "directory");
+  std::string& data = flags.add_string("data", "", "comma-separated text files");
   int64_t& stop_after = flags.add_int("stop-after-steps", 0, "stop after", 0);
 };
 
-const samples::ResumeRules kRules{{"dim", "grad-accum", "precision", "fp32-grads", "dropout"},
-                                  {"resume", "checkpoint-dir", "stop-after-steps"}};
+const samples::ResumeRules kRules{{"dim", "grad-accum", "precision", "fp32-grads", "dropout", "data"},
+                                  {"resume", "checkpoint-dir", "stop-after-steps"},
+                                  {"data"}};
+
+// What the process writes to stderr (fd 2) while it lives: text() stops capturing and returns it.
+class CapturedStderr {
+ public:
+  explicit CapturedStderr(std::string path) : path_(std::move(path)) {
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  std::string text() {
+    if (saved_ >= 0) {
+      std::fflush(stderr);
+      ::dup2(saved_, 2);
+      ::close(saved_);
+      saved_ = -1;
+    }
+    std::ifstream file(path_, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(file), {});
+  }
+  ~CapturedStderr() { text(); }
+
+ private:
+  std::string path_;
+  int saved_ = -1;
+};
+
+// A path as a JSON string (temporary paths hold no quote, backslash or control character).
+std::string quoted(const std::string& path) { return "\"" + path + "\""; }
 
 // Runs parse() on argv (program name first); returns the UsageExit it threw, or status -1 when none.
 UsageExit parse(Flags& flags, std::vector<std::string> args) {
@@ -174,9 +207,43 @@ TEST_CASE("a config file and flags combine: flags win wherever --config stands, 
   CHECK(parse(negated.flags, {"--no-fp32-grads", "--config", dir.write("b.json", R"({"fp32-grads": true})")}).status ==
         -1);
   CHECK_FALSE(negated.fp32_grads);
-  Settings hooked;  // the after_parse hook runs before --print-config prints
+  Settings hooked;  // the after_parse hooks run in the order added, before --print-config prints
   hooked.flags.after_parse([&] { hooked.steps = 9; });
-  CHECK(printed_config(hooked.flags, {"--print-config"}).find("\"steps\": 9,") != std::string::npos);
+  hooked.flags.after_parse([&] { hooked.steps *= 2; });
+  CHECK(printed_config(hooked.flags, {"--print-config"}).find("\"steps\": 18,") != std::string::npos);
+  // A program's check in a hook refuses settings before --print-config prints them.
+  Settings checked;
+  checked.flags.after_parse([&] {
+    if (checked.dim % 3 != 0) samples::exit_with_usage_error("train_gpt", "--dim must be a multiple of 3");
+  });
+  CHECK(parse_error(checked.flags, {"--dim", "16", "--print-config"}) ==
+        "train_gpt: error: --dim must be a multiple of 3");
+  CHECK(printed_config(checked.flags, {"--dim", "15", "--print-config"}).find("\"dim\": 15,") != std::string::npos);
+}
+
+TEST_CASE("text values are UTF-8: a flag's value that is not is a usage error naming the flag and the byte") {
+  CHECK(samples::utf8_error_offset("") == std::string::npos);
+  CHECK(samples::utf8_error_offset("cpu \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80") == std::string::npos);  // e-acute, euro, emoji
+  CHECK(samples::utf8_error_offset("ab\xff") == 2);
+  CHECK(samples::utf8_error_offset("a\x80") == 1);              // a continuation byte alone
+  CHECK(samples::utf8_error_offset("ab\xc3") == 2);             // cut short
+  CHECK(samples::utf8_error_offset("\xc0\xaf") == 0);           // overlong '/'
+  CHECK(samples::utf8_error_offset("x\xed\xa0\x80") == 1);       // a UTF-16 surrogate
+  CHECK(samples::utf8_error_offset("\xf4\x90\x80\x80") == 0);   // beyond U+10FFFF
+  Settings s;
+  CHECK(parse_error(s.flags, {"--device", "cu\xff"}) ==
+        "train_gpt: error: --device must be UTF-8 text (its value goes into --print-config and run configs as "
+        "JSON); byte 2 (0xff) is not (see --help)");
+  CHECK(parse_error(s.flags, {"--data=a\xc3("}) ==
+        "train_gpt: error: --data must be UTF-8 text (its value goes into --print-config and run configs as JSON); "
+        "byte 1 (0xc3) is not (see --help)");
+  // UTF-8 round-trips through --print-config and --config unchanged.
+  Settings a;
+  const std::string printed = printed_config(a.flags, {"--data", "d\xc3\xa9j\xc3\xa0.txt", "--print-config"});
+  TempDir dir;
+  Settings b;
+  CHECK(printed_config(b.flags, {"--config", dir.write("u.json", printed), "--print-config"}) == printed);
+  CHECK(b.data == "d\xc3\xa9j\xc3\xa0.txt");
 }
 
 TEST_CASE("a bad config file is one usage error naming the file, the key, what was expected and what was found") {
@@ -207,6 +274,20 @@ TEST_CASE("a bad config file is one usage error naming the file, the key, what w
   CHECK(error_for(R"({"config": "b.json"})") ==
         run + "unknown key \"config\" (a config file holds settings, not --config)");
   CHECK(error_for(R"({"steps": 2, "steps": 3})") == run + "key \"steps\" appears twice");
+  // Keys as JSON prints them (a newline in a key keeps the message on one line).
+  CHECK(error_for(R"({"a\nb": 2})") == run + "unknown key \"a\\nb\"; expected a flag name of train_gpt (see --help)");
+  CHECK(error_for(R"({"x\ty": 1, "x\ty": 2})") == run + "key \"x\\ty\" appears twice");
+  // A long string is cut after at most 56 bytes, never inside a UTF-8 character.
+  CHECK(error_for("{\"steps\": \"" + std::string(55, 'x') + "\u00e9tc\"}") ==
+        run + "key \"steps\": expected an integer, got the string \"" + std::string(55, 'x') + "...\"");
+  CHECK(error_for("{\"steps\": \"" + std::string(54, 'x') + "\u00e9tc\"}") ==
+        run + "key \"steps\": expected an integer, got the string \"" + std::string(54, 'x') + "\xc3\xa9...\"");
+  // Integers beyond int64 and uint64 (nlohmann reads them as floats) are out of range, not floats.
+  CHECK(error_for(R"({"steps": 100000000000000000000})") ==
+        run + "key \"steps\": got 1e+20, out of range for an integer; expected an integer in [0, 9223372036854775807]");
+  CHECK(error_for(R"({"dim": -18446744073709551617})") ==
+        run + "key \"dim\": got -1.8446744073709552e+19, out of range for an integer; expected an integer in [1, "
+              "65536]");
   CHECK(error_for("[1, 2]") == run + "expected a JSON object of settings ({\"steps\": 100, ...}), got an array");
   CHECK(error_for("\"steps\"") ==
         run + "expected a JSON object of settings ({\"steps\": 100, ...}), got the string \"steps\"");
@@ -226,7 +307,8 @@ TEST_CASE("a bad config file is one usage error naming the file, the key, what w
   CHECK(parse_error(s.flags, {"--config", missing}) ==
         "train_gpt: error: --config \"" + missing + "\": No such file or directory; expected a readable file");
   CHECK(parse_error(s.flags, {"--config", dir.path.string()}) ==
-        "train_gpt: error: --config \"" + dir.path.string() + "\" is not a regular file; expected a readable file");
+        "train_gpt: error: --config \"" + dir.path.string() +
+            "\" is neither a regular file nor a pipe; expected a readable file or pipe");
   CHECK(parse_error(s.flags, {"--config", overridden, "--config", overridden}) ==
         "train_gpt: error: --config is given twice; expected one config file (flags override its keys) (see --help)");
   CHECK(parse_error(s.flags, {"--config"}) == "train_gpt: error: --config needs a value (see --help)");
@@ -279,13 +361,92 @@ TEST_CASE("--resume restores the checkpoint's run config under the keys given no
   CHECK(refusal({"--fp32-grads"}) ==
         "train_gpt: error: --resume: \"fp32-grads\" is false in the checkpoint's run config, true now; it cannot "
         "change mid-run");
-  // A stored config this program cannot read (a key it does not have, a wrong type) names its entry.
+  // A fixed key set by a config file counts as given: a conflict with the checkpoint is refused.
+  TempDir dir;
+  CHECK(refusal({"--config", dir.write("dim.json", R"({"dim": 64})")}) ==
+        "train_gpt: error: --resume: \"dim\" is 256 in the checkpoint's run config, 64 now; it cannot change mid-run");
+
+  // A stored per-invocation key (a checkpoint written under other rules) is neither applied nor given.
+  Settings per_invocation;
+  REQUIRE(parse(per_invocation.flags, {"--resume"}).status == -1);
+  per_invocation.flags.restore(R"({"stop-after-steps": 20, "checkpoint-dir": "old", "steps": 5})", "entry", kRules);
+  CHECK(per_invocation.stop_after == 0);
+  CHECK_FALSE(per_invocation.flags.given("stop-after-steps"));
+  CHECK(per_invocation.checkpoint_dir == "");
+  CHECK_FALSE(per_invocation.flags.given("checkpoint-dir"));
+  CHECK(per_invocation.steps == 5);
+
+  // A stored value of a wrong type names its entry where it is used (not given now) or compared (a
+  // fixed key given now); a mutable key given now does not read it.
   Settings s;
-  CHECK(usage_error([&] { s.flags.restore(R"({"dim": 64, "heads": 4})", "ck/step_1", kRules); }) ==
-        "train_gpt: error: ck/step_1: unknown key \"heads\"; expected a flag name of train_gpt (see --help)");
   CHECK(usage_error([&] { s.flags.restore(R"({"dim": "64"})", "ck/step_1", kRules); }) ==
         "train_gpt: error: ck/step_1: key \"dim\": expected an integer, got the string \"64\"");
-  CHECK_ERROR(s.flags.restore("{}", "entry", samples::ResumeRules{{"heads"}, {}}), "ResumeRules name 'heads'");
+  Settings fixed_given;
+  REQUIRE(parse(fixed_given.flags, {"--dim", "64"}).status == -1);
+  CHECK(usage_error([&] { fixed_given.flags.restore(R"({"dim": 1e3})", "ck/step_1", kRules); }) ==
+        "train_gpt: error: ck/step_1: key \"dim\": expected an integer, got the number 1000.0");
+  Settings mutable_given;
+  REQUIRE(parse(mutable_given.flags, {"--steps", "9", "--lr", "0.5"}).status == -1);
+  mutable_given.flags.restore(R"({"steps": "many", "lr": -4, "dim": 32})", "ck/step_1", kRules);
+  CHECK(mutable_given.steps == 9);
+  CHECK(mutable_given.lr == 0.5);
+  CHECK(mutable_given.dim == 32);
+
+  // A stored key this program no longer declares is skipped with a warning naming it (JSON-quoted:
+  // one line) and the entry; the other keys are restored.
+  Settings older;
+  std::string warnings;
+  {
+    CapturedStderr captured((dir.path / "stderr.txt").string());
+    older.flags.restore(R"({"dim": 64, "heads": 4, "old\nname": true})", "ck/step_1", kRules);
+    warnings = captured.text();
+  }
+  CHECK(warnings ==
+        "train_gpt: warning: run config of ck/step_1: ignoring unknown key \"heads\"\n"
+        "train_gpt: warning: run config of ck/step_1: ignoring unknown key \"old\\nname\"\n");
+  CHECK(older.dim == 64);
+  CHECK_ERROR(s.flags.restore("{}", "entry", samples::ResumeRules{{"heads"}, {}, {}}), "ResumeRules name 'heads'");
+  CHECK_ERROR(s.flags.restore("{}", "entry", samples::ResumeRules{{}, {}, {"load"}}), "ResumeRules name 'load'");
+  CHECK_ERROR(s.flags.restore("{}", "entry", samples::ResumeRules{{"dim"}, {}, {"dim"}}),
+              "ResumeRules paths name 'dim', which is not a text flag");
+}
+
+TEST_CASE("--resume compares path keys as files: the same file under another name is no change") {
+  TempDir dir;
+  const std::string a = dir.write("a.txt", "abc"), b = dir.write("b.txt", "abd");
+  const std::string relative_a = std::filesystem::relative(a).string();  // against the current directory
+  REQUIRE(relative_a != a);
+  const std::string stored = "{\"data\": " + quoted(a + "," + b) + "}";
+  auto restore_with = [&](const std::string& data) {
+    Settings s;
+    REQUIRE(parse(s.flags, {"--data", data}).status == -1);
+    s.flags.restore(stored, "entry", kRules);
+    CHECK(s.data == data);  // the name given now stays
+  };
+  restore_with(a + "," + b);
+  restore_with(relative_a + "," + b);
+  restore_with(relative_a + "," + (dir.path / "." / "b.txt").string());
+  auto refusal = [&](const std::string& data) {
+    Settings s;
+    REQUIRE(parse(s.flags, {"--data", data}).status == -1);
+    return usage_error([&] { s.flags.restore(stored, "entry", kRules); });
+  };
+  const std::string compared =
+      " now (compared file by file: the same file where both exist, the same text otherwise); it cannot change "
+      "mid-run";
+  CHECK(refusal(b + "," + a) == "train_gpt: error: --resume: \"data\" is " + quoted(a + "," + b) +
+                                    " in the checkpoint's run config, " + quoted(b + "," + a) + compared);
+  CHECK(refusal(relative_a) == "train_gpt: error: --resume: \"data\" is " + quoted(a + "," + b) +
+                                   " in the checkpoint's run config, " + quoted(relative_a) + compared);
+  // Where a file is missing, its names are compared as text.
+  const std::string missing = (dir.path / "missing.txt").string();
+  Settings gone;
+  REQUIRE(parse(gone.flags, {"--data", "./" + std::filesystem::relative(missing).string()}).status == -1);
+  CHECK(usage_error([&] { gone.flags.restore("{\"data\": " + quoted(missing) + "}", "entry", kRules); })
+            .find("--resume: \"data\" is " + quoted(missing)) != std::string::npos);
+  Settings same_text;
+  REQUIRE(parse(same_text.flags, {"--data", missing}).status == -1);
+  same_text.flags.restore("{\"data\": " + quoted(missing) + "}", "entry", kRules);
 }
 
 TEST_CASE("a checkpoint stores the run config and read_run_config gives the newest one back") {
@@ -342,8 +503,28 @@ TEST_CASE("a checkpoint stores the run config and read_run_config gives the newe
   // A directory entry (a sharded optimizer's) is read from its state.safetensors.
   std::filesystem::create_directory(std::filesystem::path(ckpt) / "step_0000000009");
   train::save_checkpoint((std::filesystem::path(ckpt) / "step_0000000009" / "state.safetensors").string(), state, 9);
-  const auto sharded = train::read_run_config(ckpt);
+  // Both layouts: the run's layout names the entry (the newest of that layout, as latest_for resumes);
+  // without it the directory is refused, naming the newest of each.
+  const auto sharded = train::read_run_config(ckpt, true);
   REQUIRE(sharded.has_value());
   CHECK(sharded->entry == (std::filesystem::path(ckpt) / "step_0000000009").string());
   CHECK(sharded->json == config);
+  CHECK(sharded->sharded);
+  CHECK_FALSE(train::read_run_config(ckpt, false).has_value());  // step 5, written without one
+  std::filesystem::remove(std::filesystem::path(ckpt) / "step_0000000005.safetensors");
+  const auto single = train::read_run_config(ckpt, false);
+  REQUIRE(single.has_value());
+  CHECK(single->entry == (std::filesystem::path(ckpt) / "step_0000000002.safetensors").string());
+  CHECK_FALSE(single->sharded);
+  const std::string both = "holds checkpoints of both layouts (the newest single-file one: '" +
+                           (std::filesystem::path(ckpt) / "step_0000000002.safetensors").string() +
+                           "'; the newest sharded (ZeRO) one: '" +
+                           (std::filesystem::path(ckpt) / "step_0000000009").string() + "')";
+  CHECK_ERROR(train::read_run_config(ckpt), both.c_str());
+  // One layout: it is the one read, with or without the layout named.
+  for (const char* name : {"step_0000000001.safetensors", "step_0000000002.safetensors"})
+    std::filesystem::remove(std::filesystem::path(ckpt) / name);
+  REQUIRE(train::read_run_config(ckpt).has_value());
+  CHECK(train::read_run_config(ckpt)->entry == sharded->entry);
+  CHECK_FALSE(train::read_run_config(ckpt, false).has_value());
 }

@@ -121,16 +121,23 @@ std::vector<CheckpointDirectory::Entry> list_entries(const std::string& director
 
 std::vector<CheckpointDirectory::Entry> CheckpointDirectory::list() const { return list_entries(directory_); }
 
-std::optional<StoredRunConfig> read_run_config(const std::string& directory) {
+std::optional<StoredRunConfig> read_run_config(const std::string& directory, std::optional<bool> sharded) {
   std::error_code error;
   if (!fs::is_directory(directory, error)) return std::nullopt;
   const std::vector<CheckpointDirectory::Entry> entries = list_entries(directory);
-  if (entries.empty()) return std::nullopt;
-  const CheckpointDirectory::Entry& newest = entries.back();
-  const std::string file = newest.sharded ? (fs::path(newest.path) / "state.safetensors").string() : newest.path;
+  const CheckpointDirectory::Entry* newest[2] = {nullptr, nullptr};  // single-file, sharded
+  for (const CheckpointDirectory::Entry& e : entries) newest[e.sharded] = &e;
+  // Without the layout, only a directory of one layout says which entry the run will resume.
+  HG_CHECK(sharded || !newest[0] || !newest[1], kWho, " '", directory,
+           "' holds checkpoints of both layouts (the newest single-file one: '", newest[0] ? newest[0]->path : "",
+           "'; the newest sharded (ZeRO) one: '", newest[1] ? newest[1]->path : "",
+           "'); which one a run resumes depends on its optimizer: name it (train_gpt: --zero)");
+  const CheckpointDirectory::Entry* chosen = sharded ? newest[*sharded] : newest[0] ? newest[0] : newest[1];
+  if (chosen == nullptr) return std::nullopt;
+  const std::string file = chosen->sharded ? (fs::path(chosen->path) / "state.safetensors").string() : chosen->path;
   std::optional<std::string> json = checkpoint_run_config(file);
   if (!json) return std::nullopt;
-  return StoredRunConfig{newest.path, std::move(*json)};
+  return StoredRunConfig{chosen->path, std::move(*json), chosen->sharded};
 }
 
 std::optional<CheckpointDirectory::Entry> CheckpointDirectory::newest(std::optional<bool> sharded) const {

@@ -73,15 +73,19 @@ class CheckpointDirectory {
   dist::Communicator* comm_;
 };
 
-// The run config stored in the newest checkpoint of `directory` (either layout; a sharded entry's in
-// its state.safetensors), read before the model is built so that --resume can restore the settings.
-// nullopt when the directory does not exist, holds no checkpoint, or its newest checkpoint was
-// written without a run config. Neither creates nor changes anything (any rank may call it). An
+// The run config stored in the newest checkpoint of `directory` of the layout a run resumes
+// (latest_for): `sharded` names it (a sharded entry's run config is in its state.safetensors);
+// without it the directory must hold entries of one layout only (an hg::Error names the newest of
+// each otherwise), read before the model is built so that --resume can restore the settings.
+// nullopt when the directory does not exist, holds no checkpoint of that layout, or that checkpoint
+// was written without a run config. Neither creates nor changes anything (any rank may call it). An
 // hg::Error names an entry that is not a readable training checkpoint.
 struct StoredRunConfig {
   std::string entry;  // the checkpoint it was read from
   std::string json;
+  bool sharded = false;  // the entry's layout
 };
-std::optional<StoredRunConfig> read_run_config(const std::string& directory);
+std::optional<StoredRunConfig> read_run_config(const std::string& directory,
+                                               std::optional<bool> sharded = std::nullopt);
 
 }  // namespace hg::train

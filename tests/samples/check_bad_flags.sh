@@ -27,6 +27,13 @@ tiny=(--layers 1 --heads 2 --dim 16 --context 16 --batch 4 --eval-problems 10 --
 printf 'the quick brown fox jumps over the lazy dog. %.0s' {1..20} > "$work/text.txt"
 "$bin/train_gpt" "${tiny[@]}" --steps 1 --save "$work/model.safetensors" >/dev/null || fail "could not save a model"
 "$bin/train_gpt" "${tiny[@]}" --steps 2 --checkpoint-dir "$work/ckpt" >/dev/null || fail "could not write a checkpoint"
+# The same checkpoints as an older build wrote them: no run config (the metadata key renamed in place,
+# same length, so the header stays valid).
+cp -r "$work/ckpt" "$work/ckpt_plain"
+for entry in "$work"/ckpt_plain/*.safetensors; do
+  LC_ALL=C sed -i 's/"run_config"/"xun_config"/' "$entry"
+  grep -qa '"run_config"' "$entry" && fail "the run config is still in $entry"
+done
 mkdir "$work/a_directory"
 head -c 100 "$work/model.safetensors" > "$work/truncated.safetensors"
 
@@ -72,6 +79,9 @@ expect train_gpt "positions of --load $work/model.safetensors are too few for 7-
 # the run config the checkpoint stores (tests/samples/check_run_config.sh: the run config files).
 expect train_gpt "--resume: \"dim\" is 16 in the checkpoint's run config, 32 now; it cannot change mid-run" \
   "${tiny[@]}" --dim 32 --checkpoint-dir "$work/ckpt" --resume --steps 4
+# Without a run config in the checkpoint, the trainer's load refuses the other architecture.
+expect train_gpt "the checkpoint was written for another model configuration" \
+  "${tiny[@]}" --dim 32 --checkpoint-dir "$work/ckpt_plain" --resume --steps 4
 expect train_gpt "--data $work/text.txt: " "${tiny[@]}" --data "$work/text.txt" --context 1000
 
 # ---- train_mlp ----

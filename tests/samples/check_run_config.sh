@@ -12,8 +12,11 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 # ---- --print-config round trip, every sample ----
+printf 'some text\n' > "$work/input.txt"
 for program in train_gpt train_mlp train_cnn prepare_data; do
-  "$bin/$program" --print-config > "$work/$program.json" || fail "$program --print-config exited $?"
+  required=()  # prepare_data's checks want its input and output (and run before printing)
+  [[ $program == prepare_data ]] && required=(--input "$work/input.txt" --output "$work/shards")
+  "$bin/$program" "${required[@]}" --print-config > "$work/$program.json" || fail "$program --print-config exited $?"
   "$bin/$program" --config "$work/$program.json" --print-config > "$work/$program.again.json" ||
     fail "$program --config of its own --print-config exited $?"
   cmp -s "$work/$program.json" "$work/$program.again.json" || fail "$program: --print-config does not round-trip"
@@ -23,7 +26,28 @@ for program in train_gpt train_mlp train_cnn prepare_data; do
     grep -q "^  \"$flag\": " "$work/$program.json" || fail "$program --print-config lacks \"$flag\""
   done
 done
-echo "ok: --print-config round-trips for train_gpt, train_mlp, train_cnn and prepare_data"
+# --print-config prints only settings the program's checks accept (a usage error, nothing printed).
+for refused in "train_gpt:--heads 3 does not divide --dim 16:--heads 3 --dim 16" \
+               "train_mlp:--classes must be at most 1000:--classes 1001" \
+               "train_cnn:must be a multiple of 4:--size 10" \
+               "prepare_data:--input FILE is required:--output $work/shards"; do
+  IFS=: read -r program message args <<<"$refused"
+  # shellcheck disable=SC2086
+  "$bin/$program" $args --print-config > "$work/out.txt" 2> "$work/err.txt"
+  code=$?
+  [[ $code -eq 2 && ! -s "$work/out.txt" ]] || fail "$program $args --print-config exited $code: $(cat "$work/out.txt")"
+  grep -qF -- "$message" "$work/err.txt" || fail "$program $args --print-config said: $(cat "$work/err.txt")"
+done
+# A text value that is not UTF-8 cannot become JSON: a usage error naming the flag.
+err=$("$bin/train_gpt" --device $'cpu\xff' --print-config 2>&1 >/dev/null)
+[[ $? -eq 2 && $err == "train_gpt: error: --device must be UTF-8 text "*"byte 3 (0xff) is not"* ]] ||
+  fail "a non-UTF-8 --device: $err"
+# A pipe is a config file too: process substitution and /dev/stdin.
+out=$("$bin/train_gpt" --config <(printf '{"steps": 11}') --print-config) || fail "--config <(...) exited $?"
+grep -q '^  "steps": 11,$' <<<"$out" || fail "--config <(...) did not read the pipe: $out"
+out=$(printf '{"steps": 12}' | "$bin/train_gpt" --config /dev/stdin --print-config) || fail "--config /dev/stdin exited $?"
+grep -q '^  "steps": 12,$' <<<"$out" || fail "--config /dev/stdin did not read the pipe: $out"
+echo "ok: --print-config round-trips for train_gpt, train_mlp, train_cnn and prepare_data, after their checks"
 
 # ---- a partial file, flags win wherever --config stands ----
 printf '{"steps": 7, "lr": 0.5, "precision": "bf16"}\n' > "$work/partial.json"
@@ -89,8 +113,11 @@ cat > "$work/run.json" <<'EOF'
  "threads": 1, "dropout": 0.1, "steps": 8, "warmup": 2, "checkpoint-every-steps": 4, "keep-checkpoints": 2}
 EOF
 out=$("$bin/train_gpt" --config "$work/run.json" --checkpoint-dir "$work/straight") || fail "straight run exited $?: $out"
-out=$("$bin/train_gpt" --config "$work/run.json" --checkpoint-dir "$work/halves" --stop-after-steps 4) ||
-  fail "first half exited $?: $out"
+out=$("$bin/train_gpt" --config "$work/run.json" --checkpoint-dir "$work/halves" --stop-after-steps 4 \
+  --metrics-log "$work/metrics.jsonl" --profile "$work/trace.json") || fail "first half exited $?: $out"
+[[ -s "$work/metrics.jsonl" && -s "$work/trace.json" ]] || fail "the first half wrote no metrics log or trace"
+cp "$work/metrics.jsonl" "$work/metrics.first"
+cp "$work/trace.json" "$work/trace.first"
 # The resumed settings are the stored ones: --print-config after --resume equals the original's.
 "$bin/train_gpt" --config "$work/run.json" --checkpoint-dir "$work/halves" --resume --print-config > "$work/want.json"
 "$bin/train_gpt" --checkpoint-dir "$work/halves" --resume --print-config > "$work/got.json" ||
@@ -102,6 +129,11 @@ grep -q "resumed from .*step_0000000004.safetensors at step 4" <<<"$out" || fail
 grep -q "GPT L1 H2 C32 T16" <<<"$out" || fail "the resumed model is not the stored one: $out"
 cmp -s "$work/straight/step_0000000008.safetensors" "$work/halves/step_0000000008.safetensors" ||
   fail "the resumed run's final checkpoint differs from the uninterrupted run's"
+# The metrics log and the trace are each invocation's own: a bare --resume leaves the first segment's.
+cmp -s "$work/metrics.jsonl" "$work/metrics.first" || fail "the bare --resume rewrote the first segment's metrics log"
+cmp -s "$work/trace.json" "$work/trace.first" || fail "the bare --resume rewrote the first segment's trace"
+grep -q '^  "metrics-log": "",$' "$work/got.json" || fail "--resume restored metrics-log: $(cat "$work/got.json")"
+grep -q '^  "profile": "",$' "$work/got.json" || fail "--resume restored profile: $(cat "$work/got.json")"
 # A key that cannot change mid-run, given with another value: one line, exit 2.
 for change in "--dim 64:\"dim\" is 32 in the checkpoint's run config, 64 now; it cannot change mid-run" \
               "--precision bf16:\"precision\" is \"fp32\" in the checkpoint's run config, \"bf16\" now" \
@@ -118,5 +150,25 @@ out=$("$bin/train_gpt" --checkpoint-dir "$work/halves" --resume --dim 32 --steps
   fail "resume with --steps 12 exited $?: $out"
 grep -q "resumed from .*step_0000000008.safetensors at step 8" <<<"$out" || fail "did not resume at step 8: $out"
 grep -q "checkpoint step 12 " <<<"$out" || fail "--steps 12 did not take: $out"
+# A directory holding both layouts: the layout given now (--zero) picks the entry, else a usage error.
+# (a newer sharded entry, as if written by a ZeRO run, of another width: 16)
+out=$("$bin/train_gpt" --config "$work/run.json" --dim 16 --steps 1 --checkpoint-dir "$work/narrow") ||
+  fail "the dim-16 run exited $?: $out"
+cp -r "$work/halves" "$work/mixed"
+mkdir "$work/mixed/step_0000000020"
+cp "$work/narrow/step_0000000001.safetensors" "$work/mixed/step_0000000020/state.safetensors"
+err=$("$bin/train_gpt" --checkpoint-dir "$work/mixed" --resume --print-config 2>&1 >/dev/null)
+[[ $? -eq 2 && $err == "train_gpt: error: --resume: "*"holds checkpoints of both layouts"*"(train_gpt: --zero)"* ]] ||
+  fail "a directory of both layouts: $err"
+"$bin/train_gpt" --checkpoint-dir "$work/mixed" --resume --zero -1 --print-config > "$work/mixed.json" ||
+  fail "--zero -1 in a directory of both layouts exited $?"
+grep -q '^  "dim": 32,$' "$work/mixed.json" || fail "--zero -1 did not restore the single-file run config"
+# A sharded entry whose run config gives a single-file run (as a multi-process run without --zero
+# stores: --zero -1, sharded by its world size) resumed in one process: the layouts must agree.
+mkdir -p "$work/sharded_only/step_0000000001"
+cp "$work/narrow/step_0000000001.safetensors" "$work/sharded_only/step_0000000001/state.safetensors"
+err=$("$bin/train_gpt" --checkpoint-dir "$work/sharded_only" --resume --print-config 2>&1 >/dev/null)
+[[ $? -eq 2 && $err == "train_gpt: error: --resume: the run config of $work/sharded_only/step_0000000001 (a sharded checkpoint) gives a single-file run (--zero -1, --offload-optimizer false); expected the checkpoint's layout: give --zero "* ]] ||
+  fail "a sharded entry with a single-file run config: $err"
 echo "ok: --resume restores the stored run config (byte-identical final checkpoint), refuses a changed fixed key"
 echo "run config ok"
