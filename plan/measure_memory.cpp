@@ -63,7 +63,7 @@ MeasuredMemory measure_memory(const ModelShape& shape, const TrainingConfig& con
                                 .n_head(shape.heads)
                                 .n_embd(shape.dim)
                                 .dropout(shape.dropout)
-                                .attention(shape.fused_attention ? AttentionImpl::Fused : AttentionImpl::Composed)
+                                .attention(shape.fused_attention ? AttentionImpl::Auto : AttentionImpl::Composed)
                                 .fused_classifier(shape.fused_classifier)
                                 .checkpoint_every(config.checkpoint_every);
     auto model = std::make_shared<nn::GPT>(gpt_config);

@@ -129,6 +129,7 @@ struct ModelState {
     int64_t owned = 0;
     if (stage < 3) {
       const int64_t padded = round_up(total, align);
+      padded_total = padded;
       owned = stage == 0 ? padded : padded / N;
       params.add(padded * e, kind);
       if (stage < 2) {
@@ -159,12 +160,15 @@ struct ModelState {
     const int64_t state_tensors = half || c.offload_optimizer ? 3 : 2;  // exp_avg, exp_avg_sq (+ fp32 master)
     if (c.offload_optimizer) {
       host += detail::allocator_bytes(owned * 4, DeviceKind::cpu) * state_tensors;
+      // From a CUDA device the update reads a pinned copy of this rank's gradients and writes a pinned
+      // copy of its parameters (dist/zero_offload.cpp); from the CPU device it works in place.
+      if (kind == DeviceKind::cuda) host += detail::allocator_bytes(owned * e, DeviceKind::cpu) * 2;
     } else {
       optimizer.add(owned * 4, kind, state_tensors);
       optimizer.add(2 * 8, kind);  // the device step count
     }
   }
-  int64_t unit_root = 0, unit_block = 0;
+  int64_t unit_root = 0, unit_block = 0, padded_total = 0;
 
   // Gradients alive at a phase (beyond grad_buffers).
   detail::Bytes gradients(const detail::Phase& p) const {
@@ -174,8 +178,15 @@ struct ModelState {
       bool alive = p.all_grads || t.head || (t.block >= p.grads_from_block) || (t.block == p.partial_block && t.mlp_proj);
       if (grads == Grads::unit && !p.all_grads && t.block >= 0 && t.block >= p.grads_from_block)
         alive = t.numel <= 4 * model.dim;  // reduce-scattered with their unit; the persistent ones stay
+      if (grads == Grads::unit && t.block == p.completed_block) alive = true;
       if (alive) b.add(t.numel * g, kind);
     }
+    // ZeRO 2: a completed bucket's gradients are packed into one buffer for the reduce-scatter, held
+    // until step(); at the last launch (the end of the backward) the gradients are still alive beside it.
+    if (grads == Grads::growing && std::max(config.zero_stage, 0) == 2 && p.all_grads)
+      b.add(padded_total * e, kind);
+    // ZeRO 3: a completed unit's gradients packed for the reduce-scatter beside them.
+    if (grads == Grads::unit && p.completed_block >= 0) b.add(unit_block, kind);
     return b;
   }
   // ZeRO 3: the units gathered at a phase.
@@ -196,10 +207,15 @@ MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& c
            "grad_accum >= 1, got ", config.micro_batch, " and ", config.grad_accum);
   HG_CHECK(config.state_bits == 32 || config.state_bits == 8, "[plan::predict_memory] expected state_bits 32 or 8, got ",
            config.state_bits);
-  const ModelState state(model, config, world, kind);
+  // The fused attention kernels take every CPU shape; on CUDA head dimensions 64 and 128 only, and
+  // AttentionImpl::Auto falls back to the composed path for the others (engine/ops/attention.cpp).
+  ModelShape shape = model;
+  const int64_t head_dim = model.dim / std::max<int64_t>(model.heads, 1);
+  if (kind == DeviceKind::cuda && head_dim != 64 && head_dim != 128) shape.fused_attention = false;
+  const ModelState state(shape, config, world, kind);
   MemoryPrediction best;
   int64_t best_booked = -1;
-  for (const detail::Phase& phase : detail::step_phases(model, config, kind)) {
+  for (const detail::Phase& phase : detail::step_phases(shape, config, kind)) {
     const detail::Bytes grads = state.gradients(phase) + state.grad_buffers;
     const detail::Bytes params = state.params + state.gathered(phase);
     const int64_t booked = params.booked + grads.booked + state.optimizer.booked + phase.activations.booked +
@@ -215,7 +231,7 @@ MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& c
     best.rounding = booked - (params.requested + grads.requested + state.optimizer.requested +
                               phase.activations.requested + phase.workspace.requested);
   }
-  best.host = state.host + detail::offloaded_activation_bytes(model, config);
+  best.host = state.host + detail::offloaded_activation_bytes(shape, config);
   return best;
 }
 
