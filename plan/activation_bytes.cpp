@@ -133,9 +133,16 @@ std::vector<Phase> step_phases(const ModelShape& m, const TrainingConfig& c, Dev
     p.backward = true;
     p.grads_from_block = i + 1;
     p.partial_block = i;
-    p.gathered = {i};
-    if (i > 0) p.gathered.push_back(i - 1);  // ZeRO 3 prefetch of the unit before
-    else p.gathered.push_back(-1);
+    // ZeRO 3: the block's unit and the one before it (prefetched; the root unit before block 0); under
+    // checkpointing also the segment's units its recompute gathered, and the unit before the segment.
+    auto unit_before = [](int64_t b) { return b > 0 ? b - 1 : int64_t(-1); };
+    p.gathered = {i, unit_before(i)};
+    if (K > 0) {
+      const int64_t first = i / K * K;
+      for (int64_t b = first; b < i; ++b)
+        if (b != unit_before(i)) p.gathered.push_back(b);
+      if (unit_before(first) != unit_before(i)) p.gathered.push_back(unit_before(first));
+    }
     p.activations = batch;
     p.activations += one_a;  // the residual stream's gradient
     p.workspace.add(4 * s.N * s.C * s.e, kind, 2);  // gradients of the gelu and c_fc outputs

@@ -9,12 +9,14 @@
 //   parameters   n e                     (ZeRO 3: the rank's shard of each unit + the gathered units)
 //   gradients    n g, g = 4 with fp32_grads, else e   (ZeRO 2/3: the rank's shard, plus buckets in flight)
 //   optimizer    m, v: 4 + 4 per element (fp32), + 4 master for a half model with master weights;
+//                8-bit state: 1 + 1 per element + 4 + 4 per block of 2048 (tensors >= 4096 elements);
 //                the AdamW step count: i64[3] per tensor (optim/adamw.cpp). ZeRO 1-3 keep these over the
 //                rank's partition of a flat buffer padded to N partitions of multiples of 32 elements.
 //                Optimizer offload: all of it in host memory.
 #include <algorithm>
 #include <bit>
 
+#include "kernels/adamw8bit_math.h"
 #include "kernels/error.h"
 #include "layers/gpt.h"
 #include "plan/memory_internal.h"
@@ -110,11 +112,11 @@ struct ModelState {
     g = half && c.fp32_grads && c.zero_stage < 0 && !c.offload_optimizer ? 4 : e;
     for (const auto& t : tensors) total += t.numel;
     if (c.zero_stage < 0 && !c.offload_optimizer) {  // local AdamW: one tensor of each kind per parameter
-      const int64_t moments = half && c.master_weights ? 3 : 2;
       for (const auto& t : tensors) {
         params.add(t.numel * e, kind);
-        optimizer.add(t.numel * 4, kind, moments);  // exp_avg, exp_avg_sq (+ master)
-        optimizer.add(3 * 8, kind);                 // the step count (i64[3])
+        if (half && c.master_weights) optimizer.add(t.numel * 4, kind);  // the fp32 master
+        add_moments(t.numel);
+        optimizer.add(3 * 8, kind);  // the step count (i64[3])
       }
       grads = c.grad_accum > 1 ? Grads::persistent : Grads::growing;
       if (grads == Grads::persistent)
@@ -157,18 +159,35 @@ struct ModelState {
       unit_block = round_up(block, align) * e;
     }
     if (grads == Grads::persistent && stage >= 2) grad_buffers.add(total * e, kind);  // accumulation micro-steps
-    const int64_t state_tensors = half || c.offload_optimizer ? 3 : 2;  // exp_avg, exp_avg_sq (+ fp32 master)
+    const bool master = half || c.offload_optimizer;  // a separate fp32 master
     if (c.offload_optimizer) {
-      host += detail::allocator_bytes(owned * 4, DeviceKind::cpu) * state_tensors;
+      if (master) host += detail::allocator_bytes(owned * 4, DeviceKind::cpu);
+      if (c.state_bits == 8 && owned >= kernels::kAdamW8BitMinElements)
+        host += 2 * (detail::allocator_bytes(owned, DeviceKind::cpu) +
+                     detail::allocator_bytes(kernels::adamw8bit_blocks(owned) * 4, DeviceKind::cpu));
+      else
+        host += 2 * detail::allocator_bytes(owned * 4, DeviceKind::cpu);
       // From a CUDA device the update reads a pinned copy of this rank's gradients and writes a pinned
       // copy of its parameters (dist/zero_offload.cpp); from the CPU device it works in place.
       if (kind == DeviceKind::cuda) host += detail::allocator_bytes(owned * e, DeviceKind::cpu) * 2;
     } else {
-      optimizer.add(owned * 4, kind, state_tensors);
+      if (master) optimizer.add(owned * 4, kind);
+      add_moments(owned);
       optimizer.add(2 * 8, kind);  // the device step count
     }
   }
   int64_t unit_root = 0, unit_block = 0, padded_total = 0;
+
+  // exp_avg and exp_avg_sq of n elements: fp32, or with 8-bit state (kernels/adamw8bit_math.h) one
+  // byte each plus an fp32 absmax per block of 2048 -- tensors under 4096 elements stay fp32.
+  void add_moments(int64_t n) {
+    if (config.state_bits == 8 && n >= kernels::kAdamW8BitMinElements) {
+      optimizer.add(n, kind, 2);
+      optimizer.add(kernels::adamw8bit_blocks(n) * 4, kind, 2);
+    } else {
+      optimizer.add(n * 4, kind, 2);
+    }
+  }
 
   // Gradients alive at a phase (beyond grad_buffers).
   detail::Bytes gradients(const detail::Phase& p) const {
@@ -195,6 +214,9 @@ struct ModelState {
     if (grads != Grads::unit && !(config.zero_stage == 3)) return b;
     for (int64_t u : p.gathered) b.add(u < 0 ? unit_root : unit_block, kind);
     if (!p.backward) b.add(unit_root, kind);  // the root unit encloses the forward
+    // Measured (tests/test_plan.cpp): in the backward the fused classifier's saved dW (V C fp32) stays
+    // until the root unit's gradients complete, at the end.
+    if (p.backward && !p.all_grads && model.fused_classifier) b.add(model.vocab * model.dim * 4, kind);
     return b;
   }
 };

@@ -49,13 +49,14 @@ inline std::string plan_case_label(const PlanCase& c) {
 
 // At least 20 configurations covering every technique the planner enumerates (8-bit states: once the
 // 8-bit AdamW lands).
-// `scale` divides the micro-batches (the emulated CUDA device runs the grid at scale 2, L2: a minute).
-inline std::vector<PlanCase> plan_grid(int64_t heads = 4, int64_t layers = 4, int64_t scale = 1) {
+// On `base` (the default model above, or bench/bench_plan.cpp's larger ones); `scale` divides the
+// micro-batches (the emulated CUDA device runs the grid at scale 2 on L2: about a minute).
+inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_model(), int64_t scale = 1) {
   using plan::ActivationOffload;
   using plan::Precision;
   std::vector<PlanCase> grid;
   auto add = [&](auto&& edit) {
-    PlanCase c{plan_grid_model(heads, layers), plan::TrainingConfig()};
+    PlanCase c{base, plan::TrainingConfig()};
     c.config.micro_batch = 4;
     edit(c);
     c.config.micro_batch = std::max<int64_t>(1, c.config.micro_batch / scale);
