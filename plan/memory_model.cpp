@@ -64,8 +64,13 @@ namespace detail {
 
 int64_t allocator_bytes(int64_t bytes, DeviceKind kind) {
   if (kind == DeviceKind::cuda) {
-    constexpr int64_t kRound = 512;
-    return std::max(kRound, (bytes + kRound - 1) / kRound * kRound);
+    // Multiples of 512 B; a request over 1 MiB takes a segment rounded to 2 MiB, split only when the
+    // remainder is over 1 MiB -- else the whole segment is the block (and is booked).
+    constexpr int64_t kRound = 512, kSmallLimit = int64_t(1) << 20, kLargeRound = int64_t(2) << 20;
+    const int64_t size = std::max(kRound, (bytes + kRound - 1) / kRound * kRound);
+    if (size <= kSmallLimit) return size;
+    const int64_t segment = (size + kLargeRound - 1) / kLargeRound * kLargeRound;
+    return segment - size > kSmallLimit ? size : segment;
   }
   constexpr int64_t kAlignment = 64, kSmallLimit = 4096;
   if (bytes <= kSmallLimit) return std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
@@ -109,9 +114,9 @@ struct ModelState {
     using detail::Bytes;
     e = detail::element_bytes(c.precision);
     const bool half = c.precision != Precision::fp32;
-    g = half && c.fp32_grads && c.zero_stage < 0 && !c.offload_optimizer ? 4 : e;
+    g = half && c.fp32_grads && c.zero_stage < 0 ? 4 : e;
     for (const auto& t : tensors) total += t.numel;
-    if (c.zero_stage < 0 && !c.offload_optimizer) {  // local AdamW: one tensor of each kind per parameter
+    if (c.zero_stage < 0) {  // local AdamW: one tensor of each kind per parameter
       for (const auto& t : tensors) {
         params.add(t.numel * e, kind);
         if (half && c.master_weights) optimizer.add(t.numel * 4, kind);  // the fp32 master
@@ -234,10 +239,13 @@ MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& c
   ModelShape shape = model;
   const int64_t head_dim = model.dim / std::max<int64_t>(model.heads, 1);
   if (kind == DeviceKind::cuda && head_dim != 64 && head_dim != 128) shape.fused_attention = false;
-  const ModelState state(shape, config, world, kind);
+  // dist::DataParallel: several ranks, or optimizer offload, without a ZeRO stage run stage 0.
+  TrainingConfig effective = config;
+  if (effective.zero_stage < 0 && (world > 1 || effective.offload_optimizer)) effective.zero_stage = 0;
+  const ModelState state(shape, effective, world, kind);
   MemoryPrediction best;
   int64_t best_booked = -1;
-  for (const detail::Phase& phase : detail::step_phases(shape, config, kind)) {
+  for (const detail::Phase& phase : detail::step_phases(shape, effective, kind)) {
     const detail::Bytes grads = state.gradients(phase) + state.grad_buffers;
     const detail::Bytes params = state.params + state.gathered(phase);
     const int64_t booked = params.booked + grads.booked + state.optimizer.booked + phase.activations.booked +
@@ -253,7 +261,7 @@ MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& c
     best.rounding = booked - (params.requested + grads.requested + state.optimizer.requested +
                               phase.activations.requested + phase.workspace.requested);
   }
-  best.host = state.host + detail::offloaded_activation_bytes(shape, config);
+  best.host = state.host + detail::offloaded_activation_bytes(shape, effective);
   return best;
 }
 
