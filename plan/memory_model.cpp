@@ -80,15 +80,14 @@ int64_t allocator_bytes(int64_t bytes, DeviceKind kind) {
 
 std::vector<ParamTensor> parameter_tensors(const ModelShape& m) {
   const int64_t C = m.dim;
-  std::vector<ParamTensor> t = {{m.vocab * C, -1, true, false}, {m.context * C, -1, false, false}};
+  std::vector<ParamTensor> t = {{m.vocab * C, -1, true, 0}, {m.context * C, -1, false, 0}};
   for (int64_t l = 0; l < m.layers; ++l) {
-    for (int64_t n : {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C})  // ln_1, c_attn, c_proj, ln_2, c_fc
-      t.push_back({n, l, false, false});
-    t.push_back({4 * C * C, l, false, true});  // mlp.c_proj
-    t.push_back({C, l, false, true});
+    int position = 0;  // ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj: weight, bias
+    for (int64_t n : {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C})
+      t.push_back({n, l, false, position++});
   }
-  t.push_back({C, -1, true, false});  // ln_f
-  t.push_back({C, -1, true, false});
+  t.push_back({C, -1, true, 0});  // ln_f
+  t.push_back({C, -1, true, 0});
   return t;
 }
 
@@ -199,7 +198,7 @@ struct ModelState {
     detail::Bytes b;
     if (!p.backward || grads == Grads::persistent) return b;
     for (const auto& t : tensors) {
-      bool alive = p.all_grads || t.head || (t.block >= p.grads_from_block) || (t.block == p.partial_block && t.mlp_proj);
+      bool alive = p.all_grads || t.head || (t.block >= p.grads_from_block) || (t.block == p.partial_block && t.position >= p.partial_from);
       if (grads == Grads::unit && !p.all_grads && t.block >= 0 && t.block >= p.grads_from_block)
         alive = t.numel <= 4 * model.dim;  // reduce-scattered with their unit; the persistent ones stay
       if (grads == Grads::unit && t.block == p.completed_block) alive = true;

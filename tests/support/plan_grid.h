@@ -86,6 +86,8 @@ inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_
   add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.zero_stage = 1, c.config.offload_optimizer = true; });
   add([](PlanCase& c) { c.model.fused_attention = false; });
   add([](PlanCase& c) { c.model.fused_attention = false, c.config.precision = Precision::bf16, c.config.micro_batch = 8; });
+  // A long context: the composed attention's B H T T backward outgrows the MLP's.
+  add([](PlanCase& c) { c.model.fused_attention = false, c.model.context = 128, c.config.micro_batch = 2; });
   add([](PlanCase& c) { c.model.dropout = 0.1; });
   add([](PlanCase& c) { c.model.dropout = 0.1, c.model.fused_attention = false; });
   add([](PlanCase& c) { c.model.fused_classifier = false; });
