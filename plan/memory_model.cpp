@@ -1,13 +1,19 @@
 // predict_memory: the bytes one rank's allocator holds at the peak of a training step, added up from
 // the model's shape and the configuration, in the allocator's own units (rounded requests).
 //
-//   device peak = parameters + gradients + optimizer state      (model state, sharded by ZeRO)
-//               + activations + workspace                        (plan/activation_bytes.cpp)
-//               + rounding                                       (every request rounded by the allocator)
+//   device peak = max over the step's phases of                 (plan/activation_bytes.cpp: forward end,
+//                   parameters + gradients alive there           each block's backward, the end)
+//                 + optimizer state
+//                 + activations + workspace alive there
+//                 + rounding                                     (every request rounded by the allocator)
+// Gradients set to none by zero_grad() grow during the backward while activations are freed, so the
+// peak is not the sum of the largest of each. The phase model was derived from the ops' code and
+// checked against traces of the allocator (tests/test_plan.cpp, docs/planner.md "Validation").
 //
 // Model state, per parameter tensor of n elements, e bytes per element of the precision:
 //   parameters   n e                     (ZeRO 3: the rank's shard of each unit + the gathered units)
-//   gradients    n g, g = 4 with fp32_grads, else e   (ZeRO 2/3: the rank's shard, plus buckets in flight)
+//   gradients    n g, g = 4 with fp32_grads, else e   (ZeRO 0/1: a flat buffer, always; ZeRO 2/3: the
+//                rank's shard, plus the full-size gradients in flight and their packed reduce-scatter copy)
 //   optimizer    m, v: 4 + 4 per element (fp32), + 4 master for a half model with master weights;
 //                8-bit state: 1 + 1 per element + 4 + 4 per block of 2048 (tensors >= 4096 elements);
 //                the AdamW step count: i64[3] per tensor (optim/adamw.cpp). ZeRO 1-3 keep these over the
