@@ -31,18 +31,24 @@ namespace hg::plan {
 
 const char* name(Precision p) {
   switch (p) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
+    case Precision::fp32:
+      return "fp32";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp16:
+      return "fp16";
   }
   return "?";
 }
 
 const char* name(ActivationOffload o) {
   switch (o) {
-    case ActivationOffload::off: return "off";
-    case ActivationOffload::inputs: return "inputs";
-    case ActivationOffload::all: return "all";
+    case ActivationOffload::off:
+      return "off";
+    case ActivationOffload::inputs:
+      return "inputs";
+    case ActivationOffload::all:
+      return "all";
   }
   return "?";
 }
@@ -111,7 +117,7 @@ struct ModelState {
   std::vector<detail::ParamTensor> tensors;
   int64_t e, g, total = 0;
   enum class Grads { growing, persistent, unit } grads;  // how gradients live through a backward
-  detail::Bytes params, grad_buffers, optimizer;        // allocated through the whole step
+  detail::Bytes params, grad_buffers, optimizer;         // allocated through the whole step
   int64_t host = 0;
 
   ModelState(const ModelShape& m, const TrainingConfig& c, int N, DeviceKind k)
@@ -156,20 +162,23 @@ struct ModelState {
       // 4 C elements (train_gpt's persistence threshold), whole on every rank.
       int64_t root = 0, block = 0, persistent = 0;
       for (const auto& t : tensors) {
-        if (t.numel <= 4 * m.dim) persistent += t.numel;
-        else if (t.block < 0) root += t.numel;
-        else if (t.block == 0) block += t.numel;
+        if (t.numel <= 4 * m.dim)
+          persistent += t.numel;
+        else if (t.block < 0)
+          root += t.numel;
+        else if (t.block == 0)
+          block += t.numel;
       }
       owned = round_up(root, align) / N + m.layers * (round_up(block, align) / N) + round_up(persistent, align) / N;
-      params.add(owned * e, kind);                          // this rank's shards
-      params.add(round_up(persistent, align) * e, kind);   // the persistent unit, whole
+      params.add(owned * e, kind);                        // this rank's shards
+      params.add(round_up(persistent, align) * e, kind);  // the persistent unit, whole
       grad_buffers.add(owned * e, kind);
       grads = c.grad_accum > 1 ? Grads::persistent : Grads::unit;
       unit_root = round_up(root, align) * e;
       unit_block = round_up(block, align) * e;
     }
     if (grads == Grads::persistent && stage >= 2) grad_buffers.add(total * e, kind);  // accumulation micro-steps
-    const bool master = half || c.offload_optimizer;  // a separate fp32 master
+    const bool master = half || c.offload_optimizer;                                  // a separate fp32 master
     if (c.offload_optimizer) {
       if (master) host += detail::allocator_bytes(owned * 4, DeviceKind::cpu);
       if (c.state_bits == 8 && owned >= kernels::kAdamW8BitMinElements)
@@ -204,7 +213,8 @@ struct ModelState {
     detail::Bytes b;
     if (!p.backward || grads == Grads::persistent) return b;
     for (const auto& t : tensors) {
-      bool alive = p.all_grads || t.head || (t.block >= p.grads_from_block) || (t.block == p.partial_block && t.position >= p.partial_from);
+      bool alive = p.all_grads || t.head || (t.block >= p.grads_from_block) ||
+                   (t.block == p.partial_block && t.position >= p.partial_from);
       if (grads == Grads::unit && !p.all_grads && t.block >= 0 && t.block >= p.grads_from_block)
         alive = t.numel <= 4 * model.dim;  // reduce-scattered with their unit; the persistent ones stay
       if (grads == Grads::unit && t.block == p.completed_block) alive = true;
@@ -212,8 +222,7 @@ struct ModelState {
     }
     // ZeRO 2: a completed bucket's gradients are packed into one buffer for the reduce-scatter, held
     // until step(); at the last launch (the end of the backward) the gradients are still alive beside it.
-    if (grads == Grads::growing && std::max(config.zero_stage, 0) == 2 && p.all_grads)
-      b.add(padded_total * e, kind);
+    if (grads == Grads::growing && std::max(config.zero_stage, 0) == 2 && p.all_grads) b.add(padded_total * e, kind);
     // ZeRO 3: a completed unit's gradients packed for the reduce-scatter beside them.
     if (grads == Grads::unit && p.completed_block >= 0) b.add(unit_block, kind);
     return b;
@@ -235,10 +244,12 @@ struct ModelState {
 
 MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& config, int world, DeviceKind kind) {
   HG_CHECK(world >= 1, "[plan::predict_memory] expected world >= 1, got ", world);
-  HG_CHECK(config.micro_batch >= 1 && config.grad_accum >= 1, "[plan::predict_memory] expected micro_batch >= 1 and "
-           "grad_accum >= 1, got ", config.micro_batch, " and ", config.grad_accum);
-  HG_CHECK(config.state_bits == 32 || config.state_bits == 8, "[plan::predict_memory] expected state_bits 32 or 8, got ",
-           config.state_bits);
+  HG_CHECK(config.micro_batch >= 1 && config.grad_accum >= 1,
+           "[plan::predict_memory] expected micro_batch >= 1 and "
+           "grad_accum >= 1, got ",
+           config.micro_batch, " and ", config.grad_accum);
+  HG_CHECK(config.state_bits == 32 || config.state_bits == 8,
+           "[plan::predict_memory] expected state_bits 32 or 8, got ", config.state_bits);
   // The fused attention kernels take every CPU shape; on CUDA head dimensions 64 and 128 only, and
   // AttentionImpl::Auto falls back to the composed path for the others (engine/ops/attention.cpp).
   ModelShape shape = model;
@@ -253,8 +264,8 @@ MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& c
   for (const detail::Phase& phase : detail::step_phases(shape, effective, kind)) {
     const detail::Bytes grads = state.gradients(phase) + state.grad_buffers;
     const detail::Bytes params = state.params + state.gathered(phase);
-    const int64_t booked = params.booked + grads.booked + state.optimizer.booked + phase.activations.booked +
-                           phase.workspace.booked;
+    const int64_t booked =
+        params.booked + grads.booked + state.optimizer.booked + phase.activations.booked + phase.workspace.booked;
     if (booked <= best_booked) continue;
     best_booked = booked;
     best = MemoryPrediction{};

@@ -26,8 +26,15 @@ TEST_CASE("plan: predicted device peak within 10% of the CPU allocator's, over t
 
 TEST_CASE("plan: ModelShape is nn::GPT's shape and parameter count") {
   for (const auto& config : {nn::GPTConfig().vocab_size(256).context(32).n_layer(4).n_head(4).n_embd(64),
-                             nn::GPTConfig().vocab_size(1000).context(77).n_layer(3).n_head(6).n_embd(96).dropout(0.1)
-                                 .attention(AttentionImpl::Composed).fused_classifier(false)}) {
+                             nn::GPTConfig()
+                                 .vocab_size(1000)
+                                 .context(77)
+                                 .n_layer(3)
+                                 .n_head(6)
+                                 .n_embd(96)
+                                 .dropout(0.1)
+                                 .attention(AttentionImpl::Composed)
+                                 .fused_classifier(false)}) {
     const nn::GPT model(config);
     const plan::ModelShape shape = plan::ModelShape::of(config);
     CHECK(shape.parameters() == model.parameter_count());
