@@ -156,6 +156,22 @@ struct ModelState {
       } else {
         grad_buffers.add(owned * e, kind);
         grads = c.grad_accum > 1 ? Grads::persistent : Grads::growing;
+        // Buckets of about 25 MiB (ZeroOptions::bucket_bytes) cut from the last parameter backwards;
+        // the first bucket also covers the padding (dist/zero_optimizer.cpp layout_flat).
+        const int64_t bucket_elements = std::max<int64_t>(1, (int64_t(25) << 20) / e);
+        std::vector<int64_t> offsets(tensors.size());
+        for (size_t k = 1; k < tensors.size(); ++k) offsets[k] = offsets[k - 1] + tensors[k - 1].numel;
+        bucket_of.assign(tensors.size(), 0);
+        int64_t begin = padded;
+        for (size_t k = tensors.size(); k-- > 0;) {
+          if (buckets.empty() || begin_end - offsets[k] > bucket_elements) {
+            begin_end = buckets.empty() ? padded : begin;
+            buckets.push_back(0);
+          }
+          begin = offsets[k];
+          buckets.back() = begin_end - begin;
+          bucket_of[k] = buckets.size() - 1;
+        }
       }
     } else {
       // Units: the root (wte, wpe), one per block, and the persistent unit of tensors of at most
@@ -196,6 +212,9 @@ struct ModelState {
     }
   }
   int64_t unit_root = 0, unit_block = 0, padded_total = 0;
+  std::vector<int64_t> buckets;   // ZeRO 2: elements of each gradient bucket
+  std::vector<size_t> bucket_of;  // ZeRO 2: each tensor's bucket
+  int64_t begin_end = 0;          // (layout scratch: the end of the bucket being cut)
 
   // exp_avg and exp_avg_sq of n elements: fp32, or with 8-bit state (kernels/adamw8bit_math.h) one
   // byte each plus an fp32 absmax per block of 2048 -- tensors under 4096 elements stay fp32.
@@ -212,19 +231,40 @@ struct ModelState {
   detail::Bytes gradients(const detail::Phase& p) const {
     detail::Bytes b;
     if (!p.backward || grads == Grads::persistent) return b;
-    for (const auto& t : tensors) {
-      bool alive = p.all_grads || t.head || (t.block >= p.grads_from_block) ||
-                   (t.block == p.partial_block && t.position >= p.partial_from);
-      if (grads == Grads::unit && !p.all_grads && t.block >= 0 && t.block >= p.grads_from_block)
-        alive = t.numel <= 4 * model.dim;  // reduce-scattered with their unit; the persistent ones stay
-      if (grads == Grads::unit && t.block == p.completed_block) alive = true;
-      if (alive) b.add(t.numel * g, kind);
+    const bool stage2 = grads == Grads::growing && config.zero_stage == 2;
+    std::vector<bool> alive(tensors.size());
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const auto& t = tensors[k];
+      alive[k] = p.all_grads || t.head || (t.block >= p.grads_from_block) ||
+                 (t.block == p.partial_block && t.position >= p.partial_from);
+      if (grads == Grads::unit && t.block >= 0 && (p.all_grads || t.block >= p.grads_from_block))
+        alive[k] = t.numel <= 4 * model.dim;  // reduce-scattered with their unit; the persistent ones stay
+      if (grads == Grads::unit && t.block == p.completed_block) alive[k] = true;
     }
-    // ZeRO 2: a completed bucket's gradients are packed into one buffer for the reduce-scatter, held
-    // until step(); at the last launch (the end of the backward) the gradients are still alive beside it.
-    if (grads == Grads::growing && std::max(config.zero_stage, 0) == 2 && p.all_grads) b.add(padded_total * e, kind);
-    // ZeRO 3: a completed unit's gradients packed for the reduce-scatter beside them.
+    if (stage2) {
+      // ZeRO 2: a bucket whose gradients are all there is packed into one buffer, reduce-scattered and
+      // its full-size gradients freed; the packed buffer lives until its collective completes. At the
+      // end of the backward: the last bucket (wte's) at its launch, its gradients beside its packed copy.
+      std::vector<bool> complete(buckets.size(), true);
+      for (size_t k = 0; k < tensors.size(); ++k)
+        if (!alive[k]) complete[bucket_of[k]] = false;
+      int64_t packed = 0;
+      for (size_t k = 0; k < tensors.size(); ++k) {
+        const size_t bucket = bucket_of[k];
+        const bool launching = p.all_grads && bucket == bucket_of[0];
+        if (alive[k] && (!complete[bucket] || launching)) b.add(tensors[k].numel * g, kind);
+      }
+      for (size_t u = 0; u < buckets.size(); ++u)
+        if (complete[u] && (!p.all_grads || u == bucket_of[0])) packed = std::max(packed, buckets[u] * e);
+      if (packed > 0) b.add(packed, kind);
+      return b;
+    }
+    for (size_t k = 0; k < tensors.size(); ++k)
+      if (alive[k]) b.add(tensors[k].numel * g, kind);
+    // ZeRO 3: a completed unit's gradients packed for the reduce-scatter beside them (at the end of the
+    // backward: the root unit's).
     if (grads == Grads::unit && p.completed_block >= 0) b.add(unit_block, kind);
+    if (grads == Grads::unit && p.all_grads) b.add(unit_root, kind);
     return b;
   }
   // ZeRO 3: the units gathered at a phase.

@@ -75,3 +75,21 @@ TEST_CASE("plan: what each technique changes, and bad requests named") {
   CHECK_ERROR(with([](plan::TrainingConfig& c) { c.micro_batch = 0; }), "micro_batch >= 1");
   CHECK_ERROR(with([](plan::TrainingConfig& c) { c.state_bits = 4; }), "state_bits 32 or 8", "got 4");
 }
+
+TEST_CASE("plan: ZeRO 2 and 3 with several gradient buckets (a 12.6M-parameter model, 25 MiB buckets)") {
+  // 50 MB of fp32 gradients: two buckets, each packed and freed when complete, the wte bucket last.
+  plan::ModelShape m = test::plan_grid_model();
+  m.dim = 512, m.heads = 8;
+  std::vector<test::PlanRow> rows;
+  for (int stage : {-1, 2, 3}) {
+    test::PlanCase c{m, plan::TrainingConfig()};
+    c.config.micro_batch = 2;
+    c.config.zero_stage = stage;
+    rows.push_back(test::run_plan_case(c, kCPU));
+  }
+  MESSAGE("CPU device, several buckets\n" << test::plan_table(rows));
+  for (const test::PlanRow& r : rows) {
+    INFO(r.label, ": predicted ", r.predicted, " measured ", r.measured);
+    CHECK(std::abs(r.error()) <= 0.10);
+  }
+}
