@@ -1,0 +1,283 @@
+// The step-time model of the planner (plan/plan.h): the machine's constants in one place, their
+// calibration by short runs, and predict_step_time.
+//
+// Work of one optimizer step on one rank, for a GPT of L blocks, width C, context T, vocabulary V,
+// with b sequences per micro-batch and a micro-batches per step (n = b * a * T tokens per rank):
+//   matmul parameters   M = 12 L C^2 + V C        (qkv 3C^2, projection C^2, MLP 8C^2; the tied head VC)
+//   compute FLOPs       F = (6 M + 12 L T C) n     (forward 2M + 4LTC per token -- QK^T and AV at 2TC
+//                                                  each, counted without the causal half as PaLM's
+//                                                  MFU does; backward twice the forward)
+//   recompute FLOPs     R = (24 L C^2 + 4 L T C) n when checkpoint_every > 0 (GPT checkpoints every
+//                                                  block in segments of K, so backward reruns the
+//                                                  forward of all L blocks; the head is not rerun)
+//   collective bytes    P parameters, g / p bytes per gradient / parameter element, N ranks; a ring
+//                       collective moves (N-1)/N of its buffer per rank for reduce-scatter and
+//                       all-gather, 2(N-1)/N for all-reduce, at interconnect_bandwidth (bus bandwidth):
+//                         stage 0    all-reduce of the gradients (P g)           once per step
+//                         stage 1-2  reduce-scatter of the gradients (P g)       once per step
+//                                    + all-gather of the updated parameters (P p) after the optimizer
+//                         stage 3    reduce-scatter of the gradients (P g)       once per step
+//                                    + all-gather of every unit's parameters in its forward and again
+//                                    in its backward (2 P p)                     every micro-batch
+//   link bytes          at host_link_bandwidth, each way:
+//                         activation offload: what the forward saves goes down and comes back up
+//                         (inputs: the checkpoint inputs, ceil(L/K) x b T C x p; all: every saved
+//                         activation, the memory model's activations with offload off), per micro-batch
+//                         optimizer offload: this rank's gradients down (P_r g), parameters up (P_r p)
+//   optimizer           AdamW reads theta, the gradient and both moments and writes theta, the moments
+//                       and (with a master copy) the rounded parameter: 4 + g + 2s + 4 + 2s (+ p) bytes
+//                       per element of this rank's partition P_r (s = 4 for 32-bit state, 1 + 8/2048
+//                       for 8-bit state with one fp32 absmax per 2048-element block; a half model
+//                       without master weights has theta in p bytes), at device_bandwidth, or at
+//                       host_adam_bandwidth when offloaded (measured over the same bytes).
+//                       P_r = P at stages -1 and 0, P / N at stages 1-3.
+//
+// Overlap model (what the code of halfgrad overlaps, no more):
+//   - one micro-batch runs its compute c = (F + R) / (a * flops) on the compute stream; its activation
+//     offload copies o (copy stream, one group ahead) and stage 3's parameter gathers g3 (prefetched one
+//     unit ahead) overlap it: a micro-batch takes max(c, o, g3);
+//   - the last micro-batch's backward also carries the gradient collectives (bucketed, launched from
+//     backward hooks) on the interconnect and, with optimizer offload, the gradients' copies to the host
+//     on the link: it takes max(c, o + grads down, g3 + gradient collective);
+//   - then, serially: the optimizer (device or CPU), the parameters' copy back to the device (offload),
+//     and stages 1-2's all-gather of the updated parameters.
+//   total = (a - 1) max(c, o, g3) + max(c, o + grads_down, g3 + grad_collective)
+//           + optimizer + params_up + parameter_all_gather
+// StepTime's fields hold each kind of work in full (compute, recompute, offload = all link time,
+// collectives = all interconnect time, optimizer); total is what does not overlap.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/cuda_context.h"
+#include "engine/ops.h"
+#include "engine/tensor.h"
+#include "kernels/error.h"
+#include "kernels/kernels.h"
+#include "plan/plan.h"
+
+namespace hg::plan {
+
+namespace {
+
+// ---- H200 SXM constants: published peaks, derated to what a training step sustains -------------
+// Source: NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16/FP16 Tensor Core 1,979 TFLOP/s with
+// sparsity = 989.4 dense; FP32 (CUDA cores, halfgrad's f32 GEMM: no TF32 unless HALFGRAD_TF32=1)
+// 67 TFLOP/s; HBM3e 4.8 TB/s; NVLink 900 GB/s total per GPU (450 GB/s each way); PCIe Gen5 x16
+// 128 GB/s total (64 GB/s each way).
+constexpr double kH200Bf16Peak = 989.4e12;
+constexpr double kH200Fp32Peak = 67e12;
+constexpr double kH200HbmPeak = 4.8e12;
+constexpr double kH200NvlinkPeakEachWay = 450e9;
+constexpr double kH200PcieEachWay = 64e9;
+// Derating (sustained fraction of the peak):
+//   GEMM 0.60: large transformer GEMMs reach 70-80% of peak in cuBLASLt, and the step's other kernels
+//              (LayerNorm, GELU, attention softmax, the classifier) add time the FLOP count omits;
+//              0.6 of peak is a whole-step MFU well-tuned training reaches on Hopper.
+//   HBM 0.80: streaming kernels (AdamW) reach 80-90% of the HBM peak.
+//   NVLink 0.80: NCCL's all-reduce bus bandwidth on an 8-GPU H100/H200 node is ~360-370 GB/s of the
+//              450 GB/s each way.
+//   PCIe 0.80: pinned cudaMemcpyAsync reaches ~50-55 GB/s of 64 GB/s each way.
+constexpr double kGemmSustained = 0.60;
+constexpr double kHbmSustained = 0.80;
+constexpr double kNvlinkSustained = 0.80;
+constexpr double kPcieSustained = 0.80;
+// The host's CPU AdamW (kernels/cpu/adamw_offload.cpp, AVX-512 over all cores of a dual-socket
+// server) streams its state at about 40 GB/s: ~1/4 of the host's DRAM bandwidth, as DeepSpeed's
+// CPU-Adam reports (~6-7x faster than PyTorch's, 1B parameters updated in ~0.4 s).
+constexpr double kHostAdamBytesPerSecond = 40e9;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Runs `work` (which does `units` of something) at least twice and until `budget` seconds have
+// passed; returns the best rate in units per second (the first run warms caches and allocators).
+template <class Work>
+double best_rate(double units, double budget, Work&& work) {
+  double best = 0;
+  const auto begin = std::chrono::steady_clock::now();
+  for (int run = 0; run < 2 || seconds_since(begin) < budget; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    const double seconds = seconds_since(start);
+    if (run > 0 && seconds > 0) best = std::max(best, units / seconds);
+    if (run > 64) break;
+  }
+  return best;
+}
+
+// Bytes AdamW moves per element of its partition (the header's formula).
+double optimizer_bytes_per_element(const TrainingConfig& config) {
+  const bool half = config.precision != Precision::fp32;
+  const double param = half ? 2.0 : 4.0;
+  const double grad = (half && !config.fp32_grads) ? 2.0 : 4.0;
+  const double state = config.state_bits == 8 ? 1.0 + 8.0 / 2048.0 : 4.0;
+  const bool master = half && config.master_weights;
+  const double theta = (half && !master) ? param : 4.0;
+  return theta + grad + 2 * state + theta + 2 * state + (master ? param : 0.0);
+}
+
+// The CPU's constants measured on the CPU kernels (the CPU device runs them).
+Machine calibrate_cpu(double budget) {
+  Machine m;
+  m.name = "this CPU (calibrated)";
+  m.kind = DeviceKind::cpu;
+  const double share = budget / 3;
+  // GEMM: f32 (the CPU computes half types in f32 after conversion; one figure serves both).
+  const int64_t n = 512;
+  std::vector<float> a(size_t(n * n), 1.0f), b(size_t(n * n), 0.5f), c(size_t(n * n));
+  m.device_flops_fp32 = best_rate(2.0 * n * n * n, share, [&] {
+    kernels::cpu::gemm(false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n, DType::f32);
+  });
+  m.device_flops = m.device_flops_fp32;
+  // Copy: a 64 MiB memcpy reads and writes each byte (device bandwidth counts both); the "host link"
+  // of the CPU device is the same memcpy into host_offload_allocator()'s pool (one way: its size).
+  const size_t bytes = size_t(64) << 20;
+  std::vector<char> src(bytes, 1), dst(bytes);
+  const double copies = best_rate(double(bytes), share, [&] { std::memcpy(dst.data(), src.data(), bytes); });
+  m.device_bandwidth = 2 * copies;
+  m.host_link_bandwidth = copies;
+  // Ranks of one host exchange through shared memory (MPI): each byte is copied in and out.
+  m.interconnect_bandwidth = copies / 2;
+  // The CPU AdamW over 4M elements: 28 bytes each (master, m, v read and written; f32 gradient read).
+  const int64_t elements = int64_t(1) << 22;
+  std::vector<float> master(size_t(elements), 0.1f), grad(size_t(elements), 0.01f), m1(size_t(elements)),
+      v1(size_t(elements));
+  int64_t step = 0;
+  m.host_adam_bandwidth = best_rate(28.0 * double(elements), share, [&] {
+    kernels::cpu::adamw_offload_step(master.data(), grad.data(), DType::f32, m1.data(), v1.data(), nullptr, DType::f32,
+                                     elements, 1e-4, 0.9, 0.999, 1e-8, 0.0, ++step);
+  });
+  return m;
+}
+
+// A CUDA device's constants: GEMM and copies measured on device 0, the interconnect taken from the
+// H200 figures (one process cannot measure a collective).
+Machine calibrate_cuda(double budget) {
+  HG_CHECK(cuda::is_available(), "[plan] calibrate(cuda): no CUDA device answers (", cuda::unavailable_reason(),
+           "); expected a CUDA device, or calibrate(DeviceKind::cpu)");
+  Machine m = Machine::h200();
+  m.name = cuda::device_name(0) + " (calibrated)";
+  const double share = budget / 5;
+  const Device device = Device::cuda(0);
+  const int64_t n = cuda::is_emulated() ? 128 : 4096;
+  const auto gemm_rate = [&](DType dtype) {
+    const Tensor a = randn({n, n}, dtype, device), b = randn({n, n}, dtype, device);
+    return best_rate(2.0 * n * n * n, share, [&] {
+      const Tensor c = matmul(a, b);
+      cuda::synchronize(0);
+    });
+  };
+  m.device_flops = gemm_rate(DType::bf16);
+  m.device_flops_fp32 = gemm_rate(DType::f32);
+  const int64_t elements = cuda::is_emulated() ? (int64_t(1) << 20) : (int64_t(1) << 28);
+  const Tensor src = randn({elements}, DType::f32, device), dst = empty({elements}, DType::f32, device);
+  const size_t bytes = size_t(elements) * 4;
+  m.device_bandwidth = best_rate(2.0 * double(bytes), share, [&] {
+    cuda::copy_device_to_device(dst.data_ptr(), src.data_ptr(), bytes, 0);
+    cuda::synchronize(0);
+  });
+  std::vector<char> host(bytes);
+  m.host_link_bandwidth =
+      best_rate(double(bytes), share, [&] { cuda::copy_to_host(host.data(), src.data_ptr(), bytes, 0); });
+  m.host_adam_bandwidth = calibrate_cpu(share).host_adam_bandwidth;
+  return m;
+}
+
+}  // namespace
+
+Machine Machine::h200() {
+  Machine m;
+  m.name = "H200 SXM (published figures, derated)";
+  m.kind = DeviceKind::cuda;
+  m.device_flops = kH200Bf16Peak * kGemmSustained;
+  m.device_flops_fp32 = kH200Fp32Peak * kGemmSustained;
+  m.device_bandwidth = kH200HbmPeak * kHbmSustained;
+  m.host_link_bandwidth = kH200PcieEachWay * kPcieSustained;
+  m.interconnect_bandwidth = kH200NvlinkPeakEachWay * kNvlinkSustained;
+  m.host_adam_bandwidth = kHostAdamBytesPerSecond;
+  return m;
+}
+
+Machine Machine::this_cpu() {
+  static const Machine cpu = calibrate(DeviceKind::cpu, 0.3);
+  return cpu;
+}
+
+Machine calibrate(DeviceKind kind, double seconds_budget) {
+  HG_CHECK(seconds_budget > 0 && seconds_budget <= 600, "[plan] calibrate: seconds_budget ", seconds_budget,
+           " is out of range; expected (0, 600] seconds");
+  return kind == DeviceKind::cpu ? calibrate_cpu(seconds_budget) : calibrate_cuda(seconds_budget);
+}
+
+StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config, int world, int64_t batch_tokens,
+                           const Machine& machine) {
+  HG_CHECK(world >= 1, "[plan] predict_step_time: world ", world, " must be >= 1");
+  HG_CHECK(config.micro_batch >= 1 && config.grad_accum >= 1, "[plan] predict_step_time: micro_batch ",
+           config.micro_batch, " and grad_accum ", config.grad_accum, " must be >= 1");
+  HG_CHECK(machine.device_flops > 0 && machine.device_flops_fp32 > 0 && machine.device_bandwidth > 0 &&
+               machine.host_link_bandwidth > 0 && machine.interconnect_bandwidth > 0 &&
+               machine.host_adam_bandwidth > 0,
+           "[plan] predict_step_time: machine \"", machine.name,
+           "\" has a constant <= 0; expected every rate > 0 (Machine::h200(), this_cpu() or calibrate())");
+  (void)batch_tokens;  // the configuration's micro_batch x grad_accum x context are the tokens this rank trains
+  const double L = double(model.layers), C = double(model.dim), T = double(model.context), V = double(model.vocab);
+  const double a = double(config.grad_accum), b = double(config.micro_batch);
+  const double tokens = b * a * T;  // per rank per step
+  const bool half = config.precision != Precision::fp32;
+  const double param_bytes = half ? 2.0 : 4.0;
+  const double grad_bytes = (half && !config.fp32_grads) ? 2.0 : 4.0;
+  const double P = double(model.parameters());
+  const double N = double(world);
+  const int stage = config.zero_stage;
+  const double P_rank = (stage >= 1) ? P / N : P;
+
+  StepTime t;
+  const double flops = half ? machine.device_flops : machine.device_flops_fp32;
+  const double matmul_params = 12 * L * C * C + V * C;
+  t.compute = (6 * matmul_params + 12 * L * T * C) * tokens / flops;
+  if (config.checkpoint_every > 0) t.recompute = (24 * L * C * C + 4 * L * T * C) * tokens / flops;
+
+  // Host link, per micro-batch (activations) and per step (optimizer offload).
+  double activation_bytes = 0;  // saved by one micro-batch's forward, one way
+  if (config.offload_activations == ActivationOffload::inputs) {
+    const double segments = config.checkpoint_every > 0 ? std::ceil(L / double(config.checkpoint_every)) : L;
+    activation_bytes = segments * b * T * C * param_bytes;
+  } else if (config.offload_activations == ActivationOffload::all) {
+    TrainingConfig kept = config;
+    kept.offload_activations = ActivationOffload::off;
+    activation_bytes = double(predict_memory(model, kept, world, machine.kind).activations);
+  }
+  const double offload_per_micro = 2 * activation_bytes / machine.host_link_bandwidth;
+  const double grads_down = config.offload_optimizer ? P_rank * grad_bytes / machine.host_link_bandwidth : 0;
+  const double params_up = config.offload_optimizer ? P_rank * param_bytes / machine.host_link_bandwidth : 0;
+  // The CPU device's optimizer state sits in host memory already: nothing crosses a link.
+  const bool link = machine.kind == DeviceKind::cuda;
+  t.offload = a * offload_per_micro + (link ? grads_down + params_up : 0);
+
+  // Interconnect (ring collectives at bus bandwidth).
+  double grad_collective = 0, param_gather = 0, stage3_gathers_per_micro = 0;
+  if (world > 1 && stage >= 0) {
+    const double ring = (N - 1) / N / machine.interconnect_bandwidth;
+    grad_collective = (stage == 0 ? 2.0 : 1.0) * P * grad_bytes * ring;
+    if (stage == 1 || stage == 2) param_gather = P * param_bytes * ring;
+    if (stage == 3) stage3_gathers_per_micro = 2 * P * param_bytes * ring;
+  }
+  t.collectives = grad_collective + param_gather + a * stage3_gathers_per_micro;
+
+  const double optimizer_bytes = optimizer_bytes_per_element(config) * P_rank;
+  t.optimizer = optimizer_bytes / (config.offload_optimizer ? machine.host_adam_bandwidth : machine.device_bandwidth);
+
+  const double c = (t.compute + t.recompute) / a;
+  const double down = link ? grads_down : 0, up = link ? params_up : 0;
+  t.total = (a - 1) * std::max({c, offload_per_micro, stage3_gathers_per_micro}) +
+            std::max({c, offload_per_micro + down, stage3_gathers_per_micro + grad_collective}) + t.optimizer + up +
+            param_gather;
+  return t;
+}
+
+}  // namespace hg::plan
