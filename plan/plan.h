@@ -104,6 +104,7 @@ struct Candidate {
   TrainingConfig config;
   MemoryPrediction memory;
   StepTime time;
+  int world = 1;  // ranks it was planned for: flags() writes the global --batch (micro_batch x world)
   // The train_gpt flags that select this configuration ("--precision bf16 --zero 2 ...").
   std::vector<std::string> flags() const;
 };

@@ -30,7 +30,8 @@
 //                       for 8-bit state with one fp32 absmax per 2048-element block; a half model
 //                       without master weights has theta in p bytes), at device_bandwidth, or at
 //                       host_adam_bandwidth when offloaded (measured over the same bytes).
-//                       P_r = P at stages -1 and 0, P / N at stages 1-3.
+//                       P_r = P at stages -1 and 0, P / N at stages 1-3. fp16 adds the loss
+//                       scaler's pass over the gradients (read and write, 2 P_r g bytes).
 //
 // Overlap model (what the code of halfgrad overlaps, no more):
 //   - one micro-batch runs its compute c = (F + R) / (a * flops) on the compute stream; its activation
@@ -48,6 +49,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -127,13 +129,16 @@ Machine calibrate_cpu(double budget) {
   m.name = "this CPU (calibrated)";
   m.kind = DeviceKind::cpu;
   const double share = budget / 3;
-  // GEMM: f32 (the CPU computes half types in f32 after conversion; one figure serves both).
+  // GEMM in f32 and in bf16 (which the CPU converts to f32, multiplies and rounds back).
   const int64_t n = 512;
   std::vector<float> a(size_t(n * n), 1.0f), b(size_t(n * n), 0.5f), c(size_t(n * n));
-  m.device_flops_fp32 = best_rate(2.0 * n * n * n, share, [&] {
+  m.device_flops_fp32 = best_rate(2.0 * n * n * n, share / 2, [&] {
     kernels::cpu::gemm(false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n, DType::f32);
   });
-  m.device_flops = m.device_flops_fp32;
+  std::vector<uint16_t> a16(size_t(n * n), 0x3f80), b16(size_t(n * n), 0x3f00), c16(size_t(n * n));  // bf16 1, 0.5
+  m.device_flops = best_rate(2.0 * n * n * n, share / 2, [&] {
+    kernels::cpu::gemm(false, false, n, n, n, 1.0, a16.data(), n, b16.data(), n, 0.0, c16.data(), n, DType::bf16);
+  });
   // Copy: a 64 MiB memcpy reads and writes each byte (device bandwidth counts both); the "host link"
   // of the CPU device is the same memcpy into host_offload_allocator()'s pool (one way: its size).
   const size_t bytes = size_t(64) << 20;
@@ -145,8 +150,8 @@ Machine calibrate_cpu(double budget) {
   m.interconnect_bandwidth = copies / 2;
   // The CPU AdamW over 4M elements: 28 bytes each (master, m, v read and written; f32 gradient read).
   const int64_t elements = int64_t(1) << 22;
-  std::vector<float> master(size_t(elements), 0.1f), grad(size_t(elements), 0.01f), m1(size_t(elements)),
-      v1(size_t(elements));
+  std::vector<float> master(size_t(elements), 0.1f), grad(size_t(elements), 0.01f);
+  std::vector<float> m1(size_t(elements), 0.0f), v1(size_t(elements), 0.0f);
   int64_t step = 0;
   m.host_adam_bandwidth = best_rate(28.0 * double(elements), share, [&] {
     kernels::cpu::adamw_offload_step(master.data(), grad.data(), DType::f32, m1.data(), v1.data(), nullptr, DType::f32,
@@ -271,6 +276,10 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
 
   const double optimizer_bytes = optimizer_bytes_per_element(config) * P_rank;
   t.optimizer = optimizer_bytes / (config.offload_optimizer ? machine.host_adam_bandwidth : machine.device_bandwidth);
+  // fp16's loss scaler reads and rewrites this rank's gradients once more (unscale and the inf/NaN
+  // check, kernels unscale_and_check) before the update; offloaded, the CPU update folds it in.
+  if (config.precision == Precision::fp16 && !config.offload_optimizer)
+    t.optimizer += 2 * P_rank * grad_bytes / machine.device_bandwidth;
 
   const double c = (t.compute + t.recompute) / a;
   const double down = link ? grads_down : 0, up = link ? params_up : 0;
