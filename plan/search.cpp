@@ -8,18 +8,22 @@
 //   micro-batch          every power of two b dividing S; grad_accum = S / b
 //   checkpoint_every     0, and K = 1, 2, 4, ... up to L / 2, and L / 2 itself
 //   offload activations  off, all; inputs with checkpointing
-//   ZeRO stage           -1 (world 1 only), 0, 1, 2, 3
+//   ZeRO stage           -1 and 0 at world 1 (stages 1-3 would shard over one rank: stage 0's
+//                        memory, more work); 0, 1, 2, 3 at world > 1
 //   optimizer offload    off; on with a ZeRO stage
+//   On the CPU device the host is the device: offloading (activations or optimizer) moves bytes
+//   between two pools of the same memory, so a CPU plan leaves both out.
 //   optimizer state      32-bit, 8-bit
 //
-// Ranking rule (ranks_before): fastest predicted step first, at the model's resolution of 1% -- step
-// times are compared as buckets of a 1% geometric grid, since the machine constants are not known
-// better than that. Within a bucket: the standard numerics first (numerics_cost: 8-bit state, fp16's
-// loss scaling and master-less half weights each change what training computes, and none is picked
-// for a speed-up the model cannot resolve), then less device memory, then less host memory, then
-// fewer flags. So a larger budget never recommends a configuration more than 1% slower, and a
-// technique that changes the numerics is recommended when it buys memory that is needed or time
-// that is real.
+// Ranking rule (rank): fastest predicted step first, at the model's resolution of 1% -- the machine
+// constants are not known better than that. Sorted by step time, the candidates form groups: a group
+// starts at the fastest candidate not yet placed and holds every one within 1% of it. Within a group:
+// the standard numerics first (numerics_cost: 8-bit state, fp16's loss scaling and master-less half
+// weights each change what training computes, and none is picked for a speed-up the model cannot
+// resolve), then less device memory, then less host memory (as shown, to 0.01 GiB), then fewer flags
+// (train_gpt's defaults where nothing else differs). So the ranking is monotone in step time to 1%, a
+// larger budget never recommends a configuration more than 1% slower, and a technique that changes the
+// numerics is recommended when it buys memory that is needed or time that is real.
 #include "plan/search.h"
 
 #include <algorithm>
@@ -42,7 +46,10 @@ std::vector<int64_t> checkpoint_choices(int64_t layers) {
   return k;
 }
 
-double time_bucket(double seconds) { return std::floor(std::log(std::max(seconds, 1e-12)) / std::log(1.01)); }
+// The model's resolution: step times within 1% of each other are a tie; memory is compared as shown
+// (to 0.01 GiB).
+constexpr double kTimeResolution = 0.01;
+int64_t displayed(int64_t bytes) { return std::llround(double(bytes) / (kGiB / 100)); }
 
 std::string gib(double bytes) {
   char text[32];
@@ -78,6 +85,7 @@ std::vector<TrainingConfig> enumerate(const PlanRequest& request) {
   const int64_t sequences = sequences_per_rank(request);
   std::vector<int64_t> micro_batches;
   for (int64_t b = 1; b <= sequences && sequences % b == 0; b *= 2) micro_batches.push_back(b);
+  const bool host_is_device = request.machine.kind == DeviceKind::cpu;
   std::vector<TrainingConfig> configs;
   for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16})
     for (bool master : {true, false})
@@ -90,6 +98,8 @@ std::vector<TrainingConfig> enumerate(const PlanRequest& request) {
                   if (!master && (precision == Precision::fp32 || zero >= 0)) continue;
                   if (offload == ActivationOffload::inputs && every == 0) continue;
                   if (zero < 0 && (request.world > 1 || offload_optimizer)) continue;
+                  if (zero >= 1 && request.world == 1) continue;
+                  if (host_is_device && (offload != ActivationOffload::off || offload_optimizer)) continue;
                   TrainingConfig c;
                   c.precision = precision;
                   c.master_weights = master;
@@ -120,14 +130,24 @@ int numerics_cost(const TrainingConfig& config) {
          (half && !config.master_weights ? 3 : 0);
 }
 
-bool ranks_before(const Candidate& a, const Candidate& b) {
-  const double ta = time_bucket(a.time.total), tb = time_bucket(b.time.total);
-  if (ta != tb) return ta < tb;
-  const int na = numerics_cost(a.config), nb = numerics_cost(b.config);
-  if (na != nb) return na < nb;
-  if (a.memory.device_peak() != b.memory.device_peak()) return a.memory.device_peak() < b.memory.device_peak();
-  if (a.memory.host != b.memory.host) return a.memory.host < b.memory.host;
-  return a.flags().size() < b.flags().size();
+void rank(std::vector<Candidate>& candidates) {
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.time.total < b.time.total; });
+  const auto preferred = [](const Candidate& a, const Candidate& b) {
+    const int na = numerics_cost(a.config), nb = numerics_cost(b.config);
+    if (na != nb) return na < nb;
+    const int64_t ma = displayed(a.memory.device_peak()), mb = displayed(b.memory.device_peak());
+    if (ma != mb) return ma < mb;
+    const int64_t ha = displayed(a.memory.host), hb = displayed(b.memory.host);
+    if (ha != hb) return ha < hb;
+    return a.flags().size() < b.flags().size();
+  };
+  for (auto group = candidates.begin(); group != candidates.end();) {
+    const double limit = group->time.total * (1 + kTimeResolution);
+    const auto end = std::find_if(group, candidates.end(), [&](const Candidate& c) { return c.time.total > limit; });
+    std::stable_sort(group, end, preferred);
+    group = end;
+  }
 }
 
 std::vector<Candidate> plan(const PlanRequest& request) {
@@ -140,7 +160,7 @@ std::vector<Candidate> plan(const PlanRequest& request) {
     Candidate c = evaluate(request, config);
     if (c.memory.device_peak() <= request.device_budget_bytes && fits_host(request, c)) fits.push_back(std::move(c));
   }
-  std::stable_sort(fits.begin(), fits.end(), ranks_before);
+  rank(fits);
   return fits;
 }
 

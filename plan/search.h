@@ -15,7 +15,8 @@ int64_t sequences_per_rank(const PlanRequest& request);
 
 // Every configuration the planner considers for the request (valid ones only: no master-less half
 // model under ZeRO, offload-activations inputs only with checkpointing, optimizer offload only with a
-// ZeRO stage, ZeRO -1 only at world 1), in a fixed order.
+// ZeRO stage, ZeRO -1 only and stages 1-3 never at world 1, no offload on the CPU device), in a fixed
+// order.
 std::vector<TrainingConfig> enumerate(const PlanRequest& request);
 
 // The prediction of one configuration (memory and step time), whether it fits or not.
@@ -27,8 +28,8 @@ Candidate evaluate(const PlanRequest& request, const TrainingConfig& config);
 // lost). The sum of what applies.
 int numerics_cost(const TrainingConfig& config);
 
-// Ranking: true when `a` ranks before `b` (plan/search.cpp states the rule).
-bool ranks_before(const Candidate& a, const Candidate& b);
+// Sorts candidates into the planner's ranking, best first (plan/search.cpp states the rule).
+void rank(std::vector<Candidate>& candidates);
 
 // The answer when plan() is empty: the smallest predicted peak, its flags and what would have to change.
 std::string nothing_fits_message(const PlanRequest& request);

@@ -10,6 +10,9 @@
 //   recompute FLOPs     R = (24 L C^2 + 4 L T C) n when checkpoint_every > 0 (GPT checkpoints every
 //                                                  block in segments of K, so backward reruns the
 //                                                  forward of all L blocks; the head is not rerun)
+//   time                each GEMM's FLOPs at flops x its wave-quantisation efficiency for the
+//                       micro-batch's M = b T rows (gemm_efficiency below; 1 on the CPU); a micro-batch
+//                       takes at least the host's time to issue its kernels (launch floor)
 //   collective bytes    P parameters, g / p bytes per gradient / parameter element, N ranks; a ring
 //                       collective moves (N-1)/N of its buffer per rank for reduce-scatter and
 //                       all-gather, 2(N-1)/N for all-reduce, at interconnect_bandwidth (bus bandwidth):
@@ -91,6 +94,26 @@ constexpr double kPcieSustained = 0.80;
 // server) streams its state at about 40 GB/s: ~1/4 of the host's DRAM bandwidth, as DeepSpeed's
 // CPU-Adam reports (~6-7x faster than PyTorch's, 1B parameters updated in ~0.4 s).
 constexpr double kHostAdamBytesPerSecond = 40e9;
+
+// Wave quantisation of a GEMM on the GPU: cuBLASLt covers the [M, N] output with 128 x 128 tiles, one
+// per SM at a time, so ceil(tiles / SMs) waves run and the last one may be partly idle:
+//   efficiency = tiles / (waves x SMs)        (H200: 132 SMs)
+// The CPU's GEMM (cache-blocked, all cores) has no such step: efficiency 1.
+constexpr double kH200Sms = 132;
+constexpr double kGemmTile = 128;
+double gemm_efficiency(const Machine& machine, double m, double n) {
+  if (machine.kind == DeviceKind::cpu) return 1.0;
+  const double tiles = std::ceil(m / kGemmTile) * std::ceil(n / kGemmTile);
+  return tiles / (std::ceil(tiles / kH200Sms) * kH200Sms);
+}
+// The host's cost to issue one eager op (checks, caching allocator, launch): ~5 us on a server CPU for a
+// CUDA launch through halfgrad's dispatch; ~2 us for a CPU kernel (its OpenMP region's fork and join).
+// A transformer block's training step issues ~42 kernels (forward ~14: LayerNorm x2, GEMMs x4 with
+// bias epilogues, attention, GELU, residual adds x2, dropout-free; backward about twice that), and a
+// checkpointed block reruns its forward.
+constexpr double kKernelsPerBlockForward = 14;
+constexpr double kKernelsPerBlockStep = 42;
+double launch_seconds(const Machine& machine) { return machine.kind == DeviceKind::cpu ? 2e-6 : 5e-6; }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -243,9 +266,19 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
 
   StepTime t;
   const double flops = half ? machine.device_flops : machine.device_flops_fp32;
-  const double matmul_params = 12 * L * C * C + V * C;
-  t.compute = (6 * matmul_params + 12 * L * T * C) * tokens / flops;
-  if (config.checkpoint_every > 0) t.recompute = (24 * L * C * C + 4 * L * T * C) * tokens / flops;
+  // Each GEMM's FLOPs at the rate its wave quantisation allows (rows M = b T of one micro-batch).
+  const double rows = b * T;
+  const double block_gemm_flops = 2 * C * (3 * C) / gemm_efficiency(machine, rows, 3 * C) +  // qkv
+                                   2 * C * C / gemm_efficiency(machine, rows, C) +            // projection
+                                   2 * C * (4 * C) / gemm_efficiency(machine, rows, 4 * C) +  // MLP up
+                                   2 * (4 * C) * C / gemm_efficiency(machine, rows, C);       // MLP down
+  const double head_flops = 2 * V * C / gemm_efficiency(machine, rows, V);
+  const double attention_flops = 4 * T * C;  // per token per block, forward
+  t.compute = 3 * (L * (block_gemm_flops + attention_flops) + head_flops) * tokens / flops;
+  if (config.checkpoint_every > 0) t.recompute = L * (block_gemm_flops + attention_flops) * tokens / flops;
+  // A micro-batch takes at least the host's time to issue its kernels (eager dispatch).
+  const double kernels_per_micro = L * (kKernelsPerBlockStep + (config.checkpoint_every > 0 ? kKernelsPerBlockForward : 0));
+  const double launch_floor = kernels_per_micro * launch_seconds(machine);
 
   // Host link, per micro-batch (activations) and per step (optimizer offload).
   double activation_bytes = 0;  // saved by one micro-batch's forward, one way
@@ -281,7 +314,7 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
   if (config.precision == Precision::fp16 && !config.offload_optimizer)
     t.optimizer += 2 * P_rank * grad_bytes / machine.device_bandwidth;
 
-  const double c = (t.compute + t.recompute) / a;
+  const double c = std::max((t.compute + t.recompute) / a, launch_floor);
   const double down = link ? grads_down : 0, up = link ? params_up : 0;
   t.total = (a - 1) * std::max({c, offload_per_micro, stage3_gathers_per_micro}) +
             std::max({c, offload_per_micro + down, stage3_gathers_per_micro + grad_collective}) + t.optimizer + up +

@@ -56,7 +56,10 @@ TrainGptConfig::TrainGptConfig(int argc, char** argv) {
     check_readable_file(kProgram, "data", c.data.substr(start, comma - start));
     start = comma + 1;
   }
-  checked_device(kProgram, c.device);
+  if (c.plan)  // planning for a device need not run on one: --plan --device cuda works without a GPU
+    or_usage_error(kProgram, "--device " + c.device, [&] { return Device::parse(c.device); });
+  else
+    checked_device(kProgram, c.device);
 }
 
 }  // namespace hg::samples
