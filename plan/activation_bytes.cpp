@@ -1,98 +1,204 @@
-// activation_bytes: what the forward of one micro-batch keeps for backward and what the backward holds
-// at its worst point, counted from the ops layers/gpt.cpp and layers/transformer.cpp run, with
-// N = B T tokens, C channels, H heads, V vocabulary, e bytes per activation element.
+// step_phases: the points of one training step at which the allocator's peak can fall, with the
+// activation bytes alive at each, counted from what the ops of layers/gpt.cpp and
+// layers/transformer.cpp save for backward. N = B T tokens of a micro-batch, C channels, H heads,
+// V vocabulary, e bytes per activation element, a = N C e.
 //
-// Per block (pre-LN, engine/ops saved tensors):
-//   ln_1 out N C, qkv 3 N C (the attention's q, k, v are views of it), attention out N C, its
-//   [B T C] copy for c_proj N C, h = x + attn N C, ln_2 out N C, c_fc out 4 N C, gelu out 4 N C,
-//   block output N C                                                              = 17 N C e
-//   LayerNorm statistics 2 x 2 N fp32; fused attention: B H T fp32 log-sum-exp; composed attention:
-//   B H T T probabilities (e); dropout > 0: masks.
-// Outside the blocks: the embedding sum N C, ln_f out N C and its statistics; the fused classifier
-// keeps N fp32 log-sum-exps and works in chunks of rows, the composed one keeps B T V logits and
-// their softmax.
-// Checkpointing every K blocks keeps only the segments' inputs (N C each) and recomputes one segment
-// at a time in backward. The backward's peak adds the gradients of the activations alive at its worst
-// point (the MLP of the last block: 4 N C gradients of c_fc / gelu outputs).
+// Saved by one pre-LN block (engine/ops; measured on the CPU device, tests/test_plan.cpp):
+//   ln_1 out a, qkv 3a (q, k, v are views of it), attention out a (c_proj's input: the fused kernels
+//   write [B T H D], so the transpose back is a view), h = x + attn a, ln_2 out a, c_fc out 4a,
+//   gelu out 4a                                                                  = 15a
+//   + the two LayerNorms' mean and rstd (4 x N fp32)
+//   + fused attention: the B H T fp32 log-sum-exp; composed: the B H T T probabilities (e), and with
+//     dropout the dropped probabilities as well (the fused kernels and Dropout regenerate their masks
+//     from a Philox seed: nothing kept)
+//   + its input a (the embedding sum, or the block before's output).
+// Outside the blocks: ln_f's statistics, the batch (ids, targets: 2 N i64), and the classifier:
+//   fused (engine/ops/linear_cross_entropy.cpp): its forward already computes dx a and dW (V C, fp32
+//   for half models) and keeps them; its scratch is one chunk of R rows: logits and P (R V e each;
+//   half: + R C and R V fp32 copies) and two N-float row buffers.
+//   composed: ln_f out a, the B T V logits (e) and their log-sum-exps; its backward adds B T V e.
+//
+// Phases:
+//   forward end, at the classifier: every block's saved tensors + the classifier's scratch
+//   backward of block i, in its MLP (the worst point of a block: gelu's backward holds the gradients
+//     of the gelu and c_fc outputs, 4a each, while both outputs are still saved), with the residual
+//     stream's gradient a, and the blocks <= i still saved; the gradients of blocks > i exist
+//   end of the backward: every gradient, the embedding's dense wte gradient (V C) and dx a.
+// Checkpointing every K blocks keeps only the segments' inputs (a each) and the last output; the
+// backward of segment s recomputes its K blocks (saved tensors + outputs) before going through them.
+// Activation offload "all" keeps saved tensors on the host (engine/activation_offload.h): at block
+// i's backward, groups i and i - 1 (block i and the one before, each a group) are back on the device;
+// "inputs" does so only for the checkpoints' saved segment inputs.
 #include <algorithm>
 
 #include "plan/memory_internal.h"
 
 namespace hg::plan::detail {
 
-ActivationBytes activation_bytes(const ModelShape& m, const TrainingConfig& c, DeviceKind kind) {
-  const int64_t e = element_bytes(c.precision);
-  const int64_t B = c.micro_batch, T = m.context, C = m.dim, H = m.heads, V = m.vocab, L = m.layers;
-  const int64_t N = B * T;
-  std::vector<int64_t> block;  // requests kept by one block
-  auto keep = [&](std::vector<int64_t>& into, int64_t bytes, int count = 1) {
-    for (int i = 0; i < count; ++i) into.push_back(bytes);
-  };
-  keep(block, N * C * e);          // ln_1 out
-  keep(block, N * 4, 2);           // ln_1 mean, rstd
-  keep(block, 3 * N * C * e);      // qkv
+namespace {
+
+struct Shape {
+  int64_t B, T, C, H, V, L, N, e;
+};
+
+// What one block saves for backward besides its input.
+Bytes block_saved(const ModelShape& m, const Shape& s, DeviceKind kind) {
+  Bytes b;
+  const int64_t a = s.N * s.C * s.e;
+  b.add(a, kind, 4);               // ln_1 out, attention out, h, ln_2 out
+  b.add(3 * a, kind);              // qkv
+  b.add(4 * a, kind, 2);           // c_fc out, gelu out
+  b.add(s.N * 4, kind, 4);         // LayerNorm mean and rstd, twice
   if (m.fused_attention) {
-    keep(block, N * C * e);        // attention out
-    keep(block, B * H * T * 4);    // log-sum-exp
+    b.add(s.B * s.H * s.T * 4, kind);  // log-sum-exp
   } else {
-    keep(block, B * H * T * T * e);  // probabilities
-    keep(block, N * C * e);          // attention out
+    const int64_t probabilities = s.B * s.H * s.T * s.T * s.e;
+    b.add(probabilities, kind, m.dropout > 0 ? 2 : 1);
   }
-  keep(block, N * C * e);          // [B T C] copy
-  keep(block, N * C * e);          // h
-  keep(block, N * C * e);          // ln_2 out
-  keep(block, N * 4, 2);           // ln_2 stats
-  keep(block, 4 * N * C * e, 2);   // c_fc out, gelu out
-  keep(block, N * C * e);          // block output
-  if (m.dropout > 0) {
-    keep(block, N * C, 2);         // residual dropout masks (bytes)
-    if (!m.fused_attention) keep(block, B * H * T * T);
-  }
-  auto sum = [](const std::vector<int64_t>& v) {
-    int64_t s = 0;
-    for (int64_t x : v) s += x;
-    return s;
-  };
-  auto booked = [&](const std::vector<int64_t>& v) {
-    int64_t s = 0;
-    for (int64_t x : v) s += allocator_bytes(x, kind);
-    return s;
-  };
-  std::vector<int64_t> outside;
-  keep(outside, N * C * e);  // embedding sum (first block input)
-  keep(outside, N * C * e);  // ln_f out
-  keep(outside, N * 4, 2);
-  if (m.fused_classifier) {
-    keep(outside, N * 4);
-  } else {
-    keep(outside, N * V * e, 2);
+  return b;
+}
+
+}  // namespace
+
+std::vector<Phase> step_phases(const ModelShape& m, const TrainingConfig& c, DeviceKind kind) {
+  Shape s{c.micro_batch, m.context, m.dim, m.heads, m.vocab, m.layers, 0, element_bytes(c.precision)};
+  s.N = s.B * s.T;
+  const int64_t a = s.N * s.C * s.e;
+  const bool half = c.precision != Precision::fp32;
+  Bytes one_a;
+  one_a.add(a, kind);
+  const Bytes saved = block_saved(m, s, kind);
+  const int64_t K = c.checkpoint_every;
+  const bool offload_all = c.offload_activations == ActivationOffload::all;
+  const bool offload_inputs = c.offload_activations == ActivationOffload::inputs;
+
+  Bytes batch;  // ids and targets of the micro-batch
+  batch.add(s.N * 8, kind, 2);
+  Bytes ln_f_stats;
+  ln_f_stats.add(s.N * 4, kind, 2);
+
+  std::vector<Phase> phases;
+
+  // ---- the forward's end, at the classifier ----
+  {
+    Phase p;
+    p.where = "forward: classifier";
+    p.activations = batch;
+    p.activations += ln_f_stats;
+    if (offload_all) {
+      p.activations += one_a;  // the last block's output (still referenced)
+    } else if (K > 0) {
+      const int64_t segments = (s.L + K - 1) / K;
+      if (!offload_inputs) p.activations += one_a.times(segments);
+      p.activations += one_a;  // the last output (ln_f's input)
+    } else {
+      p.activations += (saved + one_a).times(s.L);
+      p.activations += one_a;
+    }
+    p.activations += one_a;  // ln_f out (the classifier's input)
+    if (m.fused_classifier) {
+      const int64_t chunk_budget = std::max<int64_t>(a, int64_t(8) << 20);
+      int64_t R = std::max<int64_t>(1, chunk_budget / (s.V * s.e));
+      if (R > 16) R = R / 16 * 16;
+      R = std::min(R, s.N);
+      p.activations.add(a, kind);                      // dx, kept for backward
+      p.activations.add(s.V * s.C * 4, kind);  // dW (fp32 for half models), kept for backward
+      p.workspace.add(R * s.V * s.e, kind, 2);         // logits and P of one chunk
+      if (half) {
+        p.workspace.add(R * s.C * 4, kind);
+        p.workspace.add(R * s.V * 4, kind);
+      }
+      p.workspace.add(s.N * 4, kind, 2);  // row losses, log-sum-exps
+    } else {
+      p.activations.add(s.N * s.V * s.e, kind);  // logits
+      p.activations.add(s.N * 4, kind);          // log-sum-exp
+    }
+    phases.push_back(p);
+    if (!m.fused_classifier) {  // its backward: the logits' gradient beside the logits
+      Phase b = p;
+      b.where = "backward: classifier";
+      b.backward = true;
+      b.grads_from_block = s.L;
+      b.workspace.add(s.N * s.V * s.e, kind);
+      b.gathered = {-1};
+      phases.push_back(b);
+    }
   }
 
-  ActivationBytes a;
-  int64_t req = sum(outside), got = booked(outside);
-  if (c.checkpoint_every > 0) {
-    const int64_t segments = (L + c.checkpoint_every - 1) / c.checkpoint_every;
-    req += segments * N * C * e;
-    got += segments * allocator_bytes(N * C * e, kind);
-    req += std::min(c.checkpoint_every, L) * sum(block);
-    got += std::min(c.checkpoint_every, L) * booked(block);
+  // ---- the backward of each block, in its MLP ----
+  for (int64_t i = s.L - 1; i >= 0; --i) {
+    Phase p;
+    p.where = "backward: block " + std::to_string(i) + " MLP";
+    p.backward = true;
+    p.grads_from_block = i + 1;
+    p.partial_block = i;
+    p.gathered = {i};
+    if (i > 0) p.gathered.push_back(i - 1);  // ZeRO 3 prefetch of the unit before
+    else p.gathered.push_back(-1);
+    p.activations = batch;
+    p.activations += one_a;  // the residual stream's gradient
+    p.workspace.add(4 * s.N * s.C * s.e, kind, 2);  // gradients of the gelu and c_fc outputs
+    if (K > 0) {
+      const int64_t segment = i / K, first = segment * K;
+      const int64_t inputs_on_device = offload_all || offload_inputs ? std::min<int64_t>(segment + 1, 2) : segment + 1;
+      p.activations += one_a.times(inputs_on_device);
+      p.activations += (saved + one_a).times(i - first + 1);  // recomputed blocks first..i
+    } else if (offload_all) {
+      p.activations += (saved + one_a).times(std::min<int64_t>(i + 1, 2));
+    } else {
+      p.activations += (saved + one_a).times(i + 1);
+    }
+    phases.push_back(p);
+  }
+
+  // ---- the end of the backward (and the optimizer step) ----
+  {
+    Phase p;
+    p.where = "backward: embeddings";
+    p.backward = true;
+    p.all_grads = true;
+    p.grads_from_block = 0;
+    p.gathered = {-1};
+    p.activations = batch;
+    p.activations += one_a;
+    p.workspace.add(s.V * s.C * s.e, kind);  // the embedding's dense wte gradient
+    phases.push_back(p);
+  }
+  return phases;
+}
+
+int64_t offloaded_activation_bytes(const ModelShape& m, const TrainingConfig& c) {
+  if (c.offload_activations == ActivationOffload::off) return 0;
+  constexpr DeviceKind host = DeviceKind::cpu;
+  Shape s{c.micro_batch, m.context, m.dim, m.heads, m.vocab, m.layers, 0, element_bytes(c.precision)};
+  s.N = s.B * s.T;
+  const int64_t a = s.N * s.C * s.e;
+  const int64_t K = c.checkpoint_every;
+  Bytes b;
+  if (c.offload_activations == ActivationOffload::inputs) {
+    if (K > 0) b.add(a, host, (s.L + K - 1) / K);  // the segments' inputs
+    return b.booked;
+  }
+  if (K > 0) {
+    b.add(a, host, (s.L + K - 1) / K + 1);  // segment inputs and the last output
   } else {
-    req += L * sum(block);
-    got += L * booked(block);
+    Bytes one_a;
+    one_a.add(a, host);
+    b += (block_saved(m, s, host) + one_a).times(s.L);
+    b += one_a;  // the last output, saved by ln_f
   }
-  // Backward transient: gradients of the MLP's activations.
-  std::vector<int64_t> transient;
-  keep(transient, 4 * N * C * e, 2);
-  keep(transient, N * C * e, 2);
-  req += sum(transient);
-  got += booked(transient);
-  a.activations = req;
-  a.rounding = got - req;
-  a.gradients_alive = 1.0;
-  if (c.offload_activations != ActivationOffload::off) {
-    a.host = a.activations;
+  b.add(s.N * 4, host, 2);  // ln_f statistics
+  b.add(s.N * 8, host);     // ids, saved by the token embedding
+  b.add(s.T * 8, host);     // positions
+  if (m.fused_classifier) {
+    b.add(a, host);
+    b.add(s.V * s.C * 4, host);  // dW: fp32 (the model's dtype, or the fp32 accumulator of a half model)
+  } else {
+    b.add(a, host);
+    b.add(s.N * s.V * s.e, host);
+    b.add(s.N * 4, host);
   }
-  return a;
+  return b.booked;
 }
 
 }  // namespace hg::plan::detail

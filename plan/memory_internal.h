@@ -1,8 +1,9 @@
 #pragma once
 // Internal to hg_plan: the pieces predict_memory (plan/memory_model.cpp) adds up -- the allocator's
-// rounding of one request, the model's parameter tensors, and the activation bytes of a step
-// (plan/activation_bytes.cpp).
+// rounding of one request, the model's parameter tensors, and the phases of a training step at which
+// the peak can fall, with the activation bytes alive at each (plan/activation_bytes.cpp).
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "plan/plan.h"
@@ -10,23 +11,52 @@
 namespace hg::plan::detail {
 
 // Bytes the allocator of `kind` books for a request of `bytes` (engine/allocator.cpp size classes on
-// the CPU; 512-byte multiples on CUDA, engine/cuda/cuda_allocator.cpp).
+// the CPU and for host memory; 512-byte multiples on CUDA, engine/cuda/cuda_allocator.cpp).
 int64_t allocator_bytes(int64_t bytes, DeviceKind kind);
 
-// Element counts of nn::GPT's parameter tensors, in registration order (wte, wpe, h.i..., ln_f).
-std::vector<int64_t> parameter_numels(const ModelShape& model);
-
-// What one step's forward and backward add on top of the model state at their peak.
-struct ActivationBytes {
-  int64_t activations = 0;  // tensors saved for backward + backward's live activation gradients (requested bytes)
-  int64_t workspace = 0;    // op scratch alive at the peak
-  int64_t rounding = 0;     // allocator rounding of the two
-  int64_t host = 0;         // offloaded activations (host memory)
-  // Gradient bytes already created when the peak is reached (set_to_none gradients grow during the
-  // backward): a fraction in [0, 1] of the full gradient bytes.
-  double gradients_alive = 1.0;
+// Requested bytes and what the allocator books for them.
+struct Bytes {
+  int64_t requested = 0, booked = 0;
+  void add(int64_t bytes, DeviceKind kind, int64_t count = 1) {
+    requested += bytes * count;
+    booked += allocator_bytes(bytes, kind) * count;
+  }
+  Bytes& operator+=(const Bytes& o) {
+    requested += o.requested, booked += o.booked;
+    return *this;
+  }
+  Bytes times(int64_t k) const { return Bytes{requested * k, booked * k}; }
 };
-ActivationBytes activation_bytes(const ModelShape& model, const TrainingConfig& config, DeviceKind kind);
+inline Bytes operator+(Bytes x, const Bytes& y) { return x += y; }
+
+// nn::GPT's parameter tensors in registration order (wte, wpe, h.i..., ln_f), with the block each
+// belongs to (-1: outside the blocks).
+struct ParamTensor {
+  int64_t numel = 0;
+  int64_t block = -1;
+  bool head = false;        // wte and ln_f: their gradients exist from the start of the backward
+  bool mlp_proj = false;    // mlp.c_proj weight and bias: the first gradients of a block's backward
+};
+std::vector<ParamTensor> parameter_tensors(const ModelShape& model);
+
+// A point of the step at which the peak can fall: the activation bytes alive there and which
+// gradients already exist (gradients set to none by zero_grad grow during the backward).
+struct Phase {
+  std::string where;
+  Bytes activations;  // saved for backward + backward's live activation gradients + the batch
+  Bytes workspace;    // op scratch alive there (the fused classifier's chunk buffers, ...)
+  bool backward = false;        // false: the forward, no gradient exists yet
+  bool all_grads = false;       // every gradient (end of the backward, the optimizer)
+  int64_t grads_from_block = 0; // (backward) blocks >= this have all their gradients
+  int64_t partial_block = -1;   // this block's mlp.c_proj gradients are being created
+  // ZeRO 3: the units gathered there (block indices; -1: the root unit of wte, wpe).
+  std::vector<int64_t> gathered;
+};
+std::vector<Phase> step_phases(const ModelShape& model, const TrainingConfig& config, DeviceKind kind);
+
+// Host bytes of the offloaded activations at their peak (the end of the forward), in the host
+// allocator's units (CPU size classes: host_offload_allocator or pinned memory).
+int64_t offloaded_activation_bytes(const ModelShape& model, const TrainingConfig& config);
 
 inline int64_t element_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
 

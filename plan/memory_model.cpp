@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "kernels/error.h"
 #include "layers/gpt.h"
 #include "plan/memory_internal.h"
 
@@ -53,7 +54,7 @@ ModelShape ModelShape::of(const nn::GPTConfig& config) {
 
 int64_t ModelShape::parameters() const {
   int64_t total = 0;
-  for (int64_t n : detail::parameter_numels(*this)) total += n;
+  for (const auto& t : detail::parameter_tensors(*this)) total += t.numel;
   return total;
 }
 
@@ -70,76 +71,152 @@ int64_t allocator_bytes(int64_t bytes, DeviceKind kind) {
   return (bytes + step - 1) / step * step;
 }
 
-std::vector<int64_t> parameter_numels(const ModelShape& m) {
+std::vector<ParamTensor> parameter_tensors(const ModelShape& m) {
   const int64_t C = m.dim;
-  std::vector<int64_t> n = {m.vocab * C, m.context * C};
+  std::vector<ParamTensor> t = {{m.vocab * C, -1, true, false}, {m.context * C, -1, false, false}};
   for (int64_t l = 0; l < m.layers; ++l) {
-    const std::vector<int64_t> block = {C, C,                  // ln_1
-                                        3 * C * C, 3 * C,      // attn.c_attn
-                                        C * C, C,              // attn.c_proj
-                                        C, C,                  // ln_2
-                                        4 * C * C, 4 * C,      // mlp.c_fc
-                                        4 * C * C, C};         // mlp.c_proj
-    n.insert(n.end(), block.begin(), block.end());
+    for (int64_t n : {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C})  // ln_1, c_attn, c_proj, ln_2, c_fc
+      t.push_back({n, l, false, false});
+    t.push_back({4 * C * C, l, false, true});  // mlp.c_proj
+    t.push_back({C, l, false, true});
   }
-  n.push_back(C);
-  n.push_back(C);  // ln_f
-  return n;
+  t.push_back({C, -1, true, false});  // ln_f
+  t.push_back({C, -1, true, false});
+  return t;
 }
 
 }  // namespace detail
 
-MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& config, int world, DeviceKind kind) {
-  using detail::allocator_bytes;
-  const int64_t e = detail::element_bytes(config.precision);
-  const bool half = config.precision != Precision::fp32;
-  const int64_t g = half && config.fp32_grads ? 4 : e;
-  const int64_t state_per_element = 8 + (half && config.master_weights ? 4 : 0);
-  const std::vector<int64_t> numels = detail::parameter_numels(model);
-  const int N = std::max(world, 1);
+namespace {
 
-  MemoryPrediction p;
-  int64_t requested = 0, booked = 0;
-  auto add = [&](int64_t& field, int64_t bytes, int64_t count = 1) {
-    field += bytes * count;
-    requested += bytes * count;
-    booked += allocator_bytes(bytes, kind) * count;
-  };
+// The model state of one rank: what stays allocated through the step, and the gradients and
+// gathered ZeRO-3 units of each phase.
+struct ModelState {
+  const ModelShape& model;
+  const TrainingConfig& config;
+  int world;
+  DeviceKind kind;
+  std::vector<detail::ParamTensor> tensors;
+  int64_t e, g, total = 0;
+  enum class Grads { growing, persistent, unit } grads;  // how gradients live through a backward
+  detail::Bytes params, grad_buffers, optimizer;        // allocated through the whole step
+  int64_t host = 0;
 
-  if (config.zero_stage < 0) {  // local AdamW: one tensor of each kind per parameter
-    for (int64_t n : numels) {
-      add(p.parameters, n * e);
-      add(p.gradients, n * g);
-      if (!config.offload_optimizer) {
-        add(p.optimizer_state, n * 4, half && config.master_weights ? 3 : 2);
-        add(p.optimizer_state, 3 * 8);
+  ModelState(const ModelShape& m, const TrainingConfig& c, int N, DeviceKind k)
+      : model(m), config(c), world(N), kind(k), tensors(detail::parameter_tensors(m)) {
+    using detail::Bytes;
+    e = detail::element_bytes(c.precision);
+    const bool half = c.precision != Precision::fp32;
+    g = half && c.fp32_grads && c.zero_stage < 0 && !c.offload_optimizer ? 4 : e;
+    for (const auto& t : tensors) total += t.numel;
+    if (c.zero_stage < 0 && !c.offload_optimizer) {  // local AdamW: one tensor of each kind per parameter
+      const int64_t moments = half && c.master_weights ? 3 : 2;
+      for (const auto& t : tensors) {
+        params.add(t.numel * e, kind);
+        optimizer.add(t.numel * 4, kind, moments);  // exp_avg, exp_avg_sq (+ master)
+        optimizer.add(3 * 8, kind);                 // the step count (i64[3])
       }
+      grads = c.grad_accum > 1 ? Grads::persistent : Grads::growing;
+      if (grads == Grads::persistent)
+        for (const auto& t : tensors) grad_buffers.add(t.numel * g, kind);
+      return;
     }
-  } else {  // ZeRO: flat buffers padded to N partitions of multiples of 32 elements
-    int64_t total = 0;
-    for (int64_t n : numels) total += n;
-    const int64_t align = 32 * N;
-    const int64_t padded = (total + align - 1) / align * align;
-    const int64_t partition = padded / N;
-    add(p.parameters, config.zero_stage == 3 ? partition * e : padded * e);
-    add(p.gradients, config.zero_stage >= 2 ? partition * g : padded * g);
-    if (!config.offload_optimizer) add(p.optimizer_state, partition * state_per_element);
+    // ZeroOptimizer (dist/zero_optimizer.h): flat buffers padded to N partitions of multiples of 32
+    // elements; the optimizer state over this rank's partition (stage 0: all of it).
+    const int stage = std::max(c.zero_stage, 0);
+    const int64_t align = int64_t(32) * N;
+    auto round_up = [](int64_t x, int64_t m) { return (std::max<int64_t>(x, 1) + m - 1) / m * m; };
+    int64_t owned = 0;
+    if (stage < 3) {
+      const int64_t padded = round_up(total, align);
+      owned = stage == 0 ? padded : padded / N;
+      params.add(padded * e, kind);
+      if (stage < 2) {
+        grad_buffers.add(padded * e, kind);
+        grads = Grads::persistent;
+      } else {
+        grad_buffers.add(owned * e, kind);
+        grads = c.grad_accum > 1 ? Grads::persistent : Grads::growing;
+      }
+    } else {
+      // Units: the root (wte, wpe), one per block, and the persistent unit of tensors of at most
+      // 4 C elements (train_gpt's persistence threshold), whole on every rank.
+      int64_t root = 0, block = 0, persistent = 0;
+      for (const auto& t : tensors) {
+        if (t.numel <= 4 * m.dim) persistent += t.numel;
+        else if (t.block < 0) root += t.numel;
+        else if (t.block == 0) block += t.numel;
+      }
+      owned = round_up(root, align) / N + m.layers * (round_up(block, align) / N) + round_up(persistent, align) / N;
+      params.add(owned * e, kind);                          // this rank's shards
+      params.add(round_up(persistent, align) * e, kind);   // the persistent unit, whole
+      grad_buffers.add(owned * e, kind);
+      grads = c.grad_accum > 1 ? Grads::persistent : Grads::unit;
+      unit_root = round_up(root, align) * e;
+      unit_block = round_up(block, align) * e;
+    }
+    if (grads == Grads::persistent && stage >= 2) grad_buffers.add(total * e, kind);  // accumulation micro-steps
+    const int64_t state_tensors = half || c.offload_optimizer ? 3 : 2;  // exp_avg, exp_avg_sq (+ fp32 master)
+    if (c.offload_optimizer) {
+      host += detail::allocator_bytes(owned * 4, DeviceKind::cpu) * state_tensors;
+    } else {
+      optimizer.add(owned * 4, kind, state_tensors);
+      optimizer.add(2 * 8, kind);  // the device step count
+    }
   }
-  if (config.offload_optimizer) {  // ZeRO-Offload: master, m, v of the rank's partition in host memory
-    int64_t total = 0;
-    for (int64_t n : numels) total += n;
-    p.host += (total + N - 1) / N * 12;
-  }
+  int64_t unit_root = 0, unit_block = 0;
 
-  const detail::ActivationBytes a = detail::activation_bytes(model, config, kind);
-  p.activations = a.activations;
-  p.workspace = a.workspace;
-  p.host += a.host;
-  p.rounding = (booked - requested) + a.rounding;
-  // Gradients created by set_to_none backward grow toward the peak; count the part alive there.
-  const int64_t gradient_share = int64_t(double(p.gradients) * (1.0 - a.gradients_alive));
-  p.gradients -= gradient_share;
-  return p;
+  // Gradients alive at a phase (beyond grad_buffers).
+  detail::Bytes gradients(const detail::Phase& p) const {
+    detail::Bytes b;
+    if (!p.backward || grads == Grads::persistent) return b;
+    for (const auto& t : tensors) {
+      bool alive = p.all_grads || t.head || (t.block >= p.grads_from_block) || (t.block == p.partial_block && t.mlp_proj);
+      if (grads == Grads::unit && !p.all_grads && t.block >= 0 && t.block >= p.grads_from_block)
+        alive = t.numel <= 4 * model.dim;  // reduce-scattered with their unit; the persistent ones stay
+      if (alive) b.add(t.numel * g, kind);
+    }
+    return b;
+  }
+  // ZeRO 3: the units gathered at a phase.
+  detail::Bytes gathered(const detail::Phase& p) const {
+    detail::Bytes b;
+    if (grads != Grads::unit && !(config.zero_stage == 3)) return b;
+    for (int64_t u : p.gathered) b.add(u < 0 ? unit_root : unit_block, kind);
+    if (!p.backward) b.add(unit_root, kind);  // the root unit encloses the forward
+    return b;
+  }
+};
+
+}  // namespace
+
+MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& config, int world, DeviceKind kind) {
+  HG_CHECK(world >= 1, "[plan::predict_memory] expected world >= 1, got ", world);
+  HG_CHECK(config.micro_batch >= 1 && config.grad_accum >= 1, "[plan::predict_memory] expected micro_batch >= 1 and "
+           "grad_accum >= 1, got ", config.micro_batch, " and ", config.grad_accum);
+  HG_CHECK(config.state_bits == 32 || config.state_bits == 8, "[plan::predict_memory] expected state_bits 32 or 8, got ",
+           config.state_bits);
+  const ModelState state(model, config, world, kind);
+  MemoryPrediction best;
+  int64_t best_booked = -1;
+  for (const detail::Phase& phase : detail::step_phases(model, config, kind)) {
+    const detail::Bytes grads = state.gradients(phase) + state.grad_buffers;
+    const detail::Bytes params = state.params + state.gathered(phase);
+    const int64_t booked = params.booked + grads.booked + state.optimizer.booked + phase.activations.booked +
+                           phase.workspace.booked;
+    if (booked <= best_booked) continue;
+    best_booked = booked;
+    best = MemoryPrediction{};
+    best.parameters = params.requested;
+    best.gradients = grads.requested;
+    best.optimizer_state = state.optimizer.requested;
+    best.activations = phase.activations.requested;
+    best.workspace = phase.workspace.requested;
+    best.rounding = booked - (params.requested + grads.requested + state.optimizer.requested +
+                              phase.activations.requested + phase.workspace.requested);
+  }
+  best.host = state.host + detail::offloaded_activation_bytes(model, config);
+  return best;
 }
 
 }  // namespace hg::plan
