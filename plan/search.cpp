@@ -51,9 +51,11 @@ std::vector<int64_t> checkpoint_choices(int64_t layers) {
 constexpr double kTimeResolution = 0.01;
 int64_t displayed(int64_t bytes) { return std::llround(double(bytes) / (kGiB / 100)); }
 
+// GiB to 0.1, or to two significant digits below that.
 std::string gib(double bytes) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.1f", bytes / kGiB);
+  const double g = bytes / kGiB;
+  std::snprintf(text, sizeof text, g >= 0.1 ? "%.1f" : "%.2g", g);
   return text;
 }
 
@@ -206,7 +208,9 @@ std::string nothing_fits_message(const PlanRequest& request) {
   if (!any_host_fit)
     return message + ", and it needs " + gib(double(smallest->memory.host * ranks_per_node(request))) +
            " GiB of host memory; expected a larger --host-memory";
-  return message + "; expected --memory-budget " + gib(std::ceil(peak / kGiB * 10) / 10 * kGiB) +
+  // The budget to ask for: the peak rounded up in the message's own precision.
+  const double g = peak / kGiB, step = g >= 0.1 ? 0.1 : std::pow(10.0, std::floor(std::log10(g)) - 1);
+  return message + "; expected --memory-budget " + gib(std::ceil(g / step) * step * kGiB) +
          " or more, more ranks (--world), a shorter --context or a smaller model";
 }
 

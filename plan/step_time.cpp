@@ -24,15 +24,18 @@
 //                                    in its backward (2 P p)                     every micro-batch
 //   link bytes          at host_link_bandwidth, each way:
 //                         activation offload: what the forward saves goes down and comes back up
-//                         (inputs: the checkpoint inputs, ceil(L/K) x b T C x p; all: every saved
-//                         activation, the memory model's activations with offload off), per micro-batch
+//                         (inputs: the checkpoint inputs, about ceil(L/K) x b T C x p; all: every
+//                         saved activation), per micro-batch, as the memory model counts them
+//                         (detail::offloaded_activation_bytes)
 //                         optimizer offload: this rank's gradients down (P_r g), parameters up (P_r p)
 //   optimizer           AdamW reads theta, the gradient and both moments and writes theta, the moments
 //                       and (with a master copy) the rounded parameter: 4 + g + 2s + 4 + 2s (+ p) bytes
 //                       per element of this rank's partition P_r (s = 4 for 32-bit state, 1 + 8/2048
-//                       for 8-bit state with one fp32 absmax per 2048-element block; a half model
+//                       for 8-bit state with one fp32 absmax per 2048-element block, on tensors of
+//                       at least 4096 elements -- smaller ones stay 32-bit; a half model
 //                       without master weights has theta in p bytes), at device_bandwidth, or at
-//                       host_adam_bandwidth when offloaded (measured over the same bytes).
+//                       host_adam_bandwidth when offloaded (measured over the same bytes). On a CPU
+//                       8-bit state is charged the 32-bit bytes (see the optimizer term below).
 //                       P_r = P at stages -1 and 0, P / N at stages 1-3. fp16 adds the loss
 //                       scaler's pass over the gradients (read and write, 2 P_r g bytes).
 //
@@ -62,6 +65,8 @@
 #include "engine/tensor.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
+#include "kernels/adamw8bit_math.h"
+#include "plan/memory_internal.h"
 #include "plan/plan.h"
 
 namespace hg::plan {
@@ -135,15 +140,28 @@ double best_rate(double units, double budget, Work&& work) {
   return best;
 }
 
-// Bytes AdamW moves per element of its partition (the header's formula).
-double optimizer_bytes_per_element(const TrainingConfig& config) {
+// Bytes AdamW moves per element of its partition (the header's formula) for moments of `state` bytes.
+double optimizer_bytes_per_element(const TrainingConfig& config, double state) {
   const bool half = config.precision != Precision::fp32;
   const double param = half ? 2.0 : 4.0;
   const double grad = (half && !config.fp32_grads) ? 2.0 : 4.0;
-  const double state = config.state_bits == 8 ? 1.0 + 8.0 / 2048.0 : 4.0;
   const bool master = half && config.master_weights;
   const double theta = (half && !master) ? param : 4.0;
   return theta + grad + 2 * state + theta + 2 * state + (master ? param : 0.0);
+}
+
+// The same averaged over the model's parameters: with 8-bit state, tensors of fewer than
+// kAdamW8BitMinElements keep 32-bit moments (as bitsandbytes does).
+double optimizer_bytes_per_parameter(const ModelShape& model, const TrainingConfig& config) {
+  if (config.state_bits != 8) return optimizer_bytes_per_element(config, 4.0);
+  double quantised = 0, total = 0;
+  for (const detail::ParamTensor& p : detail::parameter_tensors(model)) {
+    total += double(p.numel);
+    if (p.numel >= kernels::kAdamW8BitMinElements) quantised += double(p.numel);
+  }
+  const double eight = optimizer_bytes_per_element(config, 1.0 + 8.0 / double(kernels::kAdamW8BitBlock));
+  const double full = optimizer_bytes_per_element(config, 4.0);
+  return total > 0 ? (quantised * eight + (total - quantised) * full) / total : full;
 }
 
 // The CPU's constants measured on the CPU kernels (the CPU device runs them).
@@ -281,15 +299,11 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
   const double launch_floor = kernels_per_micro * launch_seconds(machine);
 
   // Host link, per micro-batch (activations) and per step (optimizer offload).
-  double activation_bytes = 0;  // saved by one micro-batch's forward, one way
-  if (config.offload_activations == ActivationOffload::inputs) {
-    const double segments = config.checkpoint_every > 0 ? std::ceil(L / double(config.checkpoint_every)) : L;
-    activation_bytes = segments * b * T * C * param_bytes;
-  } else if (config.offload_activations == ActivationOffload::all) {
-    TrainingConfig kept = config;
-    kept.offload_activations = ActivationOffload::off;
-    activation_bytes = double(predict_memory(model, kept, world, machine.kind).activations);
-  }
+  // What one micro-batch's forward offloads (one way): the memory model's host bytes of the offloaded
+  // activations at the end of the forward.
+  const double activation_bytes = config.offload_activations == ActivationOffload::off
+                                      ? 0.0
+                                      : double(detail::offloaded_activation_bytes(model, config));
   const double offload_per_micro = 2 * activation_bytes / machine.host_link_bandwidth;
   const double grads_down = config.offload_optimizer ? P_rank * grad_bytes / machine.host_link_bandwidth : 0;
   const double params_up = config.offload_optimizer ? P_rank * param_bytes / machine.host_link_bandwidth : 0;
@@ -307,7 +321,13 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
   }
   t.collectives = grad_collective + param_gather + a * stage3_gathers_per_micro;
 
-  const double optimizer_bytes = optimizer_bytes_per_element(config) * P_rank;
+  // 8-bit state on a CPU (the CPU device, or optimizer offload) is charged the 32-bit kernel's bytes: the
+  // CPU kernel finds each new code by a search over the 256-entry map, compute-bound, so fewer bytes do
+  // not make it faster there (an assumption until calibrate() measures kernels::cpu::adamw8bit_*).
+  // The GPU's fused kernel is bandwidth-bound and gains the fewer bytes.
+  TrainingConfig charged = config;
+  if (machine.kind == DeviceKind::cpu || config.offload_optimizer) charged.state_bits = 32;
+  const double optimizer_bytes = optimizer_bytes_per_parameter(model, charged) * P_rank;
   t.optimizer = optimizer_bytes / (config.offload_optimizer ? machine.host_adam_bandwidth : machine.device_bandwidth);
   // fp16's loss scaler reads and rewrites this rank's gradients once more (unscale and the inf/NaN
   // check, kernels unscale_and_check) before the update; offloaded, the CPU update folds it in.

@@ -33,7 +33,13 @@ std::string rate(double tokens_per_second) {
   return format("%.0f", tokens_per_second);
 }
 
-std::string gib(int64_t bytes) { return format("%.2f", double(bytes) / kGiB); }
+// GiB to 0.01, or to two significant digits below that (a small model's bytes are not all "0.00").
+std::string gib(int64_t bytes) {
+  const double g = double(bytes) / kGiB;
+  return bytes == 0 ? "0" : g >= 0.01 ? format("%.2f", g) : format("%.2g", g);
+}
+
+std::string parameters(double n) { return n >= 1e9 ? format("%.3gB", n / 1e9) : format("%.3gM", n / 1e6); }
 
 }  // namespace
 
@@ -45,7 +51,7 @@ std::string format_table(const PlanRequest& request, const std::vector<Candidate
   out += format("plan: GPT L%.0f", double(request.model.layers)) + format(" H%.0f", double(request.model.heads)) +
          format(" C%.0f", double(request.model.dim)) + format(" T%.0f", double(request.model.context)) +
          format(" V%.0f", double(request.model.vocab)) +
-         format(" (%.3gB parameters)", double(request.model.parameters()) / 1e9) +
+         " (" + parameters(double(request.model.parameters())) + " parameters)" +
          format(" | %.0f tokens per step", double(tokens)) + format(" (%.0f sequences", double(sequences)) +
          format(" x %.0f ranks)", double(request.world)) + " | " + request.machine.name +
          format(" | budget %.2f GiB per rank", double(request.device_budget_bytes) / kGiB) +

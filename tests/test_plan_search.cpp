@@ -285,6 +285,10 @@ TEST_CASE("plan: step-time terms respond to the techniques that cause them") {
   TrainingConfig q8 = base;
   q8.state_bits = 8;
   CHECK(predict_step_time(r.model, q8, 8, tokens, h200).optimizer < 0.7 * t0.optimizer);
+  // ... but not on a CPU (compute-bound quantisation: charged as 32-bit).
+  TrainingConfig q8_offload = opt;
+  q8_offload.state_bits = 8;
+  CHECK(predict_step_time(r.model, q8_offload, 8, tokens, h200).optimizer == doctest::Approx(t3.optimizer));
   TrainingConfig fp32 = base;
   fp32.precision = Precision::fp32;
   CHECK(predict_step_time(r.model, fp32, 8, tokens, h200).compute > 5 * t0.compute);
