@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/cuda/cuda_context.h"
 #include "kernels/error.h"
 #include "plan/plan.h"
 #include "plan/search.h"
@@ -316,6 +317,20 @@ TEST_CASE("plan: the H200 constants and this CPU's calibration are positive and 
   PlanRequest bad;
   bad.device_budget_bytes = 1 << 30;  // a default Machine has no rates
   CHECK_THROWS_WITH_AS(plan::plan(bad), doctest::Contains("constant <= 0"), Error);
+}
+
+TEST_CASE("plan: calibrate(cuda) measures a CUDA device, or names why there is none") {
+  if (!cuda::is_available()) {
+    CHECK_THROWS_WITH_AS(calibrate(DeviceKind::cuda, 0.2), doctest::Contains("no CUDA device answers"), Error);
+    return;
+  }
+  const Machine m = calibrate(DeviceKind::cuda, 0.5);
+  CHECK(m.kind == DeviceKind::cuda);
+  CHECK(m.name.find("(calibrated)") != std::string::npos);
+  for (double rate : {m.device_flops, m.device_flops_fp32, m.device_bandwidth, m.host_link_bandwidth,
+                      m.host_adam_bandwidth})
+    CHECK(rate > 0);
+  CHECK(m.interconnect_bandwidth == Machine::h200().interconnect_bandwidth);  // not measurable in one process
 }
 
 TEST_CASE("plan: the table lists the recommended first with its flags and the counts") {

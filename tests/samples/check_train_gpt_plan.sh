@@ -35,6 +35,11 @@ else
   grep -q '"precision": "' "$work/plan.json" || fail "plan.json has no precision: $(cat "$work/plan.json")"
 fi
 
+# --load's model is planned for (its shape, whatever the shape flags say).
+"$bin" "${tiny[@]}" --steps 1 --eval-every 0 --sample 0 --save "$work/model.safetensors" >/dev/null || fail "save run"
+out=$("$bin" --plan --memory-budget 1 --layers 5 --load "$work/model.safetensors") || fail "--plan --load exited $?: $out"
+grep -q "^plan: GPT L2 H2 C32 T16 V256" <<<"$out" || fail "--plan --load planned another shape: $out"
+
 # A model given by its shape only (never built): GPT-2 XL on an H200 at world 8, planned on this machine.
 out=$("$bin" --plan --device cuda --memory-budget 131 --layers 48 --heads 25 --dim 1600 --context 1024 --vocab 50257 \
   --batch-tokens 524288 --world 8) || fail "GPT-2 XL plan exited $?: $out"
