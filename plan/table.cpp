@@ -54,8 +54,8 @@ std::string format_table(const PlanRequest& request, const std::vector<Candidate
          " (" + parameters(double(request.model.parameters())) + " parameters)" +
          format(" | %.0f tokens per step", double(tokens)) + format(" (%.0f sequences", double(sequences)) +
          format(" x %.0f ranks)", double(request.world)) + " | " + request.machine.name +
-         format(" | budget %.2f GiB per rank", double(request.device_budget_bytes) / kGiB) +
-         (request.host_budget_bytes > 0 ? format(", host %.2f GiB", double(request.host_budget_bytes) / kGiB)
+         " | budget " + gib(request.device_budget_bytes) + " GiB per rank" +
+         (request.host_budget_bytes > 0 ? ", host " + gib(request.host_budget_bytes) + " GiB per node"
                                         : std::string(", host unlimited")) +
          "\n";
   const std::vector<std::string> header{"rank", "device GiB", "params", "grads",    "optim",

@@ -1,6 +1,8 @@
 // train_gpt's planner glue (samples/train_gpt_plan.h).
 #include "samples/train_gpt_plan.h"
 
+#include <omp.h>
+
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -22,6 +24,13 @@ std::vector<plan::Candidate> ranked_or_exit(const plan::PlanRequest& request) {
   return ranked;
 }
 
+// To 0.01 GiB, or two significant digits below that.
+std::string gib(double g) {
+  char text[32];
+  std::snprintf(text, sizeof text, g >= 0.01 || g == 0 ? "%.2f" : "%.2g", g);
+  return text;
+}
+
 std::string joined(const std::vector<std::string>& words) {
   std::string out;
   for (const std::string& w : words) out += (out.empty() ? "" : " ") + w;
@@ -41,6 +50,7 @@ void write_file(const std::string& path, const std::string& text) {
 }  // namespace
 
 plan::PlanRequest plan_request(const TrainGptConfig& c) {
+  if (c.threads > 0) omp_set_num_threads(int(c.threads));  // calibrate with the run's threads
   plan::PlanRequest request;
   if (!c.load.empty()) {
     const auto model = or_usage_error(kProgram, "--load " + c.load, [&] { return nn::GPT::load(c.load); });
@@ -94,8 +104,8 @@ int print_plan(const TrainGptConfig& c) {
 std::vector<std::string> planned_arguments(const TrainGptConfig& c, int argc, char** argv) {
   const plan::PlanRequest request = plan_request(c);
   const plan::Candidate chosen = ranked_or_exit(request).front();
-  std::printf("plan: %s (predicted %.2f GiB of %.2f GiB per rank)\n", joined(chosen.flags()).c_str(),
-              double(chosen.memory.device_peak()) / kGiB, c.memory_budget_gib);
+  std::printf("plan: %s (predicted %s GiB of %s GiB per rank)\n", joined(chosen.flags()).c_str(),
+              gib(double(chosen.memory.device_peak()) / kGiB).c_str(), gib(c.memory_budget_gib).c_str());
   std::vector<std::string> args(argv, argv + argc);
   // Every planned setting, explicitly (flags() leaves train_gpt's defaults out, but the command line may
   // have set them); --batch-tokens 0 so that --grad-accum holds.

@@ -308,7 +308,11 @@ TEST_CASE("plan: the H200 constants and this CPU's calibration are positive and 
   CHECK(h.interconnect_bandwidth > h.host_link_bandwidth);
   CHECK(h.device_flops < 989.4e12);  // derated below the datasheet peak
   const Machine cpu = calibrate(DeviceKind::cpu, 0.2);
+  MESSAGE("this CPU: GEMM f32 " << cpu.device_flops_fp32 / 1e9 << " GFLOP/s, bf16 " << cpu.device_flops / 1e9
+                                << " GFLOP/s, copy " << cpu.device_bandwidth / 1e9 << " GB/s, AdamW "
+                                << cpu.host_adam_bandwidth / 1e9 << " GB/s, block " << cpu.block_seconds * 1e6 << " us");
   CHECK(cpu.kind == DeviceKind::cpu);
+  CHECK(cpu.block_seconds > 0);
   for (double rate : {cpu.device_flops, cpu.device_flops_fp32, cpu.device_bandwidth, cpu.host_link_bandwidth,
                       cpu.interconnect_bandwidth, cpu.host_adam_bandwidth})
     CHECK(rate > 0);
