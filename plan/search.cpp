@@ -203,7 +203,8 @@ std::string nothing_fits_message(const PlanRequest& request) {
       smallest = &c;
   const double peak = double(smallest->memory.device_peak());
   std::string message = "nothing fits in " + gib(double(request.device_budget_bytes)) + " GiB per rank";
-  if (request.host_budget_bytes > 0) message += " and " + gib(double(request.host_budget_bytes)) + " GiB of host memory";
+  if (request.host_budget_bytes > 0)
+    message += " and " + gib(double(request.host_budget_bytes)) + " GiB of host memory";
   message += ": the smallest predicted peak is " + gib(peak) + " GiB (" + joined(smallest->flags()) + ")";
   if (!any_host_fit)
     return message + ", and it needs " + gib(double(smallest->memory.host * ranks_per_node(request))) +

@@ -66,11 +66,11 @@
 #include "engine/cuda/cuda_context.h"
 #include "engine/ops.h"
 #include "engine/random.h"
-#include "layers/gpt.h"
 #include "engine/tensor.h"
+#include "kernels/adamw8bit_math.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
-#include "kernels/adamw8bit_math.h"
+#include "layers/gpt.h"
 #include "plan/memory_internal.h"
 #include "plan/plan.h"
 
@@ -322,9 +322,9 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
   // Each GEMM's FLOPs at the rate its wave quantisation allows (rows M = b T of one micro-batch).
   const double rows = b * T;
   const double block_gemm_flops = 2 * C * (3 * C) / gemm_efficiency(machine, rows, 3 * C) +  // qkv
-                                   2 * C * C / gemm_efficiency(machine, rows, C) +            // projection
-                                   2 * C * (4 * C) / gemm_efficiency(machine, rows, 4 * C) +  // MLP up
-                                   2 * (4 * C) * C / gemm_efficiency(machine, rows, C);       // MLP down
+                                  2 * C * C / gemm_efficiency(machine, rows, C) +            // projection
+                                  2 * C * (4 * C) / gemm_efficiency(machine, rows, 4 * C) +  // MLP up
+                                  2 * (4 * C) * C / gemm_efficiency(machine, rows, C);       // MLP down
   const double head_flops = 2 * V * C / gemm_efficiency(machine, rows, V);
   const double attention_flops = 4 * T * C;  // per token per block, forward
   t.compute = 3 * (L * (block_gemm_flops + attention_flops) + head_flops) * tokens / flops;

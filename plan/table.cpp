@@ -50,16 +50,15 @@ std::string format_table(const PlanRequest& request, const std::vector<Candidate
   std::string out;
   out += format("plan: GPT L%.0f", double(request.model.layers)) + format(" H%.0f", double(request.model.heads)) +
          format(" C%.0f", double(request.model.dim)) + format(" T%.0f", double(request.model.context)) +
-         format(" V%.0f", double(request.model.vocab)) +
-         " (" + parameters(double(request.model.parameters())) + " parameters)" +
-         format(" | %.0f tokens per step", double(tokens)) + format(" (%.0f sequences", double(sequences)) +
-         format(" x %.0f ranks)", double(request.world)) + " | " + request.machine.name +
-         " | budget " + gib(request.device_budget_bytes) + " GiB per rank" +
+         format(" V%.0f", double(request.model.vocab)) + " (" + parameters(double(request.model.parameters())) +
+         " parameters)" + format(" | %.0f tokens per step", double(tokens)) +
+         format(" (%.0f sequences", double(sequences)) + format(" x %.0f ranks)", double(request.world)) + " | " +
+         request.machine.name + " | budget " + gib(request.device_budget_bytes) + " GiB per rank" +
          (request.host_budget_bytes > 0 ? ", host " + gib(request.host_budget_bytes) + " GiB per node"
                                         : std::string(", host unlimited")) +
          "\n";
-  const std::vector<std::string> header{"rank", "device GiB", "params", "grads",    "optim",
-                                        "act+ws", "host GiB", "step",  "tokens/s", "flags"};
+  const std::vector<std::string> header{"rank",   "device GiB", "params", "grads",    "optim",
+                                        "act+ws", "host GiB",   "step",   "tokens/s", "flags"};
   std::vector<std::vector<std::string>> table{header};
   const size_t shown = std::min(ranked.size(), size_t(std::max(rows, 0)));
   for (size_t i = 0; i < shown; ++i) {

@@ -64,8 +64,8 @@ plan::PlanRequest plan_request(const TrainGptConfig& c) {
   }
   request.model.dropout = c.dropout;
   request.model.fused_attention = c.attention != "composed";
-  request.world = c.plan_world > 0 ? int(c.plan_world)
-                                    : or_usage_error(kProgram, [] { return dist::detect_process().world_size; });
+  request.world =
+      c.plan_world > 0 ? int(c.plan_world) : or_usage_error(kProgram, [] { return dist::detect_process().world_size; });
   request.batch_tokens = c.batch_tokens > 0 ? c.batch_tokens : c.batch * c.context * c.grad_accum;
   request.device_budget_bytes = int64_t(c.memory_budget_gib * kGiB);
   request.host_budget_bytes = int64_t(c.host_memory_gib * kGiB);
@@ -90,7 +90,8 @@ std::string config_json(const plan::Candidate& chosen) {
 }
 
 int print_plan(const TrainGptConfig& c) {
-  if (c.memory_budget_gib <= 0) exit_with_usage_error(kProgram, "--plan needs --memory-budget GiB (device memory per rank)");
+  if (c.memory_budget_gib <= 0)
+    exit_with_usage_error(kProgram, "--plan needs --memory-budget GiB (device memory per rank)");
   const plan::PlanRequest request = plan_request(c);
   const std::vector<plan::Candidate> ranked = ranked_or_exit(request);
   std::fputs(plan::format_table(request, ranked, 10).c_str(), stdout);
@@ -111,15 +112,15 @@ std::vector<std::string> planned_arguments(const TrainGptConfig& c, int argc, ch
   // have set them); --batch-tokens 0 so that --grad-accum holds.
   const plan::TrainingConfig& t = chosen.config;
   const auto yes_no = [](bool b) { return std::string(b ? "true" : "false"); };
-  for (const std::string& a : {std::string("--precision"), std::string(plan::name(t.precision)),
-                               "--master-weights=" + yes_no(t.master_weights), std::string("--batch"),
-                               std::to_string(t.micro_batch * chosen.world), std::string("--grad-accum"),
-                               std::to_string(t.grad_accum), std::string("--batch-tokens"), std::string("0"),
-                               std::string("--checkpoint-every"), std::to_string(t.checkpoint_every),
-                               std::string("--offload-activations"), std::string(plan::name(t.offload_activations)),
-                               std::string("--zero"), std::to_string(t.zero_stage),
-                               "--offload-optimizer=" + yes_no(t.offload_optimizer),
-                               std::string("--optimizer-state-bits"), std::to_string(t.state_bits)})
+  for (const std::string& a :
+       {std::string("--precision"), std::string(plan::name(t.precision)),
+        "--master-weights=" + yes_no(t.master_weights), std::string("--batch"),
+        std::to_string(t.micro_batch * chosen.world), std::string("--grad-accum"), std::to_string(t.grad_accum),
+        std::string("--batch-tokens"), std::string("0"), std::string("--checkpoint-every"),
+        std::to_string(t.checkpoint_every), std::string("--offload-activations"),
+        std::string(plan::name(t.offload_activations)), std::string("--zero"), std::to_string(t.zero_stage),
+        "--offload-optimizer=" + yes_no(t.offload_optimizer), std::string("--optimizer-state-bits"),
+        std::to_string(t.state_bits)})
     args.push_back(a);
   return args;
 }

@@ -64,8 +64,9 @@ TrainingConfig parse_flags(const std::vector<std::string>& flags, int world) {
       c.checkpoint_every = std::stoll(value());
     } else if (f == "--offload-activations") {
       const std::string v = value();
-      c.offload_activations = v == "all" ? ActivationOffload::all : v == "inputs" ? ActivationOffload::inputs
-                                                                                  : ActivationOffload::off;
+      c.offload_activations = v == "all"      ? ActivationOffload::all
+                              : v == "inputs" ? ActivationOffload::inputs
+                                              : ActivationOffload::off;
       CHECK(name(c.offload_activations) == v);
     } else if (f == "--zero") {
       c.zero_stage = std::stoi(value());
@@ -133,7 +134,8 @@ TEST_CASE("plan: the enumeration covers the stated space and only valid configur
     const size_t precision_master = world == 1 ? 5 : 3;
     const size_t zero_offload = world == 1 ? 3 : 8;  // -1; 0 +- offload | 0..3 +- offload
     // world 1: the master-less ones have only ZeRO -1 (1 of 3 zero/offload choices)
-    const size_t expected = world == 1 ? (3 * zero_offload + 2 * 1) * 3 * 11 * 2 : precision_master * 3 * 11 * zero_offload * 2;
+    const size_t expected =
+        world == 1 ? (3 * zero_offload + 2 * 1) * 3 * 11 * 2 : precision_master * 3 * 11 * zero_offload * 2;
     CHECK(configs.size() == expected);
   }
   // The CPU device: no offload of either kind (the host is the device).
@@ -262,7 +264,7 @@ TEST_CASE("plan: step-time terms respond to the techniques that cause them") {
   const StepTime t3 = predict_step_time(r.model, opt, 8, tokens, h200);
   const double P = double(r.model.parameters());
   CHECK(t3.offload == doctest::Approx(P * (2 + 2) / h200.host_link_bandwidth));  // stage 0: all of it, bf16
-  CHECK(t3.optimizer > t0.optimizer);  // the CPU AdamW is slower than HBM
+  CHECK(t3.optimizer > t0.optimizer);                                            // the CPU AdamW is slower than HBM
   // Faster host link, less offload time.
   Machine fast = h200;
   fast.host_link_bandwidth *= 4;
@@ -310,7 +312,8 @@ TEST_CASE("plan: the H200 constants and this CPU's calibration are positive and 
   const Machine cpu = calibrate(DeviceKind::cpu, 0.2);
   MESSAGE("this CPU: GEMM f32 " << cpu.device_flops_fp32 / 1e9 << " GFLOP/s, bf16 " << cpu.device_flops / 1e9
                                 << " GFLOP/s, copy " << cpu.device_bandwidth / 1e9 << " GB/s, AdamW "
-                                << cpu.host_adam_bandwidth / 1e9 << " GB/s, block " << cpu.block_seconds * 1e6 << " us");
+                                << cpu.host_adam_bandwidth / 1e9 << " GB/s, block " << cpu.block_seconds * 1e6
+                                << " us");
   CHECK(cpu.kind == DeviceKind::cpu);
   CHECK(cpu.block_seconds > 0);
   for (double rate : {cpu.device_flops, cpu.device_flops_fp32, cpu.device_bandwidth, cpu.host_link_bandwidth,
@@ -331,8 +334,8 @@ TEST_CASE("plan: calibrate(cuda) measures a CUDA device, or names why there is n
   const Machine m = calibrate(DeviceKind::cuda, 0.5);
   CHECK(m.kind == DeviceKind::cuda);
   CHECK(m.name.find("(calibrated)") != std::string::npos);
-  for (double rate : {m.device_flops, m.device_flops_fp32, m.device_bandwidth, m.host_link_bandwidth,
-                      m.host_adam_bandwidth})
+  for (double rate :
+       {m.device_flops, m.device_flops_fp32, m.device_bandwidth, m.host_link_bandwidth, m.host_adam_bandwidth})
     CHECK(rate > 0);
   CHECK(m.interconnect_bandwidth == Machine::h200().interconnect_bandwidth);  // not measurable in one process
 }
