@@ -5,7 +5,7 @@
 //   precision            fp32, bf16, fp16
 //   master weights       half precision: with or without (without: only at ZeRO -1, as ZeRO keeps an
 //                        fp32 master of what it shards)
-//   micro-batch          every power of two b dividing S; grad_accum = S / b
+//   micro-batch          every power of two b dividing S, and S itself; grad_accum = S / b
 //   checkpoint_every     0, and K = 1, 2, 4, ... up to L / 2, and L / 2 itself
 //   offload activations  off, all; inputs with checkpointing
 //   ZeRO stage           -1 and 0 at world 1 (stages 1-3 would shard over one rank: stage 0's
@@ -87,6 +87,7 @@ std::vector<TrainingConfig> enumerate(const PlanRequest& request) {
   const int64_t sequences = sequences_per_rank(request);
   std::vector<int64_t> micro_batches;
   for (int64_t b = 1; b <= sequences && sequences % b == 0; b *= 2) micro_batches.push_back(b);
+  if (micro_batches.back() != sequences) micro_batches.push_back(sequences);  // the whole batch at once
   const bool host_is_device = request.machine.kind == DeviceKind::cpu;
   std::vector<TrainingConfig> configs;
   for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16})

@@ -96,7 +96,7 @@ TEST_CASE("plan: the enumeration covers the stated space and only valid configur
   for (int world : {1, 8}) {
     PlanRequest r = random_request(rng, world);
     r.model.layers = 8;
-    r.batch_tokens = r.model.context * world * 12;  // 12 sequences per rank: micro-batches 1, 2, 4
+    r.batch_tokens = r.model.context * world * 12;  // 12 sequences per rank: micro-batches 1, 2, 4, 12
     CHECK(sequences_per_rank(r) == 12);
     const std::vector<TrainingConfig> configs = enumerate(r);
     std::set<decltype(key(configs[0]))> unique;
@@ -121,7 +121,7 @@ TEST_CASE("plan: the enumeration covers the stated space and only valid configur
       if (c.offload_optimizer) CHECK(c.zero_stage >= 0);
     }
     CHECK(unique.size() == configs.size());
-    CHECK(micro == std::set<int64_t>{1, 2, 4});
+    CHECK(micro == std::set<int64_t>{1, 2, 4, 12});
     CHECK(every == std::set<int64_t>{0, 1, 2, 4});
     CHECK(zero == (world == 1 ? std::set<int>{-1, 0} : std::set<int>{0, 1, 2, 3}));
     CHECK(bits == std::set<int>{8, 32});
@@ -129,13 +129,13 @@ TEST_CASE("plan: the enumeration covers the stated space and only valid configur
     CHECK(offloads.size() == 3);
     CHECK(masterless == (world == 1));
     CHECK(optimizer_offload);
-    // The count: precision x master (fp32: 1, half: 2 at world 1) x 3 micro-batches x
+    // The count: precision x master (fp32: 1, half: 2 at world 1) x 4 micro-batches x
     // (checkpoint 0: off/all; 1, 2, 4: off/inputs/all = 11) x ZeRO x optimizer offload x 2 widths.
     const size_t precision_master = world == 1 ? 5 : 3;
     const size_t zero_offload = world == 1 ? 3 : 8;  // -1; 0 +- offload | 0..3 +- offload
     // world 1: the master-less ones have only ZeRO -1 (1 of 3 zero/offload choices)
     const size_t expected =
-        world == 1 ? (3 * zero_offload + 2 * 1) * 3 * 11 * 2 : precision_master * 3 * 11 * zero_offload * 2;
+        world == 1 ? (3 * zero_offload + 2 * 1) * 4 * 11 * 2 : precision_master * 4 * 11 * zero_offload * 2;
     CHECK(configs.size() == expected);
   }
   // The CPU device: no offload of either kind (the host is the device).
