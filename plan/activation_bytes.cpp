@@ -23,6 +23,7 @@
 //   backward of block i, in its MLP (the worst point of a block: gelu's backward holds the gradients
 //     of the gelu and c_fc outputs, 4a each, while both outputs are still saved), with the residual
 //     stream's gradient a, and the blocks <= i still saved; the gradients of blocks > i exist
+//   the end of block i's backward: its saved tensors freed, its gradients complete
 //   end of the backward: every gradient, the embedding's dense wte gradient (V C) and dx a.
 // Checkpointing every K blocks keeps only the segments' inputs (a each) and the last output; the
 // backward of segment s recomputes its K blocks (saved tensors + outputs) before going through them.
@@ -132,9 +133,16 @@ std::vector<Phase> step_phases(const ModelShape& m, const TrainingConfig& c, Dev
     p.backward = true;
     p.grads_from_block = i + 1;
     p.partial_block = i;
-    p.gathered = {i};
-    if (i > 0) p.gathered.push_back(i - 1);  // ZeRO 3 prefetch of the unit before
-    else p.gathered.push_back(-1);
+    // ZeRO 3: the block's unit and the one before it (prefetched; the root unit before block 0); under
+    // checkpointing also the segment's units its recompute gathered, and the unit before the segment.
+    auto unit_before = [](int64_t b) { return b > 0 ? b - 1 : int64_t(-1); };
+    p.gathered = {i, unit_before(i)};
+    if (K > 0) {
+      const int64_t first = i / K * K;
+      for (int64_t b = first; b < i; ++b)
+        if (b != unit_before(i)) p.gathered.push_back(b);
+      if (unit_before(first) != unit_before(i)) p.gathered.push_back(unit_before(first));
+    }
     p.activations = batch;
     p.activations += one_a;  // the residual stream's gradient
     p.workspace.add(4 * s.N * s.C * s.e, kind, 2);  // gradients of the gelu and c_fc outputs
@@ -149,6 +157,26 @@ std::vector<Phase> step_phases(const ModelShape& m, const TrainingConfig& c, Dev
       p.activations += (saved + one_a).times(i + 1);
     }
     phases.push_back(p);
+
+    // The block's backward done: its saved tensors freed, its gradients complete (ZeRO 3 packs and
+    // reduce-scatters them here), the gradients of its input and of the residual stream alive.
+    Phase done;
+    done.where = "backward: block " + std::to_string(i) + " done";
+    done.backward = true;
+    done.grads_from_block = i;
+    done.completed_block = i;
+    done.gathered = p.gathered;
+    done.activations = batch;
+    done.activations += one_a.times(2);
+    if (K > 0) {
+      const int64_t segment = i / K, first = segment * K;
+      const int64_t inputs_on_device = offload_all || offload_inputs ? std::min<int64_t>(segment, 2) : segment;
+      done.activations += one_a.times(inputs_on_device);
+      done.activations += (saved + one_a).times(i - first);
+    } else {
+      done.activations += (saved + one_a).times(offload_all ? std::min<int64_t>(i, 1) : i);
+    }
+    phases.push_back(done);
   }
 
   // ---- the end of the backward (and the optimizer step) ----

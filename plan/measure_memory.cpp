@@ -46,7 +46,8 @@ void reset_host_peak(const Device& device) {
 
 }  // namespace
 
-MeasuredMemory measure_memory(const ModelShape& shape, const TrainingConfig& config, const Device& device) {
+MeasuredMemory measure_memory(const ModelShape& shape, const TrainingConfig& config, const Device& device,
+                              dist::Communicator* shared_comm) {
   HG_CHECK(config.state_bits == 32, "[plan::measure_memory] optimizer state width ", config.state_bits,
            " is not measurable here yet; expected 32");
   HG_CHECK(config.micro_batch >= 1 && config.grad_accum >= 1, "[plan::measure_memory] expected micro_batch >= 1 and "
@@ -63,7 +64,7 @@ MeasuredMemory measure_memory(const ModelShape& shape, const TrainingConfig& con
                                 .n_head(shape.heads)
                                 .n_embd(shape.dim)
                                 .dropout(shape.dropout)
-                                .attention(shape.fused_attention ? AttentionImpl::Fused : AttentionImpl::Composed)
+                                .attention(shape.fused_attention ? AttentionImpl::Auto : AttentionImpl::Composed)
                                 .fused_classifier(shape.fused_classifier)
                                 .checkpoint_every(config.checkpoint_every);
     auto model = std::make_shared<nn::GPT>(gpt_config);
@@ -73,15 +74,19 @@ MeasuredMemory measure_memory(const ModelShape& shape, const TrainingConfig& con
     model->train();
 
     const auto adamw = optim::AdamWOptions().lr(1e-4).weight_decay(0.1).decay_only_matrices(true);
-    std::unique_ptr<dist::Communicator> comm;
+    std::unique_ptr<dist::Communicator> own_comm;
     std::unique_ptr<optim::Optimizer> optimizer;
+    const bool world_of_one = shared_comm == nullptr || shared_comm->world_size() == 1;
+    HG_CHECK(world_of_one || config.zero_stage >= 0 || config.offload_optimizer, "[plan::measure_memory] a world of ",
+             shared_comm ? shared_comm->world_size() : 1, " ranks needs a ZeRO stage (0..3), got ", config.zero_stage);
     if (config.zero_stage < 0 && !config.offload_optimizer) {
       auto local = std::make_unique<optim::AdamW>(model->parameters(), adamw);
       local->set_mixed_precision(optim::MixedPrecisionOptions().master_weights(config.master_weights));
       optimizer = std::move(local);
     } else {
-      comm = std::make_unique<dist::Communicator>();
-      optimizer = std::make_unique<dist::ZeroOptimizer>(*model, *comm,
+      if (shared_comm == nullptr) own_comm = std::make_unique<dist::Communicator>();
+      dist::Communicator& comm = shared_comm ? *shared_comm : *own_comm;
+      optimizer = std::make_unique<dist::ZeroOptimizer>(*model, comm,
                                                         dist::ZeroOptions()
                                                             .stage(std::max(config.zero_stage, 0))
                                                             .offload_optimizer(config.offload_optimizer)

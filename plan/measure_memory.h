@@ -18,6 +18,10 @@
 #include "engine/device.h"
 #include "plan/plan.h"
 
+namespace hg::dist {
+class Communicator;
+}
+
 namespace hg::plan {
 
 struct MeasuredMemory {
@@ -25,8 +29,11 @@ struct MeasuredMemory {
   int64_t host_peak = 0;    // offload pool / pinned bytes at the step's peak
 };
 
-// At world 1 (zero_stage -1 runs a local AdamW; 0..3 a ZeroOptimizer over a one-rank communicator).
-// config.state_bits must be 32 (8-bit states are measured once optim::AdamWOptions has state_bits).
-MeasuredMemory measure_memory(const ModelShape& model, const TrainingConfig& config, const Device& device);
+// At world 1 (zero_stage -1 runs a local AdamW; 0..3 a ZeroOptimizer over a one-rank communicator),
+// or over `comm`'s ranks (collective: every rank calls it with the same arguments; config.micro_batch
+// is each rank's). config.state_bits must be 32 (8-bit states are measured once optim::AdamWOptions
+// has state_bits).
+MeasuredMemory measure_memory(const ModelShape& model, const TrainingConfig& config, const Device& device,
+                              dist::Communicator* comm = nullptr);
 
 }  // namespace hg::plan

@@ -49,6 +49,7 @@ struct Phase {
   bool all_grads = false;       // every gradient (end of the backward, the optimizer)
   int64_t grads_from_block = 0; // (backward) blocks >= this have all their gradients
   int64_t partial_block = -1;   // this block's mlp.c_proj gradients are being created
+  int64_t completed_block = -1; // this block's gradients are complete (ZeRO: its bucket / unit is reduced)
   // ZeRO 3: the units gathered there (block indices; -1: the root unit of wte, wpe).
   std::vector<int64_t> gathered;
 };

@@ -9,12 +9,14 @@
 //   parameters   n e                     (ZeRO 3: the rank's shard of each unit + the gathered units)
 //   gradients    n g, g = 4 with fp32_grads, else e   (ZeRO 2/3: the rank's shard, plus buckets in flight)
 //   optimizer    m, v: 4 + 4 per element (fp32), + 4 master for a half model with master weights;
+//                8-bit state: 1 + 1 per element + 4 + 4 per block of 2048 (tensors >= 4096 elements);
 //                the AdamW step count: i64[3] per tensor (optim/adamw.cpp). ZeRO 1-3 keep these over the
 //                rank's partition of a flat buffer padded to N partitions of multiples of 32 elements.
 //                Optimizer offload: all of it in host memory.
 #include <algorithm>
 #include <bit>
 
+#include "kernels/adamw8bit_math.h"
 #include "kernels/error.h"
 #include "layers/gpt.h"
 #include "plan/memory_internal.h"
@@ -110,11 +112,11 @@ struct ModelState {
     g = half && c.fp32_grads && c.zero_stage < 0 && !c.offload_optimizer ? 4 : e;
     for (const auto& t : tensors) total += t.numel;
     if (c.zero_stage < 0 && !c.offload_optimizer) {  // local AdamW: one tensor of each kind per parameter
-      const int64_t moments = half && c.master_weights ? 3 : 2;
       for (const auto& t : tensors) {
         params.add(t.numel * e, kind);
-        optimizer.add(t.numel * 4, kind, moments);  // exp_avg, exp_avg_sq (+ master)
-        optimizer.add(3 * 8, kind);                 // the step count (i64[3])
+        if (half && c.master_weights) optimizer.add(t.numel * 4, kind);  // the fp32 master
+        add_moments(t.numel);
+        optimizer.add(3 * 8, kind);  // the step count (i64[3])
       }
       grads = c.grad_accum > 1 ? Grads::persistent : Grads::growing;
       if (grads == Grads::persistent)
@@ -129,6 +131,7 @@ struct ModelState {
     int64_t owned = 0;
     if (stage < 3) {
       const int64_t padded = round_up(total, align);
+      padded_total = padded;
       owned = stage == 0 ? padded : padded / N;
       params.add(padded * e, kind);
       if (stage < 2) {
@@ -156,15 +159,35 @@ struct ModelState {
       unit_block = round_up(block, align) * e;
     }
     if (grads == Grads::persistent && stage >= 2) grad_buffers.add(total * e, kind);  // accumulation micro-steps
-    const int64_t state_tensors = half || c.offload_optimizer ? 3 : 2;  // exp_avg, exp_avg_sq (+ fp32 master)
+    const bool master = half || c.offload_optimizer;  // a separate fp32 master
     if (c.offload_optimizer) {
-      host += detail::allocator_bytes(owned * 4, DeviceKind::cpu) * state_tensors;
+      if (master) host += detail::allocator_bytes(owned * 4, DeviceKind::cpu);
+      if (c.state_bits == 8 && owned >= kernels::kAdamW8BitMinElements)
+        host += 2 * (detail::allocator_bytes(owned, DeviceKind::cpu) +
+                     detail::allocator_bytes(kernels::adamw8bit_blocks(owned) * 4, DeviceKind::cpu));
+      else
+        host += 2 * detail::allocator_bytes(owned * 4, DeviceKind::cpu);
+      // From a CUDA device the update reads a pinned copy of this rank's gradients and writes a pinned
+      // copy of its parameters (dist/zero_offload.cpp); from the CPU device it works in place.
+      if (kind == DeviceKind::cuda) host += detail::allocator_bytes(owned * e, DeviceKind::cpu) * 2;
     } else {
-      optimizer.add(owned * 4, kind, state_tensors);
+      if (master) optimizer.add(owned * 4, kind);
+      add_moments(owned);
       optimizer.add(2 * 8, kind);  // the device step count
     }
   }
-  int64_t unit_root = 0, unit_block = 0;
+  int64_t unit_root = 0, unit_block = 0, padded_total = 0;
+
+  // exp_avg and exp_avg_sq of n elements: fp32, or with 8-bit state (kernels/adamw8bit_math.h) one
+  // byte each plus an fp32 absmax per block of 2048 -- tensors under 4096 elements stay fp32.
+  void add_moments(int64_t n) {
+    if (config.state_bits == 8 && n >= kernels::kAdamW8BitMinElements) {
+      optimizer.add(n, kind, 2);
+      optimizer.add(kernels::adamw8bit_blocks(n) * 4, kind, 2);
+    } else {
+      optimizer.add(n * 4, kind, 2);
+    }
+  }
 
   // Gradients alive at a phase (beyond grad_buffers).
   detail::Bytes gradients(const detail::Phase& p) const {
@@ -174,8 +197,15 @@ struct ModelState {
       bool alive = p.all_grads || t.head || (t.block >= p.grads_from_block) || (t.block == p.partial_block && t.mlp_proj);
       if (grads == Grads::unit && !p.all_grads && t.block >= 0 && t.block >= p.grads_from_block)
         alive = t.numel <= 4 * model.dim;  // reduce-scattered with their unit; the persistent ones stay
+      if (grads == Grads::unit && t.block == p.completed_block) alive = true;
       if (alive) b.add(t.numel * g, kind);
     }
+    // ZeRO 2: a completed bucket's gradients are packed into one buffer for the reduce-scatter, held
+    // until step(); at the last launch (the end of the backward) the gradients are still alive beside it.
+    if (grads == Grads::growing && std::max(config.zero_stage, 0) == 2 && p.all_grads)
+      b.add(padded_total * e, kind);
+    // ZeRO 3: a completed unit's gradients packed for the reduce-scatter beside them.
+    if (grads == Grads::unit && p.completed_block >= 0) b.add(unit_block, kind);
     return b;
   }
   // ZeRO 3: the units gathered at a phase.
@@ -184,6 +214,9 @@ struct ModelState {
     if (grads != Grads::unit && !(config.zero_stage == 3)) return b;
     for (int64_t u : p.gathered) b.add(u < 0 ? unit_root : unit_block, kind);
     if (!p.backward) b.add(unit_root, kind);  // the root unit encloses the forward
+    // Measured (tests/test_plan.cpp): in the backward the fused classifier's saved dW (V C fp32) stays
+    // until the root unit's gradients complete, at the end.
+    if (p.backward && !p.all_grads && model.fused_classifier) b.add(model.vocab * model.dim * 4, kind);
     return b;
   }
 };
@@ -196,10 +229,15 @@ MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& c
            "grad_accum >= 1, got ", config.micro_batch, " and ", config.grad_accum);
   HG_CHECK(config.state_bits == 32 || config.state_bits == 8, "[plan::predict_memory] expected state_bits 32 or 8, got ",
            config.state_bits);
-  const ModelState state(model, config, world, kind);
+  // The fused attention kernels take every CPU shape; on CUDA head dimensions 64 and 128 only, and
+  // AttentionImpl::Auto falls back to the composed path for the others (engine/ops/attention.cpp).
+  ModelShape shape = model;
+  const int64_t head_dim = model.dim / std::max<int64_t>(model.heads, 1);
+  if (kind == DeviceKind::cuda && head_dim != 64 && head_dim != 128) shape.fused_attention = false;
+  const ModelState state(shape, config, world, kind);
   MemoryPrediction best;
   int64_t best_booked = -1;
-  for (const detail::Phase& phase : detail::step_phases(model, config, kind)) {
+  for (const detail::Phase& phase : detail::step_phases(shape, config, kind)) {
     const detail::Bytes grads = state.gradients(phase) + state.grad_buffers;
     const detail::Bytes params = state.params + state.gathered(phase);
     const int64_t booked = params.booked + grads.booked + state.optimizer.booked + phase.activations.booked +
@@ -215,7 +253,7 @@ MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& c
     best.rounding = booked - (params.requested + grads.requested + state.optimizer.requested +
                               phase.activations.requested + phase.workspace.requested);
   }
-  best.host = state.host + detail::offloaded_activation_bytes(model, config);
+  best.host = state.host + detail::offloaded_activation_bytes(shape, config);
   return best;
 }
 

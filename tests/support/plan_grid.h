@@ -4,6 +4,7 @@
 // (plan::predict_memory) is checked against the allocator's measured peak (plan::measure_memory).
 // A small GPT whose activations and model state are both significant: L4 H4 C64 T32 V256
 // (~0.22M parameters, 3.4 MB of fp32 model state; one block keeps ~17 B T C activation elements).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -19,9 +20,11 @@ struct PlanCase {
   plan::TrainingConfig config;
 };
 
-inline plan::ModelShape plan_grid_model() {
+// heads 4 (head dimension 16) on the CPU; 1 on CUDA, whose fused attention kernels take head
+// dimensions 64 and 128 only (others fall back to the composed path).
+inline plan::ModelShape plan_grid_model(int64_t heads = 4, int64_t layers = 4) {
   plan::ModelShape m;
-  m.vocab = 256, m.context = 32, m.layers = 4, m.heads = 4, m.dim = 64;
+  m.vocab = 256, m.context = 32, m.layers = layers, m.heads = heads, m.dim = 64;
   return m;
 }
 
@@ -39,21 +42,24 @@ inline std::string plan_case_label(const PlanCase& c) {
   if (!c.model.fused_attention) s += " composed-attn";
   if (!c.model.fused_classifier) s += " full-logits";
   if (c.model.dropout > 0) s += " dropout";
-  if (c.model.dim != 64 || c.model.context != 32 || c.model.layers != 4)
-    s += " L" + std::to_string(c.model.layers) + "C" + std::to_string(c.model.dim) + "T" + std::to_string(c.model.context);
+  if (c.model.dim != 64 || c.model.context != 32 || c.model.layers != 4 || c.model.heads != 4)
+    s += " L" + std::to_string(c.model.layers) + "H" + std::to_string(c.model.heads) + "C" + std::to_string(c.model.dim) + "T" + std::to_string(c.model.context);
   return s;
 }
 
 // At least 20 configurations covering every technique the planner enumerates (8-bit states: once the
 // 8-bit AdamW lands).
-inline std::vector<PlanCase> plan_grid() {
+// On `base` (the default model above, or bench/bench_plan.cpp's larger ones); `scale` divides the
+// micro-batches (the emulated CUDA device runs the grid at scale 2 on L2: about a minute).
+inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_model(), int64_t scale = 1) {
   using plan::ActivationOffload;
   using plan::Precision;
   std::vector<PlanCase> grid;
   auto add = [&](auto&& edit) {
-    PlanCase c{plan_grid_model(), plan::TrainingConfig()};
+    PlanCase c{base, plan::TrainingConfig()};
     c.config.micro_batch = 4;
     edit(c);
+    c.config.micro_batch = std::max<int64_t>(1, c.config.micro_batch / scale);
     grid.push_back(c);
   };
   add([](PlanCase&) {});
@@ -90,6 +96,9 @@ struct PlanRow {
   std::string label;
   int64_t predicted = 0, measured = 0, predicted_host = 0, measured_host = 0;
   double error() const { return double(predicted - measured) / double(measured); }
+  double host_error() const {
+    return measured_host > 0 ? double(predicted_host - measured_host) / double(measured_host) : 0.0;
+  }
 };
 
 inline PlanRow run_plan_case(const PlanCase& c, const Device& device) {
