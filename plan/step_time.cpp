@@ -5,8 +5,9 @@
 // with b sequences per micro-batch and a micro-batches per step (n = b * a * T tokens per rank):
 //   matmul parameters   M = 12 L C^2 + V C        (qkv 3C^2, projection C^2, MLP 8C^2; the tied head VC)
 //   compute FLOPs       F = (6 M + 12 L T C) n     (forward 2M + 4LTC per token -- QK^T and AV at 2TC
-//                                                  each, counted without the causal half as PaLM's
-//                                                  MFU does; backward twice the forward)
+//                                                  each over the full T x T scores, not the causal
+//                                                  half, as PaLM's MFU counts; backward twice the
+//                                                  forward)
 //   recompute FLOPs     R = (24 L C^2 + 4 L T C) n when checkpoint_every > 0 (GPT checkpoints every
 //                                                  block in segments of K, so backward reruns the
 //                                                  forward of all L blocks; the head is not rerun)
@@ -40,7 +41,8 @@
 //                       scaler's pass over the gradients (read and write, 2 P_r g bytes).
 //
 // Overlap model (what the code of halfgrad overlaps, no more):
-//   - one micro-batch runs its compute c = (F + R) / (a * flops) on the compute stream; its activation
+//   - one micro-batch runs its compute c = max((F + R) / (a flops), the issue floor) on the compute
+//     stream (F and R at each GEMM's efficiency, as above); its activation
 //     offload copies o (copy stream, one group ahead) and stage 3's parameter gathers g3 (prefetched one
 //     unit ahead) overlap it: a micro-batch takes max(c, o, g3);
 //   - the last micro-batch's backward also carries the gradient collectives (bucketed, launched from
