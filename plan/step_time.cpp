@@ -1,5 +1,5 @@
 // The step-time model of the planner (plan/plan.h): the machine's constants in one place, their
-// calibration by short runs, and predict_step_time.
+// calibration by short runs (medians), and predict_step_time.
 //
 // Work of one optimizer step on one rank, for a GPT of L blocks, width C, context T, vocabulary V,
 // with b sequences per micro-batch and a micro-batches per step (n = b * a * T tokens per rank):
@@ -54,14 +54,13 @@
 //           + optimizer + params_up + parameter_all_gather
 // StepTime's fields hold each kind of work in full (compute, recompute, offload = all link time,
 // collectives = all interconnect time, optimizer); total is what does not overlap.
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -130,21 +129,22 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Runs `work` (which does `units` of something) at least 4 times and until `budget` seconds have
-// passed; returns the best rate in units per second (the first run warms caches and allocators and
-// is not counted; the best of the others is the least disturbed by other processes).
+// Runs `work` (which does `units` of something) at least 5 times and until `budget` seconds have
+// passed; returns the median rate in units per second (the first run warms caches and allocators and
+// is not counted). The median, not the best: what a run on this machine sees, other processes
+// included, and robust to the odd run they disturb or leave alone.
 template <class Work>
-double best_rate(double units, double budget, Work&& work) {
-  double best = 0;
+double median_rate(double units, double budget, Work&& work) {
+  std::vector<double> rates;
   const auto begin = std::chrono::steady_clock::now();
-  for (int run = 0; run < 4 || seconds_since(begin) < budget; ++run) {
+  for (int run = 0; run < 6 || (seconds_since(begin) < budget && run < 256); ++run) {
     const auto start = std::chrono::steady_clock::now();
     work();
     const double seconds = seconds_since(start);
-    if (run > 0 && seconds > 0) best = std::max(best, units / seconds);
-    if (run > 256) break;
+    if (run > 0) rates.push_back(units / std::max(seconds, 1e-9));
   }
-  return best;
+  std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
+  return rates[rates.size() / 2];
 }
 
 // Bytes AdamW moves per element of its partition (the header's formula) for moments of `state` bytes.
@@ -171,31 +171,39 @@ double optimizer_bytes_per_parameter(const ModelShape& model, const TrainingConf
   return total > 0 ? (quantised * eight + (total - quantised) * full) / total : full;
 }
 
-// The host's time to issue one block's forward and backward: a one-sequence step of a tiny GPT (T 16,
-// C 32) with 1 and with 5 blocks; the difference is four blocks. `wait` drains the device. The model's
-// initialisation and the calibration leave the default generator's state as they found it.
-// Measured on one OpenMP thread: the cost is the host's issue time, and on a busy machine a
-// descheduled worker thread would hold every parallel region's barrier for a scheduler quantum.
+// The host's time to issue one block's forward and backward: one-sequence steps of a tiny GPT (T 16,
+// C 32) with 1 and with 5 blocks, run in pairs; the median of the pairs' differences over four blocks.
+// At the process's thread count and the median, not the best, of the pairs: what a run on this machine
+// sees, OpenMP's fork and join included (on a busy machine a descheduled worker holds a parallel
+// region's barrier for a scheduler quantum, and small micro-batches then pay that per op). `wait`
+// drains the device. The models' initialisation leaves the default generator's state as it was.
 template <class Wait>
 double block_seconds(const Device& device, double budget, Wait&& wait) {
   const GeneratorState saved = default_generator().state();
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const auto step_seconds = [&](int64_t layers) {
-    nn::GPT model(nn::GPTConfig().vocab_size(256).context(16).n_layer(layers).n_head(2).n_embd(32));
-    model.to(device);
-    const Tensor ids = zeros({1, 16}, DType::i64, device);
-    constexpr int kSteps = 2;  // short runs, many of them: the best is the one no other process disturbed
-    const double steps_per_second = best_rate(kSteps, budget / 2, [&] {
-      for (int i = 0; i < kSteps; ++i) model.loss(ids, ids).backward();
-      wait();
-    });
-    return 1.0 / steps_per_second;
+  const auto model = [&](int64_t layers) {
+    auto gpt =
+        std::make_unique<nn::GPT>(nn::GPTConfig().vocab_size(256).context(16).n_layer(layers).n_head(2).n_embd(32));
+    gpt->to(device);
+    return gpt;
   };
-  const double one = step_seconds(1), five = step_seconds(5);
+  const std::unique_ptr<nn::GPT> one = model(1), five = model(5);
   default_generator().set_state(saved);
-  omp_set_num_threads(threads);
-  return std::max(five - one, 0.0) / 4;
+  const Tensor ids = zeros({1, 16}, DType::i64, device);
+  const auto step_seconds = [&](nn::GPT& gpt) {
+    const auto start = std::chrono::steady_clock::now();
+    gpt.loss(ids, ids).backward();
+    wait();
+    return seconds_since(start);
+  };
+  step_seconds(*one), step_seconds(*five);  // warm-up: allocator, kernels' first calls
+  std::vector<double> differences;
+  const auto begin = std::chrono::steady_clock::now();
+  while (differences.size() < 5 || (seconds_since(begin) < budget && differences.size() < 1000)) {
+    const double a = step_seconds(*one);
+    differences.push_back((step_seconds(*five) - a) / 4);
+  }
+  std::nth_element(differences.begin(), differences.begin() + differences.size() / 2, differences.end());
+  return std::max(differences[differences.size() / 2], 0.0);
 }
 
 // The CPU's constants measured on the CPU kernels (the CPU device runs them).
@@ -207,18 +215,18 @@ Machine calibrate_cpu(double budget) {
   // GEMM in f32 and in bf16 (which the CPU converts to f32, multiplies and rounds back).
   const int64_t n = 512;
   std::vector<float> a(size_t(n * n), 1.0f), b(size_t(n * n), 0.5f), c(size_t(n * n));
-  m.device_flops_fp32 = best_rate(2.0 * n * n * n, share / 2, [&] {
+  m.device_flops_fp32 = median_rate(2.0 * n * n * n, share / 2, [&] {
     kernels::cpu::gemm(false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n, DType::f32);
   });
   std::vector<uint16_t> a16(size_t(n * n), 0x3f80), b16(size_t(n * n), 0x3f00), c16(size_t(n * n));  // bf16 1, 0.5
-  m.device_flops = best_rate(2.0 * n * n * n, share / 2, [&] {
+  m.device_flops = median_rate(2.0 * n * n * n, share / 2, [&] {
     kernels::cpu::gemm(false, false, n, n, n, 1.0, a16.data(), n, b16.data(), n, 0.0, c16.data(), n, DType::bf16);
   });
   // Copy: a 64 MiB memcpy reads and writes each byte (device bandwidth counts both); the "host link"
   // of the CPU device is the same memcpy into host_offload_allocator()'s pool (one way: its size).
   const size_t bytes = size_t(64) << 20;
   std::vector<char> src(bytes, 1), dst(bytes);
-  const double copies = best_rate(double(bytes), share, [&] { std::memcpy(dst.data(), src.data(), bytes); });
+  const double copies = median_rate(double(bytes), share, [&] { std::memcpy(dst.data(), src.data(), bytes); });
   m.device_bandwidth = 2 * copies;
   m.host_link_bandwidth = copies;
   // Ranks of one host exchange through shared memory (MPI): each byte is copied in and out.
@@ -228,7 +236,7 @@ Machine calibrate_cpu(double budget) {
   std::vector<float> master(size_t(elements), 0.1f), grad(size_t(elements), 0.01f);
   std::vector<float> m1(size_t(elements), 0.0f), v1(size_t(elements), 0.0f);
   int64_t step = 0;
-  m.host_adam_bandwidth = best_rate(28.0 * double(elements), share, [&] {
+  m.host_adam_bandwidth = median_rate(28.0 * double(elements), share, [&] {
     kernels::cpu::adamw_offload_step(master.data(), grad.data(), DType::f32, m1.data(), v1.data(), nullptr, DType::f32,
                                      elements, 1e-4, 0.9, 0.999, 1e-8, 0.0, ++step);
   });
@@ -248,7 +256,7 @@ Machine calibrate_cuda(double budget) {
   const int64_t n = cuda::is_emulated() ? 128 : 4096;
   const auto gemm_rate = [&](DType dtype) {
     const Tensor a = full({n, n}, 0.5, dtype, device), b = full({n, n}, 0.25, dtype, device);
-    return best_rate(2.0 * n * n * n, share, [&] {
+    return median_rate(2.0 * n * n * n, share, [&] {
       const Tensor c = matmul(a, b);
       cuda::synchronize(0);
     });
@@ -258,13 +266,13 @@ Machine calibrate_cuda(double budget) {
   const int64_t elements = cuda::is_emulated() ? (int64_t(1) << 20) : (int64_t(1) << 28);
   const Tensor src = full({elements}, 1.0, DType::f32, device), dst = empty({elements}, DType::f32, device);
   const size_t bytes = size_t(elements) * 4;
-  m.device_bandwidth = best_rate(2.0 * double(bytes), share, [&] {
+  m.device_bandwidth = median_rate(2.0 * double(bytes), share, [&] {
     cuda::copy_device_to_device(dst.data_ptr(), src.data_ptr(), bytes, 0);
     cuda::synchronize(0);
   });
   std::vector<char> host(bytes);
   m.host_link_bandwidth =
-      best_rate(double(bytes), share, [&] { cuda::copy_to_host(host.data(), src.data_ptr(), bytes, 0); });
+      median_rate(double(bytes), share, [&] { cuda::copy_to_host(host.data(), src.data_ptr(), bytes, 0); });
   m.host_adam_bandwidth = calibrate_cpu(share).host_adam_bandwidth;
   m.block_seconds = block_seconds(device, share, [] { cuda::synchronize(0); });
   return m;
