@@ -23,6 +23,8 @@
 //   backward of block i, in its MLP (the worst point of a block: gelu's backward holds the gradients
 //     of the gelu and c_fc outputs, 4a each, while both outputs are still saved), with the residual
 //     stream's gradient a, and the blocks <= i still saved; the gradients of blocks > i exist
+//   backward of block i's composed attention: 2 B H T T (the probabilities' and the scores' gradients)
+//     beside the probabilities -- more than the MLP's 8a once H T > 4 C
 //   the end of block i's backward: its saved tensors freed, its gradients complete
 //   end of the backward: every gradient, the embedding's dense wte gradient (V C) and dx a.
 // Checkpointing every K blocks keeps only the segments' inputs (a each) and the last output; the
@@ -157,6 +159,24 @@ std::vector<Phase> step_phases(const ModelShape& m, const TrainingConfig& c, Dev
       p.activations += (saved + one_a).times(i + 1);
     }
     phases.push_back(p);
+
+    // The composed attention's backward: the probabilities' and the scores' gradients (B H T T each)
+    // beside the probabilities, the MLP's saved tensors freed.
+    if (!m.fused_attention) {
+      Phase att = p;
+      att.where = "backward: block " + std::to_string(i) + " attention";
+      att.partial_from = 4;
+      att.workspace = Bytes{};
+      att.workspace.add(s.B * s.H * s.T * s.T * s.e, kind, 2);
+      att.workspace.add(a, kind);  // the attention output's gradient
+      Bytes mlp_part;
+      mlp_part.add(a, kind, 2);      // h, ln_2 out
+      mlp_part.add(4 * a, kind, 2);  // c_fc out, gelu out
+      mlp_part.add(s.N * 4, kind, 2);
+      att.activations.requested -= mlp_part.requested;
+      att.activations.booked -= mlp_part.booked;
+      phases.push_back(att);
+    }
 
     // The block's backward done: its saved tensors freed, its gradients complete (ZeRO 3 packs and
     // reduce-scatters them here), the gradients of its input and of the residual stream alive.

@@ -48,8 +48,10 @@ void reset_host_peak(const Device& device) {
 
 MeasuredMemory measure_memory(const ModelShape& shape, const TrainingConfig& config, const Device& device,
                               dist::Communicator* shared_comm) {
-  HG_CHECK(config.state_bits == 32, "[plan::measure_memory] optimizer state width ", config.state_bits,
-           " is not measurable here yet; expected 32");
+  HG_CHECK(config.state_bits == 32 || (config.state_bits == 8 && config.zero_stage < 0 && !config.offload_optimizer),
+           "[plan::measure_memory] optimizer state width ", config.state_bits, " with zero stage ", config.zero_stage,
+           config.offload_optimizer ? " and optimizer offload" : "",
+           ": 8-bit state is measured with the local AdamW only; expected 32 bits, or 8 without ZeRO");
   HG_CHECK(config.micro_batch >= 1 && config.grad_accum >= 1, "[plan::measure_memory] expected micro_batch >= 1 and "
            "grad_accum >= 1, got ", config.micro_batch, " and ", config.grad_accum);
   const int64_t device_before = memory_stats(device).allocated_bytes;
@@ -73,7 +75,8 @@ MeasuredMemory measure_memory(const ModelShape& shape, const TrainingConfig& con
     if (config.fp32_grads) model->set_grad_dtype(DType::f32);
     model->train();
 
-    const auto adamw = optim::AdamWOptions().lr(1e-4).weight_decay(0.1).decay_only_matrices(true);
+    const auto adamw =
+        optim::AdamWOptions().lr(1e-4).weight_decay(0.1).decay_only_matrices(true).state_bits(config.state_bits);
     std::unique_ptr<dist::Communicator> own_comm;
     std::unique_ptr<optim::Optimizer> optimizer;
     const bool world_of_one = shared_comm == nullptr || shared_comm->world_size() == 1;

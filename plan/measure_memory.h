@@ -31,8 +31,7 @@ struct MeasuredMemory {
 
 // At world 1 (zero_stage -1 runs a local AdamW; 0..3 a ZeroOptimizer over a one-rank communicator),
 // or over `comm`'s ranks (collective: every rank calls it with the same arguments; config.micro_batch
-// is each rank's). config.state_bits must be 32 (8-bit states are measured once optim::AdamWOptions
-// has state_bits).
+// is each rank's). 8-bit optimizer state (config.state_bits 8) with the local AdamW only.
 MeasuredMemory measure_memory(const ModelShape& model, const TrainingConfig& config, const Device& device,
                               dist::Communicator* comm = nullptr);
 

@@ -35,7 +35,8 @@ struct ParamTensor {
   int64_t numel = 0;
   int64_t block = -1;
   bool head = false;        // wte and ln_f: their gradients exist from the start of the backward
-  bool mlp_proj = false;    // mlp.c_proj weight and bias: the first gradients of a block's backward
+  int position = 0;         // within its block, in registration order: ln_1 0-1, attn.c_attn 2-3,
+                            // attn.c_proj 4-5, ln_2 6-7, mlp.c_fc 8-9, mlp.c_proj 10-11 (backward: last first)
 };
 std::vector<ParamTensor> parameter_tensors(const ModelShape& model);
 
@@ -48,7 +49,8 @@ struct Phase {
   bool backward = false;        // false: the forward, no gradient exists yet
   bool all_grads = false;       // every gradient (end of the backward, the optimizer)
   int64_t grads_from_block = 0; // (backward) blocks >= this have all their gradients
-  int64_t partial_block = -1;   // this block's mlp.c_proj gradients are being created
+  int64_t partial_block = -1;   // this block's gradients of positions >= partial_from exist
+  int partial_from = 10;
   int64_t completed_block = -1; // this block's gradients are complete (ZeRO: its bucket / unit is reduced)
   // ZeRO 3: the units gathered there (block indices; -1: the root unit of wte, wpe).
   std::vector<int64_t> gathered;

@@ -64,8 +64,13 @@ namespace detail {
 
 int64_t allocator_bytes(int64_t bytes, DeviceKind kind) {
   if (kind == DeviceKind::cuda) {
-    constexpr int64_t kRound = 512;
-    return std::max(kRound, (bytes + kRound - 1) / kRound * kRound);
+    // Multiples of 512 B; a request over 1 MiB takes a segment rounded to 2 MiB, split only when the
+    // remainder is over 1 MiB -- else the whole segment is the block (and is booked).
+    constexpr int64_t kRound = 512, kSmallLimit = int64_t(1) << 20, kLargeRound = int64_t(2) << 20;
+    const int64_t size = std::max(kRound, (bytes + kRound - 1) / kRound * kRound);
+    if (size <= kSmallLimit) return size;
+    const int64_t segment = (size + kLargeRound - 1) / kLargeRound * kLargeRound;
+    return segment - size > kSmallLimit ? size : segment;
   }
   constexpr int64_t kAlignment = 64, kSmallLimit = 4096;
   if (bytes <= kSmallLimit) return std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
@@ -75,15 +80,14 @@ int64_t allocator_bytes(int64_t bytes, DeviceKind kind) {
 
 std::vector<ParamTensor> parameter_tensors(const ModelShape& m) {
   const int64_t C = m.dim;
-  std::vector<ParamTensor> t = {{m.vocab * C, -1, true, false}, {m.context * C, -1, false, false}};
+  std::vector<ParamTensor> t = {{m.vocab * C, -1, true, 0}, {m.context * C, -1, false, 0}};
   for (int64_t l = 0; l < m.layers; ++l) {
-    for (int64_t n : {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C})  // ln_1, c_attn, c_proj, ln_2, c_fc
-      t.push_back({n, l, false, false});
-    t.push_back({4 * C * C, l, false, true});  // mlp.c_proj
-    t.push_back({C, l, false, true});
+    int position = 0;  // ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj: weight, bias
+    for (int64_t n : {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C})
+      t.push_back({n, l, false, position++});
   }
-  t.push_back({C, -1, true, false});  // ln_f
-  t.push_back({C, -1, true, false});
+  t.push_back({C, -1, true, 0});  // ln_f
+  t.push_back({C, -1, true, 0});
   return t;
 }
 
@@ -109,9 +113,9 @@ struct ModelState {
     using detail::Bytes;
     e = detail::element_bytes(c.precision);
     const bool half = c.precision != Precision::fp32;
-    g = half && c.fp32_grads && c.zero_stage < 0 && !c.offload_optimizer ? 4 : e;
+    g = half && c.fp32_grads && c.zero_stage < 0 ? 4 : e;
     for (const auto& t : tensors) total += t.numel;
-    if (c.zero_stage < 0 && !c.offload_optimizer) {  // local AdamW: one tensor of each kind per parameter
+    if (c.zero_stage < 0) {  // local AdamW: one tensor of each kind per parameter
       for (const auto& t : tensors) {
         params.add(t.numel * e, kind);
         if (half && c.master_weights) optimizer.add(t.numel * 4, kind);  // the fp32 master
@@ -194,7 +198,7 @@ struct ModelState {
     detail::Bytes b;
     if (!p.backward || grads == Grads::persistent) return b;
     for (const auto& t : tensors) {
-      bool alive = p.all_grads || t.head || (t.block >= p.grads_from_block) || (t.block == p.partial_block && t.mlp_proj);
+      bool alive = p.all_grads || t.head || (t.block >= p.grads_from_block) || (t.block == p.partial_block && t.position >= p.partial_from);
       if (grads == Grads::unit && !p.all_grads && t.block >= 0 && t.block >= p.grads_from_block)
         alive = t.numel <= 4 * model.dim;  // reduce-scattered with their unit; the persistent ones stay
       if (grads == Grads::unit && t.block == p.completed_block) alive = true;
@@ -234,10 +238,13 @@ MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& c
   ModelShape shape = model;
   const int64_t head_dim = model.dim / std::max<int64_t>(model.heads, 1);
   if (kind == DeviceKind::cuda && head_dim != 64 && head_dim != 128) shape.fused_attention = false;
-  const ModelState state(shape, config, world, kind);
+  // dist::DataParallel: several ranks, or optimizer offload, without a ZeRO stage run stage 0.
+  TrainingConfig effective = config;
+  if (effective.zero_stage < 0 && (world > 1 || effective.offload_optimizer)) effective.zero_stage = 0;
+  const ModelState state(shape, effective, world, kind);
   MemoryPrediction best;
   int64_t best_booked = -1;
-  for (const detail::Phase& phase : detail::step_phases(shape, config, kind)) {
+  for (const detail::Phase& phase : detail::step_phases(shape, effective, kind)) {
     const detail::Bytes grads = state.gradients(phase) + state.grad_buffers;
     const detail::Bytes params = state.params + state.gathered(phase);
     const int64_t booked = params.booked + grads.booked + state.optimizer.booked + phase.activations.booked +
@@ -253,7 +260,7 @@ MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& c
     best.rounding = booked - (params.requested + grads.requested + state.optimizer.requested +
                               phase.activations.requested + phase.workspace.requested);
   }
-  best.host = state.host + detail::offloaded_activation_bytes(shape, config);
+  best.host = state.host + detail::offloaded_activation_bytes(shape, effective);
   return best;
 }
 

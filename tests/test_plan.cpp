@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "layers/gpt.h"
+#include "support/check_error.h"
 #include "support/plan_grid.h"
 
 using namespace hg;
@@ -20,4 +22,49 @@ TEST_CASE("plan: predicted device peak within 10% of the CPU allocator's, over t
     CHECK(std::abs(r.error()) <= 0.10);
     if (r.measured_host > 64 * 1024) CHECK(std::abs(r.host_error()) <= 0.10);  // offloaded state / activations
   }
+}
+
+TEST_CASE("plan: ModelShape is nn::GPT's shape and parameter count") {
+  for (const auto& config : {nn::GPTConfig().vocab_size(256).context(32).n_layer(4).n_head(4).n_embd(64),
+                             nn::GPTConfig().vocab_size(1000).context(77).n_layer(3).n_head(6).n_embd(96).dropout(0.1)
+                                 .attention(AttentionImpl::Composed).fused_classifier(false)}) {
+    const nn::GPT model(config);
+    const plan::ModelShape shape = plan::ModelShape::of(config);
+    CHECK(shape.parameters() == model.parameter_count());
+    CHECK(shape.vocab == config.vocab_size());
+    CHECK(shape.layers == config.n_layer());
+    CHECK(shape.fused_attention == (config.attention() != AttentionImpl::Composed));
+    CHECK(shape.fused_classifier == config.fused_classifier());
+    CHECK(shape.dropout == config.dropout());
+  }
+  CHECK(std::string(plan::name(plan::Precision::bf16)) == "bf16");
+  CHECK(std::string(plan::name(plan::ActivationOffload::inputs)) == "inputs");
+}
+
+TEST_CASE("plan: what each technique changes, and bad requests named") {
+  const plan::ModelShape m = test::plan_grid_model();
+  plan::TrainingConfig base;
+  base.micro_batch = 4;
+  const plan::MemoryPrediction p = plan::predict_memory(m, base, 1, plan::DeviceKind::cpu);
+  // fp32 local AdamW: parameters n e, exp_avg + exp_avg_sq 8 n (+ step counts); activations dominate.
+  CHECK(p.parameters == 4 * m.parameters());
+  CHECK(p.optimizer_state == 8 * m.parameters() + 24 * int64_t(4 + 12 * m.layers));
+  CHECK(p.activations > p.parameters);
+  auto with = [&](auto&& edit, int world = 1) {
+    plan::TrainingConfig c = base;
+    edit(c);
+    return plan::predict_memory(m, c, world, plan::DeviceKind::cpu);
+  };
+  CHECK(with([](plan::TrainingConfig& c) { c.checkpoint_every = 1; }).activations < p.activations);
+  CHECK(with([](plan::TrainingConfig& c) { c.precision = plan::Precision::bf16; }).device_peak() < p.device_peak());
+  CHECK(with([](plan::TrainingConfig& c) { c.state_bits = 8; }).optimizer_state < p.optimizer_state / 2);
+  const auto offloaded = with([](plan::TrainingConfig& c) { c.zero_stage = 2, c.offload_optimizer = true; });
+  CHECK(offloaded.optimizer_state == 0);
+  CHECK(offloaded.host >= 12 * m.parameters());
+  // ZeRO 1 at world 4: the optimizer state of a quarter of the (padded) parameters.
+  const auto sharded = with([](plan::TrainingConfig& c) { c.zero_stage = 1; }, 4);
+  CHECK(sharded.optimizer_state < p.optimizer_state / 3);
+  CHECK_ERROR(plan::predict_memory(m, base, 0, plan::DeviceKind::cpu), "world >= 1", "got 0");
+  CHECK_ERROR(with([](plan::TrainingConfig& c) { c.micro_batch = 0; }), "micro_batch >= 1");
+  CHECK_ERROR(with([](plan::TrainingConfig& c) { c.state_bits = 4; }), "state_bits 32 or 8", "got 4");
 }

@@ -39,6 +39,7 @@ inline std::string plan_case_label(const PlanCase& c) {
   if (t.offload_activations != plan::ActivationOffload::off) s += std::string(" act-off-") + plan::name(t.offload_activations);
   if (t.zero_stage >= 0) s += " zero" + std::to_string(t.zero_stage);
   if (t.offload_optimizer) s += " opt-off";
+  if (t.state_bits != 32) s += " state" + std::to_string(t.state_bits);
   if (!c.model.fused_attention) s += " composed-attn";
   if (!c.model.fused_classifier) s += " full-logits";
   if (c.model.dropout > 0) s += " dropout";
@@ -47,8 +48,8 @@ inline std::string plan_case_label(const PlanCase& c) {
   return s;
 }
 
-// At least 20 configurations covering every technique the planner enumerates (8-bit states: once the
-// 8-bit AdamW lands).
+// At least 20 configurations covering every technique the planner enumerates (8-bit state: with the
+// local AdamW; its ZeRO form is measured once ZeroOptimizer has it).
 // On `base` (the default model above, or bench/bench_plan.cpp's larger ones); `scale` divides the
 // micro-batches (the emulated CUDA device runs the grid at scale 2 on L2: about a minute).
 inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_model(), int64_t scale = 1) {
@@ -85,10 +86,15 @@ inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_
   add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.zero_stage = 1, c.config.offload_optimizer = true; });
   add([](PlanCase& c) { c.model.fused_attention = false; });
   add([](PlanCase& c) { c.model.fused_attention = false, c.config.precision = Precision::bf16, c.config.micro_batch = 8; });
+  // A long context: the composed attention's B H T T backward outgrows the MLP's.
+  add([](PlanCase& c) { c.model.fused_attention = false, c.model.context = 128, c.config.micro_batch = 2; });
   add([](PlanCase& c) { c.model.dropout = 0.1; });
   add([](PlanCase& c) { c.model.dropout = 0.1, c.model.fused_attention = false; });
   add([](PlanCase& c) { c.model.fused_classifier = false; });
   add([](PlanCase& c) { c.config.zero_stage = 3, c.config.checkpoint_every = 2, c.config.micro_batch = 8; });
+  add([](PlanCase& c) { c.config.state_bits = 8; });
+  add([](PlanCase& c) { c.config.state_bits = 8, c.config.precision = Precision::bf16; });
+  add([](PlanCase& c) { c.config.state_bits = 8, c.config.precision = Precision::bf16, c.config.master_weights = false; });
   return grid;
 }
 
