@@ -35,8 +35,9 @@
 //                       for 8-bit state with one fp32 absmax per 2048-element block, on tensors of
 //                       at least 4096 elements -- smaller ones stay 32-bit; a half model
 //                       without master weights has theta in p bytes), at device_bandwidth, or at
-//                       host_adam_bandwidth when offloaded (measured over the same bytes). On a CPU
-//                       8-bit state is charged the 32-bit bytes (see the optimizer term below).
+//                       host_adam_bandwidth when offloaded (measured over the same bytes); quantised
+//                       moments updated on a CPU at cpu_adam8_bandwidth (measured apart: the CPU kernel
+//                       searches the code map, so its fewer bytes do not move at the 32-bit rate).
 //                       P_r = P at stages -1 and 0, P / N at stages 1-3. fp16 adds the loss
 //                       scaler's pass over the gradients (read and write, 2 P_r g bytes).
 //
@@ -71,6 +72,7 @@
 #include "kernels/adamw8bit_math.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
+#include "kernels/step_kernels.h"
 #include "layers/gpt.h"
 #include "plan/memory_internal.h"
 #include "plan/plan.h"
@@ -105,6 +107,10 @@ constexpr double kPcieSustained = 0.80;
 // server) streams its state at about 40 GB/s: ~1/4 of the host's DRAM bandwidth, as DeepSpeed's
 // CPU-Adam reports (~6-7x faster than PyTorch's, 1B parameters updated in ~0.4 s).
 constexpr double kHostAdamBytesPerSecond = 40e9;
+// The CPU 8-bit AdamW (kernels/cpu/adamw8bit.cpp, AVX-512) updates ~3.5x fewer elements per second than
+// the 32-bit one on the development machine (calibrate(cpu) measures both); over its 16 bytes per
+// element that is 40e9 / 28 / 3.5 x 16 bytes/s.
+constexpr double kHostAdam8BytesPerSecond = kHostAdamBytesPerSecond / 28 / 3.5 * 16;
 
 // Wave quantisation of a GEMM on the GPU: cuBLASLt covers the [M, N] output with 128 x 128 tiles, one
 // per SM at a time, so ceil(tiles / SMs) waves run and the last one may be partly idle:
@@ -157,18 +163,24 @@ double optimizer_bytes_per_element(const TrainingConfig& config, double state) {
   return theta + grad + 2 * state + theta + 2 * state + (master ? param : 0.0);
 }
 
-// The same averaged over the model's parameters: with 8-bit state, tensors of fewer than
-// kAdamW8BitMinElements keep 32-bit moments (as bitsandbytes does).
-double optimizer_bytes_per_parameter(const ModelShape& model, const TrainingConfig& config) {
-  if (config.state_bits != 8) return optimizer_bytes_per_element(config, 4.0);
+// The optimizer's time over P_rank parameters. With 8-bit state, tensors of fewer than
+// kAdamW8BitMinElements keep 32-bit moments (as bitsandbytes does); the quantised ones move fewer bytes
+// at their kernel's rate: the GPU's fused kernel is bandwidth-bound (device_bandwidth), the CPU's
+// (the CPU device, or optimizer offload) finds each code by a search over the map and is measured
+// apart (cpu_adam8_bandwidth).
+double optimizer_seconds(const ModelShape& model, const TrainingConfig& config, double P_rank, const Machine& machine) {
   double quantised = 0, total = 0;
   for (const detail::ParamTensor& p : detail::parameter_tensors(model)) {
     total += double(p.numel);
-    if (p.numel >= kernels::kAdamW8BitMinElements) quantised += double(p.numel);
+    if (config.state_bits == 8 && p.numel >= kernels::kAdamW8BitMinElements) quantised += double(p.numel);
   }
-  const double eight = optimizer_bytes_per_element(config, 1.0 + 8.0 / double(kernels::kAdamW8BitBlock));
-  const double full = optimizer_bytes_per_element(config, 4.0);
-  return total > 0 ? (quantised * eight + (total - quantised) * full) / total : full;
+  const double f8 = total > 0 ? quantised / total : 0.0;
+  const double bytes8 = optimizer_bytes_per_element(config, 1.0 + 8.0 / double(kernels::kAdamW8BitBlock));
+  const double bytes32 = optimizer_bytes_per_element(config, 4.0);
+  const bool on_cpu = machine.kind == DeviceKind::cpu || config.offload_optimizer;
+  const double rate32 = config.offload_optimizer ? machine.host_adam_bandwidth : machine.device_bandwidth;
+  const double rate8 = on_cpu ? machine.cpu_adam8_bandwidth : machine.device_bandwidth;
+  return P_rank * ((1 - f8) * bytes32 / rate32 + (f8 > 0 ? f8 * bytes8 / rate8 : 0.0));
 }
 
 // The host's time to issue one block's forward and backward: one-sequence steps of a tiny GPT (T 16,
@@ -211,7 +223,7 @@ Machine calibrate_cpu(double budget) {
   Machine m;
   m.name = "this CPU (calibrated)";
   m.kind = DeviceKind::cpu;
-  const double share = budget / 4;
+  const double share = budget / 5;
   // GEMM in f32 and in bf16 (which the CPU converts to f32, multiplies and rounds back).
   const int64_t n = 512;
   std::vector<float> a(size_t(n * n), 1.0f), b(size_t(n * n), 0.5f), c(size_t(n * n));
@@ -239,6 +251,16 @@ Machine calibrate_cpu(double budget) {
   m.host_adam_bandwidth = median_rate(28.0 * double(elements), share, [&] {
     kernels::cpu::adamw_offload_step(master.data(), grad.data(), DType::f32, m1.data(), v1.data(), nullptr, DType::f32,
                                      elements, 1e-4, 0.9, 0.999, 1e-8, 0.0, ++step);
+  });
+  // The 8-bit AdamW over the same elements: 16 bytes each (master read and written, f32 gradient, one
+  // code of each moment read and written) and the block scales.
+  std::vector<uint8_t> m_codes(size_t(elements), uint8_t(kernels::kAdamW8BitSignedZeroCode)),
+      v_codes(size_t(elements), uint8_t(kernels::kAdamW8BitUnsignedZeroCode));
+  std::vector<float> m_absmax(size_t(kernels::adamw8bit_blocks(elements)), 0.0f), v_absmax(m_absmax);
+  const kernels::QuantizedMoments moments{m_codes.data(), v_codes.data(), m_absmax.data(), v_absmax.data()};
+  m.cpu_adam8_bandwidth = median_rate(16.0 * double(elements), share, [&] {
+    kernels::cpu::adamw8bit_offload_step(master.data(), grad.data(), DType::f32, moments, nullptr, DType::f32, elements,
+                                         1e-4, 0.9, 0.999, 1e-8, 0.0, ++step);
   });
   m.block_seconds = block_seconds(Device::cpu(), share, [] {});
   return m;
@@ -273,7 +295,9 @@ Machine calibrate_cuda(double budget) {
   std::vector<char> host(bytes);
   m.host_link_bandwidth =
       median_rate(double(bytes), share, [&] { cuda::copy_to_host(host.data(), src.data_ptr(), bytes, 0); });
-  m.host_adam_bandwidth = calibrate_cpu(share).host_adam_bandwidth;
+  const Machine cpu_side = calibrate_cpu(share);
+  m.host_adam_bandwidth = cpu_side.host_adam_bandwidth;
+  m.cpu_adam8_bandwidth = cpu_side.cpu_adam8_bandwidth;
   m.block_seconds = block_seconds(device, share, [] { cuda::synchronize(0); });
   return m;
 }
@@ -290,6 +314,7 @@ Machine Machine::h200() {
   m.host_link_bandwidth = kH200PcieEachWay * kPcieSustained;
   m.interconnect_bandwidth = kH200NvlinkPeakEachWay * kNvlinkSustained;
   m.host_adam_bandwidth = kHostAdamBytesPerSecond;
+  m.cpu_adam8_bandwidth = kHostAdam8BytesPerSecond;
   m.block_seconds = kH200BlockSeconds;
   return m;
 }
@@ -312,7 +337,7 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
            config.micro_batch, " and grad_accum ", config.grad_accum, " must be >= 1");
   HG_CHECK(machine.device_flops > 0 && machine.device_flops_fp32 > 0 && machine.device_bandwidth > 0 &&
                machine.host_link_bandwidth > 0 && machine.interconnect_bandwidth > 0 &&
-               machine.host_adam_bandwidth > 0 && machine.block_seconds >= 0,
+               machine.host_adam_bandwidth > 0 && machine.cpu_adam8_bandwidth > 0 && machine.block_seconds >= 0,
            "[plan] predict_step_time: machine \"", machine.name,
            "\" has a constant <= 0; expected every rate > 0 (Machine::h200(), this_cpu() or calibrate())");
   (void)batch_tokens;  // the configuration's micro_batch x grad_accum x context are the tokens this rank trains
@@ -365,14 +390,7 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
   }
   t.collectives = grad_collective + param_gather + a * stage3_gathers_per_micro;
 
-  // 8-bit state on a CPU (the CPU device, or optimizer offload) is charged the 32-bit kernel's bytes: the
-  // CPU kernel finds each new code by a search over the 256-entry map, compute-bound, so fewer bytes do
-  // not make it faster there (an assumption until calibrate() measures kernels::cpu::adamw8bit_*).
-  // The GPU's fused kernel is bandwidth-bound and gains the fewer bytes.
-  TrainingConfig charged = config;
-  if (machine.kind == DeviceKind::cpu || config.offload_optimizer) charged.state_bits = 32;
-  const double optimizer_bytes = optimizer_bytes_per_parameter(model, charged) * P_rank;
-  t.optimizer = optimizer_bytes / (config.offload_optimizer ? machine.host_adam_bandwidth : machine.device_bandwidth);
+  t.optimizer = optimizer_seconds(model, config, P_rank, machine);
   // fp16's loss scaler reads and rewrites this rank's gradients once more (unscale and the inf/NaN
   // check, kernels unscale_and_check) before the update; offloaded, the CPU update folds it in.
   if (config.precision == Precision::fp16 && !config.offload_optimizer)
