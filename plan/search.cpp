@@ -20,7 +20,7 @@
 // starts at the fastest candidate not yet placed and holds every one within 1% of it. Within a group:
 // the standard numerics first (numerics_cost: 8-bit state, fp16's loss scaling and master-less half
 // weights each change what training computes, and none is picked for a speed-up the model cannot
-// resolve), then less device memory, then less host memory (as shown, to 0.01 GiB), then fewer flags
+// resolve), then less device memory, then less host memory (to two significant digits), then fewer flags
 // (train_gpt's defaults where nothing else differs). So the ranking is monotone in step time to 1%, a
 // larger budget never recommends a configuration more than 1% slower, and a technique that changes the
 // numerics is recommended when it buys memory that is needed or time that is real.
@@ -46,10 +46,14 @@ std::vector<int64_t> checkpoint_choices(int64_t layers) {
   return k;
 }
 
-// The model's resolution: step times within 1% of each other are a tie; memory is compared as shown
-// (to 0.01 GiB).
+// The model's resolution: step times within 1% of each other are a tie; memory is compared to two
+// significant digits (61.44 and 61.46 GiB are a tie; 0.0021 and 0.0022 GiB are not).
 constexpr double kTimeResolution = 0.01;
-int64_t displayed(int64_t bytes) { return std::llround(double(bytes) / (kGiB / 100)); }
+double displayed(int64_t bytes) {
+  if (bytes <= 0) return 0;
+  const double scale = std::pow(10.0, std::floor(std::log10(double(bytes))) - 1);
+  return std::round(double(bytes) / scale) * scale;
+}
 
 // GiB to 0.1, or to two significant digits below that.
 std::string gib(double bytes) {
@@ -139,9 +143,9 @@ void rank(std::vector<Candidate>& candidates) {
   const auto preferred = [](const Candidate& a, const Candidate& b) {
     const int na = numerics_cost(a.config), nb = numerics_cost(b.config);
     if (na != nb) return na < nb;
-    const int64_t ma = displayed(a.memory.device_peak()), mb = displayed(b.memory.device_peak());
+    const double ma = displayed(a.memory.device_peak()), mb = displayed(b.memory.device_peak());
     if (ma != mb) return ma < mb;
-    const int64_t ha = displayed(a.memory.host), hb = displayed(b.memory.host);
+    const double ha = displayed(a.memory.host), hb = displayed(b.memory.host);
     if (ha != hb) return ha < hb;
     return a.flags().size() < b.flags().size();
   };
