@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "dist/bootstrap.h"
 #include "layers/gpt.h"
@@ -51,6 +52,11 @@ void write_file(const std::string& path, const std::string& text) {
 
 plan::PlanRequest plan_request(const TrainGptConfig& c) {
   if (c.threads > 0) omp_set_num_threads(int(c.threads));  // calibrate with the run's threads
+  check_at_most(kProgram, {{"world", c.plan_world, 1 << 16}});
+  for (const auto& [flag, gib] : {std::pair{"memory-budget", c.memory_budget_gib}, {"host-memory", c.host_memory_gib}})
+    if (gib > double(1 << 20))
+      exit_with_usage_error(kProgram, std::string("--") + flag + " " + std::to_string(gib) +
+                                          " GiB is too large; expected at most 1048576 GiB");
   plan::PlanRequest request;
   if (!c.load.empty()) {
     const auto model = or_usage_error(kProgram, "--load " + c.load, [&] { return nn::GPT::load(c.load); });
@@ -103,6 +109,11 @@ int print_plan(const TrainGptConfig& c) {
 }
 
 std::vector<std::string> planned_arguments(const TrainGptConfig& c, int argc, char** argv) {
+  const int run_world = or_usage_error(kProgram, [] { return dist::detect_process().world_size; });
+  if (c.plan_world > 0 && c.plan_world != run_world)
+    exit_with_usage_error(kProgram, "--world " + std::to_string(c.plan_world) +
+                                        " plans for another world than this run's " + std::to_string(run_world) +
+                                        " process(es); expected --world only with --plan");
   const plan::PlanRequest request = plan_request(c);
   const plan::Candidate chosen = ranked_or_exit(request).front();
   std::printf("plan: %s (predicted %s GiB of %s GiB per rank)\n", joined(chosen.flags()).c_str(),

@@ -61,4 +61,7 @@ grep -q "expected --memory-budget" <<<"$out" || fail "no remedy in the message: 
 out=$("$bin" "${tiny[@]}" --plan 2>&1)
 [[ $? -eq 2 ]] && grep -q -- "--plan needs --memory-budget" <<<"$out" || fail "--plan without a budget: $out"
 
+out=$("$bin" "${tiny[@]}" --memory-budget 1 --world 4 --steps 1 2>&1)
+[[ $? -eq 2 ]] && grep -q -- "--world 4 plans for another world than this run's 1" <<<"$out" || fail "--world without --plan: $out"
+
 echo "train_gpt plan ok"
