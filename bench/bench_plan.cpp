@@ -33,8 +33,11 @@ void run_device(const Device& device, bool quick) {
   // CUDA's fused attention takes head dimension 64 or 128: every shape here has D = 64 on CUDA.
   const bool cuda = device.is_cuda();
   std::vector<plan::ModelShape> shapes = {
-      shape(4, cuda ? 1 : 4, 64, 32, 256),  shape(4, 2, 128, 64, 256), shape(6, 2, 128, 64, 512),
-      shape(2, 4, 256, 64, 1024),           shape(8, cuda ? 1 : 4, 64, 128, 256),
+      shape(4, cuda ? 1 : 4, 64, 32, 256),
+      shape(4, 2, 128, 64, 256),
+      shape(6, 2, 128, 64, 512),
+      shape(2, 4, 256, 64, 1024),
+      shape(8, cuda ? 1 : 4, 64, 128, 256),
   };
   if (quick) shapes.resize(2);
   std::vector<double> errors;
@@ -67,8 +70,8 @@ void run_device(const Device& device, bool quick) {
       .add("mean_abs_error", abs_sum / double(n))
       .add("p90_abs_error", magnitude[std::min(n - 1, size_t(std::ceil(0.9 * double(n))) - 1)])
       .add("max_abs_error", magnitude.back())
-      .add("within_10_percent", (long long)std::count_if(magnitude.begin(), magnitude.end(),
-                                                          [](double m) { return m <= 0.10; }))
+      .add("within_10_percent",
+           (long long)std::count_if(magnitude.begin(), magnitude.end(), [](double m) { return m <= 0.10; }))
       .print();
 }
 

@@ -48,10 +48,10 @@ struct Shape {
 Bytes block_saved(const ModelShape& m, const Shape& s, DeviceKind kind) {
   Bytes b;
   const int64_t a = s.N * s.C * s.e;
-  b.add(a, kind, 4);               // ln_1 out, attention out, h, ln_2 out
-  b.add(3 * a, kind);              // qkv
-  b.add(4 * a, kind, 2);           // c_fc out, gelu out
-  b.add(s.N * 4, kind, 4);         // LayerNorm mean and rstd, twice
+  b.add(a, kind, 4);        // ln_1 out, attention out, h, ln_2 out
+  b.add(3 * a, kind);       // qkv
+  b.add(4 * a, kind, 2);    // c_fc out, gelu out
+  b.add(s.N * 4, kind, 4);  // LayerNorm mean and rstd, twice
   if (m.fused_attention) {
     b.add(s.B * s.H * s.T * 4, kind);  // log-sum-exp
   } else {
@@ -104,9 +104,9 @@ std::vector<Phase> step_phases(const ModelShape& m, const TrainingConfig& c, Dev
       int64_t R = std::max<int64_t>(1, chunk_budget / (s.V * s.e));
       if (R > 16) R = R / 16 * 16;
       R = std::min(R, s.N);
-      p.activations.add(a, kind);                      // dx, kept for backward
-      p.activations.add(s.V * s.C * 4, kind);  // dW (fp32 for half models), kept for backward
-      p.workspace.add(R * s.V * s.e, kind, 2);         // logits and P of one chunk
+      p.activations.add(a, kind);               // dx, kept for backward
+      p.activations.add(s.V * s.C * 4, kind);   // dW (fp32 for half models), kept for backward
+      p.workspace.add(R * s.V * s.e, kind, 2);  // logits and P of one chunk
       if (half) {
         p.workspace.add(R * s.C * 4, kind);
         p.workspace.add(R * s.V * 4, kind);
@@ -146,7 +146,7 @@ std::vector<Phase> step_phases(const ModelShape& m, const TrainingConfig& c, Dev
       if (unit_before(first) != unit_before(i)) p.gathered.push_back(unit_before(first));
     }
     p.activations = batch;
-    p.activations += one_a;  // the residual stream's gradient
+    p.activations += one_a;                         // the residual stream's gradient
     p.workspace.add(4 * s.N * s.C * s.e, kind, 2);  // gradients of the gelu and c_fc outputs
     if (K > 0) {
       const int64_t segment = i / K, first = segment * K;

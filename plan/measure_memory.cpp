@@ -21,9 +21,12 @@ namespace {
 
 DType dtype_of(Precision p) {
   switch (p) {
-    case Precision::fp32: return DType::f32;
-    case Precision::bf16: return DType::bf16;
-    case Precision::fp16: return DType::f16;
+    case Precision::fp32:
+      return DType::f32;
+    case Precision::bf16:
+      return DType::bf16;
+    case Precision::fp16:
+      return DType::f16;
   }
   return DType::f32;
 }
@@ -36,8 +39,7 @@ int64_t host_peak(const Device& device) {
                          : pinned_memory_stats().peak_allocated_bytes;
 }
 void reset_host_peak(const Device& device) {
-  if (device.is_cpu())
-    host_offload_allocator().reset_peak();
+  if (device.is_cpu()) host_offload_allocator().reset_peak();
 #if HALFGRAD_HAS_CUDA
   else
     cuda::pinned_allocator().reset_peak();
@@ -52,8 +54,10 @@ MeasuredMemory measure_memory(const ModelShape& shape, const TrainingConfig& con
            "[plan::measure_memory] optimizer state width ", config.state_bits, " with zero stage ", config.zero_stage,
            config.offload_optimizer ? " and optimizer offload" : "",
            ": 8-bit state is measured with the local AdamW only; expected 32 bits, or 8 without ZeRO");
-  HG_CHECK(config.micro_batch >= 1 && config.grad_accum >= 1, "[plan::measure_memory] expected micro_batch >= 1 and "
-           "grad_accum >= 1, got ", config.micro_batch, " and ", config.grad_accum);
+  HG_CHECK(config.micro_batch >= 1 && config.grad_accum >= 1,
+           "[plan::measure_memory] expected micro_batch >= 1 and "
+           "grad_accum >= 1, got ",
+           config.micro_batch, " and ", config.grad_accum);
   const int64_t device_before = memory_stats(device).allocated_bytes;
   const int64_t host_before = host_allocated(device);
   MeasuredMemory measured;

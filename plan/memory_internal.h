@@ -34,9 +34,9 @@ inline Bytes operator+(Bytes x, const Bytes& y) { return x += y; }
 struct ParamTensor {
   int64_t numel = 0;
   int64_t block = -1;
-  bool head = false;        // wte and ln_f: their gradients exist from the start of the backward
-  int position = 0;         // within its block, in registration order: ln_1 0-1, attn.c_attn 2-3,
-                            // attn.c_proj 4-5, ln_2 6-7, mlp.c_fc 8-9, mlp.c_proj 10-11 (backward: last first)
+  bool head = false;  // wte and ln_f: their gradients exist from the start of the backward
+  int position = 0;   // within its block, in registration order: ln_1 0-1, attn.c_attn 2-3,
+                      // attn.c_proj 4-5, ln_2 6-7, mlp.c_fc 8-9, mlp.c_proj 10-11 (backward: last first)
 };
 std::vector<ParamTensor> parameter_tensors(const ModelShape& model);
 
@@ -44,14 +44,14 @@ std::vector<ParamTensor> parameter_tensors(const ModelShape& model);
 // gradients already exist (gradients set to none by zero_grad grow during the backward).
 struct Phase {
   std::string where;
-  Bytes activations;  // saved for backward + backward's live activation gradients + the batch
-  Bytes workspace;    // op scratch alive there (the fused classifier's chunk buffers, ...)
-  bool backward = false;        // false: the forward, no gradient exists yet
-  bool all_grads = false;       // every gradient (end of the backward, the optimizer)
-  int64_t grads_from_block = 0; // (backward) blocks >= this have all their gradients
-  int64_t partial_block = -1;   // this block's gradients of positions >= partial_from exist
+  Bytes activations;             // saved for backward + backward's live activation gradients + the batch
+  Bytes workspace;               // op scratch alive there (the fused classifier's chunk buffers, ...)
+  bool backward = false;         // false: the forward, no gradient exists yet
+  bool all_grads = false;        // every gradient (end of the backward, the optimizer)
+  int64_t grads_from_block = 0;  // (backward) blocks >= this have all their gradients
+  int64_t partial_block = -1;    // this block's gradients of positions >= partial_from exist
   int partial_from = 10;
-  int64_t completed_block = -1; // this block's gradients are complete (ZeRO: its bucket / unit is reduced)
+  int64_t completed_block = -1;  // this block's gradients are complete (ZeRO: its bucket / unit is reduced)
   // ZeRO 3: the units gathered there (block indices; -1: the root unit of wte, wpe).
   std::vector<int64_t> gathered;
 };

@@ -1,13 +1,19 @@
 // predict_memory: the bytes one rank's allocator holds at the peak of a training step, added up from
 // the model's shape and the configuration, in the allocator's own units (rounded requests).
 //
-//   device peak = parameters + gradients + optimizer state      (model state, sharded by ZeRO)
-//               + activations + workspace                        (plan/activation_bytes.cpp)
-//               + rounding                                       (every request rounded by the allocator)
+//   device peak = max over the step's phases of                 (plan/activation_bytes.cpp: forward end,
+//                   parameters + gradients alive there           each block's backward, the end)
+//                 + optimizer state
+//                 + activations + workspace alive there
+//                 + rounding                                     (every request rounded by the allocator)
+// Gradients set to none by zero_grad() grow during the backward while activations are freed, so the
+// peak is not the sum of the largest of each. The phase model was derived from the ops' code and
+// checked against traces of the allocator (tests/test_plan.cpp, docs/planner.md "Validation").
 //
 // Model state, per parameter tensor of n elements, e bytes per element of the precision:
 //   parameters   n e                     (ZeRO 3: the rank's shard of each unit + the gathered units)
-//   gradients    n g, g = 4 with fp32_grads, else e   (ZeRO 2/3: the rank's shard, plus buckets in flight)
+//   gradients    n g, g = 4 with fp32_grads, else e   (ZeRO 0/1: a flat buffer, always; ZeRO 2/3: the
+//                rank's shard, plus the full-size gradients in flight and their packed reduce-scatter copy)
 //   optimizer    m, v: 4 + 4 per element (fp32), + 4 master for a half model with master weights;
 //                8-bit state: 1 + 1 per element + 4 + 4 per block of 2048 (tensors >= 4096 elements);
 //                the AdamW step count: i64[3] per tensor (optim/adamw.cpp). ZeRO 1-3 keep these over the
@@ -25,18 +31,24 @@ namespace hg::plan {
 
 const char* name(Precision p) {
   switch (p) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
+    case Precision::fp32:
+      return "fp32";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp16:
+      return "fp16";
   }
   return "?";
 }
 
 const char* name(ActivationOffload o) {
   switch (o) {
-    case ActivationOffload::off: return "off";
-    case ActivationOffload::inputs: return "inputs";
-    case ActivationOffload::all: return "all";
+    case ActivationOffload::off:
+      return "off";
+    case ActivationOffload::inputs:
+      return "inputs";
+    case ActivationOffload::all:
+      return "all";
   }
   return "?";
 }
@@ -105,7 +117,7 @@ struct ModelState {
   std::vector<detail::ParamTensor> tensors;
   int64_t e, g, total = 0;
   enum class Grads { growing, persistent, unit } grads;  // how gradients live through a backward
-  detail::Bytes params, grad_buffers, optimizer;        // allocated through the whole step
+  detail::Bytes params, grad_buffers, optimizer;         // allocated through the whole step
   int64_t host = 0;
 
   ModelState(const ModelShape& m, const TrainingConfig& c, int N, DeviceKind k)
@@ -144,26 +156,45 @@ struct ModelState {
       } else {
         grad_buffers.add(owned * e, kind);
         grads = c.grad_accum > 1 ? Grads::persistent : Grads::growing;
+        // Buckets of about 25 MiB (ZeroOptions::bucket_bytes) cut from the last parameter backwards;
+        // the first bucket also covers the padding (dist/zero_optimizer.cpp layout_flat).
+        const int64_t bucket_elements = std::max<int64_t>(1, (int64_t(25) << 20) / e);
+        std::vector<int64_t> offsets(tensors.size());
+        for (size_t k = 1; k < tensors.size(); ++k) offsets[k] = offsets[k - 1] + tensors[k - 1].numel;
+        bucket_of.assign(tensors.size(), 0);
+        int64_t begin = padded;
+        for (size_t k = tensors.size(); k-- > 0;) {
+          if (buckets.empty() || begin_end - offsets[k] > bucket_elements) {
+            begin_end = buckets.empty() ? padded : begin;
+            buckets.push_back(0);
+          }
+          begin = offsets[k];
+          buckets.back() = begin_end - begin;
+          bucket_of[k] = buckets.size() - 1;
+        }
       }
     } else {
       // Units: the root (wte, wpe), one per block, and the persistent unit of tensors of at most
       // 4 C elements (train_gpt's persistence threshold), whole on every rank.
       int64_t root = 0, block = 0, persistent = 0;
       for (const auto& t : tensors) {
-        if (t.numel <= 4 * m.dim) persistent += t.numel;
-        else if (t.block < 0) root += t.numel;
-        else if (t.block == 0) block += t.numel;
+        if (t.numel <= 4 * m.dim)
+          persistent += t.numel;
+        else if (t.block < 0)
+          root += t.numel;
+        else if (t.block == 0)
+          block += t.numel;
       }
       owned = round_up(root, align) / N + m.layers * (round_up(block, align) / N) + round_up(persistent, align) / N;
-      params.add(owned * e, kind);                          // this rank's shards
-      params.add(round_up(persistent, align) * e, kind);   // the persistent unit, whole
+      params.add(owned * e, kind);                        // this rank's shards
+      params.add(round_up(persistent, align) * e, kind);  // the persistent unit, whole
       grad_buffers.add(owned * e, kind);
       grads = c.grad_accum > 1 ? Grads::persistent : Grads::unit;
       unit_root = round_up(root, align) * e;
       unit_block = round_up(block, align) * e;
     }
     if (grads == Grads::persistent && stage >= 2) grad_buffers.add(total * e, kind);  // accumulation micro-steps
-    const bool master = half || c.offload_optimizer;  // a separate fp32 master
+    const bool master = half || c.offload_optimizer;                                  // a separate fp32 master
     if (c.offload_optimizer) {
       if (master) host += detail::allocator_bytes(owned * 4, DeviceKind::cpu);
       if (c.state_bits == 8 && owned >= kernels::kAdamW8BitMinElements)
@@ -181,6 +212,9 @@ struct ModelState {
     }
   }
   int64_t unit_root = 0, unit_block = 0, padded_total = 0;
+  std::vector<int64_t> buckets;   // ZeRO 2: elements of each gradient bucket
+  std::vector<size_t> bucket_of;  // ZeRO 2: each tensor's bucket
+  int64_t begin_end = 0;          // (layout scratch: the end of the bucket being cut)
 
   // exp_avg and exp_avg_sq of n elements: fp32, or with 8-bit state (kernels/adamw8bit_math.h) one
   // byte each plus an fp32 absmax per block of 2048 -- tensors under 4096 elements stay fp32.
@@ -197,19 +231,40 @@ struct ModelState {
   detail::Bytes gradients(const detail::Phase& p) const {
     detail::Bytes b;
     if (!p.backward || grads == Grads::persistent) return b;
-    for (const auto& t : tensors) {
-      bool alive = p.all_grads || t.head || (t.block >= p.grads_from_block) || (t.block == p.partial_block && t.position >= p.partial_from);
-      if (grads == Grads::unit && !p.all_grads && t.block >= 0 && t.block >= p.grads_from_block)
-        alive = t.numel <= 4 * model.dim;  // reduce-scattered with their unit; the persistent ones stay
-      if (grads == Grads::unit && t.block == p.completed_block) alive = true;
-      if (alive) b.add(t.numel * g, kind);
+    const bool stage2 = grads == Grads::growing && config.zero_stage == 2;
+    std::vector<bool> alive(tensors.size());
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const auto& t = tensors[k];
+      alive[k] = p.all_grads || t.head || (t.block >= p.grads_from_block) ||
+                 (t.block == p.partial_block && t.position >= p.partial_from);
+      if (grads == Grads::unit && t.block >= 0 && (p.all_grads || t.block >= p.grads_from_block))
+        alive[k] = t.numel <= 4 * model.dim;  // reduce-scattered with their unit; the persistent ones stay
+      if (grads == Grads::unit && t.block == p.completed_block) alive[k] = true;
     }
-    // ZeRO 2: a completed bucket's gradients are packed into one buffer for the reduce-scatter, held
-    // until step(); at the last launch (the end of the backward) the gradients are still alive beside it.
-    if (grads == Grads::growing && std::max(config.zero_stage, 0) == 2 && p.all_grads)
-      b.add(padded_total * e, kind);
-    // ZeRO 3: a completed unit's gradients packed for the reduce-scatter beside them.
+    if (stage2) {
+      // ZeRO 2: a bucket whose gradients are all there is packed into one buffer, reduce-scattered and
+      // its full-size gradients freed; the packed buffer lives until its collective completes. At the
+      // end of the backward: the last bucket (wte's) at its launch, its gradients beside its packed copy.
+      std::vector<bool> complete(buckets.size(), true);
+      for (size_t k = 0; k < tensors.size(); ++k)
+        if (!alive[k]) complete[bucket_of[k]] = false;
+      int64_t packed = 0;
+      for (size_t k = 0; k < tensors.size(); ++k) {
+        const size_t bucket = bucket_of[k];
+        const bool launching = p.all_grads && bucket == bucket_of[0];
+        if (alive[k] && (!complete[bucket] || launching)) b.add(tensors[k].numel * g, kind);
+      }
+      for (size_t u = 0; u < buckets.size(); ++u)
+        if (complete[u] && (!p.all_grads || u == bucket_of[0])) packed = std::max(packed, buckets[u] * e);
+      if (packed > 0) b.add(packed, kind);
+      return b;
+    }
+    for (size_t k = 0; k < tensors.size(); ++k)
+      if (alive[k]) b.add(tensors[k].numel * g, kind);
+    // ZeRO 3: a completed unit's gradients packed for the reduce-scatter beside them (at the end of the
+    // backward: the root unit's).
     if (grads == Grads::unit && p.completed_block >= 0) b.add(unit_block, kind);
+    if (grads == Grads::unit && p.all_grads) b.add(unit_root, kind);
     return b;
   }
   // ZeRO 3: the units gathered at a phase.
@@ -229,10 +284,12 @@ struct ModelState {
 
 MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& config, int world, DeviceKind kind) {
   HG_CHECK(world >= 1, "[plan::predict_memory] expected world >= 1, got ", world);
-  HG_CHECK(config.micro_batch >= 1 && config.grad_accum >= 1, "[plan::predict_memory] expected micro_batch >= 1 and "
-           "grad_accum >= 1, got ", config.micro_batch, " and ", config.grad_accum);
-  HG_CHECK(config.state_bits == 32 || config.state_bits == 8, "[plan::predict_memory] expected state_bits 32 or 8, got ",
-           config.state_bits);
+  HG_CHECK(config.micro_batch >= 1 && config.grad_accum >= 1,
+           "[plan::predict_memory] expected micro_batch >= 1 and "
+           "grad_accum >= 1, got ",
+           config.micro_batch, " and ", config.grad_accum);
+  HG_CHECK(config.state_bits == 32 || config.state_bits == 8,
+           "[plan::predict_memory] expected state_bits 32 or 8, got ", config.state_bits);
   // The fused attention kernels take every CPU shape; on CUDA head dimensions 64 and 128 only, and
   // AttentionImpl::Auto falls back to the composed path for the others (engine/ops/attention.cpp).
   ModelShape shape = model;
@@ -247,8 +304,8 @@ MemoryPrediction predict_memory(const ModelShape& model, const TrainingConfig& c
   for (const detail::Phase& phase : detail::step_phases(shape, effective, kind)) {
     const detail::Bytes grads = state.gradients(phase) + state.grad_buffers;
     const detail::Bytes params = state.params + state.gathered(phase);
-    const int64_t booked = params.booked + grads.booked + state.optimizer.booked + phase.activations.booked +
-                           phase.workspace.booked;
+    const int64_t booked =
+        params.booked + grads.booked + state.optimizer.booked + phase.activations.booked + phase.workspace.booked;
     if (booked <= best_booked) continue;
     best_booked = booked;
     best = MemoryPrediction{};

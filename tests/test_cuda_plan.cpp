@@ -27,7 +27,8 @@ bool skip_without_cuda() {
 
 TEST_CASE("plan: predicted device peak within 10% of the CUDA allocator's, over the grid") {
   if (skip_without_cuda()) return;
-  const std::vector<test::PlanCase> grid = test::plan_grid(test::plan_grid_model(/*heads=*/1, /*layers=*/2), /*scale=*/2);
+  const std::vector<test::PlanCase> grid =
+      test::plan_grid(test::plan_grid_model(/*heads=*/1, /*layers=*/2), /*scale=*/2);
   REQUIRE(grid.size() >= 20);
   std::vector<test::PlanRow> rows;
   for (const test::PlanCase& c : grid) rows.push_back(test::run_plan_case(c, Device::cuda(0)));

@@ -26,8 +26,15 @@ TEST_CASE("plan: predicted device peak within 10% of the CPU allocator's, over t
 
 TEST_CASE("plan: ModelShape is nn::GPT's shape and parameter count") {
   for (const auto& config : {nn::GPTConfig().vocab_size(256).context(32).n_layer(4).n_head(4).n_embd(64),
-                             nn::GPTConfig().vocab_size(1000).context(77).n_layer(3).n_head(6).n_embd(96).dropout(0.1)
-                                 .attention(AttentionImpl::Composed).fused_classifier(false)}) {
+                             nn::GPTConfig()
+                                 .vocab_size(1000)
+                                 .context(77)
+                                 .n_layer(3)
+                                 .n_head(6)
+                                 .n_embd(96)
+                                 .dropout(0.1)
+                                 .attention(AttentionImpl::Composed)
+                                 .fused_classifier(false)}) {
     const nn::GPT model(config);
     const plan::ModelShape shape = plan::ModelShape::of(config);
     CHECK(shape.parameters() == model.parameter_count());
@@ -67,4 +74,22 @@ TEST_CASE("plan: what each technique changes, and bad requests named") {
   CHECK_ERROR(plan::predict_memory(m, base, 0, plan::DeviceKind::cpu), "world >= 1", "got 0");
   CHECK_ERROR(with([](plan::TrainingConfig& c) { c.micro_batch = 0; }), "micro_batch >= 1");
   CHECK_ERROR(with([](plan::TrainingConfig& c) { c.state_bits = 4; }), "state_bits 32 or 8", "got 4");
+}
+
+TEST_CASE("plan: ZeRO 2 and 3 with several gradient buckets (a 12.6M-parameter model, 25 MiB buckets)") {
+  // 50 MB of fp32 gradients: two buckets, each packed and freed when complete, the wte bucket last.
+  plan::ModelShape m = test::plan_grid_model();
+  m.dim = 512, m.heads = 8;
+  std::vector<test::PlanRow> rows;
+  for (int stage : {-1, 2, 3}) {
+    test::PlanCase c{m, plan::TrainingConfig()};
+    c.config.micro_batch = 2;
+    c.config.zero_stage = stage;
+    rows.push_back(test::run_plan_case(c, kCPU));
+  }
+  MESSAGE("CPU device, several buckets\n" << test::plan_table(rows));
+  for (const test::PlanRow& r : rows) {
+    INFO(r.label, ": predicted ", r.predicted, " measured ", r.measured);
+    CHECK(std::abs(r.error()) <= 0.10);
+  }
 }

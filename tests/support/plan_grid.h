@@ -36,7 +36,8 @@ inline std::string plan_case_label(const PlanCase& c) {
   if (t.fp32_grads) s += " fp32-grads";
   if (t.grad_accum > 1) s += " accum" + std::to_string(t.grad_accum);
   if (t.checkpoint_every > 0) s += " ckpt" + std::to_string(t.checkpoint_every);
-  if (t.offload_activations != plan::ActivationOffload::off) s += std::string(" act-off-") + plan::name(t.offload_activations);
+  if (t.offload_activations != plan::ActivationOffload::off)
+    s += std::string(" act-off-") + plan::name(t.offload_activations);
   if (t.zero_stage >= 0) s += " zero" + std::to_string(t.zero_stage);
   if (t.offload_optimizer) s += " opt-off";
   if (t.state_bits != 32) s += " state" + std::to_string(t.state_bits);
@@ -44,7 +45,8 @@ inline std::string plan_case_label(const PlanCase& c) {
   if (!c.model.fused_classifier) s += " full-logits";
   if (c.model.dropout > 0) s += " dropout";
   if (c.model.dim != 64 || c.model.context != 32 || c.model.layers != 4 || c.model.heads != 4)
-    s += " L" + std::to_string(c.model.layers) + "H" + std::to_string(c.model.heads) + "C" + std::to_string(c.model.dim) + "T" + std::to_string(c.model.context);
+    s += " L" + std::to_string(c.model.layers) + "H" + std::to_string(c.model.heads) + "C" +
+         std::to_string(c.model.dim) + "T" + std::to_string(c.model.context);
   return s;
 }
 
@@ -83,9 +85,13 @@ inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_
   add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.zero_stage = 2; });
   add([](PlanCase& c) { c.config.precision = Precision::fp16, c.config.zero_stage = 3; });
   add([](PlanCase& c) { c.config.zero_stage = 2, c.config.offload_optimizer = true; });
-  add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.zero_stage = 1, c.config.offload_optimizer = true; });
+  add([](PlanCase& c) {
+    c.config.precision = Precision::bf16, c.config.zero_stage = 1, c.config.offload_optimizer = true;
+  });
   add([](PlanCase& c) { c.model.fused_attention = false; });
-  add([](PlanCase& c) { c.model.fused_attention = false, c.config.precision = Precision::bf16, c.config.micro_batch = 8; });
+  add([](PlanCase& c) {
+    c.model.fused_attention = false, c.config.precision = Precision::bf16, c.config.micro_batch = 8;
+  });
   // A long context: the composed attention's B H T T backward outgrows the MLP's.
   add([](PlanCase& c) { c.model.fused_attention = false, c.model.context = 128, c.config.micro_batch = 2; });
   add([](PlanCase& c) { c.model.dropout = 0.1; });
@@ -94,7 +100,9 @@ inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_
   add([](PlanCase& c) { c.config.zero_stage = 3, c.config.checkpoint_every = 2, c.config.micro_batch = 8; });
   add([](PlanCase& c) { c.config.state_bits = 8; });
   add([](PlanCase& c) { c.config.state_bits = 8, c.config.precision = Precision::bf16; });
-  add([](PlanCase& c) { c.config.state_bits = 8, c.config.precision = Precision::bf16, c.config.master_weights = false; });
+  add([](PlanCase& c) {
+    c.config.state_bits = 8, c.config.precision = Precision::bf16, c.config.master_weights = false;
+  });
   return grid;
 }
 
