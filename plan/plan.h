@@ -87,6 +87,9 @@ struct Machine {
   double host_link_bandwidth = 0;     // bytes/s each way between host and device (PCIe / C2C)
   double interconnect_bandwidth = 0;  // bytes/s per rank of a ring collective's bus bandwidth (NVLink)
   double host_adam_bandwidth = 0;     // bytes/s of the CPU AdamW over its state (optimizer offload)
+  double cpu_adam8_bandwidth = 0;     // bytes/s of the CPU 8-bit AdamW over its (fewer) bytes (offload, CPU device)
+  double block_seconds = 0;           // host time to issue one transformer block's forward and backward on
+                                      // tiny tensors (eager dispatch): the floor of a small micro-batch
   static Machine h200();              // one H200 SXM in an 8-GPU NVLink node (published figures, derated)
   static Machine this_cpu();          // the CPU device of this process, from a short calibration run
 };
@@ -104,6 +107,7 @@ struct Candidate {
   TrainingConfig config;
   MemoryPrediction memory;
   StepTime time;
+  int world = 1;  // ranks it was planned for: flags() writes the global --batch (micro_batch x world)
   // The train_gpt flags that select this configuration ("--precision bf16 --zero 2 ...").
   std::vector<std::string> flags() const;
 };

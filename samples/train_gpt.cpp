@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "dist/data_parallel.h"
 #include "engine/allocator.h"
@@ -19,6 +20,7 @@
 #include "samples/cli.h"
 #include "samples/gpt_tasks.h"
 #include "samples/train_gpt_config.h"
+#include "samples/train_gpt_plan.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
@@ -86,7 +88,7 @@ std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
                                                    std::to_string(3 * c.digits + 3));
   } else {
     const auto config =
-        nn::GPTConfig().vocab_size(256).context(c.context).n_layer(c.layers).n_head(c.heads).n_embd(c.dim).dropout(
+        nn::GPTConfig().vocab_size(c.vocab).context(c.context).n_layer(c.layers).n_head(c.heads).n_embd(c.dim).dropout(
             c.dropout);
     model = std::make_shared<nn::GPT>(config);
   }
@@ -217,14 +219,25 @@ int run(const TrainGptConfig& c) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const TrainGptConfig config(argc, argv);
+int run_or_report(const TrainGptConfig& config) {
   try {
     return run(config);
   } catch (const Error& e) {
     std::fprintf(stderr, "train_gpt: error: %s\n", e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const TrainGptConfig config(argc, argv);
+  if (config.plan) return samples::print_plan(config);
+  if (config.memory_budget_gib <= 0) return run_or_report(config);
+  // --memory-budget alone: train with the plan's pick, its flags appended to the command line.
+  std::vector<std::string> args = samples::planned_arguments(config, argc, argv);
+  std::vector<char*> planned_argv;
+  for (std::string& a : args) planned_argv.push_back(a.data());
+  const TrainGptConfig planned(int(planned_argv.size()), planned_argv.data());
+  return run_or_report(planned);
 }

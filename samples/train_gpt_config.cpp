@@ -104,7 +104,10 @@ void check_settings(const TrainGptConfig& c) {
     check_readable_file(kProgram, "data", c.data.substr(start, comma - start));
     start = comma + 1;
   }
-  checked_device(kProgram, c.device);
+  if (c.plan)  // planning for a device need not run on one: --plan --device cuda works without a GPU
+    or_usage_error(kProgram, "--device " + c.device, [&] { return Device::parse(c.device); });
+  else
+    checked_device(kProgram, c.device);
 }
 
 }  // namespace

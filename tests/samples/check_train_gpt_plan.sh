@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# train_gpt and the memory planner: --plan prints a ranked table with a recommended row and exits 0;
+# --write-config writes a JSON object with the chosen keys; --memory-budget alone trains with the
+# plan's pick and logs it; a budget nothing fits in is a usage error (exit 2) that says what would fit.
+set -uo pipefail
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+tiny=(--layers 2 --heads 2 --dim 32 --batch 16 --eval-problems 50 --threads 1)
+
+# --plan for this run's model on the CPU device: a table, the recommended row first, the counts.
+out=$("$bin" "${tiny[@]}" --plan --memory-budget 1 --write-config "$work/plan.json") || fail "--plan exited $?: $out"
+grep -q "^plan: GPT L2 H2 C32 T16 V256" <<<"$out" || fail "no plan header: $out"
+grep -q "^rank  *device GiB" <<<"$out" || fail "no column header: $out"
+grep -q "^1\* " <<<"$out" || fail "no recommended row: $out"
+grep -q "^\* recommended: --" <<<"$out" || fail "no recommended flags: $out"
+grep -Eq "^[0-9]+ configurations considered, [0-9]+ fit" <<<"$out" || fail "no counts: $out"
+grep -q "wrote $work/plan.json" <<<"$out" || fail "--write-config not reported: $out"
+[[ -s "$work/plan.json" ]] || fail "--write-config wrote nothing"
+if command -v python3 >/dev/null; then
+  python3 - "$work/plan.json" <<'PY' || fail "plan.json is not the expected JSON: $(cat "$work/plan.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert isinstance(c, dict), c
+for key, kind in {"precision": str, "batch": int, "grad-accum": int, "checkpoint-every": int,
+                  "offload-activations": str, "zero": int, "offload-optimizer": bool,
+                  "optimizer-state-bits": int}.items():
+    assert isinstance(c[key], kind), (key, c)
+assert c["precision"] in ("fp32", "bf16", "fp16") and c["optimizer-state-bits"] in (8, 32), c
+assert c["batch"] * c["grad-accum"] == 16, c  # the run's 16 sequences per step
+PY
+else
+  grep -q '"precision": "' "$work/plan.json" || fail "plan.json has no precision: $(cat "$work/plan.json")"
+fi
+
+# --load's model is planned for (its shape, whatever the shape flags say).
+"$bin" "${tiny[@]}" --steps 1 --eval-every 0 --sample 0 --save "$work/model.safetensors" >/dev/null || fail "save run"
+out=$("$bin" --plan --memory-budget 1 --layers 5 --load "$work/model.safetensors") || fail "--plan --load exited $?: $out"
+grep -q "^plan: GPT L2 H2 C32 T16 V256" <<<"$out" || fail "--plan --load planned another shape: $out"
+
+# A model given by its shape only (never built): GPT-2 XL on an H200 at world 8, planned on this machine.
+out=$("$bin" --plan --device cuda --memory-budget 131 --layers 48 --heads 25 --dim 1600 --context 1024 --vocab 50257 \
+  --batch-tokens 524288 --world 8) || fail "GPT-2 XL plan exited $?: $out"
+grep -q "GPT L48 H25 C1600 T1024 V50257 (1.56B parameters) | 524288 tokens per step (64 sequences x 8 ranks)" <<<"$out" \
+  || fail "GPT-2 XL header: $out"
+grep -q "^1\* .*--zero" <<<"$out" || fail "no ZeRO stage in the world-8 recommendation: $out"
+
+# --memory-budget alone: the plan's pick, logged, then training.
+out=$("$bin" "${tiny[@]}" --memory-budget 1 --steps 4 --eval-every 0 --sample 0) || fail "--memory-budget run exited $?: $out"
+grep -Eq "^plan: --.* \(predicted [0-9.]+ GiB of 1.00 GiB per rank\)" <<<"$out" || fail "no plan line: $out"
+grep -q "summary: 4 steps" <<<"$out" || fail "the planned run did not train: $out"
+
+# Nothing fits: exit 2, the smallest peak and what would have to change.
+out=$("$bin" "${tiny[@]}" --memory-budget 0.00001 --steps 4 2>&1)
+status=$?
+[[ $status -eq 2 ]] || fail "a too-small budget exited $status, expected 2: $out"
+grep -q "train_gpt: error: nothing fits in 1e-05 GiB per rank: the smallest predicted peak is" <<<"$out" || fail "message: $out"
+grep -q "expected --memory-budget" <<<"$out" || fail "no remedy in the message: $out"
+out=$("$bin" "${tiny[@]}" --plan 2>&1)
+[[ $? -eq 2 ]] && grep -q -- "--plan needs --memory-budget" <<<"$out" || fail "--plan without a budget: $out"
+
+out=$("$bin" "${tiny[@]}" --memory-budget 1 --world 4 --steps 1 2>&1)
+[[ $? -eq 2 ]] && grep -q -- "--world 4 plans for another world than this run's 1" <<<"$out" || fail "--world without --plan: $out"
+
+echo "train_gpt plan ok"
