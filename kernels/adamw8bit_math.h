@@ -10,11 +10,31 @@
 //   m_i, v_i  = dequantise (codes, absmax)
 //   theta_i, m_i, v_i = adamw_update (kernels/adamw_math.h) in fp32, with the unquantised new m_i, v_i
 //   absmax_m  = max_i |m_i|,  absmax_v = max_i v_i              (of the updated block)
-//   code_i    = quantise (m_i * (1 / absmax_m)) (0 when absmax_m = 0); likewise v
+//   code_i    = quantise (m_i * (1 / absmax_m)); likewise v
 // State before the first step: every code is the map's zero entry (kAdamW8BitSignedZeroCode,
 // kAdamW8BitUnsignedZeroCode) and every absmax 0, which dequantises to m = v = 0.
 //
-// The maps (bitsandbytes' create_dynamic_map(signed, max_exponent_bits = 7, total_bits = 8)): for
+// Non-finite updates (as bitsandbytes does for a non-finite gradient): an element whose new m or v is
+// not finite -- g inf or NaN, or |g| so large (>~ 6e20 at beta2 = 0.999) that (1 - beta2) g^2 overflows
+// -- keeps its theta (no decay, no update) and gets m = v = 0. Without this, one such element would
+// make the block's absmax inf, its scale 0, every m * scale = inf * 0 = NaN, and the whole block NaN
+// for every later step; with it, the block's other elements step exactly as they would without it.
+//
+// Tiny blocks: a block whose new absmax is below FLT_MIN (0 or subnormal) is stored as the initial
+// state, every code the zero code and absmax 0 (1 / absmax would overflow to inf, and 0 * inf = NaN).
+//
+// Deliberate differences from bitsandbytes' kernels (kOptimizerStatic8bit2StateBlockwise):
+//   - weight decay multiplies theta before the update, theta (1 - lr lambda) - step, as PyTorch's
+//     AdamW and kernels/adamw_math.h; bitsandbytes multiplies after it, (theta - step)(1 - lr lambda);
+//   - no sign fix: bitsandbytes moves a code one step when its entry's sign differs from m's (e.g. a
+//     small negative m whose nearest entry is 0); here a value takes the nearest entry, whatever its sign;
+//   - the scaled value is m * (1 / absmax) (one division per block), not m / absmax per element, so
+//     it may differ by an ulp and, exactly on a midpoint, take the neighbouring code;
+//   - non-finite is judged on the new m and v (which covers the overflowing g^2), not on g alone.
+//
+// The maps (the construction of bitsandbytes' create_dynamic_map(signed, max_exponent_bits = 7,
+// total_bits = 8); its values are computed in float32 by torch, these in double and rounded once, so
+// entries agree to ~1e-7 relative, not necessarily bit for bit): for
 // exponent levels k = 0..6, the decade 10^(k-6) carries the midpoints of linspace(0.1, 1, F_k + 1), i.e.
 // F_k values 10^(k-6) * (0.1 + 0.9 (j + 1/2) / F_k), j = 0..F_k-1, with F_k = 2^k for the signed map (and
 // each value negated as well) and F_k = 2^(k+1) for the unsigned one; then 0 and 1. Signed: 2 * 127 + 2
@@ -130,9 +150,26 @@ HG_HOST_DEVICE inline float adamw8bit_dequantise(uint8_t code, float absmax, con
   return map[code] * absmax;
 }
 
-// The factor that brings a block into the map's range: 1 / absmax, or 0 for an all-zero block (every
-// element then quantises to the zero code).
-HG_HOST_DEVICE inline float adamw8bit_inverse_scale(float absmax) { return absmax > 0.0f ? 1.0f / absmax : 0.0f; }
+// The smallest absmax a block keeps (FLT_MIN, the smallest normal float): below it 1 / absmax overflows.
+inline constexpr float kAdamW8BitMinAbsmax = 1.17549435e-38f;
+
+// The factor that brings a block into the map's range: 1 / absmax, or 0 for an all-zero or subnormal
+// block (every element then quantises to the zero code).
+HG_HOST_DEVICE inline float adamw8bit_inverse_scale(float absmax) {
+  return absmax >= kAdamW8BitMinAbsmax ? 1.0f / absmax : 0.0f;
+}
+
+// The absmax a block stores: its own, or 0 where adamw8bit_inverse_scale gave 0 (so that block is the
+// initial state, zero codes and absmax 0).
+HG_HOST_DEVICE inline float adamw8bit_stored_absmax(float absmax) {
+  return absmax >= kAdamW8BitMinAbsmax ? absmax : 0.0f;
+}
+
+// x is finite (false for inf and NaN; no <cmath> classification, so the same on host and device).
+HG_HOST_DEVICE inline bool adamw8bit_finite(float x) {
+  const float magnitude = x < 0.0f ? -x : x;
+  return magnitude <= 3.40282347e+38f;
+}
 
 // The running absmax of a block: max(a, |x|) (v >= 0 needs no |.|, and |v| = v).
 HG_HOST_DEVICE inline float adamw8bit_absmax(float a, float x) {
@@ -141,13 +178,21 @@ HG_HOST_DEVICE inline float adamw8bit_absmax(float a, float x) {
 }
 
 // One element of a block: dequantise m, v, then the AdamW update; m and v receive the unquantised new
-// moments (for the block's absmax and the requantisation that follow).
+// moments (for the block's absmax and the requantisation that follow). A non-finite new m or v leaves
+// theta as it was and gives m = v = 0 (see the header).
 HG_HOST_DEVICE inline void adamw8bit_update(float& theta, float g, uint8_t code_m, uint8_t code_v, float absmax_m,
                                             float absmax_v, const AdamW8BitTables& t, const AdamWCoefficients<float>& c,
                                             float& m, float& v) {
   m = adamw8bit_dequantise(code_m, absmax_m, t.signed_map);
   v = adamw8bit_dequantise(code_v, absmax_v, t.unsigned_map);
-  adamw_update(theta, g, m, v, c);
+  float updated = theta;
+  adamw_update(updated, g, m, v, c);
+  if (adamw8bit_finite(m) && adamw8bit_finite(v)) {
+    theta = updated;
+  } else {
+    m = 0.0f;
+    v = 0.0f;
+  }
 }
 
 }  // namespace hg::kernels

@@ -133,8 +133,8 @@ void adamw8bit_block_scalar(float* theta, const float* g, uint8_t* code_m, uint8
     code_m[i] = adamw8bit_quantise(m[i] * scale_m, t.signed_search);
     code_v[i] = adamw8bit_quantise(v[i] * scale_v, t.unsigned_search);
   }
-  *absmax_m = new_m;
-  *absmax_v = new_v;
+  *absmax_m = adamw8bit_stored_absmax(new_m);
+  *absmax_v = adamw8bit_stored_absmax(new_v);
 }
 
 void adamw8bit_quantise_scalar(const float* x, uint8_t* codes, int64_t n, bool is_signed) {

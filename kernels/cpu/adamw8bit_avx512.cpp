@@ -1,8 +1,10 @@
 // The AVX-512 form of one 8-bit AdamW block (kernels/cpu/adamw8bit_block.h; math in
 // kernels/adamw8bit_math.h), 16 elements per vector:
 //   dequantise: the codes widened to 32-bit lanes index the map with a gather, times the block's absmax;
-//   update:     adamw_update's operations in its order, multiply-adds fused as the compiler fuses the
-//               scalar loop (kernels/cpu/adamw_offload.cpp does the same), IEEE sqrt and division;
+//   update:     adamw_update's operations in its order, with fused multiply-adds (the scalar form is
+//               fused the same way only where the compiler contracts it, i.e. with HALFGRAD_NATIVE;
+//               otherwise the two may differ by an ulp), IEEE sqrt and division; lanes whose new m or v
+//               is not finite keep theta and take m = v = 0 (a compare mask and blends);
 //   absmax:     a lane-wise running max of |m| (|v|), reduced once per block (max is order-free, and
 //               _mm512_max_ps(x, acc) = x > acc ? x : acc is adamw8bit_absmax's choice, NaN included);
 //   quantise:   the branchless descent of adamw8bit_quantise over the midpoints' heap, lane-wise: its
@@ -52,6 +54,12 @@ HG_AVX512 inline void store_codes16(uint8_t* p, __m512i codes) {
 
 HG_AVX512 inline __m512 abs16(__m512 x) { return _mm512_abs_ps(x); }
 
+// The lanes of x that are finite: |x| <= FLT_MAX, false for inf and NaN (adamw8bit_finite's test; an
+// ordered compare, where _mm512_fpclass_ps_mask would need AVX512DQ, which this path does not require).
+HG_AVX512 inline __mmask16 finite16(__m512 x) {
+  return _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(3.40282347e+38f), _CMP_LE_OQ);
+}
+
 }  // namespace
 
 HG_AVX512 void adamw8bit_block_avx512(float* theta, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
@@ -71,12 +79,16 @@ HG_AVX512 void adamw8bit_block_avx512(float* theta, const float* g, uint8_t* cod
     __m512 mi = _mm512_mul_ps(_mm512_i32gather_ps(load_codes16(code_m + i), t.signed_map, 4), old_m16);
     __m512 vi = _mm512_mul_ps(_mm512_i32gather_ps(load_codes16(code_v + i), t.unsigned_map, 4), old_v16);
     const __m512 gi = _mm512_loadu_ps(g + i);
-    __m512 th = _mm512_loadu_ps(theta + i);
+    const __m512 th = _mm512_loadu_ps(theta + i);
     mi = _mm512_fmadd_ps(beta1, mi, _mm512_mul_ps(one_minus_beta1, gi));
     vi = _mm512_fmadd_ps(beta2, vi, _mm512_mul_ps(_mm512_mul_ps(one_minus_beta2, gi), gi));
     const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bias2_sqrt), eps);
-    th = _mm512_fnmadd_ps(step_size, _mm512_div_ps(mi, denom), _mm512_mul_ps(th, decay));
-    _mm512_storeu_ps(theta + i, th);
+    const __m512 updated = _mm512_fnmadd_ps(step_size, _mm512_div_ps(mi, denom), _mm512_mul_ps(th, decay));
+    // adamw8bit_update's rule for a non-finite new m or v: theta kept, m = v = 0.
+    const __mmask16 finite = finite16(mi) & finite16(vi);
+    _mm512_storeu_ps(theta + i, _mm512_mask_blend_ps(finite, th, updated));
+    mi = _mm512_maskz_mov_ps(finite, mi);
+    vi = _mm512_maskz_mov_ps(finite, vi);
     _mm512_store_ps(m + i, mi);
     _mm512_store_ps(v + i, vi);
     max_m16 = _mm512_max_ps(abs16(mi), max_m16);
@@ -98,8 +110,8 @@ HG_AVX512 void adamw8bit_block_avx512(float* theta, const float* g, uint8_t* cod
     code_m[i] = adamw8bit_quantise(m[i] * scale_m, t.signed_search);
     code_v[i] = adamw8bit_quantise(v[i] * scale_v, t.unsigned_search);
   }
-  *absmax_m = new_m;
-  *absmax_v = new_v;
+  *absmax_m = adamw8bit_stored_absmax(new_m);
+  *absmax_v = adamw8bit_stored_absmax(new_v);
 }
 
 HG_AVX512 void adamw8bit_quantise_avx512(const float* x, uint8_t* codes, int64_t n, bool is_signed) {

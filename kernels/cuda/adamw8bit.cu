@@ -18,7 +18,9 @@
 // read within 32 consecutive floats (no bank conflict); the dequantisation's map reads are
 // data-dependent. The new m, v of a thread's 8 elements stay in registers between the update and the
 // requantisation; the two absmax are block reductions (warp butterflies + one shared slot per warp), a
-// max, so independent of order.
+// max, so independent of order. adamw8bit_update zeroes the moments of an element whose new m or v is
+// not finite (theta kept), so the reductions see finite values; a block whose absmax is below FLT_MIN is
+// stored as zero codes with absmax 0 (adamw8bit_inverse_scale, adamw8bit_stored_absmax).
 //
 // Capturable form (kernels/adamw_math.h AdamWStepScalars), exactly as adamw.cu: every thread reads lr,
 // found_inf and the step count from device memory; when found_inf != 0 no element, code or absmax is
@@ -142,8 +144,8 @@ HG_DEVICE void adamw8bit_block(const Operands<T>& o, const AdamW8BitTables& t, c
     }
   }
   if (threadIdx.x == 0) {
-    o.q.absmax_exp_avg[block] = max_m;
-    o.q.absmax_exp_avg_sq[block] = max_v;
+    o.q.absmax_exp_avg[block] = adamw8bit_stored_absmax(max_m);
+    o.q.absmax_exp_avg_sq[block] = adamw8bit_stored_absmax(max_v);
   }
 }
 
@@ -194,6 +196,10 @@ void adamw8bit_step_device(void* param, void* master, const void* grad, const Qu
            "[adamw8bit_step_device] null quantised moment pointer (codes of m and v, and their absmax arrays are all "
            "required) for n = ",
            n);
+  constexpr int64_t kMaxGrid = 2147483647;  // gridDim.x's limit
+  HG_CHECK(adamw8bit_blocks(n) <= kMaxGrid, "[adamw8bit_step_device] n = ", n, " needs ", adamw8bit_blocks(n),
+           " quantisation blocks of ", kAdamW8BitBlock, " elements, one CUDA block each; expected at most ", kMaxGrid,
+           " (n <= ", kMaxGrid * kAdamW8BitBlock, ")");
   dispatch_floating_cuda(dtype, "adamw8bit_step_device", [&]<class T>() {
     if constexpr (!std::is_same_v<T, double>) {
       const bool packed = aligned(param, sizeof(T)) && aligned(grad, sizeof(T)) && aligned(master, sizeof(float)) &&
