@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -25,6 +26,7 @@
 
 using namespace hg;
 using namespace hg::kernels;
+using hg::kernels::cpu::AdamWIsa;
 using hg::testing::HostBuffer;
 
 namespace {
@@ -148,6 +150,20 @@ void check_against_reference(const State8& before, const State8& after, const st
 
 std::vector<double> values_of(const HostBuffer& b) { return b.values(); }
 
+// The CPU paths this machine runs (scalar always; AVX-512 when present).
+std::vector<AdamWIsa> isas() {
+  std::vector<AdamWIsa> out{AdamWIsa::scalar};
+  if (cpu::adamw8bit_best_isa() == AdamWIsa::avx512) out.push_back(AdamWIsa::avx512);
+  return out;
+}
+
+// Narrows the 8-bit kernels to one path for a scope.
+struct IsaScope {
+  AdamWIsa previous;
+  explicit IsaScope(AdamWIsa isa) : previous(cpu::set_adamw8bit_isa(isa)) {}
+  ~IsaScope() { cpu::set_adamw8bit_isa(previous); }
+};
+
 struct StepCount {
   int64_t slots[3] = {0, 0, 0};
   AdamWStepScalars scalars(const double* lr, const float* found_inf) {
@@ -239,11 +255,13 @@ TEST_CASE("adamw8bit quantisation: nearest entry, exact on entries, bounded roun
 TEST_CASE("adamw8bit_step_device equals the float64 block algorithm over steps and sizes") {
   std::mt19937 rng(std::random_device{}());
   Mismatches mismatches;
+  for (const AdamWIsa isa : isas())
   for (const DType dtype : {DType::f32, DType::f16, DType::bf16})
     for (const bool with_master : {false, true})
       for (const int64_t n : {int64_t(1), int64_t(100), int64_t(2048), int64_t(5000), int64_t(3 * 2048 + 17)}) {
         if (dtype != DType::f32 && !with_master && n > 100) continue;  // half without master: n <= 100 suffices
-        INFO(dtype_name(dtype), with_master ? " with master" : " without master", " n = ", n);
+        INFO(adamw_isa_name(isa), " ", dtype_name(dtype), with_master ? " with master" : " without master", " n = ", n);
+        const IsaScope scope(isa);
         HostBuffer param = random_params(dtype, n, rng);
         HostBuffer master(DType::f32, n);
         for (int64_t i = 0; i < n; ++i) master.set(i, param.get(i));
@@ -355,6 +373,80 @@ TEST_CASE("adamw8bit_step_device: the device lr is read; results do not depend o
   CHECK(m1.bitwise_equal(m2));
   CHECK(s1 == s2);
   CHECK_FALSE(p1.bitwise_equal(start));
+}
+
+TEST_CASE("adamw8bit AVX-512 path: the scalar path's codes bit for bit, and its step") {
+  if (cpu::adamw8bit_best_isa() != AdamWIsa::avx512) {
+    MESSAGE("no AVX-512 on this CPU: only the scalar path runs");
+    return;
+  }
+  std::mt19937 rng(std::random_device{}());
+  // Quantisation alone: random values over the decades, every bound and its neighbours, every map entry,
+  // zeros, out-of-range values, infinities and NaN.
+  for (const bool is_signed : {true, false}) {
+    INFO((is_signed ? "signed" : "unsigned"));
+    const AdamW8BitTables& t = kAdamW8BitTables;
+    const float* bounds = is_signed ? t.signed_bounds : t.unsigned_bounds;
+    const float* map = is_signed ? t.signed_map : t.unsigned_map;
+    std::vector<float> x;
+    for (int i = 0; i < 255; ++i)
+      for (const float b : {bounds[i], std::nextafter(bounds[i], -2.0f), std::nextafter(bounds[i], 2.0f), map[i]})
+        x.push_back(b);
+    for (const float special : {0.0f, -0.0f, 1.0f, -1.0f, 1.5f, -1.5f, map[255], std::numeric_limits<float>::infinity(),
+                                -std::numeric_limits<float>::infinity(), std::nanf("")})
+      x.push_back(special);
+    std::uniform_real_distribution<double> exponent(-8.0, 0.2), sign(-1.0, 1.0);
+    for (int k = 0; k < 100000; ++k) {
+      const double magnitude = std::pow(10.0, exponent(rng));
+      x.push_back(float(sign(rng) < 0 ? -magnitude : magnitude));
+    }
+    x.push_back(0.5f);  // an odd count: the scalar tail runs too
+    std::vector<uint8_t> scalar(x.size(), 0x11), vector(x.size(), 0x22);
+    cpu::adamw8bit_quantise_scalar(x.data(), scalar.data(), int64_t(x.size()), is_signed);
+    cpu::adamw8bit_quantise_avx512(x.data(), vector.data(), int64_t(x.size()), is_signed);
+    int64_t differ = 0;
+    for (size_t i = 0; i < x.size(); ++i) differ += scalar[i] != vector[i];
+    CHECK(differ == 0);
+    CHECK(scalar[0] == 0);  // bounds[0] itself: the lower code
+    CHECK(scalar[2] == 1);  // just above bounds[0]
+  }
+  // The whole step: moments and theta to an ulp or so (fused multiply-adds), hence the same codes but
+  // for a moment on a midpoint.
+  const int64_t n = 5 * 2048 + 37;
+  const HostBuffer start = random_params(DType::f32, n, rng);
+  HostBuffer p_scalar = start, p_vector = start;
+  State8 s_scalar(n), s_vector(n);
+  StepCount c_scalar, c_vector;
+  int64_t code_differences = 0;
+  for (int t = 1; t <= 4; ++t) {
+    const HostBuffer grad = random_grad(DType::f32, n, rng);
+    s_vector = s_scalar;  // each step from the same state
+    p_vector = p_scalar;
+    {
+      const IsaScope scope(AdamWIsa::scalar);
+      cpu::adamw8bit_step_device(p_scalar.data(), nullptr, grad.data(), s_scalar.view(), n,
+                                 c_scalar.scalars(nullptr, nullptr), kBeta1, kBeta2, kEps, kDecay, DType::f32);
+    }
+    {
+      const IsaScope scope(AdamWIsa::avx512);
+      cpu::adamw8bit_step_device(p_vector.data(), nullptr, grad.data(), s_vector.view(), n,
+                                 c_vector.scalars(nullptr, nullptr), kBeta1, kBeta2, kEps, kDecay, DType::f32);
+    }
+    c_scalar.slots[0] = c_scalar.slots[1];
+    c_vector.slots[0] = c_vector.slots[1];
+    for (size_t b = 0; b < s_scalar.absmax_m.size(); ++b) {
+      CHECK(s_vector.absmax_m[b] == doctest::Approx(s_scalar.absmax_m[b]).epsilon(1e-6));
+      CHECK(s_vector.absmax_v[b] == doctest::Approx(s_scalar.absmax_v[b]).epsilon(1e-6));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      REQUIRE(std::abs(int(s_vector.m[i]) - int(s_scalar.m[i])) <= 1);
+      REQUIRE(std::abs(int(s_vector.v[i]) - int(s_scalar.v[i])) <= 1);
+      code_differences += (s_vector.m[i] != s_scalar.m[i]) + (s_vector.v[i] != s_scalar.v[i]);
+      REQUIRE(std::abs(p_vector.get(i) - p_scalar.get(i)) <= 1e-6 * std::abs(p_scalar.get(i)) + 1e-5 * kLr);
+    }
+  }
+  MESSAGE("codes that differ between the paths (moments on a midpoint): ", code_differences, " of ", 8 * n);
+  CHECK(code_differences * 1000 <= 8 * n);
 }
 
 TEST_CASE("adamw8bit_offload_step equals the device form") {

@@ -29,21 +29,36 @@ constexpr int64_t kParallelMinElements = int64_t(1) << 15;
 
 AdamWIsa g_isa_override = AdamWIsa::avx512;  // the widest allowed; clamped to what the CPU has
 
-AdamW8BitBlockFn block_function() { return adamw8bit_block_scalar; }
+AdamW8BitBlockFn block_function() {
+  const AdamWIsa isa = std::min(g_isa_override, adamw8bit_best_isa());
+  return isa == AdamWIsa::avx512 ? adamw8bit_block_avx512 : adamw8bit_block_scalar;
+}
 
-float load_float(const void* p, DType dtype, int64_t i) {
+// out[i] = float(p[begin + i]) for i < count: the dtype switch once per block, so each loop is plain.
+template <class T>
+void widen(const T* __restrict p, float* __restrict out, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) out[i] = float(p[i]);
+}
+
+void load_block(const void* p, DType dtype, int64_t begin, int64_t count, float* out) {
   switch (dtype) {
-    case DType::f16: return float(static_cast<const half*>(p)[i]);
-    case DType::bf16: return float(static_cast<const bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
+    case DType::f16: widen(static_cast<const half*>(p) + begin, out, count); break;
+    case DType::bf16: widen(static_cast<const bfloat16*>(p) + begin, out, count); break;
+    default: widen(static_cast<const float*>(p) + begin, out, count); break;
   }
 }
 
-void store_float(void* p, DType dtype, int64_t i, float x) {
+// p[begin + i] = round(x[i]) to the dtype (half.h's round to nearest even).
+template <class T>
+void narrow(const float* __restrict x, T* __restrict p, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) p[i] = T(x[i]);
+}
+
+void store_block(void* p, DType dtype, int64_t begin, int64_t count, const float* x) {
   switch (dtype) {
-    case DType::f16: static_cast<half*>(p)[i] = half(x); break;
-    case DType::bf16: static_cast<bfloat16*>(p)[i] = bfloat16(x); break;
-    default: static_cast<float*>(p)[i] = x; break;
+    case DType::f16: narrow(x, static_cast<half*>(p) + begin, count); break;
+    case DType::bf16: narrow(x, static_cast<bfloat16*>(p) + begin, count); break;
+    default: narrow(x, static_cast<float*>(p) + begin, count); break;
   }
 }
 
@@ -68,17 +83,17 @@ void step_all(const Operands& o, const QuantizedMoments& q, int64_t n, const Ada
     const int64_t count = std::min(kBlock, n - begin);
     alignas(64) float theta[kBlock];
     alignas(64) float g[kBlock];
-    for (int64_t i = 0; i < count; ++i) {
-      theta[i] = o.master ? o.master[begin + i] : load_float(o.param, o.param_dtype, begin + i);
-      g[i] = load_float(o.grad, o.grad_dtype, begin + i);
+    if (o.master) {
+      load_block(o.master, DType::f32, begin, count, theta);
+    } else {
+      load_block(o.param, o.param_dtype, begin, count, theta);
     }
+    load_block(o.grad, o.grad_dtype, begin, count, g);
     if (o.grad_scale != 1.0f)
       for (int64_t i = 0; i < count; ++i) g[i] *= o.grad_scale;
     block(theta, g, q.exp_avg + begin, q.exp_avg_sq + begin, q.absmax_exp_avg + b, q.absmax_exp_avg_sq + b, count, c);
-    for (int64_t i = 0; i < count; ++i) {
-      if (o.master) o.master[begin + i] = theta[i];
-      if (o.param) store_float(o.param, o.param_dtype, begin + i, theta[i]);
-    }
+    if (o.master) store_block(o.master, DType::f32, begin, count, theta);
+    if (o.param) store_block(o.param, o.param_dtype, begin, count, theta);
   }
 }
 
