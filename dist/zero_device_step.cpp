@@ -152,11 +152,10 @@ void ZeroOptimizer::update_on_device() {
     void* param = params.narrow(0, slice.local, slice.count).data_ptr();
     const void* grad = grads.narrow(0, slice.local, slice.count).data_ptr();
     if (slice.quantized) {  // its blocks are the parameter's: slice.first is a multiple of the block
-      const int64_t block = slice.state / kernels::kAdamW8BitBlock;
       const kernels::QuantizedMoments moments{q8_.exp_avg.data<uint8_t>() + slice.state,
                                               q8_.exp_avg_sq.data<uint8_t>() + slice.state,
-                                              q8_.exp_avg_absmax.data<float>() + block,
-                                              q8_.exp_avg_sq_absmax.data<float>() + block};
+                                              q8_.exp_avg_absmax.data<float>() + slice.block,
+                                              q8_.exp_avg_sq_absmax.data<float>() + slice.block};
       HG_KERNEL(device_, adamw8bit_step_device, param, master, grad, moments, slice.count, s, o.beta1(), o.beta2(),
                 o.eps(), weight_decay, dtype_);
     } else {

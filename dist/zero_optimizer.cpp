@@ -397,11 +397,10 @@ void ZeroOptimizer::offload_update() {
     const char* grad = static_cast<const char*>(grads_host.data_ptr()) + slice.local * element;
     char* param = static_cast<char*>(params_host.data_ptr()) + slice.local * element;
     if (slice.quantized) {
-      const int64_t block = slice.state / kernels::kAdamW8BitBlock;
       const kernels::QuantizedMoments moments{q8_.exp_avg.data<uint8_t>() + slice.state,
                                               q8_.exp_avg_sq.data<uint8_t>() + slice.state,
-                                              q8_.exp_avg_absmax.data<float>() + block,
-                                              q8_.exp_avg_sq_absmax.data<float>() + block};
+                                              q8_.exp_avg_absmax.data<float>() + slice.block,
+                                              q8_.exp_avg_sq_absmax.data<float>() + slice.block};
       kernels::cpu::adamw8bit_offload_step(master, grad, dtype_, moments, param, dtype_, slice.count, lr_, o.beta1(),
                                            o.beta2(), o.eps(), weight_decay, step_, grad_scale_ * clip_coef_);
     } else {

@@ -228,8 +228,8 @@ class ZeroOptimizer final : public optim::Optimizer {
   // This rank's optimizer state (checkpoints): "master" (when separate), "exp_avg", "exp_avg_sq" —
   // flat fp32 tensors over the elements this rank owns (stages 0-2: [state_offset(), + numel) of the
   // flat parameter buffer; stage 3: its shard of every unit, in unit order). 8-bit state: "exp_avg",
-  // "exp_avg_sq" are the u8 codes of the quantised slices (each rounded up to whole blocks),
-  // "exp_avg_absmax", "exp_avg_sq_absmax" their block scales, "exp_avg_fp32", "exp_avg_sq_fp32" the
+  // "exp_avg_sq" are the u8 codes of the quantised slices, "exp_avg_absmax", "exp_avg_sq_absmax" their
+  // block scales, "exp_avg_fp32", "exp_avg_sq_fp32" the
   // other parameters' moments.
   // Names are rank-qualified: "rank<r>-of-<N>.exp_avg", ...
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
@@ -294,11 +294,11 @@ class ZeroOptimizer final : public optim::Optimizer {
   // The part of one parameter this rank updates: elements [first, first + count) of parameter
   // `param`, at `local` in the owned parameters / gradients / master, and at `state` in the moments:
   // 32-bit state: state == local in exp_avg_ / exp_avg_sq_; 8-bit state: a quantised parameter's codes
-  // at `state` in q8_ (a multiple of the block, its absmax at state / kAdamW8BitBlock), the others'
-  // fp32 moments at `state` in the compact exp_avg_ / exp_avg_sq_ (dist/zero_quantized_state.cpp).
+  // at `state` in q8_ and its absmax from `block`, the others' fp32 moments at `state` in the compact
+  // exp_avg_ / exp_avg_sq_ (dist/zero_quantized_state.cpp).
   struct StateSlice {
     size_t param = 0;
-    int64_t first = 0, count = 0, local = 0, state = 0;
+    int64_t first = 0, count = 0, local = 0, state = 0, block = 0;
     bool quantized = false;
   };
   // 8-bit moments of this rank's quantised slices: codes (u8) and per-block absmax (f32).

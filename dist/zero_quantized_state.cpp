@@ -3,9 +3,8 @@
 //
 // Update. This rank's part of each parameter is one StateSlice (dist/zero_layout.h places the flat
 // space so that a quantised parameter's slice starts on one of its block boundaries). A quantised
-// slice keeps u8 codes of m and v and one fp32 absmax per block of 2048 elements; its codes sit at a
-// multiple of the block in q8_ (each slice rounded up to whole blocks), so its absmax are at
-// state / 2048. The update hands adamw8bit_step_device (or, offloaded, cpu::adamw8bit_offload_step)
+// slice keeps u8 codes of m and v (packed slice after slice in q8_) and one fp32 absmax per block of
+// 2048 of its elements (packed likewise, from StateSlice::block). The update hands adamw8bit_step_device (or, offloaded, cpu::adamw8bit_offload_step)
 // exactly the parameter's blocks the single-process AdamW hands it: same absmax, same codes, same
 // bits. Parameters under kAdamW8BitMinElements keep fp32 moments, packed in exp_avg_ / exp_avg_sq_.
 //
@@ -31,13 +30,12 @@
 namespace hg::dist {
 using kernels::kAdamW8BitBlock;
 using layout::overlap;
-using layout::round_up;
 
 void ZeroOptimizer::init_moments() {
   HG_CHECK(state_bits() == 8 || state_bits() == 32, "[ZeroOptimizer] state_bits ", state_bits(),
            " is not supported: expected 32 (fp32 moments) or 8 (block-wise 8-bit moments)");
   const bool eight = state_bits() == 8;
-  int64_t codes = 0, wide = 0;
+  int64_t codes = 0, blocks = 0, wide = 0;
   slices_.clear();
   for (const OwnedRange& range : owned_)
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -55,7 +53,9 @@ void ZeroOptimizer::init_moments() {
         HG_CHECK(s.first % kAdamW8BitBlock == 0, "[ZeroOptimizer] internal: rank ", comm_.rank(),
                  "'s slice of parameter ", i, " starts at its element ", s.first, ", inside a quantisation block");
         s.state = codes;
-        codes += round_up(count, kAdamW8BitBlock);
+        s.block = blocks;
+        codes += count;
+        blocks += kernels::adamw8bit_blocks(count);
       } else {
         s.state = eight ? wide : s.local;
         wide += count;
@@ -73,8 +73,8 @@ void ZeroOptimizer::init_moments() {
   // Zero codes with zero absmax are zero moments, as the single-process AdamW starts them.
   q8_.exp_avg = new_state(codes, DType::u8);
   q8_.exp_avg_sq = new_state(codes, DType::u8);
-  q8_.exp_avg_absmax = new_state(codes / kAdamW8BitBlock);
-  q8_.exp_avg_sq_absmax = new_state(codes / kAdamW8BitBlock);
+  q8_.exp_avg_absmax = new_state(blocks);
+  q8_.exp_avg_sq_absmax = new_state(blocks);
 }
 
 const ZeroOptimizer::StateSlice* ZeroOptimizer::slice_of(size_t param, int64_t element) const {
@@ -109,7 +109,7 @@ safetensors::NamedTensors ZeroOptimizer::quantized_file_tensors(const std::vecto
     if (master_.defined()) master.push_back(master_.narrow(0, s->local + rel, n).to(kCPU));
     if (s->quantized) {
       HG_CHECK(rel % kAdamW8BitBlock == 0, "[ZeroOptimizer] internal: a saved run starts inside a block");
-      const int64_t block = (s->state + rel) / kAdamW8BitBlock, blocks = kernels::adamw8bit_blocks(n);
+      const int64_t block = s->block + rel / kAdamW8BitBlock, blocks = kernels::adamw8bit_blocks(n);
       m.push_back(q8_.exp_avg.narrow(0, s->state + rel, n).to(kCPU));
       v.push_back(q8_.exp_avg_sq.narrow(0, s->state + rel, n).to(kCPU));
       m_absmax.push_back(q8_.exp_avg_absmax.narrow(0, block, blocks).to(kCPU));
@@ -187,7 +187,8 @@ void ZeroOptimizer::load_quantized_shard(const safetensors::File& file,
       if (quantized) {  // lo is on a block of both (checked), hi on one or the parameter's end
         q8_.exp_avg.narrow(0, s.state + lo - s.first, hi - lo).copy_(m.narrow(0, at_codes + lo - first, hi - lo));
         q8_.exp_avg_sq.narrow(0, s.state + lo - s.first, hi - lo).copy_(v.narrow(0, at_codes + lo - first, hi - lo));
-        const int64_t mine = (s.state + lo - s.first) / kAdamW8BitBlock, theirs = at_blocks + (lo - first) / kAdamW8BitBlock;
+        const int64_t mine = s.block + (lo - s.first) / kAdamW8BitBlock;
+        const int64_t theirs = at_blocks + (lo - first) / kAdamW8BitBlock;
         const int64_t blocks = kernels::adamw8bit_blocks(hi - lo);
         q8_.exp_avg_absmax.narrow(0, mine, blocks).copy_(m_absmax.narrow(0, theirs, blocks));
         q8_.exp_avg_sq_absmax.narrow(0, mine, blocks).copy_(v_absmax.narrow(0, theirs, blocks));
