@@ -65,6 +65,7 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::bf16: return ncclBfloat16;
     case DType::i32: return ncclInt32;
     case DType::i64: return ncclInt64;
+    case DType::u8: return ncclUint8;
   }
   return ncclFloat32;
 }

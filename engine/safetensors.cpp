@@ -48,19 +48,21 @@ const char* format_name(DType t) {
       return "I32";
     case DType::i64:
       return "I64";
+    case DType::u8:
+      return "U8";
   }
   return "?";
 }
 
 std::optional<DType> dtype_from_format(const std::string& name) {
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64})
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8})
     if (name == format_name(t)) return t;
   return std::nullopt;
 }
 
 // The format's dtypes that halfgrad has no tensor type for.
 bool is_known_unsupported(const std::string& name) {
-  static const std::set<std::string> names = {"BOOL",    "U8",      "I8", "U16",     "I16",     "U32", "U64", "F8_E4M3",
+  static const std::set<std::string> names = {"BOOL",    "I8", "U16",     "I16",     "U32", "U64", "F8_E4M3",
                                               "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64", "C128"};
   return names.count(name) != 0;
 }

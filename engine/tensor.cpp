@@ -94,6 +94,7 @@ template std::vector<half> Tensor::to_vector<half>() const;
 template std::vector<bfloat16> Tensor::to_vector<bfloat16>() const;
 template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 
 Tensor& Tensor::requires_grad_(bool enabled) {
   TensorImpl& t = *impl_;

@@ -100,6 +100,7 @@ template Tensor from_vector(const std::vector<half>&, const Shape&, DType, const
 template Tensor from_vector(const std::vector<bfloat16>&, const Shape&, DType, const Device&);
 template Tensor from_vector(const std::vector<int32_t>&, const Shape&, DType, const Device&);
 template Tensor from_vector(const std::vector<int64_t>&, const Shape&, DType, const Device&);
+template Tensor from_vector(const std::vector<uint8_t>&, const Shape&, DType, const Device&);
 
 Tensor tensor(std::initializer_list<double> values, DType dtype) {
   return from_vector(std::vector<double>(values), {int64_t(values.size())}, dtype);

@@ -1,13 +1,15 @@
 #pragma once
 // Element types. f64 exists for the CPU gradchecks; f16/bf16 are the half types kernels read and
-// write while accumulating in fp32.
+// write while accumulating in fp32. u8 is a storage type (8-bit optimizer states: one code byte per
+// element): it can be created, filled, copied, cast, moved between devices and saved, but it is not
+// floating and not an index type, so arithmetic ops refuse it through the dtype dispatch.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace hg {
 
-enum class DType : uint8_t { f32, f64, f16, bf16, i32, i64 };
+enum class DType : uint8_t { f32, f64, f16, bf16, i32, i64, u8 };
 
 inline constexpr DType f32 = DType::f32;
 inline constexpr DType f64 = DType::f64;
@@ -15,6 +17,7 @@ inline constexpr DType f16 = DType::f16;
 inline constexpr DType bf16 = DType::bf16;
 inline constexpr DType i32 = DType::i32;
 inline constexpr DType i64 = DType::i64;
+inline constexpr DType u8 = DType::u8;
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -24,6 +27,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::bf16: return 2;
     case DType::i32: return 4;
     case DType::i64: return 8;
+    case DType::u8: return 1;
   }
   return 0;
 }
@@ -36,6 +40,7 @@ constexpr const char* dtype_name(DType t) {
     case DType::bf16: return "bf16";
     case DType::i32: return "i32";
     case DType::i64: return "i64";
+    case DType::u8: return "u8";
   }
   return "?";
 }

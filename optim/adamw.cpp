@@ -1,5 +1,5 @@
-// AdamW (math in optim/adamw.h): state handling here, the update in the fused kernel
-// the fused adamw_step kernel of the parameter's device.
+// AdamW (math in optim/adamw.h): options, state creation and the fused adamw_step kernel call of the
+// parameter's device; the 8-bit state's layout, kernel call and checks are in optim/adamw8bit_state.cpp.
 #include "optim/adamw.h"
 
 #include "engine/autograd.h"
@@ -27,6 +27,8 @@ void AdamW::check_options() const {
   HG_CHECK(o.beta1() >= 0.0 && o.beta1() < 1.0, "[AdamW] invalid beta1 ", o.beta1(), ": expected 0 <= beta1 < 1");
   HG_CHECK(o.beta2() >= 0.0 && o.beta2() < 1.0, "[AdamW] invalid beta2 ", o.beta2(), ": expected 0 <= beta2 < 1");
   HG_CHECK(std::isfinite(o.eps()) && o.eps() > 0.0, "[AdamW] invalid eps ", o.eps(), ": expected eps > 0");
+  HG_CHECK(o.state_bits() == 32 || o.state_bits() == 8, "[AdamW] invalid state_bits ", o.state_bits(),
+           ": expected 32 (fp32 moments) or 8 (block-wise quantised moments)");
 }
 
 std::vector<std::string> AdamW::state_buffer_names() const { return {"exp_avg", "exp_avg_sq"}; }
@@ -47,11 +49,7 @@ void AdamW::fused_step(const ParamGroup& group, const Tensor& param, void* maste
                        ParamState& state) {
   HG_CHECK(param.is_contiguous() && grad.is_contiguous() && grad.device() == param.device(), "[AdamW] parameter ",
            param.describe(), " and its gradient ", grad.describe(), " must be contiguous and on one device");
-  if (!state.buffers.count("exp_avg")) {
-    const DType acc = state_dtype(param);
-    state.buffers["exp_avg"] = zeros(param.shape(), acc, param.device());
-    state.buffers["exp_avg_sq"] = zeros(param.shape(), acc, param.device());
-  }
+  if (!state.buffers.count("exp_avg")) init_moments(param, state);
   if (!state.step_count.defined()) {  // updates so far (state.step counts this one already)
     // [current, next, blocks done] (kernels/adamw_math.h): the kernel settles the count in slot 0 itself.
     Tensor count = zeros({3}, DType::i64, kCPU);
@@ -75,6 +73,10 @@ void AdamW::fused_step(const ParamGroup& group, const Tensor& param, void* maste
   s.step = static_cast<int64_t*>(state.step_count.data_ptr());
   s.parity = state.parity;
   s.blocks_done = reinterpret_cast<unsigned long long*>(s.step + 2);
+  if (quantizes(param)) {
+    quantized_step(param, master, grad, state, s, weight_decay);
+    return;
+  }
   HG_KERNEL(param.device(), adamw_step_device, param.data_ptr(), master, grad.data_ptr(),
             state.buffers.at("exp_avg").data_ptr(), state.buffers.at("exp_avg_sq").data_ptr(), param.numel(), s,
             options_.beta1(), options_.beta2(), options_.eps(), weight_decay, param.dtype());

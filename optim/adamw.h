@@ -17,6 +17,17 @@
 // group's), the skip flag (set_skip_flag) and each parameter's update count t live in memory the
 // kernel reads when it runs, so AdamW decides_on_device(): a skipped step leaves parameters, masters
 // and moments bit for bit and t where it was, with no host read.
+//
+// 8-BIT STATE (state_bits(8); optim/adamw8bit_state.cpp, kernels/adamw8bit_math.h): an f32/f16/bf16
+// parameter with at least kernels::kAdamW8BitMinElements elements keeps m and v as one byte per
+// element ("exp_avg", "exp_avg_sq": u8, the parameter's shape; codes of a dynamic quantisation map)
+// plus one fp32 absmax per block of kernels::kAdamW8BitBlock elements ("exp_avg_absmax",
+// "exp_avg_sq_absmax": f32 [blocks]), bitsandbytes' block-wise 8-bit Adam: the fused kernel
+// dequantises a block, applies the update above in fp32 and requantises it. Smaller (and f64)
+// parameters keep fp32 moments as with state_bits(32). Moments then cost 2 bytes per element plus
+// 8 bytes per 2048 instead of 8. The quantised state is saved and restored as it is (a resumed run
+// is bit-exact); loading 32-bit state into an 8-bit optimizer, or the reverse, is an error.
+#include "kernels/adamw_math.h"
 #include "optim/optimizer.h"
 
 namespace hg::optim {
@@ -29,6 +40,8 @@ struct AdamWOptions {
   HG_OPTION(AdamWOptions, double, eps, 1e-8);
   HG_OPTION(AdamWOptions, double, weight_decay, 1e-2);
   HG_OPTION(AdamWOptions, bool, decay_only_matrices, false);
+  // The width of the moments: 32 (fp32) or 8 (block-wise quantised; see 8-BIT STATE above).
+  HG_OPTION(AdamWOptions, int, state_bits, 32);
 
  public:
   AdamWOptions& betas(double b1, double b2) { return beta1(b1).beta2(b2); }
@@ -42,6 +55,17 @@ class AdamW : public LocalOptimizer {
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
 
   const AdamWOptions& options() const { return options_; }
+  // Whether `param` keeps 8-bit moments (state_bits(8), an f32/f16/bf16 parameter with at least
+  // kernels::kAdamW8BitMinElements elements).
+  bool quantizes(const Tensor& param) const { return quantizes(param, options_); }
+  static bool quantizes(const Tensor& param, const AdamWOptions& options);
+  // The bytes of the moments (and their block scales) that `param` keeps under `options`; the fp32
+  // master copy of a half parameter is not counted.
+  static int64_t moment_bytes(const Tensor& param, const AdamWOptions& options);
+
+  // Checks that the entries' moments have this optimizer's width (an error naming the entry when a
+  // 32-bit state meets an 8-bit optimizer or the reverse), then LocalOptimizer's load.
+  void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) override;
 
  protected:
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) override;
@@ -50,12 +74,19 @@ class AdamW : public LocalOptimizer {
                           ParamState& state) override;
   std::vector<std::string> state_buffer_names() const override;
   DType state_dtype(const Tensor& param) const override;
+  std::vector<std::string> state_buffer_names_for(const Tensor& param) const override;
+  std::pair<Shape, DType> state_buffer_layout(const Tensor& param, const std::string& buffer) const override;
   bool skips_on_device() const override { return true; }
 
  private:
   void check_options() const;
   // One adamw_step kernel call; master is null or the fp32 master copy of a half param.
   void fused_step(const ParamGroup& group, const Tensor& param, void* master, const Tensor& grad, ParamState& state);
+  // Zero moments: fp32 zeros, or the maps' zero codes with zero block scales (adamw8bit_state.cpp).
+  void init_moments(const Tensor& param, ParamState& state) const;
+  // The 8-bit kernel call of fused_step (optim/adamw8bit_state.cpp).
+  void quantized_step(const Tensor& param, void* master, const Tensor& grad, ParamState& state,
+                      const kernels::AdamWStepScalars& scalars, double weight_decay);
   AdamWOptions options_;
 };
 

@@ -251,7 +251,7 @@ void LocalOptimizer::update_param(const ParamGroup& group, const Tensor& param, 
 }
 
 std::vector<std::string> LocalOptimizer::buffers_of(const Tensor& p) const {
-  std::vector<std::string> names = state_buffer_names();
+  std::vector<std::string> names = state_buffer_names_for(p);
   if (keeps_master(p)) names.push_back("master");
   return names;
 }
@@ -308,11 +308,12 @@ void LocalOptimizer::load_state_tensors(const std::vector<std::pair<std::string,
     for (const std::string& b : buffer_names) expected += ", " + b;
     HG_CHECK(known, op, " entry '", key, "' names unknown state '", what, "'; ", name_, " keeps for parameter ", index,
              ": ", expected);
-    const DType dtype = what == "master" ? accumulate_dtype(p.dtype()) : state_dtype(p);
-    HG_CHECK(value.shape() == p.shape() && value.dtype() == dtype && value.device() == p.device(), op, " entry '", key,
+    const auto [shape, dtype] =
+        what == "master" ? std::pair<Shape, DType>{p.shape(), accumulate_dtype(p.dtype())} : state_buffer_layout(p, what);
+    HG_CHECK(value.shape() == shape && value.dtype() == dtype && value.device() == p.device(), op, " entry '", key,
              "' is ", value.describe(), " but parameter ", index, " is ", p.describe(), "; expected ",
-             dtype_name(dtype), shape_str(p.shape()), " ", p.device().str());
-    Tensor copy = empty(p.shape(), dtype, p.device());
+             dtype_name(dtype), shape_str(shape), " ", p.device().str());
+    Tensor copy = empty(shape, dtype, p.device());
     {
       NoGradGuard no_grad;
       copy.copy_(value);

@@ -16,7 +16,8 @@
 //   - step() runs under NoGradGuard, skips parameters whose grad() is undefined (their state is
 //     left as it is) and needs each other gradient to have its parameter's shape, dtype and device.
 //   - A parameter's state is created at its first update: step = number of updates applied to it,
-//     and the optimizer's named buffers (same shape as the parameter, dtype from state_dtype()).
+//     and the optimizer's named buffers (same shape as the parameter, dtype from state_dtype(), unless
+//     the optimizer says otherwise through state_buffer_names_for / state_buffer_layout).
 //
 // MIXED PRECISION (set_mixed_precision; see MixedPrecisionOptions)
 //   A half parameter (f16/bf16) is updated through an fp32 copy: with master_weights (the default)
@@ -238,6 +239,14 @@ class LocalOptimizer : public Optimizer {
   virtual std::vector<std::string> state_buffer_names() const = 0;
   // The dtype of those buffers for `param`.
   virtual DType state_dtype(const Tensor& param) const = 0;
+  // The buffers `param` keeps once initialised, and the shape and dtype of each: by default
+  // state_buffer_names(), each with the parameter's shape and state_dtype(param). An optimizer whose
+  // buffers depend on the parameter (AdamW with 8-bit state: codes and per-block scales for large
+  // parameters, optim/adamw.h) overrides both.
+  virtual std::vector<std::string> state_buffer_names_for(const Tensor& param) const { return state_buffer_names(); }
+  virtual std::pair<Shape, DType> state_buffer_layout(const Tensor& param, const std::string& buffer) const {
+    return {param.shape(), state_dtype(param)};
+  }
 
   void check_lr(double lr) const;
   void check_weight_decay(double weight_decay) const;

@@ -46,6 +46,29 @@ std::string attention_description(const nn::GPT& model) {
   return automatic == AttentionImpl::Fused ? "fused (FlashAttention-2 kernels)" : "composed (" + why + ")";
 }
 
+// "optimizer state: 8-bit AdamW moments 2.01 bytes/parameter (32-bit: 8.00) ...": the moments' bytes
+// (codes and block scales, optim::AdamW::moment_bytes) per parameter, and the fp32 master copy's.
+std::string optimizer_state_line(const nn::GPT& model, const TrainGptConfig& c) {
+  const optim::AdamWOptions eight = optim::AdamWOptions().state_bits(8), wide = optim::AdamWOptions();
+  int64_t params = 0, quantised = 0, bytes8 = 0, bytes32 = 0, master = 0;
+  for (const Tensor& p : model.parameters()) {
+    params += p.numel();
+    if (optim::AdamW::quantizes(p, eight)) quantised += p.numel();
+    bytes8 += optim::AdamW::moment_bytes(p, eight);
+    bytes32 += optim::AdamW::moment_bytes(p, wide);
+    if (c.master_weights && is_half(p.dtype())) master += 4 * p.numel();
+  }
+  const double n = double(std::max<int64_t>(params, 1));
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "optimizer state: 8-bit AdamW moments %.2f bytes/parameter (32-bit: %.2f), %.1f%% of parameters "
+                "quantised%s",
+                double(bytes8) / n, double(bytes32) / n, 100.0 * double(quantised) / n,
+                master > 0 ? (" | fp32 master weights " + std::to_string(master / params) + " bytes/parameter").c_str()
+                           : "");
+  return line;
+}
+
 // A fresh GPT, or --load's; in the precision and on the device of the run.
 std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
   std::shared_ptr<nn::GPT> model;
@@ -142,8 +165,16 @@ int run(const TrainGptConfig& c) {
                                   .offload_optimizer(c.offload_optimizer)
                                   .persistence_threshold(4 * c.dim));
   const std::unique_ptr<optim::Optimizer> optimizer = parallel.adamw(
-      *model, optim::AdamWOptions().lr(c.lr).weight_decay(c.weight_decay).decay_only_matrices(true),
-      optim::MixedPrecisionOptions().stochastic_rounding(c.stochastic_rounding).rounding_seed(uint64_t(c.seed)));
+      *model,
+      optim::AdamWOptions()
+          .lr(c.lr)
+          .weight_decay(c.weight_decay)
+          .decay_only_matrices(true)
+          .state_bits(int(c.optimizer_state_bits)),
+      optim::MixedPrecisionOptions()
+          .master_weights(c.master_weights)
+          .stochastic_rounding(c.stochastic_rounding)
+          .rounding_seed(uint64_t(c.seed)));
   if (!c.load.empty() && optimizer->has_saved_state(c.load)) optimizer->load_state(c.load);  // ZeRO shards beside it
   const std::unique_ptr<data::DataLoader> loader = make_loader(c, *task, parallel);
   const int64_t tokens_per_micro_batch = c.batch * task->sequence_length();
@@ -173,6 +204,7 @@ int run(const TrainGptConfig& c) {
   if (c.recompute_every > 0 || c.offload != "off")
     std::printf("memory savers: checkpoint every %lld block(s) | activation offload %s\n", (long long)c.recompute_every,
                 c.offload.c_str());
+  if (c.optimizer_state_bits == 8) std::printf("%s\n", optimizer_state_line(*model, c).c_str());
   if (c.resume) samples::or_usage_error(kProgram, [&] { return trainer.resume(); });
   trainer.fit();
   if (c.sample > 0) task->show_samples(*model, c.sample);

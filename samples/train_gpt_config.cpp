@@ -23,6 +23,8 @@ TrainGptConfig::TrainGptConfig(int argc, char** argv) {
     fail(
         "--stochastic-rounding is not implemented under ZeRO or data parallelism (the sharded update rounds to "
         "nearest even); expected a single process without --zero");
+  if (c.optimizer_state_bits != 8 && c.optimizer_state_bits != 32)
+    fail("--optimizer-state-bits " + std::to_string(c.optimizer_state_bits) + " is not a state width; expected 8 or 32");
   if (c.checkpoint_dir.empty() && (c.resume || c.checkpoint_every > 0))
     fail("--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
   or_usage_error(kProgram, [&] { return parse_attention_impl(c.attention); });

@@ -137,6 +137,31 @@ TEST_CASE("tensors move between the CPU and the device bit for bit") {
   CHECK(m.t().to(Device::cuda(0)).to(kCPU).to_vector<float>() == m.t().contiguous().to_vector<float>());
 }
 
+TEST_CASE("u8 tensors are filled, copied, cast and moved on the device byte for byte") {
+  if (skip_without_cuda()) return;
+  const Device gpu = Device::cuda(0);
+  const Tensor host = randint(0, 256, {7, 37}, i64).to(u8);  // odd row length: unaligned heads and tails
+  const std::vector<uint8_t> codes = host.to_vector<uint8_t>();
+  const Tensor device = host.to(gpu);
+  CHECK(device.dtype() == u8);
+  CHECK(device.to(kCPU).to_vector<uint8_t>() == codes);
+  // A strided device-side copy (the transpose made contiguous on the device) and a clone.
+  CHECK(device.t().contiguous().to(kCPU).to_vector<uint8_t>() == host.t().contiguous().to_vector<uint8_t>());
+  CHECK(device.clone().to(kCPU).to_vector<uint8_t>() == codes);
+  // fill (full / zeros) on the device, narrowed to an odd offset.
+  Tensor filled = full({3, 37}, 200, u8, gpu);
+  filled.narrow(1, 5, 17).fill_(7.0);
+  std::vector<uint8_t> expected(3 * 37, 200);
+  for (int r = 0; r < 3; ++r)
+    for (int c = 5; c < 22; ++c) expected[size_t(r * 37 + c)] = 7;
+  CHECK(filled.to(kCPU).to_vector<uint8_t>() == expected);
+  CHECK(zeros({1000}, u8, gpu).to(kCPU).to_vector<uint8_t>() == std::vector<uint8_t>(1000, 0));
+  // Casts on the device follow the CPU's rules (exact for bytes; saturating from floating).
+  CHECK(device.to(f32).to(kCPU).to_vector<float>() == host.to(f32).to_vector<float>());
+  const Tensor wide = from_vector(std::vector<float>{-5.0f, 3.7f, 255.9f, 1e6f}, {4}).to(gpu);
+  CHECK(wide.to(u8).to(kCPU).to_vector<uint8_t>() == std::vector<uint8_t>{0, 3, 255, 255});
+}
+
 TEST_CASE("gradients flow back across a device move") {
   if (skip_without_cuda()) return;
   Tensor x = randn({6}).requires_grad_();

@@ -144,6 +144,12 @@ TEST_CASE("round trip of every dtype - rank 0 - empty and non-contiguous tensors
   tensors.emplace_back("i32.transposed", randint(-1000, 1000, {3, 4}, i32).t());
   tensors.emplace_back("i64.scalar", scalar_tensor(-9, i64));
   tensors.emplace_back("i64.empty", empty({2, 0, 3}, i64));
+  // u8 (8-bit optimizer codes, safetensors "U8"): every byte value, strided, empty.
+  std::vector<uint8_t> bytes(256);
+  for (size_t b = 0; b < bytes.size(); ++b) bytes[b] = uint8_t(b);
+  tensors.emplace_back("u8.values", from_vector(bytes, {16, 16}));
+  tensors.emplace_back("u8.transposed", randint(0, 256, {5, 9}, i64).to(u8).t());
+  tensors.emplace_back("u8.empty", empty({0}, u8));
   tensors.emplace_back("f32.rank8", randn({1, 2, 1, 2, 1, 2, 1, 2}));
   // Special values survive bit for bit (NaN payload, -0, infinities, denormal).
   tensors.emplace_back("f32.special", from_vector(std::vector<float>{std::numeric_limits<float>::quiet_NaN(), -0.0f,
@@ -330,9 +336,9 @@ TEST_CASE("each malformed-file rule is rejected with a message naming the file -
       {"shape overflowing 64 bits",
        make_file(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""),
        {"tensor 'w'", "more bytes than 2^64"}},
-      {"unsupported dtype U8",
-       make_file(R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", "abcd"),
-       {"tensor 'w'", "unsupported dtype 'U8'"}},
+      {"unsupported dtype I8",
+       make_file(R"({"w":{"dtype":"I8","shape":[4],"data_offsets":[0,4]}})", "abcd"),
+       {"tensor 'w'", "unsupported dtype 'I8'"}},
       {"unsupported dtype F8_E4M3",
        make_file(R"({"w":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", "abcd"),
        {"tensor 'w'", "unsupported dtype 'F8_E4M3'"}},

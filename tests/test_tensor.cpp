@@ -162,3 +162,61 @@ TEST_CASE("devices parse and print") {
   CHECK_THROWS_WITH_AS(Device::parse("tpu"), doctest::Contains("expected \"cpu\", \"cuda\" or \"cuda:N\""), Error);
   CHECK_THROWS_WITH_AS(Device::parse("cuda:x"), doctest::Contains("unknown device \"cuda:x\""), Error);
 }
+
+TEST_CASE("u8 is a storage dtype - created, filled, copied, cast and named - and refused by arithmetic") {
+  CHECK(dtype_size(u8) == 1);
+  CHECK(std::string(dtype_name(u8)) == "u8");
+  CHECK_FALSE(is_floating(u8));
+  CHECK_FALSE(is_integral(u8));  // not an index type either
+
+  // Fresh random codes, every byte value reachable.
+  Tensor idx = randint(0, 256, {6, 7}, i64);
+  const std::vector<int64_t> codes64 = idx.to_vector<int64_t>();
+  std::vector<uint8_t> codes(codes64.begin(), codes64.end());
+  Tensor x = from_vector(codes, {6, 7});
+  CHECK(x.dtype() == u8);
+  CHECK(x.element_size() == 1);
+  CHECK(x.numel() * int64_t(x.element_size()) == 42);
+  CHECK(x.to_vector<uint8_t>() == codes);
+  CHECK(x.describe().find("u8") != std::string::npos);
+
+  // Factories: empty / zeros / full (a value that is not a byte is refused).
+  CHECK(zeros({5}, u8).to_vector<uint8_t>() == std::vector<uint8_t>(5, 0));
+  CHECK(full({3, 2}, 255, u8).to_vector<uint8_t>() == std::vector<uint8_t>(6, 255));
+  CHECK(empty({4}, u8).dtype() == u8);
+  CHECK_THROWS_WITH_AS(full({2}, 1.5, u8), doctest::Contains("cannot be stored exactly in u8"), Error);
+
+  // Strided copies, clone and contiguous move single bytes.
+  Tensor tr = x.t();
+  Tensor dense = tr.contiguous();
+  CHECK(dense.is_contiguous());
+  std::vector<uint8_t> expected_t;
+  for (int c = 0; c < 7; ++c)
+    for (int r = 0; r < 6; ++r) expected_t.push_back(codes[size_t(r * 7 + c)]);
+  CHECK(dense.to_vector<uint8_t>() == expected_t);
+  Tensor copy = x.clone();
+  CHECK(copy.storage() != x.storage());
+  CHECK(copy.to_vector<uint8_t>() == codes);
+  Tensor part = x.narrow(1, 3, 2);  // an odd byte offset inside each row
+  Tensor target = full({6, 2}, 9, u8);
+  target.copy_(part);
+  std::vector<uint8_t> expected_part;
+  for (int r = 0; r < 6; ++r) {
+    expected_part.push_back(codes[size_t(r * 7 + 3)]);
+    expected_part.push_back(codes[size_t(r * 7 + 4)]);
+  }
+  CHECK(target.to_vector<uint8_t>() == expected_part);
+
+  // Casts: exact both ways for byte values; floating values saturate to [0, 255] and truncate.
+  Tensor as_float = x.to(f32);
+  CHECK(as_float.to_vector<float>() == std::vector<float>(codes.begin(), codes.end()));
+  CHECK(as_float.to(u8).to_vector<uint8_t>() == codes);
+  CHECK(from_vector(std::vector<float>{-3.0f, 0.9f, 254.7f, 300.0f}, {4}).to(u8).to_vector<uint8_t>() ==
+        std::vector<uint8_t>{0, 0, 254, 255});
+
+  // Arithmetic refuses the storage type with the dispatch's message; so does autograd.
+  CHECK_THROWS_WITH_AS(add(x, x), doctest::Contains("u8"), Error);
+  CHECK_THROWS_WITH_AS(mul(x, x), doctest::Contains("u8"), Error);
+  CHECK_THROWS_WITH_AS(sum(x), doctest::Contains("u8"), Error);
+  CHECK_THROWS_WITH_AS(x.clone().requires_grad_(), doctest::Contains("only floating tensors"), Error);
+}

@@ -1,4 +1,4 @@
-// fill and cast between the six dtypes (f32, f64, f16, bf16, i32, i64).
+// fill and cast between the seven dtypes (f32, f64, f16, bf16, i32, i64 and the storage type u8).
 //
 // Math:
 //   floating -> floating rounds to nearest, ties to even, with a single rounding. f32/f16/bf16
@@ -47,8 +47,9 @@ template <class I>
 I saturating_truncate(double d) {
   if (std::isnan(d)) return I(0);
   constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
-  // 2^31 or 2^63: the first value past the largest integer (exactly representable in double).
-  constexpr double hi_exclusive = -lo;
+  // 256, 2^31 or 2^63: the first value past the largest integer (exactly representable in double;
+  // the largest i64 itself rounds up to 2^63 as a double, so adding 1 leaves it there).
+  constexpr double hi_exclusive = static_cast<double>(std::numeric_limits<I>::max()) + 1.0;
   if (d <= lo) return std::numeric_limits<I>::min();
   if (d >= hi_exclusive) return std::numeric_limits<I>::max();
   return static_cast<I>(d);

@@ -90,6 +90,8 @@ void copy_strided(const void* src, const int64_t* src_strides, void* dst, const 
   }
   const PairLayout layout = collapse_dimensions(shape, src_strides, dst_strides, rank);
   switch (dtype_size(dtype)) {
+    case 1:
+      return copy_layout(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), layout);
     case 2:
       return copy_layout(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), layout);
     case 4:

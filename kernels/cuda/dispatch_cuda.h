@@ -4,7 +4,7 @@
 // instantiates the body for float, double, __half and __nv_bfloat16 and calls the one matching dt
 // (hg::half / hg::bfloat16 are the host types; kernels use CUDA's, whose conversion intrinsics
 // are bit-identical to them). dispatch_index_cuda does the same for i32/i64 index tensors, and
-// dispatch_bits_cuda for kernels that only move bits (by element size: 2, 4 or 8 bytes).
+// dispatch_bits_cuda for kernels that only move bits (by element size: 1, 2, 4 or 8 bytes).
 #include <cstdint>
 
 #include "kernels/cuda/platform.h"
@@ -46,6 +46,8 @@ decltype(auto) dispatch_index_cuda(DType dt, const char* what, F&& body) {
 template <class F>
 decltype(auto) dispatch_bits_cuda(DType dt, const char* what, F&& body) {
   switch (dtype_size(dt)) {
+    case 1:
+      return body.template operator()<uint8_t>();
     case 2:
       return body.template operator()<uint16_t>();
     case 4:

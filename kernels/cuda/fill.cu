@@ -65,12 +65,15 @@ HG_DEVICE float round_to_odd_float(double d) {
 // double -> integer: truncation toward zero, saturating, NaN -> 0 (no input is undefined behaviour).
 template <class I>
 HG_DEVICE I saturating_truncate(double d) {
-  constexpr double lo = std::is_same_v<I, int32_t> ? -2147483648.0 : -9223372036854775808.0;
-  constexpr I min = std::is_same_v<I, int32_t> ? I(-2147483647 - 1) : I(-9223372036854775807LL - 1);
-  constexpr I max = std::is_same_v<I, int32_t> ? I(2147483647) : I(9223372036854775807LL);
+  // [lo, hi): the range that truncates to a value of I (hi is the first value past its largest).
+  constexpr bool is_u8 = std::is_same_v<I, uint8_t>;
+  constexpr double lo = is_u8 ? 0.0 : std::is_same_v<I, int32_t> ? -2147483648.0 : -9223372036854775808.0;
+  constexpr double hi = is_u8 ? 256.0 : -lo;
+  constexpr I min = is_u8 ? I(0) : std::is_same_v<I, int32_t> ? I(-2147483647 - 1) : I(-9223372036854775807LL - 1);
+  constexpr I max = is_u8 ? I(255) : std::is_same_v<I, int32_t> ? I(2147483647) : I(9223372036854775807LL);
   if (d != d) return I(0);  // NaN
   if (d <= lo) return min;
-  if (d >= -lo) return max;
+  if (d >= hi) return max;
   return static_cast<I>(d);
 }
 
@@ -107,10 +110,12 @@ __global__ void cast_kernel(const X* __restrict__ x, Y* __restrict__ y, int64_t 
   for (int64_t i = flat_worker(); i < n; i += flat_workers()) y[i] = convert<X, Y>(x[i]);
 }
 
-// The device types of the six dtypes.
+// The device types of the seven dtypes.
 template <class F>
 decltype(auto) dispatch_all_cuda(DType dt, const char* what, F&& body) {
   switch (dt) {
+    case DType::u8:
+      return body.template operator()<uint8_t>();
     case DType::i32:
       return body.template operator()<int32_t>();
     case DType::i64:

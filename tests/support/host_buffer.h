@@ -38,6 +38,7 @@ class HostBuffer {
       case DType::bf16: as<bfloat16>()[i] = bfloat16(float(v)); break;
       case DType::i32: as<int32_t>()[i] = int32_t(v); break;
       case DType::i64: as<int64_t>()[i] = int64_t(v); break;
+      case DType::u8: as<uint8_t>()[i] = uint8_t(v); break;
     }
   }
   double get(int64_t i) const {
@@ -49,6 +50,7 @@ class HostBuffer {
       case DType::bf16: return float(static_cast<const bfloat16*>(p)[i]);
       case DType::i32: return static_cast<const int32_t*>(p)[i];
       case DType::i64: return double(static_cast<const int64_t*>(p)[i]);
+      case DType::u8: return double(static_cast<const uint8_t*>(p)[i]);
     }
     return std::numeric_limits<double>::quiet_NaN();
   }
