@@ -107,15 +107,15 @@ std::unique_ptr<nn::GPT> make_model(DType dtype, const Device& device) {
 }
 
 // One process, the whole global batch, the local 8-bit AdamW (fp32 master for half parameters).
-Run reference_run(DType dtype, int steps = kSteps, int bits = 8, double eps = 1e-8) {
-  const std::unique_ptr<nn::GPT> owner = make_model(dtype, kCPU);
+Run reference_run(DType dtype, int steps = kSteps, int bits = 8, double eps = 1e-8, const Device& device = kCPU) {
+  const std::unique_ptr<nn::GPT> owner = make_model(dtype, device);
   nn::GPT& model = *owner;
   optim::AdamW opt(model.parameters(), adamw_options(bits).eps(eps));
   Run run;
   for (int s = 0; s < steps; ++s) {
     auto [ids, targets] = global_batch(s);
     opt.zero_grad();
-    Tensor loss = model.loss(ids, targets);
+    Tensor loss = model.loss(ids.to(device), targets.to(device));
     loss.backward();
     opt.step();
     run.losses.push_back(loss.item());
@@ -239,7 +239,7 @@ struct SharedTempDir {
 };
 
 void check_whole_batch_bits(const Device& device, DType dtype) {
-  const Run want = reference_run(dtype);
+  const Run want = reference_run(dtype, kSteps, 8, 1e-8, device);  // on the same device: the same kernels
   for (int stage : {0, 1, 2, 3}) {
     INFO("stage ", stage, " ", dtype_name(dtype), " on ", device.str(), ", rank ", comm().rank(), " of ",
          comm().world_size());
@@ -252,9 +252,9 @@ void check_whole_batch_bits(const Device& device, DType dtype) {
   }
 }
 
-// Offload runs cpu::adamw8bit_offload_step over the same blocks as the device's adamw8bit_step_device,
-// the same per-block code: after one step (same gradients) the 8-bit parameters are bit for bit the
-// device run's. The fp32-moment parameters go through cpu::adamw_offload_step (SIMD, fused
+// Offload runs cpu::adamw8bit_offload_step over the same blocks as the device's adamw8bit_step_device
+// (on the CPU device the same per-block code): after one step (same gradients) the 8-bit parameters
+// are bit for bit the device run's. The fp32-moment parameters go through cpu::adamw_offload_step (SIMD, fused
 // multiply-adds) against adamw_step_device: within 2 ulps of their tensor's scale (measured 1.5). From the
 // second step those ulps reach every gradient, and an 8-bit code whose value sits at a rounding
 // midpoint may requantise one step the other way; after 5 steps the parameters stay within 5e-4 of
@@ -282,9 +282,11 @@ void check_offload_like_device(const Device& device) {
         CHECK(worst <= 5e-4);
         continue;
       }
-      // One step: 8-bit tensors bit for bit, the others within 2 ulps of their tensor's scale.
+      // One step: every tensor within 2 ulps of its scale; on the CPU device (where the device kernel
+      // is the CPU one) the 8-bit tensors bit for bit. (The CUDA kernel rounds its fp32 update in
+      // another order: the step's parameters ulps apart, measured 1.0e-7 of the scale.)
       CHECK(worst <= 0x1p-23);
-      for (size_t t = 0; t < want.params.size(); ++t)
+      for (size_t t = 0; device.is_cpu() && t < want.params.size(); ++t)
         if (int64_t(want.params[t].size()) >= kernels::kAdamW8BitMinElements) {
           INFO("8-bit tensor ", t, " (", want.params[t].size(), " elements)");
           CHECK(got.bytes[t] == want.bytes[t]);
