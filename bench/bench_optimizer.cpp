@@ -9,16 +9,24 @@
 //                                       adamw8bit_step_device on each path this CPU runs (scalar, avx512),
 //                                       f32 parameters alone and bf16 parameters with an fp32 master.
 //                                       gbs = bytes the kernel must move / time (32-bit, f32: 28 B/param;
-//                                       8-bit, f32: 16 B/param + absmax; master adds 8 B/param, bf16
-//                                       parameter and gradient 6 instead of 12), and mparams_per_s, the
-//                                       figure to compare (the 8-bit step moves fewer bytes per parameter).
+//                                       8-bit, f32: 16 B/param + absmax; with a master copy the master is
+//                                       read and written, 8 B, the bf16 parameter only written, 2 B, and
+//                                       the bf16 gradient read, 2 B: 12 B, as f32's 8 + 4), and
+//                                       mparams_per_s, the figure to compare (the 8-bit step moves fewer
+//                                       bytes per parameter).
 //   {"bench":"cuda_adamw_8bit", ...}    the same two kernels on a CUDA device, timed with events (best of
 //                                       --repeats); on a build without a device a line with "skipped" and
 //                                       why. The emulator is not timed (its figures would say nothing).
+// Inputs: every parameter and gradient differs (a hash of its index: theta uniform in [-1, 1), g of random
+// sign and magnitude 10^[-4, 0)), and each kernel runs kWarmupSteps steps before it is timed, so the 8-bit
+// codes spread over the map (the map reads and the quantisation's descent see realistic, scattered
+// indices rather than one repeated code).
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -28,6 +36,7 @@
 #include "json_line.h"
 #include "kernels/adamw8bit_math.h"
 #include "kernels/cpu/adamw8bit_block.h"
+#include "kernels/half.h"
 #include "kernels/step_kernels.h"
 #if defined(HALFGRAD_HAS_CUDA)
 #include "kernels/cuda/check.h"
@@ -37,15 +46,48 @@ namespace hg::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using kernels::cpu::AdamWIsa;
 using kernels::AdamWStepScalars;
 using kernels::QuantizedMoments;
+using kernels::cpu::AdamWIsa;
 
 constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8, kDecay = 0.01, kLr = 1e-4;
+// Untimed steps before the timed ones: the moments (and the 8-bit codes) leave their initial zeros.
+constexpr int kWarmupSteps = 3;
+
+// splitmix64's finaliser: element i's pseudo-random bits.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+double unit(uint64_t stream, int64_t i) { return double(mix(mix(stream) ^ uint64_t(i)) >> 11) * 0x1p-53; }
+
+// theta_i uniform in [-1, 1).
+double param_value(int64_t i) { return 2.0 * unit(1, i) - 1.0; }
+
+// g_i: random sign, magnitude 10^[-4, 0) (spread over the map's decades).
+double grad_value(int64_t i) { return (unit(2, i) < 0.5 ? -1.0 : 1.0) * std::pow(10.0, -4.0 * unit(3, i)); }
+
+template <class T>
+void fill_as(T* p, int64_t n, double (*value)(int64_t)) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = T(float(value(i)));
+}
+
+// p[i] = value(i) in dtype (f32 or bf16).
+void fill_values(void* p, DType dtype, int64_t n, double (*value)(int64_t)) {
+  if (dtype == DType::bf16) {
+    fill_as(static_cast<bfloat16*>(p), n, value);
+  } else {
+    fill_as(static_cast<float*>(p), n, value);
+  }
+}
 
 template <class F>
 double best_seconds(int repeats, F&& fn) {
-  fn();
+  for (int w = 0; w < kWarmupSteps; ++w) fn();
   double best = 1e30;
   for (int r = 0; r < repeats; ++r) {
     const auto start = Clock::now();
@@ -72,11 +114,13 @@ struct HostArray {
   }
 };
 
-// Bytes one step must move per parameter (read + write), without the absmax arrays.
+// Bytes one step must move per parameter, without the absmax arrays. The same for the 32-bit and the
+// 8-bit kernels but for the moments: with a master copy theta is read from the master (written back)
+// and the bf16 parameter is only written.
 double bytes_per_param(bool eight_bit, bool mixed) {
-  const double param = mixed ? 2 * 2 : 2 * 4;  // read + write
+  const double param = mixed ? 2 : 2 * 4;  // mixed: written only; f32: read + write
   const double grad = mixed ? 2 : 4;
-  const double master = mixed ? 2 * 4 : 0;
+  const double master = mixed ? 2 * 4 : 0;  // read + write
   const double moments = eight_bit ? 2 * 2 : 2 * 2 * 4;
   return param + grad + master + moments;
 }
@@ -124,12 +168,15 @@ void cpu_bench(int64_t n, int repeats) {
   for (const bool mixed : {false, true}) {
     const DType dtype = mixed ? DType::bf16 : DType::f32;
     void* master_ptr = mixed ? master.get() : nullptr;
+    fill_values(param.get(), dtype, n, param_value);
+    fill_values(grad.get(), dtype, n, grad_value);
+    fill_values(master.get(), DType::f32, n, param_value);
     count[0] = 0;
     report("cpu_adamw_8bit", "adamw_step_device", n, false, mixed, best_seconds(repeats, [&] {
-      kernels::cpu::adamw_step_device(param.get(), master_ptr, grad.get(), m32.get(), v32.get(), n, s, kBeta1, kBeta2,
-                                      kEps, kDecay, dtype);
-      count[0] = count[1];
-    }));
+             kernels::cpu::adamw_step_device(param.get(), master_ptr, grad.get(), m32.get(), v32.get(), n, s, kBeta1,
+                                             kBeta2, kEps, kDecay, dtype);
+             count[0] = count[1];
+           }));
     for (const AdamWIsa isa : {AdamWIsa::scalar, AdamWIsa::avx512}) {
       if (int(isa) > int(kernels::cpu::adamw8bit_best_isa())) continue;
       const AdamWIsa previous = kernels::cpu::set_adamw8bit_isa(isa);
@@ -153,6 +200,13 @@ struct DeviceArray {
     HG_CUDA_CHECK(cudaMemset(p, fill, bytes));
   }
   ~DeviceArray() { cudaFree(p); }
+  // The first n elements = value(i) in dtype (staged on the host).
+  void upload(DType dtype, int64_t n, double (*value)(int64_t)) {
+    const size_t bytes = size_t(n) * (dtype == DType::bf16 ? 2 : 4);
+    std::vector<unsigned char> host(bytes);
+    fill_values(host.data(), dtype, n, value);
+    HG_CUDA_CHECK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
+  }
   template <class T = void>
   T* get() const {
     return static_cast<T*>(p);
@@ -164,7 +218,7 @@ double best_device_seconds(int repeats, cudaStream_t stream, F&& fn) {
   cudaEvent_t start, stop;
   HG_CUDA_CHECK(cudaEventCreate(&start));
   HG_CUDA_CHECK(cudaEventCreate(&stop));
-  fn();
+  for (int w = 0; w < kWarmupSteps; ++w) fn();
   double best = 1e30;
   for (int r = 0; r < repeats; ++r) {
     HG_CUDA_CHECK(cudaEventRecord(start, stream));
@@ -202,14 +256,17 @@ void cuda_bench(int64_t n, int repeats) {
   for (const bool mixed : {false, true}) {
     const DType dtype = mixed ? DType::bf16 : DType::f32;
     void* master_ptr = mixed ? master.get() : nullptr;
+    param.upload(dtype, n, param_value);
+    grad.upload(dtype, n, grad_value);
+    master.upload(DType::f32, n, param_value);
     report("cuda_adamw_8bit", "adamw_step_device", n, false, mixed, best_device_seconds(repeats, stream, [&] {
-      kernels::cuda::adamw_step_device(param.get(), master_ptr, grad.get(), m32.get(), v32.get(), n, s, kBeta1, kBeta2,
-                                       kEps, kDecay, dtype, stream);
-    }));
+             kernels::cuda::adamw_step_device(param.get(), master_ptr, grad.get(), m32.get(), v32.get(), n, s, kBeta1,
+                                              kBeta2, kEps, kDecay, dtype, stream);
+           }));
     report("cuda_adamw_8bit", "adamw8bit_step_device", n, true, mixed, best_device_seconds(repeats, stream, [&] {
-      kernels::cuda::adamw8bit_step_device(param.get(), master_ptr, grad.get(), q, n, s, kBeta1, kBeta2, kEps, kDecay,
-                                           dtype, stream);
-    }));
+             kernels::cuda::adamw8bit_step_device(param.get(), master_ptr, grad.get(), q, n, s, kBeta1, kBeta2, kEps,
+                                                  kDecay, dtype, stream);
+           }));
   }
   HG_CUDA_CHECK(cudaStreamDestroy(stream));
 }

@@ -433,6 +433,41 @@ std::vector<KernelCase> make_cases() {
       });
     });
   }
+  // ---- 8-bit AdamW (kernels/adamw8bit_math.h): one-byte codes for m and v, an f32 absmax per 2048 ----
+  add("adamw8bit_step_device", kFloats, [](S s, DType dt, A a) {
+    const bool mixed = dt != DType::f32;
+    const int64_t n = s.n(), blocks = kernels::adamw8bit_blocks(n);
+    const uint64_t p = bytes_of(n, dt), f = bytes_of(n, DType::f32), c = uint64_t(n), b = uint64_t(blocks) * 4;
+    void* param = a.uniform(n, dt);
+    void* master = mixed ? a.uniform(n, DType::f32) : nullptr;
+    void* grad = a.uniform(n, dt);
+    // Random codes (the bytes of uniform floats) and positive block scales: a state mid-training.
+    kernels::QuantizedMoments q;
+    q.exp_avg = static_cast<uint8_t*>(a.uniform((n + 3) / 4, DType::f32));
+    q.exp_avg_sq = static_cast<uint8_t*>(a.uniform((n + 3) / 4, DType::f32));
+    q.absmax_exp_avg = static_cast<float*>(a.uniform(blocks, DType::f32, 0.5, 1.0));
+    q.absmax_exp_avg_sq = static_cast<float*>(a.uniform(blocks, DType::f32, 0.5, 1.0));
+    const double lr = 1e-3;
+    const int64_t steps[3] = {6, 0, 0};
+    const float found_inf = 0.0f;
+    kernels::AdamWStepScalars scalars;
+    scalars.lr = static_cast<const double*>(a.upload(&lr, sizeof lr));
+    scalars.found_inf = static_cast<const float*>(a.upload(&found_inf, sizeof found_inf));
+    scalars.step = static_cast<int64_t*>(a.upload(steps, sizeof steps));
+    scalars.blocks_done = reinterpret_cast<unsigned long long*>(scalars.step + 2);
+    // param read and written (written only, with a master, which is read and written); grad read; the
+    // codes and the block scales of both moments read and written; the step counts.
+    uint64_t min = mixed ? io({p, f, f, p}) : io({p, p, p});
+    min += io({c, c, c, c, b, b, b, b}) + io({sizeof lr, sizeof found_inf, sizeof steps, sizeof steps});
+    PreparedCase prepared = memory_case(dims({n}) + (mixed ? " with f32 master" : "") + ", scalars on the device", min,
+                                        [=, st = a.stream()] {
+                                          k::adamw8bit_step_device(param, master, grad, q, n, scalars, 0.9, 0.999,
+                                                                   1e-8, 0.01, dt, st);
+                                        });
+    // The requantisation's binary search reads the shared-memory tables at data-dependent indices.
+    prepared.claims_no_bank_conflicts = false;
+    return prepared;
+  });
   // ---- gradient norm and loss scaling ----
   add("sum_of_squares", kFloats, [](S s, DType dt, A a) {
     void* x = a.uniform(s.n(), dt);

@@ -70,9 +70,12 @@ void ZeroOptimizer::init_moments() {
   }
   exp_avg_ = new_state(wide);
   exp_avg_sq_ = new_state(wide);
-  // Zero codes with zero absmax are zero moments, as the single-process AdamW starts them.
+  // The initial state of kernels/adamw8bit_math.h, as the single-process AdamW starts it: every code
+  // its map's 0.0 entry, every absmax 0.
   q8_.exp_avg = new_state(codes, DType::u8);
+  q8_.exp_avg.fill_(double(kernels::kAdamW8BitSignedZeroCode));
   q8_.exp_avg_sq = new_state(codes, DType::u8);
+  q8_.exp_avg_sq.fill_(double(kernels::kAdamW8BitUnsignedZeroCode));
   q8_.exp_avg_absmax = new_state(blocks);
   q8_.exp_avg_sq_absmax = new_state(blocks);
 }

@@ -4,13 +4,16 @@
 // arrays (the packed and the element-wise paths), over several steps each started from the CPU's state.
 // Codes agree except for a new moment that sits on a midpoint of the map (an ulp from nvcc's fused
 // multiply-adds), absmax and theta to a few fp32 ulp. The capturable semantics as adamw.cu: skip flag (no
-// byte written), device lr, two-slot count, blocks_done settling; n = 0. Device arrays are padded with
-// canary bytes that must survive. Skips visibly without a device; runs under the SIMT emulator.
+// byte written), device lr, two-slot count, blocks_done settling; n = 0. Non-finite updates (inf, NaN,
+// 1e30 gradients) change only their own elements; a subnormal block becomes the zero state; a grid too
+// large is a named error. Device arrays are padded with canary bytes that must survive. Skips visibly
+// without a device; runs under the SIMT emulator. Seeds are printed; HG_TEST_SEED repeats one.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -18,8 +21,10 @@
 #include "kernels/cuda/check.h"
 #include "kernels/half.h"
 #include "kernels/step_kernels.h"
+#include "support/check_error.h"
 #include "support/cuda_device.h"
 #include "support/host_buffer.h"
+#include "support/test_seed.h"
 
 using namespace hg;
 using namespace hg::kernels;
@@ -28,11 +33,11 @@ using hg::testing::HostBuffer;
 namespace {
 
 constexpr double kLr = 1e-3, kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8, kDecay = 0.01;
-constexpr size_t kCanary = 64;        // bytes after every device array
+constexpr size_t kCanary = 64;  // bytes after every device array
 constexpr unsigned char kCanaryByte = 0xa5;
 
-#define SKIP_WITHOUT_DEVICE()                                            \
-  do {                                                                   \
+#define SKIP_WITHOUT_DEVICE()                                                 \
+  do {                                                                        \
     if (hg::testing::skip_without_cuda_device("test_cuda_adamw8bit")) return; \
   } while (0)
 
@@ -49,7 +54,8 @@ class DeviceBytes {
   void* data() { return static_cast<char*>(base_) + offset_; }
   void download(void* host) const {
     HG_CUDA_CHECK(cudaStreamSynchronize(hg::testing::cuda_test_stream()));
-    if (bytes_ > 0) HG_CUDA_CHECK(cudaMemcpy(host, static_cast<char*>(base_) + offset_, bytes_, cudaMemcpyDeviceToHost));
+    if (bytes_ > 0)
+      HG_CUDA_CHECK(cudaMemcpy(host, static_cast<char*>(base_) + offset_, bytes_, cudaMemcpyDeviceToHost));
   }
   bool canaries_intact() const {
     std::vector<unsigned char> all(offset_ + bytes_ + kCanary);
@@ -70,8 +76,10 @@ struct State8 {
   std::vector<uint8_t> m, v;
   std::vector<float> absmax_m, absmax_v;
   explicit State8(int64_t n)
-      : m(size_t(n), kAdamW8BitSignedZeroCode), v(size_t(n), kAdamW8BitUnsignedZeroCode),
-        absmax_m(size_t(adamw8bit_blocks(n)), 0.0f), absmax_v(size_t(adamw8bit_blocks(n)), 0.0f) {}
+      : m(size_t(n), kAdamW8BitSignedZeroCode),
+        v(size_t(n), kAdamW8BitUnsignedZeroCode),
+        absmax_m(size_t(adamw8bit_blocks(n)), 0.0f),
+        absmax_v(size_t(adamw8bit_blocks(n)), 0.0f) {}
   QuantizedMoments view() { return {m.data(), v.data(), absmax_m.data(), absmax_v.data()}; }
 };
 
@@ -79,8 +87,10 @@ struct State8 {
 struct DeviceState8 {
   DeviceBytes m, v, absmax_m, absmax_v;
   DeviceState8(const State8& s, size_t offset)
-      : m(s.m.data(), s.m.size(), offset), v(s.v.data(), s.v.size(), offset),
-        absmax_m(s.absmax_m.data(), s.absmax_m.size() * 4), absmax_v(s.absmax_v.data(), s.absmax_v.size() * 4) {}
+      : m(s.m.data(), s.m.size(), offset),
+        v(s.v.data(), s.v.size(), offset),
+        absmax_m(s.absmax_m.data(), s.absmax_m.size() * 4),
+        absmax_v(s.absmax_v.data(), s.absmax_v.size() * 4) {}
   QuantizedMoments view() {
     return {static_cast<uint8_t*>(m.data()), static_cast<uint8_t*>(v.data()), static_cast<float*>(absmax_m.data()),
             static_cast<float*>(absmax_v.data())};
@@ -131,7 +141,7 @@ double ulp_of(DType dtype) { return dtype == DType::f16 ? 0x1p-10 : dtype == DTy
 
 TEST_CASE("cuda adamw8bit_step_device equals the CPU kernel") {
   SKIP_WITHOUT_DEVICE();
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng = hg::testing::seeded_rng();
   int64_t code_differences = 0, codes = 0;
   for (const DType dtype : {DType::f32, DType::f16, DType::bf16})
     for (const bool with_master : {false, true})
@@ -148,7 +158,10 @@ TEST_CASE("cuda adamw8bit_step_device equals the CPU kernel") {
             const HostBuffer grad = random_grad(dtype, n, rng);
             // The device starts from the CPU's state of this step.
             const size_t e = dtype_size(dtype);
-            DeviceBytes d_param(param.data(), n * e, offset * e), d_master(master.data(), n * 4, offset * 4);
+            // With a master copy the parameter is an output only: the device copy starts as NaN.
+            HostBuffer param_in = param;
+            if (with_master) param_in.poison_with_nan();
+            DeviceBytes d_param(param_in.data(), n * e, offset * e), d_master(master.data(), n * 4, offset * 4);
             DeviceBytes d_grad(grad.data(), n * e, offset * e);
             DeviceState8 d_state(state, offset);
             DeviceCount d_count(t);
@@ -163,8 +176,8 @@ TEST_CASE("cuda adamw8bit_step_device equals the CPU kernel") {
             hs.lr_value = kLr;
             hs.step = count;
             const HostBuffer theta_before = with_master ? master : param;
-            cpu::adamw8bit_step_device(param.data(), with_master ? master.data() : nullptr, grad.data(), state.view(), n,
-                                       hs, kBeta1, kBeta2, kEps, kDecay, dtype);
+            cpu::adamw8bit_step_device(param.data(), with_master ? master.data() : nullptr, grad.data(), state.view(),
+                                       n, hs, kBeta1, kBeta2, kEps, kDecay, dtype);
             ++t;
             CHECK(d_count.read()[1] == t);
             CHECK(d_count.read()[0] == t - 1);
@@ -210,7 +223,7 @@ TEST_CASE("cuda adamw8bit_step_device equals the CPU kernel") {
 
 TEST_CASE("cuda adamw8bit_step_device: skip flag, device lr, blocks_done, n = 0") {
   SKIP_WITHOUT_DEVICE();
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng = hg::testing::seeded_rng();
   const int64_t n = 2 * 2048 + 300;
   HostBuffer param = random_params(DType::bf16, n, rng);
   HostBuffer master(DType::f32, n);
@@ -264,8 +277,8 @@ TEST_CASE("cuda adamw8bit_step_device: skip flag, device lr, blocks_done, n = 0"
   AdamWStepScalars hs;
   hs.lr_value = kLr;
   hs.step = count;
-  cpu::adamw8bit_step_device(param.data(), master.data(), grad.data(), state.view(), n, hs, kBeta1, kBeta2, kEps, kDecay,
-                             DType::bf16);
+  cpu::adamw8bit_step_device(param.data(), master.data(), grad.data(), state.view(), n, hs, kBeta1, kBeta2, kEps,
+                             kDecay, DType::bf16);
   HostBuffer got_master(DType::f32, n);
   d_master.download(got_master.data());
   double worst = 0;
@@ -286,4 +299,144 @@ TEST_CASE("cuda adamw8bit_step_device: skip flag, device lr, blocks_done, n = 0"
   cuda::adamw8bit_step_device(nullptr, nullptr, nullptr, QuantizedMoments{}, 0, e, kBeta1, kBeta2, kEps, kDecay,
                               DType::f32, stream);
   CHECK(empty.read() == std::vector<int64_t>{10, 10, 0});
+}
+
+TEST_CASE("cuda adamw8bit_step_device: an inf, a NaN and a 1e30 gradient change only their own elements") {
+  // As the CPU test: elements 5 (inf), 300 (NaN), 2047 (1e30: (1 - beta2) g^2 overflows) and
+  // 2 * 2048 + 35 (-inf, in the element-wise tail) have m = v = 0 from two zero-gradient CPU steps; the
+  // device's clean run gives them a zero gradient again. The bad run keeps their theta, gives them zero
+  // codes, and every other element (codes, absmax, theta) is the clean run's bit for bit; the next
+  // step, clean in both, is finite and the same.
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng = hg::testing::seeded_rng();
+  const int64_t n = 2 * 2048 + 40;
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::pair<int64_t, float>> bad = {
+      {5, inf}, {300, std::nanf("")}, {2047, 1e30f}, {2 * 2048 + 35, -inf}};
+  auto clean_grad = [&] {
+    HostBuffer g = random_grad(DType::f32, n, rng);
+    for (const auto& [i, value] : bad) g.set(i, 0.0);
+    return g;
+  };
+  HostBuffer param = random_params(DType::f32, n, rng);
+  State8 state(n);
+  int64_t count[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    AdamWStepScalars hs;
+    hs.lr_value = kLr;
+    hs.step = count;
+    cpu::adamw8bit_step_device(param.data(), nullptr, clean_grad().data(), state.view(), n, hs, kBeta1, kBeta2, kEps,
+                               kDecay, DType::f32);
+    count[0] = count[1];
+  }
+  const HostBuffer grad = clean_grad(), next = random_grad(DType::f32, n, rng);
+  HostBuffer bad_grad = grad;
+  for (const auto& [i, value] : bad) bad_grad.set(i, value);
+  const auto stream = hg::testing::cuda_test_stream();
+  // Two device steps from the CPU state: the first with `first`, the second with `next`.
+  struct Run {
+    HostBuffer param_after_first, param_after_next;
+    State8 state_after_first, state_after_next;
+  };
+  auto run = [&](const HostBuffer& first) {
+    DeviceBytes d_param(param.data(), n * 4), d_grad(first.data(), n * 4), d_next(next.data(), n * 4);
+    DeviceState8 d_state(state, 0);
+    DeviceCount d_count(2);
+    AdamWStepScalars s;
+    s.lr_value = kLr;
+    s.step = d_count.data();
+    s.blocks_done = reinterpret_cast<unsigned long long*>(d_count.data() + 2);
+    Run r{HostBuffer(DType::f32, n), HostBuffer(DType::f32, n), State8(n), State8(n)};
+    cuda::adamw8bit_step_device(d_param.data(), nullptr, d_grad.data(), d_state.view(), n, s, kBeta1, kBeta2, kEps,
+                                kDecay, DType::f32, stream);
+    d_param.download(r.param_after_first.data());
+    r.state_after_first = d_state.download(n);
+    cuda::adamw8bit_step_device(d_param.data(), nullptr, d_next.data(), d_state.view(), n, s, kBeta1, kBeta2, kEps,
+                                kDecay, DType::f32, stream);
+    d_param.download(r.param_after_next.data());
+    r.state_after_next = d_state.download(n);
+    REQUIRE(d_state.canaries_intact());
+    REQUIRE(d_param.canaries_intact());
+    return r;
+  };
+  const Run clean = run(grad), dirty = run(bad_grad);
+  for (size_t b = 0; b < state.absmax_m.size(); ++b) {
+    INFO("block ", b);
+    REQUIRE(std::isfinite(dirty.state_after_first.absmax_m[b]));
+    REQUIRE(std::isfinite(dirty.state_after_first.absmax_v[b]));
+    REQUIRE(dirty.state_after_first.absmax_m[b] > 0.0f);
+    CHECK(std::memcmp(&dirty.state_after_first.absmax_m[b], &clean.state_after_first.absmax_m[b], 4) == 0);
+    CHECK(std::memcmp(&dirty.state_after_first.absmax_v[b], &clean.state_after_first.absmax_v[b], 4) == 0);
+    CHECK(std::memcmp(&dirty.state_after_next.absmax_m[b], &clean.state_after_next.absmax_m[b], 4) == 0);
+    CHECK(std::memcmp(&dirty.state_after_next.absmax_v[b], &clean.state_after_next.absmax_v[b], 4) == 0);
+  }
+  CHECK(dirty.state_after_first.m == clean.state_after_first.m);
+  CHECK(dirty.state_after_first.v == clean.state_after_first.v);
+  CHECK(dirty.state_after_next.m == clean.state_after_next.m);
+  CHECK(dirty.state_after_next.v == clean.state_after_next.v);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool is_bad = std::any_of(bad.begin(), bad.end(), [&](const auto& e) { return e.first == i; });
+    INFO("element ", i, (is_bad ? " (non-finite update)" : ""));
+    REQUIRE(std::isfinite(dirty.param_after_next.get(i)));
+    if (is_bad) {
+      REQUIRE(dirty.param_after_first.get(i) == param.get(i));
+      REQUIRE(dirty.state_after_first.m[size_t(i)] == kAdamW8BitSignedZeroCode);
+      REQUIRE(dirty.state_after_first.v[size_t(i)] == kAdamW8BitUnsignedZeroCode);
+    } else {
+      REQUIRE(dirty.param_after_first.get(i) == clean.param_after_first.get(i));
+      REQUIRE(dirty.param_after_next.get(i) == clean.param_after_next.get(i));
+    }
+  }
+}
+
+TEST_CASE("cuda adamw8bit_step_device: a block whose absmax is subnormal becomes the zero state, not NaN") {
+  // Block 0's gradients are ~1e-38 (new m ~ 2e-39, below FLT_MIN; v underflows to 0); block 1 is ordinary.
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng = hg::testing::seeded_rng();
+  const int64_t n = 2048 + 100;
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  const HostBuffer param = random_params(DType::f32, n, rng);
+  HostBuffer grad = random_grad(DType::f32, n, rng);
+  for (int64_t i = 0; i < 2048; ++i) grad.set(i, 1e-38 * u(rng));
+  grad.set(7, 1e-38);
+  // Block 0 starts with spread codes, absmax_m = 1e-39 and absmax_v = 0: its m stays below FLT_MIN.
+  State8 state(n);
+  std::uniform_int_distribution<int> code(0, 255);
+  for (int64_t i = 0; i < 2048; ++i) state.m[size_t(i)] = uint8_t(code(rng)), state.v[size_t(i)] = uint8_t(code(rng));
+  state.absmax_m[0] = 1e-39f;
+  DeviceBytes d_param(param.data(), n * 4), d_grad(grad.data(), n * 4);
+  DeviceState8 d_state(state, 0);
+  DeviceCount d_count(0);
+  AdamWStepScalars s;
+  s.lr_value = kLr;
+  s.step = d_count.data();
+  cuda::adamw8bit_step_device(d_param.data(), nullptr, d_grad.data(), d_state.view(), n, s, kBeta1, kBeta2, kEps,
+                              kDecay, DType::f32, hg::testing::cuda_test_stream());
+  const State8 got = d_state.download(n);
+  HostBuffer got_param(DType::f32, n);
+  d_param.download(got_param.data());
+  CHECK(got.absmax_m[0] == 0.0f);
+  CHECK(got.absmax_v[0] == 0.0f);
+  CHECK(got.absmax_m[1] > 1e-6f);
+  for (int64_t i = 0; i < 2048; ++i) {
+    INFO("element ", i);
+    REQUIRE(got.m[size_t(i)] == kAdamW8BitSignedZeroCode);
+    REQUIRE(got.v[size_t(i)] == kAdamW8BitUnsignedZeroCode);
+  }
+  for (int64_t i = 0; i < n; ++i) REQUIRE(std::isfinite(got_param.get(i)));
+}
+
+TEST_CASE("cuda adamw8bit_step_device: more quantisation blocks than a grid holds is a named error") {
+  // Checked before any launch or pointer read (no device needed): the pointers only need to be non-null.
+  int64_t slots[2] = {0, 0};
+  AdamWStepScalars s;
+  s.lr_value = kLr;
+  s.step = slots;
+  uint8_t byte = 0;
+  float scale = 0.0f;
+  const QuantizedMoments q{&byte, &byte, &scale, &scale};
+  const int64_t n = (int64_t(1) << 31) * kAdamW8BitBlock;  // 2^31 blocks: one more than gridDim.x holds
+  CHECK_ERROR(
+      cuda::adamw8bit_step_device(&byte, nullptr, &byte, q, n, s, kBeta1, kBeta2, kEps, kDecay, DType::f32, nullptr),
+      "adamw8bit_step_device", "2147483648 quantisation blocks", "at most 2147483647");
 }

@@ -42,9 +42,15 @@ void widen(const T* __restrict p, float* __restrict out, int64_t count) {
 
 void load_block(const void* p, DType dtype, int64_t begin, int64_t count, float* out) {
   switch (dtype) {
-    case DType::f16: widen(static_cast<const half*>(p) + begin, out, count); break;
-    case DType::bf16: widen(static_cast<const bfloat16*>(p) + begin, out, count); break;
-    default: widen(static_cast<const float*>(p) + begin, out, count); break;
+    case DType::f16:
+      widen(static_cast<const half*>(p) + begin, out, count);
+      break;
+    case DType::bf16:
+      widen(static_cast<const bfloat16*>(p) + begin, out, count);
+      break;
+    default:
+      widen(static_cast<const float*>(p) + begin, out, count);
+      break;
   }
 }
 
@@ -56,9 +62,15 @@ void narrow(const float* __restrict x, T* __restrict p, int64_t count) {
 
 void store_block(void* p, DType dtype, int64_t begin, int64_t count, const float* x) {
   switch (dtype) {
-    case DType::f16: narrow(x, static_cast<half*>(p) + begin, count); break;
-    case DType::bf16: narrow(x, static_cast<bfloat16*>(p) + begin, count); break;
-    default: narrow(x, static_cast<float*>(p) + begin, count); break;
+    case DType::f16:
+      narrow(x, static_cast<half*>(p) + begin, count);
+      break;
+    case DType::bf16:
+      narrow(x, static_cast<bfloat16*>(p) + begin, count);
+      break;
+    default:
+      narrow(x, static_cast<float*>(p) + begin, count);
+      break;
   }
 }
 
@@ -66,12 +78,12 @@ bool half_or_f32(DType d) { return d == DType::f32 || d == DType::f16 || d == DT
 
 // Where a call's theta comes from and goes to, and its gradient.
 struct Operands {
-  float* master;         // nullable: theta then comes from param
-  void* param;           // nullable when master is given (the offload form's param_out)
+  float* master;  // nullable: theta then comes from param
+  void* param;    // nullable when master is given (the offload form's param_out)
   DType param_dtype;
   const void* grad;
   DType grad_dtype;
-  float grad_scale;      // 1 in the device form (no multiply then)
+  float grad_scale;  // 1 in the device form (no multiply then)
 };
 
 void step_all(const Operands& o, const QuantizedMoments& q, int64_t n, const AdamWCoefficients<float>& c) {
@@ -118,16 +130,16 @@ void adamw8bit_block_scalar(float* theta, const float* g, uint8_t* code_m, uint8
   }
   const float scale_m = adamw8bit_inverse_scale(new_m), scale_v = adamw8bit_inverse_scale(new_v);
   for (int64_t i = 0; i < count; ++i) {
-    code_m[i] = adamw8bit_quantise(m[i] * scale_m, t.signed_bounds);
-    code_v[i] = adamw8bit_quantise(v[i] * scale_v, t.unsigned_bounds);
+    code_m[i] = adamw8bit_quantise(m[i] * scale_m, t.signed_search);
+    code_v[i] = adamw8bit_quantise(v[i] * scale_v, t.unsigned_search);
   }
-  *absmax_m = new_m;
-  *absmax_v = new_v;
+  *absmax_m = adamw8bit_stored_absmax(new_m);
+  *absmax_v = adamw8bit_stored_absmax(new_v);
 }
 
 void adamw8bit_quantise_scalar(const float* x, uint8_t* codes, int64_t n, bool is_signed) {
-  const float* bounds = is_signed ? kAdamW8BitTables.signed_bounds : kAdamW8BitTables.unsigned_bounds;
-  for (int64_t i = 0; i < n; ++i) codes[i] = adamw8bit_quantise(x[i], bounds);
+  const float* search = is_signed ? kAdamW8BitTables.signed_search : kAdamW8BitTables.unsigned_search;
+  for (int64_t i = 0; i < n; ++i) codes[i] = adamw8bit_quantise(x[i], search);
 }
 
 AdamWIsa set_adamw8bit_isa(AdamWIsa isa) {
@@ -140,8 +152,8 @@ void adamw8bit_step_device(void* param, void* master, const void* grad, const Qu
                            const AdamWStepScalars& s, double beta1, double beta2, double eps, double weight_decay,
                            DType dtype) {
   HG_CHECK(n >= 0, "[adamw8bit_step_device] expected n >= 0, got ", n);
-  HG_CHECK(s.step != nullptr && (s.parity == 0 || s.parity == 1), "[adamw8bit_step_device] expected a step count "
-           "and parity 0 or 1, got ", s.step == nullptr ? "a null step pointer" : "parity ", s.parity);
+  HG_CHECK(s.step != nullptr, "[adamw8bit_step_device] expected a step count, got a null AdamWStepScalars::step");
+  HG_CHECK(s.parity == 0 || s.parity == 1, "[adamw8bit_step_device] expected parity 0 or 1, got ", s.parity);
   HG_CHECK(half_or_f32(dtype), "[adamw8bit_step_device] expected a parameter dtype f32, f16 or bf16, got ",
            dtype_name(dtype));
   if (n > 0) {
@@ -161,8 +173,10 @@ void adamw8bit_offload_step(float* master, const void* grad, DType grad_dtype, c
                             double eps, double weight_decay, int64_t step, double grad_scale) {
   HG_CHECK(n >= 0, "[adamw8bit_offload_step] expected n >= 0, got ", n);
   HG_CHECK(step >= 1, "[adamw8bit_offload_step] expected step >= 1 (the first update is step 1), got ", step);
-  HG_CHECK(half_or_f32(grad_dtype) && half_or_f32(param_dtype), "[adamw8bit_offload_step] grad and parameter must "
-           "be f32, f16 or bf16, got grad ", dtype_name(grad_dtype), " and parameter ", dtype_name(param_dtype));
+  HG_CHECK(half_or_f32(grad_dtype) && half_or_f32(param_dtype),
+           "[adamw8bit_offload_step] grad and parameter must "
+           "be f32, f16 or bf16, got grad ",
+           dtype_name(grad_dtype), " and parameter ", dtype_name(param_dtype));
   if (n == 0) return;
   HG_CHECK(master && grad, "[adamw8bit_offload_step] null master or grad pointer for n = ", n);
   check_moments("adamw8bit_offload_step", moments, n);

@@ -3,8 +3,10 @@
 // form and its AVX-512 form; kernels/cpu/adamw8bit.cpp stages a block's theta and g as float and calls one.
 //   theta[i] (in/out), g[i]: count <= kAdamW8BitBlock staged elements;
 //   code_m, code_v (in/out): the block's codes; absmax_m, absmax_v (in/out): its two scales.
-// Both perform the same float operations (multiply-adds fused as the compiler fuses the scalar form), and
-// for equal unquantised moments they write the same codes.
+// Both perform the same float operations in the same order; the AVX-512 form fuses the multiply-adds,
+// the scalar form only where the compiler contracts them (it does with HALFGRAD_NATIVE=ON, not with
+// OFF), so their m, v and theta may differ by an ulp. For equal unquantised moments they write the same
+// codes (the quantisation is bit for bit the same).
 #include <cstdint>
 
 #include "kernels/adamw_math.h"

@@ -13,10 +13,14 @@
 // two groups of 4 consecutive ones, at 4x and 1024 + 4x of the block: every warp access of a group is a
 // contiguous 512 bytes (f32), 256 bytes (f16/bf16) or 128 bytes (codes), moved by one 128-, 64- or 32-bit
 // load per thread when the arrays are aligned to 4 elements (else element by element). The four tables
-// (two maps, two midpoint arrays: 4 KiB) are copied from global memory into shared memory by the block
-// (4 floats per thread); the 8-step binary search of the quantisation reads them there. The new m, v of
-// a thread's 8 elements stay in registers between the update and the requantisation; the two absmax
-// are block reductions (warp butterflies + one shared slot per warp), a max, so independent of order.
+// (two maps, two midpoint heaps: 4 KiB) are copied from global memory into shared memory by the block
+// (4 floats per thread); the 8-step descent of the quantisation reads them there: its first five steps
+// read within 32 consecutive floats (no bank conflict); the dequantisation's map reads are
+// data-dependent. The new m, v of a thread's 8 elements stay in registers between the update and the
+// requantisation; the two absmax are block reductions (warp butterflies + one shared slot per warp), a
+// max, so independent of order. adamw8bit_update zeroes the moments of an element whose new m or v is
+// not finite (theta kept), so the reductions see finite values; a block whose absmax is below FLT_MIN is
+// stored as zero codes with absmax 0 (adamw8bit_inverse_scale, adamw8bit_stored_absmax).
 //
 // Capturable form (kernels/adamw_math.h AdamWStepScalars), exactly as adamw.cu: every thread reads lr,
 // found_inf and the step count from device memory; when found_inf != 0 no element, code or absmax is
@@ -36,9 +40,9 @@ namespace hg::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kGroup = 4;                              // consecutive elements a thread moves at once
-constexpr int kGroups = 2;                             // groups per thread
-constexpr int kGroupStride = kThreads * kGroup;        // 1024: from a thread's first group to its second
+constexpr int kGroup = 4;                        // consecutive elements a thread moves at once
+constexpr int kGroups = 2;                       // groups per thread
+constexpr int kGroupStride = kThreads * kGroup;  // 1024: from a thread's first group to its second
 static_assert(kThreads * kGroup * kGroups == kAdamW8BitBlock, "a CUDA block is one quantisation block");
 constexpr int kTableFloats = int(sizeof(AdamW8BitTables) / sizeof(float));
 static_assert(kTableFloats % kThreads == 0, "the tables are copied in whole rounds of the block");
@@ -99,8 +103,8 @@ HG_DEVICE void adamw8bit_block(const Operands<T>& o, const AdamW8BitTables& t, c
         m[q][k] = v[q][k] = theta[q][k] = 0.0f;
         if (i + k >= o.n) continue;
         theta[q][k] = kMaster ? o.master[i + k] : to_acc(o.param[i + k]);
-        adamw8bit_update(theta[q][k], to_acc(o.grad[i + k]), o.q.exp_avg[i + k], o.q.exp_avg_sq[i + k], old_m, old_v,
-                         t, c, m[q][k], v[q][k]);
+        adamw8bit_update(theta[q][k], to_acc(o.grad[i + k]), o.q.exp_avg[i + k], o.q.exp_avg_sq[i + k], old_m, old_v, t,
+                         c, m[q][k], v[q][k]);
         max_m = adamw8bit_absmax(max_m, m[q][k]);
         max_v = adamw8bit_absmax(max_v, v[q][k]);
       }
@@ -119,8 +123,8 @@ HG_DEVICE void adamw8bit_block(const Operands<T>& o, const AdamW8BitTables& t, c
       Pack<float, kGroup> th;
       HG_UNROLL
       for (int k = 0; k < kGroup; ++k) {
-        cm.v[k] = adamw8bit_quantise(m[q][k] * scale_m, t.signed_bounds);
-        cv.v[k] = adamw8bit_quantise(v[q][k] * scale_v, t.unsigned_bounds);
+        cm.v[k] = adamw8bit_quantise(m[q][k] * scale_m, t.signed_search);
+        cv.v[k] = adamw8bit_quantise(v[q][k] * scale_v, t.unsigned_search);
         p.v[k] = from_acc<T>(theta[q][k]);
         th.v[k] = theta[q][k];
       }
@@ -132,22 +136,21 @@ HG_DEVICE void adamw8bit_block(const Operands<T>& o, const AdamW8BitTables& t, c
       HG_UNROLL
       for (int k = 0; k < kGroup; ++k) {
         if (i + k >= o.n) continue;
-        o.q.exp_avg[i + k] = adamw8bit_quantise(m[q][k] * scale_m, t.signed_bounds);
-        o.q.exp_avg_sq[i + k] = adamw8bit_quantise(v[q][k] * scale_v, t.unsigned_bounds);
+        o.q.exp_avg[i + k] = adamw8bit_quantise(m[q][k] * scale_m, t.signed_search);
+        o.q.exp_avg_sq[i + k] = adamw8bit_quantise(v[q][k] * scale_v, t.unsigned_search);
         o.param[i + k] = from_acc<T>(theta[q][k]);
         if constexpr (kMaster) o.master[i + k] = theta[q][k];
       }
     }
   }
   if (threadIdx.x == 0) {
-    o.q.absmax_exp_avg[block] = max_m;
-    o.q.absmax_exp_avg_sq[block] = max_v;
+    o.q.absmax_exp_avg[block] = adamw8bit_stored_absmax(max_m);
+    o.q.absmax_exp_avg_sq[block] = adamw8bit_stored_absmax(max_v);
   }
 }
 
 template <class T, bool kMaster>
-__global__ void __launch_bounds__(kThreads)
-    adamw8bit_kernel(Operands<T> o, AdamWStepScalars s, AdamWHyper h) {
+__global__ void __launch_bounds__(kThreads) adamw8bit_kernel(Operands<T> o, AdamWStepScalars s, AdamWHyper h) {
   __shared__ AdamW8BitTables tables;
   __shared__ float reduce_slots[kThreads / kWarpSize];
   if (blockIdx.x == 0 && threadIdx.x == 0) adamw_record_step(s);  // the other slot: read by nobody here
@@ -155,14 +158,15 @@ __global__ void __launch_bounds__(kThreads)
     const float* source = reinterpret_cast<const float*>(&kDeviceTables);
     float* target = reinterpret_cast<float*>(&tables);
     HG_UNROLL
-    for (int k = 0; k < kTableFloats / kThreads; ++k) target[k * kThreads + threadIdx.x] = source[k * kThreads + threadIdx.x];
+    for (int k = 0; k < kTableFloats / kThreads; ++k)
+      target[k * kThreads + threadIdx.x] = source[k * kThreads + threadIdx.x];
     const AdamWCoefficients<float> c =
         adamw_coefficients<float>(adamw_lr(s), h.beta1, h.beta2, h.eps, h.weight_decay, adamw_next_step(s));
     __syncthreads();
     adamw8bit_block<T, kMaster>(o, tables, c, reduce_slots);
   }
   if (s.blocks_done == nullptr) return;  // uniform: every thread of every block returns here
-  __syncthreads();  // every thread of this block has read step[parity]
+  __syncthreads();                       // every thread of this block has read step[parity]
   if (threadIdx.x == 0) {
     const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z;
     __threadfence();  // this block's reads of step[parity] are done before its ticket is seen
@@ -190,13 +194,18 @@ void adamw8bit_step_device(void* param, void* master, const void* grad, const Qu
   HG_CHECK(n == 0 || (param && grad), "[adamw8bit_step_device] null param or grad pointer for n = ", n);
   HG_CHECK(n == 0 || (moments.exp_avg && moments.exp_avg_sq && moments.absmax_exp_avg && moments.absmax_exp_avg_sq),
            "[adamw8bit_step_device] null quantised moment pointer (codes of m and v, and their absmax arrays are all "
-           "required) for n = ", n);
+           "required) for n = ",
+           n);
+  constexpr int64_t kMaxGrid = 2147483647;  // gridDim.x's limit
+  HG_CHECK(adamw8bit_blocks(n) <= kMaxGrid, "[adamw8bit_step_device] n = ", n, " needs ", adamw8bit_blocks(n),
+           " quantisation blocks of ", kAdamW8BitBlock, " elements, one CUDA block each; expected at most ", kMaxGrid,
+           " (n <= ", kMaxGrid * kAdamW8BitBlock, ")");
   dispatch_floating_cuda(dtype, "adamw8bit_step_device", [&]<class T>() {
     if constexpr (!std::is_same_v<T, double>) {
       const bool packed = aligned(param, sizeof(T)) && aligned(grad, sizeof(T)) && aligned(master, sizeof(float)) &&
                           aligned(moments.exp_avg, 1) && aligned(moments.exp_avg_sq, 1);
-      const Operands<T> o{static_cast<T*>(param), static_cast<float*>(master), static_cast<const T*>(grad), moments, n,
-                          packed};
+      const Operands<T> o{
+          static_cast<T*>(param), static_cast<float*>(master), static_cast<const T*>(grad), moments, n, packed};
       const AdamWHyper h{beta1, beta2, eps, weight_decay};
       const dim3 grid(unsigned(n == 0 ? 1 : adamw8bit_blocks(n)));  // n = 0 still records the count
       if (master != nullptr) {
