@@ -39,10 +39,6 @@ std::unique_ptr<optim::Optimizer> DataParallel::adamw(nn::Module& model, const o
   HG_CHECK(!mixed.stochastic_rounding(),
            "[DataParallel] stochastic rounding is not implemented under ZeRO (its "
            "fused update rounds to nearest even); train without --stochastic-rounding or without --zero");
-  HG_CHECK(options.state_bits() == 32,
-           "[DataParallel] 8-bit optimizer state (state_bits(8), --optimizer-state-bits 8) is not implemented under "
-           "ZeRO or optimizer offload yet; train with --optimizer-state-bits 32 or without --zero / "
-           "--offload-optimizer");
   HG_CHECK(mixed.master_weights(),
            "[DataParallel] ZeRO keeps fp32 master weights for half parameters (they are "
            "what it shards); master_weights(false) is a local optimizer's setting");

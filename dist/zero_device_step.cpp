@@ -145,20 +145,26 @@ void ZeroOptimizer::update_on_device() {
   s.parity = 0;
   const Tensor params = owned_params(), grads = owned_grads();
   bool counted = false;
-  for (const OwnedRange& range : owned_)
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const int64_t begin = std::max(offsets_[i], range.begin);
-      const int64_t count =
-          layout::overlap(offsets_[i], offsets_[i] + params_[i].numel(), range.begin, range.begin + range.count);
-      if (count == 0) continue;
-      const double weight_decay = o.decay_only_matrices() && params_[i].dim() < 2 ? 0.0 : o.weight_decay();
-      const int64_t local = range.local + begin - range.begin;
-      float* master = master_.defined() ? master_.data<float>() + local : nullptr;
-      HG_KERNEL(device_, adamw_step_device, params.narrow(0, local, count).data_ptr(), master,
-                grads.narrow(0, local, count).data_ptr(), exp_avg_.data<float>() + local,
-                exp_avg_sq_.data<float>() + local, count, s, o.beta1(), o.beta2(), o.eps(), weight_decay, dtype_);
-      counted = true;
+  for (const StateSlice& slice : slices_) {
+    const Tensor& p = params_[slice.param];
+    const double weight_decay = o.decay_only_matrices() && p.dim() < 2 ? 0.0 : o.weight_decay();
+    float* master = master_.defined() ? master_.data<float>() + slice.local : nullptr;
+    void* param = params.narrow(0, slice.local, slice.count).data_ptr();
+    const void* grad = grads.narrow(0, slice.local, slice.count).data_ptr();
+    if (slice.quantized) {  // its blocks are the parameter's: slice.first is a multiple of the block
+      const kernels::QuantizedMoments moments{q8_.exp_avg.data<uint8_t>() + slice.state,
+                                              q8_.exp_avg_sq.data<uint8_t>() + slice.state,
+                                              q8_.exp_avg_absmax.data<float>() + slice.block,
+                                              q8_.exp_avg_sq_absmax.data<float>() + slice.block};
+      HG_KERNEL(device_, adamw8bit_step_device, param, master, grad, moments, slice.count, s, o.beta1(), o.beta2(),
+                o.eps(), weight_decay, dtype_);
+    } else {
+      HG_KERNEL(device_, adamw_step_device, param, master, grad, exp_avg_.data<float>() + slice.state,
+                exp_avg_sq_.data<float>() + slice.state, slice.count, s, o.beta1(), o.beta2(), o.eps(), weight_decay,
+                dtype_);
     }
+    counted = true;
+  }
   if (counted) {  // every call wrote the same count to slot 1; bring it to slot 0 in stream order
     step_count_.narrow(0, 0, 1).copy_(step_count_.narrow(0, 1, 1));
   } else {  // this rank owns only padding: count the step as the others do

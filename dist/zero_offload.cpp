@@ -1,7 +1,7 @@
 // ZeRO-Offload (Ren et al. 2021) inside ZeroOptimizer (dist/zero_optimizer.h): where the offloaded
 // state lives, and how gradients and parameters cross between a CUDA device and the host.
 //
-//   state     fp32 master + Adam moments of this rank's partition in host memory: pinned (page-locked,
+//   state     fp32 master + Adam moments (8-bit: codes and absmax) of this rank's partition in host memory: pinned (page-locked,
 //             engine/cuda pinned allocator) for a CUDA device, so that copies to and from it are DMA
 //             transfers that overlap compute; host_offload_allocator() for the CPU device (the same RAM,
 //             kept apart from the device allocator's statistics and budget, as activation offload does).
@@ -53,9 +53,9 @@ Allocator& offload_allocator(const Device& device) {
 
 }  // namespace
 
-Tensor ZeroOptimizer::new_state(int64_t count) const {
-  if (!options_.offload_optimizer()) return zeros({count}, DType::f32, device_);
-  Tensor t = host_tensor(offload_allocator(device_), count, DType::f32);
+Tensor ZeroOptimizer::new_state(int64_t count, DType dtype) const {
+  if (!options_.offload_optimizer()) return zeros({count}, dtype, device_);
+  Tensor t = host_tensor(offload_allocator(device_), count, dtype);
   t.zero_();
   return t;
 }

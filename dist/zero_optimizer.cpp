@@ -17,6 +17,7 @@
 #include "engine/ops.h"
 #include "engine/safetensors.h"
 #include "kernels/kernels.h"
+#include "kernels/step_kernels.h"
 
 namespace hg::dist {
 using layout::overlap;
@@ -76,8 +77,18 @@ void ZeroOptimizer::validate_params() {
 void ZeroOptimizer::layout_flat() {
   const int world = comm_.world_size();
   const int rank = comm_.rank();
-  offsets_ = unpadded_offsets_;  // one segment: the parameters back to back, the padding at the end
-  padded_ = round_up(std::max<int64_t>(total_, 1), int64_t(world) * kAlignElements);
+  // One segment: the parameters back to back, the padding at the end (8-bit state: quantised
+  // parameters start on a multiple of the block and partitions are whole blocks; zero_layout.h).
+  offsets_.assign(params_.size(), 0);
+  int64_t at = 0;
+  bool any_quantized = false;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    offsets_[i] = layout::place(at, params_[i].numel(), state_bits());
+    any_quantized = any_quantized || layout::quantized_state(params_[i].numel(), state_bits());
+    at = offsets_[i] + params_[i].numel();
+  }
+  const int64_t align = any_quantized ? kernels::kAdamW8BitBlock : kAlignElements;
+  padded_ = round_up(std::max<int64_t>(at, 1), int64_t(world) * align);
   const int64_t part = padded_ / world;
   opt_begin_ = options_.stage() == 0 ? 0 : rank * part;
   opt_count_ = options_.stage() == 0 ? padded_ : part;
@@ -123,8 +134,7 @@ void ZeroOptimizer::init_state_and_buckets() {
   // Optimizer state of the owned elements: fp32 moments, and an fp32 master unless the parameters
   // are f32 and live where the update runs.
   state_device_ = options_.offload_optimizer() ? kCPU : device_;
-  exp_avg_ = new_state(opt_count_);
-  exp_avg_sq_ = new_state(opt_count_);
+  init_moments();
   if (dtype_ != DType::f32 || options_.offload_optimizer()) {
     master_ = new_state(opt_count_);
     master_.copy_(owned_params());
@@ -379,23 +389,26 @@ void ZeroOptimizer::offload_update() {
   // This rank's gradients and updated parameters cross to and from host memory once.
   Tensor grads_host, params_host;
   std::tie(grads_host, params_host) = offload_buffers();
-  for (const OwnedRange& range : owned_)
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const int64_t begin = std::max(offsets_[i], range.begin);
-      const int64_t count =
-          overlap(offsets_[i], offsets_[i] + params_[i].numel(), range.begin, range.begin + range.count);
-      if (count == 0) continue;
-      const double weight_decay = o.decay_only_matrices() && params_[i].dim() < 2 ? 0.0 : o.weight_decay();
-      const int64_t local = range.local + begin - range.begin;
-      auto* m = exp_avg_.data<float>() + local;
-      auto* v = exp_avg_sq_.data<float>() + local;
-      float* master = master_.defined() ? master_.data<float>() + local : nullptr;
-      const size_t element = dtype_size(dtype_);
-      kernels::cpu::adamw_offload_step(master, static_cast<const char*>(grads_host.data_ptr()) + local * element,
-                                       dtype_, m, v, static_cast<char*>(params_host.data_ptr()) + local * element,
-                                       dtype_, count, lr_, o.beta1(), o.beta2(), o.eps(), weight_decay, step_,
-                                       grad_scale_ * clip_coef_);
+  const size_t element = dtype_size(dtype_);
+  for (const StateSlice& slice : slices_) {
+    const Tensor& p = params_[slice.param];
+    const double weight_decay = o.decay_only_matrices() && p.dim() < 2 ? 0.0 : o.weight_decay();
+    float* master = master_.data<float>() + slice.local;
+    const char* grad = static_cast<const char*>(grads_host.data_ptr()) + slice.local * element;
+    char* param = static_cast<char*>(params_host.data_ptr()) + slice.local * element;
+    if (slice.quantized) {
+      const kernels::QuantizedMoments moments{q8_.exp_avg.data<uint8_t>() + slice.state,
+                                              q8_.exp_avg_sq.data<uint8_t>() + slice.state,
+                                              q8_.exp_avg_absmax.data<float>() + slice.block,
+                                              q8_.exp_avg_sq_absmax.data<float>() + slice.block};
+      kernels::cpu::adamw8bit_offload_step(master, grad, dtype_, moments, param, dtype_, slice.count, lr_, o.beta1(),
+                                           o.beta2(), o.eps(), weight_decay, step_, grad_scale_ * clip_coef_);
+    } else {
+      kernels::cpu::adamw_offload_step(master, grad, dtype_, exp_avg_.data<float>() + slice.state,
+                                       exp_avg_sq_.data<float>() + slice.state, param, dtype_, slice.count, lr_,
+                                       o.beta1(), o.beta2(), o.eps(), weight_decay, step_, grad_scale_ * clip_coef_);
     }
+  }
   upload_offloaded_params();
 }
 
@@ -421,13 +434,23 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
   for (const Unit& u : units_)
     if (u.persistent) b.params += bytes(u.full);
   b.grads = bytes(flat_grads_) + bytes(grad_shard_);
-  b.optimizer = bytes(master_) + bytes(exp_avg_) + bytes(exp_avg_sq_);
+  b.optimizer = bytes(master_) + bytes(exp_avg_) + bytes(exp_avg_sq_) + bytes(q8_.exp_avg) + bytes(q8_.exp_avg_sq) +
+                bytes(q8_.exp_avg_absmax) + bytes(q8_.exp_avg_sq_absmax);
   return b;
 }
 
 std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::shard_buffers() const {
   std::vector<std::pair<std::string, Tensor>> out;
   if (master_.defined()) out.emplace_back("master", master_);
+  if (state_bits() == 8) {
+    out.emplace_back("exp_avg", q8_.exp_avg);
+    out.emplace_back("exp_avg_sq", q8_.exp_avg_sq);
+    out.emplace_back("exp_avg_absmax", q8_.exp_avg_absmax);
+    out.emplace_back("exp_avg_sq_absmax", q8_.exp_avg_sq_absmax);
+    out.emplace_back("exp_avg_fp32", exp_avg_);
+    out.emplace_back("exp_avg_sq_fp32", exp_avg_sq_);
+    return out;
+  }
   out.emplace_back("exp_avg", exp_avg_);
   out.emplace_back("exp_avg_sq", exp_avg_sq_);
   return out;
@@ -538,16 +561,22 @@ void ZeroOptimizer::save_state(const std::string& prefix) {
     ranges += std::to_string(p.count);
   }
   safetensors::NamedTensors tensors;
-  for (const auto& [name, t] : shard_buffers()) {
-    std::vector<Tensor> parts;
-    for (const Piece& p : pieces) parts.push_back(t.narrow(0, p.local, p.count).to(kCPU));
-    tensors.emplace_back(name, parts.empty() ? zeros({0}, DType::f32, kCPU) : cat(parts, 0));
+  safetensors::Metadata metadata = {{"ranges", ranges},
+                                    {"numel", std::to_string(total_)},
+                                    {"step", std::to_string(step_count())},
+                                    {"world", std::to_string(world)}};
+  if (state_bits() == 8) {  // dist/zero_quantized_state.cpp
+    tensors = quantized_file_tensors(pieces);
+    metadata["state_bits"] = "8";
+    metadata["block"] = std::to_string(kernels::kAdamW8BitBlock);
+  } else {
+    for (const auto& [name, t] : shard_buffers()) {
+      std::vector<Tensor> parts;
+      for (const Piece& p : pieces) parts.push_back(t.narrow(0, p.local, p.count).to(kCPU));
+      tensors.emplace_back(name, parts.empty() ? zeros({0}, DType::f32, kCPU) : cat(parts, 0));
+    }
   }
-  safetensors::save(shard_path(prefix, rank, world), tensors,
-                    {{"ranges", ranges},
-                     {"numel", std::to_string(total_)},
-                     {"step", std::to_string(step_count())},
-                     {"world", std::to_string(world)}});
+  safetensors::save(shard_path(prefix, rank, world), tensors, metadata);
   comm_.barrier().wait();
   // Shards an earlier save at a larger world size left under this prefix would be what load_state
   // finds (it takes the largest N): once every new shard is written, rank 0 removes them.
@@ -595,6 +624,15 @@ std::vector<ZeroOptimizer::SavedShard> ZeroOptimizer::read_shards(const std::str
              total_);
     *step = metadata_int(shard.file, "step", path);
     shard.ranges = saved_ranges(shard.file, path, total_);
+    const int64_t saved_bits = shard.file.metadata.count("state_bits") ? metadata_int(shard.file, "state_bits", path) : 32;
+    HG_CHECK(saved_bits == state_bits(), "[ZeroOptimizer] load_state: ", path, " holds ", saved_bits,
+             "-bit AdamW moments but this optimizer keeps ", state_bits(),
+             "-bit ones (AdamWOptions().state_bits): resume with the state width the run was saved with");
+    if (state_bits() == 8) {
+      check_quantized_shard(shard.file, path, shard.ranges);
+      shards.push_back(std::move(shard));
+      continue;
+    }
     int64_t needed = 0;
     for (const auto& range : shard.ranges) needed += range.second;
     for (const auto& [name, t] : shard_buffers()) {
@@ -621,6 +659,10 @@ void ZeroOptimizer::load_state(const std::string& prefix) {
   const std::vector<SavedShard> shards = read_shards(prefix, &step);
   const std::vector<Piece> mine = pieces_of(owned_);
   for (const SavedShard& shard : shards) {
+    if (state_bits() == 8) {  // dist/zero_quantized_state.cpp
+      load_quantized_shard(shard.file, shard.ranges);
+      continue;
+    }
     int64_t at = 0;  // where the saved range starts in the file's tensors
     for (const auto& [offset, count] : shard.ranges) {
       for (const Piece& p : mine) {

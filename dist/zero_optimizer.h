@@ -56,6 +56,14 @@
 // Gradient norm and the non-finite check are combined across ranks (all-reduce of the sum of squares
 // of each partition), so every rank clips by the same factor and skips the same steps.
 //
+// 8-bit state (AdamWOptions().state_bits(8); dist/zero_quantized_state.cpp): parameters of at least
+// kAdamW8BitMinElements elements keep m and v as u8 codes with an fp32 absmax per block of 2048 of the
+// PARAMETER's elements, as the single-process AdamW does; the others keep fp32 moments. The layout
+// (dist/zero_layout.h) starts each such parameter on a multiple of 2048 and makes partitions whole
+// blocks, so no block straddles two ranks: every stage, with or without offload, updates the very
+// blocks one process would (bit for bit given the same gradients), and checkpoints re-partition by
+// copying whole blocks. Optimizer state per element: 2 bytes + 8 per 2048 (+ the fp32 master).
+//
 // ON THE DEVICE (dist/zero_device_step.cpp; optim/optimizer.h decides_on_device). Stages 0-3 without
 // offload take the loss scaler's and the trainer's decisions in device memory: unscale_on_device
 // writes this rank's inf/NaN flag and all-reduces it (MAX) on the device, clip_grad_norm_on_device
@@ -181,6 +189,8 @@ class ZeroOptimizer final : public optim::Optimizer {
   Tensor host_gradients();
 
   int stage() const { return options_.stage(); }
+  // 8 (block-wise quantised moments for parameters of >= kAdamW8BitMinElements elements) or 32.
+  int state_bits() const { return options_.adamw().state_bits(); }
   // Updates applied so far (a read of the device count, except under offload).
   int64_t step_count() const;
   int64_t numel() const { return total_; }          // parameters (unpadded)
@@ -217,7 +227,10 @@ class ZeroOptimizer final : public optim::Optimizer {
 
   // This rank's optimizer state (checkpoints): "master" (when separate), "exp_avg", "exp_avg_sq" —
   // flat fp32 tensors over the elements this rank owns (stages 0-2: [state_offset(), + numel) of the
-  // flat parameter buffer; stage 3: its shard of every unit, in unit order).
+  // flat parameter buffer; stage 3: its shard of every unit, in unit order). 8-bit state: "exp_avg",
+  // "exp_avg_sq" are the u8 codes of the quantised slices, "exp_avg_absmax", "exp_avg_sq_absmax" their
+  // block scales, "exp_avg_fp32", "exp_avg_sq_fp32" the
+  // other parameters' moments.
   // Names are rank-qualified: "rank<r>-of-<N>.exp_avg", ...
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
   // Refused with a message that names load_state: a shard alone cannot be re-partitioned.
@@ -230,7 +243,8 @@ class ZeroOptimizer final : public optim::Optimizer {
   // Checkpoints of the optimizer state, one file per rank: `prefix`.rank{r}-of-{N}.safetensors holds
   // flat fp32 "exp_avg", "exp_avg_sq" (and "master" when kept) over the elements rank r owns, as
   // ranges of the parameters concatenated in order without padding (so any stage reads any other's),
-  // with metadata {ranges "offset:count,...", numel, step, world}. The parameters themselves are saved
+  // with metadata {ranges "offset:count,...", numel, step, world} (8-bit state: state_bits 8, block 2048,
+  // and the tensors of dist/zero_quantized_state.cpp). The parameters themselves are saved
   // whole by the model (stage 3: inside gather_parameters()).
   // save_state is collective: it returns on every rank once every file is written.
   void save_state(const std::string& prefix) override;
@@ -277,6 +291,20 @@ class ZeroOptimizer final : public optim::Optimizer {
   struct Piece {
     int64_t unpadded = 0, count = 0, local = 0;
   };
+  // The part of one parameter this rank updates: elements [first, first + count) of parameter
+  // `param`, at `local` in the owned parameters / gradients / master, and at `state` in the moments:
+  // 32-bit state: state == local in exp_avg_ / exp_avg_sq_; 8-bit state: a quantised parameter's codes
+  // at `state` in q8_ and its absmax from `block`, the others' fp32 moments at `state` in the compact
+  // exp_avg_ / exp_avg_sq_ (dist/zero_quantized_state.cpp).
+  struct StateSlice {
+    size_t param = 0;
+    int64_t first = 0, count = 0, local = 0, state = 0, block = 0;
+    bool quantized = false;
+  };
+  // 8-bit moments of this rank's quantised slices: codes (u8) and per-block absmax (f32).
+  struct QuantizedState {
+    Tensor exp_avg, exp_avg_sq, exp_avg_absmax, exp_avg_sq_absmax;
+  };
   // One file written by save_state, read and checked (numel, ranges, tensor sizes).
   struct SavedShard {
     std::string path;
@@ -285,8 +313,24 @@ class ZeroOptimizer final : public optim::Optimizer {
   };
   std::vector<SavedShard> read_shards(const std::string& prefix, int64_t* step) const;
   void validate_params();
-  // "master" (when separate), "exp_avg", "exp_avg_sq": this rank's flat fp32 state.
+  // "master" (when separate), "exp_avg", "exp_avg_sq": this rank's flat fp32 state (8-bit state:
+  // "master", "exp_avg" and "exp_avg_sq" as u8 codes, "exp_avg_absmax", "exp_avg_sq_absmax", and the
+  // small parameters' fp32 "exp_avg_fp32", "exp_avg_sq_fp32").
   std::vector<std::pair<std::string, Tensor>> shard_buffers() const;
+  // ---- 8-bit state (dist/zero_quantized_state.cpp) ----
+  // slices_ and the moment buffers (both widths).
+  void init_moments();
+  // The slice of parameter `param` holding its element `element` (nullptr: not owned here).
+  const StateSlice* slice_of(size_t param, int64_t element) const;
+  // The 8-bit checkpoint: this rank's share `pieces` as the file's tensors, and loading them back.
+  safetensors::NamedTensors quantized_file_tensors(const std::vector<Piece>& pieces) const;
+  void check_quantized_shard(const safetensors::File& file, const std::string& path,
+                             const std::vector<std::pair<int64_t, int64_t>>& ranges) const;
+  void load_quantized_shard(const safetensors::File& file, const std::vector<std::pair<int64_t, int64_t>>& ranges);
+  // Calls fn(param, first element, count) for each parameter's run of `ranges` (offset, count of the
+  // parameters concatenated without padding), in order.
+  void for_each_saved_run(const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                          const std::function<void(size_t, int64_t, int64_t)>& fn) const;
   void layout_flat();
   void init_state_and_buckets();
   std::vector<Piece> pieces_of(const std::vector<OwnedRange>& ranges) const;
@@ -329,7 +373,8 @@ class ZeroOptimizer final : public optim::Optimizer {
   void offload_update();
   // ZeRO-Offload (dist/zero_offload.cpp).
   bool streams_gradients() const { return options_.offload_optimizer() && device_.is_cuda(); }
-  Tensor new_state(int64_t count) const;  // fp32 zeros: on the device, or in (pinned) host memory
+  // Zeros (fp32 unless said): on the device, or in (pinned) host memory.
+  Tensor new_state(int64_t count, DType dtype = DType::f32) const;
   void allocate_offload_staging();
   void stream_gradients_to_host(bool wait_for_collectives);
   std::pair<Tensor, Tensor> offload_buffers();  // {gradients, parameters} of the CPU update
@@ -349,6 +394,8 @@ class ZeroOptimizer final : public optim::Optimizer {
   std::vector<int64_t> unpadded_offsets_;  // param i's first element without padding
   std::vector<OwnedRange> owned_;
   Tensor flat_params_, flat_grads_, grad_shard_, master_, exp_avg_, exp_avg_sq_;
+  std::vector<StateSlice> slices_;  // what the update runs over, in owned order
+  QuantizedState q8_;               // 8-bit state (undefined tensors with 32-bit state)
   Tensor param_shard_;  // stage 3: this rank's shard of every unit
   std::vector<Unit> units_;
   std::vector<size_t> unit_of_;

@@ -85,13 +85,17 @@ void ZeroOptimizer::layout_units(nn::Module& model, const ShardUnitPolicy& polic
     u.persistent = d.persistent;
     u.params = d.params;
     u.begin = begin;
-    int64_t numel = 0;
+    int64_t numel = 0;  // (8-bit state: quantised parameters on a block boundary of the unit, and the
+    bool any_quantized = false;  // unit's shards whole blocks; zero_layout.h)
     for (size_t i : d.params) {
+      numel = layout::place(numel, params_[i].numel(), state_bits());
+      any_quantized = any_quantized || layout::quantized_state(params_[i].numel(), state_bits());
       offsets_[i] = begin + numel;
       unit_of_[i] = bucket_of_[i] = units_.size();
       numel += params_[i].numel();
     }
-    u.padded = round_up(std::max<int64_t>(numel, 1), int64_t(world) * kAlignElements);
+    const int64_t align = any_quantized ? kernels::kAdamW8BitBlock : kAlignElements;
+    u.padded = round_up(std::max<int64_t>(numel, 1), int64_t(world) * align);
     u.shard_local = local;
     const int64_t part = u.padded / world;
     owned_.push_back(OwnedRange{u.begin + rank * part, part, local});
