@@ -11,8 +11,8 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 # Learning: 2-digit addition, a small GPT, 8-bit moments on every matrix (dim 64: 64x64 = 4096 elements).
-# Measured when set (same config, --eval-every 200 --steps 600): 4.25% held-out at step 200, 98.25% at
-# 400, 100% at 600; the check asks for 95% at step 500.
+# Measured when set: 99.75% held-out at step 500 with this config (18 s on one loaded core); with
+# --eval-every 200 --steps 600, 4.25% at step 200, 98.25% at 400, 100% at 600. The check asks for 95%.
 learn=(--digits 2 --context 12 --layers 2 --heads 4 --dim 64 --batch 64 --steps 500 --lr 3e-3 --warmup 50
        --eval-every 0 --eval-problems 400 --sample 0 --threads 1 --optimizer-state-bits 8)
 out=$("$bin" "${learn[@]}") || fail "8-bit training run exited $?: $out"
