@@ -30,10 +30,34 @@ for key, kind in {"precision": str, "batch": int, "grad-accum": int, "checkpoint
     assert isinstance(c[key], kind), (key, c)
 assert c["precision"] in ("fp32", "bf16", "fp16") and c["optimizer-state-bits"] in (8, 32), c
 assert c["batch"] * c["grad-accum"] == 16, c  # the run's 16 sequences per step
+# the whole run config, not only the chosen keys: the model's shape, the batch, the device
+assert (c["layers"], c["heads"], c["dim"], c["context"], c["batch-tokens"], c["device"]) == (2, 2, 32, 16, 0, "cpu"), c
+for key in ("plan", "memory-budget", "world", "write-config"):
+    assert key not in c, (key, c)
 PY
 else
   grep -q '"precision": "' "$work/plan.json" || fail "plan.json has no precision: $(cat "$work/plan.json")"
 fi
+
+# The written config fed back: --print-config shows the plan's values, and it trains with nothing else.
+shown=$("$bin" --config "$work/plan.json" --print-config) || fail "--config plan.json --print-config: $shown"
+for key in precision batch grad-accum zero checkpoint-every optimizer-state-bits layers dim; do
+  want=$(grep "\"$key\":" "$work/plan.json")
+  grep -qF -- "$want" <<<"$shown" || fail "--config plan.json shows another $key (want $want): $shown"
+done
+out=$("$bin" --config "$work/plan.json" --steps 1 --eval-every 0 --sample 0 2>&1) || fail "training from plan.json: $out"
+grep -q "summary: 1 steps" <<<"$out" || fail "plan.json did not train: $out"
+
+# --batch-tokens is divided by the trained sequence length (3-digit addition: 12 bytes), as train_gpt does:
+# 192 tokens are 16 sequences, planned as 16 x 16 tokens of the model's context.
+out=$("$bin" "${tiny[@]}" --plan --memory-budget 1 --batch-tokens 192) || fail "--batch-tokens plan: $out"
+grep -q "| 256 tokens per step (16 sequences" <<<"$out" || fail "--batch-tokens 192 planned another batch: $out"
+
+# Flags the plan chooses, or conflicts it does not model, are refused with --memory-budget.
+for flag in "--zero 1" "--precision bf16" "--stochastic-rounding" "--fp32-grads"; do
+  out=$("$bin" "${tiny[@]}" --memory-budget 1 --steps 1 $flag 2>&1)
+  [[ $? -eq 2 ]] && grep -q -- "${flag%% *} is" <<<"$out" || fail "--memory-budget with $flag: $out"
+done
 
 # --load's model is planned for (its shape, whatever the shape flags say).
 "$bin" "${tiny[@]}" --steps 1 --eval-every 0 --sample 0 --save "$work/model.safetensors" >/dev/null || fail "save run"
@@ -42,7 +66,7 @@ grep -q "^plan: GPT L2 H2 C32 T16 V256" <<<"$out" || fail "--plan --load planned
 
 # A model given by its shape only (never built): GPT-2 XL on an H200 at world 8, planned on this machine.
 out=$("$bin" --plan --device cuda --memory-budget 131 --layers 48 --heads 25 --dim 1600 --context 1024 --vocab 50257 \
-  --batch-tokens 524288 --world 8) || fail "GPT-2 XL plan exited $?: $out"
+  --batch 512 --world 8) || fail "GPT-2 XL plan exited $?: $out"
 grep -q "GPT L48 H25 C1600 T1024 V50257 (1.56B parameters) | 524288 tokens per step (64 sequences x 8 ranks)" <<<"$out" \
   || fail "GPT-2 XL header: $out"
 grep -q "^1\* .*--zero" <<<"$out" || fail "no ZeRO stage in the world-8 recommendation: $out"
