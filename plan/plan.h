@@ -92,6 +92,8 @@ struct Machine {
                                       // tiny tensors (eager dispatch): the floor of a small micro-batch
   static Machine h200();              // one H200 SXM in an 8-GPU NVLink node (published figures, derated)
   static Machine this_cpu();          // the CPU device of this process, from a short calibration run
+  static Machine cpu_nominal();       // fixed CPU figures (no calibration): what every rank of a
+                                      // multi-process run plans with, so that all ranks pick alike
 };
 // Measures this machine's constants with short runs (GEMM, copy, CPU AdamW); seconds_budget bounds it.
 Machine calibrate(DeviceKind kind, double seconds_budget = 2.0);
@@ -120,6 +122,12 @@ struct PlanRequest {
   int64_t host_budget_bytes = 0;     // per node (0: unlimited)
   Machine machine;
 };
+
+// What a CUDA rank's device budget loses before the allocator sees it (plan/search.cpp states each
+// item and its source): the CUDA context, cuBLASLt's workspace (a direct cudaMalloc), NCCL's buffers
+// when world > 1, and a fragmentation margin of the budget. 0 on the CPU device. Configurations must
+// fit device_budget_bytes - device_headroom_bytes(request).
+int64_t device_headroom_bytes(const PlanRequest& request);
 
 // Every enumerated configuration that fits both budgets, fastest predicted step first (ties: less
 // device memory). Empty when nothing fits.
