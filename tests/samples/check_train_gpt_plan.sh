@@ -69,7 +69,35 @@ out=$("$bin" --plan --device cuda --memory-budget 131 --layers 48 --heads 25 --d
   --batch 512 --world 8) || fail "GPT-2 XL plan exited $?: $out"
 grep -q "GPT L48 H25 C1600 T1024 V50257 (1.56B parameters) | 524288 tokens per step (64 sequences x 8 ranks)" <<<"$out" \
   || fail "GPT-2 XL header: $out"
-grep -q "^1\* .*--zero" <<<"$out" || fail "no ZeRO stage in the world-8 recommendation: $out"
+grep -q "budget 131.00 GiB - headroom 7.69 GiB per rank" <<<"$out" || fail "no headroom in the header: $out"
+# The pick fits the budget less the headroom, and its flags, parsed by train_gpt itself, are the
+# configuration: 512 sequences per step (--batch x --grad-accum) and what the row's flags say.
+peak=$(grep '^1\*' <<<"$out" | awk '{print $2}')
+awk -v p="$peak" 'BEGIN { exit !(p <= 131 - 7.69) }' || fail "the pick's peak $peak GiB exceeds the usable 123.31 GiB: $out"
+# every shown row's flags (from the 10th column on; step and tokens/s take two and one)
+while read -r pick; do
+  "$bin" --layers 48 --heads 25 --dim 1600 --context 1024 $pick --print-config >"$work/pick.json" \
+    || fail "train_gpt rejects the pick $pick"
+if command -v python3 >/dev/null; then
+  python3 - "$pick" "$work/pick.json" <<'PY' || fail "the pick's flags parse to another configuration: $pick"
+import json, sys
+c, words = json.load(open(sys.argv[2])), sys.argv[1].split()
+assert c["batch"] * c["grad-accum"] == 512, c
+flags = {}
+for i, w in enumerate(words):
+    if w.startswith("--"):
+        flags[w[2:]] = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else True
+for key, value in flags.items():
+    if key.startswith("no-"):
+        assert c[key[3:]] is False, (key, c)
+    elif value is True:
+        assert c[key] is True, (key, c)
+    else:
+        assert str(c[key]) == value, (key, value, c[key])
+assert ("zero" in flags) == (c["zero"] != -1) and ("precision" in flags) == (c["precision"] != "fp32"), c
+PY
+fi
+done < <(grep -E '^[0-9]+\*? ' <<<"$out" | awk '{ for (i = 11; i <= NF; ++i) printf "%s%s", $i, (i < NF ? " " : "\n") }')
 
 # --memory-budget alone: the plan's pick, logged, then training.
 out=$("$bin" "${tiny[@]}" --memory-budget 1 --steps 4 --eval-every 0 --sample 0) || fail "--memory-budget run exited $?: $out"
