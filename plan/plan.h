@@ -68,7 +68,8 @@ struct TrainingConfig {
 struct MemoryPrediction {
   int64_t parameters = 0, gradients = 0, optimizer_state = 0;  // model state on the device
   int64_t activations = 0;  // the peak of what the forward keeps for backward (and backward's transients)
-  int64_t workspace = 0;    // kernels' scratch at the peak (GEMM workspaces, classifier chunks, ...)
+  int64_t workspace = 0;    // kernels' scratch at the peak (GEMM workspaces, classifier chunks, ...; under ZeRO 3
+                            // the fused classifier's dW held through the backward: a term fitted to measured peaks)
   int64_t rounding = 0;     // allocator rounding of all of the above
   int64_t host = 0;         // host bytes: offloaded optimizer state, offloaded activations, pinned staging
   int64_t device_peak() const { return parameters + gradients + optimizer_state + activations + workspace + rounding; }
