@@ -243,7 +243,8 @@ std::string nothing_fits_message(const PlanRequest& request) {
   // The budget to ask for: the peak and the headroom (its 5% margin of the budget asked for) rounded up
   // in the message's own precision.
   const double fixed = double(headroom) - kFragmentationMargin * double(request.device_budget_bytes);
-  const double g = (peak + fixed) / (1 - (headroom > 0 ? kFragmentationMargin : 0.0)) / kGiB, step = g >= 0.1 ? 0.1 : std::pow(10.0, std::floor(std::log10(g)) - 1);
+  const double g = (peak + fixed) / (1 - (headroom > 0 ? kFragmentationMargin : 0.0)) / kGiB,
+               step = g >= 0.1 ? 0.1 : std::pow(10.0, std::floor(std::log10(g)) - 1);
   return message + "; expected --memory-budget " + gib(std::ceil(g / step) * step * kGiB) +
          " or more, more ranks (--world), a shorter --context or a smaller model";
 }

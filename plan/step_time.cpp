@@ -337,14 +337,14 @@ Machine Machine::cpu_nominal() {
   Machine m;
   m.name = "CPU (nominal figures, not calibrated)";
   m.kind = DeviceKind::cpu;
-  m.device_flops_fp32 = 50e9;       // 512^3 f32 GEMM
-  m.device_flops = 25e9;            // bf16 GEMM: converted to f32 and back
-  m.device_bandwidth = 20e9;        // memcpy, read + write
-  m.host_link_bandwidth = 10e9;     // memcpy into the host offload pool, one way
-  m.interconnect_bandwidth = 5e9;   // ranks of one host through shared memory: copied in and out
-  m.host_adam_bandwidth = 10e9;     // CPU AdamW over its 28 bytes per element
+  m.device_flops_fp32 = 50e9;                    // 512^3 f32 GEMM
+  m.device_flops = 25e9;                         // bf16 GEMM: converted to f32 and back
+  m.device_bandwidth = 20e9;                     // memcpy, read + write
+  m.host_link_bandwidth = 10e9;                  // memcpy into the host offload pool, one way
+  m.interconnect_bandwidth = 5e9;                // ranks of one host through shared memory: copied in and out
+  m.host_adam_bandwidth = 10e9;                  // CPU AdamW over its 28 bytes per element
   m.cpu_adam8_bandwidth = 10e9 / 28 / 3.5 * 16;  // 3.5x fewer elements per second, 16 bytes each
-  m.block_seconds = 100e-6;         // issue time per block (eager dispatch)
+  m.block_seconds = 100e-6;                      // issue time per block (eager dispatch)
   return m;
 }
 
@@ -394,7 +394,8 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
   // Backward: GEMMs twice their forward; FlashAttention-2's backward ~2.5x its forward (it recomputes
   // the scores: 14 L T C per token in all), the composed attention's twice (12 L T C).
   const double attention_backward = model.fused_attention ? 2.5 : 2.0;
-  t.compute = (3 * (L * block_gemm_flops + head_flops) + (1 + attention_backward) * L * attention_flops) * tokens / flops;
+  t.compute =
+      (3 * (L * block_gemm_flops + head_flops) + (1 + attention_backward) * L * attention_flops) * tokens / flops;
   if (config.checkpoint_every > 0) t.recompute = L * (block_gemm_flops + attention_flops) * tokens / flops;
   // A micro-batch takes at least the host's time to issue its ops (eager dispatch).
   const double launch_floor = (L * (config.checkpoint_every > 0 ? 4.0 / 3.0 : 1.0) + 1) * machine.block_seconds;

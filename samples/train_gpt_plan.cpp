@@ -54,12 +54,10 @@ void write_file(const std::string& path, const std::string& text) {
 namespace {
 
 // The flags the planner chooses (and --memory-budget sets): given explicitly besides --memory-budget,
-// they would either be overridden by the plan or contradict it.
 // they would either be overridden by the plan or contradict it. (--batch, --grad-accum and
 // --batch-tokens are not among them: they give the batch the plan is for.)
-constexpr const char* kPlannedFlags[] = {"precision",           "master-weights", "checkpoint-every",
-                                         "offload-activations", "zero",           "offload-optimizer",
-                                         "optimizer-state-bits"};
+constexpr const char* kPlannedFlags[] = {"precision", "master-weights",    "checkpoint-every",    "offload-activations",
+                                         "zero",      "offload-optimizer", "optimizer-state-bits"};
 // Settings the plan does not model that conflict with one it may pick (--stochastic-rounding needs
 // a run without --zero; --fp32-grads changes the gradients' bytes the plan counted).
 constexpr const char* kUnplannedFlags[] = {"stochastic-rounding", "fp32-grads"};
@@ -106,8 +104,9 @@ plan::PlanRequest plan_request(const TrainGptConfig& c) {
   const bool cuda = Device::parse(c.device).is_cuda();  // checked by TrainGptConfig
   // More than one rank: fixed figures, so that every rank's plan is the same by construction (each
   // rank calibrating its own would see different noise and could pick another configuration).
-  request.machine = cuda ? plan::Machine::h200() : request.world > 1 ? plan::Machine::cpu_nominal()
-                                                                      : plan::Machine::this_cpu();
+  request.machine = cuda                ? plan::Machine::h200()
+                    : request.world > 1 ? plan::Machine::cpu_nominal()
+                                        : plan::Machine::this_cpu();
   return request;
 }
 
@@ -170,14 +169,16 @@ std::vector<std::string> planned_arguments(const TrainGptConfig& c, int argc, ch
                                         " process(es); expected --world only with --plan");
   for (const char* flag : kPlannedFlags)
     if (c.flags.given(flag))
-      exit_with_usage_error(kProgram, std::string("--") + flag + " is chosen by --memory-budget's plan; expected "
-                                      "--memory-budget without it, or --plan --memory-budget to see the choices and "
-                                      "the flags without --memory-budget");
+      exit_with_usage_error(kProgram,
+                            std::string("--") + flag +
+                                " is chosen by --memory-budget's plan; expected "
+                                "--memory-budget without it, or --plan --memory-budget to see the choices and "
+                                "the flags without --memory-budget");
   for (const char* flag : kUnplannedFlags)
     if (c.flags.given(flag))
       exit_with_usage_error(kProgram, std::string("--") + flag + " is not part of --memory-budget's plan (it may " +
-                                      "pick --zero, or count other gradient bytes); expected --memory-budget " +
-                                      "without it, or the plan's flags (--plan) with it");
+                                          "pick --zero, or count other gradient bytes); expected --memory-budget " +
+                                          "without it, or the plan's flags (--plan) with it");
   const plan::PlanRequest request = plan_request(c);
   const plan::Candidate chosen = ranked_or_exit(request).front();
   std::printf("plan: %s (predicted %s GiB of %s GiB per rank)\n", joined(chosen.flags()).c_str(),

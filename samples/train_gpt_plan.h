@@ -28,8 +28,8 @@ std::vector<std::string> planned_flags(const plan::Candidate& chosen);
 std::string config_json(int argc, char** argv, const plan::Candidate& chosen);
 
 // --memory-budget without --plan: a planned flag given too (--zero, --precision, ...) or a setting the
-// plan does not model (--stochastic-rounding, --fp32-grads) is a usage error; otherwise argv with the recommended configuration's flags appended (later flags
-// win), after logging the choice. Nothing fits: a usage error (exit 2).
+// plan does not model (--stochastic-rounding, --fp32-grads) is a usage error; otherwise argv with the recommended
+// configuration's flags appended (later flags win), after logging the choice. Nothing fits: a usage error (exit 2).
 std::vector<std::string> planned_arguments(const TrainGptConfig& c, int argc, char** argv);
 
 }  // namespace hg::samples

@@ -1,9 +1,9 @@
 // The memory planner's per-rank prediction under ZeRO at the world size of the launch (ctest runs it
 // as a world of 1, over TCP with 2 processes and under mpirun -np 2 / -np 4): each rank measures one
-// training step of ZeRO 0-3 configurations (with and without gradient accumulation) (plan::measure_memory over the shared communicator, CPU
-// device) and plan::predict_memory(..., world) must be within 10% of its own peak -- the flat buffers
-// padded to N partitions, the sharded optimizer state, gradients and parameters, the packed
-// reduce-scatter buffers and the gathered stage-3 units.
+// training step of ZeRO 0-3 configurations, with and without gradient accumulation
+// (plan::measure_memory over the shared communicator, CPU device), and plan::predict_memory(..., world)
+// must be within 10% of its own peak -- the flat buffers padded to N partitions, the sharded optimizer
+// state, gradients and parameters, the packed reduce-scatter buffers and the gathered stage-3 units.
 #include <doctest/doctest.h>
 
 #include <chrono>

@@ -410,7 +410,8 @@ TEST_CASE("plan: a CUDA rank's headroom comes off the budget; the CPU device has
     PlanRequest r = random_request(rng, world);
     r.device_budget_bytes = int64_t(100) << 30;
     // context 500 MiB + cuBLASLt workspace 32 MiB (+ NCCL buffers 640 MiB at world > 1) + 5% of the budget
-    const int64_t expected = (int64_t(532) << 20) + (world > 1 ? int64_t(640) << 20 : 0) + int64_t(5) * (int64_t(1) << 30);
+    const int64_t expected =
+        (int64_t(532) << 20) + (world > 1 ? int64_t(640) << 20 : 0) + int64_t(5) * (int64_t(1) << 30);
     CHECK(device_headroom_bytes(r) == expected);
     PlanRequest cpu = r;
     cpu.machine.kind = DeviceKind::cpu;
@@ -425,7 +426,7 @@ TEST_CASE("plan: a CUDA rank's headroom comes off the budget; the CPU device has
       return int64_t(std::count_if(peaks.begin(), peaks.end(), [&](int64_t p) { return p <= bytes; }));
     };
     const std::vector<Candidate> ranked = plan::plan(r);
-    CHECK(int64_t(ranked.size()) == count_within(usable));  // the host budget is unlimited
+    CHECK(int64_t(ranked.size()) == count_within(usable));                // the host budget is unlimited
     CHECK(count_within(r.device_budget_bytes) > int64_t(ranked.size()));  // the headroom left some out
     for (const Candidate& c : ranked) CHECK(c.memory.device_peak() <= usable);
     if (!ranked.empty()) {
