@@ -404,7 +404,7 @@ TEST_CASE("plan: the table lists the recommended first with its flags and the co
   CHECK(std::count(table.begin(), table.end(), '\n') == 1 + 1 + 3 + 1 + 1);
 }
 
-TEST_CASE("plan: a CUDA rank's headroom comes off the budget; the CPU device has none") {
+TEST_CASE("plan: a CUDA rank's headroom comes off the budget, the CPU device has none") {
   std::mt19937 rng = hg::testing::seeded_rng();
   for (int world : {1, 8}) {
     PlanRequest r = random_request(rng, world);
