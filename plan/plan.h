@@ -68,7 +68,8 @@ struct TrainingConfig {
 struct MemoryPrediction {
   int64_t parameters = 0, gradients = 0, optimizer_state = 0;  // model state on the device
   int64_t activations = 0;  // the peak of what the forward keeps for backward (and backward's transients)
-  int64_t workspace = 0;    // kernels' scratch at the peak (GEMM workspaces, classifier chunks, ...)
+  int64_t workspace = 0;    // kernels' scratch at the peak (GEMM workspaces, classifier chunks, ...; under ZeRO 3
+                            // the fused classifier's dW held through the backward: a term fitted to measured peaks)
   int64_t rounding = 0;     // allocator rounding of all of the above
   int64_t host = 0;         // host bytes: offloaded optimizer state, offloaded activations, pinned staging
   int64_t device_peak() const { return parameters + gradients + optimizer_state + activations + workspace + rounding; }
@@ -92,6 +93,8 @@ struct Machine {
                                       // tiny tensors (eager dispatch): the floor of a small micro-batch
   static Machine h200();              // one H200 SXM in an 8-GPU NVLink node (published figures, derated)
   static Machine this_cpu();          // the CPU device of this process, from a short calibration run
+  static Machine cpu_nominal();       // fixed CPU figures (no calibration): what every rank of a
+                                      // multi-process run plans with, so that all ranks pick alike
 };
 // Measures this machine's constants with short runs (GEMM, copy, CPU AdamW); seconds_budget bounds it.
 Machine calibrate(DeviceKind kind, double seconds_budget = 2.0);
@@ -120,6 +123,12 @@ struct PlanRequest {
   int64_t host_budget_bytes = 0;     // per node (0: unlimited)
   Machine machine;
 };
+
+// What a CUDA rank's device budget loses before the allocator sees it (plan/search.cpp states each
+// item and its source): the CUDA context, cuBLASLt's workspace (a direct cudaMalloc), NCCL's buffers
+// when world > 1, and a fragmentation margin of the budget. 0 on the CPU device. Configurations must
+// fit device_budget_bytes - device_headroom_bytes(request).
+int64_t device_headroom_bytes(const PlanRequest& request);
 
 // Every enumerated configuration that fits both budgets, fastest predicted step first (ties: less
 // device memory). Empty when nothing fits.

@@ -157,15 +157,39 @@ void rank(std::vector<Candidate>& candidates) {
   }
 }
 
+// The per-rank headroom of a CUDA plan. The prediction is the caching allocator's peak_allocated_bytes;
+// what else occupies the device, each with its source:
+//   kCudaContextBytes     the CUDA context and the loaded kernels' modules: ~500 MiB on an H200 with
+//                         CUDA 12/13 (nvidia-smi of an idle process after cudaFree(0), plus cuBLASLt's
+//                         and cuDNN's modules loading lazily)
+//   kCublasLtWorkspace    kernels/cuda/gemm.cpp's kWorkspaceBytes, one cudaMalloc per device outside
+//                         the allocator
+//   kNcclBuffersBytes     NCCL's channel buffers when world > 1: NCCL_BUFFSIZE 4 MiB per protocol
+//                         buffer, for each channel (up to 32 on NVLink) and peer in a ring, ~600 MiB
+//                         in all, rounded up
+//   kFragmentationMargin  5% of the budget: blocks the caching allocator holds but cannot reuse for
+//                         a request of another size (reserved - allocated)
+constexpr int64_t kCudaContextBytes = int64_t(500) << 20;
+constexpr int64_t kCublasLtWorkspace = int64_t(32) << 20;
+constexpr int64_t kNcclBuffersBytes = int64_t(640) << 20;
+constexpr double kFragmentationMargin = 0.05;
+
+int64_t device_headroom_bytes(const PlanRequest& request) {
+  if (request.machine.kind != DeviceKind::cuda) return 0;
+  return kCudaContextBytes + kCublasLtWorkspace + (request.world > 1 ? kNcclBuffersBytes : 0) +
+         int64_t(kFragmentationMargin * double(request.device_budget_bytes));
+}
+
 std::vector<Candidate> plan(const PlanRequest& request) {
   HG_CHECK(request.device_budget_bytes > 0, "[plan] device_budget_bytes ", request.device_budget_bytes,
            " must be > 0 (the memory of one rank)");
   HG_CHECK(request.host_budget_bytes >= 0, "[plan] host_budget_bytes ", request.host_budget_bytes,
            " must be >= 0 (0: unlimited)");
+  const int64_t usable = request.device_budget_bytes - device_headroom_bytes(request);
   std::vector<Candidate> fits;
   for (const TrainingConfig& config : enumerate(request)) {
     Candidate c = evaluate(request, config);
-    if (c.memory.device_peak() <= request.device_budget_bytes && fits_host(request, c)) fits.push_back(std::move(c));
+    if (c.memory.device_peak() <= usable && fits_host(request, c)) fits.push_back(std::move(c));
   }
   rank(fits);
   return fits;
@@ -207,15 +231,20 @@ std::string nothing_fits_message(const PlanRequest& request) {
         (smallest == nullptr || c.memory.device_peak() < smallest->memory.device_peak()))
       smallest = &c;
   const double peak = double(smallest->memory.device_peak());
+  const int64_t headroom = device_headroom_bytes(request);
   std::string message = "nothing fits in " + gib(double(request.device_budget_bytes)) + " GiB per rank";
+  if (headroom > 0) message += " less the headroom " + gib(double(headroom)) + " GiB";
   if (request.host_budget_bytes > 0)
     message += " and " + gib(double(request.host_budget_bytes)) + " GiB of host memory";
   message += ": the smallest predicted peak is " + gib(peak) + " GiB (" + joined(smallest->flags()) + ")";
   if (!any_host_fit)
     return message + ", and it needs " + gib(double(smallest->memory.host * ranks_per_node(request))) +
            " GiB of host memory; expected a larger --host-memory";
-  // The budget to ask for: the peak rounded up in the message's own precision.
-  const double g = peak / kGiB, step = g >= 0.1 ? 0.1 : std::pow(10.0, std::floor(std::log10(g)) - 1);
+  // The budget to ask for: the peak and the headroom (its 5% margin of the budget asked for) rounded up
+  // in the message's own precision.
+  const double fixed = double(headroom) - kFragmentationMargin * double(request.device_budget_bytes);
+  const double g = (peak + fixed) / (1 - (headroom > 0 ? kFragmentationMargin : 0.0)) / kGiB,
+               step = g >= 0.1 ? 0.1 : std::pow(10.0, std::floor(std::log10(g)) - 1);
   return message + "; expected --memory-budget " + gib(std::ceil(g / step) * step * kGiB) +
          " or more, more ranks (--world), a shorter --context or a smaller model";
 }

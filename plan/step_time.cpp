@@ -4,10 +4,12 @@
 // Work of one optimizer step on one rank, for a GPT of L blocks, width C, context T, vocabulary V,
 // with b sequences per micro-batch and a micro-batches per step (n = b * a * T tokens per rank):
 //   matmul parameters   M = 12 L C^2 + V C        (qkv 3C^2, projection C^2, MLP 8C^2; the tied head VC)
-//   compute FLOPs       F = (6 M + 12 L T C) n     (forward 2M + 4LTC per token -- QK^T and AV at 2TC
+//   compute FLOPs       F = (6 M + 14 L T C) n     (forward 2M + 4LTC per token -- QK^T and AV at 2TC
 //                                                  each over the full T x T scores, not the causal
-//                                                  half, as PaLM's MFU counts; backward twice the
-//                                                  forward)
+//                                                  half, as PaLM's MFU counts; the GEMMs' backward
+//                                                  twice their forward, FlashAttention-2's backward
+//                                                  ~2.5x its forward (it recomputes the scores):
+//                                                  10 L T C; composed attention: 12 L T C in all)
 //   recompute FLOPs     R = (24 L C^2 + 4 L T C) n when checkpoint_every > 0 (GPT checkpoints every
 //                                                  block in segments of K, so backward reruns the
 //                                                  forward of all L blocks; the head is not rerun)
@@ -22,7 +24,8 @@
 //                                    + all-gather of the updated parameters (P p) after the optimizer
 //                         stage 3    reduce-scatter of the gradients (P g)       once per step
 //                                    + all-gather of every unit's parameters in its forward and again
-//                                    in its backward (2 P p)                     every micro-batch
+//                                    in its backward (2 P p; 3 P p with checkpointing, whose
+//                                    backward reruns the forward)                every micro-batch
 //   link bytes          at host_link_bandwidth, each way:
 //                         activation offload: what the forward saves goes down and comes back up
 //                         (inputs: the checkpoint inputs, about ceil(L/K) x b T C x p; all: every
@@ -35,7 +38,8 @@
 //                       for 8-bit state with one fp32 absmax per 2048-element block, on tensors of
 //                       at least 4096 elements -- smaller ones stay 32-bit; a half model
 //                       without master weights has theta in p bytes), at device_bandwidth, or at
-//                       host_adam_bandwidth when offloaded (measured over the same bytes); quantised
+//                       host_adam_bandwidth / min(N, 8) when offloaded (a node's CPU AdamW shared by
+//                       its 8 GPUs' ranks; measured over the same bytes); quantised
 //                       moments updated on a CPU at cpu_adam8_bandwidth (measured apart: the CPU kernel
 //                       searches the code map, so its fewer bytes do not move at the 32-bit rate).
 //                       P_r = P at stages -1 and 0, P / N at stages 1-3. fp16 adds the loss
@@ -110,6 +114,8 @@ constexpr double kHostAdamBytesPerSecond = 40e9;
 // The CPU 8-bit AdamW (kernels/cpu/adamw8bit.cpp, AVX-512) updates ~3.5x fewer elements per second than
 // the 32-bit one on the development machine (calibrate(cpu) measures both); over its 16 bytes per
 // element that is 40e9 / 28 / 3.5 x 16 bytes/s.
+// GPUs per node sharing one host's CPU AdamW (an 8-GPU HGX H200 node).
+constexpr int kRanksPerNode = 8;
 constexpr double kHostAdam8BytesPerSecond = kHostAdamBytesPerSecond / 28 / 3.5 * 16;
 
 // Wave quantisation of a GEMM on the GPU: cuBLASLt covers the [M, N] output with 128 x 128 tiles, one
@@ -168,7 +174,9 @@ double optimizer_bytes_per_element(const TrainingConfig& config, double state) {
 // at their kernel's rate: the GPU's fused kernel is bandwidth-bound (device_bandwidth), the CPU's
 // (the CPU device, or optimizer offload) finds each code by a search over the map and is measured
 // apart (cpu_adam8_bandwidth).
-double optimizer_seconds(const ModelShape& model, const TrainingConfig& config, double P_rank, const Machine& machine) {
+// The host's AdamW rates are per node: the ranks of one node (min(world, 8) on 8-GPU nodes) share it.
+double optimizer_seconds(const ModelShape& model, const TrainingConfig& config, double P_rank, const Machine& machine,
+                         int world) {
   double quantised = 0, total = 0;
   for (const detail::ParamTensor& p : detail::parameter_tensors(model)) {
     total += double(p.numel);
@@ -178,8 +186,10 @@ double optimizer_seconds(const ModelShape& model, const TrainingConfig& config, 
   const double bytes8 = optimizer_bytes_per_element(config, 1.0 + 8.0 / double(kernels::kAdamW8BitBlock));
   const double bytes32 = optimizer_bytes_per_element(config, 4.0);
   const bool on_cpu = machine.kind == DeviceKind::cpu || config.offload_optimizer;
-  const double rate32 = config.offload_optimizer ? machine.host_adam_bandwidth : machine.device_bandwidth;
-  const double rate8 = on_cpu ? machine.cpu_adam8_bandwidth : machine.device_bandwidth;
+  const double ranks_per_node = machine.kind == DeviceKind::cuda ? double(std::min(world, kRanksPerNode)) : 1.0;
+  const double rate32 =
+      config.offload_optimizer ? machine.host_adam_bandwidth / ranks_per_node : machine.device_bandwidth;
+  const double rate8 = on_cpu ? machine.cpu_adam8_bandwidth / ranks_per_node : machine.device_bandwidth;
   return P_rank * ((1 - f8) * bytes32 / rate32 + (f8 > 0 ? f8 * bytes8 / rate8 : 0.0));
 }
 
@@ -319,6 +329,25 @@ Machine Machine::h200() {
   return m;
 }
 
+// Round figures of one core's share of a current x86 server (the order of what calibrate_cpu measures
+// here with one thread), fixed so that they are the same in every process: ranks of one run that each
+// calibrated would see different noise, and a flip inside the ranking's 1% tie window would make them
+// pick different --zero / --grad-accum and hang in their first collective.
+Machine Machine::cpu_nominal() {
+  Machine m;
+  m.name = "CPU (nominal figures, not calibrated)";
+  m.kind = DeviceKind::cpu;
+  m.device_flops_fp32 = 50e9;                    // 512^3 f32 GEMM
+  m.device_flops = 25e9;                         // bf16 GEMM: converted to f32 and back
+  m.device_bandwidth = 20e9;                     // memcpy, read + write
+  m.host_link_bandwidth = 10e9;                  // memcpy into the host offload pool, one way
+  m.interconnect_bandwidth = 5e9;                // ranks of one host through shared memory: copied in and out
+  m.host_adam_bandwidth = 10e9;                  // CPU AdamW over its 28 bytes per element
+  m.cpu_adam8_bandwidth = 10e9 / 28 / 3.5 * 16;  // 3.5x fewer elements per second, 16 bytes each
+  m.block_seconds = 100e-6;                      // issue time per block (eager dispatch)
+  return m;
+}
+
 Machine Machine::this_cpu() {
   static const Machine cpu = calibrate(DeviceKind::cpu, 1.0);
   return cpu;
@@ -362,7 +391,11 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
                                   2 * (4 * C) * C / gemm_efficiency(machine, rows, C);       // MLP down
   const double head_flops = 2 * V * C / gemm_efficiency(machine, rows, V);
   const double attention_flops = 4 * T * C;  // per token per block, forward
-  t.compute = 3 * (L * (block_gemm_flops + attention_flops) + head_flops) * tokens / flops;
+  // Backward: GEMMs twice their forward; FlashAttention-2's backward ~2.5x its forward (it recomputes
+  // the scores: 14 L T C per token in all), the composed attention's twice (12 L T C).
+  const double attention_backward = model.fused_attention ? 2.5 : 2.0;
+  t.compute =
+      (3 * (L * block_gemm_flops + head_flops) + (1 + attention_backward) * L * attention_flops) * tokens / flops;
   if (config.checkpoint_every > 0) t.recompute = L * (block_gemm_flops + attention_flops) * tokens / flops;
   // A micro-batch takes at least the host's time to issue its ops (eager dispatch).
   const double launch_floor = (L * (config.checkpoint_every > 0 ? 4.0 / 3.0 : 1.0) + 1) * machine.block_seconds;
@@ -386,11 +419,13 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
     const double ring = (N - 1) / N / machine.interconnect_bandwidth;
     grad_collective = (stage == 0 ? 2.0 : 1.0) * P * grad_bytes * ring;
     if (stage == 1 || stage == 2) param_gather = P * param_bytes * ring;
-    if (stage == 3) stage3_gathers_per_micro = 2 * P * param_bytes * ring;
+    // Stage 3 gathers each unit's parameters in its forward and in its backward; with checkpointing
+    // also in the backward's rerun of the forward: 3 gathers per micro-batch.
+    if (stage == 3) stage3_gathers_per_micro = (config.checkpoint_every > 0 ? 3 : 2) * P * param_bytes * ring;
   }
   t.collectives = grad_collective + param_gather + a * stage3_gathers_per_micro;
 
-  t.optimizer = optimizer_seconds(model, config, P_rank, machine);
+  t.optimizer = optimizer_seconds(model, config, P_rank, machine, world);
   // fp16's loss scaler reads and rewrites this rank's gradients once more (unscale and the inf/NaN
   // check, kernels unscale_and_check) before the update; offloaded, the CPU update folds it in.
   if (config.precision == Precision::fp16 && !config.offload_optimizer)

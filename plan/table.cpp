@@ -53,7 +53,9 @@ std::string format_table(const PlanRequest& request, const std::vector<Candidate
          format(" V%.0f", double(request.model.vocab)) + " (" + parameters(double(request.model.parameters())) +
          " parameters)" + format(" | %.0f tokens per step", double(tokens)) +
          format(" (%.0f sequences", double(sequences)) + format(" x %.0f ranks)", double(request.world)) + " | " +
-         request.machine.name + " | budget " + gib(request.device_budget_bytes) + " GiB per rank" +
+         request.machine.name + " | budget " + gib(request.device_budget_bytes) +
+         (device_headroom_bytes(request) > 0 ? " GiB - headroom " + gib(device_headroom_bytes(request)) : "") +
+         " GiB per rank" +
          (request.host_budget_bytes > 0 ? ", host " + gib(request.host_budget_bytes) + " GiB per node"
                                         : std::string(", host unlimited")) +
          "\n";

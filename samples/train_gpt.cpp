@@ -232,7 +232,7 @@ int run_or_report(const TrainGptConfig& config) {
 
 int main(int argc, char** argv) {
   const TrainGptConfig config(argc, argv);
-  if (config.plan) return samples::print_plan(config);
+  if (config.plan) return samples::print_plan(config, argc, argv);
   if (config.memory_budget_gib <= 0) return run_or_report(config);
   // --memory-budget alone: train with the plan's pick, its flags appended to the command line.
   std::vector<std::string> args = samples::planned_arguments(config, argc, argv);

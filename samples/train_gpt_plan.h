@@ -17,13 +17,19 @@ namespace hg::samples {
 plan::PlanRequest plan_request(const TrainGptConfig& c);
 
 // --plan: prints the table, writes --write-config FILE, returns 0. Nothing fits: a usage error (exit 2).
-int print_plan(const TrainGptConfig& c);
+int print_plan(const TrainGptConfig& c, int argc, char** argv);
 
-// The chosen configuration as a JSON object of train_gpt keys ({"precision": "bf16", "zero": 2, ...}).
-std::string config_json(const plan::Candidate& chosen);
+// The planned settings as train_gpt flags ("--precision", "bf16", ..., "--batch-tokens", "0", ...).
+std::vector<std::string> planned_flags(const plan::Candidate& chosen);
 
-// --memory-budget without --plan: argv with the recommended configuration's flags appended (later flags
-// win), after logging the choice. Nothing fits: a usage error (exit 2).
+// The run config of this command line under the chosen configuration: every train_gpt key (the
+// model's shape, the batch with "batch-tokens": 0, the device, the planned keys) but the planner's
+// own, so that `train_gpt --config FILE` trains as planned.
+std::string config_json(int argc, char** argv, const plan::Candidate& chosen);
+
+// --memory-budget without --plan: a planned flag given too (--zero, --precision, ...) or a setting the
+// plan does not model (--stochastic-rounding, --fp32-grads) is a usage error; otherwise argv with the recommended
+// configuration's flags appended (later flags win), after logging the choice. Nothing fits: a usage error (exit 2).
 std::vector<std::string> planned_arguments(const TrainGptConfig& c, int argc, char** argv);
 
 }  // namespace hg::samples

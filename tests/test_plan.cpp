@@ -71,6 +71,14 @@ TEST_CASE("plan: what each technique changes, and bad requests named") {
   // ZeRO 1 at world 4: the optimizer state of a quarter of the (padded) parameters.
   const auto sharded = with([](plan::TrainingConfig& c) { c.zero_stage = 1; }, 4);
   CHECK(sharded.optimizer_state < p.optimizer_state / 3);
+  // ZeRO 3's fitted term (the fused classifier's dW, V C fp32, held through the backward) is workspace,
+  // not parameters: at world 4 the parameters are the shards and the gathered units only.
+  const auto stage3 = with([](plan::TrainingConfig& c) { c.zero_stage = 3; }, 4);
+  const auto stage2 = with([](plan::TrainingConfig& c) { c.zero_stage = 2; }, 4);
+  CHECK(stage3.parameters < stage2.parameters);  // shards and gathered units, below stage 2's whole copy
+  // the peaks' op scratch is alike (stage 3's peak phase is a neighbour of stage 2's); the dW comes on top
+  const double dw = double(m.vocab * m.dim * 4);
+  CHECK(double(stage3.workspace - stage2.workspace) == doctest::Approx(dw).epsilon(0.05));
   CHECK_ERROR(plan::predict_memory(m, base, 0, plan::DeviceKind::cpu), "world >= 1", "got 0");
   CHECK_ERROR(with([](plan::TrainingConfig& c) { c.micro_batch = 0; }), "micro_batch >= 1");
   CHECK_ERROR(with([](plan::TrainingConfig& c) { c.state_bits = 4; }), "state_bits 32 or 8", "got 4");

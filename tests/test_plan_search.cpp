@@ -15,6 +15,7 @@
 #include "kernels/error.h"
 #include "plan/plan.h"
 #include "plan/search.h"
+#include "support/test_seed.h"
 
 using namespace hg;
 using namespace hg::plan;
@@ -37,6 +38,15 @@ PlanRequest random_request(std::mt19937& rng, int world) {
   r.machine = Machine::h200();
   r.device_budget_bytes = int64_t(64) << 30;
   return r;
+}
+
+// The device budget whose usable part (less the CUDA headroom, which grows with the budget) is `usable`.
+int64_t budget_for_usable(PlanRequest r, int64_t usable) {
+  r.device_budget_bytes = usable;
+  while (r.device_budget_bytes - device_headroom_bytes(r) < usable)
+    r.device_budget_bytes += usable - (r.device_budget_bytes - device_headroom_bytes(r));
+  while (r.device_budget_bytes - device_headroom_bytes(r) > usable) --r.device_budget_bytes;
+  return r.device_budget_bytes;
 }
 
 // train_gpt's flags back into a configuration (train_gpt's defaults for what they leave out).
@@ -92,7 +102,7 @@ auto key(const TrainingConfig& c) {
 }  // namespace
 
 TEST_CASE("plan: the enumeration covers the stated space and only valid configurations") {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng = hg::testing::seeded_rng();
   for (int world : {1, 8}) {
     PlanRequest r = random_request(rng, world);
     r.model.layers = 8;
@@ -146,7 +156,7 @@ TEST_CASE("plan: the enumeration covers the stated space and only valid configur
 }
 
 TEST_CASE("plan: budgets are respected, the ranking is monotone in step time, nothing fits is empty") {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng = hg::testing::seeded_rng();
   for (int trial = 0; trial < 4; ++trial) {
     PlanRequest r = random_request(rng, trial % 2 ? 4 : 1);
     // A budget between the smallest and the largest predicted peak, so some fit and some do not.
@@ -156,7 +166,8 @@ TEST_CASE("plan: budgets are respected, the ranking is monotone in step time, no
       smallest = std::min(smallest, peak);
       largest = std::max(largest, peak);
     }
-    r.device_budget_bytes = smallest + (largest - smallest) / 3;
+    r.device_budget_bytes = budget_for_usable(r, smallest + (largest - smallest) / 3);
+    const int64_t usable = r.device_budget_bytes - device_headroom_bytes(r);
     const std::vector<Candidate> ranked = plan::plan(r);
     REQUIRE(!ranked.empty());
     CHECK(ranked.size() < enumerate(r).size());
@@ -164,7 +175,7 @@ TEST_CASE("plan: budgets are respected, the ranking is monotone in step time, no
     double slowest_so_far = 0;
     int over_budget = 0, wrong_world = 0, out_of_order = 0;
     for (const Candidate& c : ranked) {
-      over_budget += c.memory.device_peak() > r.device_budget_bytes;
+      over_budget += c.memory.device_peak() > usable;
       wrong_world += c.world != r.world;
       out_of_order += slowest_so_far > c.time.total * 1.01;
       slowest_so_far = std::max(slowest_so_far, c.time.total);
@@ -176,12 +187,12 @@ TEST_CASE("plan: budgets are respected, the ranking is monotone in step time, no
 
     // A host budget below what optimizer offload needs removes every offloading configuration.
     PlanRequest host_limited = r;
-    host_limited.device_budget_bytes = largest;
+    host_limited.device_budget_bytes = budget_for_usable(r, largest);
     host_limited.host_budget_bytes = 1;
     for (const Candidate& c : plan::plan(host_limited)) CHECK(c.memory.host * std::min(r.world, 8) <= 1);
 
     PlanRequest tiny = r;
-    tiny.device_budget_bytes = smallest - 1;
+    tiny.device_budget_bytes = budget_for_usable(r, smallest - 1);
     CHECK(plan::plan(tiny).empty());
     const std::string why = nothing_fits_message(tiny);
     CHECK(why.find("nothing fits") != std::string::npos);
@@ -191,7 +202,7 @@ TEST_CASE("plan: budgets are respected, the ranking is monotone in step time, no
 }
 
 TEST_CASE("plan: flags() parses back to the configuration") {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng = hg::testing::seeded_rng();
   for (int world : {1, 2, 8}) {
     const PlanRequest r = random_request(rng, world);
     for (const TrainingConfig& c : enumerate(r)) {
@@ -205,7 +216,7 @@ TEST_CASE("plan: flags() parses back to the configuration") {
 }
 
 TEST_CASE("plan: a bigger budget never recommends a slower configuration") {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng = hg::testing::seeded_rng();
   for (int world : {1, 8}) {
     PlanRequest r = random_request(rng, world);
     double previous = 0;
@@ -226,7 +237,7 @@ TEST_CASE("plan: a bigger budget never recommends a slower configuration") {
 }
 
 TEST_CASE("plan: step-time terms respond to the techniques that cause them") {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng = hg::testing::seeded_rng();
   PlanRequest r = random_request(rng, 8);  // a random context; a shape where the blocks dominate the head
   r.model.layers = 8;
   r.model.heads = 4;
@@ -281,6 +292,23 @@ TEST_CASE("plan: step-time terms respond to the techniques that cause them") {
   const StepTime t5 = predict_step_time(r.model, z3, 8, tokens, h200);
   CHECK(t5.collectives == doctest::Approx(P * 2 * ring + 2 * 2 * P * 2 * ring));
   CHECK(predict_step_time(r.model, base, 1, tokens / 8, h200).collectives == 0);
+  // Stage 3 with checkpointing gathers a third time per micro-batch (the backward reruns the forward).
+  TrainingConfig z3_ckpt = z3;
+  z3_ckpt.checkpoint_every = 1;
+  CHECK(predict_step_time(r.model, z3_ckpt, 8, tokens, h200).collectives ==
+        doctest::Approx(P * 2 * ring + 2 * 3 * P * 2 * ring));
+  // The node's CPU AdamW is shared by its ranks: stage 0 offloaded (the whole state on each rank) at 8
+  // ranks takes 8x one rank's optimizer time; at 16 ranks (two nodes) still 8x.
+  const double offloaded_alone = predict_step_time(r.model, opt, 1, tokens / 8, h200).optimizer;
+  CHECK(t3.optimizer == doctest::Approx(8 * offloaded_alone));
+  CHECK(predict_step_time(r.model, opt, 16, 2 * tokens, h200).optimizer == doctest::Approx(8 * offloaded_alone));
+  // FlashAttention-2's backward: 2.5x its forward's 4 T C per token per block; composed: 2x.
+  ModelShape composed = r.model;
+  composed.fused_attention = false;
+  const double rank_tokens = 2.0 * 2.0 * double(r.model.context);
+  const double attention_half = 0.5 * 4 * double(r.model.layers * r.model.context * r.model.dim) * rank_tokens;
+  CHECK(t0.compute - predict_step_time(composed, base, 8, tokens, h200).compute ==
+        doctest::Approx(attention_half / h200.device_flops));
   // ZeRO 1-3 update a 1/N shard: the optimizer takes 1/N of stage 0's time.
   CHECK(t5.optimizer == doctest::Approx(t0.optimizer / 8));
 
@@ -320,8 +348,16 @@ TEST_CASE("plan: the H200 constants and this CPU's calibration are positive and 
                                 << cpu.cpu_adam8_bandwidth / 1e9 << " GB/s, block " << cpu.block_seconds * 1e6
                                 << " us");
   CHECK(cpu.kind == DeviceKind::cpu);
-  CHECK(cpu.block_seconds >= 0);  // a median of differences: 0 when noise hides a tiny block
-  CHECK(cpu.block_seconds < 1.0);
+  CHECK(cpu.block_seconds < 1.0);  // (>= 0 by construction: a median clamped at 0)
+  // The fixed figures every rank of a multi-process run plans with: the same in every call, every rate
+  // positive, a CPU's.
+  const Machine nominal = Machine::cpu_nominal();
+  CHECK(nominal.kind == DeviceKind::cpu);
+  for (double rate : {nominal.device_flops, nominal.device_flops_fp32, nominal.device_bandwidth,
+                      nominal.host_link_bandwidth, nominal.interconnect_bandwidth, nominal.host_adam_bandwidth,
+                      nominal.cpu_adam8_bandwidth, nominal.block_seconds})
+    CHECK(rate > 0);
+  CHECK(nominal.device_flops_fp32 < 1e14);
   for (double rate : {cpu.device_flops, cpu.device_flops_fp32, cpu.device_bandwidth, cpu.host_link_bandwidth,
                       cpu.interconnect_bandwidth, cpu.host_adam_bandwidth, cpu.cpu_adam8_bandwidth})
     CHECK(rate > 0);
@@ -355,7 +391,7 @@ TEST_CASE("plan: the table lists the recommended first with its flags and the co
   r.world = 2;
   r.batch_tokens = 64 * 2 * 8;
   r.machine = Machine::h200();
-  r.device_budget_bytes = int64_t(1) << 30;
+  r.device_budget_bytes = budget_for_usable(r, int64_t(1) << 30);
   const std::vector<Candidate> ranked = plan::plan(r);
   REQUIRE(ranked.size() > 3);
   const std::string table = format_table(r, ranked, 3);
@@ -366,4 +402,37 @@ TEST_CASE("plan: the table lists the recommended first with its flags and the co
   CHECK(table.find(std::to_string(enumerate(r).size()) + " configurations considered, " +
                    std::to_string(ranked.size()) + " fit, 3 shown") != std::string::npos);
   CHECK(std::count(table.begin(), table.end(), '\n') == 1 + 1 + 3 + 1 + 1);
+}
+
+TEST_CASE("plan: a CUDA rank's headroom comes off the budget, the CPU device has none") {
+  std::mt19937 rng = hg::testing::seeded_rng();
+  for (int world : {1, 8}) {
+    PlanRequest r = random_request(rng, world);
+    r.device_budget_bytes = int64_t(100) << 30;
+    // context 500 MiB + cuBLASLt workspace 32 MiB (+ NCCL buffers 640 MiB at world > 1) + 5% of the budget
+    const int64_t expected =
+        (int64_t(532) << 20) + (world > 1 ? int64_t(640) << 20 : 0) + int64_t(5) * (int64_t(1) << 30);
+    CHECK(device_headroom_bytes(r) == expected);
+    PlanRequest cpu = r;
+    cpu.machine.kind = DeviceKind::cpu;
+    CHECK(device_headroom_bytes(cpu) == 0);
+    // The configurations whose peak fits the budget but not the budget less the headroom are left out.
+    std::vector<int64_t> peaks;
+    for (const TrainingConfig& c : enumerate(r)) peaks.push_back(evaluate(r, c).memory.device_peak());
+    std::sort(peaks.begin(), peaks.end());
+    r.device_budget_bytes = budget_for_usable(r, peaks[peaks.size() / 2]);
+    const int64_t usable = r.device_budget_bytes - device_headroom_bytes(r);
+    const auto count_within = [&](int64_t bytes) {
+      return int64_t(std::count_if(peaks.begin(), peaks.end(), [&](int64_t p) { return p <= bytes; }));
+    };
+    const std::vector<Candidate> ranked = plan::plan(r);
+    CHECK(int64_t(ranked.size()) == count_within(usable));                // the host budget is unlimited
+    CHECK(count_within(r.device_budget_bytes) > int64_t(ranked.size()));  // the headroom left some out
+    for (const Candidate& c : ranked) CHECK(c.memory.device_peak() <= usable);
+    if (!ranked.empty()) {
+      const std::string table = format_table(r, ranked, 1);
+      CHECK(table.find(" - headroom ") != std::string::npos);
+      CHECK(format_table(cpu, ranked, 1).find("headroom") == std::string::npos);
+    }
+  }
 }

@@ -47,7 +47,23 @@ check() {
 for stage in 1 3; do check "one process zero $stage" "$bin" "${tiny[@]}" --zero $stage; done
 check "tcp x2 zero 1" "$here/run_env.sh" 2 "$bin" "${tiny[@]}" --zero 1
 check "tcp x2 zero 3" "$here/run_env.sh" 2 "$bin" "${tiny[@]}" --zero 3
+# --memory-budget at 2 ranks: every rank plans the same configuration (fixed figures, no per-rank
+# calibration whose noise could flip the ranking) and the run trains instead of hanging.
+plan_check() {
+  local name=$1
+  shift
+  local out lines
+  out=$(timeout 120 "$@" 2>&1) || fail "$name exited $?: $out"
+  lines=$(grep "^plan: " <<<"$out")
+  [[ $(wc -l <<<"$lines") -eq 2 && $(sort -u <<<"$lines" | wc -l) -eq 1 ]] || fail "$name: ranks planned differently: $out"
+  grep -q "summary: 2 steps" <<<"$out" || fail "$name: the planned run did not train: $out"
+  echo "ok: $name ($lines)"
+}
+budget=(--layers 1 --heads 2 --dim 32 --batch 16 --eval-problems 50 --threads 1 --steps 2 --eval-every 0 --sample 0
+  --memory-budget 1)
+plan_check "tcp x2 memory-budget" "$here/run_env.sh" 2 "$bin" "${budget[@]}"
 if [[ $# -gt 0 ]]; then
+  plan_check "mpirun x2 memory-budget" "$@" -np 2 "$bin" "${budget[@]}"
   for stage in 0 1 2 3; do check "mpirun x2 zero $stage" "$@" -np 2 "$bin" "${tiny[@]}" --zero $stage; done
   check "mpirun x2 zero 2 offload" "$@" -np 2 "$bin" "${tiny[@]}" --zero 2 --offload-optimizer
   check "mpirun x2 zero 3 offload" "$@" -np 2 "$bin" "${tiny[@]}" --zero 3 --offload-optimizer

@@ -30,10 +30,34 @@ for key, kind in {"precision": str, "batch": int, "grad-accum": int, "checkpoint
     assert isinstance(c[key], kind), (key, c)
 assert c["precision"] in ("fp32", "bf16", "fp16") and c["optimizer-state-bits"] in (8, 32), c
 assert c["batch"] * c["grad-accum"] == 16, c  # the run's 16 sequences per step
+# the whole run config, not only the chosen keys: the model's shape, the batch, the device
+assert (c["layers"], c["heads"], c["dim"], c["context"], c["batch-tokens"], c["device"]) == (2, 2, 32, 16, 0, "cpu"), c
+for key in ("plan", "memory-budget", "world", "write-config"):
+    assert key not in c, (key, c)
 PY
 else
   grep -q '"precision": "' "$work/plan.json" || fail "plan.json has no precision: $(cat "$work/plan.json")"
 fi
+
+# The written config fed back: --print-config shows the plan's values, and it trains with nothing else.
+shown=$("$bin" --config "$work/plan.json" --print-config) || fail "--config plan.json --print-config: $shown"
+for key in precision batch grad-accum zero checkpoint-every optimizer-state-bits layers dim; do
+  want=$(grep "\"$key\":" "$work/plan.json")
+  grep -qF -- "$want" <<<"$shown" || fail "--config plan.json shows another $key (want $want): $shown"
+done
+out=$("$bin" --config "$work/plan.json" --steps 1 --eval-every 0 --sample 0 2>&1) || fail "training from plan.json: $out"
+grep -q "summary: 1 steps" <<<"$out" || fail "plan.json did not train: $out"
+
+# --batch-tokens is divided by the trained sequence length (3-digit addition: 12 bytes), as train_gpt does:
+# 192 tokens are 16 sequences, planned as 16 x 16 tokens of the model's context.
+out=$("$bin" "${tiny[@]}" --plan --memory-budget 1 --batch-tokens 192) || fail "--batch-tokens plan: $out"
+grep -q "| 256 tokens per step (16 sequences" <<<"$out" || fail "--batch-tokens 192 planned another batch: $out"
+
+# Flags the plan chooses, or conflicts it does not model, are refused with --memory-budget.
+for flag in "--zero 1" "--precision bf16" "--stochastic-rounding" "--fp32-grads"; do
+  out=$("$bin" "${tiny[@]}" --memory-budget 1 --steps 1 $flag 2>&1)
+  [[ $? -eq 2 ]] && grep -q -- "${flag%% *} is" <<<"$out" || fail "--memory-budget with $flag: $out"
+done
 
 # --load's model is planned for (its shape, whatever the shape flags say).
 "$bin" "${tiny[@]}" --steps 1 --eval-every 0 --sample 0 --save "$work/model.safetensors" >/dev/null || fail "save run"
@@ -42,10 +66,38 @@ grep -q "^plan: GPT L2 H2 C32 T16 V256" <<<"$out" || fail "--plan --load planned
 
 # A model given by its shape only (never built): GPT-2 XL on an H200 at world 8, planned on this machine.
 out=$("$bin" --plan --device cuda --memory-budget 131 --layers 48 --heads 25 --dim 1600 --context 1024 --vocab 50257 \
-  --batch-tokens 524288 --world 8) || fail "GPT-2 XL plan exited $?: $out"
+  --batch 512 --world 8) || fail "GPT-2 XL plan exited $?: $out"
 grep -q "GPT L48 H25 C1600 T1024 V50257 (1.56B parameters) | 524288 tokens per step (64 sequences x 8 ranks)" <<<"$out" \
   || fail "GPT-2 XL header: $out"
-grep -q "^1\* .*--zero" <<<"$out" || fail "no ZeRO stage in the world-8 recommendation: $out"
+grep -q "budget 131.00 GiB - headroom 7.69 GiB per rank" <<<"$out" || fail "no headroom in the header: $out"
+# The pick fits the budget less the headroom, and its flags, parsed by train_gpt itself, are the
+# configuration: 512 sequences per step (--batch x --grad-accum) and what the row's flags say.
+peak=$(grep '^1\*' <<<"$out" | awk '{print $2}')
+awk -v p="$peak" 'BEGIN { exit !(p <= 131 - 7.69) }' || fail "the pick's peak $peak GiB exceeds the usable 123.31 GiB: $out"
+# every shown row's flags (from the 10th column on; step and tokens/s take two and one)
+while read -r pick; do
+  "$bin" --layers 48 --heads 25 --dim 1600 --context 1024 $pick --print-config >"$work/pick.json" \
+    || fail "train_gpt rejects the pick $pick"
+if command -v python3 >/dev/null; then
+  python3 - "$pick" "$work/pick.json" <<'PY' || fail "the pick's flags parse to another configuration: $pick"
+import json, sys
+c, words = json.load(open(sys.argv[2])), sys.argv[1].split()
+assert c["batch"] * c["grad-accum"] == 512, c
+flags = {}
+for i, w in enumerate(words):
+    if w.startswith("--"):
+        flags[w[2:]] = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else True
+for key, value in flags.items():
+    if key.startswith("no-"):
+        assert c[key[3:]] is False, (key, c)
+    elif value is True:
+        assert c[key] is True, (key, c)
+    else:
+        assert str(c[key]) == value, (key, value, c[key])
+assert ("zero" in flags) == (c["zero"] != -1) and ("precision" in flags) == (c["precision"] != "fp32"), c
+PY
+fi
+done < <(grep -E '^[0-9]+\*? ' <<<"$out" | awk '{ for (i = 11; i <= NF; ++i) printf "%s%s", $i, (i < NF ? " " : "\n") }')
 
 # --memory-budget alone: the plan's pick, logged, then training.
 out=$("$bin" "${tiny[@]}" --memory-budget 1 --steps 4 --eval-every 0 --sample 0) || fail "--memory-budget run exited $?: $out"
