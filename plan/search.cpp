@@ -15,15 +15,16 @@
 //   between two pools of the same memory, so a CPU plan leaves both out.
 //   optimizer state      32-bit, 8-bit
 //
-// Ranking rule (rank): fastest predicted step first, at the model's resolution of 1% -- the machine
-// constants are not known better than that. Sorted by step time, the candidates form groups: a group
-// starts at the fastest candidate not yet placed and holds every one within 1% of it. Within a group:
-// the standard numerics first (numerics_cost: 8-bit state, fp16's loss scaling and master-less half
-// weights each change what training computes, and none is picked for a speed-up the model cannot
-// resolve), then less device memory, then less host memory (to two significant digits), then fewer flags
-// (train_gpt's defaults where nothing else differs). So the ranking is monotone in step time to 1%, a
-// larger budget never recommends a configuration more than 1% slower, and a technique that changes the
-// numerics is recommended when it buys memory that is needed or time that is real.
+// Ranking rule (rank): fastest first by ranking_seconds -- the predicted step time, charged 5% per unit
+// of numerics_cost (8-bit state 1, fp16's loss scaling 2, master-less half weights 3), since each
+// changes what training computes: a technique that changes the numerics ranks first only when it buys
+// memory that is needed (nothing standard fits) or a speed-up worth its cost (8-bit state: over 5%;
+// dropping the fp32 master copy: over 15%). At the model's resolution of 1% -- the machine constants
+// are not known better than that -- the candidates form groups: a group starts at the first candidate
+// not yet placed and holds every one within 1% of it. Within a group: the standard numerics first, then
+// less device memory, then less host memory (to two significant digits), then fewer flags (train_gpt's
+// defaults where nothing else differs). So the ranking is monotone in ranking_seconds to 1%, and a
+// larger budget never recommends a configuration more than 1% slower by that measure.
 #include "plan/search.h"
 
 #include <algorithm>
@@ -137,9 +138,13 @@ int numerics_cost(const TrainingConfig& config) {
          (half && !config.master_weights ? 3 : 0);
 }
 
+double ranking_seconds(const Candidate& candidate) {
+  return candidate.time.total * (1.0 + kNumericsPenalty * numerics_cost(candidate.config));
+}
+
 void rank(std::vector<Candidate>& candidates) {
   std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate& a, const Candidate& b) { return a.time.total < b.time.total; });
+                   [](const Candidate& a, const Candidate& b) { return ranking_seconds(a) < ranking_seconds(b); });
   const auto preferred = [](const Candidate& a, const Candidate& b) {
     const int na = numerics_cost(a.config), nb = numerics_cost(b.config);
     if (na != nb) return na < nb;
@@ -150,8 +155,9 @@ void rank(std::vector<Candidate>& candidates) {
     return a.flags().size() < b.flags().size();
   };
   for (auto group = candidates.begin(); group != candidates.end();) {
-    const double limit = group->time.total * (1 + kTimeResolution);
-    const auto end = std::find_if(group, candidates.end(), [&](const Candidate& c) { return c.time.total > limit; });
+    const double limit = ranking_seconds(*group) * (1 + kTimeResolution);
+    const auto end =
+        std::find_if(group, candidates.end(), [&](const Candidate& c) { return ranking_seconds(c) > limit; });
     std::stable_sort(group, end, preferred);
     group = end;
   }

@@ -22,11 +22,14 @@ std::vector<TrainingConfig> enumerate(const PlanRequest& request);
 // The prediction of one configuration (memory and step time), whether it fits or not.
 Candidate evaluate(const PlanRequest& request, const TrainingConfig& config);
 
-// How far a configuration departs from the standard mixed-precision recipe's numerics, used to break
-// ties in step time: 0 fp32, or bf16 with fp32 master weights and 32-bit state; 1 adds 8-bit state;
-// 2 fp16 (loss scaling); 3 a half model without master weights (updates below half's resolution are
-// lost). The sum of what applies.
+// How far a configuration departs from the standard mixed-precision recipe's numerics: 0 fp32, or
+// bf16 with fp32 master weights and 32-bit state; 1 adds 8-bit state; 2 fp16 (loss scaling); 3 a
+// half model without master weights (updates below half's resolution are lost). The sum of what applies.
 int numerics_cost(const TrainingConfig& config);
+// Each unit of numerics_cost must buy this share of step time to rank ahead of the standard numerics.
+inline constexpr double kNumericsPenalty = 0.05;
+// The step time the ranking compares: the predicted step x (1 + kNumericsPenalty x numerics_cost).
+double ranking_seconds(const Candidate& candidate);
 
 // Sorts candidates into the planner's ranking, best first (plan/search.cpp states the rule).
 void rank(std::vector<Candidate>& candidates);

@@ -177,13 +177,22 @@ TEST_CASE("plan: budgets are respected, the ranking is monotone in step time, no
     for (const Candidate& c : ranked) {
       over_budget += c.memory.device_peak() > usable;
       wrong_world += c.world != r.world;
-      out_of_order += slowest_so_far > c.time.total * 1.01;
-      slowest_so_far = std::max(slowest_so_far, c.time.total);
+      out_of_order += slowest_so_far > ranking_seconds(c) * 1.01;
+      slowest_so_far = std::max(slowest_so_far, ranking_seconds(c));
     }
     CHECK(over_budget == 0);
     CHECK(wrong_world == 0);
     CHECK(out_of_order == 0);
-    CHECK(ranked.front().time.total < ranked.back().time.total);
+    CHECK(ranking_seconds(ranked.front()) < ranking_seconds(ranked.back()));
+    // A configuration that changes the numerics ranks ahead of every standard one only when it is
+    // faster by more than its charge (kNumericsPenalty per unit of numerics_cost).
+    for (const Candidate& c : ranked) {
+      if (numerics_cost(c.config) != 0) continue;
+      const Candidate& best = ranked.front();
+      if (numerics_cost(best.config) > 0)
+        CHECK(best.time.total * (1 + kNumericsPenalty * numerics_cost(best.config)) <= c.time.total * 1.01);
+      break;
+    }
 
     // A host budget below what optimizer offload needs removes every offloading configuration.
     PlanRequest host_limited = r;
@@ -228,8 +237,8 @@ TEST_CASE("plan: a bigger budget never recommends a slower configuration") {
         CHECK(!any);  // once something fits, more memory keeps it fitting
         continue;
       }
-      if (any) CHECK(ranked.front().time.total <= previous * 1.01);
-      previous = ranked.front().time.total;
+      if (any) CHECK(ranking_seconds(ranked.front()) <= previous * 1.01);
+      previous = ranking_seconds(ranked.front());
       any = true;
     }
     CHECK(any);
