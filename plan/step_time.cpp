@@ -47,7 +47,9 @@
 //
 // Overlap model (what the code of halfgrad overlaps, no more):
 //   - one micro-batch runs its compute c = max((F + R) / (a flops), the issue floor) on the compute
-//     stream (F and R at each GEMM's efficiency, as above); its activation
+//     stream (F and R at each GEMM's efficiency, as above) -- on a GPU the host issues kernels ahead of
+//     the device; on the CPU device the same cores issue the ops and run them, so there the two add:
+//     c = (F + R) / (a flops) + the issue floor, and small micro-batches pay it once each; its activation
 //     offload copies o (copy stream, one group ahead) and stage 3's parameter gathers g3 (prefetched one
 //     unit ahead) overlap it: a micro-batch takes max(c, o, g3);
 //   - the last micro-batch's backward also carries the gradient collectives (bucketed, launched from
@@ -431,7 +433,9 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
   if (config.precision == Precision::fp16 && !config.offload_optimizer)
     t.optimizer += 2 * P_rank * grad_bytes / machine.device_bandwidth;
 
-  const double c = std::max((t.compute + t.recompute) / a, launch_floor);
+  const double per_micro_compute = (t.compute + t.recompute) / a;
+  const double c = machine.kind == DeviceKind::cpu ? per_micro_compute + launch_floor
+                                                   : std::max(per_micro_compute, launch_floor);
   const double down = link ? grads_down : 0, up = link ? params_up : 0;
   t.total = (a - 1) * std::max({c, offload_per_micro, stage3_gathers_per_micro}) +
             std::max({c, offload_per_micro + down, stage3_gathers_per_micro + grad_collective}) + t.optimizer + up +

@@ -341,6 +341,19 @@ TEST_CASE("plan: step-time terms respond to the techniques that cause them") {
   TrainingConfig twice = base;
   twice.grad_accum = 4;
   CHECK(predict_step_time(r.model, twice, 8, 2 * tokens, h200).compute == doctest::Approx(2 * t0.compute));
+
+  // On the CPU device the same cores issue the ops and run them: the issue floor adds to each
+  // micro-batch, so the same tokens in 16 micro-batches take longer than in one (on a GPU it overlaps).
+  const Machine cpu = Machine::cpu_nominal();
+  TrainingConfig whole;
+  whole.micro_batch = 16;
+  TrainingConfig split = whole;
+  split.micro_batch = 1;
+  split.grad_accum = 16;
+  const int64_t cpu_tokens = 16 * r.model.context;
+  const double whole_seconds = predict_step_time(r.model, whole, 1, cpu_tokens, cpu).total;
+  const double split_seconds = predict_step_time(r.model, split, 1, cpu_tokens, cpu).total;
+  CHECK(split_seconds - whole_seconds == doctest::Approx(15 * (r.model.layers + 1) * cpu.block_seconds));
 }
 
 TEST_CASE("plan: the H200 constants and this CPU's calibration are positive and ordered") {
