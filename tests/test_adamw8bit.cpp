@@ -27,6 +27,7 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "support/check_error.h"
+#include "support/temp_dir.h"
 #include "train/trainer.h"
 
 #if defined(HG_ADAMW8BIT_ON_CUDA)
@@ -336,19 +337,7 @@ struct Features final : data::Dataset {
   }
 };
 
-struct TempDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("hg_adamw8bit_test_" + std::to_string(::getpid()) + "_" + std::to_string(next()++));
-  static int& next() {
-    static int n = 0;
-    return n;
-  }
-  TempDir() { std::filesystem::create_directories(path); }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-};
+using hg::test::TempDir;
 
 // A Linear(64, 80) classifier (weight 5120 elements: 8-bit; bias: 32-bit) trained by a Trainer with
 // 8-bit AdamW.

@@ -27,6 +27,7 @@
 #include "support/check_error.h"
 #include "train/checkpoint_directory.h"
 #include "train/trainer.h"
+#include "support/temp_dir.h"
 
 using namespace hg;
 using samples::Flags;
@@ -34,24 +35,7 @@ using samples::UsageExit;
 
 namespace {
 
-struct TempDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("hg_run_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(next()++));
-  static int& next() {
-    static int n = 0;
-    return n;
-  }
-  TempDir() { std::filesystem::create_directories(path); }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string file = (path / name).string();
-    std::ofstream(file, std::ios::binary) << text;
-    return file;
-  }
-};
+using hg::test::TempDir;
 
 // A program with a flag of every kind, bounds on some.
 struct Settings {

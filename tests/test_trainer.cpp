@@ -22,6 +22,7 @@
 #include "optim/optim.h"
 #include "support/check_error.h"
 #include "train/trainer.h"
+#include "support/temp_dir.h"
 
 using namespace hg;
 
@@ -47,19 +48,7 @@ struct Blobs final : data::Dataset {
   }
 };
 
-struct TempDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("hg_trainer_test_" + std::to_string(::getpid()) + "_" + std::to_string(next()++));
-  static int& next() {
-    static int n = 0;
-    return n;
-  }
-  TempDir() { std::filesystem::create_directories(path); }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-};
+using hg::test::TempDir;
 
 std::vector<float> flat(const std::vector<Tensor>& params) {
   std::vector<float> out;
