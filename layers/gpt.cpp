@@ -20,7 +20,13 @@ void GPTConfig::validate() const {
 }
 
 TransformerOptions GPTConfig::block_options() const {
-  return TransformerOptions().n_embd(n_embd_).n_head(n_head_).dropout(dropout_).attention(attention_);
+  return TransformerOptions()
+      .n_embd(n_embd_)
+      .n_head(n_head_)
+      .dropout(dropout_)
+      .layer_norm_eps(layer_norm_eps_)
+      .activation(activation_)
+      .attention(attention_);
 }
 
 GPT::GPT(const GPTConfig& c) : config(c), checkpoint_every_(c.checkpoint_every()) {
@@ -35,7 +41,7 @@ GPT::GPT(const GPTConfig& c) : config(c), checkpoint_every_(c.checkpoint_every()
     }
   };
   register_module("h", std::make_shared<BlockList>(h));
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd()));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd(), c.layer_norm_eps()));
 
   const double residual_std = 0.02 / std::sqrt(2.0 * double(c.n_layer()));
   for (auto& [name, p] : named_parameters()) {

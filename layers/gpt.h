@@ -12,6 +12,8 @@
 
 namespace hg::nn {
 
+class KVCache;  // layers/kv_cache.h
+
 // The model's shape, validated by GPT's constructor.
 //   GPTConfig().n_layer(4).n_head(4).n_embd(128)
 struct GPTConfig {
@@ -21,6 +23,9 @@ struct GPTConfig {
   HG_OPTION(GPTConfig, int64_t, n_head, 4);
   HG_OPTION(GPTConfig, int64_t, n_embd, 128);
   HG_OPTION(GPTConfig, double, dropout, 0.0);
+  // Every LayerNorm's epsilon (GPT-2: 1e-5) and the MLP's GELU (GPT-2's "gelu_new": Tanh).
+  HG_OPTION(GPTConfig, double, layer_norm_eps, 1e-5);
+  HG_OPTION(GPTConfig, GeluApproximation, activation, GeluApproximation::Tanh);
   // The attention implementation of every block (engine/ops.h; Composed: the reference path).
   HG_OPTION(GPTConfig, AttentionImpl, attention, AttentionImpl::Auto);
   // Activation checkpointing (engine/checkpoint.h): 0 keeps every activation; K >= 1 runs the blocks
@@ -43,15 +48,26 @@ class GPT : public Module {
   explicit GPT(const GPTConfig& config);
   // ids [B, T] (i32/i64, T <= context) -> logits [B, T, vocab] in the model's dtype.
   Tensor forward(const Tensor& ids);
+  // Incremental forward for generation (no autograd): ids [B, T_new] are the tokens at positions
+  // cache.length() .. cache.length() + T_new - 1 (<= context); their keys and values are appended to
+  // `cache` and each attends to every cached token before it. Returns the logits [B, T_new, vocab].
+  // Equal to the matching rows of forward() on the whole sequence (to rounding).
+  Tensor forward(const Tensor& ids, KVCache& cache);
   // Mean cross-entropy of next-token prediction; targets [B, T], ignore_index -100 (f32 loss; f64
   // for f64). Through the fused classifier unless config.fused_classifier() is false.
   Tensor loss(const Tensor& ids, const Tensor& targets);
 
   // Saves the native layout (safetensors, metadata records the config).
   void save(const std::string& path) const;
-  // Loads a file written by save(), or a Hugging Face GPT-2 checkpoint (Conv1D weights [in, out]
-  // transposed on load, optional "transformer." prefix, config inferred from the tensors).
+  // Loads a file written by save(), or a Hugging Face GPT-2 model.safetensors as published (Conv1D
+  // weights [in, out] transposed on load, optional "transformer." prefix, attn.bias / attn.masked_bias
+  // buffers ignored, lm_head tied), its architecture read from the config.json beside it (n_head,
+  // n_positions, layer_norm_epsilon, activation_function) or from the file's metadata; with neither, an
+  // hg::Error asks for one (the head count cannot be inferred from the tensors).
   static std::shared_ptr<GPT> load(const std::string& path);
+  // Writes the Hugging Face GPT-2 layout: `directory`/model.safetensors (Conv1D weights [in, out],
+  // "transformer."-less names as published, lm_head omitted: tied) and `directory`/config.json.
+  void save_hf(const std::string& directory) const;
 
   // Activation checkpointing from now on (starts at config.checkpoint_every(); also for loaded models).
   void set_checkpoint_every(int64_t k);

@@ -9,9 +9,10 @@ void TransformerOptions::validate() const {
            "; expected n_embd % n_head == 0");
   HG_CHECK(mlp_ratio_ > 0, "[transformer] expected mlp_ratio > 0, got ", mlp_ratio_);
   HG_CHECK(dropout_ >= 0 && dropout_ < 1, "[transformer] dropout ", dropout_, " is outside [0, 1)");
+  HG_CHECK(layer_norm_eps_ > 0, "[transformer] expected layer_norm_eps > 0, got ", layer_norm_eps_);
 }
 
-MLP::MLP(const TransformerOptions& o) {
+MLP::MLP(const TransformerOptions& o) : activation(o.activation()) {
   o.validate();
   c_fc = register_module("c_fc", std::make_shared<Linear>(o.n_embd(), o.mlp_ratio() * o.n_embd()));
   c_proj = register_module("c_proj", std::make_shared<Linear>(o.mlp_ratio() * o.n_embd(), o.n_embd()));
@@ -20,7 +21,7 @@ MLP::MLP(const TransformerOptions& o) {
 
 Tensor MLP::forward(const Tensor& x) {
   ModuleScope scope(*this);
-  return drop->forward(c_proj->forward(gelu(c_fc->forward(x))));
+  return drop->forward(c_proj->forward(gelu(c_fc->forward(x), activation)));
 }
 
 CausalSelfAttention::CausalSelfAttention(const TransformerOptions& o)

@@ -18,6 +18,8 @@ struct TransformerOptions {
   HG_OPTION(TransformerOptions, int64_t, mlp_ratio, 4);
   HG_OPTION(TransformerOptions, double, dropout, 0.0);
   HG_OPTION(TransformerOptions, double, layer_norm_eps, 1e-5);
+  // The MLP's GELU: Tanh is GPT-2's "gelu_new" (and "gelu_pytorch_tanh"), Erf the exact "gelu".
+  HG_OPTION(TransformerOptions, GeluApproximation, activation, GeluApproximation::Tanh);
   HG_OPTION(TransformerOptions, AttentionImpl, attention, AttentionImpl::Auto);
 
  public:
@@ -31,6 +33,7 @@ class MLP : public UnaryModule {
   Tensor forward(const Tensor& x) override;
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<Dropout> drop;
+  const GeluApproximation activation;
 };
 
 class CausalSelfAttention : public UnaryModule {

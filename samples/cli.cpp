@@ -284,4 +284,24 @@ Device checked_device(const std::string& program, const std::string& text) {
   return device;
 }
 
+int guarded_main(const std::string& program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const UsageExit& e) {  // only while a ThrowUsageExits guard is alive
+    throw;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: error: out of host memory\n", program.c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "%s: error: an unknown exception\n", program.c_str());
+    return 1;
+  }
+}
+
 }  // namespace hg::samples

@@ -175,4 +175,11 @@ auto or_usage_error(const std::string& program, Fn&& fn) -> decltype(fn()) {
   }
 }
 
+// Every sample's main: `return guarded_main("train_gpt", [&] { ...; return 0; });`. Runs `body`;
+// nothing escapes it: an exception becomes one line "<program>: error: <message>" on stderr and a
+// non-zero exit -- never an abort (std::terminate) and never a second line from the runtime.
+// Exit codes: what `body` returns; 2 for a usage error and for an hg::Error (bad input a user can fix),
+// 1 for anything else (std::bad_alloc: "out of host memory"; another std::exception: its what()).
+int guarded_main(const std::string& program, const std::function<int()>& body);
+
 }  // namespace hg::samples

@@ -24,6 +24,10 @@ int main(int argc, char** argv) {
   auto& output = flags.add_string("output", "", "path prefix of the shards (required)");
   auto& shard_tokens = flags.add_int("shard-tokens", 100'000'000, "tokens per shard at most", 1);
   auto& dtype_name = flags.add_string("dtype", "u16", "token dtype on disk: u16 or u32");
+  auto& tokenizer = flags.add_string("tokenizer", "",
+                                     "BPE tokenizer file (tokenizer.json or vocab.json + merges.txt; text/tokenizer.h) "
+                                     "instead of one token per byte");
+  (void)tokenizer;  // issue 19: wired by the text-data work
   // The checks parse() cannot make, run by parse() before --print-config prints.
   flags.after_parse([&] {
     if (input.empty()) samples::exit_with_usage_error("prepare_data", "--input FILE is required");

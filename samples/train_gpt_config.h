@@ -116,6 +116,11 @@ struct TrainGptConfig {
                                  "vocabulary of a fresh model (the byte-level tasks use 256; larger ones are for --plan)",
                                  256, 1 << 20);
   int64_t& plan_world = flags.add_int("world", 0, "ranks to plan for (0: this run's world size)", 0);
+  // Text (issue 19): the BPE tokenizer of --data's shards, for bits per byte and the sample's text.
+  std::string& tokenizer = flags.add_string(
+      "tokenizer", "",
+      "the tokenizer (tokenizer.json, or vocab.json + merges.txt) of --data's shards: reports bits per byte "
+      "and decodes the sample");
   std::string& write_config =
       flags.add_string("write-config", "", "with --plan: write the recommended configuration to this JSON file");
 
