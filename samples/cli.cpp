@@ -291,7 +291,7 @@ int guarded_main(const std::string& program, const std::function<int()>& body) {
     throw;
   } catch (const Error& e) {
     std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
-    return 2;
+    return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "%s: error: out of host memory\n", program.c_str());
     return 1;

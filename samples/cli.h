@@ -178,8 +178,10 @@ auto or_usage_error(const std::string& program, Fn&& fn) -> decltype(fn()) {
 // Every sample's main: `return guarded_main("train_gpt", [&] { ...; return 0; });`. Runs `body`;
 // nothing escapes it: an exception becomes one line "<program>: error: <message>" on stderr and a
 // non-zero exit -- never an abort (std::terminate) and never a second line from the runtime.
-// Exit codes: what `body` returns; 2 for a usage error and for an hg::Error (bad input a user can fix),
-// 1 for anything else (std::bad_alloc: "out of host memory"; another std::exception: its what()).
+// Exit codes: what `body` returns; 2 for usage errors (exit_with_usage_error, or_usage_error: wrap
+// every read of a file the user named in or_usage_error, so bad input is 2); 1 for any other error
+// (an hg::Error while training, e.g. out of device memory; std::bad_alloc: "out of host memory"; any
+// other std::exception: its what()).
 int guarded_main(const std::string& program, const std::function<int()>& body);
 
 }  // namespace hg::samples
