@@ -82,6 +82,10 @@ class GPT : public Module {
   std::shared_ptr<LayerNorm> ln_f;
 
  private:
+  // The modules only, GPT-2's initialisation skipped (load() overwrites every parameter).
+  struct Uninitialised {};
+  GPT(const GPTConfig& config, Uninitialised);
+
   // ln_f of the last block's output: [B, T, n_embd], what the tied head multiplies by wte^T.
   Tensor final_hidden(const Tensor& ids);
 
