@@ -3,6 +3,7 @@
 // NATIVE files (save) carry metadata {"format": "halfgrad-gpt", "vocab_size", "context", "n_layer",
 // "n_head", "n_embd", "layer_norm_eps", "activation"} and Linear weights [out, in]; files written
 // before "layer_norm_eps" / "activation" existed load with GPT-2's 1e-5 and gelu_new.
+// A directory is read as its model.safetensors.
 // HUGGING FACE files (anything without that format tag) are read as transformers writes GPT-2: names
 // with or without "transformer.", the four Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc,
 // mlp.c_proj) [in, out] and transposed on load, the causal-mask buffers "h.{i}.attn.bias" /
@@ -235,7 +236,12 @@ void GPT::save(const std::string& path) const {
   safetensors::save(path, state_dict(), metadata);
 }
 
-std::shared_ptr<GPT> GPT::load(const std::string& path) {
+std::shared_ptr<GPT> GPT::load(const std::string& given) {
+  // A directory holding a published model: its model.safetensors (config.json beside it).
+  std::error_code error;
+  const std::string path = std::filesystem::is_directory(given, error)
+                               ? (std::filesystem::path(given) / "model.safetensors").string()
+                               : given;
   const safetensors::File file = safetensors::load(path);
   const auto format = file.metadata.find("format");
   const bool native = format != file.metadata.end() && format->second == kFormat;

@@ -559,6 +559,7 @@ TEST_CASE("GPT::save_hf writes GPT-2's layout: load gives identical logits, and 
   model.save_hf((dir.path / "out").string());
   const std::string path = (dir.path / "out" / "model.safetensors").string();
   const std::shared_ptr<GPT> loaded = GPT::load(path);
+  CHECK(GPT::load((dir.path / "out").string())->config.n_head() == 4);  // the directory: its model.safetensors
   CHECK(loaded->config.n_head() == 4);
   CHECK(loaded->config.layer_norm_eps() == 1e-6);
   CHECK(loaded->config.activation() == GeluApproximation::Erf);
