@@ -13,8 +13,8 @@ namespace hg::fuzz {
 
 struct GptLoadInput {
   bool has_config = false;
-  std::string config;      // config.json's bytes (when has_config)
-  const uint8_t* model;    // model.safetensors's bytes
+  std::string config;    // config.json's bytes (when has_config)
+  const uint8_t* model;  // model.safetensors's bytes
   size_t model_size;
 };
 

@@ -36,8 +36,12 @@ inline void write_gpt_load_seeds(const std::filesystem::path& dir) {
   // Native: the current metadata, and a file from before layer_norm_eps / activation.
   model.save((dir / "native.safetensors").string());
   safetensors::save((dir / "native_old_metadata.safetensors").string(), model.state_dict(),
-                    {{"format", "halfgrad-gpt"}, {"vocab_size", "8"}, {"context", "4"}, {"n_layer", "1"},
-                     {"n_head", "2"}, {"n_embd", "4"}});
+                    {{"format", "halfgrad-gpt"},
+                     {"vocab_size", "8"},
+                     {"context", "4"},
+                     {"n_layer", "1"},
+                     {"n_head", "2"},
+                     {"n_embd", "4"}});
 
   // GPT-2 layout as save_hf writes it, with its config.json; the file alone (refused).
   model.save_hf(work.string());
@@ -58,7 +62,8 @@ inline void write_gpt_load_seeds(const std::filesystem::path& dir) {
   published.emplace_back("lm_head.weight", file.find("wte.weight")->clone());
   untied.emplace_back("lm_head.weight", file.find("wte.weight")->clone() * 2.0);
   bad_block.emplace_back("h.x.attn.bias", ones({1}));
-  auto save_with_config = [&](const std::string& name, const safetensors::NamedTensors& tensors, const std::string& cfg) {
+  auto save_with_config = [&](const std::string& name, const safetensors::NamedTensors& tensors,
+                              const std::string& cfg) {
     safetensors::save((work / "file.safetensors").string(), tensors, {{"format", "pt"}});
     write(dir / name, join_gpt_load_input(cfg, read(work / "file.safetensors")));
   };

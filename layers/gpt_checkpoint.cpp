@@ -187,8 +187,8 @@ void check_against_tensors(const Architecture& a, const std::map<std::string, Te
   auto agree = [&](const char* tensor, int64_t dim, const char* key, int64_t value) {
     auto it = tensors.find(tensor);
     if (it == tensors.end() || it->second.dim() != 2) return;  // named by the shape check
-    HG_CHECK(it->second.size(dim) == value, "[GPT::load] ", a.source, ": ", key, " = ", value, " disagrees with ",
-             path, ": tensor \"", tensor, "\" ", shape_text(it->second.shape()));
+    HG_CHECK(it->second.size(dim) == value, "[GPT::load] ", a.source, ": ", key, " = ", value, " disagrees with ", path,
+             ": tensor \"", tensor, "\" ", shape_text(it->second.shape()));
   };
   agree("wte.weight", 0, "vocab_size", c.vocab_size());
   agree("wte.weight", 1, "n_embd", c.n_embd());
@@ -287,9 +287,10 @@ std::shared_ptr<GPT> GPT::load(const std::string& given) {
   for (const auto& [name, tensor] : tensors)
     if (!expected_names.count(name)) unexpected.push_back(name);
   HG_CHECK(missing.empty() && unexpected.empty(), "[GPT::load] ", path, ": ",
-           missing.empty() ? "" : "missing tensors " + name_list(missing), missing.empty() || unexpected.empty() ? "" : "; ",
-           unexpected.empty() ? "" : "unexpected tensors " + name_list(unexpected),
-           "; expected a GPT-2 checkpoint of ", config.n_layer(),
+           missing.empty() ? "" : "missing tensors " + name_list(missing),
+           missing.empty() || unexpected.empty() ? "" : "; ",
+           unexpected.empty() ? "" : "unexpected tensors " + name_list(unexpected), "; expected a GPT-2 checkpoint of ",
+           config.n_layer(),
            " blocks (wte.weight, wpe.weight, h.<i>.ln_1 / attn.c_attn / attn.c_proj / ln_2 / mlp.c_fc / mlp.c_proj, "
            "ln_f)");
   if (lm_head) check_lm_head(*lm_head, tensors.at("wte.weight"), path);

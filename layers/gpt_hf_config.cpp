@@ -149,8 +149,8 @@ HfGpt2Config read_hf_config(const std::string& path) {
   c.n_positions = positions ? *positions : *ctx;
 
   if (const Json* inner = file.find("n_inner"); inner && !inner->is_null()) {
-    const bool four_wide = (inner->is_number_integer() || inner->is_number_unsigned()) &&
-                           inner->get<int64_t>() == 4 * c.n_embd;
+    const bool four_wide =
+        (inner->is_number_integer() || inner->is_number_unsigned()) && inner->get<int64_t>() == 4 * c.n_embd;
     if (!four_wide) file.fail_key("n_inner", *inner, "null or 4 n_embd = " + std::to_string(4 * c.n_embd));
   }
   if (const Json* eps = file.find("layer_norm_epsilon")) {

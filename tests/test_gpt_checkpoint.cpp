@@ -52,9 +52,7 @@ struct RawTensor {
   std::string dtype = "F32";
 };
 
-std::string stripped(const std::string& name) {
-  return name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
-}
+std::string stripped(const std::string& name) { return name.rfind("transformer.", 0) == 0 ? name.substr(12) : name; }
 
 // GPT-2's published tensors: wte, wpe, h.{i}.{ln_1, attn.bias, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
 // mlp.c_proj}, ln_f; Conv1D weights [in, out].
@@ -269,7 +267,8 @@ Rows reference_forward(const MappedFile& file, const Arch& a, int64_t heads, con
         double top = -1e300, total = 0;
         for (int64_t j = 0; j <= i; ++j) {
           double s = 0;
-          for (int64_t d = 0; d < D; ++d) s += qkv[size_t(i)][size_t(hd * D + d)] * qkv[size_t(j)][size_t(C + hd * D + d)];
+          for (int64_t d = 0; d < D; ++d)
+            s += qkv[size_t(i)][size_t(hd * D + d)] * qkv[size_t(j)][size_t(C + hd * D + d)];
           p[size_t(j)] = s / std::sqrt(double(D));
           top = std::max(top, p[size_t(j)]);
         }
@@ -349,7 +348,8 @@ std::string write_small(const test::TempDir& dir, const Arch& a, bool prefix, ui
   return path;
 }
 
-const Arch kTwoHeads{/*vocab=*/97, /*context=*/16, /*layers=*/2, /*heads=*/2, /*dim=*/64, /*eps=*/1e-6, /*erf=*/true,
+const Arch kTwoHeads{/*vocab=*/97,  /*context=*/16, /*layers=*/2, /*heads=*/2,
+                     /*dim=*/64,    /*eps=*/1e-6,   /*erf=*/true,
                      /*scale=*/0.25};
 
 std::string load_error(const std::string& path) {
@@ -462,7 +462,8 @@ TEST_CASE("GPT::load refuses an activation it does not implement, by name") {
   config["activation_function"] = "relu";
   dir.write("config.json", config.dump());
   const std::string message = load_error(path);
-  CHECK(message.find("config.json: key \"activation_function\" is \"relu\"; expected \"gelu_new\"") != std::string::npos);
+  CHECK(message.find("config.json: key \"activation_function\" is \"relu\"; expected \"gelu_new\"") !=
+        std::string::npos);
   config["activation_function"] = "gelu_pytorch_tanh";
   dir.write("config.json", config.dump());
   CHECK(GPT::load(path)->config.activation() == GeluApproximation::Tanh);
@@ -488,8 +489,9 @@ TEST_CASE("GPT::load refuses hostile block keys with an hg::Error, not std::inva
                                 "h.-1.ln_1.weight", "h.", "h.3", "h.1.", "h.\n.attn.bias"}) {
     CAPTURE(bad);
     test::TempDir dir;
-    const std::string path =
-        write_small(dir, kTwoHeads, false, 6, [&](std::vector<RawTensor>& t) { t.push_back({bad, {2}, "x"}); });
+    const std::string path = write_small(dir, kTwoHeads, false, 6, [&](std::vector<RawTensor>& t) {
+      t.push_back({bad, {2}, "x"});
+    });
     std::string message;
     CHECK_THROWS_AS(
         [&] {
@@ -531,7 +533,9 @@ TEST_CASE("GPT::load names missing, unexpected, misshapen and integer tensors") 
   std::string path = write_small(dir, kTwoHeads, false, 10, without("h.1.mlp.c_fc.bias"));
   CHECK(load_error(path).find("missing tensors h.1.mlp.c_fc.bias; expected a GPT-2 checkpoint of 2 blocks") !=
         std::string::npos);
-  path = write_small(dir, kTwoHeads, false, 10, [](std::vector<RawTensor>& t) { t.push_back({"h.1.mlp.gate", {4}, ""}); });
+  path = write_small(dir, kTwoHeads, false, 10, [](std::vector<RawTensor>& t) {
+    t.push_back({"h.1.mlp.gate", {4}, ""});
+  });
   CHECK(load_error(path).find("unexpected tensors h.1.mlp.gate") != std::string::npos);
   path = write_small(dir, kTwoHeads, false, 10, [](std::vector<RawTensor>& t) {
     for (RawTensor& r : t)
@@ -544,7 +548,9 @@ TEST_CASE("GPT::load names missing, unexpected, misshapen and integer tensors") 
       if (r.name == "ln_f.bias") r.dtype = "I32";
   });
   CHECK(load_error(path).find("tensor \"ln_f.bias\" is i32; expected a floating-point dtype") != std::string::npos);
-  path = write_small(dir, kTwoHeads, true, 10, [](std::vector<RawTensor>& t) { t.push_back({"wpe.weight", {16, 64}, ""}); });
+  path = write_small(dir, kTwoHeads, true, 10, [](std::vector<RawTensor>& t) {
+    t.push_back({"wpe.weight", {16, 64}, ""});
+  });
   CHECK(load_error(path).find("\"wpe.weight\" appears both with and without the \"transformer.\" prefix") !=
         std::string::npos);
 }
@@ -600,18 +606,31 @@ TEST_CASE("GPT::save keeps layer_norm_eps and activation; older native files loa
 
   // A file from before the two keys existed: 1e-5 and gelu_new.
   safetensors::save(path, model.state_dict(),
-                    {{"format", "halfgrad-gpt"}, {"vocab_size", "20"}, {"context", "8"}, {"n_layer", "1"},
-                     {"n_head", "2"}, {"n_embd", "16"}});
+                    {{"format", "halfgrad-gpt"},
+                     {"vocab_size", "20"},
+                     {"context", "8"},
+                     {"n_layer", "1"},
+                     {"n_head", "2"},
+                     {"n_embd", "16"}});
   const std::shared_ptr<GPT> old = GPT::load(path);
   CHECK(old->config.layer_norm_eps() == 1e-5);
   CHECK(old->config.activation() == GeluApproximation::Tanh);
   // Metadata that disagrees with the tensors, or is not a number, is named.
   safetensors::save(path, model.state_dict(),
-                    {{"format", "halfgrad-gpt"}, {"vocab_size", "20"}, {"context", "8"}, {"n_layer", "1"},
-                     {"n_head", "2"}, {"n_embd", "16x"}});
-  CHECK(load_error(path).find("metadata \"n_embd\" = \"16x\"; expected a positive decimal integer") != std::string::npos);
+                    {{"format", "halfgrad-gpt"},
+                     {"vocab_size", "20"},
+                     {"context", "8"},
+                     {"n_layer", "1"},
+                     {"n_head", "2"},
+                     {"n_embd", "16x"}});
+  CHECK(load_error(path).find("metadata \"n_embd\" = \"16x\"; expected a positive decimal integer") !=
+        std::string::npos);
   safetensors::save(path, model.state_dict(),
-                    {{"format", "halfgrad-gpt"}, {"vocab_size", "20"}, {"context", "8"}, {"n_layer", "2"},
-                     {"n_head", "2"}, {"n_embd", "16"}});
+                    {{"format", "halfgrad-gpt"},
+                     {"vocab_size", "20"},
+                     {"context", "8"},
+                     {"n_layer", "2"},
+                     {"n_head", "2"},
+                     {"n_embd", "16"}});
   CHECK(load_error(path).find("metadata: n_layer = 2 disagrees") != std::string::npos);
 }
