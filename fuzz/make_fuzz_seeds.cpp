@@ -10,6 +10,7 @@
 #include "data/token_shard.h"
 #include "engine/safetensors.h"
 #include "fuzz/fuzz_checkpoint_rig.h"
+#include "fuzz/gpt_load_seeds.h"
 #include "train/checkpoint.h"
 
 using namespace hg;
@@ -138,6 +139,9 @@ int main(int argc, char** argv) {
   write_text(cl / "config_resume_changed.json", "{\"layers\": 3, \"dim\": 64, \"precision\": \"fp16\"}");
   write_text(cl / "config_non_ascii.json", "{\"device\": \"c\\u00e9\\ud83d\\ude00u\", \"load\": \"" +
                                                std::string(70, 'x') + "\\u00e9\"}");
+  // GPT::load: native and GPT-2 layouts, with and without config.json (fuzz/gpt_load_seeds.h).
+  fs::create_directories(root / "fuzz_gpt_load");
+  fuzz::write_gpt_load_seeds(root / "fuzz_gpt_load");
   std::printf("seed corpora written under %s\n", root.c_str());
   return 0;
 }

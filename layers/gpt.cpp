@@ -29,7 +29,7 @@ TransformerOptions GPTConfig::block_options() const {
       .attention(attention_);
 }
 
-GPT::GPT(const GPTConfig& c) : config(c), checkpoint_every_(c.checkpoint_every()) {
+GPT::GPT(const GPTConfig& c, Uninitialised) : config(c), checkpoint_every_(c.checkpoint_every()) {
   c.validate();
   wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size(), c.n_embd()));
   wpe = register_module("wpe", std::make_shared<Embedding>(c.context(), c.n_embd()));
@@ -42,7 +42,9 @@ GPT::GPT(const GPTConfig& c) : config(c), checkpoint_every_(c.checkpoint_every()
   };
   register_module("h", std::make_shared<BlockList>(h));
   ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd(), c.layer_norm_eps()));
+}
 
+GPT::GPT(const GPTConfig& c) : GPT(c, Uninitialised{}) {
   const double residual_std = 0.02 / std::sqrt(2.0 * double(c.n_layer()));
   for (auto& [name, p] : named_parameters()) {
     const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;

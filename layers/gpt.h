@@ -63,7 +63,8 @@ class GPT : public Module {
   // weights [in, out] transposed on load, optional "transformer." prefix, attn.bias / attn.masked_bias
   // buffers ignored, lm_head tied), its architecture read from the config.json beside it (n_head,
   // n_positions, layer_norm_epsilon, activation_function) or from the file's metadata; with neither, an
-  // hg::Error asks for one (the head count cannot be inferred from the tensors).
+  // hg::Error asks for one (the head count cannot be inferred from the tensors). A directory means its
+  // model.safetensors. Everything is checked (and named in the error) before the model is built.
   static std::shared_ptr<GPT> load(const std::string& path);
   // Writes the Hugging Face GPT-2 layout: `directory`/model.safetensors (Conv1D weights [in, out],
   // "transformer."-less names as published, lm_head omitted: tied) and `directory`/config.json.
@@ -82,6 +83,10 @@ class GPT : public Module {
   std::shared_ptr<LayerNorm> ln_f;
 
  private:
+  // The modules only, GPT-2's initialisation skipped (load() overwrites every parameter).
+  struct Uninitialised {};
+  GPT(const GPTConfig& config, Uninitialised);
+
   // ln_f of the last block's output: [B, T, n_embd], what the tied head multiplies by wte^T.
   Tensor final_hidden(const Tensor& ids);
 

@@ -10,6 +10,7 @@
 #include "engine/safetensors.h"
 #include "layers/nn.h"
 #include "support/gradcheck.h"
+#include "support/temp_dir.h"
 
 using namespace hg;
 using namespace hg::nn;
@@ -192,7 +193,7 @@ TEST_CASE("GPT saves and loads its own layout") {
 
 TEST_CASE("GPT loads a Hugging Face GPT-2 layout with the same logits") {
   manual_seed(8);
-  // GPT-2 files carry no head count: width / 64 heads.
+  // GPT-2 files carry no head count: it comes from the config.json beside the file (2 heads, not width / 64).
   const GPTConfig c = tiny_config().n_embd(128).n_head(2).n_layer(2);
   GPT model(c);
   // Build the file exactly as transformers writes GPT2LMHeadModel: "transformer." prefix, Conv1D
@@ -206,8 +207,11 @@ TEST_CASE("GPT loads a Hugging Face GPT-2 layout with the same logits") {
   for (int l = 0; l < 2; ++l)
     hf.emplace_back("transformer.h." + std::to_string(l) + ".attn.bias", ones({1, 1, c.context(), c.context()}));
   hf.emplace_back("lm_head.weight", model.wte->weight);
-  const std::string path = temp_path("hf.safetensors");
+  const test::TempDir dir;
+  const std::string path = (dir.path / "model.safetensors").string();
   safetensors::save(path, hf, {{"format", "pt"}});
+  dir.write("config.json", R"({"model_type": "gpt2", "n_head": 2, "n_layer": 2, "n_embd": 128, "n_positions": 8,
+                               "vocab_size": 11, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5})");
   std::shared_ptr<GPT> loaded = GPT::load(path);
   CHECK(loaded->config.n_embd() == 128);
   CHECK(loaded->config.n_head() == 2);
@@ -215,10 +219,8 @@ TEST_CASE("GPT loads a Hugging Face GPT-2 layout with the same logits") {
   CHECK(loaded->config.vocab_size() == 11);
   const Tensor ids = randint(0, 11, {2, 5});
   CHECK(max_abs_diff(model.forward(ids), loaded->forward(ids)) == 0.0);
-  std::remove(path.c_str());
 
   safetensors::NamedTensors broken(hf.begin() + 1, hf.end());  // no wte
   safetensors::save(path, broken, {{"format", "pt"}});
-  CHECK_THROWS_WITH_AS(GPT::load(path), doctest::Contains("tensor \"wte.weight\" is missing"), Error);
-  std::remove(path.c_str());
+  CHECK_THROWS_WITH_AS(GPT::load(path), doctest::Contains("missing tensors wte.weight"), Error);
 }
