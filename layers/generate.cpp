@@ -14,6 +14,7 @@ namespace hg::nn {
 
 void GenerationOptions::validate() const {
   HG_CHECK(max_tokens_ >= 0, "[generate] max_tokens ", max_tokens_, " is invalid; expected >= 0");
+  HG_CHECK(vocab_limit_ >= 0, "[generate] vocab_limit ", vocab_limit_, " is invalid; expected 0 (off) or a count > 0");
   HG_CHECK(stop_at_ >= -1, "[generate] stop_at ", stop_at_, " is invalid; expected a token id or -1 (none)");
   sampling().validate();
 }
@@ -55,6 +56,9 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
                               const std::function<void(int64_t)>& on_token) {
   options.validate();
   const int64_t context = model.config.context(), vocab = model.config.vocab_size();
+  HG_CHECK(options.vocab_limit() <= vocab, "[generate] vocab_limit ", options.vocab_limit(),
+           " exceeds the model's vocabulary of ", vocab);
+  const size_t drawn = size_t(options.vocab_limit() > 0 ? options.vocab_limit() : vocab);
   HG_CHECK(!prompt.empty(), "[generate] the prompt is empty; expected at least one token");
   HG_CHECK(int64_t(prompt.size()) <= context, "[generate] the prompt has ", prompt.size(),
            " tokens; the model's context is ", context);
@@ -87,7 +91,8 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
   };
 
   while (int64_t(generated.size()) < options.max_tokens()) {
-    const int64_t token = sampler.next(logits_of_next(), sampling);
+    const std::vector<float> logits = logits_of_next();
+    const int64_t token = sampler.next(std::span(logits).first(drawn), sampling);
     if (token == options.stop_at()) break;
     sequence.push_back(token);
     generated.push_back(token);

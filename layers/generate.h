@@ -38,6 +38,8 @@ struct GenerationOptions {
   // A token id that ends generation when drawn (e.g. <|endoftext|>); it is neither returned nor passed
   // to on_token. -1: none.
   HG_OPTION(GenerationOptions, int64_t, stop_at, -1);
+  // Draw only ids < vocab_limit (a tokenizer smaller than a padded model vocabulary); 0: every id.
+  HG_OPTION(GenerationOptions, int64_t, vocab_limit, 0);
 
  public:
   // Throws naming the offending option.

@@ -69,7 +69,8 @@ constexpr double kF32Tolerance = 2e-5;  // fp32 rounding of the same sums in oth
 TEST_CASE("GPT::forward with a KV cache equals the whole forward, prefill then token by token") {
   std::mt19937 rng = testing::seeded_rng();
   for (AttentionImpl impl : {AttentionImpl::Fused, AttentionImpl::Composed}) {
-    CAPTURE(attention_impl_name(impl));
+    const std::string impl_name = attention_impl_name(impl);
+    CAPTURE(impl_name);
     auto model = random_model(small_config(), rng);
     model->set_attention(impl);
     const int64_t B = 2, T = 20;
@@ -194,7 +195,7 @@ TEST_CASE("generation past the context: the uncached window slides, the cache re
   CHECK(std::equal(fresh.begin(), fresh.end(), cached.begin() + 12));
 }
 
-TEST_CASE("stop_at ends generation before the stop token") {
+TEST_CASE("stop_at ends generation before the stop token; vocab_limit bounds the ids drawn") {
   std::mt19937 rng = testing::seeded_rng();
   auto model = random_model(small_config(), rng);
   const std::vector<int64_t> prompt = random_ids(4, 61, rng);
@@ -207,6 +208,18 @@ TEST_CASE("stop_at ends generation before the stop token") {
     CHECK(stopped == std::vector<int64_t>(all.begin(), first));
   }
   CHECK(generate(*model, prompt, GenerationOptions(greedy).max_tokens(0)).empty());
+
+  // Only ids below the limit, the greedy choice among them.
+  const std::vector<int64_t> limited = generate(*model, prompt, GenerationOptions(greedy).vocab_limit(5));
+  REQUIRE(limited.size() == 12);
+  std::vector<int64_t> sequence = prompt;
+  for (int64_t id : limited) {
+    const std::vector<float> last =
+        model->forward(from_vector(sequence, {1, int64_t(sequence.size())})).select(1, -1).to_vector<float>();
+    CHECK(id == greedy_token(std::span(last).first(5)));
+    sequence.push_back(id);
+  }
+  CHECK_ERROR(generate(*model, prompt, GenerationOptions().vocab_limit(62)), "vocab_limit 62", "vocabulary of 61");
 }
 
 TEST_CASE("sampling: top-k 1 and a tiny top-p are greedy; ties go to the lower index") {
