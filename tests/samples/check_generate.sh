@@ -80,6 +80,7 @@ expect_usage_error() {
   local code=$?
   [[ $code == 2 ]] || fail "generate $* exited $code, expected 2: $(cat "$work/err")"
   [[ $(wc -l <"$work/err") == 1 ]] || fail "generate $* printed more than one line: $(cat "$work/err")"
+  [[ $(cat "$work/err") == "generate: error: "* ]] || fail "generate $*: no program prefix: $(cat "$work/err")"
   grep -q -- "$want" "$work/err" || fail "generate $*: no '$want' in: $(cat "$work/err")"
 }
 model=(--model "$work/bytes.safetensors")
