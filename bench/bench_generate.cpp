@@ -13,6 +13,7 @@
 // parameters with the byte-level vocabulary of 256), context 1024, fp32, the weights N(0, 0.02).
 // Usage: bench_generate [--device cpu|cuda] [--dtype f32|bf16] [--layers L] [--heads H] [--dim C]
 //                       [--vocab V] [--tokens N] [--reps R] [--lengths 256,1024] [--threads N]
+//                       [--cached-only | --uncached-only]
 #include <omp.h>
 
 #include <algorithm>
@@ -43,6 +44,7 @@ struct Settings {
   DType dtype = f32;
   int64_t layers = 4, heads = 4, dim = 256, vocab = 256, tokens = 16, reps = 3;
   std::vector<int64_t> lengths{256, 1024};
+  bool run_cached = true, run_uncached = true;
 };
 
 void sync(const Device& device) {
@@ -56,9 +58,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int64_t argmax_of_last_row(const Tensor& logits) {
-  return nn::greedy_token(logits.select(1, -1).to_vector<float>());
-}
+int64_t argmax_of_last_row(const Tensor& logits) { return nn::greedy_token(logits.select(1, -1).to_vector<float>()); }
 
 Tensor row(const std::vector<int64_t>& ids, const Device& device) {
   return from_vector(ids, {1, int64_t(ids.size())}, i64, device);
@@ -81,7 +81,8 @@ std::pair<double, double> decode(nn::GPT& model, std::vector<int64_t> sequence, 
   sequence.push_back(next);
   const auto start = Clock::now();
   for (int64_t i = 1; i < tokens; ++i) {
-    const Tensor logits = cached ? model.forward(row({sequence.back()}, device), *cache) : model.forward(row(sequence, device));
+    const Tensor logits =
+        cached ? model.forward(row({sequence.back()}, device), *cache) : model.forward(row(sequence, device));
     sequence.push_back(argmax_of_last_row(logits));
   }
   sync(device);
@@ -110,22 +111,38 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: bench_generate [--device cpu|cuda] [--dtype f32|bf16] [--layers L] [--heads H] [--dim C]\n"
-                  "                      [--vocab V] [--tokens N] [--reps R] [--lengths 256,1024] [--threads N]\n"
-                  "Decoding tokens/s with and without the KV cache at each sequence length; JSON lines.\n");
+      std::printf(
+          "usage: bench_generate [--device cpu|cuda] [--dtype f32|bf16] [--layers L] [--heads H] [--dim C]\n"
+          "                      [--vocab V] [--tokens N] [--reps R] [--lengths 256,1024] [--threads N]\n"
+          "                      [--cached-only | --uncached-only]\n"
+          "Decoding tokens/s with and without the KV cache at each sequence length; JSON lines.\n");
       return 0;
     }
     try {
-      if (arg == "--device" && has_value) s.device = Device::parse(argv[++i]);
-      else if (arg == "--dtype" && has_value) s.dtype = parse_dtype(argv[++i]);  // f32, bf16 or f16
-      else if (arg == "--layers" && has_value) s.layers = std::stoll(argv[++i]);
-      else if (arg == "--heads" && has_value) s.heads = std::stoll(argv[++i]);
-      else if (arg == "--dim" && has_value) s.dim = std::stoll(argv[++i]);
-      else if (arg == "--vocab" && has_value) s.vocab = std::stoll(argv[++i]);
-      else if (arg == "--tokens" && has_value) s.tokens = std::stoll(argv[++i]);
-      else if (arg == "--reps" && has_value) s.reps = std::stoll(argv[++i]);
-      else if (arg == "--threads" && has_value) omp_set_num_threads(int(std::stoll(argv[++i])));
-      else if (arg == "--lengths" && has_value) s.lengths = parse_list(argv[++i]);
+      if (arg == "--device" && has_value)
+        s.device = Device::parse(argv[++i]);
+      else if (arg == "--dtype" && has_value)
+        s.dtype = parse_dtype(argv[++i]);  // f32, bf16 or f16
+      else if (arg == "--layers" && has_value)
+        s.layers = std::stoll(argv[++i]);
+      else if (arg == "--heads" && has_value)
+        s.heads = std::stoll(argv[++i]);
+      else if (arg == "--dim" && has_value)
+        s.dim = std::stoll(argv[++i]);
+      else if (arg == "--vocab" && has_value)
+        s.vocab = std::stoll(argv[++i]);
+      else if (arg == "--tokens" && has_value)
+        s.tokens = std::stoll(argv[++i]);
+      else if (arg == "--reps" && has_value)
+        s.reps = std::stoll(argv[++i]);
+      else if (arg == "--cached-only")
+        s.run_uncached = false;
+      else if (arg == "--uncached-only")
+        s.run_cached = false;
+      else if (arg == "--threads" && has_value)
+        omp_set_num_threads(int(std::stoll(argv[++i])));
+      else if (arg == "--lengths" && has_value)
+        s.lengths = parse_list(argv[++i]);
       else {
         std::fprintf(stderr, "bench_generate: unknown argument '%s' (try --help)\n", argv[i]);
         return 2;
@@ -153,6 +170,7 @@ int main(int argc, char** argv) {
       for (auto& id : prompt) id = int64_t(rng() % uint64_t(s.vocab));
       double per_token[2] = {0, 0};
       for (bool cached : {false, true}) {
+        if (!(cached ? s.run_cached : s.run_uncached)) continue;
         std::vector<double> decode_s, prefill_s;
         (void)decode(model, prompt, std::min<int64_t>(s.tokens, 2), cached);  // warm-up: allocator, plans
         for (int64_t r = 0; r < s.reps; ++r) {
@@ -175,9 +193,9 @@ int main(int argc, char** argv) {
             .add("ms_per_token", seconds * 1e3)
             .add("tokens_per_s", 1.0 / seconds);
         if (cached) {
+          if (s.run_uncached) line.add("speedup_vs_uncached", per_token[0] / per_token[1]);
           line.add("prefill_ms", median(prefill_s) * 1e3)
-              .add("cache_bytes", (long long)(2 * s.layers * context * s.dim * int64_t(dtype_size(s.dtype))))
-              .add("speedup_vs_uncached", per_token[0] / per_token[1]);
+              .add("cache_bytes", (long long)(2 * s.layers * context * s.dim * int64_t(dtype_size(s.dtype))));
         }
         line.print();
       }

@@ -29,11 +29,11 @@ namespace hg::nn {
 class GPT;
 
 struct GenerationOptions {
-  HG_OPTION(GenerationOptions, int64_t, max_tokens, 64);     // at most this many new tokens (>= 0)
-  HG_OPTION(GenerationOptions, double, temperature, 1.0);    // 0: greedy
-  HG_OPTION(GenerationOptions, int64_t, top_k, 0);           // 0: off
-  HG_OPTION(GenerationOptions, double, top_p, 1.0);          // 1: off
-  HG_OPTION(GenerationOptions, uint64_t, seed, 0);           // the sampler's std::mt19937_64 seed
+  HG_OPTION(GenerationOptions, int64_t, max_tokens, 64);   // at most this many new tokens (>= 0)
+  HG_OPTION(GenerationOptions, double, temperature, 1.0);  // 0: greedy
+  HG_OPTION(GenerationOptions, int64_t, top_k, 0);         // 0: off
+  HG_OPTION(GenerationOptions, double, top_p, 1.0);        // 1: off
+  HG_OPTION(GenerationOptions, uint64_t, seed, 0);         // the sampler's std::mt19937_64 seed
   HG_OPTION(GenerationOptions, bool, use_cache, true);
   // A token id that ends generation when drawn (e.g. <|endoftext|>); it is neither returned nor passed
   // to on_token. -1: none.

@@ -41,8 +41,8 @@ Tensor GPT::forward(const Tensor& ids, KVCache& cache) {
   const int64_t B = ids.size(0), T = ids.size(1), past = cache.length();
   const Tensor& wte_weight = wte->weight;
   HG_CHECK(B == cache.batch(), "[GPT] ids ", ids.describe(), " have ", B, " rows; the KV cache holds ", cache.batch());
-  HG_CHECK(cache.layers() == config.n_layer(), "[GPT] the KV cache has ", cache.layers(),
-           " layers; the model has ", config.n_layer());
+  HG_CHECK(cache.layers() == config.n_layer(), "[GPT] the KV cache has ", cache.layers(), " layers; the model has ",
+           config.n_layer());
   HG_CHECK(cache.dtype() == wte_weight.dtype() && cache.device() == wte_weight.device(), "[GPT] the KV cache is ",
            dtype_name(cache.dtype()), " on ", cache.device().str(), "; the model is ", dtype_name(wte_weight.dtype()),
            " on ", wte_weight.device().str(), " (build the cache after converting the model)");

@@ -26,8 +26,8 @@ namespace hg::nn {
 // SamplingOptions().temperature(0.8).top_k(40).top_p(0.95)
 struct SamplingOptions {
   HG_OPTION(SamplingOptions, double, temperature, 1.0);  // 0: greedy; else > 0
-  HG_OPTION(SamplingOptions, int64_t, top_k, 0);          // 0: every token
-  HG_OPTION(SamplingOptions, double, top_p, 1.0);         // in (0, 1]; 1: every token
+  HG_OPTION(SamplingOptions, int64_t, top_k, 0);         // 0: every token
+  HG_OPTION(SamplingOptions, double, top_p, 1.0);        // in (0, 1]; 1: every token
 
  public:
   // Throws naming the option out of range (temperature < 0 or not finite, top_k < 0, top_p outside (0, 1]).

@@ -50,9 +50,9 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cach
   HG_CHECK(x.dim() == 3, "[CausalSelfAttention] expected x [B, T, C], got ", x.describe());
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head;
   const Shape cache_shape{B, n_head, k_cache.size(2), D};
-  HG_CHECK(k_cache.shape() == cache_shape && v_cache.shape() == cache_shape, "[CausalSelfAttention] expected key and "
-           "value caches [", B, ", ", n_head, ", capacity, ", D, "], got ", k_cache.describe(), " and ",
-           v_cache.describe());
+  HG_CHECK(k_cache.shape() == cache_shape && v_cache.shape() == cache_shape,
+           "[CausalSelfAttention] expected key and value caches [", B, ", ", n_head, ", capacity, ", D, "], got ",
+           k_cache.describe(), " and ", v_cache.describe());
   HG_CHECK(past >= 0 && past + T <= k_cache.size(2), "[CausalSelfAttention] positions ", past, " .. ", past + T - 1,
            " do not fit a cache of capacity ", k_cache.size(2));
   const Tensor qkv = c_attn->forward(x);  // [B, T, 3C]

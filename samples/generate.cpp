@@ -42,16 +42,18 @@ int main(int argc, char** argv) {
     samples::Flags flags(kProgram,
                          "Writes text with a trained GPT, streaming each token to stdout as it is drawn (the prompt\n"
                          "first). Byte-level models (vocabulary 256) need no tokenizer.");
-    auto& model_path = flags.add_string("model", "", "the model: a safetensors file (train_gpt --save; GPT-2) (required)");
-    auto& tokenizer_path = flags.add_string("tokenizer", "",
-                                            "BPE tokenizer: tokenizer.json, vocab.json + merges.txt or their directory; "
-                                            "none: one token per byte (vocabulary 256)");
+    auto& model_path =
+        flags.add_string("model", "", "the model: a safetensors file (train_gpt --save; GPT-2) (required)");
+    auto& tokenizer_path =
+        flags.add_string("tokenizer", "",
+                         "BPE tokenizer: tokenizer.json, vocab.json + merges.txt or their directory; "
+                         "none: one token per byte (vocabulary 256)");
     auto& prompt_text = flags.add_string("prompt", "", "the text to continue");
     auto& max_tokens = flags.add_int("max-tokens", 100, "new tokens at most", 0, 1 << 24);
     auto& temperature = flags.add_double("temperature", 0.8, "softmax temperature; 0: greedy (argmax)", 0, 1e6);
     auto& top_k = flags.add_int("top-k", 0, "draw from the K most likely tokens only (0: all)", 0);
-    auto& top_p = flags.add_double("top-p", 1.0, "nucleus: the most likely tokens whose probability sums to P, in (0, 1]",
-                                   0, 1);
+    auto& top_p =
+        flags.add_double("top-p", 1.0, "nucleus: the most likely tokens whose probability sums to P, in (0, 1]", 0, 1);
     auto& seed = flags.add_int("seed", 1, "the sampler's seed (the same seed gives the same text on any device)", 0);
     auto& device_name = flags.add_string("device", "cpu", "cpu, cuda or cuda:N");
     auto& use_cache = flags.add_bool("cache", true, "use the KV cache (--no-cache: recompute the window per token)");
@@ -102,17 +104,16 @@ int main(int argc, char** argv) {
 
     model->to(train::parse_precision(precision));
     model->to(device);
-    const auto options = nn::GenerationOptions()
-                             .max_tokens(max_tokens)
-                             .temperature(temperature)
-                             .top_k(top_k)
-                             .top_p(top_p)
-                             .seed(uint64_t(seed))
-                             .use_cache(use_cache)
-                             .stop_at(tokenizer && stop_at_eot && tokenizer->end_of_text()
-                                          ? int64_t(*tokenizer->end_of_text())
-                                          : -1)
-                             .vocab_limit(tokenizer ? int64_t(tokenizer->vocab_size()) : 0);
+    const auto options =
+        nn::GenerationOptions()
+            .max_tokens(max_tokens)
+            .temperature(temperature)
+            .top_k(top_k)
+            .top_p(top_p)
+            .seed(uint64_t(seed))
+            .use_cache(use_cache)
+            .stop_at(tokenizer && stop_at_eot && tokenizer->end_of_text() ? int64_t(*tokenizer->end_of_text()) : -1)
+            .vocab_limit(tokenizer ? int64_t(tokenizer->vocab_size()) : 0);
     samples::or_usage_error(kProgram, [&] { options.validate(); });
 
     write_bytes(prompt_text);
@@ -122,9 +123,9 @@ int main(int argc, char** argv) {
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     write_bytes("\n");
-    std::fprintf(stderr, "%s: %zu tokens in %.3f s (%.1f tokens/s) | %s, KV cache %s, %s\n", kProgram,
-                 generated.size(), seconds, double(generated.size()) / std::max(seconds, 1e-9),
-                 device.str().c_str(), use_cache ? "on" : "off", train::precision_name(model->wte->weight.dtype()));
+    std::fprintf(stderr, "%s: %zu tokens in %.3f s (%.1f tokens/s) | %s, KV cache %s, %s\n", kProgram, generated.size(),
+                 seconds, double(generated.size()) / std::max(seconds, 1e-9), device.str().c_str(),
+                 use_cache ? "on" : "off", train::precision_name(model->wte->weight.dtype()));
     return 0;
   });
 }

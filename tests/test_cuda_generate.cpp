@@ -118,8 +118,8 @@ TEST_CASE("on the CUDA device cached and uncached generation give the same token
     for (int64_t prompt_length : {1, 4}) {
       CAPTURE(prompt_length);
       const std::vector<int64_t> prompt = random_ids(prompt_length, rng);
-      for (const GenerationOptions& base : {GenerationOptions().temperature(0),
-                                            GenerationOptions().temperature(1.0).top_k(20).seed(rng())}) {
+      for (const GenerationOptions& base :
+           {GenerationOptions().temperature(0), GenerationOptions().temperature(1.0).top_k(20).seed(rng())}) {
         const GenerationOptions options = GenerationOptions(base).max_tokens(8);
         const std::vector<int64_t> cached = generate(*model, prompt, options);
         REQUIRE(cached.size() == 8);

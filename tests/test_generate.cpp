@@ -150,7 +150,8 @@ TEST_CASE("cached and uncached generation give identical tokens") {
       const std::vector<int64_t> cached =
           generate(*model, prompt, GenerationOptions(base).max_tokens(n).use_cache(true),
                    [&](int64_t id) { streamed.push_back(id); });
-      const std::vector<int64_t> uncached = generate(*model, prompt, GenerationOptions(base).max_tokens(n).use_cache(false));
+      const std::vector<int64_t> uncached =
+          generate(*model, prompt, GenerationOptions(base).max_tokens(n).use_cache(false));
       REQUIRE(cached.size() == size_t(n));
       CHECK(cached == uncached);
       CHECK(streamed == cached);
@@ -204,7 +205,8 @@ TEST_CASE("stop_at ends generation before the stop token; vocab_limit bounds the
   const int64_t stop = all[5];
   const auto first = std::find(all.begin(), all.end(), stop);
   for (bool use_cache : {true, false}) {
-    const std::vector<int64_t> stopped = generate(*model, prompt, GenerationOptions(greedy).stop_at(stop).use_cache(use_cache));
+    const std::vector<int64_t> stopped =
+        generate(*model, prompt, GenerationOptions(greedy).stop_at(stop).use_cache(use_cache));
     CHECK(stopped == std::vector<int64_t>(all.begin(), first));
   }
   CHECK(generate(*model, prompt, GenerationOptions(greedy).max_tokens(0)).empty());
@@ -333,6 +335,7 @@ TEST_CASE("generation and cache errors name what was wrong") {
   const std::vector<float> with_nan{0.0f, std::numeric_limits<float>::quiet_NaN()};
   CHECK_ERROR(greedy_token(with_nan), "logit 1 is nan");
   const float ninf = -std::numeric_limits<float>::infinity();
-  CHECK_ERROR(sampling_distribution(std::vector<float>{ninf, ninf}, SamplingOptions()), "every one of the 2 logits is -inf");
+  CHECK_ERROR(sampling_distribution(std::vector<float>{ninf, ninf}, SamplingOptions()),
+              "every one of the 2 logits is -inf");
   CHECK_ERROR(greedy_token(std::vector<float>{}), "empty");
 }
