@@ -70,7 +70,7 @@ double relative_error(const Tensor& reference, const Tensor& other) {
 
 }  // namespace
 
-TEST_CASE("on the CUDA device the cached forward equals the whole forward (f32, bf16; fused and composed)") {
+TEST_CASE("on the CUDA device the cached forward equals the whole forward (f32 and bf16, fused and composed)") {
   if (skip_without_cuda()) return;
   std::mt19937 rng = testing::seeded_rng();
   for (DType dtype : {f32, bf16}) {

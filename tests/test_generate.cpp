@@ -196,7 +196,7 @@ TEST_CASE("generation past the context: the uncached window slides, the cache re
   CHECK(std::equal(fresh.begin(), fresh.end(), cached.begin() + 12));
 }
 
-TEST_CASE("stop_at ends generation before the stop token; vocab_limit bounds the ids drawn") {
+TEST_CASE("stop_at ends generation before the stop token, and vocab_limit bounds the ids drawn") {
   std::mt19937 rng = testing::seeded_rng();
   auto model = random_model(small_config(), rng);
   const std::vector<int64_t> prompt = random_ids(4, 61, rng);
@@ -224,7 +224,7 @@ TEST_CASE("stop_at ends generation before the stop token; vocab_limit bounds the
   CHECK_ERROR(generate(*model, prompt, GenerationOptions().vocab_limit(62)), "vocab_limit 62", "vocabulary of 61");
 }
 
-TEST_CASE("sampling: top-k 1 and a tiny top-p are greedy; ties go to the lower index") {
+TEST_CASE("sampling: top-k 1 and a tiny top-p are greedy, and ties go to the lower index") {
   std::mt19937 rng = testing::seeded_rng();
   std::normal_distribution<float> normal(0.0f, 3.0f);
   TokenSampler sampler(rng());
