@@ -424,8 +424,8 @@ TEST_CASE("tokenizer.json: each refused input names the file and the key") {
       {"vocab_not_byte_level", [](J& j) { j["model"]["vocab"]["a b"] = 300; }, "key \"model.vocab\" entry \"a b\": the token \"a b\" is not spelled in GPT-2's byte alphabet"},
       {"vocab_empty_token", [](J& j) { j["model"]["vocab"][""] = 300; }, "key \"model.vocab\" entry \"\": the token is empty"},
       {"vocab_duplicate_id", [](J& j) { j["model"]["vocab"]["zz"] = 97; }, "id 97 is already the id of key \"model.vocab\" entry"},
-      {"vocab_huge_id", [](J& j) { j["model"]["vocab"]["zz"] = 4000000000ull; }, "entry \"zz\": id 4000000000 is implausibly large"},
-      {"vocab_holes", [](J& j) { j["model"]["vocab"]["zz"] = 100000; }, "the ids run to 100000 but only 260 are used"},
+      {"vocab_huge_id", [](J& j) { j["model"]["vocab"]["zz"] = 4000000000ull; }, "entry \"zz\": id 4000000000 is too large (the file has 261 tokens, and at most 65536 ids below the largest may be unused)"},
+      {"vocab_holes", [](J& j) { j["model"]["vocab"]["zz"] = 65797; }, "entry \"zz\": id 65797 is too large"},
       {"vocab_missing_byte", [](J& j) { j["model"]["vocab"].erase("z"); }, "no token for the byte \"z\""},
       {"merge_one_part", [](J& j) { j["model"]["merges"][1] = "abc"; }, "key \"model.merges[1]\" is \"abc\"; expected two tokens separated by one space"},
       {"merge_three_parts", [](J& j) { j["model"]["merges"][0] = "a b c"; }, "key \"model.merges[0]\" is \"a b c\""},
@@ -461,6 +461,13 @@ TEST_CASE("tokenizer.json: each refused input names the file and the key") {
     CHECK(message.find(path) != std::string::npos);
     CHECK_MESSAGE(message.find(raw[i].second) != std::string::npos, message);
   }
+  // Unused ids below the limit are allowed; decoding one is an error.
+  nlohmann::json holes = valid;
+  holes["model"]["vocab"]["zz"] = 65000;
+  const Tokenizer with_holes = Tokenizer::load(dir.write("holes.json", holes.dump()));
+  CHECK(with_holes.vocab_size() == 65001);
+  CHECK(with_holes.decode(std::vector<uint32_t>{65000}) == "zz");
+  CHECK(what_of([&] { with_holes.decode(std::vector<uint32_t>{64000}); }).find("id 64000 at position 0 is not in the vocabulary (65001 ids, this one unused)") != std::string::npos);
   // Hugging Face's other merge spelling, [a, b] pairs, loads to the same tokenizer.
   nlohmann::json pairs = valid;
   pairs["model"]["merges"] = nlohmann::json::array({nlohmann::json::array({"a", "b"}), nlohmann::json::array({"ab", "c"})});
