@@ -40,6 +40,19 @@ void malformed_variants(const fs::path& valid) {
   write_bytes(valid.string() + ".bad_length", bytes);
 }
 
+// Keeps `written` (which save() wrote with per-tensor CRC32Cs) as "<stem>_crc32c.safetensors" and
+// rewrites `written` without them, as files from before checksums or other writers are: the fuzzer
+// then reaches every check after the checksums from those, and the checksum keys' parsing from these.
+void checksummed_twin(const fs::path& written) {
+  fs::path twin = written;
+  twin.replace_filename(written.stem().string() + "_crc32c.safetensors");
+  fs::copy_file(written, twin, fs::copy_options::overwrite_existing);
+  const safetensors::File file = safetensors::load(twin.string());
+  safetensors::NamedTensors copies;
+  for (const auto& [name, t] : file.tensors) copies.emplace_back(name, t.clone());
+  safetensors::save(written.string(), copies, file.metadata, safetensors::SaveOptions{false});
+}
+
 // A safetensors file written by hand: `header` JSON and `data` bytes.
 void raw_safetensors(const fs::path& path, const std::string& header, size_t data_bytes) {
   std::vector<char> bytes(8 + header.size() + data_bytes, 0);
@@ -72,6 +85,7 @@ int main(int argc, char** argv) {
                      {"i64", from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 1, 3})},
                      {"empty", empty({0, 3}, DType::f32)}},
                     {{"format", "pt"}, {"note", "seed"}});
+  checksummed_twin(st / "dtypes.safetensors");
   malformed_variants(st / "dtypes.safetensors");
   raw_safetensors(st / "unpadded.safetensors",
                   "{\"b\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[4,10]},"
@@ -105,12 +119,15 @@ int main(int argc, char** argv) {
   {
     fuzz::CheckpointRig rig(5);
     train::save_checkpoint((ck / "valid.safetensors").string(), rig.state, 1);
+    checksummed_twin(ck / "valid.safetensors");
     malformed_variants(ck / "valid.safetensors");
     rig.model->save((ck / "model_only.safetensors").string());
+    checksummed_twin(ck / "model_only.safetensors");
   }
   {
     fuzz::CheckpointRig other(9);
     train::save_checkpoint((ck / "other_seed.safetensors").string(), other.state, 4);
+    checksummed_twin(ck / "other_seed.safetensors");
   }
   {
     // Same registration, wider model: another architecture.
@@ -120,6 +137,7 @@ int main(int argc, char** argv) {
     train::TrainingState state;
     state.model(wide);
     train::save_checkpoint((ck / "wide_model.safetensors").string(), state, 2);
+    checksummed_twin(ck / "wide_model.safetensors");
   }
 
   // checkpoint directories, packed (fuzz/checkpoint_directory_input.h): three intact file entries (with
