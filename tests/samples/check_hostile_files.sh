@@ -90,6 +90,11 @@ for kind in "${kinds[@]}"; do
     [[ $kind == no_permission ]] && chmod 000 "$ckpt/step_0000000001.safetensors"
     run train_gpt "--resume" "${tiny[@]}" --steps 2 --checkpoint-dir "$ckpt" --resume
   fi
+  # A file where the checkpoint directory should be.
+  case $kind in
+    directory) ;;
+    *) run train_gpt "--checkpoint-dir " "${tiny[@]}" --steps 2 --checkpoint-dir "$f" --checkpoint-every-steps 1 ;;
+  esac
   # ---- prepare_data: any readable bytes are text, so only what cannot be read is refused ----
   case $kind in
     empty | directory | fifo) run prepare_data "--input " --input "$f" --output "$work/shard" ;;
