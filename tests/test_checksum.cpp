@@ -155,7 +155,7 @@ TEST_CASE("a flipped bit in any tensor of a saved file is refused with the tenso
   CHECK_NOTHROW(safetensors::load(path));
 }
 
-TEST_CASE("files without checksums load; malformed checksum keys are refused") {
+TEST_CASE("files without checksums load, and malformed checksum keys are refused") {
   test::TempDir dir;
   const std::string path = (dir.path / "plain.safetensors").string();
   const Tensor weight = randn({4, 4});
