@@ -295,3 +295,30 @@ TEST_CASE("a checkpoint directory resumes from the newest intact entry and refus
   CHECK_ERROR(train::read_run_config(ckpt), "every checkpoint in", "is damaged");
   CHECK(untouched.weights() == before);
 }
+
+TEST_CASE("a sharded (directory) entry is damaged when any of its files is") {
+  test::TempDir dir;
+  const std::filesystem::path entry = dir.path / "step_0000000007";
+  std::filesystem::create_directories(entry);
+  const std::string state = (entry / "state.safetensors").string();
+  const std::string shard1 = (entry / "optimizer.rank1-of-2.safetensors").string();
+  safetensors::save(state, {{"model.w", randn({32})}});
+  safetensors::save((entry / "optimizer.rank0-of-2.safetensors").string(), {{"m", randn({16})}, {"v", randn({16})}});
+  safetensors::save(shard1, {{"m", randn({16})}, {"v", randn({16})}});
+  dir.write("step_0000000007/notes.txt", "not a tensor file: ignored");
+  const train::CheckpointDirectory::Entry sharded{7, entry.string(), true};
+  CHECK_FALSE(train::CheckpointDirectory::damage(sharded).has_value());
+  // The second tensor ('v', 64 bytes at the end) of rank 1's shard.
+  flip_bit(shard1, std::filesystem::file_size(shard1) - 10, 2);
+  const std::optional<std::string> why = train::CheckpointDirectory::damage(sharded);
+  REQUIRE(why.has_value());
+  CHECK(why->find("optimizer.rank1-of-2.safetensors") != std::string::npos);
+  CHECK(why->find("tensor 'v': checksum mismatch") != std::string::npos);
+  // A shard cut short is damage too.
+  safetensors::save(shard1, {{"m", randn({16})}, {"v", randn({16})}});
+  CHECK_FALSE(train::CheckpointDirectory::damage(sharded).has_value());
+  std::filesystem::resize_file(state, 20);
+  const std::optional<std::string> cut = train::CheckpointDirectory::damage(sharded);
+  REQUIRE(cut.has_value());
+  CHECK(cut->find("state.safetensors") != std::string::npos);
+}
