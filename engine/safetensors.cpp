@@ -11,6 +11,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/autograd.h"
+#include "engine/crc32c.h"
 
 namespace hg::safetensors {
 
@@ -250,6 +252,63 @@ Tensor make_tensor(const Entry& entry, const std::shared_ptr<Mapping>& mapping, 
   return Tensor(std::move(impl));
 }
 
+// ---- checksums ----
+
+bool has_checksum_prefix(const std::string& key) { return key.rfind(kChecksumKeyPrefix, 0) == 0; }
+
+std::string checksum_text(uint32_t crc) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", crc);
+  return text;
+}
+
+std::optional<uint32_t> parse_checksum(const std::string& text) {
+  if (text.size() != 8) return std::nullopt;
+  uint32_t value = 0;
+  for (char c : text) {
+    uint32_t digit;
+    if (c >= '0' && c <= '9') digit = uint32_t(c - '0');
+    else if (c >= 'a' && c <= 'f') digit = uint32_t(c - 'a' + 10);
+    else return std::nullopt;
+    value = value << 4 | digit;
+  }
+  return value;
+}
+
+// Takes the checksum keys out of `metadata`: each names a tensor of `entries` and is 8 hex digits,
+// and when there are any, every tensor has one. Returns the checksums in the order of `entries`
+// (empty for a file without them).
+std::vector<uint32_t> take_checksums(const LoadContext& file, Metadata& metadata, const std::vector<Entry>& entries) {
+  std::map<std::string, uint32_t> found;
+  for (auto it = metadata.begin(); it != metadata.end();) {
+    if (!has_checksum_prefix(it->first)) {
+      ++it;
+      continue;
+    }
+    const std::string name = it->first.substr(std::strlen(kChecksumKeyPrefix));
+    const std::optional<uint32_t> crc = parse_checksum(it->second);
+    if (!crc)
+      file.fail("__metadata__ '", it->first, "' is '", it->second, "'; expected a CRC32C as 8 lowercase hex digits");
+    found.emplace(name, *crc);
+    it = metadata.erase(it);
+  }
+  if (found.empty()) return {};
+  std::vector<uint32_t> checksums;
+  checksums.reserve(entries.size());
+  for (const Entry& entry : entries) {
+    const auto it = found.find(entry.name);
+    if (it == found.end())
+      file.fail_tensor(entry.name, "has no checksum (__metadata__ '", kChecksumKeyPrefix, entry.name,
+                       "') although ", found.size(), " other tensors have one; the header is damaged");
+    checksums.push_back(it->second);
+    found.erase(it);
+  }
+  if (!found.empty())
+    file.fail("__metadata__ '", kChecksumKeyPrefix, found.begin()->first, "' is the checksum of a tensor the file does "
+              "not hold; the header is damaged");
+  return checksums;
+}
+
 // ---- save ----
 
 std::string parent_directory(const std::string& path) {
@@ -280,7 +339,7 @@ const Tensor* File::find(const std::string& name) const {
   return nullptr;
 }
 
-File load(const std::string& path) {
+File load(const std::string& path, Verify verify) {
   const LoadContext file{path};
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) file.fail("cannot open: ", errno_text(errno));
@@ -358,12 +417,24 @@ File load(const std::string& path) {
               file_size, "; trailing bytes)");
 
   const unsigned char* data = bytes + 8 + header_size;
+  const std::vector<uint32_t> checksums = take_checksums(file, result.metadata, entries);
+  result.checksummed = !checksums.empty();
+  if (result.checksummed && verify == Verify::checksums) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const Entry& entry = entries[i];
+      const uint32_t actual = crc32c(data + entry.begin, size_t(entry.end - entry.begin));
+      if (actual != checksums[i])
+        file.fail_tensor(entry.name, "checksum mismatch: the CRC32C of its ", entry.end - entry.begin,
+                         " bytes is ", checksum_text(actual), ", the header records ", checksum_text(checksums[i]),
+                         "; the file is damaged (a flipped bit or a torn write)");
+    }
+  }
   result.tensors.reserve(entries.size());
   for (const Entry& entry : entries) result.tensors.emplace_back(entry.name, make_tensor(entry, mapping, data));
   return result;
 }
 
-void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
+void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata, const SaveOptions& options) {
   const auto fail = [&](const auto&... parts) {
     throw Error(detail::concat("[safetensors::save] '", path, "': ", parts...));
   };
@@ -387,11 +458,18 @@ void save(const std::string& path, const NamedTensors& tensors, const Metadata& 
   }
 
   Json header = Json::object();
-  if (!metadata.empty()) {
-    Json meta = Json::object();
-    for (const auto& [key, value] : metadata) meta[key] = value;
-    header[kMetadataKey] = std::move(meta);
+  Json meta = Json::object();
+  for (const auto& [key, value] : metadata) {
+    if (has_checksum_prefix(key))
+      fail("metadata key '", key, "' starts with '", kChecksumKeyPrefix, "', which save() reserves for checksums");
+    meta[key] = value;
   }
+  if (options.checksums)
+    for (size_t i = 0; i < dense.size(); ++i)
+      meta[kChecksumKeyPrefix + tensors[i].first] =
+          checksum_text(dense[i].numel() == 0 ? crc32c(nullptr, 0)
+                                              : crc32c(dense[i].data_ptr(), size_t(dense[i].numel()) * dense[i].element_size()));
+  if (!meta.empty()) header[kMetadataKey] = std::move(meta);
   uint64_t offset = 0;
   for (size_t i = 0; i < dense.size(); ++i) {
     const uint64_t nbytes = uint64_t(dense[i].numel()) * dense[i].element_size();

@@ -36,6 +36,15 @@
 //     alive makes the next touch of a lost page fault (SIGBUS). save() never does that to a mapped
 //     file: it replaces the path by rename, and the old file lives on until unmapped.
 //
+// CHECKSUMS: save() records the CRC32C (engine/crc32c.h) of every tensor's bytes in the metadata,
+// one key per tensor: "halfgrad.crc32c.<name>": "<8 lowercase hex digits>". load() verifies each
+// (at memory speed: the CPU's crc32 instruction) and refuses a mismatch naming the file and the
+// tensor ("tensor 'x': checksum mismatch ..."): a flipped bit anywhere in the data buffer is caught.
+// The keys are taken out of File::metadata (a load-save round trip keeps the caller's metadata as it
+// was). Files without them (other writers, halfgrad before checksums) load unverified; a file with
+// some must have one for every tensor, each naming a tensor of the file, well formed. The header
+// itself is not checksummed: its corruption shows as malformed JSON or broken offsets, mostly.
+//
 // SAVE: tensors in the order given, each made contiguous and moved to the CPU; names unique and
 // non-empty (and not "__metadata__"); the header is padded with spaces to a multiple of 8 bytes.
 // The file is written to "<path>.tmp.<pid>", fsync'd, renamed over <path> and the directory
@@ -53,17 +62,31 @@ namespace hg::safetensors {
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 using Metadata = std::map<std::string, std::string>;
 
+// The metadata key prefix of the per-tensor checksums (reserved: save() refuses it in `metadata`).
+inline constexpr const char* kChecksumKeyPrefix = "halfgrad.crc32c.";
+
+struct SaveOptions {
+  bool checksums = true;  // false: no CRC32C keys (a file as other writers make it; benchmarks, tests)
+};
+
 // Writes `tensors` (in this order) and `metadata` to `path`, atomically.
-void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {},
+          const SaveOptions& options = {});
+
+enum class Verify {
+  checksums,       // every tensor's CRC32C, where the file has them (reads every byte)
+  structure_only,  // the header and the layout only (reads only the header: for its metadata)
+};
 
 struct File {
   NamedTensors tensors;  // ordered by data offset (so in save()'s order for files written by save())
-  Metadata metadata;
+  Metadata metadata;     // without the checksum keys
+  bool checksummed = false;  // the file has a CRC32C for every tensor (verified unless structure_only)
   // The tensor named `name`, or nullptr.
   const Tensor* find(const std::string& name) const;
 };
 
-// Reads and validates `path` (see RULES above).
-File load(const std::string& path);
+// Reads and validates `path` (see RULES and CHECKSUMS above).
+File load(const std::string& path, Verify verify = Verify::checksums);
 
 }  // namespace hg::safetensors

@@ -1,6 +1,8 @@
 // Writes the fuzz targets' seed corpora into <dir>/<target>/: valid files from the library's own
 // writers (so the fuzzer starts from inputs that reach deep into each reader) and a few small
 // malformed variants of each. Deterministic: the same files every run. Usage: make_fuzz_seeds DIR
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +11,7 @@
 
 #include "data/token_shard.h"
 #include "engine/safetensors.h"
+#include "fuzz/checkpoint_directory_input.h"
 #include "fuzz/fuzz_checkpoint_rig.h"
 #include "fuzz/gpt_load_seeds.h"
 #include "train/checkpoint.h"
@@ -38,6 +41,19 @@ void malformed_variants(const fs::path& valid) {
   write_bytes(valid.string() + ".bad_length", bytes);
 }
 
+// Keeps `written` (which save() wrote with per-tensor CRC32Cs) as "<stem>_crc32c.safetensors" and
+// rewrites `written` without them, as files from before checksums or other writers are: the fuzzer
+// then reaches every check after the checksums from those, and the checksum keys' parsing from these.
+void checksummed_twin(const fs::path& written) {
+  fs::path twin = written;
+  twin.replace_filename(written.stem().string() + "_crc32c.safetensors");
+  fs::copy_file(written, twin, fs::copy_options::overwrite_existing);
+  const safetensors::File file = safetensors::load(twin.string());
+  safetensors::NamedTensors copies;
+  for (const auto& [name, t] : file.tensors) copies.emplace_back(name, t.clone());
+  safetensors::save(written.string(), copies, file.metadata, safetensors::SaveOptions{false});
+}
+
 // A safetensors file written by hand: `header` JSON and `data` bytes.
 void raw_safetensors(const fs::path& path, const std::string& header, size_t data_bytes) {
   std::vector<char> bytes(8 + header.size() + data_bytes, 0);
@@ -56,7 +72,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path root = argv[1];
-  for (const char* t : {"fuzz_safetensors", "fuzz_token_shard", "fuzz_checkpoint", "fuzz_cli"})
+  for (const char* t : {"fuzz_safetensors", "fuzz_token_shard", "fuzz_checkpoint", "fuzz_cli", "fuzz_checkpoint_directory"})
     fs::create_directories(root / t);
 
   // safetensors: every dtype, a zero-size tensor, metadata; an unpadded header; malformed ones.
@@ -70,6 +86,7 @@ int main(int argc, char** argv) {
                      {"i64", from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 1, 3})},
                      {"empty", empty({0, 3}, DType::f32)}},
                     {{"format", "pt"}, {"note", "seed"}});
+  checksummed_twin(st / "dtypes.safetensors");
   malformed_variants(st / "dtypes.safetensors");
   raw_safetensors(st / "unpadded.safetensors",
                   "{\"b\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[4,10]},"
@@ -103,12 +120,15 @@ int main(int argc, char** argv) {
   {
     fuzz::CheckpointRig rig(5);
     train::save_checkpoint((ck / "valid.safetensors").string(), rig.state, 1);
+    checksummed_twin(ck / "valid.safetensors");
     malformed_variants(ck / "valid.safetensors");
     rig.model->save((ck / "model_only.safetensors").string());
+    checksummed_twin(ck / "model_only.safetensors");
   }
   {
     fuzz::CheckpointRig other(9);
     train::save_checkpoint((ck / "other_seed.safetensors").string(), other.state, 4);
+    checksummed_twin(ck / "other_seed.safetensors");
   }
   {
     // Same registration, wider model: another architecture.
@@ -118,6 +138,38 @@ int main(int argc, char** argv) {
     train::TrainingState state;
     state.model(wide);
     train::save_checkpoint((ck / "wide_model.safetensors").string(), state, 2);
+    checksummed_twin(ck / "wide_model.safetensors");
+  }
+
+  // checkpoint directories, packed (fuzz/checkpoint_directory_input.h): three intact file entries (with
+  // checksums), the newest with a flipped bit (resume falls back), every one damaged, a sharded entry
+  // for a local optimizer (refused), temporaries and a stray file beside an entry.
+  const fs::path cd = root / "fuzz_checkpoint_directory";
+  {
+    fuzz::CheckpointRig rig(5);
+    const fs::path scratch = fs::temp_directory_path() / ("make_fuzz_seeds_" + std::to_string(::getpid()));
+    fs::create_directories(scratch);
+    std::vector<std::string> entries;
+    for (int64_t step = 1; step <= 3; ++step) {
+      train::save_checkpoint((scratch / ("entry" + std::to_string(step))).string(), rig.state.run_config("{\"seed\": 5}"), step);
+      std::vector<char> bytes = read_bytes(scratch / ("entry" + std::to_string(step)));
+      entries.emplace_back(bytes.begin(), bytes.end());
+    }
+    fs::remove_all(scratch);
+    const auto flipped = [](std::string bytes, size_t from_end) {
+      bytes[bytes.size() - from_end] ^= 0x10;
+      return bytes;
+    };
+    const auto write_packed = [&](const char* name, const std::vector<std::pair<size_t, std::string>>& records) {
+      std::string out;
+      for (const auto& [slot, content] : records) out += fuzz::pack_record(slot, content);
+      write_text(cd / name, out);
+    };
+    write_packed("three_entries", {{0, entries[0]}, {1, entries[1]}, {2, entries[2]}});
+    write_packed("newest_damaged", {{0, entries[0]}, {1, entries[1]}, {2, flipped(entries[2], 9)}});
+    write_packed("all_damaged", {{1, flipped(entries[1], 1)}, {2, flipped(entries[2], 100)}});
+    write_packed("sharded_entry", {{3, entries[2]}, {4, entries[0]}});
+    write_packed("temporaries", {{0, entries[0]}, {8, entries[2]}, {9, entries[1]}, {10, entries[1]}, {11, "x"}});
   }
 
   // command lines, one argument per line.

@@ -10,6 +10,7 @@
 #include "metrics/metrics_plot.h"
 #include "metrics/raster.h"
 #include "metrics/svg.h"
+#include "samples/cli.h"
 
 namespace {
 
@@ -25,9 +26,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   std::string input, title;
   std::vector<std::string> outputs;
   for (int i = 1; i < argc; ++i) {
@@ -51,9 +50,13 @@ int main(int argc, char** argv) {
   for (const std::string& output : outputs)
     if (!ends_with(output, ".svg") && !ends_with(output, ".png"))
       return usage(("output \"" + output + "\" must end in .svg or .png").c_str());
-  try {
-    const auto records = hg::metrics::read_metrics(input);
-    HG_CHECK(!records.empty(), "[plot_metrics] the log \"", input, "\" has no records");
+  // The log is the user's input: anything wrong with it is a usage error (exit 2) naming it.
+  const auto records = hg::samples::or_usage_error("plot_metrics", "input " + input, [&] {
+    auto read = hg::metrics::read_metrics(input);
+    HG_CHECK(!read.empty(), "[plot_metrics] the log \"", input, "\" has no records");
+    return read;
+  });
+  {
     const hg::metrics::Figure figure = hg::metrics::figure_from_metrics(records, title.empty() ? input : title);
     for (const std::string& output : outputs) {
       if (ends_with(output, ".svg")) {
@@ -68,9 +71,11 @@ int main(int argc, char** argv) {
       std::printf("plot_metrics: %zu records, %zu charts -> %s\n", records.size(), figure.charts().size(),
                   output.c_str());
     }
-  } catch (const hg::Error& e) {
-    std::fprintf(stderr, "plot_metrics: error: %s\n", e.what());
-    return 1;
   }
   return 0;
 }
+
+}  // namespace
+
+// Nothing escapes: a usage or input error exits 2, any other error 1, on one line (samples/cli.h).
+int main(int argc, char** argv) { return hg::samples::guarded_main("plot_metrics", [&] { return run(argc, argv); }); }

@@ -16,7 +16,17 @@
 
 using namespace hg;
 
+namespace {
+int run(int argc, char** argv);
+}
+
+// Nothing escapes: a usage or input error exits 2, any other error 1, on one line (samples/cli.h).
 int main(int argc, char** argv) {
+  return samples::guarded_main("prepare_data", [&] { return run(argc, argv); });
+}
+
+namespace {
+int run(int argc, char** argv) {
   samples::Flags flags("prepare_data",
                        "Turns a text file into token shards for train_gpt --data (byte-level: one token per byte,\n"
                        "vocabulary 256). Writes PREFIX_000000.bin, PREFIX_000001.bin, ...");
@@ -72,3 +82,4 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+}  // namespace

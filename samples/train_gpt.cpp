@@ -178,7 +178,8 @@ int run(const TrainGptConfig& c) {
           .master_weights(c.master_weights)
           .stochastic_rounding(c.stochastic_rounding)
           .rounding_seed(uint64_t(c.seed)));
-  if (!c.load.empty() && optimizer->has_saved_state(c.load)) optimizer->load_state(c.load);  // ZeRO shards beside it
+  if (!c.load.empty() && optimizer->has_saved_state(c.load))  // ZeRO shards beside it: the user's files too
+    samples::or_usage_error(kProgram, "--load " + c.load + " (its optimizer shards)", [&] { optimizer->load_state(c.load); });
   const std::unique_ptr<data::DataLoader> loader = make_loader(c, *task, parallel);
   const int64_t tokens_per_micro_batch = c.batch * task->sequence_length();
   const int64_t micro_batches = samples::or_usage_error(
@@ -219,25 +220,21 @@ int run(const TrainGptConfig& c) {
   return 0;
 }
 
-int run_or_report(const TrainGptConfig& config) {
-  try {
-    return run(config);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "train_gpt: error: %s\n", e.what());
-    return 1;
-  }
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
+int main_body(int argc, char** argv) {
   const TrainGptConfig config(argc, argv);
   if (config.plan) return samples::print_plan(config, argc, argv);
-  if (config.memory_budget_gib <= 0) return run_or_report(config);
+  if (config.memory_budget_gib <= 0) return run(config);
   // --memory-budget alone: train with the plan's pick, its flags appended to the command line.
   std::vector<std::string> args = samples::planned_arguments(config, argc, argv);
   std::vector<char*> planned_argv;
   for (std::string& a : args) planned_argv.push_back(a.data());
   const TrainGptConfig planned(int(planned_argv.size()), planned_argv.data());
-  return run_or_report(planned);
+  return run(planned);
+}
+
+}  // namespace
+
+// Nothing escapes: a usage or input error exits 2, any other error 1, on one line (samples/cli.h).
+int main(int argc, char** argv) {
+  return samples::guarded_main(kProgram, [&] { return main_body(argc, argv); });
 }

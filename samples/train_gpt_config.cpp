@@ -2,6 +2,8 @@
 #include "samples/train_gpt_config.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 
 #include "dist/bootstrap.h"
 #include "train/checkpoint_directory.h"
@@ -73,6 +75,13 @@ void check_settings(const TrainGptConfig& c) {
     fail("--optimizer-state-bits " + std::to_string(c.optimizer_state_bits) + " is not a state width; expected 8 or 32");
   if (c.checkpoint_dir.empty() && (c.resume || c.checkpoint_every > 0))
     fail("--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
+  if (!c.checkpoint_dir.empty()) {
+    std::error_code error;
+    const auto status = std::filesystem::status(c.checkpoint_dir, error);
+    if (std::filesystem::exists(status) && !std::filesystem::is_directory(status))
+      fail("--checkpoint-dir \"" + c.checkpoint_dir + "\" exists and is not a directory; expected a directory "
+           "(created when missing)");
+  }
   or_usage_error(kProgram, [&] { return parse_attention_impl(c.attention); });
   if (c.profile_ops && c.profile.empty()) fail("--profile-ops needs --profile FILE");
   if (c.dim % c.heads != 0)

@@ -156,12 +156,10 @@ int run(const Config& o) {
 
 }  // namespace
 
+// Nothing escapes: a usage or input error exits 2, any other error 1, on one line (samples/cli.h).
 int main(int argc, char** argv) {
-  const Config config(argc, argv);
-  try {
+  return samples::guarded_main("train_mlp", [&] {
+    const Config config(argc, argv);
     return run(config);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "train_mlp: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -339,7 +339,8 @@ void save_checkpoint(const std::string& path, const TrainingState& state, int64_
 }
 
 std::optional<std::string> checkpoint_run_config(const std::string& path) {
-  const safetensors::File file = safetensors::load(path);  // a memory map: the tensors' pages are not read
+  // Only the header is read (a memory map; no checksum pass): the entry's bytes are verified when it loads.
+  const safetensors::File file = safetensors::load(path, safetensors::Verify::structure_only);
   check_format(file, path);
   const auto it = file.metadata.find("run_config");
   if (it == file.metadata.end()) return std::nullopt;

@@ -134,6 +134,18 @@ std::optional<StoredRunConfig> read_run_config(const std::string& directory, std
            "'); which one a run resumes depends on its optimizer: name it (train_gpt: --zero)");
   const CheckpointDirectory::Entry* chosen = sharded ? newest[*sharded] : newest[0] ? newest[0] : newest[1];
   if (chosen == nullptr) return std::nullopt;
+  // The newest intact entry of that layout: the one a resume falls back to when newer ones are damaged.
+  const bool layout = chosen->sharded;
+  chosen = nullptr;
+  std::string damaged;
+  for (auto it = entries.rbegin(); it != entries.rend() && chosen == nullptr; ++it) {
+    if (it->sharded != layout) continue;
+    if (std::optional<std::string> why = CheckpointDirectory::damage(*it))
+      damaged += (damaged.empty() ? " " : "; ") + it->path + ": " + *why;
+    else
+      chosen = &*it;
+  }
+  HG_CHECK(chosen != nullptr, kWho, " every checkpoint in '", directory, "' is damaged; none to resume from:", damaged);
   const std::string file = chosen->sharded ? (fs::path(chosen->path) / "state.safetensors").string() : chosen->path;
   std::optional<std::string> json = checkpoint_run_config(file);
   if (!json) return std::nullopt;
@@ -149,6 +161,57 @@ std::optional<CheckpointDirectory::Entry> CheckpointDirectory::newest(std::optio
   if (comm_) comm_->broadcast(found, 2, DType::i64, 0).wait();
   if (found[0] < 0) return std::nullopt;
   return Entry{found[0], (fs::path(directory_) / entry_name(found[0], found[1] != 0)).string(), found[1] != 0};
+}
+
+std::optional<std::string> CheckpointDirectory::damage(const Entry& entry) {
+  std::vector<std::string> files;
+  if (entry.sharded) {
+    std::error_code error;
+    for (const auto& item : fs::directory_iterator(entry.path, error))
+      if (item.path().extension() == kFileSuffix) files.push_back(item.path().string());
+    if (error) return "cannot list '" + entry.path + "': " + error.message();
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(entry.path);
+  }
+  for (const std::string& file : files) {
+    try {
+      safetensors::load(file);  // structure and every tensor's checksum; the mapping is dropped at once
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> CheckpointDirectory::latest_intact_for(const TrainingState& state,
+                                                                  std::vector<Damaged>* damaged) const {
+  const bool sharded = writes_sharded(state);
+  int64_t chosen = -1;  // the step of the newest intact entry of the layout
+  dist::on_rank0(comm_, "verify the checkpoints", [&] {
+    std::vector<Damaged> found;
+    bool any = false;
+    const std::vector<Entry> entries = list();
+    for (auto it = entries.rbegin(); it != entries.rend() && chosen < 0; ++it) {
+      if (it->sharded != sharded) continue;
+      any = true;
+      if (std::optional<std::string> why = damage(*it)) {
+        found.push_back({*it, std::move(*why)});
+      } else {
+        chosen = it->step;
+      }
+    }
+    if (any && chosen < 0) {
+      std::string list_text;
+      for (const Damaged& d : found) list_text += (list_text.empty() ? " " : "; ") + d.entry.path + ": " + d.reason;
+      throw Error(detail::concat(kWho, " every checkpoint in '", directory_, "' is damaged; none to resume from:",
+                                 list_text));
+    }
+    if (damaged) damaged->insert(damaged->end(), found.begin(), found.end());
+  });
+  if (comm_) comm_->broadcast(&chosen, 1, DType::i64, 0).wait();
+  if (chosen < 0) return latest_for(state);  // nullopt, or the error for a directory of the other layout
+  return (fs::path(directory_) / entry_name(chosen, sharded)).string();
 }
 
 std::optional<std::string> CheckpointDirectory::latest() const {

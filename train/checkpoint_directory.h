@@ -25,6 +25,15 @@
 //     are renamed to
 //     "....old.<pid>" -- unlisted at once -- and then deleted.
 //   - <dir> must be one filesystem that every rank sees.
+//
+// DAMAGED ENTRIES (silent corruption: a flipped bit on disk, a file cut short by something else)
+//   Every tensor of every file of an entry carries a CRC32C (engine/safetensors.h CHECKSUMS). An entry
+//   is damaged when one of its files is not a valid safetensors file or a tensor fails its checksum
+//   (damage()). latest_intact_for() -- what a resume uses -- verifies the entries newest first and
+//   returns the newest intact one, with the damaged newer ones and why (the caller says so); when every
+//   entry of the layout is damaged it is an hg::Error listing each. Entries without checksums (written
+//   before them) count as intact when their structure is. A refusal that is not damage (a model of
+//   another architecture, another layout) is load()'s error and no reason to fall back.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -56,6 +65,18 @@ class CheckpointDirectory {
 
   // The complete entries of both layouts, oldest first (rank 0's listing; not collective).
   std::vector<Entry> list() const;
+  // Why `entry` is damaged (the hg::Error of the first of its files that fails to load with its
+  // checksums verified), or nullopt when it is intact. Reads every byte of the entry; not collective.
+  static std::optional<std::string> damage(const Entry& entry);
+  struct Damaged {
+    Entry entry;
+    std::string reason;
+  };
+  // The newest intact entry of the layout `state` writes (collective: rank 0 verifies, every rank gets
+  // the same answer), nullopt when there is none of that layout (latest_for's error for the other
+  // layout). The newer damaged entries are appended to `damaged` on rank 0, newest first. An hg::Error
+  // naming each entry and its damage when every entry of the layout is damaged.
+  std::optional<std::string> latest_intact_for(const TrainingState& state, std::vector<Damaged>* damaged) const;
   // The newest entry (collective).
   std::optional<std::string> latest() const;
   // The newest entry of the layout `state` writes; an error when the directory holds only entries of
@@ -73,8 +94,8 @@ class CheckpointDirectory {
   dist::Communicator* comm_;
 };
 
-// The run config stored in the newest checkpoint of `directory` of the layout a run resumes
-// (latest_for): `sharded` names it (a sharded entry's run config is in its state.safetensors);
+// The run config stored in the newest intact checkpoint of `directory` of the layout a run resumes
+// (latest_intact_for; damaged entries are skipped, and every entry of the layout damaged is an error): `sharded` names it (a sharded entry's run config is in its state.safetensors);
 // without it the directory must hold entries of one layout only (an hg::Error names the newest of
 // each otherwise), read before the model is built so that --resume can restore the settings.
 // nullopt when the directory does not exist, holds no checkpoint of that layout, or that checkpoint

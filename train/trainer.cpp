@@ -121,7 +121,12 @@ int Trainer::rank() const { return options_.communicator() ? options_.communicat
 bool Trainer::resume() {
   HG_CHECK(checkpoints_ != nullptr, kWho, " resume needs a checkpoint_dir");
   if (resumed_) return completed_steps_ > 0;
-  const std::optional<std::string> latest = checkpoints_->latest_for(state_);
+  std::vector<CheckpointDirectory::Damaged> damaged;  // newer entries skipped: a flipped bit, a cut file
+  const std::optional<std::string> latest = checkpoints_->latest_intact_for(state_, &damaged);
+  if (rank() == 0)
+    for (const CheckpointDirectory::Damaged& d : damaged)
+      std::fprintf(stderr, "warning: checkpoint %s is damaged (%s); resuming from %s\n", d.entry.path.c_str(),
+                   d.reason.c_str(), latest ? latest->c_str() : "no checkpoint");
   if (!latest) {
     if (rank() == 0) std::printf("no checkpoint in %s yet: starting at step 0\n", options_.checkpoint_dir().c_str());
     resumed_ = true;

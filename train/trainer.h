@@ -170,8 +170,10 @@ class Trainer {
   Trainer& loss_scaler(optim::LossScaler scaler);
   Trainer& evaluator(EvalFn evaluate);
 
-  // Restores the newest checkpoint of checkpoint_dir (fit() does it when options.resume and it has not
-  // run yet). Returns whether there was one; an hg::Error starting "--resume from <entry>:" when it
+  // Restores the newest intact checkpoint of checkpoint_dir (fit() does it when options.resume and it
+  // has not run yet); newer damaged ones (CheckpointDirectory::latest_intact_for) are skipped with a
+  // warning on stderr: "warning: checkpoint <entry> is damaged (<why>); resuming from <entry>".
+  // Returns whether there was one; an hg::Error starting "--resume from <entry>:" when it
   // cannot be used (the live state is then as it was).
   bool resume();
   // Trains from step 1 (or from the resumed checkpoint's step + 1) to stop_after / steps; prints
