@@ -106,7 +106,7 @@ class Trainer {
  private:
   void add_special_tokens() {
     for (const std::string& content : options_.special_tokens) {
-      if (content.empty()) HG_FAIL("train_bpe: a special token is empty; expected its text, e.g. <|endoftext|>");
+      if (content.empty()) throw Error("train_bpe: a special token is empty; expected its text, e.g. <|endoftext|>");
       if (std::find(specials_.begin(), specials_.end(), content) != specials_.end()) continue;
       special_ids_.push_back(uint32_t(tokens_.size()));
       specials_.push_back(content);
@@ -136,8 +136,9 @@ class Trainer {
     for (const auto* specials : {&special_raw_, &special_spelled_}) {
       auto it = specials->find(token);
       if (it != specials->end())
-        HG_FAIL("train_bpe: special token \"", it->second, "\" is spelled like ", what, " ", printable(token),
-                " (Hugging Face tokenizers would give both one id); choose another special token");
+        throw Error(detail::concat("train_bpe: special token \"", it->second, "\" is spelled like ", what, " ",
+                                   printable(token),
+                                   " (Hugging Face tokenizers would give both one id); choose another special token"));
     }
   }
 
