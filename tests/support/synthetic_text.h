@@ -48,7 +48,8 @@ inline std::string synthetic_text(size_t bytes, uint64_t seed) {
       out += word;
       if (pick(15) == 0) out += contractions[pick(std::size(contractions))];
     } else if (kind < 78) {
-      out += " " + std::to_string(rng() % (pick(3) == 0 ? 1000000 : 100));
+      out += ' ';
+      out += std::to_string(rng() % (pick(3) == 0 ? 1000000 : 100));
     } else if (kind < 90) {
       out += punct[pick(std::size(punct))];
       if (pick(3) == 0) sentence_start = true;
