@@ -60,7 +60,8 @@ class PairCounts {
     uint32_t gained = 0;  // 1 + its index in gained_, 0 when not gained this step
   };
 
-  size_t slot_of(Pair pair) const { return size_t((pair * 0x9E3779B97F4A7C15ull) >> 17) & mask_; }
+  // Fibonacci hashing: the top bits of the product, which depend on every bit of both ids.
+  size_t slot_of(Pair pair) const { return size_t((pair * 0x9E3779B97F4A7C15ull) >> shift_); }
 
   Slot& find_or_insert(Pair pair) {
     for (size_t i = slot_of(pair);; i = (i + 1) & mask_) {
@@ -82,6 +83,8 @@ class PairCounts {
     std::vector<Slot> old(capacity);
     old.swap(slots_);
     mask_ = capacity - 1;
+    shift_ = 64;
+    for (size_t c = capacity; c > 1; c >>= 1) --shift_;
     for (const Slot& s : old) {
       if (s.key == kEmpty) continue;
       size_t i = slot_of(s.key);
@@ -92,6 +95,7 @@ class PairCounts {
 
   std::vector<Slot> slots_;
   size_t mask_ = 0, size_ = 0;
+  int shift_ = 64;  // 64 - log2(capacity)
   std::vector<Gained> gained_;
 };
 
