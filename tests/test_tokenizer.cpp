@@ -251,6 +251,20 @@ TEST_CASE("BPE: the heap matches the textbook algorithm on every piece") {
   const std::vector<uint32_t> ids = tok.encode(text);
   CHECK(token_strings(tok, ids) == expected);
   CHECK(ids.size() < text.size() / 2);  // the merges do compress
+  // Pieces longer than 32 bytes take the heap path: long runs of letters (and of spaces).
+  std::string joined;
+  for (char c : text.substr(0, 6000)) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '\n') joined += c;
+  }
+  joined += std::string(70, ' ') + "x" + std::string(40, '!');
+  std::vector<std::string> long_expected;
+  size_t longest = 0;
+  for (std::string_view piece : hg::text::pretokenize(joined)) {
+    longest = std::max(longest, piece.size());
+    for (std::string& s : naive_bpe(merges, piece)) long_expected.push_back(std::move(s));
+  }
+  CHECK(longest > 100);
+  CHECK(token_strings(tok, tok.encode(joined)) == long_expected);
 }
 
 TEST_CASE("special tokens: cut out first, the longest where several start at one byte") {

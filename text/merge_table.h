@@ -19,6 +19,8 @@ class MergeTable {
     while (cap < 2 * count + 2) cap *= 2;
     slots_.assign(cap, Slot{});
     mask_ = cap - 1;
+    shift_ = 64;
+    while (size_t(1) << (64 - shift_) < cap) --shift_;
   }
   // Adds (left, right) -> merge; false if the pair is there already (the table keeps the first).
   bool insert(uint32_t left, uint32_t right, Merge merge) {
@@ -49,10 +51,12 @@ class MergeTable {
     Merge merge{};
   };
   static uint64_t pack(uint32_t left, uint32_t right) { return uint64_t(left) << 32 | right; }
-  size_t hash(uint64_t key) const { return size_t((key * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
+  // Fibonacci hashing: the top bits of the product depend on every bit of both ids.
+  size_t hash(uint64_t key) const { return size_t((key * 0x9E3779B97F4A7C15ull) >> shift_); }
 
   std::vector<Slot> slots_;
   size_t mask_ = 0;
+  int shift_ = 64;
 };
 
 }  // namespace hg::text

@@ -3,8 +3,9 @@
 //   at the same byte, as Hugging Face's added-token matcher does); each stretch between them is split
 //   into pieces (text/pretokenize.h) and every piece goes through byte-level BPE: one token per byte,
 //   then the adjacent pair of lowest merge rank is merged (the leftmost among equal ranks) until no
-//   pair has a merge -- a min-heap of (rank, position) candidates over a linked list of symbols, stale
-//   candidates skipped when popped, O(n log n) per piece of n bytes.
+//   pair has a merge. Pieces of up to 32 bytes (nearly all): a scan of the pair ranks in small arrays,
+//   no allocation. Longer pieces: a min-heap of (rank, position) candidates over a linked list of
+//   symbols, stale candidates skipped when popped, O(n log n) for n bytes.
 //   Cache: per encode() call, piece bytes -> ids (keys are views into the caller's text, so nothing
 //   is copied), cleared when it holds 65,536 pieces. Nothing is shared between calls, so encode() is
 //   const and safe to call from several threads at once.
@@ -112,8 +113,48 @@ struct EncodeState {
 };
 constexpr size_t kCachePieces = 65536;
 
-// Byte-level BPE of one piece, appended to `out`.
+// Byte-level BPE of a short piece (at most kSmallPiece bytes), appended to `out`: the symbols and
+// the rank of each adjacent pair in small arrays; each step scans for the lowest rank (leftmost on
+// ties), merges, closes the gap and looks up the two pairs that changed. O(n^2) for n <= 32, but
+// without a heap or any allocation, which is what most pieces need.
+constexpr size_t kSmallPiece = 32;
+void bpe_small(const Tokenizer::Impl& t, std::string_view piece, std::vector<uint32_t>& out) {
+  const size_t n0 = piece.size();
+  uint32_t ids[kSmallPiece], rank[kSmallPiece], merged[kSmallPiece];
+  const MergeTable& table = t.merge_table;
+  auto set_pair = [&](size_t i) {  // the pair (ids[i], ids[i + 1])
+    const MergeTable::Merge* m = table.find(ids[i], ids[i + 1]);
+    rank[i] = m ? m->rank : kDead;
+    merged[i] = m ? m->result : kDead;
+  };
+  for (size_t i = 0; i < n0; ++i) ids[i] = t.byte_id[static_cast<unsigned char>(piece[i])];
+  size_t n = n0;
+  for (size_t i = 0; i + 1 < n; ++i) set_pair(i);
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < n; ++i) {
+      if (rank[i] < rank[best]) best = i;
+    }
+    if (rank[best] == kDead) break;
+    ids[best] = merged[best];
+    for (size_t i = best + 1; i + 1 < n; ++i) {
+      ids[i] = ids[i + 1];
+      rank[i] = rank[i + 1];
+      merged[i] = merged[i + 1];
+    }
+    --n;
+    if (best > 0) set_pair(best - 1);
+    if (best + 1 < n) set_pair(best);
+  }
+  out.insert(out.end(), ids, ids + n);
+}
+
+// Byte-level BPE of one piece, appended to `out` (short pieces: bpe_small).
 void bpe(const Tokenizer::Impl& t, std::string_view piece, EncodeState& s, std::vector<uint32_t>& out) {
+  if (piece.size() <= kSmallPiece) {
+    bpe_small(t, piece, out);
+    return;
+  }
   const size_t n = piece.size();
   s.ids.resize(n);
   s.prev.resize(n);

@@ -84,7 +84,7 @@ class Tokenizer {
 
 // Training: the merges learned from a corpus, as Hugging Face's BpeTrainer does for GPT-2 (ByteLevel
 // pre-tokenizer, the 256-byte initial alphabet): count the pre-tokenised words, then repeatedly merge
-// the most frequent adjacent pair (ties: the pair whose merged token sorts first, as `tokenizers` does)
+// the most frequent adjacent pair (ties: the smaller pair of ids, left id first, as `tokenizers` does)
 // until the vocabulary has `vocab_size` tokens (special tokens included) or no pair occurs
 // `min_frequency` times.
 struct BpeTrainerOptions {

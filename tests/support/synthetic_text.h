@@ -1,7 +1,8 @@
 #pragma once
 // Text and byte-level BPE vocabularies made in-process, for the tokenizer's tests, benchmark and fuzz
 // seeds (no corpus file, no trained vocabulary needed):
-//   synthetic_text(bytes, seed): varied text -- English-like words from syllables, capitals,
+//   synthetic_text(bytes, seed): varied text -- English-like words (a Zipf-like draw from a lexicon of
+//     syllable strings), capitals,
 //     contractions, numbers, punctuation, whitespace runs (spaces, tabs, newlines), and words in
 //     Greek, Cyrillic, Japanese, accented Latin and emoji -- deterministic for a seed;
 //   synthetic_tokenizer(corpus, merges): merges of frequent pairs, learned in rounds: each round
@@ -9,6 +10,7 @@
 //     frequent adjacent pairs (ties: by bytes) as new merges. Not Hugging Face's trainer (that is
 //     train_bpe), but a consistent vocabulary of realistic shape for any size.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -39,9 +41,13 @@ inline std::string synthetic_text(size_t bytes, uint64_t seed) {
   while (out.size() < bytes) {
     const size_t kind = pick(100);
     if (kind < 70) {
+      // Words from a fixed lexicon of 30,000 syllable strings, drawn log-uniformly by rank (about
+      // Zipf's law, as in real text: a few words are everywhere, most are rare).
+      const size_t rank = size_t(std::exp(std::uniform_real_distribution<double>(0, std::log(30000.0))(rng))) - 1;
+      std::mt19937_64 spell(rank * 7919 + 17);
       std::string word;
-      const size_t n = 1 + pick(4);
-      for (size_t i = 0; i < n; ++i) word += syllables[pick(std::size(syllables))];
+      const size_t n = 1 + spell() % 4;
+      for (size_t i = 0; i < n; ++i) word += syllables[spell() % std::size(syllables)];
       if (sentence_start || pick(12) == 0) word[0] = char(word[0] - 'a' + 'A');
       sentence_start = false;
       out += (out.empty() || out.back() == '\n') ? "" : " ";

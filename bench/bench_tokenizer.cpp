@@ -1,0 +1,107 @@
+// bench_tokenizer: the byte-level BPE tokenizer (text/) on one thread, one JSON object per line.
+//   tokenizer_vocab   the vocabulary: merges of frequent pairs learned in rounds on a synthetic
+//                     corpus (tests/support/synthetic_text.h; GPT-2's own 50k vocabulary is not
+//                     available offline), with the seconds it took to build.
+//   tokenizer_encode  encode() MB/s and tokens/s over a few MB of varied synthetic text (English-like
+//                     words, numbers, punctuation, whitespace runs, other scripts and emoji), held
+//                     out from the corpus the vocabulary was learned on (another seed); also a
+//                     Unicode-heavy text and random bytes (the worst case: nothing merges, no piece
+//                     repeats). Best of three runs; each run is one encode() call (its piece cache
+//                     starts empty).
+//   tokenizer_decode  decode() MB/s of the same ids.
+// Usage: bench_tokenizer [--quick] [--merges N] [--mb M]
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "json_line.h"
+#include "support/synthetic_text.h"
+#include "text/tokenizer.h"
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+void bench_encode(const hg::text::Tokenizer& tok, const std::string& kind, const std::string& text) {
+  double best = 1e30;
+  std::vector<uint32_t> ids;
+  for (int run = 0; run < 3; ++run) {
+    const auto start = Clock::now();
+    ids = tok.encode(text);
+    best = std::min(best, seconds_since(start));
+  }
+  const double mb = double(text.size()) / 1e6;
+  hg::bench::JsonLine("tokenizer_encode")
+      .add("text", kind)
+      .add("mb", mb)
+      .add("vocab", long(tok.vocab_size()))
+      .add("seconds", best)
+      .add("mb_per_s", mb / best)
+      .add("tokens_per_s", double(ids.size()) / best)
+      .add("bytes_per_token", double(text.size()) / double(ids.size()))
+      .add("threads", 1)
+      .print();
+  best = 1e30;
+  bool same = true;
+  for (int run = 0; run < 3; ++run) {
+    const auto start = Clock::now();
+    const std::string back = tok.decode(ids);
+    best = std::min(best, seconds_since(start));
+    same = same && back == text;
+  }
+  hg::bench::JsonLine("tokenizer_decode").add("text", kind).add("mb", mb).add("mb_per_s", mb / best).add("round_trip", same).print();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  size_t merges = 32000;
+  double text_mb = 4;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else if (!std::strcmp(argv[i], "--merges") && i + 1 < argc) {
+      merges = std::strtoul(argv[++i], nullptr, 10);
+    } else if (!std::strcmp(argv[i], "--mb") && i + 1 < argc) {
+      text_mb = std::strtod(argv[++i], nullptr);
+    } else {
+      std::fprintf(stderr, "usage: bench_tokenizer [--quick] [--merges N] [--mb M]\n");
+      return 2;
+    }
+  }
+  if (quick) {
+    merges = std::min<size_t>(merges, 2000);
+    text_mb = std::min(text_mb, 0.5);
+  }
+  const auto start = Clock::now();
+  const std::string corpus = hg::test::synthetic_text(size_t(text_mb * 2e6), 1);
+  const hg::text::Tokenizer tok = hg::test::synthetic_tokenizer(corpus, merges, std::max<size_t>(1, merges / 25));
+  hg::bench::JsonLine("tokenizer_vocab")
+      .add("corpus_mb", double(corpus.size()) / 1e6)
+      .add("merges", long(tok.merges()))
+      .add("vocab", long(tok.vocab_size()))
+      .add("build_seconds", seconds_since(start))
+      .print();
+
+  const size_t bytes = size_t(text_mb * 1e6);
+  bench_encode(tok, "synthetic_mixed", hg::test::synthetic_text(bytes, 2));
+  std::string unicode;
+  static const char* words[] = {"λόγος", "αλήθεια", "слово", "правда", "日本語", "テキスト", "東京", "café", "naïve",
+                                "😀", "👋🏽", "مرحبا", "שלום", "हिन्दी", "한국어", "١٢٣", "e\u0301"};
+  std::mt19937_64 rng(3);
+  while (unicode.size() < bytes / 4) {
+    unicode += words[rng() % std::size(words)];
+    unicode += rng() % 5 ? " " : "\n";
+  }
+  bench_encode(tok, "unicode_heavy", unicode);
+  std::string random(bytes / 4, '\0');
+  for (char& c : random) c = char(rng());
+  bench_encode(tok, "random_bytes", random);
+  return 0;
+}
