@@ -2,13 +2,24 @@
 #include "samples/train_gpt_config.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <optional>
 
 #include "dist/bootstrap.h"
+#include "samples/gpt_datasets.h"
 #include "train/checkpoint_directory.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
 namespace hg::samples {
+
+int64_t model_vocab(const TrainGptConfig& c) {
+  if (c.data.empty()) return c.vocab;
+  return or_usage_error(kProgram, [&] {
+    return fresh_model_vocab(token_data_vocab(c.data), c.flags.given("vocab") ? std::optional(c.vocab) : std::nullopt,
+                             c.data);
+  });
+}
 
 const ResumeRules& train_gpt_resume_rules() {
   // The ZeRO stage and optimizer offload may change: a checkpoint re-partitions its optimizer shards
@@ -16,9 +27,29 @@ const ResumeRules& train_gpt_resume_rules() {
   // when the trainer resumes. The output files a run opens anew ("w": the metrics log, the profile's
   // trace) belong to each invocation: restored, they would overwrite the earlier segment's.
   static const ResumeRules rules{
-      {"data", "digits", "eval-problems", "layers", "heads", "dim", "context", "dropout", "load", "seed", "batch",
-       "grad-accum", "batch-tokens", "curriculum", "curriculum-steps", "seq-warmup-steps", "seq-warmup-start",
-       "precision", "loss-scale", "fp32-grads", "stochastic-rounding", "master-weights", "optimizer-state-bits"},
+      {"data",
+       "digits",
+       "eval-problems",
+       "layers",
+       "heads",
+       "dim",
+       "context",
+       "dropout",
+       "load",
+       "seed",
+       "batch",
+       "grad-accum",
+       "batch-tokens",
+       "curriculum",
+       "curriculum-steps",
+       "seq-warmup-steps",
+       "seq-warmup-start",
+       "precision",
+       "loss-scale",
+       "fp32-grads",
+       "stochastic-rounding",
+       "master-weights",
+       "optimizer-state-bits"},
       {"resume", "checkpoint-dir", "stop-after-steps", "metrics-log", "profile", "profile-ops"},
       {"data", "load"}};
   return rules;
@@ -58,7 +89,6 @@ void restore_run_config(TrainGptConfig& c) {
 // The checks parse() cannot make: each a one-line usage error (exit 2). Run by parse() after the
 // restore and before --print-config prints.
 void check_settings(const TrainGptConfig& c) {
-
   auto fail = [](const std::string& message) { exit_with_usage_error(kProgram, message); };
   if (c.zero > 3) fail("--zero " + std::to_string(c.zero) + " is not a ZeRO stage; expected 0, 1, 2 or 3");
   or_usage_error(kProgram, [&] { return train::parse_offload_activations(c.offload); });
@@ -70,7 +100,8 @@ void check_settings(const TrainGptConfig& c) {
         "--stochastic-rounding is not implemented under ZeRO or data parallelism (the sharded update rounds to "
         "nearest even); expected a single process without --zero");
   if (c.optimizer_state_bits != 8 && c.optimizer_state_bits != 32)
-    fail("--optimizer-state-bits " + std::to_string(c.optimizer_state_bits) + " is not a state width; expected 8 or 32");
+    fail("--optimizer-state-bits " + std::to_string(c.optimizer_state_bits) +
+         " is not a state width; expected 8 or 32");
   if (c.checkpoint_dir.empty() && (c.resume || c.checkpoint_every > 0))
     fail("--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
   or_usage_error(kProgram, [&] { return parse_attention_impl(c.attention); });
@@ -85,6 +116,8 @@ void check_settings(const TrainGptConfig& c) {
          "-digit problems; expected at least " + std::to_string(3 * c.digits + 3));
   if (c.curriculum != "none" && c.curriculum != "easy-to-hard")
     fail("unknown --curriculum \"" + c.curriculum + "\"; expected none or easy-to-hard");
+  if (!c.tokenizer.empty() && c.data.empty())
+    fail("--tokenizer names the tokenizer of --data's token shards; it needs --data");
   if (c.curriculum != "none" && !c.data.empty())
     fail("--curriculum easy-to-hard needs the addition task's difficulty score; it does not apply to --data");
   // Sizes within bounds (no overflow in batch x context x dim), input files readable.
@@ -99,6 +132,8 @@ void check_settings(const TrainGptConfig& c) {
                            {"sample", c.sample, 1 << 20},
                            {"memory-limit-mib", c.memory_limit_mib, int64_t(1) << 30}});
   if (!c.load.empty()) check_readable_file(kProgram, "load", c.load);
+  if (!c.tokenizer.empty() && !std::filesystem::is_directory(c.tokenizer))
+    check_readable_file(kProgram, "tokenizer", c.tokenizer);
   for (size_t start = 0; !c.data.empty() && start <= c.data.size();) {
     const size_t comma = std::min(c.data.find(',', start), c.data.size());
     check_readable_file(kProgram, "data", c.data.substr(start, comma - start));
