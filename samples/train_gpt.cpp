@@ -39,13 +39,11 @@ std::string attention_description(const nn::GPT& model) {
   std::string why;
   const AttentionImpl automatic = attention_impl_for(probe, probe, probe, &why);
   switch (model.attention()) {
-    case AttentionImpl::Composed:
-      return "composed (--attention composed)";
+    case AttentionImpl::Composed: return "composed (--attention composed)";
     case AttentionImpl::Fused:
       if (!why.empty()) samples::exit_with_usage_error(kProgram, "--attention fused: " + why);
       return "fused (FlashAttention-2 kernels)";
-    case AttentionImpl::Auto:
-      break;
+    case AttentionImpl::Auto: break;
   }
   return automatic == AttentionImpl::Fused ? "fused (FlashAttention-2 kernels)" : "composed (" + why + ")";
 }
@@ -64,12 +62,12 @@ std::string optimizer_state_line(const nn::GPT& model, const TrainGptConfig& c) 
   }
   const double n = double(std::max<int64_t>(params, 1));
   char line[256];
-  std::snprintf(
-      line, sizeof line,
-      "optimizer state: 8-bit AdamW moments %.2f bytes/parameter (32-bit: %.2f), %.1f%% of parameters "
-      "quantised%s",
-      double(bytes8) / n, double(bytes32) / n, 100.0 * double(quantised) / n,
-      master > 0 ? (" | fp32 master weights " + std::to_string(master / params) + " bytes/parameter").c_str() : "");
+  std::snprintf(line, sizeof line,
+                "optimizer state: 8-bit AdamW moments %.2f bytes/parameter (32-bit: %.2f), %.1f%% of parameters "
+                "quantised%s",
+                double(bytes8) / n, double(bytes32) / n, 100.0 * double(quantised) / n,
+                master > 0 ? (" | fp32 master weights " + std::to_string(master / params) + " bytes/parameter").c_str()
+                           : "");
   return line;
 }
 
@@ -93,13 +91,9 @@ std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
                                                    "-digit problems; expected at least " +
                                                    std::to_string(3 * c.digits + 3));
   } else {
-    const auto config = nn::GPTConfig()
-                            .vocab_size(samples::model_vocab(c))
-                            .context(c.context)
-                            .n_layer(c.layers)
-                            .n_head(c.heads)
-                            .n_embd(c.dim)
-                            .dropout(c.dropout);
+    const auto config =
+        nn::GPTConfig().vocab_size(samples::model_vocab(c)).context(c.context).n_layer(c.layers).n_head(c.heads).n_embd(c.dim).dropout(
+            c.dropout);
     model = std::make_shared<nn::GPT>(config);
   }
   model->to(train::parse_precision(c.precision));
@@ -116,8 +110,7 @@ std::unique_ptr<samples::GptTask> make_task(const TrainGptConfig& c, const nn::G
     return samples::addition_task(int(c.digits), pool, uint64_t(c.seed) * 7919 + 1, c.eval_problems);
   }
   const int64_t T = std::min(c.context, model.config.context());
-  return samples::or_usage_error(kProgram, "--data " + c.data,
-                                 [&] { return samples::text_task(c.data, T, c.batch, std::nullopt); });
+  return samples::or_usage_error(kProgram, "--data " + c.data, [&] { return samples::text_task(c.data, T, c.batch, std::nullopt); });
 }
 
 // This rank's rows of each global batch, in the seed's order (--curriculum: easy problems first).
@@ -178,16 +171,17 @@ int run(const TrainGptConfig& c) {
                                   .zero_stage(int(c.zero))
                                   .offload_optimizer(c.offload_optimizer)
                                   .persistence_threshold(4 * c.dim));
-  const std::unique_ptr<optim::Optimizer> optimizer = parallel.adamw(*model,
-                                                                     optim::AdamWOptions()
-                                                                         .lr(c.lr)
-                                                                         .weight_decay(c.weight_decay)
-                                                                         .decay_only_matrices(true)
-                                                                         .state_bits(int(c.optimizer_state_bits)),
-                                                                     optim::MixedPrecisionOptions()
-                                                                         .master_weights(c.master_weights)
-                                                                         .stochastic_rounding(c.stochastic_rounding)
-                                                                         .rounding_seed(uint64_t(c.seed)));
+  const std::unique_ptr<optim::Optimizer> optimizer = parallel.adamw(
+      *model,
+      optim::AdamWOptions()
+          .lr(c.lr)
+          .weight_decay(c.weight_decay)
+          .decay_only_matrices(true)
+          .state_bits(int(c.optimizer_state_bits)),
+      optim::MixedPrecisionOptions()
+          .master_weights(c.master_weights)
+          .stochastic_rounding(c.stochastic_rounding)
+          .rounding_seed(uint64_t(c.seed)));
   if (!c.load.empty() && optimizer->has_saved_state(c.load)) optimizer->load_state(c.load);  // ZeRO shards beside it
   const std::unique_ptr<data::DataLoader> loader = make_loader(c, *task, parallel);
   const int64_t tokens_per_micro_batch = c.batch * task->sequence_length();

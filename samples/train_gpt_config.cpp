@@ -27,29 +27,9 @@ const ResumeRules& train_gpt_resume_rules() {
   // when the trainer resumes. The output files a run opens anew ("w": the metrics log, the profile's
   // trace) belong to each invocation: restored, they would overwrite the earlier segment's.
   static const ResumeRules rules{
-      {"data",
-       "digits",
-       "eval-problems",
-       "layers",
-       "heads",
-       "dim",
-       "context",
-       "dropout",
-       "load",
-       "seed",
-       "batch",
-       "grad-accum",
-       "batch-tokens",
-       "curriculum",
-       "curriculum-steps",
-       "seq-warmup-steps",
-       "seq-warmup-start",
-       "precision",
-       "loss-scale",
-       "fp32-grads",
-       "stochastic-rounding",
-       "master-weights",
-       "optimizer-state-bits"},
+      {"data", "digits", "eval-problems", "layers", "heads", "dim", "context", "dropout", "load", "seed", "batch",
+       "grad-accum", "batch-tokens", "curriculum", "curriculum-steps", "seq-warmup-steps", "seq-warmup-start",
+       "precision", "loss-scale", "fp32-grads", "stochastic-rounding", "master-weights", "optimizer-state-bits"},
       {"resume", "checkpoint-dir", "stop-after-steps", "metrics-log", "profile", "profile-ops"},
       {"data", "load"}};
   return rules;
@@ -89,6 +69,7 @@ void restore_run_config(TrainGptConfig& c) {
 // The checks parse() cannot make: each a one-line usage error (exit 2). Run by parse() after the
 // restore and before --print-config prints.
 void check_settings(const TrainGptConfig& c) {
+
   auto fail = [](const std::string& message) { exit_with_usage_error(kProgram, message); };
   if (c.zero > 3) fail("--zero " + std::to_string(c.zero) + " is not a ZeRO stage; expected 0, 1, 2 or 3");
   or_usage_error(kProgram, [&] { return train::parse_offload_activations(c.offload); });
@@ -100,8 +81,7 @@ void check_settings(const TrainGptConfig& c) {
         "--stochastic-rounding is not implemented under ZeRO or data parallelism (the sharded update rounds to "
         "nearest even); expected a single process without --zero");
   if (c.optimizer_state_bits != 8 && c.optimizer_state_bits != 32)
-    fail("--optimizer-state-bits " + std::to_string(c.optimizer_state_bits) +
-         " is not a state width; expected 8 or 32");
+    fail("--optimizer-state-bits " + std::to_string(c.optimizer_state_bits) + " is not a state width; expected 8 or 32");
   if (c.checkpoint_dir.empty() && (c.resume || c.checkpoint_every > 0))
     fail("--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
   or_usage_error(kProgram, [&] { return parse_attention_impl(c.attention); });

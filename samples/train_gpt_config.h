@@ -109,13 +109,12 @@ struct TrainGptConfig {
   // The memory planner (plan/plan.h).
   bool& plan = flags.add_bool("plan", false, "print the ranked configurations that fit --memory-budget, then exit");
   double& memory_budget_gib = flags.add_double(
-      "memory-budget", 0.0,
-      "device memory per rank in GiB: with --plan, plan for it; alone, train with the plan's pick", 0.0);
-  double& host_memory_gib =
-      flags.add_double("host-memory", 0.0, "host memory budget in GiB for the plan (0: unlimited)", 0.0);
-  int64_t& vocab = flags.add_int(
-      "vocab", 256, "vocabulary of a fresh model (the byte-level tasks use 256; larger ones are for --plan)", 256,
-      1 << 20);
+      "memory-budget", 0.0, "device memory per rank in GiB: with --plan, plan for it; alone, train with the plan's pick",
+      0.0);
+  double& host_memory_gib = flags.add_double("host-memory", 0.0, "host memory budget in GiB for the plan (0: unlimited)", 0.0);
+  int64_t& vocab = flags.add_int("vocab", 256,
+                                 "vocabulary of a fresh model (the byte-level tasks use 256; larger ones are for --plan)",
+                                 256, 1 << 20);
   int64_t& plan_world = flags.add_int("world", 0, "ranks to plan for (0: this run's world size)", 0);
   // Text (issue 19): the BPE tokenizer of --data's shards, for bits per byte and the sample's text.
   std::string& tokenizer = flags.add_string(

@@ -141,7 +141,7 @@ struct TrainerOptions {
 struct Evaluation {
   double value = 0.0;
   std::string text;
-  std::vector<std::pair<std::string, double>> metrics = {};  // more fields of the metrics log's record (name, value)
+  std::vector<std::pair<std::string, double>> metrics = {};  // more fields of the metrics log's record
 };
 
 struct TrainResult {
@@ -201,9 +201,9 @@ class Trainer {
   // The device scalars of a step taken on the device (see ON THE DEVICE); one f64 buffer, so the
   // figures of a logged step come back in one copy.
   struct DeviceStep {
-    Tensor figures;         // f64[6]: loss sum, sum of squares, lr, scale, skipped steps, t
-    Tensor steps;           // i64[1]: t, the optimizer steps taken
-    Tensor scratch;         // f64[1]: staging for the loss sum
+    Tensor figures;  // f64[6]: loss sum, sum of squares, lr, scale, skipped steps, t
+    Tensor steps;    // i64[1]: t, the optimizer steps taken
+    Tensor scratch;  // f64[1]: staging for the loss sum
     Tensor one, found_inf;  // f32[1]: a sharded optimizer's own inf/NaN check without a scaler
   };
   data::Batch narrowed(const data::Batch& batch, int64_t step) const;
@@ -244,12 +244,12 @@ class Trainer {
   optim::LossScaler scaler_;
   int64_t completed_steps_ = 0, optimizer_steps_ = 0;
   bool resumed_ = false;
-  int64_t unscaled_skips_ = 0;             // steps a self-checking optimizer skipped without a loss scaler
+  int64_t unscaled_skips_ = 0;  // steps a self-checking optimizer skipped without a loss scaler
   std::optional<DeviceStep> device_step_;  // when steps_on_device(), from the first step of fit()
   std::optional<kernels::LrScheduleDesc> device_schedule_;
-  std::unique_ptr<cuda::Graph> graph_;      // cuda_graph: the captured step
-  std::vector<data::Batch> graph_batches_;  // the graph's inputs: each step's batches are copied here
-  int64_t graph_first_step_ = 0;            // the first step of this fit() (warm-up counts from it)
+  std::unique_ptr<cuda::Graph> graph_;       // cuda_graph: the captured step
+  std::vector<data::Batch> graph_batches_;   // the graph's inputs: each step's batches are copied here
+  int64_t graph_first_step_ = 0;             // the first step of this fit() (warm-up counts from it)
   Tensor loader_position_;
   TrainingState state_;
   std::unique_ptr<CheckpointDirectory> checkpoints_;
