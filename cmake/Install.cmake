@@ -5,7 +5,7 @@ include(CMakePackageConfigHelpers)
 
 # One umbrella target for users.
 add_library(halfgrad INTERFACE)
-target_link_libraries(halfgrad INTERFACE hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics hg_plan)
+target_link_libraries(halfgrad INTERFACE hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics hg_plan hg_text)
 add_library(halfgrad::halfgrad ALIAS halfgrad)
 
 # The installed headers are C++20 (e.g. the defaulted operator== of engine/device.h), so every exported
@@ -15,16 +15,16 @@ add_library(halfgrad::halfgrad ALIAS halfgrad)
 # directories come with CUDA::cudart (nvcc build) or hg_emu (emulated build). halfgradConfig.cmake finds
 # the dependencies that the static libraries link.
 target_compile_features(halfgrad INTERFACE cxx_std_20)
-foreach(target hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics hg_plan ${HALFGRAD_CUDA_EXPORTED_TARGETS})
+foreach(target hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics hg_plan hg_text ${HALFGRAD_CUDA_EXPORTED_TARGETS})
   target_include_directories(${target} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/halfgrad>)
   target_compile_features(${target} PUBLIC cxx_std_20)
 endforeach()
 
-install(TARGETS halfgrad hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics hg_plan halfgrad_flags ${HALFGRAD_CUDA_EXPORTED_TARGETS}
+install(TARGETS halfgrad hg_kernels hg_engine hg_layers hg_optim hg_train hg_data hg_dist hg_metrics hg_plan hg_text halfgrad_flags ${HALFGRAD_CUDA_EXPORTED_TARGETS}
         EXPORT halfgradTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(folder kernels engine layers optim train data dist metrics plan)
+foreach(folder kernels engine layers optim train data dist metrics plan text)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/halfgrad/${folder}
           FILES_MATCHING PATTERN "*.h")
 endforeach()
