@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,7 @@
 #include "samples/gpt_tasks.h"
 #include "samples/train_gpt_config.h"
 #include "samples/train_gpt_plan.h"
+#include "text/tokenizer.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
@@ -104,13 +108,29 @@ std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
   return model;
 }
 
+// --tokenizer: the tokenizer of --data's shards, as the text task uses it (bits per byte, the sample).
+std::optional<samples::ShardTokenizer> shard_tokenizer(const TrainGptConfig& c) {
+  if (c.tokenizer.empty()) return std::nullopt;
+  auto tokenizer = std::make_shared<const text::Tokenizer>(samples::or_usage_error(
+      kProgram, "--tokenizer " + c.tokenizer, [&] { return text::Tokenizer::load(c.tokenizer); }));
+  std::vector<uint32_t> lengths(tokenizer->vocab_size(), 0);
+  for (uint32_t id = 0; id < lengths.size(); ++id) {
+    try {
+      lengths[id] = uint32_t(tokenizer->token_bytes(id).size());
+    } catch (const Error&) {  // an id a loaded vocabulary skips: it never occurs in prepare_data's shards
+    }
+  }
+  return samples::ShardTokenizer{c.tokenizer, samples::TokenBytes(std::move(lengths)),
+                                 [tokenizer](std::span<const uint32_t> ids) { return tokenizer->decode(ids); }};
+}
+
 std::unique_ptr<samples::GptTask> make_task(const TrainGptConfig& c, const nn::GPT& model) {
   if (c.data.empty()) {  // a fresh problem for every training row (up to 2^24; a longer run repeats the pool)
     const int64_t pool = std::clamp<int64_t>(c.steps * c.batch, int64_t(1) << 20, int64_t(1) << 24);
     return samples::addition_task(int(c.digits), pool, uint64_t(c.seed) * 7919 + 1, c.eval_problems);
   }
   const int64_t T = std::min(c.context, model.config.context());
-  return samples::or_usage_error(kProgram, "--data " + c.data, [&] { return samples::text_task(c.data, T, c.batch, std::nullopt); });
+  return samples::or_usage_error(kProgram, "--data " + c.data, [&] { return samples::text_task(c.data, T, c.batch, shard_tokenizer(c)); });
 }
 
 // This rank's rows of each global batch, in the seed's order (--curriculum: easy problems first).
