@@ -110,8 +110,7 @@ int main(int argc, char** argv) {
 
     std::ifstream file(input, std::ios::binary);
     if (!file.good())
-      samples::exit_with_usage_error("prepare_data",
-                                     "cannot read --input \"" + input + "\": " + std::strerror(errno));
+      samples::exit_with_usage_error("prepare_data", "cannot read --input \"" + input + "\": " + std::strerror(errno));
     std::vector<std::string> specials;
     if (tokenizer)
       for (const text::SpecialToken& s : tokenizer->special_tokens()) specials.push_back(s.content);
@@ -125,25 +124,7 @@ int main(int argc, char** argv) {
                                          reinterpret_cast<const unsigned char*>(text.data()) + text.size()));
       }
     };
-    // `pending` starts at a safe cut; each block read is encoded up to its last safe cut (all of it
-    // byte-level, where every position is one), the rest carried into the next round.
-    std::string pending;
-    uint64_t bytes = 0;
-    std::vector<char> block(kBlockBytes);
-    while (file) {
-      file.read(block.data(), std::streamsize(block.size()));
-      const size_t n = size_t(file.gcount());
-      if (file.bad())
-        samples::exit_with_usage_error("prepare_data",
-                                       "reading --input \"" + input + "\" failed: " + std::strerror(errno));
-      pending.append(block.data(), n);
-      bytes += n;
-      const size_t cut = tokenizer ? cuts.last_cut(pending) : pending.size();
-      if (cut == 0) continue;
-      encode(std::string_view(pending).substr(0, cut));
-      pending.erase(0, cut);
-    }
-    if (!pending.empty()) encode(pending);
+    const uint64_t bytes = samples::for_each_chunk(file, input, kBlockBytes, tokenizer ? &cuts : nullptr, encode);
     if (bytes == 0) samples::exit_with_usage_error("prepare_data", "--input \"" + input + "\" is empty");
     shards.flush();
     const std::string scheme = tokenizer ? "BPE tokenizer " + tokenizer_path : std::string("byte-level tokens");
