@@ -165,7 +165,8 @@ TEST_CASE("train_bpe: special tokens are cut out of the corpus, never learned fr
   options.vocab_size = 400;
   options.min_frequency = 2;
   const Tokenizer with = train_bpe(corpus, options);
-  for (uint32_t id = 1; id < with.vocab_size(); ++id) CHECK(with.token_bytes(id).find('<') == std::string::npos);
+  REQUIRE(with.vocab_size() > 257);
+  for (uint32_t id = 257; id < with.vocab_size(); ++id) CHECK(with.token_bytes(id).find('<') == std::string::npos);
   CHECK(with.token_id("abc").has_value());
   options.special_tokens = {};
   const Tokenizer without = train_bpe(corpus, options);

@@ -93,12 +93,24 @@ std::vector<std::string> spellings(const Tokenizer& tok) {
   return out;
 }
 
-// `tok`'s merge list, spelled, read back from the merges.txt it saves.
+// `tok`'s merge list, spelled, read back from the tokenizer.json it saves ("a b" strings or [a, b]).
 std::vector<std::pair<std::string, std::string>> merges_of(const Tokenizer& tok) {
   hg::test::TempDir dir;
-  const std::string vocab = (dir.path / "vocab.json").string(), merges = (dir.path / "merges.txt").string();
-  tok.save_vocab_merges(vocab, merges);
-  return read_merges(merges);
+  const std::string path = (dir.path / "tokenizer.json").string();
+  tok.save_json(path);
+  const json saved = json::parse(read_file(path));
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (const json& m : saved.at("model").at("merges")) {
+    if (m.is_array()) {
+      merges.emplace_back(m.at(0).get<std::string>(), m.at(1).get<std::string>());
+    } else {
+      const std::string text = m.get<std::string>();
+      const size_t space = text.find(' ');
+      REQUIRE(space != std::string::npos);
+      merges.emplace_back(text.substr(0, space), text.substr(space + 1));
+    }
+  }
+  return merges;
 }
 
 void check_same_model(const Tokenizer& ours, const std::vector<std::string>& vocab,

@@ -35,6 +35,7 @@
 
 #include "kernels/error.h"
 #include "text/byte_alphabet.h"
+#include "text/pair_counts.h"
 #include "text/pretokenize.h"
 #include "text/tokenizer.h"
 
@@ -42,7 +43,7 @@ namespace hg::text {
 namespace {
 
 // A pair of token ids as one integer whose numeric order is the pair's (left, right) order.
-using Pair = uint64_t;
+using Pair = PairCounts::Pair;
 Pair make_pair_key(uint32_t left, uint32_t right) { return (uint64_t(left) << 32) | right; }
 uint32_t left_of(Pair p) { return uint32_t(p >> 32); }
 uint32_t right_of(Pair p) { return uint32_t(p); }
@@ -106,7 +107,7 @@ class Trainer {
  private:
   void add_special_tokens() {
     for (const std::string& content : options_.special_tokens) {
-      if (content.empty()) HG_FAIL("train_bpe: a special token is empty; expected its text, e.g. <|endoftext|>");
+      if (content.empty()) throw Error("train_bpe: a special token is empty; expected its text, e.g. <|endoftext|>");
       if (std::find(specials_.begin(), specials_.end(), content) != specials_.end()) continue;
       special_ids_.push_back(uint32_t(tokens_.size()));
       specials_.push_back(content);
@@ -136,13 +137,15 @@ class Trainer {
     for (const auto* specials : {&special_raw_, &special_spelled_}) {
       auto it = specials->find(token);
       if (it != specials->end())
-        HG_FAIL("train_bpe: special token \"", it->second, "\" is spelled like ", what, " ", printable(token),
-                " (Hugging Face tokenizers would give both one id); choose another special token");
+        throw Error(detail::concat("train_bpe: special token \"", it->second, "\" is spelled like ", what, " ",
+                                   printable(token),
+                                   " (Hugging Face tokenizers would give both one id); choose another special token"));
     }
   }
 
   void count_words(std::string_view corpus) {
     std::unordered_map<std::string_view, uint64_t> counts;
+    counts.reserve(corpus.size() / 64 + 16);
     for_each_document(corpus, specials_, [&](std::string_view text) {
       PieceSplitter splitter(text);
       std::string_view piece;
@@ -169,19 +172,14 @@ class Trainer {
 
   // A pair's count moves by `change` occurrences of word `w`; one that appears is remembered there.
   void note_change(Pair pair, int change, uint32_t w) {
-    pair_counts_[pair] += int64_t(change) * int64_t(word_counts_[w]);
-    if (change > 0) {
-      std::vector<uint32_t>& where = where_to_update_[pair];
-      if (where.empty() || where.back() != w) where.push_back(w);
-    }
+    pair_counts_.add(pair, int64_t(change) * int64_t(word_counts_[w]), change > 0 ? &w : nullptr);
   }
 
   void queue_updated_pairs() {
-    for (auto& [pair, where] : where_to_update_) {
-      const int64_t count = pair_counts_[pair];
-      if (count > 0) push(Candidate{uint64_t(count), pair, std::move(where)});
+    for (PairCounts::Gained& g : pair_counts_.take_gained()) {
+      const int64_t count = pair_counts_.count(g.pair);
+      if (count > 0) push(Candidate{uint64_t(count), g.pair, std::move(g.words)});
     }
-    where_to_update_.clear();
   }
 
   void push(Candidate c) {
@@ -198,7 +196,7 @@ class Trainer {
   void learn_merges() {
     while (tokens_.size() < options_.vocab_size && !queue_.empty()) {
       Candidate top = pop();
-      const uint64_t current = uint64_t(pair_counts_[top.pair]);
+      const uint64_t current = uint64_t(pair_counts_.count(top.pair));
       if (top.count != current) {  // stale: requeue with today's count
         top.count = current;
         push(std::move(top));
@@ -274,8 +272,7 @@ class Trainer {
   uint32_t byte_ids_[256] = {};
   std::vector<std::vector<uint32_t>> words_;       // each distinct piece as token ids
   std::vector<uint64_t> word_counts_;              // how often each piece occurs
-  std::unordered_map<Pair, int64_t, PairHash> pair_counts_;
-  std::unordered_map<Pair, std::vector<uint32_t>, PairHash> where_to_update_;
+  PairCounts pair_counts_;                         // every pair's count, the pairs gained this merge
   std::vector<Candidate> queue_;                   // a heap under queued_after
   std::vector<std::pair<Pair, uint32_t>> merges_;  // (pair, new token id) in the order learned
 };
