@@ -44,6 +44,28 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   return drop->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
 }
 
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache,
+                                           int64_t past) {
+  ModuleScope scope(*this);
+  HG_CHECK(x.dim() == 3, "[CausalSelfAttention] expected x [B, T, C], got ", x.describe());
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head;
+  const Shape cache_shape{B, n_head, k_cache.size(2), D};
+  HG_CHECK(k_cache.shape() == cache_shape && v_cache.shape() == cache_shape, "[CausalSelfAttention] expected key and "
+           "value caches [", B, ", ", n_head, ", capacity, ", D, "], got ", k_cache.describe(), " and ",
+           v_cache.describe());
+  HG_CHECK(past >= 0 && past + T <= k_cache.size(2), "[CausalSelfAttention] positions ", past, " .. ", past + T - 1,
+           " do not fit a cache of capacity ", k_cache.size(2));
+  const Tensor qkv = c_attn->forward(x);  // [B, T, 3C]
+  auto heads = [&](int64_t which) { return qkv.narrow(2, which * C, C).view({B, T, n_head, D}).transpose(1, 2); };
+  k_cache.narrow(2, past, T).copy_(heads(1));
+  v_cache.narrow(2, past, T).copy_(heads(2));
+  // Tq = T queries against Tk = past + T keys: the causal rule j <= i + (Tk - Tq) lets query i see
+  // rows 0 .. past + i, exactly what it sees in the whole sequence.
+  const Tensor y = scaled_dot_product_attention(heads(0), k_cache.narrow(2, 0, past + T),
+                                                v_cache.narrow(2, 0, past + T), /*causal=*/true, 0.0, attention);
+  return c_proj->forward(y.transpose(1, 2).reshape({B, T, C}));
+}
+
 Block::Block(const TransformerOptions& o) {
   o.validate();
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(o.n_embd(), o.layer_norm_eps()));
@@ -55,6 +77,12 @@ Block::Block(const TransformerOptions& o) {
 Tensor Block::forward(const Tensor& x) {
   ModuleScope scope(*this);
   const Tensor h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+Tensor Block::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t past) {
+  ModuleScope scope(*this);
+  const Tensor h = x + attn->forward_cached(ln_1->forward(x), k_cache, v_cache, past);
   return h + mlp->forward(ln_2->forward(h));
 }
 

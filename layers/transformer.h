@@ -5,6 +5,8 @@
 //   mlp(x)   = dropout(c_proj(gelu(c_fc(x))))
 // The attention runs scaled_dot_product_attention with `attention` (engine/ops.h: Auto takes the fused
 // FlashAttention-2 kernels where they apply); dropout on the probabilities only while training.
+// forward_cached runs the same math for generation against a KV cache (layers/kv_cache.h): the new
+// tokens' keys and values are written into the cache, the queries attend to the cached ones before them.
 #include "kernels/options.h"
 #include "layers/basic.h"
 
@@ -41,6 +43,10 @@ class CausalSelfAttention : public UnaryModule {
   explicit CausalSelfAttention(const TransformerOptions& options);
   // x [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x) override;
+  // Inference (no dropout): x [B, T, C] holds positions past .. past + T - 1. Their keys and values go
+  // into rows past .. past + T - 1 of k_cache and v_cache ([B, H, capacity, D], past + T <= capacity);
+  // query i attends to rows 0 .. past + i. Equal to the matching rows of forward() on the whole sequence.
+  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t past);
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> drop;
   const int64_t n_head;
@@ -52,6 +58,8 @@ class Block : public UnaryModule {
  public:
   explicit Block(const TransformerOptions& options);
   Tensor forward(const Tensor& x) override;
+  // The block with attn->forward_cached (see CausalSelfAttention); the caller turns dropout off (eval).
+  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t past);
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;

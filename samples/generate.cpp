@@ -1,0 +1,130 @@
+// generate: writes text with a trained GPT (layers/generate.h), streaming each token's bytes to stdout
+// as soon as it is drawn, after the prompt (echoed as given).
+//
+//   generate --model model.safetensors --tokenizer tokenizer.json --prompt "Once upon a time"
+//            --max-tokens 200 --temperature 0.8 --top-k 40 --seed 1 [--device cuda] [--no-cache]
+//
+// With --tokenizer (text/tokenizer.h: tokenizer.json, vocab.json + merges.txt, or their directory) the
+// prompt is BPE-encoded and tokens decode to their bytes; generation stops at <|endoftext|> when the
+// tokenizer has it (--no-stop-at-eot: never), and an empty prompt starts from <|endoftext|>, as GPT-2's
+// unconditional samples do. Without it the model must be byte-level (vocabulary 256: token = byte), as
+// `train_gpt --save` writes. The KV cache is on unless --no-cache (then every token recomputes the whole
+// window: the reference, O(T^2) per token). A summary line goes to stderr: tokens, seconds, tokens/s.
+// Bad input (missing model, a tokenizer larger than the model's vocabulary, a prompt longer than the
+// context, values out of range) is one line on stderr and exit code 2.
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+#include "layers/generate.h"
+#include "layers/gpt.h"
+#include "samples/cli.h"
+#include "text/tokenizer.h"
+#include "train/precision.h"
+
+using namespace hg;
+
+namespace {
+
+constexpr const char* kProgram = "generate";
+
+void write_bytes(const std::string& bytes) {
+  std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return samples::guarded_main(kProgram, [&] {
+    samples::Flags flags(kProgram,
+                         "Writes text with a trained GPT, streaming each token to stdout as it is drawn (the prompt\n"
+                         "first). Byte-level models (vocabulary 256) need no tokenizer.");
+    auto& model_path = flags.add_string("model", "", "the model: a safetensors file (train_gpt --save; GPT-2) (required)");
+    auto& tokenizer_path = flags.add_string("tokenizer", "",
+                                            "BPE tokenizer: tokenizer.json, vocab.json + merges.txt or their directory; "
+                                            "none: one token per byte (vocabulary 256)");
+    auto& prompt_text = flags.add_string("prompt", "", "the text to continue");
+    auto& max_tokens = flags.add_int("max-tokens", 100, "new tokens at most", 0, 1 << 24);
+    auto& temperature = flags.add_double("temperature", 0.8, "softmax temperature; 0: greedy (argmax)", 0, 1e6);
+    auto& top_k = flags.add_int("top-k", 0, "draw from the K most likely tokens only (0: all)", 0);
+    auto& top_p = flags.add_double("top-p", 1.0, "nucleus: the most likely tokens whose probability sums to P, in (0, 1]",
+                                   0, 1);
+    auto& seed = flags.add_int("seed", 1, "the sampler's seed (the same seed gives the same text on any device)", 0);
+    auto& device_name = flags.add_string("device", "cpu", "cpu, cuda or cuda:N");
+    auto& use_cache = flags.add_bool("cache", true, "use the KV cache (--no-cache: recompute the window per token)");
+    auto& precision = flags.add_string("precision", "fp32", "compute dtype of the model: fp32, bf16 or fp16");
+    auto& stop_at_eot = flags.add_bool("stop-at-eot", true, "stop at the tokenizer's <|endoftext|>");
+    auto& threads = flags.add_int("threads", 0, "CPU threads (0: all cores)", 0, 4096);
+    flags.after_parse([&] {
+      if (model_path.empty()) samples::exit_with_usage_error(kProgram, "--model FILE is required");
+      samples::check_readable_file(kProgram, "model", model_path);
+      if (top_p <= 0) samples::exit_with_usage_error(kProgram, "--top-p 0 is invalid; expected a value in (0, 1]");
+      samples::or_usage_error(kProgram, [&] { return train::parse_precision(precision); });
+    });
+    flags.parse(argc, argv);
+    if (threads > 0) omp_set_num_threads(int(threads));
+    const Device device = samples::checked_device(kProgram, device_name);
+
+    std::shared_ptr<nn::GPT> model =
+        samples::or_usage_error(kProgram, "--model " + model_path, [&] { return nn::GPT::load(model_path); });
+    const int64_t vocab = model->config.vocab_size(), context = model->config.context();
+    std::optional<text::Tokenizer> tokenizer;
+    if (!tokenizer_path.empty()) {
+      tokenizer = samples::or_usage_error(kProgram, "--tokenizer " + tokenizer_path,
+                                          [&] { return text::Tokenizer::load(tokenizer_path); });
+      if (int64_t(tokenizer->vocab_size()) > vocab)
+        samples::exit_with_usage_error(kProgram, "--tokenizer " + tokenizer_path + " has " +
+                                                     std::to_string(tokenizer->vocab_size()) + " tokens; --model " +
+                                                     model_path + " has a vocabulary of " + std::to_string(vocab) +
+                                                     "; expected a tokenizer of at most the model's vocabulary");
+    } else if (vocab != 256) {
+      samples::exit_with_usage_error(kProgram, "--model " + model_path + " has a vocabulary of " +
+                                                   std::to_string(vocab) +
+                                                   "; without --tokenizer the model must be byte-level (256)");
+    }
+
+    std::vector<int64_t> prompt;
+    if (tokenizer) {
+      for (uint32_t id : tokenizer->encode(prompt_text)) prompt.push_back(id);
+      if (prompt.empty() && tokenizer->end_of_text()) prompt.push_back(*tokenizer->end_of_text());
+    } else {
+      for (unsigned char byte : prompt_text) prompt.push_back(byte);
+    }
+    if (prompt.empty())
+      samples::exit_with_usage_error(kProgram, "--prompt is empty; expected at least one token to continue");
+    if (int64_t(prompt.size()) > context)
+      samples::exit_with_usage_error(kProgram, "--prompt is " + std::to_string(prompt.size()) +
+                                                   " tokens; the model's context is " + std::to_string(context) +
+                                                   " tokens");
+
+    model->to(train::parse_precision(precision));
+    model->to(device);
+    const auto options = nn::GenerationOptions()
+                             .max_tokens(max_tokens)
+                             .temperature(temperature)
+                             .top_k(top_k)
+                             .top_p(top_p)
+                             .seed(uint64_t(seed))
+                             .use_cache(use_cache)
+                             .stop_at(tokenizer && stop_at_eot && tokenizer->end_of_text()
+                                          ? int64_t(*tokenizer->end_of_text())
+                                          : -1)
+                             .vocab_limit(tokenizer ? int64_t(tokenizer->vocab_size()) : 0);
+    samples::or_usage_error(kProgram, [&] { options.validate(); });
+
+    write_bytes(prompt_text);
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<int64_t> generated = nn::generate(*model, prompt, options, [&](int64_t id) {
+      write_bytes(tokenizer ? tokenizer->token_bytes(uint32_t(id)) : std::string(1, char(id)));
+    });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    write_bytes("\n");
+    std::fprintf(stderr, "%s: %zu tokens in %.3f s (%.1f tokens/s) | %s, KV cache %s, %s\n", kProgram,
+                 generated.size(), seconds, double(generated.size()) / std::max(seconds, 1e-9),
+                 device.str().c_str(), use_cache ? "on" : "off", train::precision_name(model->wte->weight.dtype()));
+    return 0;
+  });
+}
