@@ -187,6 +187,25 @@ double bits_per_byte(double mean_loss, int64_t tokens, int64_t bytes) {
   return mean_loss * double(tokens) / (std::log(2.0) * double(bytes));
 }
 
+UnigramBaseline unigram_baseline(const TokenData& data, const TokenBytes* bytes) {
+  std::vector<int64_t> counts(size_t(data.vocab_size), 1);  // add-one smoothing
+  int64_t total = int64_t(data.vocab_size);
+  for (const data::TokenSpan& span : data.train)
+    for (int64_t i = 0; i < span.size(); ++i) ++counts[span.at(i)], ++total;
+  UnigramBaseline out;
+  int64_t byte_count = 0;
+  for (const data::TokenSpan& span : data.validation)
+    for (int64_t i = 0; i < span.size(); ++i) {
+      const int64_t id = span.at(i);
+      out.loss -= std::log(double(counts[size_t(id)]) / double(total));
+      ++out.tokens;
+      if (bytes) byte_count += bytes->bytes(std::span<const int64_t>(&id, 1));
+    }
+  out.loss /= double(std::max<int64_t>(out.tokens, 1));
+  if (bytes) out.bytes = byte_count;
+  return out;
+}
+
 ValidationSet validation_set(const TokenData& tokens, int64_t context, int64_t batch, int batches,
                              const TokenBytes* bytes) {
   const data::TokenWindowDataset windows(tokens.validation, context, 1);

@@ -90,6 +90,16 @@ class TokenBytes {
 // `bytes` bytes long: mean_loss * tokens / (ln 2 * bytes).
 double bits_per_byte(double mean_loss, int64_t tokens, int64_t bytes);
 
+// The baseline a model must beat: a unigram model -- each token's frequency among the training tokens,
+// add-one smoothed over the vocabulary -- scored on every validation token: its mean loss (nats per
+// token), the tokens scored and, given `bytes`, their bytes.
+struct UnigramBaseline {
+  double loss = 0;
+  int64_t tokens = 0;
+  std::optional<int64_t> bytes;
+};
+UnigramBaseline unigram_baseline(const TokenData& data, const TokenBytes* bytes);
+
 // `batches` validation batches of `batch` windows, the same ones every time (a fixed seed), with the
 // number of scored target tokens and, given `bytes`, the bytes of text they stand for.
 struct ValidationSet {

@@ -79,8 +79,17 @@ class Text final : public GptTask {
                                             : text_.vocab_size == 256 ? std::optional(TokenBytes::byte_level())
                                                                       : std::nullopt;
     validation_ = validation_set(text_, context, batch, 8, bytes ? &*bytes : nullptr);
+    const UnigramBaseline unigram = unigram_baseline(text_, bytes ? &*bytes : nullptr);
+    char baseline[160];
+    if (unigram.bytes)
+      std::snprintf(baseline, sizeof baseline, " (unigram baseline: %.4f per token, %.4f bits per byte)", unigram.loss,
+                    bits_per_byte(unigram.loss, unigram.tokens, *unigram.bytes));
+    else
+      std::snprintf(baseline, sizeof baseline, " (unigram baseline: %.4f per token)", unigram.loss);
+    description_ = text_.description + baseline;
   }
-  std::string description() const override { return text_.description; }
+  // The data and the validation loss a unigram model gets on it.
+  std::string description() const override { return description_; }
   std::shared_ptr<const data::Dataset> training_set() const override { return train_; }
   bool shuffle() const override { return true; }
   int64_t sequence_length() const override { return context_; }
@@ -132,6 +141,7 @@ class Text final : public GptTask {
   std::optional<ShardTokenizer> tokenizer_;
   std::shared_ptr<data::TokenWindowDataset> train_;
   ValidationSet validation_;
+  std::string description_;
   int64_t context_;
 };
 

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "dist/bootstrap.h"
+#include "data/token_shard.h"
 #include "samples/gpt_datasets.h"
 #include "train/checkpoint_directory.h"
 #include "train/precision.h"
@@ -14,7 +15,9 @@
 namespace hg::samples {
 
 int64_t model_vocab(const TrainGptConfig& c) {
-  if (c.data.empty()) return c.vocab;
+  // The addition task, or a text file (bytes: ids < 256, and --vocab >= 256 as before the shards had a
+  // vocabulary): --vocab.
+  if (c.data.empty() || !data::is_token_shard(c.data.substr(0, c.data.find(',')))) return c.vocab;
   return or_usage_error(kProgram, [&] {
     return fresh_model_vocab(token_data_vocab(c.data), c.flags.given("vocab") ? std::optional(c.vocab) : std::nullopt,
                              c.data);

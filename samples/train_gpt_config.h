@@ -131,8 +131,8 @@ struct TrainGptConfig {
   TrainGptConfig(const TrainGptConfig&) = delete;
 };
 
-// The vocabulary of a fresh model: --vocab for the addition task; for --data, the data's (the token
-// shards' header, 256 for a text file), which --vocab, when given, must equal (a usage error otherwise).
+// The vocabulary of a fresh model: --vocab for the addition task and a text file (byte-level); for
+// token shards, their header's, which --vocab, when given, must equal (a usage error otherwise).
 int64_t model_vocab(const TrainGptConfig& c);
 
 // train_gpt --resume (samples/cli.h ResumeRules): the keys that cannot change mid-run -- the model,

@@ -109,6 +109,25 @@ TEST_CASE("bits per byte: the loss in bits over the bytes the scored tokens stan
   CHECK_ERROR(bits_per_byte(1.0, 3, 0), "needs a positive byte count, got 0 bytes for 3 tokens");
 }
 
+TEST_CASE("the unigram baseline: add-one smoothed training frequencies on the validation tokens, by hand") {
+  // 20 tokens of vocabulary 4 (a b c d): training (the first 18) holds a 8 times, b 6, c 4; validation
+  // (the last 2) is c d.
+  test::TempDir dir;
+  const std::string path = (dir.path / "u.bin").string();
+  data::write_token_shard(path, {0, 1, 2, 0, 0, 1, 0, 2, 1, 0, 0, 1, 2, 0, 1, 2, 0, 1, 2, 3}, data::TokenDType::u16, 4);
+  const TokenData data = load_token_data(path, 0);
+  REQUIRE(data.validation[0].size() == 2);
+  // Counts + 1: a 9, b 7, c 5, d 1 of 22. Validation: -(ln(5/22) + ln(1/22)) / 2 nats per token; the
+  // lengths below make c 3 bytes and d 4.
+  const TokenBytes bytes(std::vector<uint32_t>{1, 2, 3, 4});
+  const UnigramBaseline unigram = unigram_baseline(data, &bytes);
+  CHECK(unigram.tokens == 2);
+  CHECK(unigram.loss == doctest::Approx((std::log(22.0 / 5.0) + std::log(22.0)) / 2).epsilon(1e-14));
+  REQUIRE(unigram.bytes.has_value());
+  CHECK(*unigram.bytes == 7);
+  CHECK_FALSE(unigram_baseline(data, nullptr).bytes.has_value());
+}
+
 TEST_CASE("the validation set counts its scored tokens and their bytes") {
   test::TempDir dir;
   std::mt19937 rng = testing::seeded_rng();
