@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
     if (output.empty()) samples::exit_with_usage_error("prepare_data", "--output PREFIX is required");
     if (dtype_name != "u16" && dtype_name != "u32" && dtype_name != "auto")
       samples::exit_with_usage_error("prepare_data",
-                                     "unknown --dtype \"" + dtype_name + "\"; expected u16, u32 or auto");
+                                     "unknown --dtype \"" + dtype_name +
+                                                         "\"; expected u16 or u32, or auto (u16 when the ids fit)");
     samples::check_readable_file("prepare_data", "input", input);
     const std::string output_dir =
         output.find('/') == std::string::npos ? "." : output.substr(0, output.rfind('/') + 1);
