@@ -1,8 +1,9 @@
-// train_gpt: trains a byte-level GPT and reports what it learned.
+// train_gpt: trains a GPT and reports what it learned.
 //
 // Default task: 3-digit addition ("482+039=0521\n"), generated here, judged by exact-match accuracy
-// on held-out problems never seen in training. --data FILE trains on any text file instead and
-// reports validation loss. The loop is train::Trainer; data parallelism and ZeRO come from
+// on held-out problems never seen in training. --data FILE trains on any text file (byte-level)
+// or on token shards (byte-level or BPE, the vocabulary from their header) instead and reports the
+// validation loss per token and bits per byte (--tokenizer: the shards' BPE). The loop is train::Trainer; data parallelism and ZeRO come from
 // dist::DataParallel. Written only against halfgrad's public headers, as a user would.
 #include <omp.h>
 
