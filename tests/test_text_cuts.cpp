@@ -2,7 +2,8 @@
 // unchanged (encode(left) ++ encode(right) == encode(whole)) on a Hugging Face-trained tokenizer
 // (tests/data/text/hf_tokenizer.json, vocabulary 2000, "<|endoftext|>") over its corpus, generated
 // multilingual text and adversarial strings; for_each_chunk over small blocks gives the whole file's
-// ids; and the cuts it refuses are ones that do change the ids (so the check can fail).
+// ids; the cuts it refuses are ones that do change the ids (so the check can fail); and the token
+// lengths bits per byte counts add up to the text's bytes.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "samples/gpt_datasets.h"
 #include "samples/text_cuts.h"
 #include "support/synthetic_text.h"
 #include "support/test_seed.h"
@@ -53,7 +55,8 @@ std::vector<uint32_t> encode_cut(const text::Tokenizer& tokenizer, std::string_v
 // documents and inside lines.
 std::string mixed_text(std::mt19937& rng) {
   std::string text = read_file(kData + "corpus.txt").substr(0, 60000);
-  text += "<|endoftext|>" + test::synthetic_text(30000, rng());
+  text += "<|endoftext|>";
+  text += test::synthetic_text(30000, rng());
   text += "end.<|endoftext|>\nNext doc\n<|endoftext|><|endoftext|>x\n\ny z\n \nw\t\nv\r\nu";
   return text;
 }
@@ -138,6 +141,12 @@ TEST_CASE("for_each_chunk over small blocks gives the whole input's ids") {
     CHECK(tokenizer.decode(ids) == text);
     if (block < text.size()) CHECK(chunks > 1);
   }
+  // The bytes bits per byte divides by (samples/gpt_datasets.h): the ids' token lengths add up to the
+  // text's bytes exactly, special tokens included.
+  std::vector<uint32_t> lengths(tokenizer.vocab_size());
+  for (uint32_t id = 0; id < lengths.size(); ++id) lengths[id] = uint32_t(tokenizer.token_bytes(id).size());
+  const std::vector<int64_t> whole_ids(whole.begin(), whole.end());
+  CHECK(samples::TokenBytes(lengths).bytes(whole_ids) == int64_t(text.size()));
   // Byte-level (no cuts object): every position is a cut; the chunks are the input.
   std::istringstream in(text);
   std::string again;
