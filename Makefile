@@ -19,7 +19,7 @@ EMU_BUILD_DIR ?= build-emu
 EMU_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_CUDA=EMULATED -DHALFGRAD_SANITIZE=address \
                    -DHALFGRAD_BUILD_BENCH=OFF
 
-.PHONY: setup configure build test test-emu test-audit fuzz train train-mlp train-cnn plot bench format clean
+.PHONY: setup configure build test test-emu test-audit fuzz train train-mlp train-cnn plot bench format clean train-text
 
 setup:
 	@scripts/setup
@@ -74,6 +74,13 @@ plot: configure
 	$(BUILD_DIR)/bin/train_gpt --metrics-log $(BUILD_DIR)/train_gpt_metrics.jsonl $(ARGS)
 	$(BUILD_DIR)/bin/plot_metrics $(BUILD_DIR)/train_gpt_metrics.jsonl --title "train_gpt $(ARGS)" \
 	  -o $(BUILD_DIR)/train_gpt_metrics.svg -o $(BUILD_DIR)/train_gpt_metrics.png
+
+# A small BPE GPT on real prose that ships with Debian (the Python documentation, package python3-doc):
+# tokenizer -> token shards -> train_gpt -> generate, every intermediate reused under build/text/
+# (scripts/train-text; docs/samples.md).
+train-text: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_gpt prepare_data tokenize generate
+	BUILD_DIR=$(BUILD_DIR) ARGS="$(ARGS)" scripts/train-text
 
 bench: build
 	$(BUILD_DIR)/bin/bench_ops

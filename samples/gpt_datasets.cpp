@@ -1,6 +1,8 @@
 #include "samples/gpt_datasets.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -69,20 +71,37 @@ std::vector<int64_t> TokenData::prompt(int64_t n) const {
   return out;
 }
 
-TokenData load_token_data(const std::string& paths, int64_t context) {
-  TokenData data;
+namespace {
+
+std::vector<std::string> split_paths(const std::string& paths) {
   std::vector<std::string> files;
   for (size_t start = 0; start <= paths.size();) {
     const size_t comma = std::min(paths.find(',', start), paths.size());
     files.push_back(paths.substr(start, comma - start));
     start = comma + 1;
   }
+  return files;
+}
+
+// Every shard of one --data list must share the first one's vocabulary (one tokenizer wrote them).
+void check_same_vocab(const std::string& first, uint64_t first_vocab, const std::string& path, uint64_t vocab) {
+  HG_CHECK(vocab == first_vocab, "[train_gpt] token shard \"", path, "\" has a vocabulary of ", vocab, " ids, but \"",
+           first, "\" has ", first_vocab, "; expected every shard of --data to come from the same tokenizer");
+}
+
+}  // namespace
+
+TokenData load_token_data(const std::string& paths, int64_t context) {
+  TokenData data;
+  const std::vector<std::string> files = split_paths(paths);
   for (const std::string& path : files) {
     data::TokenSpan whole_file;
     if (data::is_token_shard(path)) {
       auto shard = std::make_shared<const data::TokenShard>(path);
-      HG_CHECK(shard->vocab_size() <= 256, "[train_gpt] token shard \"", path, "\" has a vocabulary of ",
-               shard->vocab_size(), " ids; this byte-level model has 256 (write it with prepare_data)");
+      if (data.train.empty())
+        data.vocab_size = shard->vocab_size();
+      else
+        check_same_vocab(files.front(), data.vocab_size, path, shard->vocab_size());
       shard->check_tokens();
       data.description += (data.description.empty() ? "" : ", ") + path + ": " + std::to_string(shard->size()) + " " +
                           data::token_dtype_name(shard->dtype()) + " tokens";
@@ -96,6 +115,7 @@ TokenData load_token_data(const std::string& paths, int64_t context) {
       for (auto it = std::istreambuf_iterator<char>(file); it != std::istreambuf_iterator<char>(); ++it)
         bytes->push_back((unsigned char)*it);
       data.description = path + ": " + std::to_string(bytes->size()) + " bytes";
+      data.vocab_size = 256;
       whole_file = data::whole(std::shared_ptr<const std::vector<uint32_t>>(bytes));
     }
     const int64_t split = whole_file.size() * 9 / 10;
@@ -111,18 +131,98 @@ TokenData load_token_data(const std::string& paths, int64_t context) {
   return data;
 }
 
-std::vector<std::pair<Tensor, Tensor>> validation_batches(const TokenData& tokens, int64_t context, int64_t batch,
-                                                          int batches) {
+uint64_t token_data_vocab(const std::string& paths) {
+  const std::vector<std::string> files = split_paths(paths);
+  uint64_t vocab = 0;
+  for (const std::string& path : files) {
+    if (!data::is_token_shard(path)) return 256;  // a text file, read as bytes (load_token_data refuses mixed lists)
+    const data::TokenShard shard(path);
+    if (&path == &files.front())
+      vocab = shard.vocab_size();
+    else
+      check_same_vocab(files.front(), vocab, path, shard.vocab_size());
+  }
+  return vocab;
+}
+
+int64_t fresh_model_vocab(uint64_t data_vocab, std::optional<int64_t> requested, const std::string& data) {
+  constexpr uint64_t kLargest = uint64_t(1) << 20;  // train_gpt's bound on --vocab
+  HG_CHECK(data_vocab >= 1 && data_vocab <= kLargest, "[train_gpt] --data ", data, " has a vocabulary of ", data_vocab,
+           " ids (its shards' header); expected 1 to ", kLargest);
+  HG_CHECK(!requested || uint64_t(*requested) == data_vocab, "[train_gpt] --vocab ", requested.value_or(0),
+           " does not match the vocabulary of --data ", data, " (", data_vocab,
+           " ids, from its shards' header); expected --vocab ", data_vocab, " or no --vocab");
+  return int64_t(data_vocab);
+}
+
+void check_model_vocab(int64_t model_vocab, uint64_t data_vocab, const std::string& model, const std::string& data) {
+  HG_CHECK(model_vocab >= 0 && uint64_t(model_vocab) >= data_vocab, "[train_gpt] the model of --load ", model, " has ",
+           model_vocab, " token ids, fewer than the ", data_vocab, " of --data ", data,
+           "; expected a model whose vocabulary covers the data's");
+}
+
+void check_tokenizer_vocab(uint64_t tokenizer_vocab, uint64_t data_vocab, const std::string& path,
+                           const std::string& data) {
+  HG_CHECK(tokenizer_vocab == data_vocab, "[train_gpt] --tokenizer ", path, " has a vocabulary of ", tokenizer_vocab,
+           " ids, but --data ", data, " has ", data_vocab,
+           " (its shards' header); expected the tokenizer that prepare_data wrote the shards with");
+}
+
+TokenBytes TokenBytes::byte_level() { return TokenBytes(std::vector<uint32_t>(256, 1)); }
+
+int64_t TokenBytes::bytes(std::span<const int64_t> ids) const {
+  int64_t total = 0;
+  for (const int64_t id : ids) {
+    if (id < 0) continue;  // ignored by the loss (-100)
+    HG_CHECK(uint64_t(id) < lengths_.size(), "[bits per byte] token id ", id, " is outside the tokenizer's ",
+             lengths_.size(), " ids");
+    total += lengths_[size_t(id)];
+  }
+  return total;
+}
+
+double bits_per_byte(double mean_loss, int64_t tokens, int64_t bytes) {
+  HG_CHECK(tokens >= 0 && bytes > 0, "[bits per byte] needs a positive byte count, got ", bytes, " bytes for ", tokens,
+           " tokens");
+  return mean_loss * double(tokens) / (std::log(2.0) * double(bytes));
+}
+
+UnigramBaseline unigram_baseline(const TokenData& data, const TokenBytes* bytes) {
+  std::vector<int64_t> counts(size_t(data.vocab_size), 1);  // add-one smoothing
+  int64_t total = int64_t(data.vocab_size);
+  for (const data::TokenSpan& span : data.train)
+    for (int64_t i = 0; i < span.size(); ++i) ++counts[span.at(i)], ++total;
+  UnigramBaseline out;
+  int64_t byte_count = 0;
+  for (const data::TokenSpan& span : data.validation)
+    for (int64_t i = 0; i < span.size(); ++i) {
+      const int64_t id = span.at(i);
+      out.loss -= std::log(double(counts[size_t(id)]) / double(total));
+      ++out.tokens;
+      if (bytes) byte_count += bytes->bytes(std::span<const int64_t>(&id, 1));
+    }
+  out.loss /= double(std::max<int64_t>(out.tokens, 1));
+  if (bytes) out.bytes = byte_count;
+  return out;
+}
+
+ValidationSet validation_set(const TokenData& tokens, int64_t context, int64_t batch, int batches,
+                             const TokenBytes* bytes) {
   const data::TokenWindowDataset windows(tokens.validation, context, 1);
   std::mt19937_64 rng(99);
   std::uniform_int_distribution<int64_t> pick(0, windows.size() - 1);
-  std::vector<std::pair<Tensor, Tensor>> out;
+  ValidationSet out;
+  int64_t byte_count = 0;
   for (int i = 0; i < batches; ++i) {
     Tensor ids = empty({batch, context}, i64), targets = empty({batch, context}, i64);
     for (int64_t r = 0; r < batch; ++r)
       windows.get(pick(rng), {ids.data<int64_t>() + r * context, targets.data<int64_t>() + r * context});
-    out.emplace_back(ids, targets);
+    const std::span<const int64_t> scored(targets.data<int64_t>(), size_t(batch * context));
+    out.tokens += std::count_if(scored.begin(), scored.end(), [](int64_t t) { return t >= 0; });
+    if (bytes) byte_count += bytes->bytes(scored);
+    out.batches.emplace_back(ids, targets);
   }
+  if (bytes) out.bytes = byte_count;
   return out;
 }
 

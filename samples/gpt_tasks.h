@@ -4,12 +4,16 @@
 // loss, minimised). Each gives the training Dataset, the evaluation the Trainer runs, the
 // easy-to-hard curriculum where the task has a difficulty, and what a run shows at the end.
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "layers/gpt.h"
+#include "samples/gpt_datasets.h"
 #include "train/trainer.h"
 
 namespace hg::samples {
@@ -42,8 +46,20 @@ class GptTask {
 // D-digit addition: a pool of `pool` training problems from `seed`, judged on `eval_problems`
 // held-out problems.
 std::unique_ptr<GptTask> addition_task(int digits, int64_t pool, uint64_t seed, int64_t eval_problems);
+// What the text task needs of the tokenizer that wrote --data's shards (train_gpt --tokenizer loads it,
+// text/tokenizer.h): its file, every id's byte length (bits per byte) and decode (the sample).
+struct ShardTokenizer {
+  std::string path;
+  TokenBytes bytes;
+  std::function<std::string(std::span<const uint32_t>)> decode;
+};
 // --data: a text file or token shards (samples/gpt_datasets.h), windows of `context` tokens, 8
-// validation batches of `batch` windows.
-std::unique_ptr<GptTask> text_task(const std::string& paths, int64_t context, int64_t batch);
+// validation batches of `batch` windows, scored as loss per token and bits per byte: bytes from
+// `tokenizer` when given (its vocabulary must be the data's: an hg::Error names both otherwise), one
+// per token for byte-level data (vocabulary 256) without one; BPE data without its tokenizer reports
+// the loss per token only. The sample at the end is decoded by the tokenizer (byte-level: token =
+// byte; BPE without a tokenizer: the ids).
+std::unique_ptr<GptTask> text_task(const std::string& paths, int64_t context, int64_t batch,
+                                   std::optional<ShardTokenizer> tokenizer);
 
 }  // namespace hg::samples

@@ -1,13 +1,17 @@
-// train_gpt: trains a byte-level GPT and reports what it learned.
+// train_gpt: trains a GPT and reports what it learned.
 //
 // Default task: 3-digit addition ("482+039=0521\n"), generated here, judged by exact-match accuracy
-// on held-out problems never seen in training. --data FILE trains on any text file instead and
-// reports validation loss. The loop is train::Trainer; data parallelism and ZeRO come from
+// on held-out problems never seen in training. --data FILE trains on any text file (byte-level)
+// or on token shards (byte-level or BPE, the vocabulary from their header) instead and reports the
+// validation loss per token and bits per byte (--tokenizer: the shards' BPE). The loop is train::Trainer; data parallelism and ZeRO come from
 // dist::DataParallel. Written only against halfgrad's public headers, as a user would.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +25,7 @@
 #include "samples/gpt_tasks.h"
 #include "samples/train_gpt_config.h"
 #include "samples/train_gpt_plan.h"
+#include "text/tokenizer.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
@@ -76,6 +81,10 @@ std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
   std::shared_ptr<nn::GPT> model;
   if (!c.load.empty()) {
     model = samples::or_usage_error(kProgram, "--load " + c.load, [&] { return nn::GPT::load(c.load); });
+    if (!c.data.empty())
+      samples::or_usage_error(kProgram, [&] {
+        samples::check_model_vocab(model->config.vocab_size(), samples::token_data_vocab(c.data), c.load, c.data);
+      });
     const int64_t positions = model->config.context();
     if (!c.data.empty() && c.context > positions)
       samples::exit_with_usage_error(kProgram, "--context " + std::to_string(c.context) + " is longer than the " +
@@ -88,7 +97,7 @@ std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
                                                    std::to_string(3 * c.digits + 3));
   } else {
     const auto config =
-        nn::GPTConfig().vocab_size(c.vocab).context(c.context).n_layer(c.layers).n_head(c.heads).n_embd(c.dim).dropout(
+        nn::GPTConfig().vocab_size(samples::model_vocab(c)).context(c.context).n_layer(c.layers).n_head(c.heads).n_embd(c.dim).dropout(
             c.dropout);
     model = std::make_shared<nn::GPT>(config);
   }
@@ -100,13 +109,29 @@ std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
   return model;
 }
 
+// --tokenizer: the tokenizer of --data's shards, as the text task uses it (bits per byte, the sample).
+std::optional<samples::ShardTokenizer> shard_tokenizer(const TrainGptConfig& c) {
+  if (c.tokenizer.empty()) return std::nullopt;
+  auto tokenizer = std::make_shared<const text::Tokenizer>(samples::or_usage_error(
+      kProgram, "--tokenizer " + c.tokenizer, [&] { return text::Tokenizer::load(c.tokenizer); }));
+  std::vector<uint32_t> lengths(tokenizer->vocab_size(), 0);
+  for (uint32_t id = 0; id < lengths.size(); ++id) {
+    try {
+      lengths[id] = uint32_t(tokenizer->token_bytes(id).size());
+    } catch (const Error&) {  // an id a loaded vocabulary skips: it never occurs in prepare_data's shards
+    }
+  }
+  return samples::ShardTokenizer{c.tokenizer, samples::TokenBytes(std::move(lengths)),
+                                 [tokenizer](std::span<const uint32_t> ids) { return tokenizer->decode(ids); }};
+}
+
 std::unique_ptr<samples::GptTask> make_task(const TrainGptConfig& c, const nn::GPT& model) {
   if (c.data.empty()) {  // a fresh problem for every training row (up to 2^24; a longer run repeats the pool)
     const int64_t pool = std::clamp<int64_t>(c.steps * c.batch, int64_t(1) << 20, int64_t(1) << 24);
     return samples::addition_task(int(c.digits), pool, uint64_t(c.seed) * 7919 + 1, c.eval_problems);
   }
   const int64_t T = std::min(c.context, model.config.context());
-  return samples::or_usage_error(kProgram, "--data " + c.data, [&] { return samples::text_task(c.data, T, c.batch); });
+  return samples::or_usage_error(kProgram, "--data " + c.data, [&] { return samples::text_task(c.data, T, c.batch, shard_tokenizer(c)); });
 }
 
 // This rank's rows of each global batch, in the seed's order (--curriculum: easy problems first).

@@ -3,14 +3,27 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 
 #include "dist/bootstrap.h"
+#include "data/token_shard.h"
+#include "samples/gpt_datasets.h"
 #include "train/checkpoint_directory.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
 namespace hg::samples {
+
+int64_t model_vocab(const TrainGptConfig& c) {
+  // The addition task, or a text file (bytes: ids < 256, and --vocab >= 256 as before the shards had a
+  // vocabulary): --vocab.
+  if (c.data.empty() || !data::is_token_shard(c.data.substr(0, c.data.find(',')))) return c.vocab;
+  return or_usage_error(kProgram, [&] {
+    return fresh_model_vocab(token_data_vocab(c.data), c.flags.given("vocab") ? std::optional(c.vocab) : std::nullopt,
+                             c.data);
+  });
+}
 
 const ResumeRules& train_gpt_resume_rules() {
   // The ZeRO stage and optimizer offload may change: a checkpoint re-partitions its optimizer shards
@@ -94,6 +107,8 @@ void check_settings(const TrainGptConfig& c) {
          "-digit problems; expected at least " + std::to_string(3 * c.digits + 3));
   if (c.curriculum != "none" && c.curriculum != "easy-to-hard")
     fail("unknown --curriculum \"" + c.curriculum + "\"; expected none or easy-to-hard");
+  if (!c.tokenizer.empty() && c.data.empty())
+    fail("--tokenizer names the tokenizer of --data's token shards; it needs --data");
   if (c.curriculum != "none" && !c.data.empty())
     fail("--curriculum easy-to-hard needs the addition task's difficulty score; it does not apply to --data");
   // Sizes within bounds (no overflow in batch x context x dim), input files readable.
@@ -108,6 +123,8 @@ void check_settings(const TrainGptConfig& c) {
                            {"sample", c.sample, 1 << 20},
                            {"memory-limit-mib", c.memory_limit_mib, int64_t(1) << 30}});
   if (!c.load.empty()) check_readable_file(kProgram, "load", c.load);
+  if (!c.tokenizer.empty() && !std::filesystem::is_directory(c.tokenizer))
+    check_readable_file(kProgram, "tokenizer", c.tokenizer);
   for (size_t start = 0; !c.data.empty() && start <= c.data.size();) {
     const size_t comma = std::min(c.data.find(',', start), c.data.size());
     check_readable_file(kProgram, "data", c.data.substr(start, comma - start));

@@ -131,6 +131,10 @@ struct TrainGptConfig {
   TrainGptConfig(const TrainGptConfig&) = delete;
 };
 
+// The vocabulary of a fresh model: --vocab for the addition task and a text file (byte-level); for
+// token shards, their header's, which --vocab, when given, must equal (a usage error otherwise).
+int64_t model_vocab(const TrainGptConfig& c);
+
 // train_gpt --resume (samples/cli.h ResumeRules): the keys that cannot change mid-run -- the model,
 // the data and its order (data and load compared as files), the numerics and the optimizer state's
 // layout -- and those each invocation sets anew (resume, checkpoint-dir, stop-after-steps, and the

@@ -83,7 +83,7 @@ plan::PlanRequest plan_request(const TrainGptConfig& c) {
     const auto model = or_usage_error(kProgram, "--load " + c.load, [&] { return nn::GPT::load(c.load); });
     request.model = plan::ModelShape::of(model->config);
   } else {
-    request.model.vocab = c.vocab;
+    request.model.vocab = model_vocab(c);  // --data: the shards' vocabulary
     request.model.context = c.context;
     request.model.layers = c.layers;
     request.model.heads = c.heads;

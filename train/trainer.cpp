@@ -427,6 +427,7 @@ bool Trainer::evaluate(int64_t step, metrics::Record& record, TrainingMonitor& m
     evaluation = evaluate_();
   }
   record.set(options_.metric_name(), evaluation.value);
+  for (const auto& [name, value] : evaluation.metrics) record.set(name, value);
   bool stop = false;
   {
     std::unique_ptr<optim::Optimizer::WholeParameters> whole;  // ZeRO stage 3: snapshots need the weights

@@ -66,6 +66,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "data/curriculum.h"
 #include "data/data_loader.h"
@@ -139,6 +141,7 @@ struct TrainerOptions {
 struct Evaluation {
   double value = 0.0;
   std::string text;
+  std::vector<std::pair<std::string, double>> metrics = {};  // more fields of the metrics log's record
 };
 
 struct TrainResult {
