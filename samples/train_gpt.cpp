@@ -21,6 +21,7 @@
 #include "samples/gpt_tasks.h"
 #include "samples/train_gpt_config.h"
 #include "samples/train_gpt_plan.h"
+#include "train/checkpoint_directory.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
@@ -145,6 +146,7 @@ train::TrainerOptions trainer_options(const TrainGptConfig& c, const samples::Gp
       .checkpoint_every(c.checkpoint_every)
       .keep_checkpoints(c.keep_checkpoints)
       .resume(c.resume)
+      .continue_after_checkpoint_error(c.on_checkpoint_error == "warn")
       .run_config(c.flags.run_config(samples::train_gpt_resume_rules()))
       .cuda_graph(c.cuda_graph)
       .monitor(train::MonitorOptions()
@@ -222,6 +224,12 @@ int run(const TrainGptConfig& c) {
 int run_or_report(const TrainGptConfig& config) {
   try {
     return run(config);
+  } catch (const train::CheckpointWriteError& e) {  // --on-checkpoint-error stop
+    std::fprintf(stderr,
+                 "train_gpt: error: %s | stopped: free space or make --checkpoint-dir writable, then --resume "
+                 "(--on-checkpoint-error warn trains on without the checkpoint)\n",
+                 e.what());
+    return 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "train_gpt: error: %s\n", e.what());
     return 1;
