@@ -7,9 +7,13 @@
 #     reason and the newest intact checkpoint; that checkpoint is untouched, no temporary is left;
 #   --on-checkpoint-error warn: a warning per failed checkpoint, training runs to the end (exit 0);
 # and a --resume once the disk is usable again ends byte-identical to a run that never failed.
-# Usage: check_checkpoint_write_failure.sh train_gpt
+# With mpirun flags, also a ZeRO run (-np 2 --zero 2) whose rank 1 alone cannot write its optimizer
+# shard: every rank stops together (rank 0's line names rank 1's error), or warns and trains on.
+# Usage: check_checkpoint_write_failure.sh train_gpt [mpirun flags...]
 set -uo pipefail
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+shift
+mpirun=("$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -26,7 +30,7 @@ after_failure() {
   local name=$1 dir=$2 out=$3 code=$4
   [[ $code -eq 1 ]] || fail "$name: exited $code (expected 1): $out"
   local line
-  line=$(grep "^train_gpt: error:" <<<"$out") || fail "$name: no error line: $out"
+  line=$(grep -o "train_gpt: error:.*" <<<"$out") || fail "$name: no error line: $out"
   [[ $(wc -l <<<"$line") -eq 1 ]] || fail "$name: more than one error line: $line"
   grep -qF "'$dir/step_0000000006.safetensors'" <<<"$line" || fail "$name: the error does not name the entry: $line"
   grep -qF "the newest intact checkpoint: '$dir/step_0000000004.safetensors'" <<<"$line" ||
@@ -88,5 +92,26 @@ else
   grep -q "No space left on device" nospc.out || fail "ENOSPC: the reason is not the system's: $(cat nospc.out)"
   after_failure "read-only filesystem (EROFS), stop" erofs_dir "$(cat erofs.out)" "$(cat erofs.code)"
   grep -q "Read-only file system" erofs.out || fail "EROFS: the reason is not the system's: $(cat erofs.out)"
+fi
+# ---- a ZeRO run whose rank 1 alone hits the limit (its optimizer shard: ~86 KiB > 40 KiB) ----
+if [[ ${#mpirun[@]} -gt 0 ]]; then
+  zero=("${tiny[@]}" --zero 2)
+  limited_rank1=(bash -c 'trap "" XFSZ; [[ $OMPI_COMM_WORLD_RANK == 1 ]] && ulimit -f 40; exec "$0" "$@"' "$bin")
+  "${mpirun[@]}" -np 2 "$bin" "${zero[@]}" --checkpoint-dir zero --stop-after-steps 4 >/dev/null 2>&1 ||
+    fail "zero: first half exited $?"
+  start=$SECONDS
+  out=$(HALFGRAD_DIST_TIMEOUT=60 "${mpirun[@]}" -np 2 "${limited_rank1[@]}" "${zero[@]}" --checkpoint-dir zero --resume 2>&1)
+  code=$?
+  ((SECONDS - start < 30)) || fail "zero: the ranks took $((SECONDS - start)) s to stop (a rank waited for a timeout)"
+  [[ $code -ne 0 ]] || fail "zero: exited 0 though rank 1 could not write its shard: $out"
+  grep -q "train_gpt: error: .*'zero/step_0000000006': rank 1: .*optimizer.rank1-of-2.*File too large" <<<"$out" ||
+    fail "zero: rank 0 does not report rank 1's error: $out"
+  [[ $(ls zero | tr '\n' ' ') == "step_0000000002 step_0000000004 " ]] || fail "zero: left $(ls zero | tr '\n' ' ')"
+  out=$(HALFGRAD_DIST_TIMEOUT=60 "${mpirun[@]}" -np 2 "${limited_rank1[@]}" "${zero[@]}" --checkpoint-dir zero --resume \
+        --on-checkpoint-error warn 2>&1) || fail "zero: warn exited $?: $out"
+  [[ $(grep -c "warning: .*'zero/step_000000000[68]': rank 1: .*File too large" <<<"$out") -eq 2 ]] ||
+    fail "zero: expected 2 warnings naming rank 1's error: $out"
+  [[ $(ls zero | tr '\n' ' ') == "step_0000000002 step_0000000004 " ]] || fail "zero: warn left $(ls zero | tr '\n' ' ')"
+  echo "ok: ZeRO x2, rank 1's shard past the limit: both ranks stopped within $((SECONDS - start)) s; warn trained on"
 fi
 echo "checkpoint write failure checks ok"
