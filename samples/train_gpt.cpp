@@ -211,7 +211,13 @@ int run(const TrainGptConfig& c) {
                 c.offload.c_str());
   if (c.optimizer_state_bits == 8) std::printf("%s\n", optimizer_state_line(*model, c).c_str());
   if (c.resume) samples::or_usage_error(kProgram, [&] { return trainer.resume(); });
-  trainer.fit();
+  try {
+    trainer.fit();
+  } catch (const train::CheckpointWriteError& e) {  // --on-checkpoint-error stop: one line, exit 1
+    throw Error(std::string(e.what()) +
+                " | stopped: free space or make --checkpoint-dir writable, then --resume (--on-checkpoint-error "
+                "warn trains on without the checkpoint)");
+  }
   if (c.sample > 0) task->show_samples(*model, c.sample);
   if (!c.save.empty()) {
     trainer.save_model(c.save, [&](const std::string& path) { model->save(path); });
@@ -224,12 +230,6 @@ int run(const TrainGptConfig& c) {
 int run_or_report(const TrainGptConfig& config) {
   try {
     return run(config);
-  } catch (const train::CheckpointWriteError& e) {  // --on-checkpoint-error stop
-    std::fprintf(stderr,
-                 "train_gpt: error: %s | stopped: free space or make --checkpoint-dir writable, then --resume "
-                 "(--on-checkpoint-error warn trains on without the checkpoint)\n",
-                 e.what());
-    return 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "train_gpt: error: %s\n", e.what());
     return 1;

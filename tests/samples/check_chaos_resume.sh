@@ -60,6 +60,7 @@ same_final() {
 kill_job() {
   local pid=$1 child status
   local children
+  kill -STOP -- "-$pid" 2>/dev/null  # mpirun can start no rank now: the list below is complete
   children=$(pgrep -P "$pid" 2>/dev/null)
   kill -KILL -- "-$pid" 2>/dev/null
   for child in $children; do kill -KILL -- "-$child" 2>/dev/null || kill -KILL "$child" 2>/dev/null; done
