@@ -6,7 +6,7 @@
 #   zero2   mpirun -np 2 ... --zero 2 (a sharded entry: state.safetensors + one optimizer shard per
 #           rank; the whole job -- mpirun and each rank's process group -- is killed at once)
 #   fp16    one process, --precision fp16 with dynamic loss scaling
-# Kills land anywhere: at start-up, mid-step, in a checkpoint write (between the ranks' shard writes,
+# Kills land anywhere: in the start-up, mid-step, in a checkpoint write (between the ranks' shard writes,
 # before the rename), during pruning. A run that reaches the end before its kill starts a new round
 # from an empty directory, so the kill count is always reached. Reports per mode: kills survived,
 # kills after the first step was done, kills that left a temporary or retired entry (a write or prune was cut), steps lost per kill
@@ -66,6 +66,12 @@ kill_job() {
   for child in $children; do kill -KILL -- "-$child" 2>/dev/null || kill -KILL "$child" 2>/dev/null; done
   wait "$pid" 2>/dev/null
   status=$?
+  local tries=0
+  while ((status == 128 + 19 && tries++ < 1000)); do  # the SIGSTOP reported first: now the kill
+    sleep 0.01
+    wait "$pid" 2>/dev/null
+    status=$?
+  done
   for child in $children; do while kill -0 "$child" 2>/dev/null; do sleep 0.01; done; done
   return $status
 }
@@ -83,6 +89,12 @@ chaos() {
   "${launch[@]}" "${args[@]}" --checkpoint-dir "$ref" --resume >"$work/$mode.ref.out" 2>&1 ||
     fail "$mode: the uninterrupted run exited $?: $(tail -5 "$work/$mode.ref.out")"
   local span_ms=$((($(date +%s%N) - began) / 1000000))
+  # One kill in 5 lands in the start-up (launch, set-up, the resume's loading: uniform over an
+  # uninterrupted run's); the others once training has begun (the first metrics line), uniform over
+  # half an uninterrupted run's training time (its summary line), so that most land before the end.
+  local train_ms start_ms
+  train_ms=$(grep -o "summary: [0-9]* steps in [0-9.]* s" "$work/$mode.ref.out" | awk '{ printf "%d", $5 * 1000 }')
+  start_ms=$((span_ms > train_ms ? span_ms - train_ms : 0))
 
   local kills=0 mid=0 cut=0 rounds=0 attempts=0 lost_total=0 lost_max=0 finished_rounds=0
   local dir=$work/$mode.run.$rounds
@@ -90,7 +102,13 @@ chaos() {
     attempts=$((attempts + 1))
     local log=$work/$mode.metrics.$attempts
     "${launch[@]}" "${args[@]}" --checkpoint-dir "$dir" --resume --metrics-log "$log" >"$work/$mode.out" 2>&1 &
-    local pid=$! delay_ms=$((RANDOM % (span_ms + 1)))
+    local pid=$! delay_ms
+    if ((RANDOM % 5 == 0)); then
+      delay_ms=$((RANDOM * (start_ms + 1) / 32768))
+    else
+      until [[ -s $log ]] || ! kill -0 "$pid" 2>/dev/null; do sleep 0.005; done
+      delay_ms=$((RANDOM * (train_ms / 2 + 1) / 32768))
+    fi
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
     kill_job "$pid"
     local status=$?
@@ -130,6 +148,6 @@ for mode in $modes; do
     echo "skipped: zero2 (no mpirun flags given: this build has no MPI)"
     continue
   fi
-  chaos "$mode"
+  chaos "$mode" 2>>"$work/job_notices"  # the shell's "Killed" notices (set -m), not the runs' output
 done
 echo "chaos resume ok"
