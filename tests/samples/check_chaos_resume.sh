@@ -42,6 +42,20 @@ newest_step() {
   echo $newest
 }
 
+# The last step LOG (a --metrics-log) recorded (0: none yet).
+last_step() {
+  local step=0
+  [[ -s $1 ]] && step=$(tail -n 1 "$1" | grep -o '"step":[0-9]*' | cut -d: -f2)
+  echo "${step:-0}"
+}
+
+# Whether PID runs (a finished job stays a zombie until waited for: kill -0 would say yes).
+running() {
+  local state
+  state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ -n $state && $state != Z ]]
+}
+
 # The final entry of DIR equals REF's, file by file.
 same_final() {
   local name
@@ -90,11 +104,13 @@ chaos() {
     fail "$mode: the uninterrupted run exited $?: $(tail -5 "$work/$mode.ref.out")"
   local span_ms=$((($(date +%s%N) - began) / 1000000))
   # One kill in 5 lands in the start-up (launch, set-up, the resume's loading: uniform over an
-  # uninterrupted run's); the others once training has begun (the first metrics line), uniform over
-  # half an uninterrupted run's training time (its summary line), so that most land before the end.
-  local train_ms start_ms
+  # uninterrupted run's). The others aim by progress, not by time (the load changes): a step drawn
+  # from those left, then a moment within the next two steps (their length from the uninterrupted
+  # run's summary line) -- inside the step, its checkpoint write or the pruning after it.
+  local train_ms start_ms step_ms
   train_ms=$(grep -o "summary: [0-9]* steps in [0-9.]* s" "$work/$mode.ref.out" | awk '{ printf "%d", $5 * 1000 }')
   start_ms=$((span_ms > train_ms ? span_ms - train_ms : 0))
+  step_ms=$((train_ms / steps))
 
   local kills=0 mid=0 cut=0 rounds=0 attempts=0 lost_total=0 lost_max=0 finished_rounds=0
   local dir=$work/$mode.run.$rounds
@@ -106,8 +122,12 @@ chaos() {
     if ((RANDOM % 5 == 0)); then
       delay_ms=$((RANDOM * (start_ms + 1) / 32768))
     else
-      until [[ -s $log ]] || ! kill -0 "$pid" 2>/dev/null; do sleep 0.005; done
-      delay_ms=$((RANDOM * (train_ms / 2 + 1) / 32768))
+      local from target
+      from=$(newest_step "$dir")
+      target=$steps  # a run killed after its last checkpoint, before it exited: nothing left but the exit
+      ((from < steps)) && target=$((from + 1 + RANDOM % (steps - from)))
+      until (($(last_step "$log") >= target)) || ! running "$pid"; do sleep 0.02; done
+      delay_ms=$((RANDOM * (2 * step_ms + 1) / 32768))
     fi
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
     kill_job "$pid"
@@ -138,16 +158,21 @@ chaos() {
   finished_rounds=$((finished_rounds + 1))
   local mean
   mean=$(awk -v t=$lost_total -v k=$kills 'BEGIN { printf "%.2f", k ? t / k : 0 }')
+  modes_done=$((modes_done + 1))
   echo "ok: $mode: $kills kills survived in $finished_rounds round(s) of $steps steps, each ending byte-identical" \
        "to the uninterrupted run; $mid kills after a step was done, $cut cut a checkpoint write or prune; steps lost per kill: mean $mean," \
        "max $lost_max (checkpoint every 2) [$((SECONDS - start)) s]"
 }
 
+modes_done=0 modes_run=0
 for mode in $modes; do
   if [[ $mode == zero2 && ${#mpirun[@]} -eq 0 ]]; then
     echo "skipped: zero2 (no mpirun flags given: this build has no MPI)"
     continue
   fi
-  chaos "$mode" 2>>"$work/job_notices"  # the shell's "Killed" notices (set -m), not the runs' output
+  modes_run=$((modes_run + 1))
+  chaos "$mode"
 done
+# An error bash survives (an arithmetic one returns from the function) must not pass for success.
+((modes_done == modes_run)) || fail "a mode ended without its result line"
 echo "chaos resume ok"
