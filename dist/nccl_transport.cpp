@@ -14,7 +14,12 @@
 // CommunicatorOptions::reduce_halves_in_fp32(false) reduces the halves themselves (half the bytes on
 // the wire, each addition rounded to the half type).
 // Waiting polls the event and ncclCommGetAsyncError; a timeout or an asynchronous error aborts the
-// NCCL communicator (ncclCommAbort) and throws, instead of hanging the process.
+// NCCL communicator (ncclCommAbort) and throws, instead of hanging the process. Work the host never
+// waits on -- Work::block, a stream wait: ZeRO stage 3's gathers, the offloaded optimizer's gradient
+// stream -- is watched by a dist::Watchdog thread with the same timeout: a peer that died would
+// otherwise leave the stream waiting forever and the host blocked in its next synchronize. The
+// watchdog aborts the communicator (the pending kernels end, the streams drain) and the next
+// collective throws its reason. Every abort goes through NcclHealth, once.
 // Uneven reduce_scatter / all_gather (counts that differ by rank) are grouped ncclReduce /
 // ncclBroadcast calls, one per rank, as PyTorch does for uneven shards.
 // Every NCCL collective call counts RuntimeCounter::collective_calls.
@@ -22,10 +27,12 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <thread>
 
 #include "dist/transport.h"
+#include "dist/watchdog.h"
 #include "engine/cuda/cuda_context.h"
 #include "kernels/cuda/workspace.h"
 #include "kernels/error.h"
@@ -79,20 +86,24 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-// Waits for a non-blocking NCCL call (init, group end) to leave ncclInProgress, with a deadline.
-void wait_nccl_ready(ncclComm_t comm, Clock::time_point deadline, const char* what) {
+// Waits for a non-blocking NCCL call (init, group end) to leave ncclInProgress, with a deadline. On a
+// failure `abort(why)` aborts the communicator (by default ncclCommAbort), then it throws `why`.
+void wait_nccl_ready(ncclComm_t comm, Clock::time_point deadline, const char* what,
+                     const std::function<void(const std::string&)>& abort = nullptr) {
+  const auto fail = [&](const std::string& why) {
+    if (abort)
+      abort(why);
+    else
+      ncclCommAbort(comm);
+    HG_FAIL(why);
+  };
   for (;;) {
     ncclResult_t state = ncclSuccess;
     HG_NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
     if (state == ncclSuccess) return;
-    if (state != ncclInProgress) {
-      ncclCommAbort(comm);
-      HG_FAIL("[dist] NCCL ", what, " failed: ", ncclGetErrorString(state));
-    }
-    if (Clock::now() > deadline) {
-      ncclCommAbort(comm);
-      HG_FAIL("[dist] NCCL ", what, " did not complete in time (another rank died or hangs)");
-    }
+    if (state != ncclInProgress) fail(hg::detail::concat("[dist] NCCL ", what, " failed: ", ncclGetErrorString(state)));
+    if (Clock::now() > deadline)
+      fail(hg::detail::concat("[dist] NCCL ", what, " did not complete in time (another rank died or hangs)"));
     std::this_thread::yield();
   }
 }
@@ -127,10 +138,46 @@ class EventPool {
   std::vector<cudaEvent_t> free_;
 };
 
-class NcclWork final : public detail::WorkState {
+// The NCCL communicator's one abort, whoever finds the failure first (a host wait, the watchdog),
+// and its reason for every later call. `mutex` also serialises the enqueueing thread's NCCL calls
+// with an abort from the watchdog's thread.
+struct NcclHealth {
+  ncclComm_t comm = nullptr;
+  std::mutex mutex;
+  std::string failure;  // "" while healthy
+
+  void abort(const std::string& why) {
+    std::lock_guard lock(mutex);
+    abort_locked(why);
+  }
+  void abort_locked(const std::string& why) {
+    if (!failure.empty()) return;
+    failure = why;
+    ncclCommAbort(comm);
+  }
+  // The asynchronous error NCCL reports ("" for none).
+  std::string async_error() const {
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(comm, &state);
+    if (state == ncclSuccess || state == ncclInProgress) return "";
+    return std::string("[dist] NCCL failed asynchronously: ") + ncclGetErrorString(state);
+  }
+  bool aborted() {
+    std::lock_guard lock(mutex);
+    return !failure.empty();
+  }
+};
+
+class NcclWork final : public detail::WorkState, public std::enable_shared_from_this<NcclWork> {
  public:
-  NcclWork(std::string what, ncclComm_t comm, std::chrono::milliseconds timeout, std::shared_ptr<EventPool> pool)
-      : what_(std::move(what)), comm_(comm), timeout_(timeout), pool_(std::move(pool)), event_(pool_->take()) {}
+  NcclWork(std::string what, std::shared_ptr<NcclHealth> health, std::weak_ptr<Watchdog> watchdog,
+           std::chrono::milliseconds timeout, std::shared_ptr<EventPool> pool)
+      : what_(std::move(what)),
+        health_(std::move(health)),
+        watchdog_(std::move(watchdog)),
+        timeout_(timeout),
+        pool_(std::move(pool)),
+        event_(pool_->take()) {}
   ~NcclWork() override { pool_->give(event_); }
   cudaEvent_t event() const { return event_; }
 
@@ -138,16 +185,19 @@ class NcclWork final : public detail::WorkState {
     const auto deadline = Clock::now() + timeout_;
     for (;;) {
       if (completed()) return;
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &state);
-      if (state != ncclSuccess && state != ncclInProgress) {
-        ncclCommAbort(comm_);
-        HG_FAIL("[dist] NCCL ", what_, " failed asynchronously: ", ncclGetErrorString(state));
+      HG_CHECK(!health_->aborted(), "[dist] NCCL ", what_, ": the communicator was aborted: ", health_->failure);
+      const std::string error = health_->async_error();
+      if (!error.empty()) {
+        health_->abort(error);
+        HG_FAIL("[dist] NCCL ", what_, " failed asynchronously: ", error);
       }
       if (Clock::now() > deadline) {
-        ncclCommAbort(comm_);
-        HG_FAIL("[dist] NCCL ", what_, " did not complete within ", timeout_.count() / 1000.0,
-                " s: another rank has died or hangs (set HALFGRAD_DIST_TIMEOUT to allow longer)");
+        const std::string why = hg::detail::concat("[dist] NCCL ", what_, " did not complete within ",
+                                                   timeout_.count() / 1000.0,
+                                                   " s: another rank has died or hangs (set HALFGRAD_DIST_TIMEOUT to "
+                                                   "allow longer)");
+        health_->abort(why);
+        HG_FAIL(why);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -158,13 +208,19 @@ class NcclWork final : public detail::WorkState {
     HG_CUDA_RT_CHECK(status);
     return true;
   }
+  // A stream wait, and no host wait: the watchdog keeps this work (and its event) until it completed,
+  // and aborts the communicator if it has not within the timeout.
   void block(void* cuda_stream) override {
     HG_CUDA_RT_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda_stream), event_, 0));
+    if (completed()) return;
+    if (const std::shared_ptr<Watchdog> watchdog = watchdog_.lock())
+      watchdog->watch("NCCL " + what_, timeout_, [self = shared_from_this()] { return self->completed(); });
   }
 
  private:
   std::string what_;
-  ncclComm_t comm_;
+  std::shared_ptr<NcclHealth> health_;
+  std::weak_ptr<Watchdog> watchdog_;  // weak: the watchdog holds this work while it watches it
   std::chrono::milliseconds timeout_;
   std::shared_ptr<EventPool> pool_;
   cudaEvent_t event_ = nullptr;
@@ -189,9 +245,15 @@ class NcclTransport final : public DeviceTransport {
     config.blocking = 0;
     HG_NCCL_CHECK(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config));
     wait_nccl_ready(comm_, Clock::now() + timeout_, "communicator initialisation");
+    health_->comm = comm_;
+    watchdog_ = std::make_shared<Watchdog>(
+        std::chrono::milliseconds(1), [health = health_] { return health->async_error(); },
+        [health = health_](const std::string& why) { health->abort(why); });
   }
   ~NcclTransport() override {
-    if (comm_) ncclCommDestroy(comm_);
+    const bool aborted = health_->aborted();
+    watchdog_.reset();  // its thread ends; the work it still watched is released
+    if (comm_ && !aborted) ncclCommDestroy(comm_);  // an aborted communicator is freed by ncclCommAbort
     if (inputs_ready_) cudaEventDestroy(inputs_ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -282,16 +344,19 @@ class NcclTransport final : public DeviceTransport {
 
   template <class Call>
   Work enqueue(const char* op, Call call) {
+    std::lock_guard lock(health_->mutex);  // no abort from the watchdog in the middle of these calls
+    HG_CHECK(health_->failure.empty(), "[dist] NCCL ", op, " (rank ", rank_, " of ", world_,
+             "): the communicator was aborted by an earlier failure: ", health_->failure);
     HG_CUDA_RT_CHECK(cudaSetDevice(device_));
     // The inputs were produced (and the output's previous contents last read) by compute-stream work
     // enqueued before this call: wait for exactly that, through one reused event.
     HG_CUDA_RT_CHECK(cudaEventRecord(inputs_ready_, static_cast<cudaStream_t>(cuda::compute_stream(device_))));
     HG_CUDA_RT_CHECK(cudaStreamWaitEvent(stream_, inputs_ready_, 0));
     call();
-    wait_nccl_ready(comm_, Clock::now() + timeout_, op);
+    wait_nccl_ready(comm_, Clock::now() + timeout_, op, [&](const std::string& why) { health_->abort_locked(why); });
     auto work = std::make_shared<NcclWork>(
-        hg::detail::concat(op, " (collective #", ++sequence_, " on rank ", rank_, " of ", world_, ", nccl)"), comm_,
-        timeout_, events_);
+        hg::detail::concat(op, " (collective #", ++sequence_, " on rank ", rank_, " of ", world_, ", nccl)"), health_,
+        watchdog_, timeout_, events_);
     HG_CUDA_RT_CHECK(cudaEventRecord(work->event(), stream_));
     return Work(work);
   }
@@ -305,6 +370,8 @@ class NcclTransport final : public DeviceTransport {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t inputs_ready_ = nullptr;
   std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
+  std::shared_ptr<NcclHealth> health_ = std::make_shared<NcclHealth>();
+  std::shared_ptr<Watchdog> watchdog_;
   uint64_t sequence_ = 0;
 };
 

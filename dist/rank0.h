@@ -3,9 +3,16 @@
 // rank-0 step that throws (a file it cannot write, a directory it cannot list) would leave the other
 // ranks waiting at their next collective until the timeout. Collective over comm's ranks; with comm
 // null (one process) it is just fn(). The other ranks' hg::Error names `what` and points at rank 0's.
+//
+// throw_if_any_failed(comm, error): the same for a step every rank makes (each writes its own file):
+// every rank passes its error ("" when it succeeded); when any failed, every rank throws hg::Error
+// with the lowest failing rank's message (on the other ranks prefixed "rank r: "), so that all ranks
+// leave together instead of the healthy ones waiting at the next collective.
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "dist/communicator.h"
 
@@ -27,6 +34,28 @@ void on_rank0(Communicator* comm, const std::string& what, Fn&& fn) {
   comm->broadcast(&failed, 1, DType::i64, 0).wait();
   if (comm->rank() == 0 && failed) throw Error(message);
   HG_CHECK(!failed, "rank 0 failed to ", what, " (its error says why)");
+}
+
+inline void throw_if_any_failed(Communicator* comm, const std::string& error) {
+  if (!comm) {
+    if (!error.empty()) throw Error(error);
+    return;
+  }
+  const int world = comm->world_size();
+  // The lowest failing rank r as the largest world - r (0: none failed).
+  int64_t key = error.empty() ? 0 : int64_t(world - comm->rank());
+  comm->all_reduce(&key, 1, DType::i64, ReduceOp::max).wait();
+  if (key == 0) return;
+  const int root = int(world - key);
+  int64_t length = comm->rank() == root ? int64_t(error.size()) : 0;
+  comm->broadcast(&length, 1, DType::i64, root).wait();
+  std::vector<int64_t> words(size_t((length + 7) / 8), 0);  // the text, 8 bytes per element
+  if (comm->rank() == root) std::memcpy(words.data(), error.data(), error.size());
+  comm->broadcast(words.data(), int64_t(words.size()), DType::i64, root).wait();
+  std::string text(size_t(length), '\0');
+  std::memcpy(text.data(), words.data(), size_t(length));
+  if (comm->rank() == root) throw Error(text);
+  throw Error("rank " + std::to_string(root) + ": " + text);
 }
 
 }  // namespace hg::dist

@@ -1,6 +1,8 @@
 // ZeroOptimizer (dist/zero_optimizer.h): flat buffers, gradient buckets launched from backward hooks,
 // the sharded AdamW update and the parameter all-gather.
 #include "dist/zero_optimizer.h"
+
+#include "dist/rank0.h"
 #include "dist/zero_layout.h"
 
 #include <algorithm>
@@ -576,8 +578,15 @@ void ZeroOptimizer::save_state(const std::string& prefix) {
       tensors.emplace_back(name, parts.empty() ? zeros({0}, DType::f32, kCPU) : cat(parts, 0));
     }
   }
-  safetensors::save(shard_path(prefix, rank, world), tensors, metadata);
-  comm_.barrier().wait();
+  // A rank that cannot write its shard (a full disk, a read-only path) fails every rank alike, with
+  // its message: the others would otherwise wait for it at the next collective until the timeout.
+  std::string error;
+  try {
+    safetensors::save(shard_path(prefix, rank, world), tensors, metadata);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_if_any_failed(&comm_, error);
   // Shards an earlier save at a larger world size left under this prefix would be what load_state
   // finds (it takes the largest N): once every new shard is written, rank 0 removes them.
   int32_t found = world;  // what load_state will read (rank 0's view, broadcast: every rank fails alike)

@@ -26,6 +26,7 @@
 #include "samples/train_gpt_config.h"
 #include "samples/train_gpt_plan.h"
 #include "text/tokenizer.h"
+#include "train/checkpoint_directory.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
@@ -170,6 +171,7 @@ train::TrainerOptions trainer_options(const TrainGptConfig& c, const samples::Gp
       .checkpoint_every(c.checkpoint_every)
       .keep_checkpoints(c.keep_checkpoints)
       .resume(c.resume)
+      .continue_after_checkpoint_error(c.on_checkpoint_error == "warn")
       .run_config(c.flags.run_config(samples::train_gpt_resume_rules()))
       .cuda_graph(c.cuda_graph)
       .monitor(train::MonitorOptions()
@@ -235,7 +237,13 @@ int run(const TrainGptConfig& c) {
                 c.offload.c_str());
   if (c.optimizer_state_bits == 8) std::printf("%s\n", optimizer_state_line(*model, c).c_str());
   if (c.resume) samples::or_usage_error(kProgram, [&] { return trainer.resume(); });
-  trainer.fit();
+  try {
+    trainer.fit();
+  } catch (const train::CheckpointWriteError& e) {  // --on-checkpoint-error stop: one line, exit 1
+    throw Error(std::string(e.what()) +
+                " | stopped: free space or make --checkpoint-dir writable, then --resume (--on-checkpoint-error "
+                "warn trains on without the checkpoint)");
+  }
   if (c.sample > 0) task->show_samples(*model, c.sample);
   if (!c.save.empty()) {
     trainer.save_model(c.save, [&](const std::string& path) { model->save(path); });

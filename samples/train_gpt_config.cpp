@@ -86,6 +86,8 @@ void check_settings(const TrainGptConfig& c) {
         "nearest even); expected a single process without --zero");
   if (c.optimizer_state_bits != 8 && c.optimizer_state_bits != 32)
     fail("--optimizer-state-bits " + std::to_string(c.optimizer_state_bits) + " is not a state width; expected 8 or 32");
+  if (c.on_checkpoint_error != "stop" && c.on_checkpoint_error != "warn")
+    fail("unknown --on-checkpoint-error \"" + c.on_checkpoint_error + "\"; expected stop or warn");
   if (c.checkpoint_dir.empty() && (c.resume || c.checkpoint_every > 0))
     fail("--resume and --checkpoint-every-steps need --checkpoint-dir DIR");
   if (!c.checkpoint_dir.empty()) {

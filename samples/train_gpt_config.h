@@ -48,6 +48,10 @@ struct TrainGptConfig {
   int64_t& keep_checkpoints = flags.add_int("keep-checkpoints", 3, "keep the newest K checkpoints", 1);
   bool& resume =
       flags.add_bool("resume", false, "continue from the newest checkpoint in --checkpoint-dir, bit-exactly");
+  std::string& on_checkpoint_error = flags.add_string(
+      "on-checkpoint-error", "stop",
+      "a checkpoint that cannot be written (full disk, read-only path): stop (exit 1; the previous checkpoint is "
+      "intact) or warn (train on, try again at the next checkpoint)");
   int64_t& stop_after =
       flags.add_int("stop-after-steps", 0, "end this run after step N (the schedule still spans --steps)", 0);
   std::string& precision = flags.add_string("precision", "fp32", "compute dtype of the model: fp32, bf16 or fp16");
@@ -140,8 +144,9 @@ int64_t model_vocab(const TrainGptConfig& c);
 // layout -- and those each invocation sets anew (resume, checkpoint-dir, stop-after-steps, and the
 // files a run opens anew: metrics-log, profile, profile-ops; a bare --resume writes neither, so the
 // first segment's log and trace stay). Every other key (steps, lr, eval-every, checkpoint-every-steps,
-// keep-checkpoints, sample, save, threads, workers, device, zero, ...) takes the value given now, or
-// the checkpoint's when not given.
+// keep-checkpoints, on-checkpoint-error, sample, save, threads, workers, device, zero, ...) takes the
+// value given now, or the checkpoint's when not given (a run resumed with a bare --resume keeps the
+// policy it was started with).
 const ResumeRules& train_gpt_resume_rules();
 
 }  // namespace hg::samples

@@ -235,8 +235,25 @@ std::string CheckpointDirectory::save(const TrainingState& state, int64_t step) 
   HG_CHECK(step >= 0, kWho, " step ", step, " < 0");
   optim::Optimizer* optimizer = state.registered_optimizer();
   const bool sharded = optimizer && optimizer->is_sharded();
-  const std::string path = sharded ? save_sharded(state, *optimizer, step) : save_file(state, step);
-  dist::on_rank0(comm_, "prune old checkpoints", [&] { prune(sharded); });
+  const std::string path = (fs::path(directory_) / entry_name(step, sharded)).string();
+  // Every failure below reaches every rank alike (on_rank0, throw_if_any_failed); one of the
+  // communicator (a dead rank) is not a write failure and passes unchanged.
+  const auto write_failure = [&](const std::exception& e, const char* what) {
+    return CheckpointWriteError(path, hg::detail::concat(kWho, " the checkpoint of step ", step, " ", what, " '", path,
+                                                     "': ", e.what()));
+  };
+  try {
+    sharded ? save_sharded(state, *optimizer, step) : save_file(state, step);
+  } catch (const std::exception& e) {
+    if (comm_ && comm_->broken()) throw;
+    throw write_failure(e, "was not written to");
+  }
+  try {  // only now: the new entry is complete, so the newest intact one is never the one removed
+    dist::on_rank0(comm_, "prune old checkpoints", [&] { prune(sharded); });
+  } catch (const std::exception& e) {
+    if (comm_ && comm_->broken()) throw;
+    throw write_failure(e, "was written, but older entries could not be pruned beside");
+  }
   return path;
 }
 
@@ -252,22 +269,32 @@ std::string CheckpointDirectory::save_sharded(const TrainingState& state, optim:
   if (comm_) comm_->broadcast(&pid, 1, DType::i64, 0).wait();
   const fs::path entry = fs::path(directory_) / entry_name(step, true);
   const fs::path temporary = entry.string() + ".tmp." + std::to_string(pid);
-  dist::on_rank0(comm_, "write the checkpoint", [&] {
-    std::error_code error;
-    fs::remove_all(temporary, error);
-    fs::create_directory(temporary, error);
-    HG_CHECK(!error, kWho, " cannot create '", temporary.string(), "': ", error.message());
-  });
-  optimizer.save_state((temporary / "optimizer").string());  // every rank's shard; ends with a barrier
-  const auto whole = optimizer.whole_parameters();           // ZeRO stage 3: the weights whole for rank 0
-  dist::on_rank0(comm_, "write the checkpoint", [&] {
-    save_checkpoint((temporary / "state.safetensors").string(), state, step);
-    if (fs::exists(entry)) retire(entry);  // an entry of this step from an earlier run
-    std::error_code error;
-    fs::rename(temporary, entry, error);
-    HG_CHECK(!error, kWho, " cannot rename '", temporary.string(), "' to '", entry.string(), "': ", error.message());
-    fsync_directory(directory_);
-  });
+  try {
+    dist::on_rank0(comm_, "write the checkpoint", [&] {
+      std::error_code error;
+      fs::remove_all(temporary, error);
+      fs::create_directory(temporary, error);
+      HG_CHECK(!error, kWho, " cannot create '", temporary.string(), "': ", error.message());
+    });
+    optimizer.save_state((temporary / "optimizer").string());  // every rank's shard; every rank fails alike
+    const auto whole = optimizer.whole_parameters();           // ZeRO stage 3: the weights whole for rank 0
+    dist::on_rank0(comm_, "write the checkpoint", [&] {
+      save_checkpoint((temporary / "state.safetensors").string(), state, step);
+      if (fs::exists(entry)) retire(entry);  // an entry of this step from an earlier run
+      std::error_code error;
+      fs::rename(temporary, entry, error);
+      HG_CHECK(!error, kWho, " cannot rename '", temporary.string(), "' to '", entry.string(), "': ", error.message());
+      fsync_directory(directory_);
+    });
+  } catch (...) {
+    // Every rank is here (the failures above are collective): rank 0 removes the incomplete entry,
+    // which would otherwise stay until a later run finds its writer gone.
+    if (rank_of(comm_) == 0) {
+      std::error_code ignored;
+      fs::remove_all(temporary, ignored);
+    }
+    throw;
+  }
   return entry.string();
 }
 

@@ -34,6 +34,13 @@
 //   entry of the layout is damaged it is an hg::Error listing each. Entries without checksums (written
 //   before them) count as intact when their structure is. A refusal that is not damage (a model of
 //   another architecture, another layout) is load()'s error and no reason to fall back.
+//
+// WRITE FAILURES (a full disk, ENOSPC; a file-size limit, EFBIG; a quota, EDQUOT; a read-only path,
+// EROFS or EACCES; EIO on write, fsync or rename): save() throws CheckpointWriteError on every rank
+// alike (a rank whose optimizer shard failed tells the others, dist/rank0.h), after removing its
+// temporaries: the new entry is not there, not even partly, and no older entry was touched (pruning
+// runs only once the new entry is complete). Its message names the entry and the system's reason.
+// A failure of the communicator itself (a dead or hung rank) is not one: it propagates as it is.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -43,6 +50,17 @@
 #include "train/checkpoint.h"
 
 namespace hg::train {
+
+// A checkpoint save() could not write (see WRITE FAILURES). The caller chooses: stop, or train on
+// and try again at the next checkpoint (train::TrainerOptions::continue_after_checkpoint_error).
+class CheckpointWriteError : public Error {
+ public:
+  CheckpointWriteError(std::string entry, const std::string& message) : Error(message), entry_(std::move(entry)) {}
+  const std::string& entry() const { return entry_; }  // the entry that is not there
+
+ private:
+  std::string entry_;
+};
 
 class CheckpointDirectory {
  public:
@@ -56,7 +74,7 @@ class CheckpointDirectory {
   explicit CheckpointDirectory(std::string directory, int64_t keep_last, dist::Communicator* comm = nullptr);
 
   // Writes the entry of `step`, deletes the oldest beyond keep_last, and returns (on every rank, once
-  // the entry is visible) its path.
+  // the entry is visible) its path. CheckpointWriteError when it cannot be written (WRITE FAILURES).
   std::string save(const TrainingState& state, int64_t step) const;
   // Restores `state` from `entry` (everything checked before anything changes; a sharded
   // optimizer's shards after the weights). Returns the entry's step. An entry of the other layout

@@ -442,7 +442,21 @@ bool Trainer::evaluate(int64_t step, metrics::Record& record, TrainingMonitor& m
 void Trainer::save_checkpoint(int64_t step, double loss) {
   const auto start = Clock::now();
   loader_position_ = loader_.state();
-  const std::string path = checkpoints_->save(state_, step);
+  std::string path;
+  try {
+    path = checkpoints_->save(state_, step);
+  } catch (const CheckpointWriteError& e) {
+    // The directory is as it was: its newest entry is intact (rank 0's listing; any rank may read it).
+    const std::vector<CheckpointDirectory::Entry> entries = checkpoints_->list();
+    const std::string previous = entries.empty() ? std::string("none yet: a resumed run would start at step 0")
+                                                 : "'" + entries.back().path + "'";
+    if (!options_.continue_after_checkpoint_error())
+      throw CheckpointWriteError(e.entry(), std::string(e.what()) + " | the newest intact checkpoint: " + previous);
+    std::string warning = "warning: " + std::string(e.what()) + " | training continues; the newest intact checkpoint: " +
+                          previous;
+    progress_->line(warning);  // rank 0's, on stdout with the step lines
+    return;
+  }
   char saved[512];
   std::snprintf(saved, sizeof saved, "checkpoint step %lld -> %s | loss %.9g | %s MiB in %.0f ms", (long long)step,
                 path.c_str(), loss, megabytes(bytes_on_disk(path)).c_str(), 1e3 * seconds_since(start));

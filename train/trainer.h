@@ -119,6 +119,10 @@ struct TrainerOptions {
   HG_OPTION(TrainerOptions, int64_t, checkpoint_every, 0);
   HG_OPTION(TrainerOptions, int64_t, keep_checkpoints, 3);
   HG_OPTION(TrainerOptions, bool, resume, false);  // from the newest checkpoint of checkpoint_dir
+  // A checkpoint that cannot be written (CheckpointWriteError: a full disk, a read-only path): false
+  // stops the run (fit() rethrows it, naming the newest intact checkpoint to resume from); true prints
+  // a warning and trains on, trying again at the next checkpoint step.
+  HG_OPTION(TrainerOptions, bool, continue_after_checkpoint_error, false);
   // The program's settings as JSON text, stored in every checkpoint's metadata (train/checkpoint.h)
   // for read_run_config (train/checkpoint_directory.h) to give back to a resumed run ("": none).
   HG_OPTION(TrainerOptions, std::string, run_config, "");
