@@ -25,23 +25,6 @@ SamplingOptions GenerationOptions::sampling() const {
 
 namespace {
 
-// Eval mode for the whole generation; the model's previous mode comes back at the end.
-class EvalScope {
- public:
-  explicit EvalScope(Module& module) : module_(module), was_training_(module.is_training()) {
-    if (was_training_) module_.eval();
-  }
-  ~EvalScope() {
-    if (was_training_) module_.train();
-  }
-  EvalScope(const EvalScope&) = delete;
-  EvalScope& operator=(const EvalScope&) = delete;
-
- private:
-  Module& module_;
-  bool was_training_;
-};
-
 // ids as a [1, n] tensor on the model's device.
 Tensor row_of(std::span<const int64_t> ids, const Device& device) {
   return from_vector(std::vector<int64_t>(ids.begin(), ids.end()), {1, int64_t(ids.size())}, i64, device);
@@ -67,7 +50,7 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
              "; expected an id in [0, ", vocab, ")");
   }
   NoGradGuard no_grad;
-  EvalScope eval_scope(model);
+  EvalModeScope eval_scope(model);
   const Device device = model.wte->weight.device();
   const SamplingOptions sampling = options.sampling();
   TokenSampler sampler(options.seed());

@@ -12,31 +12,10 @@
 
 namespace hg::nn {
 
-namespace {
-
-// Eval mode for one scope; the module's previous mode comes back at the end, even on an exception.
-class EvalScope {
- public:
-  explicit EvalScope(Module& module) : module_(module), was_training_(module.is_training()) {
-    if (was_training_) module_.eval();
-  }
-  ~EvalScope() {
-    if (was_training_) module_.train();
-  }
-  EvalScope(const EvalScope&) = delete;
-  EvalScope& operator=(const EvalScope&) = delete;
-
- private:
-  Module& module_;
-  bool was_training_;
-};
-
-}  // namespace
-
 Tensor GPT::forward(const Tensor& ids, KVCache& cache) {
   ModuleScope scope(*this);
   NoGradGuard no_grad;
-  EvalScope eval_scope(*this);
+  EvalModeScope eval_scope(*this);
   HG_CHECK(ids.dim() == 2, "[GPT] expected ids [B, T], got ", ids.describe());
   const int64_t B = ids.size(0), T = ids.size(1), past = cache.length();
   const Tensor& wte_weight = wte->weight;

@@ -132,6 +132,52 @@ TEST_CASE("the cached forward runs in eval mode without autograd and restores th
   CHECK(relative_error(eval_logits, logits) < kF32Tolerance);  // no dropout drawn
 }
 
+TEST_CASE("EvalModeScope puts every module in eval and gives each back its own flag, a child in another mode too") {
+  std::mt19937 rng = testing::seeded_rng();
+  auto model = random_model(GPTConfig(small_config()).dropout(0.5), rng);
+  auto modes = [&] {
+    std::vector<bool> flags{model->is_training()};
+    std::vector<const Module*> stack{model.get()};
+    while (!stack.empty()) {
+      const Module* m = stack.back();
+      stack.pop_back();
+      for (const auto& [name, child] : m->children()) {
+        flags.push_back(child->is_training());
+        stack.push_back(child.get());
+      }
+    }
+    return flags;
+  };
+  // Training, except one dropout deep in block 1 and block 0's attention, left in eval.
+  model->train();
+  model->h[1]->mlp->drop->eval();
+  model->h[0]->attn->eval();
+  const std::vector<bool> before = modes();
+  REQUIRE(std::count(before.begin(), before.end(), false) >= 2);
+  REQUIRE(std::count(before.begin(), before.end(), true) >= 2);
+  {
+    EvalModeScope scope(*model);
+    const std::vector<bool> inside = modes();
+    CHECK(std::count(inside.begin(), inside.end(), true) == 0);
+  }
+  CHECK(modes() == before);
+  // The same through the cached forward and generate(), and when they throw.
+  KVCache cache(*model, 1);
+  model->forward(from_vector(random_ids(4, 61, rng), {1, 4}), cache);
+  CHECK(modes() == before);
+  generate(*model, random_ids(3, 61, rng), GenerationOptions().max_tokens(4).temperature(0));
+  CHECK(modes() == before);
+  CHECK_THROWS(model->forward(from_vector(random_ids(40, 61, rng), {1, 40}), cache));
+  CHECK(modes() == before);
+  // An eval root with a training child: the child comes back training.
+  model->eval();
+  model->h[0]->mlp->train();
+  const std::vector<bool> mixed = modes();
+  generate(*model, random_ids(3, 61, rng), GenerationOptions().max_tokens(2).temperature(0));
+  CHECK(modes() == mixed);
+  CHECK(model->h[0]->mlp->is_training());
+}
+
 TEST_CASE("cached and uncached generation give identical tokens") {
   std::mt19937 rng = testing::seeded_rng();
   auto model = random_model(small_config(), rng);
