@@ -64,13 +64,13 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
       const int64_t window = std::min(n, context);
       return last_row(model.forward(row_of(std::span(sequence).subspan(size_t(n - window)), device)));
     }
-    if (cache->length() == 0) return last_row(model.forward(row_of(sequence, device), *cache));  // the prompt
+    if (cache->length() == 0) return last_row(model.forward_last(row_of(sequence, device), *cache));  // the prompt
     if (cache->length() == context) {  // full: refill from the latest half context
       const int64_t keep = std::max<int64_t>(1, context / 2);
       cache->clear();
-      return last_row(model.forward(row_of(std::span(sequence).subspan(size_t(n - keep)), device), *cache));
+      return last_row(model.forward_last(row_of(std::span(sequence).subspan(size_t(n - keep)), device), *cache));
     }
-    return last_row(model.forward(row_of(std::span(sequence).subspan(size_t(n - 1)), device), *cache));
+    return last_row(model.forward_last(row_of(std::span(sequence).subspan(size_t(n - 1)), device), *cache));
   };
 
   while (int64_t(generated.size()) < options.max_tokens()) {

@@ -97,6 +97,33 @@ TEST_CASE("GPT::forward with a KV cache equals the whole forward, prefill then t
   }
 }
 
+TEST_CASE("GPT::forward_last gives forward(ids, cache)'s last row only, and advances the cache the same") {
+  std::mt19937 rng = testing::seeded_rng();
+  auto model = random_model(small_config(), rng);
+  const int64_t B = 2, T = 20;
+  const Tensor ids = from_vector(random_ids(B * T, 61, rng), {B, T});
+  KVCache all_rows(*model, B), last_only(*model, B);
+  poison(all_rows);
+  poison(last_only);
+  // A prefill of 7, single tokens, a chunk of 5, single tokens.
+  for (const auto& [start, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 7}, {7, 1}, {8, 1}, {9, 5}, {14, 1}}) {
+    CAPTURE(start);
+    const Tensor chunk = ids.narrow(1, start, n).contiguous();
+    const Tensor every = model->forward(chunk, all_rows);
+    const Tensor last = model->forward_last(chunk, last_only);
+    REQUIRE(every.shape() == Shape{B, n, 61});
+    REQUIRE(last.shape() == Shape{B, 1, 61});
+    CHECK(last_only.length() == all_rows.length());
+    CHECK(relative_error(every.narrow(1, n - 1, 1), last) < kF32Tolerance);
+    CHECK_FALSE(last.requires_grad());
+  }
+  // The caches hold the same keys and values.
+  for (int64_t l = 0; l < all_rows.layers(); ++l) {
+    CHECK(relative_error(all_rows.keys(l).narrow(2, 0, 15), last_only.keys(l).narrow(2, 0, 15)) == 0.0);
+    CHECK(relative_error(all_rows.values(l).narrow(2, 0, 15), last_only.values(l).narrow(2, 0, 15)) == 0.0);
+  }
+}
+
 TEST_CASE("a rewound KV cache continues like the whole forward of the new sequence") {
   std::mt19937 rng = testing::seeded_rng();
   auto model = random_model(small_config(), rng);
