@@ -3,6 +3,7 @@
 #include "layers/generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <span>
 
@@ -42,6 +43,9 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
   HG_CHECK(options.vocab_limit() <= vocab, "[generate] vocab_limit ", options.vocab_limit(),
            " exceeds the model's vocabulary of ", vocab);
   const size_t drawn = size_t(options.vocab_limit() > 0 ? options.vocab_limit() : vocab);
+  for (int64_t id : options.banned()) {
+    HG_CHECK(id >= 0 && id < vocab, "[generate] banned id ", id, " is invalid; expected an id in [0, ", vocab, ")");
+  }
   HG_CHECK(!prompt.empty(), "[generate] the prompt is empty; expected at least one token");
   HG_CHECK(int64_t(prompt.size()) <= context, "[generate] the prompt has ", prompt.size(),
            " tokens; the model's context is ", context);
@@ -74,7 +78,8 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
   };
 
   while (int64_t(generated.size()) < options.max_tokens()) {
-    const std::vector<float> logits = logits_of_next();
+    std::vector<float> logits = logits_of_next();
+    for (int64_t id : options.banned()) logits[size_t(id)] = -INFINITY;
     const int64_t token = sampler.next(std::span(logits).first(drawn), sampling);
     if (token == options.stop_at()) break;
     sequence.push_back(token);

@@ -88,6 +88,17 @@ int main(int argc, char** argv) {
                                                    "; without --tokenizer the model must be byte-level (256)");
     }
 
+    // Ids below the tokenizer's vocab_size() without a token (a loaded vocabulary may skip ids): never
+    // drawn, since they have no bytes to write.
+    std::vector<int64_t> holes;
+    for (uint32_t id = 0; tokenizer && id < tokenizer->vocab_size(); ++id) {
+      try {
+        tokenizer->token_bytes(id);
+      } catch (const Error&) {
+        holes.push_back(id);
+      }
+    }
+
     std::vector<int64_t> prompt;
     if (tokenizer) {
       for (uint32_t id : tokenizer->encode(prompt_text)) prompt.push_back(id);
@@ -113,7 +124,8 @@ int main(int argc, char** argv) {
             .seed(uint64_t(seed))
             .use_cache(use_cache)
             .stop_at(tokenizer && stop_at_eot && tokenizer->end_of_text() ? int64_t(*tokenizer->end_of_text()) : -1)
-            .vocab_limit(tokenizer ? int64_t(tokenizer->vocab_size()) : 0);
+            .vocab_limit(tokenizer ? int64_t(tokenizer->vocab_size()) : 0)
+            .banned(holes);
     samples::or_usage_error(kProgram, [&] { options.validate(); });
 
     write_bytes(prompt_text);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <set>
 
 #include "engine/random.h"
 #include "layers/generate.h"
@@ -295,6 +296,32 @@ TEST_CASE("stop_at ends generation before the stop token, and vocab_limit bounds
     sequence.push_back(id);
   }
   CHECK_ERROR(generate(*model, prompt, GenerationOptions().vocab_limit(62)), "vocab_limit 62", "vocabulary of 61");
+
+  // Banned ids (a tokenizer's holes) are never drawn: greedy takes the best allowed id, and a hot
+  // sampler drawing 400 tokens from 8 allowed ids (4 of them banned) never meets a banned one.
+  std::vector<int64_t> banned{all[0], all[1], all[2]};
+  const std::vector<int64_t> avoided = generate(*model, prompt, GenerationOptions(greedy).banned(banned));
+  REQUIRE(avoided.size() == 12);
+  CHECK(avoided[0] != all[0]);
+  sequence = prompt;
+  for (int64_t id : avoided) {
+    std::vector<float> last =
+        model->forward(from_vector(sequence, {1, int64_t(sequence.size())})).select(1, -1).to_vector<float>();
+    for (int64_t b : banned) last[size_t(b)] = -INFINITY;
+    CHECK(id == greedy_token(last));
+    sequence.push_back(id);
+  }
+  for (bool use_cache : {true, false}) {
+    const std::vector<int64_t> hot =
+        generate(*model, prompt,
+                 GenerationOptions().temperature(50).max_tokens(400).vocab_limit(8).banned({1, 3, 4, 6}).seed(rng())
+                     .use_cache(use_cache));
+    REQUIRE(hot.size() == 400);
+    std::set<int64_t> seen(hot.begin(), hot.end());
+    CHECK(seen == std::set<int64_t>{0, 2, 5, 7});
+  }
+  CHECK_ERROR(generate(*model, prompt, GenerationOptions().banned({61})), "banned id 61", "[0, 61)");
+  CHECK_ERROR(generate(*model, prompt, GenerationOptions().vocab_limit(2).banned({0, 1})), "every one of the 2 logits is -inf");
 }
 
 TEST_CASE("sampling: top-k 1 and a tiny top-p are greedy, and ties go to the lower index") {
