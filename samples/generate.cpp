@@ -54,7 +54,11 @@ int main(int argc, char** argv) {
     auto& top_k = flags.add_int("top-k", 0, "draw from the K most likely tokens only (0: all)", 0);
     auto& top_p =
         flags.add_double("top-p", 1.0, "nucleus: the most likely tokens whose probability sums to P, in (0, 1]", 0, 1);
-    auto& seed = flags.add_int("seed", 1, "the sampler's seed (the same seed gives the same text on any device)", 0);
+    auto& seed = flags.add_int("seed", 1,
+                               "the sampler's seed: the same seed gives the same text for the same device, precision "
+                               "and --cache setting; fp32 with and without the cache agree except at near-ties; "
+                               "bf16/fp16 may differ between the two",
+                               0);
     auto& device_name = flags.add_string("device", "cpu", "cpu, cuda or cuda:N");
     auto& use_cache = flags.add_bool("cache", true, "use the KV cache (--no-cache: recompute the window per token)");
     auto& precision = flags.add_string("precision", "fp32", "compute dtype of the model: fp32, bf16 or fp16");
