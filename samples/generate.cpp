@@ -9,7 +9,9 @@
 // tokenizer has it (--no-stop-at-eot: never), and an empty prompt starts from <|endoftext|>, as GPT-2's
 // unconditional samples do. Without it the model must be byte-level (vocabulary 256: token = byte), as
 // `train_gpt --save` writes. The KV cache is on unless --no-cache (then every token recomputes the whole
-// window: the reference, O(T^2) per token). A summary line goes to stderr: tokens, seconds, tokens/s.
+// window: the reference, O(T^2) per token). A summary line goes to stderr: tokens and seconds, the
+// prefill (the prompt's forward, up to the first token) apart from the decode steps' tokens/s. Ids
+// below the tokenizer's size that have no token (holes in a loaded vocabulary) are never drawn.
 // Bad input (missing model, a tokenizer larger than the model's vocabulary, a prompt longer than the
 // context, values out of range) is one line on stderr and exit code 2.
 #include <omp.h>
@@ -133,14 +135,26 @@ int main(int argc, char** argv) {
     samples::or_usage_error(kProgram, [&] { options.validate(); });
 
     write_bytes(prompt_text);
-    const auto start = std::chrono::steady_clock::now();
+    // The first token comes after the prompt's forward (the prefill) and dominates short runs; the
+    // rest are decode steps. The two are reported apart.
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    Clock::time_point first_token = start;
     const std::vector<int64_t> generated = nn::generate(*model, prompt, options, [&](int64_t id) {
+      if (first_token == start) first_token = Clock::now();
       write_bytes(tokenizer ? tokenizer->token_bytes(uint32_t(id)) : std::string(1, char(id)));
     });
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const Clock::time_point end = Clock::now();
     write_bytes("\n");
-    std::fprintf(stderr, "%s: %zu tokens in %.3f s (%.1f tokens/s) | %s, KV cache %s, %s\n", kProgram, generated.size(),
-                 seconds, double(generated.size()) / std::max(seconds, 1e-9), device.str().c_str(),
+    auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+    const size_t decoded = generated.empty() ? 0 : generated.size() - 1;
+    std::fprintf(stderr,
+                 "%s: %zu tokens in %.3f s | prefill %zu prompt tokens + first token %.3f s | decode %zu tokens in "
+                 "%.3f s (%.1f tokens/s) | %s, KV cache %s, %s\n",
+                 kProgram, generated.size(), seconds(start, end), prompt.size(),
+                 seconds(start, generated.empty() ? end : first_token), decoded,
+                 generated.empty() ? 0.0 : seconds(first_token, end),
+                 decoded ? double(decoded) / std::max(seconds(first_token, end), 1e-9) : 0.0, device.str().c_str(),
                  use_cache ? "on" : "off", train::precision_name(model->wte->weight.dtype()));
     return 0;
   });
