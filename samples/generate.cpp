@@ -1,7 +1,7 @@
 // generate: writes text with a trained GPT (layers/generate.h), streaming each token's bytes to stdout
 // as soon as it is drawn, after the prompt (echoed as given).
 //
-//   generate --model model.safetensors --tokenizer tokenizer.json --prompt "Once upon a time"
+//   generate --model model.safetensors|gpt2-dir/ --tokenizer tokenizer.json --prompt "Once upon a time"
 //            --max-tokens 200 --temperature 0.8 --top-k 40 --seed 1 [--device cuda] [--no-cache]
 //
 // With --tokenizer (text/tokenizer.h: tokenizer.json, vocab.json + merges.txt, or their directory) the
@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
 #include "layers/generate.h"
@@ -45,7 +46,9 @@ int main(int argc, char** argv) {
                          "Writes text with a trained GPT, streaming each token to stdout as it is drawn (the prompt\n"
                          "first). Byte-level models (vocabulary 256) need no tokenizer.");
     auto& model_path =
-        flags.add_string("model", "", "the model: a safetensors file (train_gpt --save; GPT-2) (required)");
+        flags.add_string("model", "",
+                         "the model: a safetensors file (train_gpt --save) or a GPT-2 directory (model.safetensors + "
+                         "config.json, as GPT::save_hf writes and Hugging Face publishes) (required)");
     auto& tokenizer_path =
         flags.add_string("tokenizer", "",
                          "BPE tokenizer: tokenizer.json, vocab.json + merges.txt or their directory; "
@@ -68,7 +71,9 @@ int main(int argc, char** argv) {
     auto& threads = flags.add_int("threads", 0, "CPU threads (0: all cores)", 0, 4096);
     flags.after_parse([&] {
       if (model_path.empty()) samples::exit_with_usage_error(kProgram, "--model FILE is required");
-      samples::check_readable_file(kProgram, "model", model_path);
+      std::error_code not_a_directory;  // a directory is GPT::load's to judge (its model.safetensors)
+      if (!std::filesystem::is_directory(model_path, not_a_directory))
+        samples::check_readable_file(kProgram, "model", model_path);
       if (top_p <= 0) samples::exit_with_usage_error(kProgram, "--top-p 0 is invalid; expected a value in (0, 1]");
       samples::or_usage_error(kProgram, [&] { return train::parse_precision(precision); });
     });

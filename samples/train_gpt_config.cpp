@@ -2,6 +2,7 @@
 #include "samples/train_gpt_config.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "dist/bootstrap.h"
 #include "train/checkpoint_directory.h"
@@ -98,7 +99,10 @@ void check_settings(const TrainGptConfig& c) {
                            {"threads", c.threads, 4096},
                            {"sample", c.sample, 1 << 20},
                            {"memory-limit-mib", c.memory_limit_mib, int64_t(1) << 30}});
-  if (!c.load.empty()) check_readable_file(kProgram, "load", c.load);
+  // A directory is GPT::load's to judge (a published model: its model.safetensors + config.json).
+  std::error_code not_a_directory;
+  if (!c.load.empty() && !std::filesystem::is_directory(c.load, not_a_directory))
+    check_readable_file(kProgram, "load", c.load);
   for (size_t start = 0; !c.data.empty() && start <= c.data.size();) {
     const size_t comma = std::min(c.data.find(',', start), c.data.size());
     check_readable_file(kProgram, "data", c.data.substr(start, comma - start));
