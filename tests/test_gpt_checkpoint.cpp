@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -28,6 +29,7 @@
 #include "engine/random.h"
 #include "engine/safetensors.h"
 #include "layers/gpt.h"
+#include "layers/gpt_hf_config.h"
 #include "support/temp_dir.h"
 
 using namespace hg;
@@ -589,6 +591,50 @@ TEST_CASE("GPT::save_hf writes GPT-2's layout: load gives identical logits, and 
   const MappedFile mapped(path);
   const Diff d = compare(before, reference_forward(mapped, a, 4, ids));
   CHECK(d.max_abs_diff < f32_tolerance(d, 2));
+}
+
+TEST_CASE("GPT::save_hf repeats the architecture in the metadata; load refuses a config.json that disagrees") {
+  manual_seed(25);
+  const GPTConfig config =
+      GPTConfig().vocab_size(40).context(10).n_layer(2).n_head(4).n_embd(32).layer_norm_eps(1e-6).activation(
+          GeluApproximation::Erf);
+  GPT model(config);
+  test::TempDir dir;
+  const std::string out = (dir.path / "out").string(), path = out + "/model.safetensors";
+  const std::string config_path = out + "/config.json";
+  model.save_hf(out);
+  const safetensors::File file = safetensors::load(path);
+  CHECK(file.metadata.at("format") == "pt");
+  CHECK(file.metadata.at("n_head") == "4");
+  CHECK(file.metadata.at("n_layer") == "2");
+  CHECK(file.metadata.at("n_embd") == "32");
+  CHECK(file.metadata.at("n_positions") == "10");
+  CHECK(file.metadata.at("vocab_size") == "40");
+  CHECK(std::stod(file.metadata.at("layer_norm_eps")) == 1e-6);
+  CHECK(file.metadata.at("activation") == "gelu");
+  std::ifstream in(config_path);
+  const Json written = Json::parse(in);
+  in.close();
+  // An older config.json of another head count fits every tensor: only the metadata can tell.
+  const std::vector<std::tuple<std::string, Json, std::string>> edits{
+      {"n_head", 2, "metadata \"n_head\" = 4 disagrees with " + config_path + ": \"n_head\" = 2"},
+      {"n_head", 8, "metadata \"n_head\" = 4 disagrees with " + config_path + ": \"n_head\" = 8"},
+      {"layer_norm_epsilon", 1e-5, "metadata \"layer_norm_eps\" = 9.9999999999999995e-07 disagrees with " +
+                                       config_path + ": \"layer_norm_eps\" = 1.0000000000000001e-05"},
+      {"activation_function", "gelu_new",
+       "metadata \"activation\" = gelu disagrees with " + config_path + ": \"activation\" = \"gelu_new\""},
+  };
+  for (const auto& [key, value, message] : edits) {
+    CAPTURE(key);
+    Json changed = written;
+    changed[key] = value;
+    write_file_atomically(config_path, changed.dump());
+    const std::string error = load_error(out);
+    CHECK(error.find(path + ": " + message) != std::string::npos);
+    CHECK(error.find("describe different models") != std::string::npos);
+  }
+  write_file_atomically(config_path, written.dump());
+  CHECK(GPT::load(out)->config.n_head() == 4);
 }
 
 TEST_CASE("GPT::save keeps layer_norm_eps and activation; older native files load with GPT-2's defaults") {
