@@ -443,18 +443,68 @@ TEST_CASE("GPT::load names the config.json value that disagrees with the tensors
   wrong.heads = 3;
   dir.write("config.json", config_json(wrong));
   CHECK(load_error(path).find("n_head = 3 does not divide n_embd = 64") != std::string::npos);
-  Json positions = Json::parse(config_json(kTwoHeads));
-  positions["n_ctx"] = 1024;
-  dir.write("config.json", positions.dump());
-  CHECK(load_error(path).find("n_positions = 16 and n_ctx = 1024 disagree") != std::string::npos);
   Json no_heads = Json::parse(config_json(kTwoHeads));
   no_heads.erase("n_head");
   dir.write("config.json", no_heads.dump());
-  CHECK(load_error(path).find("key \"n_head\" is missing") != std::string::npos);
+  CHECK(load_error(path).find("key \"n_head\" (or its alias \"num_attention_heads\") is missing") !=
+        std::string::npos);
+  no_heads["num_attention_heads"] = 4;
+  no_heads["n_head"] = 2;
+  dir.write("config.json", no_heads.dump());
+  CHECK(load_error(path).find("key \"n_head\" = 2 and its alias \"num_attention_heads\" = 4 disagree") !=
+        std::string::npos);
   Json text_heads = Json::parse(config_json(kTwoHeads));
   text_heads["n_head"] = "2";
   dir.write("config.json", text_heads.dump());
   CHECK(load_error(path).find("key \"n_head\" is string \"2\"; expected a positive integer") != std::string::npos);
+}
+
+TEST_CASE("config.json: n_positions is the context, n_ctx only without it; aliases and defaults") {
+  test::TempDir dir;
+  const std::string path = write_small(dir, kTwoHeads, false, 31);
+  // n_ctx differing from n_positions is ignored, as transformers ignores it.
+  Json config = Json::parse(config_json(kTwoHeads));
+  config["n_ctx"] = 1024;
+  dir.write("config.json", config.dump());
+  CHECK(GPT::load(path)->config.context() == 16);
+  // Only n_ctx: it is the context.
+  config.erase("n_positions");
+  config["n_ctx"] = 16;
+  dir.write("config.json", config.dump());
+  CHECK(GPT::load(path)->config.context() == 16);
+  config["n_ctx"] = 32;
+  dir.write("config.json", config.dump());
+  CHECK(load_error(path).find("n_positions (context) = 32 disagrees with " + path + ": tensor \"wpe.weight\"") !=
+        std::string::npos);
+  config.erase("n_ctx");
+  dir.write("config.json", config.dump());
+  CHECK(load_error(path).find("key \"n_positions\" is missing") != std::string::npos);
+
+  // transformers' generic names in place of GPT-2's.
+  Json generic = Json::parse(config_json(kTwoHeads));
+  for (const auto& [gpt2, alias] : std::vector<std::pair<std::string, std::string>>{
+           {"n_head", "num_attention_heads"},
+           {"n_layer", "num_hidden_layers"},
+           {"n_embd", "hidden_size"},
+           {"n_positions", "max_position_embeddings"}}) {
+    generic[alias] = generic[gpt2];
+    generic.erase(gpt2);
+  }
+  generic.erase("n_ctx");
+  dir.write("config.json", generic.dump());
+  std::shared_ptr<GPT> model = GPT::load(path);
+  CHECK(model->config.n_head() == 2);
+  CHECK(model->config.n_layer() == 2);
+  CHECK(model->config.n_embd() == 64);
+  CHECK(model->config.context() == 16);
+
+  // Only the required keys: GPT-2's defaults, eps 1e-5 and gelu_new.
+  dir.write("config.json", Json{{"n_head", 2}, {"n_layer", 2}, {"n_embd", 64}, {"n_positions", 16}, {"vocab_size", 97}}
+                               .dump());
+  model = GPT::load(path);
+  CHECK(model->config.layer_norm_eps() == 1e-5);
+  CHECK(model->config.activation() == GeluApproximation::Tanh);
+  CHECK(model->config.n_head() == 2);
 }
 
 TEST_CASE("GPT::load refuses an activation it does not implement, by name") {
