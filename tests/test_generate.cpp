@@ -235,10 +235,50 @@ TEST_CASE("cached and uncached generation give identical tokens") {
   // The sampled runs draw: another seed gives another sequence, the same seed the same one.
   const std::vector<int64_t> prompt = random_ids(3, 61, rng);
   const auto sampled = [&](uint64_t seed) {
-    return generate(*model, prompt, GenerationOptions().max_tokens(20).temperature(1.0).seed(seed));
+    // Temperature 5 makes the 61-way draws nearly uniform: two seeds giving the same 20 tokens would be
+    // a chance of about 61^-20, not a near-tie of a peaked distribution.
+    return generate(*model, prompt, GenerationOptions().max_tokens(20).temperature(5.0).seed(seed));
   };
   CHECK(sampled(11) == sampled(11));
   CHECK(sampled(11) != sampled(12));
+}
+
+TEST_CASE("bf16 on the CPU: the cached forward equals the whole forward to bf16 rounding; greedy tokens agree but at near-ties") {
+  std::mt19937 rng = testing::seeded_rng();
+  constexpr double kBf16Tolerance = 8 * 0x1p-8;  // as test_cuda_generate: bf16's 8 significant bits, a few layers deep
+  auto model = random_model(small_config(), rng);
+  model->to(bf16);
+  const int64_t T = 16;
+  const Tensor ids = from_vector(random_ids(T, 61, rng), {1, T});
+  const Tensor whole = model->forward(ids);
+  REQUIRE(whole.dtype() == bf16);
+  KVCache cache(*model, 1);
+  poison(cache);
+  double worst = relative_error(whole.narrow(1, 0, 5), model->forward(ids.narrow(1, 0, 5).contiguous(), cache));
+  for (int64_t t = 5; t < T; ++t)
+    worst = std::max(worst,
+                     relative_error(whole.narrow(1, t, 1), model->forward(ids.narrow(1, t, 1).contiguous(), cache)));
+  MESSAGE("bf16 cached vs whole forward: largest relative error ", worst);
+  CHECK(worst < kBf16Tolerance);
+
+  const std::vector<int64_t> prompt = random_ids(3, 61, rng);
+  const GenerationOptions greedy = GenerationOptions().temperature(0).max_tokens(12);
+  const std::vector<int64_t> cached = generate(*model, prompt, greedy);
+  const std::vector<int64_t> uncached = generate(*model, prompt, GenerationOptions(greedy).use_cache(false));
+  REQUIRE(cached.size() == 12);
+  REQUIRE(uncached.size() == 12);
+  const size_t first = size_t(std::mismatch(cached.begin(), cached.end(), uncached.begin()).first - cached.begin());
+  if (first < cached.size()) {  // allowed only where the two best logits tie to bf16 rounding
+    std::vector<int64_t> sequence = prompt;
+    sequence.insert(sequence.end(), uncached.begin(), uncached.begin() + int64_t(first));
+    const std::vector<float> last =
+        model->forward(from_vector(sequence, {1, int64_t(sequence.size())})).select(1, -1).to_vector<float>();
+    double scale = 1;
+    for (float x : last) scale = std::max(scale, double(std::abs(x)));
+    const double gap = std::abs(double(last[size_t(cached[first])]) - double(last[size_t(uncached[first])]));
+    INFO("bf16 tokens differ at ", first, " with a logit gap of ", gap);
+    CHECK(gap <= kBf16Tolerance * scale);
+  }
 }
 
 TEST_CASE("generation past the context: the uncached window slides, the cache refills from half the context") {
@@ -382,6 +422,24 @@ TEST_CASE("sampling: the distribution is softmax(logits / t), cut by top-k and t
   const std::vector<double> cold = sampling_distribution(logits, SamplingOptions().temperature(1e-300));
   CHECK(cold[0] == 1.0);
   CHECK(std::accumulate(cold.begin(), cold.end(), 0.0) == 1.0);
+}
+
+TEST_CASE("sampling: top_k above the vocabulary keeps every token; +inf logits are refused, not drawn") {
+  std::mt19937 rng = testing::seeded_rng();
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(30);
+  for (float& x : logits) x = normal(rng);
+  const auto all = sampling_distribution(logits, SamplingOptions().temperature(0.7));
+  CHECK(sampling_distribution(logits, SamplingOptions().temperature(0.7).top_k(31)) == all);
+  CHECK(sampling_distribution(logits, SamplingOptions().temperature(0.7).top_k(1000000)) == all);
+  const uint64_t seed = rng();
+  TokenSampler a(seed), b(seed);
+  for (int i = 0; i < 50; ++i) CHECK(a.next(logits, SamplingOptions().top_k(5000)) == b.next(logits, SamplingOptions()));
+
+  logits[7] = INFINITY;
+  CHECK_ERROR(greedy_token(logits), "logit 7 is inf", "expected a finite value or -inf");
+  CHECK_ERROR(sampling_distribution(logits, SamplingOptions()), "logit 7 is inf");
+  CHECK_ERROR(a.next(logits, SamplingOptions().top_k(3)), "logit 7 is inf");
 }
 
 TEST_CASE("the sampler's uniform numbers are std::mt19937_64's, fixed by the standard") {
