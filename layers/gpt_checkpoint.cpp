@@ -154,8 +154,8 @@ void check_metadata_against_config(const safetensors::Metadata& m, const std::st
     std::snprintf(text, sizeof text, "%.17g", hf.layer_norm_epsilon);
     disagree("layer_norm_eps", m.at("layer_norm_eps"), text);
   }
-  if (auto it = m.find("activation"); it != m.end() &&
-                                      parse_activation(it->second, path + ": metadata \"activation\"") != hf.activation)
+  if (auto it = m.find("activation");
+      it != m.end() && parse_activation(it->second, path + ": metadata \"activation\"") != hf.activation)
     disagree("activation", it->second, "\"" + activation_name(hf.activation) + "\"");
 }
 

@@ -151,7 +151,9 @@ int main(int argc, char** argv) {
     });
     const Clock::time_point end = Clock::now();
     write_bytes("\n");
-    auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+    auto seconds = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double>(b - a).count();
+    };
     const size_t decoded = generated.empty() ? 0 : generated.size() - 1;
     std::fprintf(stderr,
                  "%s: %zu tokens in %.3f s | prefill %zu prompt tokens + first token %.3f s | decode %zu tokens in "

@@ -43,8 +43,8 @@ namespace {
 struct Arch {
   int64_t vocab, context, layers, heads, dim;
   double eps = 1e-5;
-  bool erf = false;     // activation "gelu" (else "gelu_new")
-  double scale = 0.06;  // half-width of the uniform weights
+  bool erf = false;         // activation "gelu" (else "gelu_new")
+  double scale = 0.06;      // half-width of the uniform weights
   bool half_exact = false;  // values rounded to ones F16, BF16, F32 and F64 all hold exactly
 };
 
@@ -465,8 +465,9 @@ TEST_CASE("GPT::load takes the head count from config.json: 2 heads of width 32 
   gpt2_eps.eps = 1e-5;
   const Diff wrong_gelu = compare(engine, reference_forward(file, tanh_gelu, 2, ids));
   const Diff wrong_eps = compare(engine, reference_forward(file, gpt2_eps, 2, ids));
-  MESSAGE("engine off by ", d.max_abs_diff, " (tolerance ", narrow_f32_tolerance(d, kTwoHeads.layers), "); tanh GELU off by ",
-          wrong_gelu.max_abs_diff, ", eps 1e-5 off by ", wrong_eps.max_abs_diff, "; logits up to ", d.max_abs);
+  MESSAGE("engine off by ", d.max_abs_diff, " (tolerance ", narrow_f32_tolerance(d, kTwoHeads.layers),
+          "); tanh GELU off by ", wrong_gelu.max_abs_diff, ", eps 1e-5 off by ", wrong_eps.max_abs_diff,
+          "; logits up to ", d.max_abs);
   CHECK(wrong_gelu.max_abs_diff > 3 * narrow_f32_tolerance(d, kTwoHeads.layers));
   CHECK(wrong_eps.max_abs_diff > 3 * narrow_f32_tolerance(d, kTwoHeads.layers));
 
@@ -527,8 +528,7 @@ TEST_CASE("GPT::load names the config.json value that disagrees with the tensors
   Json no_heads = Json::parse(config_json(kTwoHeads));
   no_heads.erase("n_head");
   dir.write("config.json", no_heads.dump());
-  CHECK(load_error(path).find("key \"n_head\" (or its alias \"num_attention_heads\") is missing") !=
-        std::string::npos);
+  CHECK(load_error(path).find("key \"n_head\" (or its alias \"num_attention_heads\") is missing") != std::string::npos);
   no_heads["num_attention_heads"] = 4;
   no_heads["n_head"] = 2;
   dir.write("config.json", no_heads.dump());
@@ -563,11 +563,11 @@ TEST_CASE("config.json: n_positions is the context, n_ctx only without it; alias
 
   // transformers' generic names in place of GPT-2's.
   Json generic = Json::parse(config_json(kTwoHeads));
-  for (const auto& [gpt2, alias] : std::vector<std::pair<std::string, std::string>>{
-           {"n_head", "num_attention_heads"},
-           {"n_layer", "num_hidden_layers"},
-           {"n_embd", "hidden_size"},
-           {"n_positions", "max_position_embeddings"}}) {
+  for (const auto& [gpt2, alias] :
+       std::vector<std::pair<std::string, std::string>>{{"n_head", "num_attention_heads"},
+                                                        {"n_layer", "num_hidden_layers"},
+                                                        {"n_embd", "hidden_size"},
+                                                        {"n_positions", "max_position_embeddings"}}) {
     generic[alias] = generic[gpt2];
     generic.erase(gpt2);
   }
@@ -580,8 +580,8 @@ TEST_CASE("config.json: n_positions is the context, n_ctx only without it; alias
   CHECK(model->config.context() == 16);
 
   // Only the required keys: GPT-2's defaults, eps 1e-5 and gelu_new.
-  dir.write("config.json", Json{{"n_head", 2}, {"n_layer", 2}, {"n_embd", 64}, {"n_positions", 16}, {"vocab_size", 97}}
-                               .dump());
+  dir.write("config.json",
+            Json{{"n_head", 2}, {"n_layer", 2}, {"n_embd", 64}, {"n_positions", 16}, {"vocab_size", 97}}.dump());
   model = GPT::load(path);
   CHECK(model->config.layer_norm_eps() == 1e-5);
   CHECK(model->config.activation() == GeluApproximation::Tanh);
@@ -750,8 +750,9 @@ TEST_CASE("GPT::save_hf repeats the architecture in the metadata; load refuses a
   const std::vector<std::tuple<std::string, Json, std::string>> edits{
       {"n_head", 2, "metadata \"n_head\" = 4 disagrees with " + config_path + ": \"n_head\" = 2"},
       {"n_head", 8, "metadata \"n_head\" = 4 disagrees with " + config_path + ": \"n_head\" = 8"},
-      {"layer_norm_epsilon", 1e-5, "metadata \"layer_norm_eps\" = 9.9999999999999995e-07 disagrees with " +
-                                       config_path + ": \"layer_norm_eps\" = 1.0000000000000001e-05"},
+      {"layer_norm_epsilon", 1e-5,
+       "metadata \"layer_norm_eps\" = 9.9999999999999995e-07 disagrees with " + config_path +
+           ": \"layer_norm_eps\" = 1.0000000000000001e-05"},
       {"activation_function", "gelu_new",
        "metadata \"activation\" = gelu disagrees with " + config_path + ": \"activation\" = \"gelu_new\""},
   };
