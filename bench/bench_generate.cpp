@@ -9,7 +9,7 @@
 //             O(T^2) per token (the projections of all T tokens and T x T attention).
 // Each decode step includes what generation does per token: the copy of the last logits row to the
 // host and the argmax. Reported: tokens/s and ms/token (median of `reps` runs), the speed-up of the cache,
-// and the cache's bytes. The model is stated in every line: by default a GPT of L4 H4 C256 (3.2 M
+// and the cache's bytes. The model is stated in every line: by default a GPT of L4 H4 C256 (3.49 M
 // parameters with the byte-level vocabulary of 256), context 1024, fp32, the weights N(0, 0.02).
 // Usage: bench_generate [--device cpu|cuda] [--dtype f32|bf16] [--layers L] [--heads H] [--dim C]
 //                       [--vocab V] [--tokens N] [--reps R] [--lengths 256,1024] [--threads N]

@@ -3,6 +3,7 @@
 #include "layers/generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <span>
 
@@ -25,23 +26,6 @@ SamplingOptions GenerationOptions::sampling() const {
 
 namespace {
 
-// Eval mode for the whole generation; the model's previous mode comes back at the end.
-class EvalScope {
- public:
-  explicit EvalScope(Module& module) : module_(module), was_training_(module.is_training()) {
-    if (was_training_) module_.eval();
-  }
-  ~EvalScope() {
-    if (was_training_) module_.train();
-  }
-  EvalScope(const EvalScope&) = delete;
-  EvalScope& operator=(const EvalScope&) = delete;
-
- private:
-  Module& module_;
-  bool was_training_;
-};
-
 // ids as a [1, n] tensor on the model's device.
 Tensor row_of(std::span<const int64_t> ids, const Device& device) {
   return from_vector(std::vector<int64_t>(ids.begin(), ids.end()), {1, int64_t(ids.size())}, i64, device);
@@ -59,6 +43,9 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
   HG_CHECK(options.vocab_limit() <= vocab, "[generate] vocab_limit ", options.vocab_limit(),
            " exceeds the model's vocabulary of ", vocab);
   const size_t drawn = size_t(options.vocab_limit() > 0 ? options.vocab_limit() : vocab);
+  for (int64_t id : options.banned()) {
+    HG_CHECK(id >= 0 && id < vocab, "[generate] banned id ", id, " is invalid; expected an id in [0, ", vocab, ")");
+  }
   HG_CHECK(!prompt.empty(), "[generate] the prompt is empty; expected at least one token");
   HG_CHECK(int64_t(prompt.size()) <= context, "[generate] the prompt has ", prompt.size(),
            " tokens; the model's context is ", context);
@@ -67,7 +54,7 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
              "; expected an id in [0, ", vocab, ")");
   }
   NoGradGuard no_grad;
-  EvalScope eval_scope(model);
+  EvalModeScope eval_scope(model);
   const Device device = model.wte->weight.device();
   const SamplingOptions sampling = options.sampling();
   TokenSampler sampler(options.seed());
@@ -81,17 +68,18 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
       const int64_t window = std::min(n, context);
       return last_row(model.forward(row_of(std::span(sequence).subspan(size_t(n - window)), device)));
     }
-    if (cache->length() == 0) return last_row(model.forward(row_of(sequence, device), *cache));  // the prompt
+    if (cache->length() == 0) return last_row(model.forward_last(row_of(sequence, device), *cache));  // the prompt
     if (cache->length() == context) {  // full: refill from the latest half context
       const int64_t keep = std::max<int64_t>(1, context / 2);
       cache->clear();
-      return last_row(model.forward(row_of(std::span(sequence).subspan(size_t(n - keep)), device), *cache));
+      return last_row(model.forward_last(row_of(std::span(sequence).subspan(size_t(n - keep)), device), *cache));
     }
-    return last_row(model.forward(row_of(std::span(sequence).subspan(size_t(n - 1)), device), *cache));
+    return last_row(model.forward_last(row_of(std::span(sequence).subspan(size_t(n - 1)), device), *cache));
   };
 
   while (int64_t(generated.size()) < options.max_tokens()) {
-    const std::vector<float> logits = logits_of_next();
+    std::vector<float> logits = logits_of_next();
+    for (int64_t id : options.banned()) logits[size_t(id)] = -INFINITY;
     const int64_t token = sampler.next(std::span(logits).first(drawn), sampling);
     if (token == options.stop_at()) break;
     sequence.push_back(token);

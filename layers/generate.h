@@ -40,6 +40,9 @@ struct GenerationOptions {
   HG_OPTION(GenerationOptions, int64_t, stop_at, -1);
   // Draw only ids < vocab_limit (a tokenizer smaller than a padded model vocabulary); 0: every id.
   HG_OPTION(GenerationOptions, int64_t, vocab_limit, 0);
+  // Ids never drawn (their logits set to -inf before sampling): e.g. the holes of a tokenizer whose ids
+  // are not dense, which have no bytes to decode. Each in [0, vocab).
+  HG_OPTION(GenerationOptions, std::vector<int64_t>, banned, {});
 
  public:
   // Throws naming the offending option.
@@ -49,7 +52,8 @@ struct GenerationOptions {
 
 // The new tokens (the prompt not included) generated after `prompt` (1 .. context ids, each in
 // [0, vocab); an hg::Error names the first that is not). `on_token`, when set, is called with each new
-// token as soon as it is drawn (streaming). The model runs in eval mode without autograd; its mode is
+// token as soon as it is drawn (streaming); no banned id and no id >= vocab_limit is ever drawn (when
+// every allowed id is banned, an hg::Error says so). The model runs in eval mode without autograd; its mode is
 // restored after.
 std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, const GenerationOptions& options,
                               const std::function<void(int64_t)>& on_token = {});

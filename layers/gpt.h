@@ -53,6 +53,10 @@ class GPT : public Module {
   // `cache` and each attends to every cached token before it. Returns the logits [B, T_new, vocab].
   // Equal to the matching rows of forward() on the whole sequence (to rounding).
   Tensor forward(const Tensor& ids, KVCache& cache);
+  // The same step, but ln_f and the head run on the last new position only: logits [B, 1, vocab], equal
+  // to forward(ids, cache)'s last row. What generation reads (a prefill of T tokens skips T - 1 rows of
+  // the vocab-wide head).
+  Tensor forward_last(const Tensor& ids, KVCache& cache);
   // Mean cross-entropy of next-token prediction; targets [B, T], ignore_index -100 (f32 loss; f64
   // for f64). Through the fused classifier unless config.fused_classifier() is false.
   Tensor loss(const Tensor& ids, const Tensor& targets);
@@ -89,6 +93,8 @@ class GPT : public Module {
 
   // ln_f of the last block's output: [B, T, n_embd], what the tied head multiplies by wte^T.
   Tensor final_hidden(const Tensor& ids);
+  // forward(ids, cache) and forward_last (layers/gpt_cached_forward.cpp).
+  Tensor cached_step(const Tensor& ids, KVCache& cache, bool last_only);
 
   int64_t checkpoint_every_ = 0;
 };

@@ -3,6 +3,7 @@
 //   block i: its attention writes the new keys and values into cache layer i, then attends over rows
 //            0 .. past + T_new - 1 with the causal rule inside the new tokens (Block::forward_cached)
 //   logits = ln_f(x) wte^T                           [B, T_new, vocab]
+//            (forward_last: of x's last row only       [B, 1, vocab])
 // Prefill (T_new > 1, empty cache) and decoding (T_new = 1) are the same call. It is inference: no
 // autograd graph (NoGradGuard) and no dropout (the model runs in eval mode for the call, its mode
 // restored after), so its logits equal the matching rows of forward() on the whole sequence in eval mode.
@@ -12,31 +13,14 @@
 
 namespace hg::nn {
 
-namespace {
+Tensor GPT::forward(const Tensor& ids, KVCache& cache) { return cached_step(ids, cache, /*last_only=*/false); }
 
-// Eval mode for one scope; the module's previous mode comes back at the end, even on an exception.
-class EvalScope {
- public:
-  explicit EvalScope(Module& module) : module_(module), was_training_(module.is_training()) {
-    if (was_training_) module_.eval();
-  }
-  ~EvalScope() {
-    if (was_training_) module_.train();
-  }
-  EvalScope(const EvalScope&) = delete;
-  EvalScope& operator=(const EvalScope&) = delete;
+Tensor GPT::forward_last(const Tensor& ids, KVCache& cache) { return cached_step(ids, cache, /*last_only=*/true); }
 
- private:
-  Module& module_;
-  bool was_training_;
-};
-
-}  // namespace
-
-Tensor GPT::forward(const Tensor& ids, KVCache& cache) {
+Tensor GPT::cached_step(const Tensor& ids, KVCache& cache, bool last_only) {
   ModuleScope scope(*this);
   NoGradGuard no_grad;
-  EvalScope eval_scope(*this);
+  EvalModeScope eval_scope(*this);
   HG_CHECK(ids.dim() == 2, "[GPT] expected ids [B, T], got ", ids.describe());
   const int64_t B = ids.size(0), T = ids.size(1), past = cache.length();
   const Tensor& wte_weight = wte->weight;
@@ -59,6 +43,7 @@ Tensor GPT::forward(const Tensor& ids, KVCache& cache) {
     x = h[i]->forward_cached(x, cache.keys(int64_t(i)), cache.values(int64_t(i)), past);
   }
   cache.advance(T);
+  if (last_only && T > 1) x = x.narrow(1, T - 1, 1).contiguous();  // the rows before it are only in the cache
   return matmul(ln_f->forward(x), wte_weight.t());
 }
 

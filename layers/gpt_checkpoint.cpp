@@ -17,7 +17,10 @@
 // expected tensor's shape and dtype (named, with the expected shape), then the missing and unexpected
 // names in one message, then lm_head. Only then the GPT is built and the tensors copied in (f32).
 // SAVE_HF writes the published layout back: model.safetensors (f32, no prefix, Conv1D [in, out],
-// lm_head and mask buffers omitted) and config.json, each atomically.
+// lm_head and mask buffers omitted) and config.json, each atomically -- but not together, so the
+// safetensors metadata repeats the architecture ("format": "pt" plus n_head, n_layer, n_embd,
+// n_positions, vocab_size, layer_norm_eps, activation) and load refuses a config.json that disagrees
+// with any of them (naming both files and the key): new weights never run with an old config.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -119,7 +122,44 @@ Architecture native_architecture(const safetensors::File& file, const std::strin
   return {c, path + ": metadata"};
 }
 
-Architecture hf_architecture(const std::string& path) {
+// The architecture keys save_hf also writes into a GPT-2 file's metadata (beside "format": "pt"), so
+// that a model.safetensors paired with another model's config.json (a crash between save_hf's two
+// renames, files copied from two places) is refused instead of computing wrong logits.
+constexpr const char* kHfIntegerKeys[] = {"n_head", "n_layer", "n_embd", "n_positions", "vocab_size"};
+
+int64_t hf_integer(const HfGpt2Config& hf, const std::string& key) {
+  if (key == "n_head") return hf.n_head;
+  if (key == "n_layer") return hf.n_layer;
+  if (key == "n_embd") return hf.n_embd;
+  if (key == "n_positions") return hf.n_positions;
+  return hf.vocab_size;
+}
+
+// Each architecture key present in the file's metadata against config.json's value; a disagreement
+// names both files and the key.
+void check_metadata_against_config(const safetensors::Metadata& m, const std::string& path, const HfGpt2Config& hf,
+                                   const std::string& config_path) {
+  auto disagree = [&](const std::string& key, const std::string& in_file, const std::string& in_config) {
+    HG_FAIL("[GPT::load] ", path, ": metadata \"", key, "\" = ", printable(in_file), " disagrees with ", config_path,
+            ": \"", key, "\" = ", in_config,
+            "; the two files describe different models (expected the config.json written with these weights)");
+  };
+  for (const char* key : kHfIntegerKeys) {
+    if (!m.count(key)) continue;
+    const int64_t value = metadata_int(m, key, path);
+    if (value != hf_integer(hf, key)) disagree(key, m.at(key), std::to_string(hf_integer(hf, key)));
+  }
+  if (m.count("layer_norm_eps") && metadata_eps(m, path) != hf.layer_norm_epsilon) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", hf.layer_norm_epsilon);
+    disagree("layer_norm_eps", m.at("layer_norm_eps"), text);
+  }
+  if (auto it = m.find("activation");
+      it != m.end() && parse_activation(it->second, path + ": metadata \"activation\"") != hf.activation)
+    disagree("activation", it->second, "\"" + activation_name(hf.activation) + "\"");
+}
+
+Architecture hf_architecture(const std::string& path, const safetensors::Metadata& metadata) {
   const std::filesystem::path config_path = std::filesystem::path(path).parent_path() / "config.json";
   std::error_code error;
   HG_CHECK(std::filesystem::is_regular_file(config_path, error), "[GPT::load] ", path,
@@ -127,6 +167,7 @@ Architecture hf_architecture(const std::string& path) {
            "); a GPT-2 file's head count is in none of its tensors: put the model's config.json (n_head, n_layer, "
            "n_embd, n_positions, vocab_size) in the file's directory");
   const HfGpt2Config hf = read_hf_config(config_path.string());
+  check_metadata_against_config(metadata, path, hf, config_path.string());
   GPTConfig c;
   c.vocab_size(hf.vocab_size)
       .context(hf.n_positions)
@@ -265,7 +306,7 @@ std::shared_ptr<GPT> GPT::load(const std::string& given) {
              "\" appears both with and without the \"transformer.\" prefix; expected it once");
   }
 
-  const Architecture architecture = native ? native_architecture(file, path) : hf_architecture(path);
+  const Architecture architecture = native ? native_architecture(file, path) : hf_architecture(path, file.metadata);
   const GPTConfig& config = architecture.config;
   check_against_tensors(architecture, tensors, blocks, path);
 
@@ -318,7 +359,17 @@ void GPT::save_hf(const std::string& directory) const {
     tensors.emplace_back(name, is_conv1d_weight(name) ? value.t().contiguous() : value);
   }
   const std::filesystem::path dir(directory);
-  safetensors::save((dir / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  char eps[32];
+  std::snprintf(eps, sizeof eps, "%.17g", config.layer_norm_eps());
+  safetensors::save((dir / "model.safetensors").string(), tensors,
+                    {{"format", "pt"},
+                     {"n_head", std::to_string(config.n_head())},
+                     {"n_layer", std::to_string(config.n_layer())},
+                     {"n_embd", std::to_string(config.n_embd())},
+                     {"n_positions", std::to_string(config.context())},
+                     {"vocab_size", std::to_string(config.vocab_size())},
+                     {"layer_norm_eps", eps},
+                     {"activation", activation_name(config.activation())}});
   write_file_atomically((dir / "config.json").string(), hf_config_json(config));
 }
 

@@ -56,10 +56,19 @@ struct ConfigFile {
     return value->get<int64_t>();
   }
 
-  int64_t required_integer(const std::string& key) const {
-    const std::optional<int64_t> value = integer(key);
-    HG_CHECK(value.has_value(), "[GPT::load] ", path, ": key \"", key,
-             "\" is missing; expected a GPT-2 config.json with n_head, n_layer, n_embd, vocab_size and n_positions");
+  // `key`, or transformers' generic name for it (GPT2Config's attribute_map) when `key` is absent; both
+  // given must agree.
+  std::optional<int64_t> aliased_integer(const std::string& key, const std::string& alias) const {
+    const std::optional<int64_t> value = integer(key), aliased = integer(alias);
+    HG_CHECK(!value || !aliased || *value == *aliased, "[GPT::load] ", path, ": key \"", key, "\" = ", *value,
+             " and its alias \"", alias, "\" = ", *aliased, " disagree; expected one value");
+    return value ? value : aliased;
+  }
+
+  int64_t required_integer(const std::string& key, const std::string& alias) const {
+    const std::optional<int64_t> value = aliased_integer(key, alias);
+    HG_CHECK(value.has_value(), "[GPT::load] ", path, ": key \"", key, "\" (or its alias \"", alias,
+             "\") is missing; expected a GPT-2 config.json with n_head, n_layer, n_embd, vocab_size and n_positions");
     return *value;
   }
 
@@ -137,15 +146,17 @@ HfGpt2Config read_hf_config(const std::string& path) {
     file.fail_key("model_type", *type, "\"gpt2\"");
 
   HfGpt2Config c;
-  c.n_head = file.required_integer("n_head");
-  c.n_layer = file.required_integer("n_layer");
-  c.n_embd = file.required_integer("n_embd");
-  c.vocab_size = file.required_integer("vocab_size");
-  const std::optional<int64_t> positions = file.integer("n_positions"), ctx = file.integer("n_ctx");
+  c.n_head = file.required_integer("n_head", "num_attention_heads");
+  c.n_layer = file.required_integer("n_layer", "num_hidden_layers");
+  c.n_embd = file.required_integer("n_embd", "hidden_size");
+  c.vocab_size = file.required_integer("vocab_size", "vocab_size");
+  // The context is n_positions (wpe's rows); transformers ignores n_ctx, read only when n_positions
+  // (and its alias) is absent, as old configs had only n_ctx.
+  const std::optional<int64_t> positions = file.aliased_integer("n_positions", "max_position_embeddings");
+  const std::optional<int64_t> ctx = positions ? std::nullopt : file.integer("n_ctx");
   HG_CHECK(positions || ctx, "[GPT::load] ", path,
-           ": key \"n_positions\" is missing (and no \"n_ctx\"); expected the model's context length");
-  HG_CHECK(!positions || !ctx || *positions == *ctx, "[GPT::load] ", path, ": n_positions = ", *positions,
-           " and n_ctx = ", *ctx, " disagree; expected one context length");
+           ": key \"n_positions\" is missing (and no \"max_position_embeddings\" or \"n_ctx\"); expected the "
+           "model's context length");
   c.n_positions = positions ? *positions : *ctx;
 
   if (const Json* inner = file.find("n_inner"); inner && !inner->is_null()) {

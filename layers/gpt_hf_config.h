@@ -3,8 +3,11 @@
 //
 // READ (read_hf_config): the file is a JSON object (at most 1 MiB, no key twice) whose keys are taken
 // as transformers' GPT2Config reads them:
-//   required  n_head, n_layer, n_embd, vocab_size (positive integers), n_positions or n_ctx (both:
-//             equal); the head count in particular cannot be inferred from the tensors
+//   required  n_head, n_layer, n_embd, vocab_size, n_positions (positive integers); the head count in
+//             particular cannot be inferred from the tensors. transformers' generic names are accepted
+//             for an absent key (GPT2Config's attribute_map): num_attention_heads, num_hidden_layers,
+//             hidden_size, max_position_embeddings (both given: they must agree). Without n_positions
+//             (or its alias) n_ctx is the context; otherwise n_ctx is ignored, as transformers does.
 //   optional  layer_norm_epsilon (a positive finite number; default 1e-5), activation_function
 //             ("gelu_new" / "gelu_pytorch_tanh": GELU's tanh approximation, "gelu": the exact erf one;
 //             default "gelu_new"; any other refused by name), model_type ("gpt2"), n_inner (null or

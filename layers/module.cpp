@@ -84,6 +84,21 @@ void Module::train(bool on) {
   for (auto& [name, child] : children_) child->train(on);
 }
 
+EvalModeScope::EvalModeScope(Module& module) {
+  std::vector<Module*> stack{&module};
+  while (!stack.empty()) {
+    Module* m = stack.back();
+    stack.pop_back();
+    recorded_.emplace_back(m, m->training_);
+    for (auto it = m->children_.rbegin(); it != m->children_.rend(); ++it) stack.push_back(it->second.get());
+  }
+  for (auto& [m, was_training] : recorded_) m->training_ = false;
+}
+
+EvalModeScope::~EvalModeScope() {
+  for (auto& [m, was_training] : recorded_) m->training_ = was_training;
+}
+
 void assign_in_place(const Tensor& target, const Tensor& source) {
   TensorImpl& t = *target.impl();
   t.storage = source.storage();

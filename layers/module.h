@@ -88,6 +88,7 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
   std::function<void()> pre_forward_, post_forward_;
+  friend class EvalModeScope;
 };
 
 // A module with one input and one output, so it can sit in a Sequential.
@@ -123,6 +124,21 @@ class ModuleScope {
   void leave();
   bool entered_ = false;
   const Module* hooked_ = nullptr;
+};
+
+// Eval mode for a scope (inference inside a training run: generation, the cached forward): records the
+// training flag of `module` and of every module below it, puts the whole tree in eval mode, and at the
+// end (returning or throwing) gives each module back exactly its own recorded flag -- a child left in
+// eval under a training parent stays in eval. Nested scopes restore in reverse order.
+class EvalModeScope {
+ public:
+  explicit EvalModeScope(Module& module);
+  ~EvalModeScope();
+  EvalModeScope(const EvalModeScope&) = delete;
+  EvalModeScope& operator=(const EvalModeScope&) = delete;
+
+ private:
+  std::vector<std::pair<Module*, bool>> recorded_;  // every module of the tree, pre-order, and its flag
 };
 
 // Replaces the contents of `target` (every handle to it) with `source`'s storage, layout and dtype.

@@ -124,8 +124,11 @@ void check_settings(const TrainGptConfig& c) {
                            {"threads", c.threads, 4096},
                            {"sample", c.sample, 1 << 20},
                            {"memory-limit-mib", c.memory_limit_mib, int64_t(1) << 30}});
-  if (!c.load.empty()) check_readable_file(kProgram, "load", c.load);
-  if (!c.tokenizer.empty() && !std::filesystem::is_directory(c.tokenizer))
+  // A directory is GPT::load's to judge (a published model: its model.safetensors + config.json).
+  std::error_code not_a_directory;
+  if (!c.load.empty() && !std::filesystem::is_directory(c.load, not_a_directory))
+    check_readable_file(kProgram, "load", c.load);
+  if (!c.tokenizer.empty() && !std::filesystem::is_directory(c.tokenizer, not_a_directory))
     check_readable_file(kProgram, "tokenizer", c.tokenizer);
   for (size_t start = 0; !c.data.empty() && start <= c.data.size();) {
     const size_t comma = std::min(c.data.find(',', start), c.data.size());

@@ -39,7 +39,8 @@ struct TrainGptConfig {
   int64_t& seed = flags.add_int("seed", 1337, "random seed (weights, data order, dropout)", 0);
   int64_t& threads = flags.add_int("threads", 0, "CPU threads (0: all cores)", 0);
   std::string& save = flags.add_string("save", "", "save the trained model to this safetensors file");
-  std::string& load = flags.add_string("load", "", "start from this safetensors file (native or GPT-2 layout)");
+  std::string& load = flags.add_string(
+      "load", "", "start from this safetensors file (native or GPT-2 layout) or a GPT-2 directory (model.safetensors)");
   int64_t& sample = flags.add_int("sample", 8, "print N answers (or N bytes of text) at the end", 0);
   std::string& checkpoint_dir =
       flags.add_string("checkpoint-dir", "", "write training checkpoints into this directory");

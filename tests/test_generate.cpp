@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <set>
 
 #include "engine/random.h"
 #include "layers/generate.h"
@@ -97,6 +98,33 @@ TEST_CASE("GPT::forward with a KV cache equals the whole forward, prefill then t
   }
 }
 
+TEST_CASE("GPT::forward_last gives forward(ids, cache)'s last row only, and advances the cache the same") {
+  std::mt19937 rng = testing::seeded_rng();
+  auto model = random_model(small_config(), rng);
+  const int64_t B = 2, T = 20;
+  const Tensor ids = from_vector(random_ids(B * T, 61, rng), {B, T});
+  KVCache all_rows(*model, B), last_only(*model, B);
+  poison(all_rows);
+  poison(last_only);
+  // A prefill of 7, single tokens, a chunk of 5, single tokens.
+  for (const auto& [start, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 7}, {7, 1}, {8, 1}, {9, 5}, {14, 1}}) {
+    CAPTURE(start);
+    const Tensor chunk = ids.narrow(1, start, n).contiguous();
+    const Tensor every = model->forward(chunk, all_rows);
+    const Tensor last = model->forward_last(chunk, last_only);
+    REQUIRE(every.shape() == Shape{B, n, 61});
+    REQUIRE(last.shape() == Shape{B, 1, 61});
+    CHECK(last_only.length() == all_rows.length());
+    CHECK(relative_error(every.narrow(1, n - 1, 1), last) < kF32Tolerance);
+    CHECK_FALSE(last.requires_grad());
+  }
+  // The caches hold the same keys and values.
+  for (int64_t l = 0; l < all_rows.layers(); ++l) {
+    CHECK(relative_error(all_rows.keys(l).narrow(2, 0, 15), last_only.keys(l).narrow(2, 0, 15)) == 0.0);
+    CHECK(relative_error(all_rows.values(l).narrow(2, 0, 15), last_only.values(l).narrow(2, 0, 15)) == 0.0);
+  }
+}
+
 TEST_CASE("a rewound KV cache continues like the whole forward of the new sequence") {
   std::mt19937 rng = testing::seeded_rng();
   auto model = random_model(small_config(), rng);
@@ -132,6 +160,52 @@ TEST_CASE("the cached forward runs in eval mode without autograd and restores th
   CHECK(relative_error(eval_logits, logits) < kF32Tolerance);  // no dropout drawn
 }
 
+TEST_CASE("EvalModeScope puts every module in eval and gives each back its own flag, a child in another mode too") {
+  std::mt19937 rng = testing::seeded_rng();
+  auto model = random_model(GPTConfig(small_config()).dropout(0.5), rng);
+  auto modes = [&] {
+    std::vector<bool> flags{model->is_training()};
+    std::vector<const Module*> stack{model.get()};
+    while (!stack.empty()) {
+      const Module* m = stack.back();
+      stack.pop_back();
+      for (const auto& [name, child] : m->children()) {
+        flags.push_back(child->is_training());
+        stack.push_back(child.get());
+      }
+    }
+    return flags;
+  };
+  // Training, except one dropout deep in block 1 and block 0's attention, left in eval.
+  model->train();
+  model->h[1]->mlp->drop->eval();
+  model->h[0]->attn->eval();
+  const std::vector<bool> before = modes();
+  REQUIRE(std::count(before.begin(), before.end(), false) >= 2);
+  REQUIRE(std::count(before.begin(), before.end(), true) >= 2);
+  {
+    EvalModeScope scope(*model);
+    const std::vector<bool> inside = modes();
+    CHECK(std::count(inside.begin(), inside.end(), true) == 0);
+  }
+  CHECK(modes() == before);
+  // The same through the cached forward and generate(), and when they throw.
+  KVCache cache(*model, 1);
+  model->forward(from_vector(random_ids(4, 61, rng), {1, 4}), cache);
+  CHECK(modes() == before);
+  generate(*model, random_ids(3, 61, rng), GenerationOptions().max_tokens(4).temperature(0));
+  CHECK(modes() == before);
+  CHECK_THROWS(model->forward(from_vector(random_ids(40, 61, rng), {1, 40}), cache));
+  CHECK(modes() == before);
+  // An eval root with a training child: the child comes back training.
+  model->eval();
+  model->h[0]->mlp->train();
+  const std::vector<bool> mixed = modes();
+  generate(*model, random_ids(3, 61, rng), GenerationOptions().max_tokens(2).temperature(0));
+  CHECK(modes() == mixed);
+  CHECK(model->h[0]->mlp->is_training());
+}
+
 TEST_CASE("cached and uncached generation give identical tokens") {
   std::mt19937 rng = testing::seeded_rng();
   auto model = random_model(small_config(), rng);
@@ -161,10 +235,50 @@ TEST_CASE("cached and uncached generation give identical tokens") {
   // The sampled runs draw: another seed gives another sequence, the same seed the same one.
   const std::vector<int64_t> prompt = random_ids(3, 61, rng);
   const auto sampled = [&](uint64_t seed) {
-    return generate(*model, prompt, GenerationOptions().max_tokens(20).temperature(1.0).seed(seed));
+    // Temperature 5 makes the 61-way draws nearly uniform: two seeds giving the same 20 tokens would be
+    // a chance of about 61^-20, not a near-tie of a peaked distribution.
+    return generate(*model, prompt, GenerationOptions().max_tokens(20).temperature(5.0).seed(seed));
   };
   CHECK(sampled(11) == sampled(11));
   CHECK(sampled(11) != sampled(12));
+}
+
+TEST_CASE("bf16 on the CPU: the cached forward within bf16 rounding, greedy tokens equal but at near-ties") {
+  std::mt19937 rng = testing::seeded_rng();
+  constexpr double kBf16Tolerance = 8 * 0x1p-8;  // as test_cuda_generate: bf16's 8 significant bits, a few layers deep
+  auto model = random_model(small_config(), rng);
+  model->to(bf16);
+  const int64_t T = 16;
+  const Tensor ids = from_vector(random_ids(T, 61, rng), {1, T});
+  const Tensor whole = model->forward(ids);
+  REQUIRE(whole.dtype() == bf16);
+  KVCache cache(*model, 1);
+  poison(cache);
+  double worst = relative_error(whole.narrow(1, 0, 5), model->forward(ids.narrow(1, 0, 5).contiguous(), cache));
+  for (int64_t t = 5; t < T; ++t)
+    worst =
+        std::max(worst, relative_error(whole.narrow(1, t, 1), model->forward(ids.narrow(1, t, 1).contiguous(), cache)));
+  MESSAGE("bf16 cached vs whole forward: largest relative error ", worst);
+  CHECK(worst < kBf16Tolerance);
+
+  const std::vector<int64_t> prompt = random_ids(3, 61, rng);
+  const GenerationOptions greedy = GenerationOptions().temperature(0).max_tokens(12);
+  const std::vector<int64_t> cached = generate(*model, prompt, greedy);
+  const std::vector<int64_t> uncached = generate(*model, prompt, GenerationOptions(greedy).use_cache(false));
+  REQUIRE(cached.size() == 12);
+  REQUIRE(uncached.size() == 12);
+  const size_t first = size_t(std::mismatch(cached.begin(), cached.end(), uncached.begin()).first - cached.begin());
+  if (first < cached.size()) {  // allowed only where the two best logits tie to bf16 rounding
+    std::vector<int64_t> sequence = prompt;
+    sequence.insert(sequence.end(), uncached.begin(), uncached.begin() + int64_t(first));
+    const std::vector<float> last =
+        model->forward(from_vector(sequence, {1, int64_t(sequence.size())})).select(1, -1).to_vector<float>();
+    double scale = 1;
+    for (float x : last) scale = std::max(scale, double(std::abs(x)));
+    const double gap = std::abs(double(last[size_t(cached[first])]) - double(last[size_t(uncached[first])]));
+    INFO("bf16 tokens differ at ", first, " with a logit gap of ", gap);
+    CHECK(gap <= kBf16Tolerance * scale);
+  }
 }
 
 TEST_CASE("generation past the context: the uncached window slides, the cache refills from half the context") {
@@ -222,6 +336,37 @@ TEST_CASE("stop_at ends generation before the stop token, and vocab_limit bounds
     sequence.push_back(id);
   }
   CHECK_ERROR(generate(*model, prompt, GenerationOptions().vocab_limit(62)), "vocab_limit 62", "vocabulary of 61");
+
+  // Banned ids (a tokenizer's holes) are never drawn: greedy takes the best allowed id, and a hot
+  // sampler drawing 400 tokens from 8 allowed ids (4 of them banned) never meets a banned one.
+  std::vector<int64_t> banned{all[0], all[1], all[2]};
+  const std::vector<int64_t> avoided = generate(*model, prompt, GenerationOptions(greedy).banned(banned));
+  REQUIRE(avoided.size() == 12);
+  CHECK(avoided[0] != all[0]);
+  sequence = prompt;
+  for (int64_t id : avoided) {
+    std::vector<float> last =
+        model->forward(from_vector(sequence, {1, int64_t(sequence.size())})).select(1, -1).to_vector<float>();
+    for (int64_t b : banned) last[size_t(b)] = -INFINITY;
+    CHECK(id == greedy_token(last));
+    sequence.push_back(id);
+  }
+  for (bool use_cache : {true, false}) {
+    const std::vector<int64_t> hot = generate(*model, prompt,
+                                              GenerationOptions()
+                                                  .temperature(50)
+                                                  .max_tokens(400)
+                                                  .vocab_limit(8)
+                                                  .banned({1, 3, 4, 6})
+                                                  .seed(rng())
+                                                  .use_cache(use_cache));
+    REQUIRE(hot.size() == 400);
+    std::set<int64_t> seen(hot.begin(), hot.end());
+    CHECK(seen == std::set<int64_t>{0, 2, 5, 7});
+  }
+  CHECK_ERROR(generate(*model, prompt, GenerationOptions().banned({61})), "banned id 61", "[0, 61)");
+  CHECK_ERROR(generate(*model, prompt, GenerationOptions().vocab_limit(2).banned({0, 1})),
+              "every one of the 2 logits is -inf");
 }
 
 TEST_CASE("sampling: top-k 1 and a tiny top-p are greedy, and ties go to the lower index") {
@@ -282,6 +427,25 @@ TEST_CASE("sampling: the distribution is softmax(logits / t), cut by top-k and t
   const std::vector<double> cold = sampling_distribution(logits, SamplingOptions().temperature(1e-300));
   CHECK(cold[0] == 1.0);
   CHECK(std::accumulate(cold.begin(), cold.end(), 0.0) == 1.0);
+}
+
+TEST_CASE("sampling: top_k above the vocabulary keeps every token; +inf logits are refused, not drawn") {
+  std::mt19937 rng = testing::seeded_rng();
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(30);
+  for (float& x : logits) x = normal(rng);
+  const auto all = sampling_distribution(logits, SamplingOptions().temperature(0.7));
+  CHECK(sampling_distribution(logits, SamplingOptions().temperature(0.7).top_k(31)) == all);
+  CHECK(sampling_distribution(logits, SamplingOptions().temperature(0.7).top_k(1000000)) == all);
+  const uint64_t seed = rng();
+  TokenSampler a(seed), b(seed);
+  for (int i = 0; i < 50; ++i)
+    CHECK(a.next(logits, SamplingOptions().top_k(5000)) == b.next(logits, SamplingOptions()));
+
+  logits[7] = INFINITY;
+  CHECK_ERROR(greedy_token(logits), "logit 7 is inf", "expected a finite value or -inf");
+  CHECK_ERROR(sampling_distribution(logits, SamplingOptions()), "logit 7 is inf");
+  CHECK_ERROR(a.next(logits, SamplingOptions().top_k(3)), "logit 7 is inf");
 }
 
 TEST_CASE("the sampler's uniform numbers are std::mt19937_64's, fixed by the standard") {

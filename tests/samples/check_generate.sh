@@ -3,10 +3,14 @@
 # first), the same with and without the KV cache (greedy and sampled with one seed); a hand-written
 # byte-level BPE tokenizer (vocab.json + merges.txt: the 256 bytes, one merge, <|endoftext|>) with a model
 # of its vocabulary; --help; and bad input answered with one line and exit code 2.
-# Usage: check_generate.sh <generate> <train_gpt>
+# The same model converted to a GPT-2 directory (save_hf_child: GPT::save_hf) generates the same text
+# from the directory, and train_gpt --load takes the directory.
+# A tokenizer with a hole in its ids never has the hole drawn; --no-stop-at-eot runs past <|endoftext|>.
+# Usage: check_generate.sh <generate> <train_gpt> <save_hf_child>
 set -uo pipefail
 generate=$1
 train_gpt=$2
+save_hf=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -22,7 +26,7 @@ train=(--data "$work/text.txt" --layers 2 --heads 2 --dim 32 --context 32 --batc
 run() {
   local out=$1
   shift
-  "$generate" --model "$work/bytes.safetensors" --prompt "hello " --max-tokens 26 --threads 1 "$@" >"$work/$out" \
+  "$generate" --model "${run_model:-$work/bytes.safetensors}" --prompt "hello " --max-tokens 26 --threads 1 "$@" >"$work/$out" \
     2>"$work/err" || fail "generate $* exited $?: $(cat "$work/err")"
 }
 size() { wc -c <"$work/$1"; }
@@ -42,6 +46,14 @@ run long2 --max-tokens 100 --seed 5
 run long3 --max-tokens 100 --seed 6
 cmp -s "$work/long1" "$work/long2" && (( $(size long1) == 107 )) || fail "100 tokens past the context: $(size long1) bytes"
 ! cmp -s "$work/long1" "$work/long3" || fail "seeds 5 and 6 gave the same text"
+
+# A GPT-2 directory (model.safetensors + config.json) of the same model: the same bytes.
+"$save_hf" "$work/bytes.safetensors" "$work/hf" || fail "save_hf_child exited $?"
+[[ -f $work/hf/model.safetensors && -f $work/hf/config.json ]] || fail "save_hf wrote no GPT-2 directory"
+run_model=$work/hf run long2 --max-tokens 100 --seed 5
+cmp -s "$work/long1" "$work/long2" || fail "--model DIR: not the file's text: $(cat -v "$work/long2")"
+"$train_gpt" "${train[@]}" --steps 2 --load "$work/hf" >"$work/train.log" 2>&1 \
+  || fail "train_gpt --load DIR exited $?: $(cat "$work/train.log")"
 
 # A byte-level BPE tokenizer written by hand: vocab.json spells bytes in GPT-2's bytes_to_unicode
 # alphabet (printable bytes as themselves, the rest from U+0100 in byte order), one merge "h e".
@@ -71,6 +83,24 @@ cmp -s "$work/cached" "$work/uncached" || fail "BPE: cached and uncached differ"
 grep -q "generate: [0-9]* tokens" "$work/err" || fail "BPE: no summary line: $(cat "$work/err")"
 bpe empty --prompt ""
 
+# A vocabulary with a hole (no id 257; <|endoftext|> is 258) and a model of 259 tokens: a nearly uniform
+# sampler (temperature 100) drawing 2000 tokens never draws the hole, and --no-stop-at-eot runs past
+# the <|endoftext|> it draws, where the default stops at it.
+mkdir "$work/holes"
+sed 's/"<|endoftext|>": 257/"<|endoftext|>": 258/' "$work/vocab.json" > "$work/holes/vocab.json"
+cp "$work/merges.txt" "$work/holes/merges.txt"
+"$train_gpt" "${train[@]}" --vocab 259 --steps 2 --save "$work/holes.safetensors" >"$work/train.log" 2>&1 \
+  || fail "train_gpt --vocab 259 exited $?: $(cat "$work/train.log")"
+holes=(--model "$work/holes.safetensors" --tokenizer "$work/holes/vocab.json" --prompt "hello " --max-tokens 2000
+       --temperature 100 --seed 4 --threads 1)
+"$generate" "${holes[@]}" --no-stop-at-eot >"$work/out" 2>"$work/err" \
+  || fail "a tokenizer with a hole: generate exited $?: $(cat "$work/err")"
+grep -q "generate: 2000 tokens in" "$work/err" || fail "--no-stop-at-eot: not 2000 tokens: $(cat "$work/err")"
+"$generate" "${holes[@]}" >"$work/out" 2>"$work/err" || fail "stop at eot: generate exited $?: $(cat "$work/err")"
+grep -q "generate: 2000 tokens in" "$work/err" && fail "the default did not stop at <|endoftext|>: $(cat "$work/err")"
+grep -q "generate: [0-9]* tokens in .* | prefill [0-9]* prompt tokens" "$work/err" \
+  || fail "no prefill in the summary: $(cat "$work/err")"
+
 # --help, then bad input: one line on stderr, exit code 2.
 "$generate" --help | grep -q -- "--max-tokens" || fail "--help does not list --max-tokens"
 expect_usage_error() {
@@ -86,6 +116,8 @@ expect_usage_error() {
 model=(--model "$work/bytes.safetensors")
 expect_usage_error "--model FILE is required" --prompt "hi"
 expect_usage_error "missing.safetensors" --model "$work/missing.safetensors" --prompt "hi"
+mkdir "$work/empty-dir"
+expect_usage_error "--model $work/empty-dir" --model "$work/empty-dir" --prompt "hi"
 printf 'not a model' > "$work/garbage.safetensors"
 expect_usage_error "--model $work/garbage.safetensors" --model "$work/garbage.safetensors" --prompt "hi"
 expect_usage_error "has 258 tokens" "${model[@]}" --tokenizer "$work/vocab.json" --prompt "hi"
