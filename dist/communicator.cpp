@@ -177,6 +177,7 @@ void abort_failed_transports() {
 
 Communicator::~Communicator() {
   if (stream_->broken->load()) {
+    if (device_) device_->abandon();  // its peers are unreachable too: abort, do not wait for them
     // A collective failed or timed out: the communication thread may be stuck inside the transport
     // waiting for a peer that will never answer, so it cannot be joined. Leave it (and the
     // transport) running and end the job at exit (MPI_Abort; TCP: close the connections at once).
@@ -205,7 +206,7 @@ std::string Communicator::backend() const {
   return name;
 }
 
-bool Communicator::broken() const { return stream_->broken->load(); }
+bool Communicator::broken() const { return stream_->broken->load() || (device_ && device_->broken()); }
 
 bool Communicator::nccl_available() { return nccl_unavailable_reason().empty(); }
 

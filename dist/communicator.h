@@ -142,7 +142,8 @@ class Communicator {
   // host transports, whose Work::block waits on the host.
   void record_stream(void* base, Device device);
 
-  // Whether a collective has failed (then every later call throws).
+  // Whether a collective has failed or the device transport (NCCL) was aborted (then every later call
+  // throws).
   bool broken() const;
   // Whether this build has NCCL (CUDA buffers of a real GPU need it).
   static bool nccl_available();

@@ -64,6 +64,13 @@ using Clock = std::chrono::steady_clock;
     HG_CHECK(cuda_status_ == cudaSuccess, "[dist] ", #call, " failed: ", cudaGetErrorString(cuda_status_)); \
   } while (0)
 
+// NCCL's own text for the communicator's last failure ("" when it has none), appended to our errors.
+std::string nccl_last_error(ncclComm_t comm) {
+  const char* text = comm ? ncclGetLastError(comm) : nullptr;
+  if (text == nullptr || *text == '\0') return "";
+  return std::string(" (NCCL: ") + text + ")";
+}
+
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
     case DType::f32: return ncclFloat32;
@@ -101,7 +108,8 @@ void wait_nccl_ready(ncclComm_t comm, Clock::time_point deadline, const char* wh
     ncclResult_t state = ncclSuccess;
     HG_NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
     if (state == ncclSuccess) return;
-    if (state != ncclInProgress) fail(hg::detail::concat("[dist] NCCL ", what, " failed: ", ncclGetErrorString(state)));
+    if (state != ncclInProgress)
+      fail(hg::detail::concat("[dist] NCCL ", what, " failed: ", ncclGetErrorString(state), nccl_last_error(comm)));
     if (Clock::now() > deadline)
       fail(hg::detail::concat("[dist] NCCL ", what, " did not complete in time (another rank died or hangs)"));
     std::this_thread::yield();
@@ -155,16 +163,24 @@ struct NcclHealth {
     failure = why;
     ncclCommAbort(comm);
   }
-  // The asynchronous error NCCL reports ("" for none).
-  std::string async_error() const {
+  // The recorded failure if the communicator was aborted, else the asynchronous error NCCL reports
+  // ("" for none). Under the mutex: an abort (which frees the communicator) cannot run in between,
+  // and an aborted communicator is never asked again.
+  std::string async_error() {
+    std::lock_guard lock(mutex);
+    if (!failure.empty()) return failure;
     ncclResult_t state = ncclSuccess;
     ncclCommGetAsyncError(comm, &state);
     if (state == ncclSuccess || state == ncclInProgress) return "";
-    return std::string("[dist] NCCL failed asynchronously: ") + ncclGetErrorString(state);
+    return std::string("[dist] NCCL failed asynchronously: ") + ncclGetErrorString(state) + nccl_last_error(comm);
   }
   bool aborted() {
     std::lock_guard lock(mutex);
     return !failure.empty();
+  }
+  std::string recorded_failure() {
+    std::lock_guard lock(mutex);
+    return failure;
   }
 };
 
@@ -185,7 +201,8 @@ class NcclWork final : public detail::WorkState, public std::enable_shared_from_
     const auto deadline = Clock::now() + timeout_;
     for (;;) {
       if (completed()) return;
-      HG_CHECK(!health_->aborted(), "[dist] NCCL ", what_, ": the communicator was aborted: ", health_->failure);
+      const std::string aborted = health_->recorded_failure();
+      HG_CHECK(aborted.empty(), "[dist] NCCL ", what_, ": the communicator was aborted: ", aborted);
       const std::string error = health_->async_error();
       if (!error.empty()) {
         health_->abort(error);
@@ -247,16 +264,28 @@ class NcclTransport final : public DeviceTransport {
     wait_nccl_ready(comm_, Clock::now() + timeout_, "communicator initialisation");
     health_->comm = comm_;
     watchdog_ = std::make_shared<Watchdog>(
-        std::chrono::milliseconds(1), [health = health_] { return health->async_error(); },
+        std::chrono::milliseconds(20), [health = health_] { return health->async_error(); },
         [health = health_](const std::string& why) { health->abort(why); });
   }
   ~NcclTransport() override {
-    const bool aborted = health_->aborted();
-    watchdog_.reset();  // its thread ends; the work it still watched is released
-    if (comm_ && !aborted) ncclCommDestroy(comm_);  // an aborted communicator is freed by ncclCommAbort
+    watchdog_.reset();  // first: its thread ends (no abort can start after this); the work it watched is released
+    bool abort = abandon_ || health_->aborted();
+    if (!abort && stream_) {
+      // NCCL work still pending (a peer that never joined it) would make ncclCommDestroy wait forever.
+      const cudaError_t pending = cudaStreamQuery(stream_);
+      abort = pending != cudaSuccess;
+      if (pending != cudaSuccess) (void)cudaGetLastError();
+    }
+    if (abort)
+      health_->abort("[dist] NCCL transport destroyed with its peers unreachable or work pending");  // once
+    else if (comm_)
+      ncclCommDestroy(comm_);  // an aborted communicator is freed by ncclCommAbort
     if (inputs_ready_) cudaEventDestroy(inputs_ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
+
+  bool broken() const override { return health_->aborted(); }
+  void abandon() noexcept override { abandon_ = true; }
 
   std::string name() const override { return "nccl"; }
   void* stream() const override { return stream_; }
@@ -373,6 +402,7 @@ class NcclTransport final : public DeviceTransport {
   std::shared_ptr<NcclHealth> health_ = std::make_shared<NcclHealth>();
   std::shared_ptr<Watchdog> watchdog_;
   uint64_t sequence_ = 0;
+  bool abandon_ = false;  // the host side is broken: end with ncclCommAbort, never ncclCommDestroy
 };
 
 }  // namespace

@@ -2,7 +2,8 @@
 // on_rank0(comm, what, fn): runs fn on rank 0 only and makes its failure every rank's. Without it a
 // rank-0 step that throws (a file it cannot write, a directory it cannot list) would leave the other
 // ranks waiting at their next collective until the timeout. Collective over comm's ranks; with comm
-// null (one process) it is just fn(). The other ranks' hg::Error names `what` and points at rank 0's.
+// null (one process) it is just fn(). The other ranks' hg::Error names `what` and carries rank 0's text
+// (so that every rank can tell what kind of failure it was).
 //
 // throw_if_any_failed(comm, error): the same for a step every rank makes (each writes its own file):
 // every rank passes its error ("" when it succeeded); when any failed, every rank throws hg::Error
@@ -18,6 +19,19 @@
 
 namespace hg::dist {
 
+namespace detail {
+// `text` (of `length` bytes, known on every rank) from `root` to every rank, 8 bytes per element.
+inline std::string receive_text(Communicator* comm, int root, const std::string& text, int64_t length) {
+  if (length == 0) return "";
+  std::vector<int64_t> words(size_t((length + 7) / 8), 0);
+  if (comm->rank() == root) std::memcpy(words.data(), text.data(), text.size());
+  comm->broadcast(words.data(), int64_t(words.size()), DType::i64, root).wait();
+  std::string received(size_t(length), '\0');
+  std::memcpy(received.data(), words.data(), size_t(length));
+  return received;
+}
+}  // namespace detail
+
 template <class Fn>
 void on_rank0(Communicator* comm, const std::string& what, Fn&& fn) {
   if (!comm) return fn();
@@ -32,8 +46,12 @@ void on_rank0(Communicator* comm, const std::string& what, Fn&& fn) {
     }
   }
   comm->broadcast(&failed, 1, DType::i64, 0).wait();
-  if (comm->rank() == 0 && failed) throw Error(message);
-  HG_CHECK(!failed, "rank 0 failed to ", what, " (its error says why)");
+  if (!failed) return;
+  int64_t length = comm->rank() == 0 ? int64_t(message.size()) : 0;
+  comm->broadcast(&length, 1, DType::i64, 0).wait();
+  const std::string text = detail::receive_text(comm, 0, message, length);  // every rank takes part
+  if (comm->rank() == 0) throw Error(message);
+  throw Error("rank 0 failed to " + what + ": " + text);
 }
 
 inline void throw_if_any_failed(Communicator* comm, const std::string& error) {
@@ -49,11 +67,7 @@ inline void throw_if_any_failed(Communicator* comm, const std::string& error) {
   const int root = int(world - key);
   int64_t length = comm->rank() == root ? int64_t(error.size()) : 0;
   comm->broadcast(&length, 1, DType::i64, root).wait();
-  std::vector<int64_t> words(size_t((length + 7) / 8), 0);  // the text, 8 bytes per element
-  if (comm->rank() == root) std::memcpy(words.data(), error.data(), error.size());
-  comm->broadcast(words.data(), int64_t(words.size()), DType::i64, root).wait();
-  std::string text(size_t(length), '\0');
-  std::memcpy(text.data(), words.data(), size_t(length));
+  const std::string text = detail::receive_text(comm, root, error, length);
   if (comm->rank() == root) throw Error(text);
   throw Error("rank " + std::to_string(root) + ": " + text);
 }

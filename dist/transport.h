@@ -62,6 +62,11 @@ class DeviceTransport {
   virtual Work broadcast(void* data, int64_t count, DType dtype, int root) = 0;
   // The communication stream (a cudaStream_t).
   virtual void* stream() const = 0;
+  // Whether the transport was aborted (a timeout, an asynchronous error): every later call throws.
+  virtual bool broken() const { return false; }
+  // Called before destruction when the host side is broken (a peer is gone): the transport must then
+  // end without waiting for its peers (NCCL: ncclCommAbort, not ncclCommDestroy).
+  virtual void abandon() noexcept {}
 };
 
 // World size 1: every collective is a copy (or nothing).

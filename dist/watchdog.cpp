@@ -1,7 +1,10 @@
 // Watchdog (dist/watchdog.h): one thread that polls the watched work every `poll` while there is any,
-// and sleeps on a condition variable while there is none.
+// and sleeps on a condition variable while there is none. The clock of a piece of work starts when it
+// is watched and restarts whenever some watched work completes (progress): a long queue of gathers
+// that a healthy peer works through is not a hang; `timeout` without any completing is.
 #include "dist/watchdog.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace hg::dist {
@@ -22,7 +25,7 @@ void Watchdog::watch(std::string what, std::chrono::milliseconds timeout, Done d
   {
     std::lock_guard lock(mutex_);
     if (!failure_.empty()) return;  // the transport is aborted: nothing more to watch
-    items_.push_back({std::move(what), std::chrono::steady_clock::now() + timeout, timeout, std::move(done)});
+    items_.push_back({std::move(what), std::chrono::steady_clock::now(), timeout, std::move(done)});
   }
   cv_.notify_all();
 }
@@ -51,7 +54,8 @@ void Watchdog::loop() {
     if (stop_) return;
     cv_.wait_for(lock, poll_, [&] { return stop_; });
     if (stop_) return;
-    // Completed work leaves the list; the first still pending past its deadline fails the transport.
+    // Completed work leaves the list (progress: every clock restarts); the first still pending for
+    // its timeout since it was watched or since the last progress fails the transport.
     const auto now = std::chrono::steady_clock::now();
     for (size_t i = 0; i < items_.size();) {
       bool done = true;
@@ -61,17 +65,20 @@ void Watchdog::loop() {
       }
       if (done) {
         items_.erase(items_.begin() + std::ptrdiff_t(i));
+        last_progress_ = now;
         continue;
       }
-      if (now > items_[i].deadline) {
+      ++i;
+    }
+    for (const Item& item : items_) {
+      if (now - std::max(item.since, last_progress_) > item.timeout) {
         std::ostringstream why;
-        why << "[dist] " << items_[i].what << " did not complete within " << double(items_[i].timeout.count()) / 1000.0
-            << " s (the device waited for it; no host wait would have noticed): another rank has died or hangs "
-               "(set HALFGRAD_DIST_TIMEOUT to allow longer)";
+        why << "[dist] " << item.what << " did not complete within " << double(item.timeout.count()) / 1000.0
+            << " s, with no watched work completing meanwhile (the device waited for it; no host wait would have "
+               "noticed): another rank has died or hangs (set HALFGRAD_DIST_TIMEOUT to allow longer)";
         fail(why.str());
         break;
       }
-      ++i;
     }
     if (!items_.empty() && health_) {
       const std::string error = health_();

@@ -4,12 +4,13 @@
 // gradient stream) has no host wait that could time out: when a peer dies, the NCCL kernel never
 // completes, the stream waiting on it never moves, and the host blocks in its next synchronize
 // (reading the loss, the offloaded update waiting for the gradients) -- forever. The watchdog polls
-// every watched piece of work from a thread of its own: when one is still pending at its deadline,
-// or the transport reports an asynchronous error, it fails ONCE: it records the reason and calls
+// every watched piece of work from a thread of its own: when one is still pending `timeout` after it
+// was watched and after any watched work last completed (progress restarts the clock), or the
+// transport reports an asynchronous error, it fails ONCE: it records the reason and calls
 // `expire` (NCCL: ncclCommAbort, which ends the pending kernels, so that the streams drain and the
 // host's synchronize returns; the next collective then throws the recorded reason).
 //
-//   Watchdog dog(std::chrono::milliseconds(1), [] { return std::string(); }, [](const std::string& why) { ... });
+//   Watchdog dog(std::chrono::milliseconds(20), [] { return std::string(); }, [](const std::string& why) { ... });
 //   dog.watch("all_gather (collective #7 on rank 0 of 2, nccl)", timeout, [work] { return work->completed(); });
 //
 // `done`, `health` and `expire` run on the watchdog's thread with its lock held (they must not call
@@ -37,7 +38,8 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // Watches `done` until it returns true; fails when it has not by now + timeout.
+  // Watches `done` until it returns true; fails when it has not within `timeout` of now or of the
+  // last completion of any watched work, whichever is later (progress restarts the clock).
   void watch(std::string what, std::chrono::milliseconds timeout, Done done);
   // The reason of the failure ("" while none happened).
   std::string failure() const;
@@ -47,7 +49,7 @@ class Watchdog {
  private:
   struct Item {
     std::string what;
-    std::chrono::steady_clock::time_point deadline;
+    std::chrono::steady_clock::time_point since;  // when it was watched
     std::chrono::milliseconds timeout;
     Done done;
   };
@@ -61,6 +63,7 @@ class Watchdog {
   std::condition_variable cv_;
   std::vector<Item> items_;
   std::string failure_;
+  std::chrono::steady_clock::time_point last_progress_{};  // when watched work last completed
   bool stop_ = false;
   std::thread thread_;
 };

@@ -562,26 +562,27 @@ void ZeroOptimizer::save_state(const std::string& prefix) {
     ranges += ':';
     ranges += std::to_string(p.count);
   }
-  safetensors::NamedTensors tensors;
-  safetensors::Metadata metadata = {{"ranges", ranges},
-                                    {"numel", std::to_string(total_)},
-                                    {"step", std::to_string(step_count())},
-                                    {"world", std::to_string(world)}};
-  if (state_bits() == 8) {  // dist/zero_quantized_state.cpp
-    tensors = quantized_file_tensors(pieces);
-    metadata["state_bits"] = "8";
-    metadata["block"] = std::to_string(kernels::kAdamW8BitBlock);
-  } else {
-    for (const auto& [name, t] : shard_buffers()) {
-      std::vector<Tensor> parts;
-      for (const Piece& p : pieces) parts.push_back(t.narrow(0, p.local, p.count).to(kCPU));
-      tensors.emplace_back(name, parts.empty() ? zeros({0}, DType::f32, kCPU) : cat(parts, 0));
-    }
-  }
-  // A rank that cannot write its shard (a full disk, a read-only path) fails every rank alike, with
-  // its message: the others would otherwise wait for it at the next collective until the timeout.
+  // A rank that cannot build (memory for the host copies) or write its shard (a full disk, a
+  // read-only path) fails every rank alike, with its message: the others would otherwise wait for it
+  // at the next collective until the timeout. Nothing in the try is collective.
   std::string error;
   try {
+    safetensors::NamedTensors tensors;
+    safetensors::Metadata metadata = {{"ranges", ranges},
+                                      {"numel", std::to_string(total_)},
+                                      {"step", std::to_string(step_count())},
+                                      {"world", std::to_string(world)}};
+    if (state_bits() == 8) {  // dist/zero_quantized_state.cpp
+      tensors = quantized_file_tensors(pieces);
+      metadata["state_bits"] = "8";
+      metadata["block"] = std::to_string(kernels::kAdamW8BitBlock);
+    } else {
+      for (const auto& [name, t] : shard_buffers()) {
+        std::vector<Tensor> parts;
+        for (const Piece& p : pieces) parts.push_back(t.narrow(0, p.local, p.count).to(kCPU));
+        tensors.emplace_back(name, parts.empty() ? zeros({0}, DType::f32, kCPU) : cat(parts, 0));
+      }
+    }
     safetensors::save(shard_path(prefix, rank, world), tensors, metadata);
   } catch (const std::exception& e) {
     error = e.what();

@@ -237,8 +237,9 @@ int run(const TrainGptConfig& c) {
                 c.offload.c_str());
   if (c.optimizer_state_bits == 8) std::printf("%s\n", optimizer_state_line(*model, c).c_str());
   if (c.resume) samples::or_usage_error(kProgram, [&] { return trainer.resume(); });
+  train::TrainResult result;
   try {
-    trainer.fit();
+    result = trainer.fit();
   } catch (const train::CheckpointWriteError& e) {  // --on-checkpoint-error stop: one line, exit 1
     throw Error(std::string(e.what()) +
                 " | stopped: free space or make --checkpoint-dir writable, then --resume (--on-checkpoint-error "
@@ -250,6 +251,10 @@ int run(const TrainGptConfig& c) {
     std::printf("saved %s\n", c.save.c_str());
   }
   if (c.memory_summary) std::printf("%s", memory_summary().c_str());
+  // --on-checkpoint-error warn: the run trained on, but its final state is on no disk.
+  HG_CHECK(!result.final_checkpoint_failed, "the final checkpoint (step ", result.last_step,
+           ") could not be written (see the warning above): the run's last steps are lost on exit; the summary "
+           "counts ", result.checkpoint_failures, " failed checkpoint(s)");
   return 0;
 }
 

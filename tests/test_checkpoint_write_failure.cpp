@@ -4,15 +4,19 @@
 // time save() must throw CheckpointWriteError naming the entry and the system's reason, leave no
 // temporary behind, keep the previous entry -- even with keep_last 1, where pruning would otherwise
 // have removed it -- and that entry must still load into fresh objects with the weights it held.
-// Both layouts: one file (a local optimizer) and one directory (ZeRO stage 2, in a world of 1).
+// Both layouts: one file (a local optimizer) and one directory (ZeRO stage 2, in a world of 1). A
+// sharded entry written again at its step stays until the new one is complete (a failed rewrite
+// leaves it whole), and a successful rewrite replaces it, leaving nothing aside.
 #include <doctest/doctest.h>
 
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -151,9 +155,20 @@ TEST_CASE("a checkpoint whose rename fails (a directory holds its name) removes 
 
 TEST_CASE("a checkpoint into a read-only directory (EACCES) keeps the previous entry") {
   if (::geteuid() == 0) {
-    // Permission bits do not bind root; tests/samples/check_checkpoint_write_failure.sh remounts a
-    // tmpfs read-only in a user namespace for a real EROFS instead.
-    MESSAGE("skipped: running as root, where chmod 0555 does not make a directory read-only");
+    // Permission bits do not bind root: this case runs again in a child process as nobody (setpriv),
+    // where they do. Without setpriv it is skipped, saying so.
+    if (std::system("command -v setpriv >/dev/null 2>&1") != 0) {
+      MESSAGE("skipped: running as root without setpriv, and chmod 0555 does not make a directory read-only "
+              "for root");
+      return;
+    }
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    const std::string command = "TMPDIR=/tmp setpriv --reuid=65534 --regid=65534 --clear-groups '" + self +
+                                "' -tc='a checkpoint into a read-only directory*'";
+    MESSAGE("running as root: the case runs as uid 65534: " << command);
+    const int status = std::system(command.c_str());
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
     return;
   }
   for (const bool sharded : {false, true}) {
@@ -171,4 +186,37 @@ TEST_CASE("a checkpoint into a read-only directory (EACCES) keeps the previous e
       ::chmod(dir.c_str(), 0755);
     });
   }
+}
+
+TEST_CASE("a sharded entry saved again at its step is replaced only once the new one is complete") {
+  test::TempDir dir;
+  const std::string where = (dir.path / "ck").string();
+  Run run(true, 0.5f);
+  const train::CheckpointDirectory checkpoints(where, /*keep_last=*/2, run.comm());
+  run.step = 2;
+  const std::string entry = checkpoints.save(run.state, 2);
+  const std::vector<float> first = run.weights();
+  // A failed write of the same step (an earlier run's entry is there) leaves that entry as it was.
+  run.refill(-2.0f);
+  try {
+    save_under_file_size_limit(checkpoints, run, entry);
+    FAIL("the save under the file-size limit succeeded");
+  } catch (const train::CheckpointWriteError& e) {
+    CHECK(std::string(e.what()).find("was not written to") != std::string::npos);
+  }
+  CHECK(names_in(where) == std::vector<std::string>{"step_0000000002"});
+  {
+    Run fresh(true, 7.0f);
+    CHECK(train::CheckpointDirectory(where, 2, fresh.comm()).load(entry, fresh.state) == 2);
+    CHECK(fresh.weights() == first);
+  }
+  // A successful one replaces it, leaving nothing aside.
+  run.refill(4.0f);
+  const std::vector<float> second = run.weights();
+  REQUIRE(second != first);
+  CHECK(checkpoints.save(run.state, 2) == entry);
+  CHECK(names_in(where) == std::vector<std::string>{"step_0000000002"});
+  Run fresh(true, 7.0f);
+  CHECK(train::CheckpointDirectory(where, 2, fresh.comm()).load(entry, fresh.state) == 2);
+  CHECK(fresh.weights() == second);
 }

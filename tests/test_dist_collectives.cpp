@@ -11,6 +11,7 @@
 #include <string>
 
 #include "dist/communicator.h"
+#include "dist/rank0.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/ops.h"
 #include "kernels/runtime_counters.h"
@@ -207,6 +208,28 @@ TEST_CASE("tensor collectives use balanced shards") {
     const Shard s = shard_of(1003, r, world);
     for (int64_t i = 0; i < s.count; ++i) CHECK(g[size_t(s.offset + i)] == float(r));
   }
+}
+
+TEST_CASE("on_rank0 and throw_if_any_failed give every rank the failing rank's text") {
+  const int world = comm().world_size();
+  const std::string why = "cannot write 'ck/x': No space left on device (errno 28) #" + std::to_string(shared_seed());
+  try {
+    on_rank0(&comm(), "write the checkpoint", [&] { throw Error(why); });
+    FAIL("on_rank0 did not throw");
+  } catch (const Error& e) {
+    const std::string expected = comm().rank() == 0 ? why : "rank 0 failed to write the checkpoint: " + why;
+    CHECK(std::string(e.what()) == expected);
+  }
+  on_rank0(&comm(), "do nothing", [] {});  // no failure: every rank returns
+  const int failing = world - 1;
+  try {
+    throw_if_any_failed(&comm(), comm().rank() == failing ? why : "");
+    FAIL("throw_if_any_failed did not throw");
+  } catch (const Error& e) {
+    const std::string expected = comm().rank() == failing ? why : "rank " + std::to_string(failing) + ": " + why;
+    CHECK(std::string(e.what()) == expected);
+  }
+  throw_if_any_failed(&comm(), "");  // none failed
 }
 
 TEST_CASE("collectives on the emulated CUDA device" * doctest::test_suite("cuda")) {

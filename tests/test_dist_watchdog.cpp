@@ -2,11 +2,14 @@
 // wait (NCCL under ZeRO stage 3 and the offloaded optimizer): work that never completes fails it once
 // the timeout has passed -- not before, and exactly once, naming the work and the timeout -- work
 // that completes in time leaves without a failure, and a transport error reported by `health` fails
-// it at once. Runs on the CPU (the NCCL transport's use of it needs two GPUs).
+// it at once, and work that keeps completing restarts the clock of the work still pending (a queue
+// worked through is progress, not a hang). Runs on the CPU (the NCCL transport's use of it needs two GPUs).
 #include <doctest/doctest.h>
 
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,4 +102,29 @@ TEST_CASE("a transport error reported by health fails the watchdog before the ti
   broken = true;
   REQUIRE(eventually([&] { return expiries.count() > 0; }, seconds(2)));
   CHECK(expiries.reasons[0].find("remote process exited") != std::string::npos);
+}
+
+TEST_CASE("watched work completing restarts the clock of the work still pending; without it, the timeout fails") {
+  Expiries expiries;
+  Watchdog dog(milliseconds(10), nullptr, [&](const std::string& why) { expiries.add(why); });
+  const auto start = steady_clock::now();
+  dog.watch("all_gather (collective #1 on rank 0 of 2, nccl)", milliseconds(400), [] { return false; });
+  // Twelve pieces of work, each completing 100 ms after it was watched: 1.2 s of progress, three
+  // times the timeout of the one that never completes.
+  for (int i = 0; i < 12; ++i) {
+    auto finished = std::make_shared<std::atomic<bool>>(false);
+    dog.watch("reduce_scatter (collective #" + std::to_string(i + 2) + " on rank 0 of 2, nccl)", milliseconds(400),
+              [finished] { return finished->load(); });
+    std::this_thread::sleep_for(milliseconds(100));
+    finished->store(true);
+  }
+  CHECK(expiries.count() == 0);  // progress all along: no failure
+  const auto progress_end = steady_clock::now();
+  REQUIRE(eventually([&] { return expiries.count() > 0; }, seconds(5)));
+  std::this_thread::sleep_for(milliseconds(50));
+  REQUIRE(expiries.count() == 1);
+  CHECK(expiries.first - start > milliseconds(1200));
+  CHECK(expiries.first - progress_end >= milliseconds(300));  // the timeout since the last completion
+  CHECK(expiries.reasons[0].find("all_gather (collective #1 on rank 0 of 2, nccl) did not complete within 0.4 s") !=
+        std::string::npos);
 }

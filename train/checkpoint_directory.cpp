@@ -49,14 +49,26 @@ long long writer_pid(const std::string& name) {
   return parsed.ec == std::errc() && parsed.ptr == tail.data() + tail.size() && pid > 0 ? pid : 0;
 }
 
+// The system's reason with its number: "(errno N)" is what marks an I/O failure (is_io_failure).
+std::string errno_text(int error) { return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")"; }
+std::string errno_text(const std::error_code& error) {
+  if (error.category() == std::generic_category() || error.category() == std::system_category())
+    return errno_text(error.value());
+  return error.message();
+}
+
+// Whether a failure of a write is the filesystem's (a message carrying the system's errno, on every
+// rank alike: dist/rank0.h passes the text on) rather than the communicator's or a bug's.
+bool is_io_failure(const std::exception& e) { return std::strstr(e.what(), "(errno ") != nullptr; }
+
 void fsync_directory(const std::string& directory) {
   const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  HG_CHECK(fd >= 0, kWho, " cannot open '", directory, "' to fsync it: ", std::strerror(errno));
+  HG_CHECK(fd >= 0, kWho, " cannot open '", directory, "' to fsync it: ", errno_text(errno));
   const int status = ::fsync(fd);
   const int error = errno;
   ::close(fd);
   // Some filesystems cannot fsync a directory (EINVAL): nothing to make durable there.
-  HG_CHECK(status == 0 || error == EINVAL, kWho, " fsync of '", directory, "' failed: ", std::strerror(error));
+  HG_CHECK(status == 0 || error == EINVAL, kWho, " fsync of '", directory, "' failed: ", errno_text(error));
 }
 
 // Takes an entry out of the listing at once (rename), then deletes it.
@@ -64,9 +76,9 @@ void retire(const fs::path& entry) {
   const fs::path old = entry.string() + ".old." + std::to_string(::getpid());
   std::error_code error;
   fs::rename(entry, old, error);
-  HG_CHECK(!error, kWho, " cannot rename the old entry '", entry.string(), "' out of the way: ", error.message());
+  HG_CHECK(!error, kWho, " cannot rename the old entry '", entry.string(), "' out of the way: ", errno_text(error));
   fs::remove_all(old, error);
-  HG_CHECK(!error, kWho, " cannot remove the old entry '", old.string(), "': ", error.message());
+  HG_CHECK(!error, kWho, " cannot remove the old entry '", old.string(), "': ", errno_text(error));
 }
 
 int rank_of(const dist::Communicator* comm) { return comm ? comm->rank() : 0; }
@@ -236,8 +248,9 @@ std::string CheckpointDirectory::save(const TrainingState& state, int64_t step) 
   optim::Optimizer* optimizer = state.registered_optimizer();
   const bool sharded = optimizer && optimizer->is_sharded();
   const std::string path = (fs::path(directory_) / entry_name(step, sharded)).string();
-  // Every failure below reaches every rank alike (on_rank0, throw_if_any_failed); one of the
-  // communicator (a dead rank) is not a write failure and passes unchanged.
+  // Every failure below reaches every rank alike, with its text (on_rank0, throw_if_any_failed). Only
+  // an I/O failure (the system's errno in its text) is a write failure; one of the communicator (a
+  // dead rank, an aborted NCCL communicator) or any other error passes unchanged.
   const auto write_failure = [&](const std::exception& e, const char* what) {
     return CheckpointWriteError(path, hg::detail::concat(kWho, " the checkpoint of step ", step, " ", what, " '", path,
                                                      "': ", e.what()));
@@ -245,13 +258,16 @@ std::string CheckpointDirectory::save(const TrainingState& state, int64_t step) 
   try {
     sharded ? save_sharded(state, *optimizer, step) : save_file(state, step);
   } catch (const std::exception& e) {
-    if (comm_ && comm_->broken()) throw;
+    if ((comm_ && comm_->broken()) || !is_io_failure(e)) throw;
+    // "written, but": the entry is in place, complete, but an fsync after its rename failed (here, or
+    // engine/safetensors.cpp's of a single file): a crash may still lose it.
+    if (std::strstr(e.what(), "written, but ")) throw write_failure(e, "was written, but not made durable, to");
     throw write_failure(e, "was not written to");
   }
   try {  // only now: the new entry is complete, so the newest intact one is never the one removed
     dist::on_rank0(comm_, "prune old checkpoints", [&] { prune(sharded); });
   } catch (const std::exception& e) {
-    if (comm_ && comm_->broken()) throw;
+    if ((comm_ && comm_->broken()) || !is_io_failure(e)) throw;
     throw write_failure(e, "was written, but older entries could not be pruned beside");
   }
   return path;
@@ -274,17 +290,43 @@ std::string CheckpointDirectory::save_sharded(const TrainingState& state, optim:
       std::error_code error;
       fs::remove_all(temporary, error);
       fs::create_directory(temporary, error);
-      HG_CHECK(!error, kWho, " cannot create '", temporary.string(), "': ", error.message());
+      HG_CHECK(!error, kWho, " cannot create '", temporary.string(), "': ", errno_text(error));
     });
     optimizer.save_state((temporary / "optimizer").string());  // every rank's shard; every rank fails alike
-    const auto whole = optimizer.whole_parameters();           // ZeRO stage 3: the weights whole for rank 0
+    // ZeRO stage 3: the weights whole for rank 0. A rank that cannot (memory) fails every rank alike.
+    std::unique_ptr<optim::Optimizer::WholeParameters> whole;
+    std::string whole_error;
+    try {
+      whole = optimizer.whole_parameters();
+    } catch (const std::exception& e) {
+      whole_error = e.what();
+    }
+    dist::throw_if_any_failed(comm_, whole_error);
     dist::on_rank0(comm_, "write the checkpoint", [&] {
       save_checkpoint((temporary / "state.safetensors").string(), state, step);
-      if (fs::exists(entry)) retire(entry);  // an entry of this step from an earlier run
+      // An entry of this step from an earlier run stays until the new one is in place: moved aside,
+      // the new one renamed in (the old one moved back when that fails), then the old one deleted.
+      const fs::path aside = entry.string() + ".old." + std::to_string(pid);
       std::error_code error;
+      const bool moved_aside = fs::exists(entry);
+      if (moved_aside) {
+        fs::remove_all(aside, error);
+        fs::rename(entry, aside, error);
+        HG_CHECK(!error, kWho, " cannot rename the earlier entry '", entry.string(), "' out of the way: ",
+                 errno_text(error));
+      }
       fs::rename(temporary, entry, error);
-      HG_CHECK(!error, kWho, " cannot rename '", temporary.string(), "' to '", entry.string(), "': ", error.message());
-      fsync_directory(directory_);
+      if (error) {
+        std::error_code ignored;
+        if (moved_aside) fs::rename(aside, entry, ignored);
+        HG_FAIL(kWho, " cannot rename '", temporary.string(), "' to '", entry.string(), "': ", errno_text(error));
+      }
+      if (moved_aside) fs::remove_all(aside, error);  // left behind, a later run removes it (its writer is gone)
+      try {
+        fsync_directory(directory_);
+      } catch (const std::exception& e) {  // the entry is in place and complete: only its durability is in doubt
+        HG_FAIL(kWho, " '", entry.string(), "' written, but not made durable: ", e.what());
+      }
     });
   } catch (...) {
     // Every rank is here (the failures above are collective): rank 0 removes the incomplete entry,

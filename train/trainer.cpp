@@ -446,17 +446,27 @@ void Trainer::save_checkpoint(int64_t step, double loss) {
   try {
     path = checkpoints_->save(state_, step);
   } catch (const CheckpointWriteError& e) {
-    // The directory is as it was: its newest entry is intact (rank 0's listing; any rank may read it).
-    const std::vector<CheckpointDirectory::Entry> entries = checkpoints_->list();
-    const std::string previous = entries.empty() ? std::string("none yet: a resumed run would start at step 0")
-                                                 : "'" + entries.back().path + "'";
+    // The directory is as it was: its newest entry of this run's layout is intact. Listing it may fail
+    // too (the same broken disk): that must not replace the write error.
+    std::string previous;
+    try {
+      const bool sharded = optimizer_.is_sharded();
+      for (const CheckpointDirectory::Entry& entry : checkpoints_->list())
+        if (entry.sharded == sharded) previous = "'" + entry.path + "'";
+      if (previous.empty()) previous = "none yet: a resumed run would start at step 0";
+    } catch (const std::exception& list_error) {
+      previous = std::string("unknown: the directory cannot be listed: ") + list_error.what();
+    }
     if (!options_.continue_after_checkpoint_error())
       throw CheckpointWriteError(e.entry(), std::string(e.what()) + " | the newest intact checkpoint: " + previous);
+    checkpoint_failures_ += 1;
+    last_checkpoint_failed_ = true;
     std::string warning = "warning: " + std::string(e.what()) + " | training continues; the newest intact checkpoint: " +
                           previous;
     progress_->line(warning);  // rank 0's, on stdout with the step lines
     return;
   }
+  last_checkpoint_failed_ = false;
   char saved[512];
   std::snprintf(saved, sizeof saved, "checkpoint step %lld -> %s | loss %.9g | %s MiB in %.0f ms", (long long)step,
                 path.c_str(), loss, megabytes(bytes_on_disk(path)).c_str(), 1e3 * seconds_since(start));
@@ -467,6 +477,8 @@ TrainResult Trainer::fit() {
   using profiler::Category;
   const TrainerOptions& o = options_;
   if (o.resume()) resume();
+  checkpoint_failures_ = 0;
+  last_checkpoint_failed_ = false;
   const int64_t last_step = o.stop_after() > 0 ? std::min(o.steps(), o.stop_after()) : o.steps();
   const std::vector<Tensor> parameters = model_.parameters();
   MonitorOptions monitor_options = o.monitor();
@@ -563,6 +575,8 @@ TrainResult Trainer::fit() {
   result.data_wait_seconds = loader_.wait_seconds();
   result.throughput = totals_.seconds > 0 ? totals_.items / totals_.seconds : 0.0;
   result.peak_memory_bytes = memory_stats(device_).peak_allocated_bytes;
+  result.checkpoint_failures = checkpoint_failures_;
+  result.final_checkpoint_failed = checkpoint_failures_ > 0 && last_checkpoint_failed_;
   print_summary(result);
   return result;
 }
@@ -579,9 +593,13 @@ void Trainer::print_summary(const TrainResult& r) const {
   if (scaler_.enabled()) std::printf(" | %lld skipped steps", (long long)r.skipped_steps);
   std::printf(" | waiting for data %.2f%% of the time",
               totals_.seconds > 0 ? 100.0 * r.data_wait_seconds / totals_.seconds : 0.0);
-  std::printf(" | %.0f %s/s | %.1f ms/step | peak memory %s MiB\n", r.throughput, unit_,
+  std::printf(" | %.0f %s/s | %.1f ms/step | peak memory %s MiB", r.throughput, unit_,
               totals_.steps > 0 ? 1e3 * totals_.seconds / double(totals_.steps) : 0.0,
               megabytes(r.peak_memory_bytes).c_str());
+  if (r.checkpoint_failures > 0)
+    std::printf(" | %lld checkpoint(s) not written%s", (long long)r.checkpoint_failures,
+                r.final_checkpoint_failed ? ", the final one among them" : "");
+  std::printf("\n");
 }
 
 void Trainer::save_model(const std::string& path, const std::function<void(const std::string&)>& write) {

@@ -156,6 +156,10 @@ struct TrainResult {
   bool stopped_early = false;
   double seconds = 0.0, data_wait_seconds = 0.0, throughput = 0.0;  // throughput: tokens or examples / s
   int64_t peak_memory_bytes = 0;
+  // continue_after_checkpoint_error: the checkpoints that could not be written (each warned about, and
+  // counted in the summary), and whether the last one -- the run's final state -- was one of them.
+  int64_t checkpoint_failures = 0;
+  bool final_checkpoint_failed = false;
 };
 
 class Trainer {
@@ -267,6 +271,8 @@ class Trainer {
     int64_t steps = 0;
     double seconds = 0, items = 0;
   } totals_;
+  int64_t checkpoint_failures_ = 0;  // fit()'s (continue_after_checkpoint_error)
+  bool last_checkpoint_failed_ = false;
 };
 
 }  // namespace hg::train

@@ -30,6 +30,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -50,11 +51,17 @@ namespace {
 
 constexpr uint32_t kIdMagic = 0x6e63636cu;  // "nccl"
 
+// The last warning, for ncclGetLastError.
+std::mutex g_last_error_mutex;
+std::string g_last_error;
+
 template <class... A>
 void warn(const char* fmt, A... args) {
-  std::fprintf(stderr, "NCCL WARN [emulated] ");
-  std::fprintf(stderr, fmt, args...);
-  std::fputc('\n', stderr);
+  char text[512];
+  std::snprintf(text, sizeof text, fmt, args...);
+  std::fprintf(stderr, "NCCL WARN [emulated] %s\n", text);
+  std::lock_guard lock(g_last_error_mutex);
+  g_last_error = text;
 }
 
 size_t type_size(ncclDataType_t t) {
@@ -359,6 +366,13 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   }
   *async_error = ncclResult_t(comm->async_error.load());
   return ncclSuccess;
+}
+
+const char* ncclGetLastError(ncclComm_t) {
+  std::lock_guard lock(g_last_error_mutex);
+  thread_local std::string copy;  // the caller's until its next call
+  copy = g_last_error;
+  return copy.c_str();
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {

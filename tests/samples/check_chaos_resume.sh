@@ -11,8 +11,10 @@
 # from an empty directory, so the kill count is always reached. Reports per mode: kills survived,
 # kills after the first step was done, kills that left a temporary or retired entry (a write or prune was cut), steps lost per kill
 # (last step logged before the kill - the step the next run resumed from: mean, max).
+# At least half the kills must land after a step was done (else the kills test start-ups only), and
+# at least CHAOS_MIN_CUT (default 0; scripts/chaos-resume: 1) must cut a checkpoint write or prune.
 # Knobs: CHAOS_KILLS (per mode, default 10), CHAOS_STEPS (default 24), CHAOS_SEED (default 2026),
-# CHAOS_MODES (default "zero2 fp16"; zero2 needs mpirun flags).
+# CHAOS_MODES (default "zero2 fp16"; zero2 needs mpirun flags), CHAOS_MIN_CUT.
 # Usage: check_chaos_resume.sh train_gpt [mpirun flags...]   (scripts/chaos-resume: the long version)
 set -uo pipefail
 bin=$1
@@ -22,8 +24,19 @@ kills_wanted=${CHAOS_KILLS:-10}
 steps=${CHAOS_STEPS:-24}
 RANDOM=${CHAOS_SEED:-2026}
 modes=${CHAOS_MODES:-zero2 fp16}
+min_cut=${CHAOS_MIN_CUT:-0}
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# At exit (a failure included) no job outlives the script: each background job's process group and
+# its children's (mpirun's ranks sit in process groups of their own), then the work directory.
+cleanup() {
+  local pid child
+  for pid in $(jobs -p); do
+    for child in $(pgrep -P "$pid" 2>/dev/null); do kill -KILL -- "-$child" 2>/dev/null || kill -KILL "$child" 2>/dev/null; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 export TMPDIR=$work HALFGRAD_DIST_TIMEOUT=${HALFGRAD_DIST_TIMEOUT:-30}  # OpenMPI's session files die with $work
 fail() { echo "FAIL: $*"; exit 1; }
 set -m  # each background job its own process group
@@ -86,7 +99,12 @@ kill_job() {
     wait "$pid" 2>/dev/null
     status=$?
   done
-  for child in $children; do while kill -0 "$child" 2>/dev/null; do sleep 0.01; done; done
+  # Each child gone (a zombie counts as gone: its parent may be dead, its reaper slow), within 10 s.
+  for child in $children; do
+    tries=0
+    while running "$child" && ((tries++ < 1000)); do sleep 0.01; done
+    running "$child" && fail "process $child of the killed job $pid still runs 10 s after SIGKILL"
+  done
   return $status
 }
 
@@ -136,7 +154,7 @@ chaos() {
       kills=$((kills + 1))
       local reached=0 resumed
       [[ -s $log ]] && reached=$(tail -n 1 "$log" | grep -o '"step":[0-9]*' | cut -d: -f2)
-      ((reached > 0)) && mid=$((mid + 1))
+      ((${reached:-0} > 0)) && mid=$((mid + 1))
       ls "$dir" 2>/dev/null | grep -q '\.tmp\.\|\.old\.' && cut=$((cut + 1))
       resumed=$(newest_step "$dir")
       local lost=$((reached > resumed ? reached - resumed : 0))
@@ -156,6 +174,8 @@ chaos() {
     fail "$mode: the final resume exited $?: $(tail -5 "$work/$mode.out")"
   same_final "$dir" "$ref" || fail "$mode: the run killed $kills times ends unlike the uninterrupted run"
   finished_rounds=$((finished_rounds + 1))
+  ((2 * mid >= kills)) || fail "$mode: only $mid of $kills kills came after a step was done (expected half or more)"
+  ((cut >= min_cut)) || fail "$mode: $cut kills cut a checkpoint write or prune (expected $min_cut or more)"
   local mean
   mean=$(awk -v t=$lost_total -v k=$kills 'BEGIN { printf "%.2f", k ? t / k : 0 }')
   modes_done=$((modes_done + 1))
@@ -164,10 +184,11 @@ chaos() {
        "max $lost_max (checkpoint every 2) [$((SECONDS - start)) s]"
 }
 
-modes_done=0 modes_run=0
+modes_done=0 modes_run=0 skipped="nothing skipped"
 for mode in $modes; do
   if [[ $mode == zero2 && ${#mpirun[@]} -eq 0 ]]; then
     echo "skipped: zero2 (no mpirun flags given: this build has no MPI)"
+    skipped="skipped: zero2 (no MPI)"
     continue
   fi
   modes_run=$((modes_run + 1))
@@ -175,4 +196,4 @@ for mode in $modes; do
 done
 # An error bash survives (an arithmetic one returns from the function) must not pass for success.
 ((modes_done == modes_run)) || fail "a mode ended without its result line"
-echo "chaos resume ok"
+echo "chaos resume ok ($skipped)"
