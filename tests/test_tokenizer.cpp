@@ -10,6 +10,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 #include <random>
 #include <string>
 #include <vector>
@@ -568,4 +569,40 @@ TEST_CASE("save: what a format cannot hold is refused, naming it") {
   CHECK(Tokenizer::load((dir.path / "t.json").string()).special_tokens().at(0).content == "[PAD]");
   const Tokenizer binary = tiny({}, {"<|\xff|>"});
   CHECK(what_of([&] { binary.save_json((dir.path / "b.json").string()); }).find("is not valid UTF-8") != std::string::npos);
+}
+
+TEST_CASE("encode: one Tokenizer used by several threads at once gives each the same ids") {
+  const std::string corpus = hg::test::synthetic_text(60000, 31);
+  const Tokenizer tok = hg::test::synthetic_tokenizer(corpus, 300);
+  std::vector<std::string> texts;
+  std::vector<std::vector<uint32_t>> expected;
+  for (int i = 0; i < 4; ++i) {
+    texts.push_back(hg::test::synthetic_text(30000, 40 + i));
+    expected.push_back(tok.encode(texts.back()));
+  }
+  std::vector<int> same(4, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      bool ok = true;
+      for (int round = 0; round < 5; ++round) ok = ok && tok.encode(texts[(i + round) % 4]) == expected[(i + round) % 4];
+      same[i] = ok;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  CHECK(same == std::vector<int>{1, 1, 1, 1});
+}
+
+TEST_CASE("vocab.json: only unreachable <|...|> entries are special") {
+  hg::test::TempDir dir;
+  // "<|" + "x|>" is a merge result: an ordinary token. "<|endoftext|>" and "<|pad|>" are special.
+  const Tokenizer tok = tiny({{"<", "|"}, {"x", "|"}, {"x|", ">"}, {"<|", "x|>"}}, {"<|endoftext|>", "<|pad|>"});
+  tok.save_vocab_merges((dir.path / "vocab.json").string(), (dir.path / "merges.txt").string());
+  const Tokenizer back = Tokenizer::load(dir.path.string());
+  std::vector<std::string> specials;
+  for (const auto& s : back.special_tokens()) specials.push_back(s.content);
+  CHECK(specials == std::vector<std::string>{"<|endoftext|>", "<|pad|>"});
+  CHECK(back.encode("a<|pad|>") == std::vector<uint32_t>{'a', *back.token_id("<|pad|>")});
+  // Pieces "<|" (merged), "x", "|>" (no merge: 2 tokens), never the unreachable token.
+  CHECK(back.encode("<|x|>").size() == 4);
 }

@@ -165,7 +165,9 @@ Tokenizer::Impl* build_in(const std::string& file, std::vector<std::optional<std
   try {
     out = build_tokenizer(std::move(tokens), merges, std::move(specials));
   } catch (const Error& e) {
-    fail(file, e.what());
+    std::string_view what = e.what();
+    if (what.starts_with("tokenizer: ")) what.remove_prefix(11);
+    fail(file, what);
   }
   return out.get();
 }
