@@ -50,6 +50,22 @@ gen=$("$bin/generate" --model "$work/model.safetensors" --tokenizer "$work/token
 [[ "$gen" == "The "* ]] || fail "generate did not echo the prompt: $gen"
 grep -q "generate: [0-9]* tokens" "$work/err" || fail "no generate summary: $(cat "$work/err")"
 
+# Resume on the shards: a checkpoint, then --resume without --vocab (the run config holds the shards'
+# vocabulary, not --vocab's default); --print-config -> --config runs the same settings.
+"$bin/train_gpt" --data "$shards" --tokenizer "$work/tokenizer.json" "${tiny[@]}" --steps 4 --sample 0 \
+  --checkpoint-dir "$work/ckpt" --checkpoint-every-steps 2 --stop-after-steps 2 >"$work/log" 2>&1 \
+  || fail "train_gpt --checkpoint-dir exited $?: $(cat "$work/log")"
+"$bin/train_gpt" --checkpoint-dir "$work/ckpt" --resume --threads 1 >"$work/log" 2>&1 \
+  || fail "train_gpt --resume on BPE shards exited $?: $(cat "$work/log")"
+grep -q "resumed from .*step_0000000002.safetensors at step 2" "$work/log" || fail "did not resume: $(cat "$work/log")"
+grep -q "^summary: 2 steps" "$work/log" || fail "the resumed run did not train steps 3-4: $(cat "$work/log")"
+"$bin/train_gpt" --data "$shards" --tokenizer "$work/tokenizer.json" "${tiny[@]}" --steps 2 --sample 0 \
+  --print-config >"$work/config.json" 2>"$work/err" || fail "--print-config exited $?: $(cat "$work/err")"
+grep -q '"vocab": 400' "$work/config.json" || fail "--print-config does not hold the shards' vocabulary: $(cat "$work/config.json")"
+"$bin/train_gpt" --config "$work/config.json" >"$work/log" 2>&1 \
+  || fail "train_gpt --config of --print-config exited $?: $(cat "$work/log")"
+grep -q "^summary: 2 steps" "$work/log" || fail "no summary from --config: $(cat "$work/log")"
+
 # Refusals: one line, exit code 2, the message's key words.
 expect_usage_error() {
   local program=$1 want=$2
