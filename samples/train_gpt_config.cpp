@@ -34,9 +34,9 @@ const ResumeRules& train_gpt_resume_rules() {
       {"data", "digits", "eval-problems", "layers", "heads", "dim", "context", "dropout", "load", "seed", "batch",
        "grad-accum", "batch-tokens", "curriculum", "curriculum-steps", "seq-warmup-steps", "seq-warmup-start",
        "precision", "loss-scale", "fp32-grads", "stochastic-rounding", "master-weights", "optimizer-state-bits",
-       "vocab"},
+       "vocab", "tokenizer"},
       {"resume", "checkpoint-dir", "stop-after-steps", "metrics-log", "profile", "profile-ops"},
-      {"data", "load"}};
+      {"data", "load", "tokenizer"}};
   return rules;
 }
 

@@ -85,6 +85,12 @@ expect_usage_error train_gpt "--vocab 512 does not match the vocabulary of --dat
   --data "$shards" --vocab 512 "${tiny[@]}" --steps 1
 expect_usage_error train_gpt "--tokenizer .*other.json has a vocabulary of 300 ids, but --data .* has 400" \
   --data "$shards" --tokenizer "$work/other.json" "${tiny[@]}" --steps 1
+# A tokenizer of the same size (400) learned on other text: the shards' ids are not its encoding.
+tail -c 60000 "$data/corpus.txt" | rev > "$work/other_corpus.txt"
+"$bin/tokenize" --train "$work/other_corpus.txt" --vocab-size 400 -o "$work/same_size.json" >/dev/null 2>&1 \
+  || fail "tokenizer of the same size"
+expect_usage_error train_gpt "--tokenizer .*same_size.json does not encode the text of --data .* to its ids (token [0-9]* of" \
+  --data "$shards" --tokenizer "$work/same_size.json" "${tiny[@]}" --steps 1
 "$bin/train_gpt" "${tiny[@]}" --steps 1 --sample 0 --save "$work/bytes.safetensors" >/dev/null || fail "byte-level model"
 expect_usage_error train_gpt "the model of --load .*bytes.safetensors has 256 token ids, fewer than the 400" \
   --data "$shards" --load "$work/bytes.safetensors" --steps 1 --threads 1
