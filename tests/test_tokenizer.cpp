@@ -459,6 +459,11 @@ TEST_CASE("tokenizer.json: each refused input names the file and the key") {
     const std::string message = load_error(path);
     CHECK(message.find(path) != std::string::npos);
     CHECK_MESSAGE(message.find(c.expected) != std::string::npos, message);
+    // One clean line: the prefix once, no source location of the check that failed.
+    CHECK_MESSAGE(message.rfind("tokenizer: ") == 0, message);
+    CHECK_MESSAGE(message.find("tokenizer: ", 1) == std::string::npos, message);
+    CHECK_MESSAGE(message.find(".cpp:") == std::string::npos, message);
+    CHECK(message.find('\n') == std::string::npos);
   }
   // Byte-level damage the JSON library cannot express.
   const std::string text = valid.dump();

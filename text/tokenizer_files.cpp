@@ -165,8 +165,13 @@ Tokenizer::Impl* build_in(const std::string& file, std::vector<std::optional<std
   try {
     out = build_tokenizer(std::move(tokens), merges, std::move(specials));
   } catch (const Error& e) {
+    // build_tokenizer's HG_CHECK message, as one line about the file: without its own "tokenizer: "
+    // prefix and without the " [source.cpp:line]" location HG_CHECK appends.
     std::string_view what = e.what();
     if (what.starts_with("tokenizer: ")) what.remove_prefix(11);
+    if (const size_t at = what.rfind(" ["); at != std::string_view::npos && what.ends_with("]") &&
+                                            what.substr(at).find(".cpp:") != std::string_view::npos)
+      what = what.substr(0, at);
     fail(file, what);
   }
   return out.get();
