@@ -433,6 +433,8 @@ TEST_CASE("tokenizer.json: each refused input names the file and the key") {
       {"added_id_type", [](J& j) { j["added_tokens"][0]["id"] = "x"; }, "key \"added_tokens[0].id\": the id is \"x\""},
       {"added_lstrip", [](J& j) { j["added_tokens"][0]["lstrip"] = true; }, "key \"added_tokens[0].lstrip\" is true"},
       {"added_twice", [](J& j) { j["added_tokens"].push_back(j["added_tokens"][0]); }, "key \"added_tokens[1].content\": \"<|endoftext|>\" is listed twice"},
+      {"added_mixed_normalized", [](J& j) { j["added_tokens"].push_back({{"id", 259}, {"content", "text|>"}, {"normalized", true}, {"special", false}}); },
+       "key \"added_tokens[1]\": the added token \"text|>\" (\"normalized\": true) can overlap \"<|endoftext|>\" (\"normalized\": false)"},
       {"added_other_id", [](J& j) { j["added_tokens"][0]["id"] = 5; }, "entry \"<|endoftext|>\": id 258 differs from the added token's id 5"},
       {"vocab_id_string", [](J& j) { j["model"]["vocab"]["ab"] = "7"; }, "key \"model.vocab\" entry \"ab\": the id is \"7\" (string)"},
       {"vocab_id_negative", [](J& j) { j["model"]["vocab"]["ab"] = -1; }, "key \"model.vocab\" entry \"ab\": the id is -1"},
@@ -610,4 +612,34 @@ TEST_CASE("vocab.json: only unreachable <|...|> entries are special") {
   CHECK(back.encode("a<|pad|>") == std::vector<uint32_t>{'a', *back.token_id("<|pad|>")});
   // Pieces "<|" (merged), "x", "|>" (no merge: 2 tokens), never the unreachable token.
   CHECK(back.encode("<|x|>").size() == 4);
+}
+
+TEST_CASE("tokenizer.json: added tokens keep their \"special\" flag; the two \"normalized\" kinds may mix where they cannot overlap") {
+  hg::test::TempDir dir;
+  const std::string path = (dir.path / "t.json").string();
+  tiny({{"a", "b"}, {"ab", "c"}}, {"<|endoftext|>"}).save_json(path);
+  nlohmann::json j;
+  {
+    std::ifstream in(path);
+    j = nlohmann::json::parse(in);
+  }
+  // A non-special, normalized added token that cannot overlap "<|endoftext|>" (normalized: false).
+  j["added_tokens"].push_back({{"id", 259}, {"content", "[MASK]"}, {"single_word", false}, {"lstrip", false},
+                               {"rstrip", false}, {"normalized", true}, {"special", false}});
+  { std::ofstream(path) << j.dump(); }
+  const Tokenizer tok = Tokenizer::load(path);
+  CHECK(tok.encode("ab[MASK]c<|endoftext|>") == std::vector<uint32_t>{256, 259, 99, 258});
+  REQUIRE(tok.special_tokens().size() == 2);
+  CHECK(tok.special_tokens()[0].special);
+  CHECK_FALSE(tok.special_tokens()[1].special);
+  // Written back as read (it was written "special": true before).
+  const std::string again = (dir.path / "again.json").string();
+  tok.save_json(again);
+  std::ifstream in(again);
+  const nlohmann::json back = nlohmann::json::parse(in);
+  REQUIRE(back["added_tokens"].size() == 2);
+  CHECK(back["added_tokens"][0]["special"] == true);
+  CHECK(back["added_tokens"][1]["content"] == "[MASK]");
+  CHECK(back["added_tokens"][1]["special"] == false);
+  CHECK(Tokenizer::load(again).encode("ab[MASK]c<|endoftext|>") == tok.encode("ab[MASK]c<|endoftext|>"));
 }
