@@ -546,7 +546,9 @@ TEST_CASE("vocab.json + merges.txt: each refused input names the file and the li
       {"merges_right", vocab.dump(), "a b\nab zz\n", "merges.txt", "line 2: the merge's right part \"zz\""},
       {"merges_result", vocab.dump(), "a b\nb c\n", "merges.txt", "line 2: the merged token \"bc\" is not in the vocabulary"},
       {"merges_twice", vocab.dump(), "a b\nab c\na b\n", "merges.txt", "line 3: the merge \"a b\" appears twice"},
-      {"merges_not_byte_level", vocab.dump(), "a b\nab c d\n", "merges.txt:2", "is not a merge"},
+      {"merges_three_tokens_later", vocab.dump(), "a b\nab c d\n", "merges.txt:2", "is not a merge"},
+      // A token outside GPT-2's byte alphabet (U+4E00 is not one of its 256 characters).
+      {"merges_not_byte_level", vocab.dump(), "a b\na\xe4\xb8\x80 b\n", "merges.txt", "line 2: the token \"a\xe4\xb8\x80\" is not spelled in GPT-2's byte alphabet"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);
