@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "data/sampler.h"
+#include "samples/text_cuts.h"
 
 namespace hg::samples {
 
@@ -166,6 +167,53 @@ void check_tokenizer_vocab(uint64_t tokenizer_vocab, uint64_t data_vocab, const 
   HG_CHECK(tokenizer_vocab == data_vocab, "[train_gpt] --tokenizer ", path, " has a vocabulary of ", tokenizer_vocab,
            " ids, but --data ", data, " has ", data_vocab,
            " (its shards' header); expected the tokenizer that prepare_data wrote the shards with");
+}
+
+void check_tokenizer_ids(const TokenData& data, const std::function<std::string(std::span<const uint32_t>)>& decode,
+                         const std::function<std::vector<uint32_t>(std::string_view)>& encode,
+                         const std::vector<std::string>& special_tokens, const std::string& path,
+                         const std::string& data_paths, int64_t probe) {
+  if (data.train.empty()) return;
+  const data::TokenSpan& span = data.train.front();
+  std::vector<uint32_t> ids(size_t(std::min(probe, span.size())));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = span.at(int64_t(i));
+  auto refuse = [&](const std::string& what) {
+    HG_FAIL("[train_gpt] --tokenizer ", path, " does not encode the text of --data ", data_paths, " to its ids (",
+             what, "); expected the tokenizer that prepare_data wrote the shards with");
+  };
+  // Each token's text, and where it starts in the decoded text (decode concatenates them).
+  std::vector<size_t> starts(ids.size() + 1, 0);
+  std::string text;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::string piece;
+    try {
+      piece = decode(std::span<const uint32_t>(&ids[i], 1));
+    } catch (const Error&) {
+      refuse("it cannot decode id " + std::to_string(ids[i]) + ", token " + std::to_string(i));
+    }
+    text += piece;
+    starts[i + 1] = text.size();
+  }
+  const TextCuts cuts(special_tokens);
+  // The first token boundary after the span's start that is a safe cut, then the last safe cut after it.
+  size_t first = 0;
+  while (first + 1 < ids.size() && !cuts.is_cut(text, starts[first + 1])) ++first;
+  if (++first >= ids.size()) return;
+  const size_t begin = starts[first];
+  const size_t end = begin + cuts.last_cut(std::string_view(text).substr(begin));
+  if (end <= begin) return;
+  // With the tokenizer that wrote the ids, every safe cut is a token boundary.
+  const auto last = std::lower_bound(starts.begin(), starts.end(), end);
+  if (last == starts.end() || *last != end)
+    refuse("its safe cut at byte " + std::to_string(end) + " of the decoded text falls inside a token");
+  const std::vector<uint32_t> again = encode(std::string_view(text).substr(begin, end - begin));
+  const std::span<const uint32_t> stored(ids.data() + first, size_t(last - starts.begin()) - first);
+  const auto [a, b] = std::mismatch(stored.begin(), stored.end(), again.begin(), again.end());
+  if (a != stored.end() || b != again.end())
+    refuse("token " + std::to_string(first + size_t(a - stored.begin())) + " of " +
+           (span.shard ? span.shard->path() : data_paths) + " is " +
+           (a != stored.end() ? std::to_string(*a) : "past the end") + ", the tokenizer encodes it as " +
+           (b != again.end() ? std::to_string(*b) : "nothing"));
 }
 
 TokenBytes TokenBytes::byte_level() { return TokenBytes(std::vector<uint32_t>(256, 1)); }

@@ -14,10 +14,12 @@
 //     tokens), the bytes being the sum of each target token's length in bytes (the tokenizer's
 //     token_bytes; exact for a byte-level BPE, whose tokens concatenate to the text).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -69,6 +71,18 @@ void check_model_vocab(int64_t model_vocab, uint64_t data_vocab, const std::stri
 // (the one prepare_data wrote its shards with): the message names both files and both sizes.
 void check_tokenizer_vocab(uint64_t tokenizer_vocab, uint64_t data_vocab, const std::string& path,
                            const std::string& data);
+
+// Throws unless the tokenizer `path` encodes --data's text to --data's ids (the same vocabulary size is
+// not enough: another tokenizer of that size would give wrong bits per byte and a garbled sample).
+// The first `probe` ids of the first training span are decoded (`decode`); the text from the first
+// safe cut after its start (the span may start mid-text) to the last safe cut before its end
+// (samples/text_cuts.h, under `special_tokens`) is encoded again (`encode`) and must give the same
+// ids. The message names both files and the first token that differs. Data too short to hold two
+// safe cuts is not checked beyond its vocabulary.
+void check_tokenizer_ids(const TokenData& data, const std::function<std::string(std::span<const uint32_t>)>& decode,
+                         const std::function<std::vector<uint32_t>(std::string_view)>& encode,
+                         const std::vector<std::string>& special_tokens, const std::string& path,
+                         const std::string& data_paths, int64_t probe = 4096);
 
 // Bytes of text per token id, to count the bytes a run of tokens stands for.
 class TokenBytes {

@@ -74,7 +74,11 @@ class Text final : public GptTask {
         tokenizer_(std::move(tokenizer)),
         train_(std::make_shared<data::TokenWindowDataset>(text_.train, context, 1)),
         context_(context) {
-    if (tokenizer_) check_tokenizer_vocab(tokenizer_->bytes.vocab_size(), text_.vocab_size, tokenizer_->path, paths);
+    if (tokenizer_) {
+      check_tokenizer_vocab(tokenizer_->bytes.vocab_size(), text_.vocab_size, tokenizer_->path, paths);
+      check_tokenizer_ids(text_, tokenizer_->decode, tokenizer_->encode, tokenizer_->special_tokens, tokenizer_->path,
+                          paths);
+    }
     const std::optional<TokenBytes> bytes = tokenizer_                ? std::optional(tokenizer_->bytes)
                                             : text_.vocab_size == 256 ? std::optional(TokenBytes::byte_level())
                                                                       : std::nullopt;

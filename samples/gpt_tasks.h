@@ -9,6 +9,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/sampler.h"
@@ -47,17 +49,21 @@ class GptTask {
 // held-out problems.
 std::unique_ptr<GptTask> addition_task(int digits, int64_t pool, uint64_t seed, int64_t eval_problems);
 // What the text task needs of the tokenizer that wrote --data's shards (train_gpt --tokenizer loads it,
-// text/tokenizer.h): its file, every id's byte length (bits per byte) and decode (the sample).
+// text/tokenizer.h): its file, every id's byte length (bits per byte), decode (the sample), and encode
+// and its special tokens (to check that it is the tokenizer of the shards: check_tokenizer_ids).
 struct ShardTokenizer {
   std::string path;
   TokenBytes bytes;
   std::function<std::string(std::span<const uint32_t>)> decode;
+  std::function<std::vector<uint32_t>(std::string_view)> encode;
+  std::vector<std::string> special_tokens;
 };
 // --data: a text file or token shards (samples/gpt_datasets.h), windows of `context` tokens, 8
 // validation batches of `batch` windows, scored as loss per token and bits per byte: bytes from
 // `tokenizer` when given (its vocabulary must be the data's: an hg::Error names both otherwise), one
 // per token for byte-level data (vocabulary 256) without one; BPE data without its tokenizer reports
-// the loss per token only. The sample at the end is decoded by the tokenizer (byte-level: token =
+// the loss per token only; the tokenizer must encode the shards' text to their ids (check_tokenizer_ids).
+// The sample at the end is decoded by the tokenizer (byte-level: token =
 // byte; BPE without a tokenizer: the ids).
 std::unique_ptr<GptTask> text_task(const std::string& paths, int64_t context, int64_t batch,
                                    std::optional<ShardTokenizer> tokenizer);

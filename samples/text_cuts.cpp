@@ -50,14 +50,22 @@ bool TextCuts::is_cut(std::string_view text, size_t p) const {
   return !special_.empty() && p >= special_.size() && text.substr(p - special_.size(), special_.size()) == special_;
 }
 
-size_t TextCuts::last_cut(std::string_view text) const {
+size_t TextCuts::last_cut(std::string_view text) const { return last_cut(text, 0); }
+
+size_t TextCuts::last_cut(std::string_view text, size_t settled) const {
+  // A cut at p reads text[p - special.size(), p + 1 + longest special): below `low` nothing it reads
+  // has changed since the settled text, which had no cut.
+  size_t longest = special_.size();
+  for (const std::string& s : specials_) longest = std::max(longest, s.size());
+  const size_t low = settled > longest + 2 ? settled - longest - 2 : 0;
   size_t best = 0;
   if (!special_.empty()) {
-    const size_t at = text.rfind(special_);
-    if (at != std::string_view::npos) best = at + special_.size();
+    const size_t from = low > special_.size() ? low - special_.size() : 0;
+    const size_t at = text.substr(std::min(from, text.size())).rfind(special_);
+    if (at != std::string_view::npos) best = from + at + special_.size();
   }
   if (whitespace_cuts_)
-    for (size_t p = text.size() < 2 ? 0 : text.size() - 2; p > best; --p)
+    for (size_t p = text.size() < 2 ? 0 : text.size() - 2; p > std::max(best, low); --p)
       if (whitespace_cut(text, p)) return p;
   return best;
 }
@@ -66,6 +74,7 @@ uint64_t for_each_chunk(std::istream& in, const std::string& name, size_t block_
                         const std::function<void(std::string_view)>& chunk) {
   HG_CHECK(block_bytes >= 1, "[for_each_chunk] block_bytes must be >= 1");
   std::string pending;  // starts at a safe cut
+  size_t settled = 0;   // pending's first `settled` bytes hold no cut (scanned already)
   std::vector<char> block(block_bytes);
   uint64_t bytes = 0;
   while (in) {
@@ -74,10 +83,14 @@ uint64_t for_each_chunk(std::istream& in, const std::string& name, size_t block_
     const size_t n = size_t(in.gcount());
     pending.append(block.data(), n);
     bytes += n;
-    const size_t cut = cuts ? cuts->last_cut(pending) : pending.size();
-    if (cut == 0) continue;
+    const size_t cut = cuts ? cuts->last_cut(pending, settled) : pending.size();
+    if (cut == 0) {
+      settled = pending.size();
+      continue;
+    }
     chunk(std::string_view(pending).substr(0, cut));
     pending.erase(0, cut);
+    settled = 0;
   }
   if (!pending.empty()) chunk(pending);
   return bytes;

@@ -43,6 +43,10 @@ class TextCuts {
   // The last position p, 0 < p <= text.size(), at which `text` may be cut whatever bytes follow it
   // (its start must itself be a safe cut: the start of the input or a cut returned before); 0 for none.
   size_t last_cut(std::string_view text) const;
+  // The same, for a text whose first `settled` bytes were a text with no cut (last_cut gave 0): only the
+  // positions the new bytes can change are looked at (those within the longest special token's length
+  // of `settled`), so a stream without cuts is scanned once, not once per block.
+  size_t last_cut(std::string_view text, size_t settled) const;
   // Whether cutting `text` at p (between text[p - 1] and text[p]) is safe by the rules above (kind 1
   // needs text[p + 1], so p + 1 < text.size()).
   bool is_cut(std::string_view text, size_t p) const;

@@ -122,8 +122,12 @@ std::optional<samples::ShardTokenizer> shard_tokenizer(const TrainGptConfig& c) 
     } catch (const Error&) {  // an id a loaded vocabulary skips: it never occurs in prepare_data's shards
     }
   }
+  std::vector<std::string> specials;
+  for (const text::SpecialToken& s : tokenizer->special_tokens()) specials.push_back(s.content);
   return samples::ShardTokenizer{c.tokenizer, samples::TokenBytes(std::move(lengths)),
-                                 [tokenizer](std::span<const uint32_t> ids) { return tokenizer->decode(ids); }};
+                                 [tokenizer](std::span<const uint32_t> ids) { return tokenizer->decode(ids); },
+                                 [tokenizer](std::string_view text) { return tokenizer->encode(text); },
+                                 std::move(specials)};
 }
 
 std::unique_ptr<samples::GptTask> make_task(const TrainGptConfig& c, const nn::GPT& model) {

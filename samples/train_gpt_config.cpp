@@ -33,9 +33,10 @@ const ResumeRules& train_gpt_resume_rules() {
   static const ResumeRules rules{
       {"data", "digits", "eval-problems", "layers", "heads", "dim", "context", "dropout", "load", "seed", "batch",
        "grad-accum", "batch-tokens", "curriculum", "curriculum-steps", "seq-warmup-steps", "seq-warmup-start",
-       "precision", "loss-scale", "fp32-grads", "stochastic-rounding", "master-weights", "optimizer-state-bits"},
+       "precision", "loss-scale", "fp32-grads", "stochastic-rounding", "master-weights", "optimizer-state-bits",
+       "vocab", "tokenizer"},
       {"resume", "checkpoint-dir", "stop-after-steps", "metrics-log", "profile", "profile-ops"},
-      {"data", "load"}};
+      {"data", "load", "tokenizer"}};
   return rules;
 }
 
@@ -148,6 +149,12 @@ TrainGptConfig::TrainGptConfig(int argc, char** argv) {
   // (--print-config shows the resumed settings, and only settings that pass the checks).
   flags.after_parse([this] { restore_run_config(*this); });
   flags.after_parse([this] { check_settings(*this); });
+  // Token shards without --vocab: the vocabulary is the shards' (their header), and --vocab says so, so
+  // that --print-config and the checkpoints' run configs hold the real size: a --config of the printed
+  // settings, or a --resume, then gives --vocab that size, not the flag's default of 256.
+  flags.after_parse([this] {
+    if (!flags.given("vocab")) vocab = model_vocab(*this);
+  });
   flags.parse(argc, argv);
 }
 

@@ -1,6 +1,7 @@
 // train_gpt's text data (samples/gpt_datasets.h, samples/gpt_tasks.h): the vocabulary read from the
 // token shards' headers (and refused when shards, --vocab, --load's model or --tokenizer disagree,
-// messages checked), byte counts and bits per byte on hand-computed cases, and the text task's
+// messages checked; a tokenizer of the right size that does not encode the shards' text to their
+// ids is refused too), byte counts and bits per byte on hand-computed cases, and the text task's
 // evaluation reporting bits per byte in its metrics.
 #include <doctest/doctest.h>
 
@@ -8,7 +9,9 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/token_shard.h"
@@ -87,7 +90,7 @@ TEST_CASE("shards, --vocab, --load's model and --tokenizer that disagree on the 
   check_tokenizer_vocab(4096, 4096, "tok.json", a);
 
   // The text task checks its tokenizer against the data before anything trains.
-  ShardTokenizer tokenizer{"tok.json", TokenBytes(std::vector<uint32_t>(300, 2)), {}};
+  ShardTokenizer tokenizer{"tok.json", TokenBytes(std::vector<uint32_t>(300, 2)), {}, {}, {}};
   CHECK_ERROR(text_task(a, 16, 4, tokenizer), "--tokenizer tok.json has a vocabulary of 300 ids", "has 4096");
 }
 
@@ -159,7 +162,11 @@ TEST_CASE("the text task reports loss per token and bits per byte, in its text a
   std::mt19937 rng = testing::seeded_rng();
   const std::string a = (dir.path / "a.bin").string();
   write_shard(a, 3000, 300, rng);
-  ShardTokenizer tokenizer{"tok.json", TokenBytes(std::vector<uint32_t>(300, 2)), {}};  // 2 bytes a token
+  // 2 bytes a token, none of them whitespace: no safe cut, so the ids are not encoded again.
+  ShardTokenizer tokenizer{"tok.json", TokenBytes(std::vector<uint32_t>(300, 2)),
+                           [](std::span<const uint32_t> ids) { return std::string(2 * ids.size(), 'x'); },
+                           [](std::string_view) -> std::vector<uint32_t> { FAIL("encode called"); return {}; },
+                           {"<|endoftext|>"}};
   const auto task = text_task(a, 8, 4, tokenizer);
   manual_seed(rng());
   nn::GPT model(nn::GPTConfig().vocab_size(300).context(8).n_layer(1).n_head(2).n_embd(16));
@@ -177,4 +184,63 @@ TEST_CASE("the text task reports loss per token and bits per byte, in its text a
   CHECK(plain.metrics.empty());
   CHECK(plain.value == doctest::Approx(evaluation.value).epsilon(1e-12));
   CHECK(plain.text.find("give --tokenizer") != std::string::npos);
+}
+
+namespace {
+
+// A toy tokenizer of 257 ids: the 256 bytes and one merge, `pair` (two bytes) -> id 256.
+struct ToyTokenizer {
+  std::string pair;
+  std::vector<uint32_t> encode(std::string_view text) const {
+    std::vector<uint32_t> ids;
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text.substr(i, 2) == pair) {
+        ids.push_back(256);
+        ++i;
+      } else {
+        ids.push_back(static_cast<unsigned char>(text[i]));
+      }
+    }
+    return ids;
+  }
+  std::string decode(std::span<const uint32_t> ids) const {
+    std::string text;
+    for (const uint32_t id : ids) text += id == 256 ? pair : std::string(1, char(id));
+    return text;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("--tokenizer must encode the shards' text to their ids: the same vocabulary size is not enough") {
+  test::TempDir dir;
+  std::mt19937 rng = testing::seeded_rng();
+  // Words of a, b and c between spaces and newlines (safe cuts), encoded by the "ab" tokenizer.
+  std::string text;
+  while (text.size() < 20000) {
+    for (int n = 1 + int(rng() % 7); n > 0; --n) text += char('a' + rng() % 3);
+    text += rng() % 8 ? " " : "\n";
+  }
+  const ToyTokenizer right{"ab"}, wrong{"ba"};
+  const std::string shard = (dir.path / "a.bin").string();
+  data::write_token_shard(shard, right.encode(text), data::TokenDType::u16, 257);
+  const TokenData data = load_token_data(shard, 16);
+  auto check = [&](const ToyTokenizer& tok, int64_t probe) {
+    check_tokenizer_ids(
+        data, [&](std::span<const uint32_t> ids) { return tok.decode(ids); },
+        [&](std::string_view t) { return tok.encode(t); }, {"<|endoftext|>"}, "tok.json", shard, probe);
+  };
+  check(right, 4096);
+  check(right, 5);  // too short to hold two safe cuts: nothing to compare
+  CHECK_ERROR(check(wrong, 4096), "--tokenizer tok.json does not encode the text of --data", "to its ids (token ",
+              "a.bin is ", "the tokenizer encodes it as ", "expected the tokenizer that prepare_data wrote the shards with");
+  // The text task makes the check: a tokenizer with the right size but other merges is refused.
+  ShardTokenizer tokenizer{"tok.json", TokenBytes(std::vector<uint32_t>(257, 1)),
+                           [&](std::span<const uint32_t> ids) { return wrong.decode(ids); },
+                           [&](std::string_view t) { return wrong.encode(t); },
+                           {"<|endoftext|>"}};
+  CHECK_ERROR(text_task(shard, 16, 4, tokenizer), "does not encode the text of --data");
+  tokenizer.decode = [&](std::span<const uint32_t> ids) { return right.decode(ids); };
+  tokenizer.encode = [&](std::string_view t) { return right.encode(t); };
+  CHECK(text_task(shard, 16, 4, tokenizer) != nullptr);
 }

@@ -153,3 +153,37 @@ TEST_CASE("for_each_chunk over small blocks gives the whole input's ids") {
   samples::for_each_chunk(in, "mixed", 1000, nullptr, [&](std::string_view chunk) { again += chunk; });
   CHECK(again == text);
 }
+
+TEST_CASE("last_cut after a settled prefix equals a full scan, and a stream without cuts is scanned once") {
+  const TextCuts cuts({"<|endoftext|>", "<pad>"});
+  const TextCuts one({"<|endoftext|>"});
+  std::mt19937 rng = testing::seeded_rng();
+  // Texts of few kinds of bytes, so that cuts, near-cuts and special tokens cut short all occur; for
+  // every prefix without a cut, scanning after it gives what a full scan gives.
+  static const char* parts[] = {"a", "b", " ", "\n", "<|endoftext|>", "<|endo", "<pad>", "<", "\xc3\xa9", "."};
+  for (int round = 0; round < 300; ++round) {
+    std::string text;
+    for (int n = int(rng() % 30); n > 0; --n) text += parts[rng() % std::size(parts)];
+    for (const TextCuts* c : {&cuts, &one}) {
+      for (size_t settled = 0; settled <= text.size(); ++settled) {
+        if (settled > 0 && c->last_cut(std::string_view(text).substr(0, settled)) != 0) break;
+        CAPTURE(text);
+        CAPTURE(settled);
+        REQUIRE(c->last_cut(text, settled) == c->last_cut(text));
+      }
+    }
+  }
+  // 64 MiB without a safe cut (no ASCII whitespace) in 4 KiB blocks: one chunk, at the end. Rescanning
+  // the pending text at every block (as before) is 16,384 scans of up to 64 MiB: many minutes, not a moment.
+  std::string block(4096, 'x');
+  std::string stream;
+  for (int i = 0; i < 16384; ++i) stream += block;
+  std::istringstream in(stream);
+  size_t chunks = 0, bytes = 0;
+  samples::for_each_chunk(in, "no cuts", block.size(), &one, [&](std::string_view chunk) {
+    ++chunks;
+    bytes += chunk.size();
+  });
+  CHECK(chunks == 1);
+  CHECK(bytes == stream.size());
+}

@@ -10,6 +10,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 #include <random>
 #include <string>
 #include <vector>
@@ -432,6 +433,8 @@ TEST_CASE("tokenizer.json: each refused input names the file and the key") {
       {"added_id_type", [](J& j) { j["added_tokens"][0]["id"] = "x"; }, "key \"added_tokens[0].id\": the id is \"x\""},
       {"added_lstrip", [](J& j) { j["added_tokens"][0]["lstrip"] = true; }, "key \"added_tokens[0].lstrip\" is true"},
       {"added_twice", [](J& j) { j["added_tokens"].push_back(j["added_tokens"][0]); }, "key \"added_tokens[1].content\": \"<|endoftext|>\" is listed twice"},
+      {"added_mixed_normalized", [](J& j) { j["added_tokens"].push_back({{"id", 259}, {"content", "text|>"}, {"normalized", true}, {"special", false}}); },
+       "key \"added_tokens[1]\": the added token \"text|>\" (\"normalized\": true) can overlap \"<|endoftext|>\" (\"normalized\": false)"},
       {"added_other_id", [](J& j) { j["added_tokens"][0]["id"] = 5; }, "entry \"<|endoftext|>\": id 258 differs from the added token's id 5"},
       {"vocab_id_string", [](J& j) { j["model"]["vocab"]["ab"] = "7"; }, "key \"model.vocab\" entry \"ab\": the id is \"7\" (string)"},
       {"vocab_id_negative", [](J& j) { j["model"]["vocab"]["ab"] = -1; }, "key \"model.vocab\" entry \"ab\": the id is -1"},
@@ -458,6 +461,11 @@ TEST_CASE("tokenizer.json: each refused input names the file and the key") {
     const std::string message = load_error(path);
     CHECK(message.find(path) != std::string::npos);
     CHECK_MESSAGE(message.find(c.expected) != std::string::npos, message);
+    // One clean line: the prefix once, no source location of the check that failed.
+    CHECK_MESSAGE(message.rfind("tokenizer: ") == 0, message);
+    CHECK_MESSAGE(message.find("tokenizer: ", 1) == std::string::npos, message);
+    CHECK_MESSAGE(message.find(".cpp:") == std::string::npos, message);
+    CHECK(message.find('\n') == std::string::npos);
   }
   // Byte-level damage the JSON library cannot express.
   const std::string text = valid.dump();
@@ -538,7 +546,9 @@ TEST_CASE("vocab.json + merges.txt: each refused input names the file and the li
       {"merges_right", vocab.dump(), "a b\nab zz\n", "merges.txt", "line 2: the merge's right part \"zz\""},
       {"merges_result", vocab.dump(), "a b\nb c\n", "merges.txt", "line 2: the merged token \"bc\" is not in the vocabulary"},
       {"merges_twice", vocab.dump(), "a b\nab c\na b\n", "merges.txt", "line 3: the merge \"a b\" appears twice"},
-      {"merges_not_byte_level", vocab.dump(), "a b\nab c d\n", "merges.txt:2", "is not a merge"},
+      {"merges_three_tokens_later", vocab.dump(), "a b\nab c d\n", "merges.txt:2", "is not a merge"},
+      // A token outside GPT-2's byte alphabet (U+4E00 is not one of its 256 characters).
+      {"merges_not_byte_level", vocab.dump(), "a b\na\xe4\xb8\x80 b\n", "merges.txt", "line 2: the token \"a\xe4\xb8\x80\" is not spelled in GPT-2's byte alphabet"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);
@@ -568,4 +578,70 @@ TEST_CASE("save: what a format cannot hold is refused, naming it") {
   CHECK(Tokenizer::load((dir.path / "t.json").string()).special_tokens().at(0).content == "[PAD]");
   const Tokenizer binary = tiny({}, {"<|\xff|>"});
   CHECK(what_of([&] { binary.save_json((dir.path / "b.json").string()); }).find("is not valid UTF-8") != std::string::npos);
+}
+
+TEST_CASE("encode: one Tokenizer used by several threads at once gives each the same ids") {
+  const std::string corpus = hg::test::synthetic_text(60000, 31);
+  const Tokenizer tok = hg::test::synthetic_tokenizer(corpus, 300);
+  std::vector<std::string> texts;
+  std::vector<std::vector<uint32_t>> expected;
+  for (int i = 0; i < 4; ++i) {
+    texts.push_back(hg::test::synthetic_text(30000, 40 + i));
+    expected.push_back(tok.encode(texts.back()));
+  }
+  std::vector<int> same(4, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      bool ok = true;
+      for (int round = 0; round < 5; ++round) ok = ok && tok.encode(texts[(i + round) % 4]) == expected[(i + round) % 4];
+      same[i] = ok;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  CHECK(same == std::vector<int>{1, 1, 1, 1});
+}
+
+TEST_CASE("vocab.json: only unreachable <|...|> entries are special") {
+  hg::test::TempDir dir;
+  // "<|" + "x|>" is a merge result: an ordinary token. "<|endoftext|>" and "<|pad|>" are special.
+  const Tokenizer tok = tiny({{"<", "|"}, {"x", "|"}, {"x|", ">"}, {"<|", "x|>"}}, {"<|endoftext|>", "<|pad|>"});
+  tok.save_vocab_merges((dir.path / "vocab.json").string(), (dir.path / "merges.txt").string());
+  const Tokenizer back = Tokenizer::load(dir.path.string());
+  std::vector<std::string> specials;
+  for (const auto& s : back.special_tokens()) specials.push_back(s.content);
+  CHECK(specials == std::vector<std::string>{"<|endoftext|>", "<|pad|>"});
+  CHECK(back.encode("a<|pad|>") == std::vector<uint32_t>{'a', *back.token_id("<|pad|>")});
+  // Pieces "<|" (merged), "x", "|>" (no merge: 2 tokens), never the unreachable token.
+  CHECK(back.encode("<|x|>").size() == 4);
+}
+
+TEST_CASE("tokenizer.json: added tokens keep their \"special\" flag; the two \"normalized\" kinds may mix where they cannot overlap") {
+  hg::test::TempDir dir;
+  const std::string path = (dir.path / "t.json").string();
+  tiny({{"a", "b"}, {"ab", "c"}}, {"<|endoftext|>"}).save_json(path);
+  nlohmann::json j;
+  {
+    std::ifstream in(path);
+    j = nlohmann::json::parse(in);
+  }
+  // A non-special, normalized added token that cannot overlap "<|endoftext|>" (normalized: false).
+  j["added_tokens"].push_back({{"id", 259}, {"content", "[MASK]"}, {"single_word", false}, {"lstrip", false},
+                               {"rstrip", false}, {"normalized", true}, {"special", false}});
+  { std::ofstream(path) << j.dump(); }
+  const Tokenizer tok = Tokenizer::load(path);
+  CHECK(tok.encode("ab[MASK]c<|endoftext|>") == std::vector<uint32_t>{256, 259, 99, 258});
+  REQUIRE(tok.special_tokens().size() == 2);
+  CHECK(tok.special_tokens()[0].special);
+  CHECK_FALSE(tok.special_tokens()[1].special);
+  // Written back as read (it was written "special": true before).
+  const std::string again = (dir.path / "again.json").string();
+  tok.save_json(again);
+  std::ifstream in(again);
+  const nlohmann::json back = nlohmann::json::parse(in);
+  REQUIRE(back["added_tokens"].size() == 2);
+  CHECK(back["added_tokens"][0]["special"] == true);
+  CHECK(back["added_tokens"][1]["content"] == "[MASK]");
+  CHECK(back["added_tokens"][1]["special"] == false);
+  CHECK(Tokenizer::load(again).encode("ab[MASK]c<|endoftext|>") == tok.encode("ab[MASK]c<|endoftext|>"));
 }

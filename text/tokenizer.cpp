@@ -6,8 +6,8 @@
 //   pair has a merge. Pieces of up to 32 bytes (nearly all): a scan of the pair ranks in small arrays,
 //   no allocation. Longer pieces: a min-heap of (rank, position) candidates over a linked list of
 //   symbols, stale candidates skipped when popped, O(n log n) for n bytes.
-//   Cache: per encode() call, piece bytes -> ids (keys are views into the caller's text, so nothing
-//   is copied), cleared when it holds 65,536 pieces. Nothing is shared between calls, so encode() is
+//   Cache: per encode() call, piece bytes -> ids for pieces of 4 bytes or more (keys are views into the
+//   caller's text, so nothing is copied), cleared when it holds 65,536 pieces. Nothing is shared between calls, so encode() is
 //   const and safe to call from several threads at once.
 #include <algorithm>
 #include <functional>
@@ -112,6 +112,7 @@ struct EncodeState {
   std::vector<uint32_t> pool;
 };
 constexpr size_t kCachePieces = 65536;
+constexpr size_t kUncachedPiece = 3;  // pieces this short skip the cache
 
 // Byte-level BPE of a short piece (at most kSmallPiece bytes), appended to `out`: the symbols and
 // the rank of each adjacent pair in small arrays; each step scans for the lowest rank (leftmost on
@@ -207,6 +208,10 @@ void encode_ordinary(const Tokenizer::Impl& t, std::string_view text, EncodeStat
   while (splitter.next(piece)) {
     if (piece.size() == 1) {
       out.push_back(t.byte_id[static_cast<unsigned char>(piece[0])]);
+      continue;
+    }
+    if (piece.size() <= kUncachedPiece) {  // cheaper to merge than to look up
+      bpe_small(t, piece, out);
       continue;
     }
     if (const auto it = s.cache.find(piece); it != s.cache.end()) {

@@ -30,6 +30,10 @@ namespace hg::text {
 struct SpecialToken {
   std::string content;  // e.g. "<|endoftext|>"
   uint32_t id = 0;
+  // tokenizer.json's "special" flag of an added token, kept as read and written back: every added
+  // token is cut out of the text alike (special or not), the flag only tells decoders that skip
+  // special tokens which ones they are.
+  bool special = true;
 };
 
 class Tokenizer {

@@ -6,7 +6,10 @@
 //   add_prefix_space false and use_regex true, no normalizer, no truncation or padding, a ByteLevel
 //   (or no) decoder and post-processor, added tokens without lstrip/rstrip/single_word. Every added
 //   token (special or not) is cut out of the text before pre-tokenisation, as `tokenizers` does, and is
-//   a special token here (written back with "special": true).
+//   a special token here (its "special" flag kept and written back as read). `tokenizers` cuts out the
+//   "normalized": false added tokens first and the "normalized": true ones in what remains; halfgrad cuts
+//   all of them in one leftmost-longest pass, so a file whose tokens of the two kinds can overlap (one
+//   contains the other, or one ends with the other's start) is refused: there the passes could differ.
 //   vocab.json + merges.txt: "#version" lines and blank lines of merges.txt are skipped; the special
 //   tokens are the vocabulary entries spelled "<|...|>" that no merge produces (GPT-2's "<|endoftext|>").
 #include <sys/stat.h>
@@ -152,6 +155,16 @@ void add_merge(const std::string& file, const std::string& where, const std::uno
   merges.emplace_back(std::move(left), std::move(right));
 }
 
+// Whether occurrences of a and b can overlap in a text: one contains the other, or a proper suffix of
+// one is a prefix of the other.
+bool can_overlap(const std::string& a, const std::string& b) {
+  if (a.find(b) != std::string::npos || b.find(a) != std::string::npos) return true;
+  for (const auto& [x, y] : {std::pair(&a, &b), std::pair(&b, &a)})
+    for (size_t n = 1; n < std::min(x->size(), y->size()); ++n)
+      if (x->compare(x->size() - n, n, *y, 0, n) == 0) return true;
+  return false;
+}
+
 std::unordered_map<std::string, uint32_t> index_of(const VocabBuilder& v) {
   std::unordered_map<std::string, uint32_t> index;
   for (size_t id = 0; id < v.tokens.size(); ++id)
@@ -165,7 +178,14 @@ Tokenizer::Impl* build_in(const std::string& file, std::vector<std::optional<std
   try {
     out = build_tokenizer(std::move(tokens), merges, std::move(specials));
   } catch (const Error& e) {
-    fail(file, e.what());
+    // build_tokenizer's HG_CHECK message, as one line about the file: without its own "tokenizer: "
+    // prefix and without the " [source.cpp:line]" location HG_CHECK appends.
+    std::string_view what = e.what();
+    if (what.starts_with("tokenizer: ")) what.remove_prefix(11);
+    if (const size_t at = what.rfind(" ["); at != std::string_view::npos && what.ends_with("]") &&
+                                            what.substr(at).find(".cpp:") != std::string_view::npos)
+      what = what.substr(0, at);
+    fail(file, what);
   }
   return out.get();
 }
@@ -237,6 +257,7 @@ std::unique_ptr<Tokenizer::Impl> read_tokenizer_json(const std::string& file) {
 
   // Added tokens first: their vocabulary keys are their raw content, not byte-alphabet spellings.
   std::vector<SpecialToken> specials;
+  std::vector<bool> normalized_flags;  // of each of `specials`
   std::map<std::string, uint32_t> added;
   if (!is_null_or_absent(j, "added_tokens")) {
     if (!j["added_tokens"].is_array()) fail(file, "key \"added_tokens\" is ", type_of(j["added_tokens"]), "; expected an array");
@@ -256,7 +277,19 @@ std::unique_ptr<Tokenizer::Impl> read_tokenizer_json(const std::string& file) {
       if (content.empty()) fail(file, "key \"", path, ".content\" is empty; expected the token's text");
       if (!added.emplace(content, uint32_t(id)).second)
         fail(file, "key \"", path, ".content\": ", Json(content).dump(), " is listed twice");
-      specials.push_back({content, uint32_t(id)});
+      const bool special = a.contains("special") && a["special"].is_boolean() && a["special"].get<bool>();
+      // `tokenizers`' default: an added token is normalized unless it is special.
+      const bool normalized =
+          a.contains("normalized") && a["normalized"].is_boolean() ? a["normalized"].get<bool>() : !special;
+      for (size_t k = 0; k < specials.size(); ++k)
+        if (normalized_flags[k] != normalized && can_overlap(specials[k].content, content))
+          fail(file, "key \"", path, "\": the added token ", Json(content).dump(), " (\"normalized\": ",
+               normalized ? "true" : "false", ") can overlap ", Json(specials[k].content).dump(), " (\"normalized\": ",
+               normalized_flags[k] ? "true" : "false",
+               "); expected added tokens that overlap to share one \"normalized\" flag (tokenizers cuts the two "
+               "kinds in two passes, halfgrad in one)");
+      specials.push_back({content, uint32_t(id), special});
+      normalized_flags.push_back(normalized);
     }
   }
 
@@ -414,7 +447,8 @@ void Tokenizer::save_json(const std::string& path) const {
   for (size_t i = 0; i < t.specials.size(); ++i) {
     out += i ? ",\n    " : "\n    ";
     out += "{\"id\": " + std::to_string(t.specials[i].id) + ", \"content\": " + json_string(path, t.specials[i].content) +
-           ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}";
+           ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": " +
+           (t.specials[i].special ? "true" : "false") + "}";
   }
   out += t.specials.empty() ? "],\n" : "\n  ],\n";
   out +=

@@ -39,11 +39,11 @@ tr ' ' '\n' <"$tmp/corpus.ids" | sed 's/^/\t /' | "$bin" --tokenizer "$hf" --dec
 # as vocab.json + merges.txt (-o a directory).
 out=$("$bin" --train "$data/corpus.txt" --vocab-size 2000 --min-frequency 2 -o "$tmp/t.json") || fail "--train exited $?: $out"
 grep -q "trained 2000 tokens (1743 merges, 1 special)" <<<"$out" || fail "unexpected --train summary: $out"
-"$bin" --tokenizer "$tmp/t.json" <"$data/corpus.txt" | cmp -s - "$tmp/corpus.ids" || fail "the trained tokenizer.json encodes unlike HF's"
+"$bin" --tokenizer "$tmp/t.json" <"$data/corpus.txt" | cmp -s - "$tmp/corpus.ids" || fail "the trained tokenizer.json encodes the corpus unlike hf_tokenizer.json (HF's model, encoded by halfgrad)"
 mkdir "$tmp/gpt2"
 "$bin" --train "$data/corpus.txt" --vocab-size 2000 -o "$tmp/gpt2" >/dev/null || fail "--train -o DIR exited $?"
 [[ -f $tmp/gpt2/vocab.json && -f $tmp/gpt2/merges.txt ]] || fail "-o DIR did not write vocab.json + merges.txt"
-"$bin" --tokenizer "$tmp/gpt2" <"$data/corpus.txt" | cmp -s - "$tmp/corpus.ids" || fail "the trained vocab.json + merges.txt encode unlike HF's"
+"$bin" --tokenizer "$tmp/gpt2" <"$data/corpus.txt" | cmp -s - "$tmp/corpus.ids" || fail "the trained vocab.json + merges.txt encode the corpus unlike hf_tokenizer.json (HF's model, encoded by halfgrad)"
 # --special: comma-separated and repeated give the same ids 0, 1, 2; "" gives none.
 "$bin" --train "$data/corpus.txt" --vocab-size 300 --special "<|endoftext|>,<pad>" --special "<mask>" -o "$tmp/s.json" >/dev/null ||
   fail "--train with --special exited $?"

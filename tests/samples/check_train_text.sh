@@ -50,6 +50,22 @@ gen=$("$bin/generate" --model "$work/model.safetensors" --tokenizer "$work/token
 [[ "$gen" == "The "* ]] || fail "generate did not echo the prompt: $gen"
 grep -q "generate: [0-9]* tokens" "$work/err" || fail "no generate summary: $(cat "$work/err")"
 
+# Resume on the shards: a checkpoint, then --resume without --vocab (the run config holds the shards'
+# vocabulary, not --vocab's default); --print-config -> --config runs the same settings.
+"$bin/train_gpt" --data "$shards" --tokenizer "$work/tokenizer.json" "${tiny[@]}" --steps 4 --sample 0 \
+  --checkpoint-dir "$work/ckpt" --checkpoint-every-steps 2 --stop-after-steps 2 >"$work/log" 2>&1 \
+  || fail "train_gpt --checkpoint-dir exited $?: $(cat "$work/log")"
+"$bin/train_gpt" --checkpoint-dir "$work/ckpt" --resume --threads 1 >"$work/log" 2>&1 \
+  || fail "train_gpt --resume on BPE shards exited $?: $(cat "$work/log")"
+grep -q "resumed from .*step_0000000002.safetensors at step 2" "$work/log" || fail "did not resume: $(cat "$work/log")"
+grep -q "^summary: 2 steps" "$work/log" || fail "the resumed run did not train steps 3-4: $(cat "$work/log")"
+"$bin/train_gpt" --data "$shards" --tokenizer "$work/tokenizer.json" "${tiny[@]}" --steps 2 --sample 0 \
+  --print-config >"$work/config.json" 2>"$work/err" || fail "--print-config exited $?: $(cat "$work/err")"
+grep -q '"vocab": 400' "$work/config.json" || fail "--print-config does not hold the shards' vocabulary: $(cat "$work/config.json")"
+"$bin/train_gpt" --config "$work/config.json" >"$work/log" 2>&1 \
+  || fail "train_gpt --config of --print-config exited $?: $(cat "$work/log")"
+grep -q "^summary: 2 steps" "$work/log" || fail "no summary from --config: $(cat "$work/log")"
+
 # Refusals: one line, exit code 2, the message's key words.
 expect_usage_error() {
   local program=$1 want=$2
@@ -69,6 +85,12 @@ expect_usage_error train_gpt "--vocab 512 does not match the vocabulary of --dat
   --data "$shards" --vocab 512 "${tiny[@]}" --steps 1
 expect_usage_error train_gpt "--tokenizer .*other.json has a vocabulary of 300 ids, but --data .* has 400" \
   --data "$shards" --tokenizer "$work/other.json" "${tiny[@]}" --steps 1
+# A tokenizer of the same size (400) learned on other text: the shards' ids are not its encoding.
+tail -c 60000 "$data/corpus.txt" | rev > "$work/other_corpus.txt"
+"$bin/tokenize" --train "$work/other_corpus.txt" --vocab-size 400 -o "$work/same_size.json" >/dev/null 2>&1 \
+  || fail "tokenizer of the same size"
+expect_usage_error train_gpt "--tokenizer .*same_size.json does not encode the text of --data .* to its ids (token [0-9]* of" \
+  --data "$shards" --tokenizer "$work/same_size.json" "${tiny[@]}" --steps 1
 "$bin/train_gpt" "${tiny[@]}" --steps 1 --sample 0 --save "$work/bytes.safetensors" >/dev/null || fail "byte-level model"
 expect_usage_error train_gpt "the model of --load .*bytes.safetensors has 256 token ids, fewer than the 400" \
   --data "$shards" --load "$work/bytes.safetensors" --steps 1 --threads 1
