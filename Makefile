@@ -76,8 +76,9 @@ plot: configure
 	  -o $(BUILD_DIR)/train_gpt_metrics.svg -o $(BUILD_DIR)/train_gpt_metrics.png
 
 # A small BPE GPT on real prose that ships with Debian (the Python documentation, package python3-doc):
-# tokenizer -> token shards -> train_gpt -> generate, every intermediate reused under build/text/
-# (scripts/train-text; docs/samples.md).
+# tokenizer -> token shards -> train_gpt -> generate under build/text/ (the vocabulary's files under
+# build/text/v$VOCAB/), each step redone only when its inputs or flags changed (scripts/train-text;
+# docs/samples.md).
 train-text: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_gpt prepare_data tokenize generate
 	BUILD_DIR=$(BUILD_DIR) ARGS="$(ARGS)" scripts/train-text
