@@ -4,6 +4,7 @@
 // the round trip of random bytes, from_parts' consistency errors, save -> load of both formats, and
 // one bad file per error the loaders raise (the message names the file and the line or key).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -568,4 +569,29 @@ TEST_CASE("save: what a format cannot hold is refused, naming it") {
   CHECK(Tokenizer::load((dir.path / "t.json").string()).special_tokens().at(0).content == "[PAD]");
   const Tokenizer binary = tiny({}, {"<|\xff|>"});
   CHECK(what_of([&] { binary.save_json((dir.path / "b.json").string()); }).find("is not valid UTF-8") != std::string::npos);
+}
+
+TEST_CASE("load: a FIFO or a device is refused at once, not waited on or read without end") {
+  hg::test::TempDir dir;
+  // A FIFO with no writer: opening it for reading would block forever; reading /dev/zero never ends.
+  const std::string fifo = (dir.path / "tokenizer.json").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string message = load_error(fifo);
+  CHECK(message.find(fifo) != std::string::npos);
+  CHECK(message.find("not a regular file") != std::string::npos);
+  message = load_error(dir.path.string());  // the directory's tokenizer.json is that FIFO
+  CHECK(message.find("not a regular file") != std::string::npos);
+  if (std::filesystem::exists("/dev/zero")) {
+    message = load_error("/dev/zero");
+    CHECK(message.find("/dev/zero") != std::string::npos);
+    CHECK(message.find("not a regular file") != std::string::npos);
+  }
+  // vocab.json + a FIFO merges.txt
+  const fs::path pair = dir.path / "pair";
+  fs::create_directories(pair);
+  tiny({{"a", "b"}}, {}).save_vocab_merges((pair / "vocab.json").string(), (pair / "other.txt").string());
+  REQUIRE(::mkfifo((pair / "merges.txt").string().c_str(), 0600) == 0);
+  message = load_error(pair.string());
+  CHECK(message.find("merges.txt") != std::string::npos);
+  CHECK(message.find("not a regular file") != std::string::npos);
 }
