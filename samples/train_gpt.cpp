@@ -170,6 +170,7 @@ train::TrainerOptions trainer_options(const TrainGptConfig& c, const samples::Gp
       .checkpoint_every(c.checkpoint_every)
       .keep_checkpoints(c.keep_checkpoints)
       .resume(c.resume)
+      .resume_entry(c.resume_entry)
       .run_config(c.flags.run_config(samples::train_gpt_resume_rules()))
       .cuda_graph(c.cuda_graph)
       .monitor(train::MonitorOptions()

@@ -60,6 +60,7 @@ void restore_run_config(TrainGptConfig& c) {
   const auto stored =
       or_usage_error(kProgram, "--resume", [&] { return train::read_run_config(c.checkpoint_dir, sharded); });
   if (!stored) return;
+  c.resume_entry = stored->entry;
   c.flags.restore(stored->json, stored->entry, train_gpt_resume_rules());
   if (writes_sharded(c) != stored->sharded)
     exit_with_usage_error(

@@ -119,6 +119,9 @@ struct TrainerOptions {
   HG_OPTION(TrainerOptions, int64_t, checkpoint_every, 0);
   HG_OPTION(TrainerOptions, int64_t, keep_checkpoints, 3);
   HG_OPTION(TrainerOptions, bool, resume, false);  // from the newest checkpoint of checkpoint_dir
+  // The entry the run config was read from (read_run_config's StoredRunConfig::entry; "": any): resume()
+  // refuses to load another one, so that the settings and the state come from one checkpoint.
+  HG_OPTION(TrainerOptions, std::string, resume_entry, "");
   // The program's settings as JSON text, stored in every checkpoint's metadata (train/checkpoint.h)
   // for read_run_config (train/checkpoint_directory.h) to give back to a resumed run ("": none).
   HG_OPTION(TrainerOptions, std::string, run_config, "");
