@@ -564,7 +564,8 @@ void ZeroOptimizer::save_state(const std::string& prefix) {
   safetensors::Metadata metadata = {{"ranges", ranges},
                                     {"numel", std::to_string(total_)},
                                     {"step", std::to_string(step_count())},
-                                    {"world", std::to_string(world)}};
+                                    {"world", std::to_string(world)},
+                                    {"shard_version", "2"}};  // 2: checksummed (read_shards requires it)
   if (state_bits() == 8) {  // dist/zero_quantized_state.cpp
     tensors = quantized_file_tensors(pieces);
     metadata["state_bits"] = "8";
@@ -619,6 +620,17 @@ std::vector<ZeroOptimizer::SavedShard> ZeroOptimizer::read_shards(const std::str
     SavedShard shard{shard_path(prefix, r, saved_world), {}, {}};
     shard.file = safetensors::load(shard.path);
     const std::string& path = shard.path;
+    // Shards of version 2 carry checksums (the tensors' and the header's: a flipped digit in a range is
+    // refused by load); one without them has lost them to damage. Older shards (no version) load unverified.
+    const auto version = shard.file.metadata.find("shard_version");
+    if (version != shard.file.metadata.end()) {
+      HG_CHECK(version->second == "2", "[ZeroOptimizer] load_state: ", path, " has shard_version '", version->second,
+               "'; this build reads 2 (and shards without a version)");
+      HG_CHECK(shard.file.header_checksummed && (shard.file.checksummed || shard.file.tensors.empty()),
+               "[ZeroOptimizer] load_state: ", path,
+               " is a version-2 shard without its checksums (the 'halfgrad.crc32c.' keys are missing or "
+               "misspelt); the header is damaged");
+    }
     HG_CHECK(metadata_int(shard.file, "numel", path) == total_, "[ZeroOptimizer] load_state: ", path,
              " holds the state of ", metadata_int(shard.file, "numel", path), " parameters but this optimizer has ",
              total_);

@@ -447,3 +447,50 @@ TEST_CASE("a file of an entry that cannot be opened (EMFILE) is refused, not tak
   CHECK(message.find(std::strerror(EMFILE)) != std::string::npos);
   CHECK(message.find("not damage") != std::string::npos);
 }
+
+namespace {
+// Rewrites the first occurrence of `from` in the file's header with `to` (same length).
+void patch_header(const std::string& path, const std::string& from, const std::string& to) {
+  REQUIRE(from.size() == to.size());
+  std::vector<unsigned char> bytes = read_file(path);
+  const std::string text(bytes.begin() + 8, bytes.begin() + 8 + std::ptrdiff_t(header_length(path)));
+  const size_t at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  std::memcpy(bytes.data() + 8 + at, to.data(), to.size());
+  write_file(path, bytes);
+}
+}  // namespace
+
+TEST_CASE("a flipped bit in a metadata value (a step, a ZeRO range) or a checksum key's name is refused") {
+  test::TempDir dir;
+  Run run(21);
+  run.train_step();
+  const std::string ckpt = (dir.path / "ckpt.safetensors").string();
+  train::save_checkpoint(ckpt, run.state, 12);
+  const safetensors::File file = safetensors::load(ckpt, safetensors::Verify::structure_only);
+  CHECK(file.header_checksummed);
+  CHECK(file.checksummed);
+  Run fresh(22);
+  // "step":"12" -> "13": '2' (0x32) and '3' (0x33) differ in one bit.
+  const std::string flipped = (dir.path / "flipped.safetensors").string();
+  std::filesystem::copy_file(ckpt, flipped);
+  patch_header(flipped, "\"step\":\"12\"", "\"step\":\"13\"");
+  CHECK_ERROR(train::load_checkpoint(flipped, fresh.state), "flipped.safetensors", "header checksum mismatch", "metadata value");
+  CHECK_ERROR(safetensors::load(flipped, safetensors::Verify::structure_only), "header checksum mismatch");
+  CHECK_ERROR(train::checkpoint_run_config(flipped), "header checksum mismatch");
+  // A ZeRO shard's range "1024:512" -> "1025:512" (one bit): the moments would land on other parameters.
+  const std::string shard = (dir.path / "optimizer.rank0-of-2.safetensors").string();
+  safetensors::save(shard, {{"exp_avg", randn({512})}}, {{"ranges", "1024:512"}, {"step", "3"}});
+  CHECK_NOTHROW(safetensors::load(shard));
+  patch_header(shard, "1024:512", "1025:512");
+  CHECK_ERROR(safetensors::load(shard), "optimizer.rank0-of-2.safetensors", "header checksum mismatch");
+  // A bit flipped in the header checksum key's prefix ("crc32c" -> "crc32b"): the key becomes plain
+  // metadata, and a version-2 checkpoint without its header checksum is refused.
+  const std::string unkeyed = (dir.path / "unkeyed.safetensors").string();
+  std::filesystem::copy_file(ckpt, unkeyed);
+  patch_header(unkeyed, "halfgrad.crc32c.__metadata__", "halfgrad.crc32b.__metadata__");
+  CHECK_FALSE(safetensors::load(unkeyed).header_checksummed);
+  CHECK_ERROR(train::load_checkpoint(unkeyed, fresh.state), "without its checksums", "the header is damaged");
+  // The original still loads.
+  CHECK(train::load_checkpoint(ckpt, fresh.state) == 12);
+}
