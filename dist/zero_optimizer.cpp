@@ -660,15 +660,23 @@ std::vector<ZeroOptimizer::SavedShard> ZeroOptimizer::read_shards(const std::str
 }
 
 void ZeroOptimizer::check_saved_state(const std::string& prefix) const {
-  int64_t step = 0;
-  read_shards(prefix, &step);
+  CheckedShards checked{prefix, 0, {}};
+  checked.shards = read_shards(prefix, &checked.step);
+  checked_ = std::move(checked);
 }
 
 void ZeroOptimizer::load_state(const std::string& prefix) {
   // Every file is read and checked before any state changes: a missing or malformed shard leaves the
   // optimizer as it was (every rank reads every file, so every rank refuses alike).
   int64_t step = 0;
-  const std::vector<SavedShard> shards = read_shards(prefix, &step);
+  std::vector<SavedShard> shards;
+  if (checked_ && checked_->prefix == prefix) {  // just read and verified by check_saved_state
+    step = checked_->step;
+    shards = std::move(checked_->shards);
+  } else {
+    shards = read_shards(prefix, &step);
+  }
+  checked_.reset();
   const std::vector<Piece> mine = pieces_of(owned_);
   for (const SavedShard& shard : shards) {
     if (state_bits() == 8) {  // dist/zero_quantized_state.cpp
