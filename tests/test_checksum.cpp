@@ -98,11 +98,14 @@ TEST_CASE("CRC32C known answers, both implementations") {
 }
 
 TEST_CASE("CRC32C: the hardware lanes agree with the table on every length and alignment") {
+  // Without SSE4.2 the "hardware" path is the table itself: comparing them would test nothing.
+  const bool hardware = std::string(crc32c_implementation()) != "table";
+  if (!hardware) MESSAGE("no SSE4.2 on this CPU: the lane comparison is skipped (only the bit-flip half runs)");
   // Lengths around the three-lane block (3 x 4096 bytes) and its multiples, from odd offsets.
   const std::vector<unsigned char> data = random_bytes(5 * 12288 + 64, 17);
   for (size_t size : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(4095), size_t(12287), size_t(12288),
                       size_t(12289), size_t(12288 + 4096), size_t(2 * 12288 + 5), size_t(5 * 12288)})
-    for (size_t offset : {size_t(0), size_t(1), size_t(3), size_t(8)}) {
+    for (size_t offset : hardware ? std::vector<size_t>{0, 1, 3, 8} : std::vector<size_t>{}) {
       INFO("size ", size, " offset ", offset);
       const uint32_t table = crc32c_portable(data.data() + offset, size, 0x1234u);
       CHECK(crc32c_hardware(data.data() + offset, size, 0x1234u) == table);
