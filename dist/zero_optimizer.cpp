@@ -571,7 +571,8 @@ void ZeroOptimizer::save_state(const std::string& prefix) {
     safetensors::Metadata metadata = {{"ranges", ranges},
                                       {"numel", std::to_string(total_)},
                                       {"step", std::to_string(step_count())},
-                                      {"world", std::to_string(world)}};
+                                      {"world", std::to_string(world)},
+                                      {"shard_version", "2"}};  // 2: checksummed (read_shards requires it)
     if (state_bits() == 8) {  // dist/zero_quantized_state.cpp
       tensors = quantized_file_tensors(pieces);
       metadata["state_bits"] = "8";
@@ -629,6 +630,17 @@ std::vector<ZeroOptimizer::SavedShard> ZeroOptimizer::read_shards(const std::str
     SavedShard shard{shard_path(prefix, r, saved_world), {}, {}};
     shard.file = safetensors::load(shard.path);
     const std::string& path = shard.path;
+    // Shards of version 2 carry checksums (the tensors' and the header's: a flipped digit in a range is
+    // refused by load); one without them has lost them to damage. Older shards (no version) load unverified.
+    const auto version = shard.file.metadata.find("shard_version");
+    if (version != shard.file.metadata.end()) {
+      HG_CHECK(version->second == "2", "[ZeroOptimizer] load_state: ", path, " has shard_version '", version->second,
+               "'; this build reads 2 (and shards without a version)");
+      HG_CHECK(shard.file.header_checksummed && (shard.file.checksummed || shard.file.tensors.empty()),
+               "[ZeroOptimizer] load_state: ", path,
+               " is a version-2 shard without its checksums (the 'halfgrad.crc32c.' keys are missing or "
+               "misspelt); the header is damaged");
+    }
     HG_CHECK(metadata_int(shard.file, "numel", path) == total_, "[ZeroOptimizer] load_state: ", path,
              " holds the state of ", metadata_int(shard.file, "numel", path), " parameters but this optimizer has ",
              total_);
@@ -658,15 +670,23 @@ std::vector<ZeroOptimizer::SavedShard> ZeroOptimizer::read_shards(const std::str
 }
 
 void ZeroOptimizer::check_saved_state(const std::string& prefix) const {
-  int64_t step = 0;
-  read_shards(prefix, &step);
+  CheckedShards checked{prefix, 0, {}};
+  checked.shards = read_shards(prefix, &checked.step);
+  checked_ = std::move(checked);
 }
 
 void ZeroOptimizer::load_state(const std::string& prefix) {
   // Every file is read and checked before any state changes: a missing or malformed shard leaves the
   // optimizer as it was (every rank reads every file, so every rank refuses alike).
   int64_t step = 0;
-  const std::vector<SavedShard> shards = read_shards(prefix, &step);
+  std::vector<SavedShard> shards;
+  if (checked_ && checked_->prefix == prefix) {  // just read and verified by check_saved_state
+    step = checked_->step;
+    shards = std::move(checked_->shards);
+  } else {
+    shards = read_shards(prefix, &step);
+  }
+  checked_.reset();
   const std::vector<Piece> mine = pieces_of(owned_);
   for (const SavedShard& shard : shards) {
     if (state_bits() == 8) {  // dist/zero_quantized_state.cpp

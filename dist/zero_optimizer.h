@@ -86,6 +86,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -312,6 +313,14 @@ class ZeroOptimizer final : public optim::Optimizer {
     std::vector<std::pair<int64_t, int64_t>> ranges;  // (offset, count) of the unpadded parameters
   };
   std::vector<SavedShard> read_shards(const std::string& prefix, int64_t* step) const;
+  // What check_saved_state read (its prefix, step and shards, the mappings kept): load_state of the
+  // same prefix uses them instead of reading and verifying every shard a second time.
+  struct CheckedShards {
+    std::string prefix;
+    int64_t step = 0;
+    std::vector<SavedShard> shards;
+  };
+  mutable std::optional<CheckedShards> checked_;
   void validate_params();
   // "master" (when separate), "exp_avg", "exp_avg_sq": this rank's flat fp32 state (8-bit state:
   // "master", "exp_avg" and "exp_avg_sq" as u8 codes, "exp_avg_absmax", "exp_avg_sq_absmax", and the

@@ -5,10 +5,15 @@
 #include "engine/crc32c.h"
 
 #include <array>
+#include <bit>
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
+// The slicing tables read 8 bytes as one little-endian word.
+static_assert(std::endian::native == std::endian::little, "crc32c.cpp assumes a little-endian host");
+
+// _mm_crc32_u64 exists on x86-64 only (32-bit x86 takes the table path).
+#if defined(__x86_64__)
 #include <nmmintrin.h>
 #define HG_CRC32C_X86 1
 #endif
@@ -37,7 +42,7 @@ const Tables& slicing_tables() {
 
 uint64_t load_u64(const unsigned char* p) {
   uint64_t w;
-  std::memcpy(&w, p, 8);  // little-endian host (safetensors.cpp asserts it)
+  std::memcpy(&w, p, 8);  // little-endian host (asserted above)
   return w;
 }
 

@@ -256,6 +256,37 @@ Tensor make_tensor(const Entry& entry, const std::shared_ptr<Mapping>& mapping, 
 
 bool has_checksum_prefix(const std::string& key) { return key.rfind(kChecksumKeyPrefix, 0) == 0; }
 
+// The CRC32C of the header's meaning: the user metadata (sorted by key) and every tensor's name, dtype,
+// shape and data offsets (sorted by name), each string and list length-prefixed (u64, little-endian) so
+// that no two headers serialise alike. Whitespace and key order of the JSON text do not count.
+struct TensorLayout {
+  std::string name;
+  const char* dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+uint32_t header_checksum(const Metadata& metadata, std::vector<TensorLayout> tensors) {
+  std::string bytes;
+  const auto put_u64 = [&](uint64_t v) { bytes.append(reinterpret_cast<const char*>(&v), 8); };
+  const auto put = [&](const std::string& s) {
+    put_u64(s.size());
+    bytes += s;
+  };
+  put_u64(metadata.size());
+  for (const auto& [key, value] : metadata) put(key), put(value);  // std::map: sorted by key
+  std::sort(tensors.begin(), tensors.end(), [](const TensorLayout& a, const TensorLayout& b) { return a.name < b.name; });
+  put_u64(tensors.size());
+  for (const TensorLayout& t : tensors) {
+    put(t.name);
+    put(t.dtype);
+    put_u64(t.shape.size());
+    for (int64_t d : t.shape) put_u64(uint64_t(d));
+    put_u64(t.begin);
+    put_u64(t.end);
+  }
+  return crc32c(bytes.data(), bytes.size());
+}
+
 std::string checksum_text(uint32_t crc) {
   char text[9];
   std::snprintf(text, sizeof text, "%08x", crc);
@@ -278,7 +309,8 @@ std::optional<uint32_t> parse_checksum(const std::string& text) {
 // Takes the checksum keys out of `metadata`: each names a tensor of `entries` and is 8 hex digits,
 // and when there are any, every tensor has one. Returns the checksums in the order of `entries`
 // (empty for a file without them).
-std::vector<uint32_t> take_checksums(const LoadContext& file, Metadata& metadata, const std::vector<Entry>& entries) {
+std::vector<uint32_t> take_checksums(const LoadContext& file, Metadata& metadata, const std::vector<Entry>& entries,
+                                     std::optional<uint32_t>& header_crc) {
   std::map<std::string, uint32_t> found;
   for (auto it = metadata.begin(); it != metadata.end();) {
     if (!has_checksum_prefix(it->first)) {
@@ -289,7 +321,10 @@ std::vector<uint32_t> take_checksums(const LoadContext& file, Metadata& metadata
     const std::optional<uint32_t> crc = parse_checksum(it->second);
     if (!crc)
       file.fail("__metadata__ '", it->first, "' is '", it->second, "'; expected a CRC32C as 8 lowercase hex digits");
-    found.emplace(name, *crc);
+    if (name == kMetadataKey)
+      header_crc = *crc;  // the header's own checksum (no tensor can be named "__metadata__")
+    else
+      found.emplace(name, *crc);
     it = metadata.erase(it);
   }
   if (found.empty()) return {};
@@ -417,8 +452,20 @@ File load(const std::string& path, Verify verify) {
               file_size, "; trailing bytes)");
 
   const unsigned char* data = bytes + 8 + header_size;
-  const std::vector<uint32_t> checksums = take_checksums(file, result.metadata, entries);
+  std::optional<uint32_t> header_crc;
+  const std::vector<uint32_t> checksums = take_checksums(file, result.metadata, entries, header_crc);
   result.checksummed = !checksums.empty();
+  result.header_checksummed = header_crc.has_value();
+  if (header_crc) {  // in both Verify modes: it costs a pass over the header only
+    std::vector<TensorLayout> layout;
+    layout.reserve(entries.size());
+    for (const Entry& e : entries) layout.push_back({e.name, format_name(e.dtype), e.shape, e.begin, e.end});
+    const uint32_t actual = header_checksum(result.metadata, std::move(layout));
+    if (actual != *header_crc)
+      file.fail("header checksum mismatch: the CRC32C of its metadata and tensor layout is ", checksum_text(actual),
+                ", the header records ", checksum_text(*header_crc),
+                "; the header is damaged (a flipped bit in a metadata value, a dtype, a shape or an offset)");
+  }
   if (result.checksummed && verify == Verify::checksums) {
     for (size_t i = 0; i < entries.size(); ++i) {
       const Entry& entry = entries[i];
@@ -463,6 +510,16 @@ void save(const std::string& path, const NamedTensors& tensors, const Metadata& 
     if (has_checksum_prefix(key))
       fail("metadata key '", key, "' starts with '", kChecksumKeyPrefix, "', which save() reserves for checksums");
     meta[key] = value;
+  }
+  if (options.checksums) {
+    std::vector<TensorLayout> layout;
+    uint64_t at = 0;
+    for (size_t i = 0; i < dense.size(); ++i) {
+      const uint64_t nbytes = uint64_t(dense[i].numel()) * dense[i].element_size();
+      layout.push_back({tensors[i].first, format_name(dense[i].dtype()), dense[i].shape(), at, at + nbytes});
+      at += nbytes;
+    }
+    meta[std::string(kChecksumKeyPrefix) + kMetadataKey] = checksum_text(header_checksum(metadata, std::move(layout)));
   }
   if (options.checksums)
     for (size_t i = 0; i < dense.size(); ++i)

@@ -42,8 +42,12 @@
 // tensor ("tensor 'x': checksum mismatch ..."): a flipped bit anywhere in the data buffer is caught.
 // The keys are taken out of File::metadata (a load-save round trip keeps the caller's metadata as it
 // was). Files without them (other writers, halfgrad before checksums) load unverified; a file with
-// some must have one for every tensor, each naming a tensor of the file, well formed. The header
-// itself is not checksummed: its corruption shows as malformed JSON or broken offsets, mostly.
+// some must have one for every tensor, each naming a tensor of the file, well formed.
+// The header has one too: "halfgrad.crc32c.__metadata__" is the CRC32C of the user metadata (sorted,
+// length-prefixed key/value pairs) and every tensor's name, dtype, shape and data offsets, verified on
+// every load that finds it, Verify::structure_only included ("header checksum mismatch"): a flipped
+// digit in a metadata value (a step, a ZeRO range) is refused. Whether a file must have checksums is
+// its reader's rule (load_checkpoint and ZeRO's shards require them of their current version).
 //
 // SAVE: tensors in the order given, each made contiguous and moved to the CPU; names unique and
 // non-empty (and not "__metadata__"); the header is padded with spaces to a multiple of 8 bytes.
@@ -82,6 +86,7 @@ struct File {
   NamedTensors tensors;  // ordered by data offset (so in save()'s order for files written by save())
   Metadata metadata;     // without the checksum keys
   bool checksummed = false;  // the file has a CRC32C for every tensor (verified unless structure_only)
+  bool header_checksummed = false;  // the file has the header's CRC32C (verified in both modes)
   // The tensor named `name`, or nullptr.
   const Tensor* find(const std::string& name) const;
 };

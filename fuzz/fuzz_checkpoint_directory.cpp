@@ -5,7 +5,9 @@
 // on it (which removes dead writers' temporaries), latest_intact_for (verifies entries newest first,
 // skipping damaged ones) and load of the entry it picks into the TrainingState of a tiny GPT (the
 // fuzz_checkpoint rig). Each step either succeeds or throws hg::Error; a refused load must leave the
-// live state bit for bit as it was.
+// live state bit for bit as it was. Two invariants besides: the entry whose run config read_run_config
+// returns (for the single-file layout the rig writes) is the one latest_intact_for picks, and the load
+// of a picked entry never fails its checksums (latest_intact_for verified them).
 #include <unistd.h>
 
 #include <cstdint>
@@ -50,6 +52,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const hg::Error& e) {
     require_message(e);
   }
+  std::string run_config_entry;  // "" when there is none or it was refused
+  try {
+    if (const auto stored = hg::train::read_run_config(dir, /*sharded=*/false)) run_config_entry = stored->entry;
+  } catch (const hg::Error& e) {
+    require_message(e);
+  }
   const std::vector<std::vector<unsigned char>> before = rig.snapshot();
   try {
     hg::train::CheckpointDirectory checkpoints(dir, /*keep_last=*/3);
@@ -57,7 +65,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto entry = checkpoints.latest_intact_for(rig.state, &damaged);
     for (const auto& d : damaged)
       if (d.reason.empty()) std::abort();
-    if (entry) checkpoints.load(*entry, rig.state);
+    if (!run_config_entry.empty() && (!entry || *entry != run_config_entry)) {
+      std::fprintf(stderr, "fuzz_checkpoint_directory: read_run_config read %s but latest_intact_for picked %s\n",
+                   run_config_entry.c_str(), entry ? entry->c_str() : "none");
+      std::abort();
+    }
+    if (entry) {
+      try {
+        checkpoints.load(*entry, rig.state);
+      } catch (const hg::Error& e) {
+        if (std::strstr(e.what(), "checksum mismatch") != nullptr) {
+          std::fprintf(stderr, "fuzz_checkpoint_directory: the verified entry %s failed its checksums: %s\n",
+                       entry->c_str(), e.what());
+          std::abort();
+        }
+        throw;
+      }
+    }
   } catch (const hg::Error& e) {
     require_message(e);
     if (rig.snapshot() != before) {

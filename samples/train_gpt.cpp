@@ -176,6 +176,7 @@ train::TrainerOptions trainer_options(const TrainGptConfig& c, const samples::Gp
       .keep_checkpoints(c.keep_checkpoints)
       .resume(c.resume)
       .continue_after_checkpoint_error(c.on_checkpoint_error == "warn")
+      .resume_entry(c.resume_entry)
       .run_config(c.flags.run_config(samples::train_gpt_resume_rules()))
       .cuda_graph(c.cuda_graph)
       .monitor(train::MonitorOptions()

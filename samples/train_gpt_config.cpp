@@ -19,7 +19,8 @@ int64_t model_vocab(const TrainGptConfig& c) {
   // The addition task, or a text file (bytes: ids < 256, and --vocab >= 256 as before the shards had a
   // vocabulary): --vocab.
   if (c.data.empty() || !data::is_token_shard(c.data.substr(0, c.data.find(',')))) return c.vocab;
-  return or_usage_error(kProgram, [&] {
+  // The shards' headers are read here first: a bad one is an error of the flag ("--data <paths>: ...").
+  return or_usage_error(kProgram, "--data " + c.data, [&] {
     return fresh_model_vocab(token_data_vocab(c.data), c.flags.given("vocab") ? std::optional(c.vocab) : std::nullopt,
                              c.data);
   });
@@ -60,6 +61,7 @@ void restore_run_config(TrainGptConfig& c) {
   const auto stored =
       or_usage_error(kProgram, "--resume", [&] { return train::read_run_config(c.checkpoint_dir, sharded); });
   if (!stored) return;
+  c.resume_entry = stored->entry;
   c.flags.restore(stored->json, stored->entry, train_gpt_resume_rules());
   if (writes_sharded(c) != stored->sharded)
     exit_with_usage_error(

@@ -128,6 +128,9 @@ struct TrainGptConfig {
       "and decodes the sample");
   std::string& write_config =
       flags.add_string("write-config", "", "with --plan: write the recommended configuration to this JSON file");
+  // --resume: the checkpoint entry whose run config was restored (""; none): the Trainer must resume
+  // that entry and no other (TrainerOptions::resume_entry).
+  std::string resume_entry;
 
   // Parses argv (with --config FILE; --resume restores the checkpoint's run config under the flags
   // given now, see train_gpt_resume_rules) and checks what parse() cannot (a usage error, exit 2,

@@ -221,8 +221,9 @@ TEST_CASE("the header is space-padded to a multiple of 8 and the file size is ex
     const size_t last = header.find_last_not_of(' ');
     CHECK(header[last] == '}');
     CHECK(n - (last + 1) < 8);
-    // The caller's metadata first, then a CRC32C per tensor (engine/safetensors.h CHECKSUMS).
-    CHECK(header.find("\"__metadata__\":{\"k\":\"v\",\"halfgrad.crc32c." + name + "\":\"") != std::string::npos);
+    // The caller's metadata first, then the header's CRC32C and one per tensor (engine/safetensors.h CHECKSUMS).
+    CHECK(header.find("\"__metadata__\":{\"k\":\"v\",\"halfgrad.crc32c.__metadata__\":\"") != std::string::npos);
+    CHECK(header.find("\",\"halfgrad.crc32c." + name + "\":\"") != std::string::npos);
     CHECK(header.find("\"" + name + "\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[0,6]}") !=
           std::string::npos);
     CHECK(header.find("\"b\":{\"dtype\":\"F64\",\"shape\":[2,2],\"data_offsets\":[6,38]}") != std::string::npos);

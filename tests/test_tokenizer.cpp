@@ -4,6 +4,7 @@
 // the round trip of random bytes, from_parts' consistency errors, save -> load of both formats, and
 // one bad file per error the loaders raise (the message names the file and the line or key).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -644,4 +645,29 @@ TEST_CASE("tokenizer.json: added tokens keep their \"special\" flag; the two \"n
   CHECK(back["added_tokens"][1]["content"] == "[MASK]");
   CHECK(back["added_tokens"][1]["special"] == false);
   CHECK(Tokenizer::load(again).encode("ab[MASK]c<|endoftext|>") == tok.encode("ab[MASK]c<|endoftext|>"));
+}
+
+TEST_CASE("load: a FIFO or a device is refused at once, not waited on or read without end") {
+  hg::test::TempDir dir;
+  // A FIFO with no writer: opening it for reading would block forever; reading /dev/zero never ends.
+  const std::string fifo = (dir.path / "tokenizer.json").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string message = load_error(fifo);
+  CHECK(message.find(fifo) != std::string::npos);
+  CHECK(message.find("not a regular file") != std::string::npos);
+  message = load_error(dir.path.string());  // the directory's tokenizer.json is that FIFO
+  CHECK(message.find("not a regular file") != std::string::npos);
+  if (std::filesystem::exists("/dev/zero")) {
+    message = load_error("/dev/zero");
+    CHECK(message.find("/dev/zero") != std::string::npos);
+    CHECK(message.find("not a regular file") != std::string::npos);
+  }
+  // vocab.json + a FIFO merges.txt
+  const fs::path pair = dir.path / "pair";
+  fs::create_directories(pair);
+  tiny({{"a", "b"}}, {}).save_vocab_merges((pair / "vocab.json").string(), (pair / "other.txt").string());
+  REQUIRE(::mkfifo((pair / "merges.txt").string().c_str(), 0600) == 0);
+  message = load_error(pair.string());
+  CHECK(message.find("merges.txt") != std::string::npos);
+  CHECK(message.find("not a regular file") != std::string::npos);
 }

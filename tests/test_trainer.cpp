@@ -264,3 +264,24 @@ TEST_CASE("on the device: a planted overflow is skipped by the kernels and unlog
   for (const Tensor& p : run.model->parameters())
     for (float v : p.to_vector<float>()) CHECK(std::isfinite(v));  // the inf step wrote nothing
 }
+
+TEST_CASE("resume refuses an entry other than the one the run config was read from") {
+  TempDir dir;
+  {
+    Run first(8, train::TrainerOptions().steps(6).checkpoint_every(2).stop_after(4).checkpoint_dir(dir.path.string()));
+    first.trainer->fit();
+  }
+  const std::string step2 = (dir.path / "step_0000000002.safetensors").string();
+  const std::string step4 = (dir.path / "step_0000000004.safetensors").string();
+  REQUIRE(std::filesystem::exists(step2));
+  REQUIRE(std::filesystem::exists(step4));
+  // The run config came from step 2 (say step 4 appeared, or could not be read, in between).
+  Run other(8, train::TrainerOptions().steps(6).checkpoint_dir(dir.path.string()).resume_entry(step2));
+  const std::vector<float> before = flat(other.model->parameters());
+  CHECK_ERROR(other.trainer->resume(), "[Trainer]", "run config was read from", "step_0000000002.safetensors",
+              "resumed from", "step_0000000004.safetensors", "from one checkpoint");
+  CHECK(flat(other.model->parameters()) == before);
+  Run same(8, train::TrainerOptions().steps(6).checkpoint_dir(dir.path.string()).resume_entry(step4));
+  CHECK(same.trainer->resume());
+  CHECK(same.trainer->completed_steps() == 4);
+}

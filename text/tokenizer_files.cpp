@@ -12,6 +12,7 @@
 //   contains the other, or one ends with the other's start) is refused: there the passes could differ.
 //   vocab.json + merges.txt: "#version" lines and blank lines of merges.txt are skipped; the special
 //   tokens are the vocabulary entries spelled "<|...|>" that no merge produces (GPT-2's "<|endoftext|>").
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,13 +43,35 @@ template <class... Parts>
   throw Error(detail::concat("tokenizer: ", file, ": ", parts...));
 }
 
+// The largest tokenizer file read (GPT-2's tokenizer.json is 1.4 MB; the biggest published ones ~30 MB).
+constexpr uint64_t kMaxTokenizerFileBytes = uint64_t(1) << 30;
+
+// Reads a whole regular file. Opened with O_NONBLOCK and checked with fstat before any read, so a FIFO
+// (no writer: open would block) or a device (/dev/zero: endless) is refused, not waited on or read to OOM.
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open it: ", std::strerror(errno));
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) fail(path, "cannot read it: ", std::strerror(errno));
-  return out.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(path, "cannot open it: ", std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) fail(path, "cannot stat it: ", std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) fail(path, "not a regular file; expected a tokenizer file (JSON or merges text)");
+  if (uint64_t(info.st_size) > kMaxTokenizerFileBytes)
+    fail(path, "the file is ", uint64_t(info.st_size), " bytes; expected at most ", kMaxTokenizerFileBytes,
+         " (1 GiB) for a tokenizer file");
+  std::string bytes(size_t(info.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail(path, "cannot read it: ", std::strerror(errno));
+    if (got == 0) break;  // shrank while being read: parse what is there (it fails or is whole)
+    done += size_t(got);
+  }
+  bytes.resize(done);
+  return bytes;
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {

@@ -20,7 +20,10 @@ namespace hg::train {
 namespace {
 
 constexpr const char* kFormat = "halfgrad.training_checkpoint";
-constexpr const char* kVersion = "1";
+// Version 2: written with every tensor's and the header's checksum (engine/safetensors.h CHECKSUMS),
+// which its loads require; version 1 files (the same layout, written before) load unverified.
+constexpr const char* kVersion = "2";
+constexpr const char* kUncheckedVersion = "1";
 
 // u64/i64 words stored exactly (no detour through double) as an i64 tensor.
 Tensor words_tensor(const std::vector<uint64_t>& words) {
@@ -73,8 +76,13 @@ void check_format(const safetensors::File& file, const std::string& source) {
   HG_CHECK(format == kFormat, "[load_checkpoint] '", source,
            "': is not a halfgrad training checkpoint (metadata format '", format, "', expected '", kFormat,
            "'); a model-only file loads with GPT::load or --load");
-  HG_CHECK(version == kVersion, "[load_checkpoint] '", source, "': has checkpoint version '", version,
-           "'; this build reads ", kVersion);
+  HG_CHECK(version == kVersion || version == kUncheckedVersion, "[load_checkpoint] '", source,
+           "': has checkpoint version '", version, "'; this build reads ", kVersion, " and ", kUncheckedVersion);
+  // A flipped bit in a checksum key's name makes the file look unverified: version 2 refuses that.
+  HG_CHECK(version != kVersion || (file.header_checksummed && (file.checksummed || file.tensors.empty())),
+           "[load_checkpoint] '", source, "': a version-", kVersion,
+           " checkpoint without its checksums (the header's 'halfgrad.crc32c.' keys are missing or misspelt); "
+           "the header is damaged");
 }
 
 std::string describe_tensor(const Tensor& t) { return std::string(dtype_name(t.dtype())) + shape_str(t.shape()); }

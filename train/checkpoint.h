@@ -16,7 +16,9 @@
 //   mt19937_64.<name>         i64 [313]: the engine's state words and position (bit patterns)
 //   extra.<name>              the caller's tensor, as it is
 //
-// The file's metadata holds "format" = "halfgrad.training_checkpoint", "version" = "1", "step" and
+// The file's metadata holds "format" = "halfgrad.training_checkpoint", "version" = "2" (with the
+// tensors' and the header's checksums, which a version-2 load requires; "1": the same layout written
+// before checksums, loaded unverified), "step" and
 // the names of the registered parts, so a model-only safetensors file or another program's file is
 // refused with a message that says so; and, when the state has one, "run_config": the program's
 // settings as JSON text (samples/cli.h RUN CONFIG FILES), which --resume reads back before it builds

@@ -103,10 +103,14 @@ CheckpointDirectory::CheckpointDirectory(std::string directory, int64_t keep_las
     std::error_code error;
     fs::create_directories(directory_, error);
     HG_CHECK(!error, kWho, " cannot create '", directory_, "': ", error.message());
-    for (const auto& item : fs::directory_iterator(directory_, error)) {
-      const long long pid = writer_pid(item.path().filename().string());
-      if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) fs::remove_all(item.path(), error);
+    // increment(error_code): a filesystem error is an hg::Error, never an escaping std::filesystem_error.
+    fs::directory_iterator it(directory_, error);
+    for (; !error && it != fs::directory_iterator(); it.increment(error)) {
+      const long long pid = writer_pid(it->path().filename().string());
+      std::error_code ignored;  // a temporary that cannot be removed now is tried again next time
+      if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) fs::remove_all(it->path(), ignored);
     }
+    HG_CHECK(!error, kWho, " cannot list '", directory_, "': ", error.message());
   });
 }
 
@@ -116,13 +120,16 @@ std::vector<CheckpointDirectory::Entry> list_entries(const std::string& director
   using Entry = CheckpointDirectory::Entry;
   std::vector<Entry> out;
   std::error_code error;
-  for (const auto& item : fs::directory_iterator(directory, error)) {
-    const std::string name = item.path().filename().string();
+  fs::directory_iterator it(directory, error);
+  for (; !error && it != fs::directory_iterator(); it.increment(error)) {  // errors as codes, never thrown
+    const std::string name = it->path().filename().string();
     const int64_t step = parse_step(name);
     if (step < 0) continue;
     // Exactly "step_<10 digits>" (a directory) or that + ".safetensors" (a file): temporaries do not match.
-    if (name.size() == 15 && item.is_directory()) out.push_back({step, item.path().string(), true});
-    if (name == entry_name(step, false) && item.is_regular_file()) out.push_back({step, item.path().string(), false});
+    std::error_code kind_error;
+    if (name.size() == 15 && it->is_directory(kind_error)) out.push_back({step, it->path().string(), true});
+    if (name == entry_name(step, false) && it->is_regular_file(kind_error))
+      out.push_back({step, it->path().string(), false});
   }
   HG_CHECK(!error, kWho, " cannot list '", directory, "': ", error.message());
   std::sort(out.begin(), out.end(),
@@ -175,22 +182,75 @@ std::optional<CheckpointDirectory::Entry> CheckpointDirectory::newest(std::optio
   return Entry{found[0], (fs::path(directory_) / entry_name(found[0], found[1] != 0)).string(), found[1] != 0};
 }
 
+namespace {
+// The files of a sharded entry, or why it is incomplete: state.safetensors and a whole set
+// optimizer.rank0..N-1-of-N.safetensors must be there (a file missing is damage, as a file cut short is).
+std::optional<std::string> sharded_files(const std::string& entry, std::vector<std::string>& files) {
+  std::error_code error;
+  bool has_state = false;
+  int64_t world = -1;
+  std::vector<int64_t> ranks;
+  fs::directory_iterator it(entry, error);
+  for (; !error && it != fs::directory_iterator(); it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (it->path().extension() != kFileSuffix) continue;
+    files.push_back(it->path().string());
+    if (name == "state.safetensors") has_state = true;
+    long long rank = -1, of = -1;
+    char tail = 0;
+    if (std::sscanf(name.c_str(), "optimizer.rank%lld-of-%lld.safetensor%c", &rank, &of, &tail) == 3 && tail == 's' &&
+        name == "optimizer.rank" + std::to_string(rank) + "-of-" + std::to_string(of) + kFileSuffix) {
+      if (world >= 0 && of != world)
+        return "'" + entry + "' holds optimizer shards of " + std::to_string(world) + " and of " +
+               std::to_string(of) + " ranks; expected one set";
+      world = of;
+      ranks.push_back(rank);
+    }
+  }
+  if (error) return "cannot list '" + entry + "': " + error.message();
+  std::sort(files.begin(), files.end());
+  if (!has_state) return "'" + entry + "' has no state.safetensors (missing); expected the weights and counters there";
+  if (world <= 0)
+    return "'" + entry + "' has no optimizer shards (optimizer.rank0-of-N.safetensors missing)";
+  std::sort(ranks.begin(), ranks.end());
+  for (int64_t r = 0; r < world; ++r)
+    if (!std::binary_search(ranks.begin(), ranks.end(), r))
+      return "'" + entry + "' lacks optimizer.rank" + std::to_string(r) + "-of-" + std::to_string(world) +
+             ".safetensors (missing); expected all " + std::to_string(world) + " shards";
+  return std::nullopt;
+}
+
+// A name beside `path` that no listing, pruning or clean-up touches: "<path>.damaged", then ".damaged.2", ...
+fs::path damaged_name(const std::string& path) {
+  std::error_code error;
+  fs::path name = path + ".damaged";
+  for (int n = 2; fs::exists(fs::symlink_status(name, error)); ++n) name = path + ".damaged." + std::to_string(n);
+  return name;
+}
+}  // namespace
+
 std::optional<std::string> CheckpointDirectory::damage(const Entry& entry) {
   std::vector<std::string> files;
   if (entry.sharded) {
-    std::error_code error;
-    for (const auto& item : fs::directory_iterator(entry.path, error))
-      if (item.path().extension() == kFileSuffix) files.push_back(item.path().string());
-    if (error) return "cannot list '" + entry.path + "': " + error.message();
-    std::sort(files.begin(), files.end());
+    if (std::optional<std::string> incomplete = sharded_files(entry.path, files)) return incomplete;
   } else {
     files.push_back(entry.path);
   }
   for (const std::string& file : files) {
+    // A file that cannot be opened (EACCES, EMFILE, ENFILE, ...) is no evidence of damage: refused, so
+    // that a transient error never makes a resume fall back to an older entry.
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    HG_CHECK(fd >= 0, kWho, " cannot open '", file, "' to verify it: ", std::strerror(errno),
+             "; expected a readable checkpoint (an I/O error, not damage: nothing falls back)");
+    ::close(fd);
     try {
       safetensors::load(file);  // structure and every tensor's checksum; the mapping is dropped at once
     } catch (const Error& e) {
-      return e.what();
+      const std::string what = e.what();
+      // mmap refused (ENOMEM, ENODEV, ...): the same, an error of this process, not of the file.
+      HG_CHECK(what.find(": mmap of ") == std::string::npos, kWho, " cannot verify '", file, "': ", what,
+               " (an I/O error, not damage: nothing falls back)");
+      return what;
     }
   }
   return std::nullopt;
@@ -219,6 +279,18 @@ std::optional<std::string> CheckpointDirectory::latest_intact_for(const Training
       throw Error(detail::concat(kWho, " every checkpoint in '", directory_, "' is damaged; none to resume from:",
                                  list_text));
     }
+    // Falling back: the damaged newer entries are moved out of the listing (kept for a look, never
+    // pruned or cleaned), so that they neither count toward keep_last nor are chosen again.
+    if (chosen >= 0)
+      for (Damaged& d : found) {
+        const fs::path moved = damaged_name(d.entry.path);
+        std::error_code error;
+        fs::rename(d.entry.path, moved, error);
+        if (error)
+          d.reason += " (could not move it aside to '" + moved.string() + "': " + error.message() + ")";
+        else
+          d.moved_to = moved.string();
+      }
     if (damaged) damaged->insert(damaged->end(), found.begin(), found.end());
   });
   if (comm_) comm_->broadcast(&chosen, 1, DType::i64, 0).wait();
@@ -265,7 +337,7 @@ std::string CheckpointDirectory::save(const TrainingState& state, int64_t step) 
     throw write_failure(e, "was not written to");
   }
   try {  // only now: the new entry is complete, so the newest intact one is never the one removed
-    dist::on_rank0(comm_, "prune old checkpoints", [&] { prune(sharded); });
+    dist::on_rank0(comm_, "prune old checkpoints", [&] { prune(sharded, path); });
   } catch (const std::exception& e) {
     if ((comm_ && comm_->broken()) || !is_io_failure(e)) throw;
     throw write_failure(e, "was written, but older entries could not be pruned beside");
@@ -340,16 +412,21 @@ std::string CheckpointDirectory::save_sharded(const TrainingState& state, optim:
   return entry.string();
 }
 
-void CheckpointDirectory::prune(bool sharded) const {
+void CheckpointDirectory::prune(bool sharded, const std::string& written) const {
   std::vector<Entry> present;  // of the layout just written: entries of the other layout stay
   for (const Entry& e : list())
     if (e.sharded == sharded) present.push_back(e);
-  for (size_t i = 0; i + size_t(keep_last_) < present.size(); ++i) retire(present[i].path);
+  // The entry just written is never retired, even when newer ones (of a run resumed from an older
+  // step whose newer entries could not be moved aside) outnumber keep_last.
+  for (size_t i = 0; i + size_t(keep_last_) < present.size(); ++i)
+    if (present[i].path != written) retire(present[i].path);
 }
 
 int64_t CheckpointDirectory::load(const std::string& entry, const TrainingState& state) const {
   const bool sharded = writes_sharded(state);
-  const bool is_directory = fs::is_directory(entry);
+  std::error_code error;
+  const bool is_directory = fs::is_directory(entry, error);
+  HG_CHECK(!error || error == std::errc::no_such_file_or_directory, kWho, " cannot stat '", entry, "': ", error.message());
   HG_CHECK(is_directory == sharded, kWho, " '", entry, "' is a ", layout_name(is_directory),
            " checkpoint: the directory holds ", is_directory ? "ZeRO" : "single-process",
            " checkpoints, but this "

@@ -28,8 +28,9 @@
 //
 // DAMAGED ENTRIES (silent corruption: a flipped bit on disk, a file cut short by something else)
 //   Every tensor of every file of an entry carries a CRC32C (engine/safetensors.h CHECKSUMS). An entry
-//   is damaged when one of its files is not a valid safetensors file or a tensor fails its checksum
-//   (damage()). latest_intact_for() -- what a resume uses -- verifies the entries newest first and
+//   is damaged when one of its files is not a valid safetensors file or a tensor fails its checksum,
+//   or when a file is missing (a sharded entry without state.safetensors or without one of its
+//   optimizer.rank0..N-1-of-N shards) (damage()). latest_intact_for() -- what a resume uses -- verifies the entries newest first and
 //   returns the newest intact one, with the damaged newer ones and why (the caller says so); when every
 //   entry of the layout is damaged it is an hg::Error listing each. Entries without checksums (written
 //   before them) count as intact when their structure is. A refusal that is not damage (a model of
@@ -89,10 +90,13 @@ class CheckpointDirectory {
   struct Damaged {
     Entry entry;
     std::string reason;
+    std::string moved_to;  // where latest_intact_for moved it aside ("<entry>.damaged"), empty if it could not
   };
   // The newest intact entry of the layout `state` writes (collective: rank 0 verifies, every rank gets
   // the same answer), nullopt when there is none of that layout (latest_for's error for the other
-  // layout). The newer damaged entries are appended to `damaged` on rank 0, newest first. An hg::Error
+  // layout). The newer damaged entries are appended to `damaged` on rank 0, newest first; when an intact
+  // entry is chosen they are renamed (rank 0) to "<entry>.damaged" (".damaged.2", ...: kept, never
+  // listed, pruned or cleaned), so that keep_last counts only entries a resume can use. An hg::Error
   // naming each entry and its damage when every entry of the layout is damaged.
   std::optional<std::string> latest_intact_for(const TrainingState& state, std::vector<Damaged>* damaged) const;
   // The newest entry (collective).
@@ -106,7 +110,7 @@ class CheckpointDirectory {
   std::optional<Entry> newest(std::optional<bool> sharded) const;  // collective
   std::string save_file(const TrainingState& state, int64_t step) const;
   std::string save_sharded(const TrainingState& state, optim::Optimizer& optimizer, int64_t step) const;
-  void prune(bool sharded) const;
+  void prune(bool sharded, const std::string& written) const;
   std::string directory_;
   int64_t keep_last_;
   dist::Communicator* comm_;

@@ -125,8 +125,14 @@ bool Trainer::resume() {
   const std::optional<std::string> latest = checkpoints_->latest_intact_for(state_, &damaged);
   if (rank() == 0)
     for (const CheckpointDirectory::Damaged& d : damaged)
-      std::fprintf(stderr, "warning: checkpoint %s is damaged (%s); resuming from %s\n", d.entry.path.c_str(),
-                   d.reason.c_str(), latest ? latest->c_str() : "no checkpoint");
+      std::fprintf(stderr, "warning: checkpoint %s is damaged (%s); resuming from %s (%s%s)\n", d.entry.path.c_str(),
+                   d.reason.c_str(), latest ? latest->c_str() : "no checkpoint",
+                   d.moved_to.empty() ? "it stays listed" : "moved aside to ", d.moved_to.c_str());
+  HG_CHECK(options_.resume_entry().empty() || (latest && *latest == options_.resume_entry()), kWho,
+           " --resume: the run config was read from ", options_.resume_entry(), " but the state would be resumed from ",
+           latest ? *latest : std::string("no checkpoint"),
+           " (the directory changed in between, or a file could not be read the first time); "
+           "expected both from one checkpoint: run again");
   if (!latest) {
     if (rank() == 0) std::printf("no checkpoint in %s yet: starting at step 0\n", options_.checkpoint_dir().c_str());
     resumed_ = true;

@@ -123,6 +123,9 @@ struct TrainerOptions {
   // stops the run (fit() rethrows it, naming the newest intact checkpoint to resume from); true prints
   // a warning and trains on, trying again at the next checkpoint step.
   HG_OPTION(TrainerOptions, bool, continue_after_checkpoint_error, false);
+  // The entry the run config was read from (read_run_config's StoredRunConfig::entry; "": any): resume()
+  // refuses to load another one, so that the settings and the state come from one checkpoint.
+  HG_OPTION(TrainerOptions, std::string, resume_entry, "");
   // The program's settings as JSON text, stored in every checkpoint's metadata (train/checkpoint.h)
   // for read_run_config (train/checkpoint_directory.h) to give back to a resumed run ("": none).
   HG_OPTION(TrainerOptions, std::string, run_config, "");

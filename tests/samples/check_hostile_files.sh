@@ -3,7 +3,10 @@
 # a cut safetensors file, a directory, a FIFO, a file without read permission, JSON that is not UTF-8,
 # a header length of 2^63, a GPT-2-layout file with a block index that is no number -- through every
 # flag that reads one (train_gpt --load/--data/--config, a checkpoint entry under --resume; train_mlp,
-# train_cnn, prepare_data --config; prepare_data --input; plot_metrics' log). Each run must exit 2
+# train_cnn, prepare_data --config; prepare_data --input/--tokenizer; plot_metrics' log; generate
+# --model/--tokenizer; tokenize --tokenizer/--train and the ids --decode reads), plus tokenizer files
+# of the wrong kind (a WordPiece tokenizer.json, vocab.json without merges.txt, /dev/zero) and token
+# shards (the HGTOKENS magic) with a bad header. Each run must exit 2
 # with one line "<program>: error: <flag or file> ..." and never print "terminate called", "Aborted"
 # or a sanitizer report, nor hang (each run is bounded by `timeout`).
 # Usage: check_hostile_files.sh BIN_DIR
@@ -104,4 +107,68 @@ for kind in "${kinds[@]}"; do
   if [[ $kind != fifo ]]; then run plot_metrics "input $f" "$f" -o "$work/out.svg"; fi
 done
 
+# ---- the text tools: a tokenizer file (generate, tokenize, prepare_data), a corpus, ids to decode ----
+printf 'the quick brown fox jumps over the lazy dog. %.0s' {1..40} > "$work/corpus.txt"
+"$bin/tokenize" --train "$work/corpus.txt" -o "$work/tok.json" --vocab-size 280 >/dev/null ||
+  fail "could not train a tokenizer"
+# Tokenizer-file kinds: valid JSON that is no tokenizer.json halfgrad reads; vocab.json without its
+# merges.txt (named as the file, and as a directory holding only it).
+printf '{"model": {"type": "WordPiece", "vocab": {}}}' > "$h/tokenizer_wordpiece.json"
+mkdir "$h/vocab_only"
+printf '{"a": 0, "b": 1}' > "$h/vocab_only/vocab.json"
+tokenizer_kinds=("${kinds[@]}" tokenizer_wordpiece.json vocab_only vocab_only/vocab.json)
+for kind in "${tokenizer_kinds[@]}"; do
+  f=$h/$kind
+  [[ $kind == no_permission && $(id -u) -eq 0 ]] && continue  # root reads it: nothing to refuse
+  run generate "--tokenizer " --model "$work/model.safetensors" --tokenizer "$f" --prompt "the" --max-tokens 2
+  run tokenize "--tokenizer " --tokenizer "$f" </dev/null
+  run tokenize "--tokenizer " --tokenizer "$f" --decode </dev/null
+  run prepare_data "--tokenizer " --input "$work/corpus.txt" --output "$work/tshard" --tokenizer "$f"
+done
+# A device as the tokenizer: refused at once, not read until memory runs out.
+run tokenize "--tokenizer " --tokenizer /dev/zero </dev/null
+run prepare_data "--tokenizer " --input "$work/corpus.txt" --output "$work/tshard" --tokenizer /dev/zero
+for kind in "${kinds[@]}"; do
+  f=$h/$kind
+  # generate's model
+  case $kind in
+    no_permission) [[ $(id -u) -ne 0 ]] && run generate "--model " --model "$f" --prompt "the" --max-tokens 2 ;;
+    *) run generate "--model " --model "$f" --prompt "the" --max-tokens 2 ;;
+  esac
+  # tokenize --train: any readable bytes are a corpus; what cannot be read is refused.
+  case $kind in
+    directory | fifo) run tokenize "--train " --train "$f" -o "$work/trained.json" --vocab-size 260 ;;
+    no_permission) [[ $(id -u) -ne 0 ]] && run tokenize "--train " --train "$f" -o "$work/trained.json" --vocab-size 260 ;;
+    *) run tokenize "--train " --train "$f" -o "$work/trained.json" --vocab-size 260 --accept-success ;;
+  esac
+  # tokenize --decode: the ids on stdin (regular files only: a shell cannot redirect a directory)
+  case $kind in
+    directory | fifo | no_permission) ;;
+    empty) run tokenize "--decode" --tokenizer "$work/tok.json" --decode <"$f" --accept-success ;;
+    *) run tokenize "--decode" --tokenizer "$work/tok.json" --decode <"$f" ;;
+  esac
+done
+
+# ---- train_gpt --data: files that carry the token-shard magic are shards, and a bad header is refused ----
+shard_header() {  # version dtype count vocab: the 32-byte header, little-endian
+  local v
+  printf 'HGTOKENS'
+  for v in "$1" "$2"; do printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $((v & 255)) $((v >> 8 & 255)) $((v >> 16 & 255)) $((v >> 24 & 255)))"; done
+  for v in "$3" "$4"; do
+    printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x\\x%02x\\x%02x\\x%02x\\x%02x' $((v & 255)) $((v >> 8 & 255)) \
+      $((v >> 16 & 255)) $((v >> 24 & 255)) $((v >> 32 & 255)) $((v >> 40 & 255)) $((v >> 48 & 255)) $((v >> 56 & 255)))"
+  done
+}
+{ shard_header 9 2 64 256; head -c 128 /dev/zero; } > "$h/shard_version"              # another version
+{ shard_header 1 3 64 256; head -c 128 /dev/zero; } > "$h/shard_dtype"                # no such dtype
+{ shard_header 1 2 1152921504606846976 256; head -c 128 /dev/zero; } > "$h/shard_count"  # 2^60 tokens
+{ shard_header 1 2 64 256; head -c 100 /dev/zero; } > "$h/shard_cut"                  # 14 bytes short
+printf 'HGTOKENS\x01\x00' > "$h/shard_header_cut"                                     # the header cut
+for kind in shard_version shard_dtype shard_count shard_cut shard_header_cut; do
+  run train_gpt "--data " "${tiny[@]}" --steps 1 --data "$h/$kind"
+done
+
+if [[ $(id -u) -eq 0 ]]; then
+  echo "note: running as root, which reads a file without read permission: the no_permission cases were skipped"
+fi
 echo "hostile files ok: $cases runs, each exit code 2 with one line and no crash"

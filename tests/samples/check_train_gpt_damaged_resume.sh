@@ -3,7 +3,7 @@
 # stopped at step 8 with entries 4 and 8, one bit of step 8's tensor bytes flipped; --resume says
 # step 8 is damaged (the tensor named, "checksum mismatch") and resumes from step 4, and its final
 # checkpoint equals an uninterrupted run's byte for byte; the same for the sharded layout (--zero 1, a
-# flipped bit in an optimizer shard). With every entry damaged, --resume is refused (exit 2) naming each. Usage: check_train_gpt_damaged_resume.sh TRAIN_GPT
+# flipped bit in an optimizer shard); the damaged entry is kept aside as "<entry>.damaged". With every entry damaged, --resume is refused (exit 2) naming each. Usage: check_train_gpt_damaged_resume.sh TRAIN_GPT
 set -uo pipefail
 bin=$1
 work=$(mktemp -d)
@@ -28,8 +28,9 @@ flip "$entry8" $(( $(stat -c %s "$entry8") - 100 ))  # a byte of the last tensor
 err_file=$work/stderr
 out=$("$bin" "${tiny[@]}" --checkpoint-dir "$work/run" --resume 2>"$err_file") || fail "resume exited $?: $(cat "$err_file")"
 err=$(cat "$err_file")
-grep -qE "^warning: checkpoint .*step_0000000008.safetensors is damaged \(.*tensor '[^']+': checksum mismatch.*\); resuming from .*step_0000000004.safetensors$" <<<"$err" ||
+grep -qE "^warning: checkpoint .*step_0000000008.safetensors is damaged \(.*tensor '[^']+': checksum mismatch.*\); resuming from .*step_0000000004.safetensors \(moved aside to .*step_0000000008.safetensors.damaged\)$" <<<"$err" ||
   fail "no fallback warning on stderr: $err"
+[[ -f $entry8.damaged ]] || fail "the damaged step 8 was not kept aside as $entry8.damaged: $(ls "$work/run")"
 grep -q "resumed from .*step_0000000004.safetensors at step 4" <<<"$out" || fail "did not resume at step 4: $out"
 cmp "$work/straight/step_0000000012.safetensors" "$work/run/step_0000000012.safetensors" ||
   fail "the final checkpoint differs from the uninterrupted run's"
@@ -44,7 +45,7 @@ shard=$work/zero/step_0000000008/optimizer.rank0-of-1.safetensors
 flip "$shard" $(( $(stat -c %s "$shard") - 100 ))
 out=$("$bin" "${zero[@]}" --checkpoint-dir "$work/zero" --resume 2>"$err_file") ||
   fail "ZeRO resume exited $?: $(cat "$err_file")"
-grep -qE "^warning: checkpoint .*step_0000000008 is damaged \(.*optimizer.rank0-of-1.safetensors.*checksum mismatch.*\); resuming from .*step_0000000004$" "$err_file" ||
+grep -qE "^warning: checkpoint .*step_0000000008 is damaged \(.*optimizer.rank0-of-1.safetensors.*checksum mismatch.*\); resuming from .*step_0000000004 \(moved aside to .*step_0000000008.damaged\)$" "$err_file" ||
   fail "no ZeRO fallback warning on stderr: $(cat "$err_file")"
 grep -q "resumed from .*step_0000000004 at step 4" <<<"$out" || fail "ZeRO run did not resume at step 4: $out"
 for f in state.safetensors optimizer.rank0-of-1.safetensors; do
