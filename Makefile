@@ -4,8 +4,8 @@
 #                then the kernel audit (access efficiency, DRAM bytes, bank conflicts, races) in build-audit/
 #   make train   install what is missing, build train_gpt, teach a tiny GPT 3-digit addition
 # Other targets: build, test-emu (only the emulated CUDA suite), test-audit (only the kernel audit), fuzz (libFuzzer, scripts/fuzz), train-mlp,
-# train-cnn, bench, plot (train_gpt with a metrics log, rendered to build/train_gpt_metrics.svg and .png),
-# format, clean.
+# train-cnn, train-text (a BPE tokenizer and GPT on real prose, then generate: scripts/train-text), bench,
+# plot (train_gpt with a metrics log, rendered to build/train_gpt_metrics.svg and .png), format, clean.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
