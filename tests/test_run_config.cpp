@@ -487,6 +487,9 @@ TEST_CASE("a checkpoint stores the run config and read_run_config gives the newe
   // A directory entry (a sharded optimizer's) is read from its state.safetensors.
   std::filesystem::create_directory(std::filesystem::path(ckpt) / "step_0000000009");
   train::save_checkpoint((std::filesystem::path(ckpt) / "step_0000000009" / "state.safetensors").string(), state, 9);
+  // (an entry is whole only with its shards: one rank's stands in, any intact file will do here)
+  train::save_checkpoint((std::filesystem::path(ckpt) / "step_0000000009" / "optimizer.rank0-of-1.safetensors").string(),
+                         state, 9);
   // Both layouts: the run's layout names the entry (the newest of that layout, as latest_for resumes);
   // without it the directory is refused, naming the newest of each.
   const auto sharded = train::read_run_config(ckpt, true);

@@ -27,11 +27,11 @@ tiny=(--layers 1 --heads 2 --dim 16 --context 16 --batch 4 --eval-problems 10 --
 printf 'the quick brown fox jumps over the lazy dog. %.0s' {1..20} > "$work/text.txt"
 "$bin/train_gpt" "${tiny[@]}" --steps 1 --save "$work/model.safetensors" >/dev/null || fail "could not save a model"
 "$bin/train_gpt" "${tiny[@]}" --steps 2 --checkpoint-dir "$work/ckpt" >/dev/null || fail "could not write a checkpoint"
-# The same checkpoints as an older build wrote them: no run config (the metadata key renamed in place,
-# same length, so the header stays valid).
+# The same checkpoints as an older build wrote them: no run config, checkpoint version 1 without the
+# header's checksum (keys and values renamed in place, same length, so the header stays valid).
 cp -r "$work/ckpt" "$work/ckpt_plain"
 for entry in "$work"/ckpt_plain/*.safetensors; do
-  LC_ALL=C sed -i 's/"run_config"/"xun_config"/' "$entry"
+  LC_ALL=C sed -i 's/"run_config"/"xun_config"/; s/"version":"2"/"version":"1"/; s/"halfgrad\.crc32c\.__metadata__"/"halfgrad.xrc32c.__metadata__"/' "$entry"
   grep -qa '"run_config"' "$entry" && fail "the run config is still in $entry"
 done
 mkdir "$work/a_directory"
@@ -65,7 +65,8 @@ expect train_gpt "--resume expects true or false" --resume=maybe
 expect train_gpt "--resume and --checkpoint-every-steps need --checkpoint-dir" --resume
 expect train_gpt "--load \"$work/missing.safetensors\": No such file or directory; expected a readable file" \
   --load "$work/missing.safetensors"
-expect train_gpt "--load \"$work/a_directory\" is not a regular file" --load "$work/a_directory"
+# A directory is a GPT-2 model's (model.safetensors + config.json): one without its file is named.
+expect train_gpt "a_directory/model.safetensors': cannot open" --load "$work/a_directory"
 expect train_gpt "--data \"$work/missing.txt\": No such file or directory" --data "$work/missing.txt"
 expect train_gpt "--data \"$work/missing.bin\": No such file" --data "$work/text.txt,$work/missing.bin"
 expect train_gpt "--load $work/text.txt: [safetensors::load]" --load "$work/text.txt"

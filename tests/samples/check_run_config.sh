@@ -157,6 +157,7 @@ out=$("$bin/train_gpt" --config "$work/run.json" --dim 16 --steps 1 --checkpoint
 cp -r "$work/halves" "$work/mixed"
 mkdir "$work/mixed/step_0000000020"
 cp "$work/narrow/step_0000000001.safetensors" "$work/mixed/step_0000000020/state.safetensors"
+cp "$work/narrow/step_0000000001.safetensors" "$work/mixed/step_0000000020/optimizer.rank0-of-1.safetensors"
 err=$("$bin/train_gpt" --checkpoint-dir "$work/mixed" --resume --print-config 2>&1 >/dev/null)
 [[ $? -eq 2 && $err == "train_gpt: error: --resume: "*"holds checkpoints of both layouts"*"(train_gpt: --zero)"* ]] ||
   fail "a directory of both layouts: $err"
@@ -167,6 +168,8 @@ grep -q '^  "dim": 32,$' "$work/mixed.json" || fail "--zero -1 did not restore t
 # stores: --zero -1, sharded by its world size) resumed in one process: the layouts must agree.
 mkdir -p "$work/sharded_only/step_0000000001"
 cp "$work/narrow/step_0000000001.safetensors" "$work/sharded_only/step_0000000001/state.safetensors"
+# (an entry is whole only with its shards: a stand-in for rank 0's, any intact file)
+cp "$work/narrow/step_0000000001.safetensors" "$work/sharded_only/step_0000000001/optimizer.rank0-of-1.safetensors"
 err=$("$bin/train_gpt" --checkpoint-dir "$work/sharded_only" --resume --print-config 2>&1 >/dev/null)
 [[ $? -eq 2 && $err == "train_gpt: error: --resume: the run config of $work/sharded_only/step_0000000001 (a sharded checkpoint) gives a single-file run (--zero -1, --offload-optimizer false); expected the checkpoint's layout: give --zero "* ]] ||
   fail "a sharded entry with a single-file run config: $err"
