@@ -244,7 +244,15 @@ std::optional<std::string> CheckpointDirectory::damage(const Entry& entry) {
              "; expected a readable checkpoint (an I/O error, not damage: nothing falls back)");
     ::close(fd);
     try {
-      safetensors::load(file);  // structure and every tensor's checksum; the mapping is dropped at once
+      // Structure and every tensor's checksum (the mapping is dropped at once), then the readers' rule:
+      // a version-2 checkpoint or shard that lost its checksum keys would pass load() yet be refused by
+      // load_checkpoint or load_state, so it is damage here too (the resume falls back past it).
+      const safetensors::File loaded = safetensors::load(file);
+      if (safetensors::lacks_promised_checksums(loaded, "version", "2") ||
+          safetensors::lacks_promised_checksums(loaded, "shard_version", "2"))
+        return detail::concat(kWho, " '", file,
+                              "': a version-2 file without its checksums (the header's 'halfgrad.crc32c.' keys are "
+                              "missing or misspelt); the header is damaged");
     } catch (const Error& e) {
       const std::string what = e.what();
       // mmap refused (ENOMEM, ENODEV, ...): the same, an error of this process, not of the file.
