@@ -549,6 +549,7 @@ std::vector<std::pair<int64_t, int64_t>> saved_ranges(const safetensors::File& f
 }  // namespace
 
 void ZeroOptimizer::save_state(const std::string& prefix) {
+  checked_.reset();  // files about to be (re)written: what check_saved_state read of them is stale
   const int world = comm_.world_size();
   const int rank = comm_.rank();
   // Stage 0 holds everything on every rank; each writes its 1/N share.

@@ -445,7 +445,14 @@ int64_t CheckpointDirectory::load(const std::string& entry, const TrainingState&
   const std::string prefix = (fs::path(entry) / "optimizer").string();
   HG_CHECK(optimizer.has_saved_state(prefix), kWho, " '", entry, "' holds no optimizer shards ", prefix,
            ".rank0-of-N.safetensors; expected an entry written by CheckpointDirectory::save");
-  optimizer.check_saved_state(prefix);  // every shard checked before the weights change
+  // Every shard checked before the weights change; the optimizer keeps them (mapped) for load_state.
+  // Should the weights' load throw, the guard drops them: held on, they would pin the files' mappings
+  // and serve a later load_state of the same prefix from files rewritten since.
+  struct ForgetChecked {
+    const optim::Optimizer& optimizer;
+    ~ForgetChecked() { optimizer.forget_checked_state(); }
+  } forget_checked{optimizer};
+  optimizer.check_saved_state(prefix);
   int64_t step = 0;
   {  // the weights first (into stage 3's whole units, then its shards): a master the files lack comes from them
     const auto whole = optimizer.whole_parameters();
