@@ -549,6 +549,7 @@ std::vector<std::pair<int64_t, int64_t>> saved_ranges(const safetensors::File& f
 }  // namespace
 
 void ZeroOptimizer::save_state(const std::string& prefix) {
+  checked_.reset();  // files about to be (re)written: what check_saved_state read of them is stale
   const int world = comm_.world_size();
   const int rank = comm_.rank();
   // Stage 0 holds everything on every rank; each writes its 1/N share.
@@ -636,7 +637,7 @@ std::vector<ZeroOptimizer::SavedShard> ZeroOptimizer::read_shards(const std::str
     if (version != shard.file.metadata.end()) {
       HG_CHECK(version->second == "2", "[ZeroOptimizer] load_state: ", path, " has shard_version '", version->second,
                "'; this build reads 2 (and shards without a version)");
-      HG_CHECK(shard.file.header_checksummed && (shard.file.checksummed || shard.file.tensors.empty()),
+      HG_CHECK(!safetensors::lacks_promised_checksums(shard.file, "shard_version", "2"),
                "[ZeroOptimizer] load_state: ", path,
                " is a version-2 shard without its checksums (the 'halfgrad.crc32c.' keys are missing or "
                "misspelt); the header is damaged");

@@ -258,6 +258,7 @@ class ZeroOptimizer final : public optim::Optimizer {
   bool has_saved_state(const std::string& prefix) const override { return saved_world_size(prefix) > 0; }
   // Reads and checks every shard under `prefix` as load_state would, changing nothing.
   void check_saved_state(const std::string& prefix) const override;
+  void forget_checked_state() const override { checked_.reset(); }
 
  private:
   struct Bucket {

@@ -374,6 +374,12 @@ const Tensor* File::find(const std::string& name) const {
   return nullptr;
 }
 
+bool lacks_promised_checksums(const File& file, const std::string& version_key, const std::string& checksummed_version) {
+  const auto version = file.metadata.find(version_key);
+  if (version == file.metadata.end() || version->second != checksummed_version) return false;
+  return !(file.header_checksummed && (file.checksummed || file.tensors.empty()));
+}
+
 File load(const std::string& path, Verify verify) {
   const LoadContext file{path};
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

@@ -91,6 +91,14 @@ struct File {
   const Tensor* find(const std::string& name) const;
 };
 
+// The rule of a format version written with checksums (a training checkpoint's "version" "2", a ZeRO
+// shard's "shard_version" "2"): a file whose metadata `version_key` is `checksummed_version` must have
+// the header's checksum and every tensor's (when it holds any). One that lacks them lost them to damage:
+// a flipped bit in a key's name ("crc32c" -> "crc32b") turns the key into plain metadata, which load()
+// cannot tell from a file written without checksums. True when `file` breaks that rule. The readers
+// (load_checkpoint, ZeroOptimizer::load_state) and CheckpointDirectory::damage share it.
+bool lacks_promised_checksums(const File& file, const std::string& version_key, const std::string& checksummed_version);
+
 // Reads and validates `path` (see RULES and CHECKSUMS above).
 File load(const std::string& path, Verify verify = Verify::checksums);
 

@@ -155,6 +155,10 @@ class Optimizer {
   // would pass, changing nothing (a local optimizer refuses both save_state and load_state).
   virtual bool has_saved_state(const std::string& prefix) const { return false; }
   virtual void check_saved_state(const std::string& prefix) const { throw_not_sharded("check_saved_state", prefix); }
+  // Drops what check_saved_state kept for load_state (a sharded optimizer keeps the files it read, mapped):
+  // called when the load it was for is abandoned, so that no later load_state of the same prefix uses
+  // files that have since been rewritten. Nothing to drop for a local optimizer.
+  virtual void forget_checked_state() const {}
 
   // The guard of whole_parameters(). A local optimizer's parameters are always whole; its commit()
   // copies parameters written in the guard's scope into their fp32 master copies.

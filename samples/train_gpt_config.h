@@ -13,8 +13,9 @@ inline constexpr const char* kProgram = "train_gpt";
 // Every flag, bound by name to the member that holds its value.
 struct TrainGptConfig {
   Flags flags{kProgram,
-              "Trains a byte-level GPT on the CPU. By default it learns 3-digit addition and reports\n"
-              "exact-match accuracy on held-out problems; --data FILE trains on a text file instead."};
+              "Trains a GPT on the CPU or a CUDA device. By default it learns 3-digit addition (byte-level)\n"
+              "and reports exact-match accuracy on held-out problems; --data trains on a text file\n"
+              "(byte-level) or on token shards (prepare_data, BPE with --tokenizer) instead."};
   std::string& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
   std::string& data = flags.add_string("data", "",
                                        "train on this text file (byte-level) or these comma-separated "
@@ -22,7 +23,7 @@ struct TrainGptConfig {
   int64_t& layers = flags.add_int("layers", 2, "transformer blocks", 1);
   int64_t& heads = flags.add_int("heads", 4, "attention heads (must divide --dim)", 1);
   int64_t& dim = flags.add_int("dim", 128, "model width", 1);
-  int64_t& context = flags.add_int("context", 16, "context length in bytes", 1);
+  int64_t& context = flags.add_int("context", 16, "context length in tokens (bytes for the byte-level tasks)", 1);
   int64_t& batch = flags.add_int("batch", 64, "sequences per micro-batch (x --grad-accum per optimizer step)", 1);
   int64_t& steps = flags.add_int("steps", 3000, "optimizer steps", 0);
   double& lr = flags.add_double("lr", 2e-3, "peak learning rate", 0.0);
@@ -41,7 +42,7 @@ struct TrainGptConfig {
   std::string& save = flags.add_string("save", "", "save the trained model to this safetensors file");
   std::string& load = flags.add_string(
       "load", "", "start from this safetensors file (native or GPT-2 layout) or a GPT-2 directory (model.safetensors)");
-  int64_t& sample = flags.add_int("sample", 8, "print N answers (or N bytes of text) at the end", 0);
+  int64_t& sample = flags.add_int("sample", 8, "print N answers (or N tokens of text) at the end", 0);
   std::string& checkpoint_dir =
       flags.add_string("checkpoint-dir", "", "write training checkpoints into this directory");
   int64_t& checkpoint_every =
@@ -118,7 +119,8 @@ struct TrainGptConfig {
       0.0);
   double& host_memory_gib = flags.add_double("host-memory", 0.0, "host memory budget in GiB for the plan (0: unlimited)", 0.0);
   int64_t& vocab = flags.add_int("vocab", 256,
-                                 "vocabulary of a fresh model (the byte-level tasks use 256; larger ones are for --plan)",
+                                 "vocabulary of a fresh model: 256 for the byte-level tasks; token shards' comes from their header "
+                                 "(a value given must match it); --plan plans for any",
                                  256, 1 << 20);
   int64_t& plan_world = flags.add_int("world", 0, "ranks to plan for (0: this run's world size)", 0);
   // Text (issue 19): the BPE tokenizer of --data's shards, for bits per byte and the sample's text.
@@ -144,7 +146,7 @@ struct TrainGptConfig {
 int64_t model_vocab(const TrainGptConfig& c);
 
 // train_gpt --resume (samples/cli.h ResumeRules): the keys that cannot change mid-run -- the model,
-// the data and its order (data and load compared as files), the numerics and the optimizer state's
+// the data and its order (data, load and tokenizer compared as files), the numerics and the optimizer state's
 // layout -- and those each invocation sets anew (resume, checkpoint-dir, stop-after-steps, and the
 // files a run opens anew: metrics-log, profile, profile-ops; a bare --resume writes neither, so the
 // first segment's log and trace stay). Every other key (steps, lr, eval-every, checkpoint-every-steps,

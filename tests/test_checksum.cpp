@@ -497,3 +497,40 @@ TEST_CASE("a flipped bit in a metadata value (a step, a ZeRO range) or a checksu
   // The original still loads.
   CHECK(train::load_checkpoint(ckpt, fresh.state) == 12);
 }
+
+TEST_CASE("a resume falls back past an entry whose header checksum key lost a bit (crc32c -> crc32b)") {
+  // load() takes the misspelt key for plain metadata and passes; the readers refuse a version-2 file
+  // without its checksums, so damage() must call it damaged too, or the resume would stop there.
+  test::TempDir dir;
+  const std::string ckpt = (dir.path / "ckpt").string();
+  Run run(31);
+  train::CheckpointDirectory directory(ckpt, 5);
+  for (int s = 1; s <= 2; ++s) {
+    run.train_step();
+    directory.save(run.state.run_config("{\"step\": " + std::to_string(s) + "}"), run.step);
+  }
+  const std::vector<train::CheckpointDirectory::Entry> entries = directory.list();
+  REQUIRE(entries.size() == 2);
+  const std::string newest = entries[1].path;
+  patch_header(newest, "halfgrad.crc32c.__metadata__", "halfgrad.crc32b.__metadata__");
+  CHECK_NOTHROW(safetensors::load(newest));  // the rule is the reader's, not load()'s
+  const std::optional<std::string> why = train::CheckpointDirectory::damage(entries[1]);
+  REQUIRE(why.has_value());
+  CHECK(why->find(newest) != std::string::npos);
+  CHECK(why->find("without its checksums") != std::string::npos);
+  CHECK(why->find("the header is damaged") != std::string::npos);
+  CHECK_FALSE(train::CheckpointDirectory::damage(entries[0]).has_value());
+
+  Run fresh(32);
+  std::vector<train::CheckpointDirectory::Damaged> damaged;
+  const std::optional<std::string> chosen = directory.latest_intact_for(fresh.state, &damaged);
+  REQUIRE(chosen.has_value());
+  CHECK(*chosen == entries[0].path);
+  REQUIRE(damaged.size() == 1);
+  CHECK(damaged[0].entry.path == newest);
+  CHECK(directory.load(*chosen, fresh.state) == 1);
+  const auto stored = train::read_run_config(ckpt);
+  REQUIRE(stored.has_value());
+  CHECK(stored->entry == entries[0].path);
+  CHECK(stored->json == "{\"step\": 1}");
+}

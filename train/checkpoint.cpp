@@ -79,7 +79,7 @@ void check_format(const safetensors::File& file, const std::string& source) {
   HG_CHECK(version == kVersion || version == kUncheckedVersion, "[load_checkpoint] '", source,
            "': has checkpoint version '", version, "'; this build reads ", kVersion, " and ", kUncheckedVersion);
   // A flipped bit in a checksum key's name makes the file look unverified: version 2 refuses that.
-  HG_CHECK(version != kVersion || (file.header_checksummed && (file.checksummed || file.tensors.empty())),
+  HG_CHECK(!safetensors::lacks_promised_checksums(file, "version", kVersion),
            "[load_checkpoint] '", source, "': a version-", kVersion,
            " checkpoint without its checksums (the header's 'halfgrad.crc32c.' keys are missing or misspelt); "
            "the header is damaged");

@@ -244,7 +244,15 @@ std::optional<std::string> CheckpointDirectory::damage(const Entry& entry) {
              "; expected a readable checkpoint (an I/O error, not damage: nothing falls back)");
     ::close(fd);
     try {
-      safetensors::load(file);  // structure and every tensor's checksum; the mapping is dropped at once
+      // Structure and every tensor's checksum (the mapping is dropped at once), then the readers' rule:
+      // a version-2 checkpoint or shard that lost its checksum keys would pass load() yet be refused by
+      // load_checkpoint or load_state, so it is damage here too (the resume falls back past it).
+      const safetensors::File loaded = safetensors::load(file);
+      if (safetensors::lacks_promised_checksums(loaded, "version", "2") ||
+          safetensors::lacks_promised_checksums(loaded, "shard_version", "2"))
+        return detail::concat(kWho, " '", file,
+                              "': a version-2 file without its checksums (the header's 'halfgrad.crc32c.' keys are "
+                              "missing or misspelt); the header is damaged");
     } catch (const Error& e) {
       const std::string what = e.what();
       // mmap refused (ENOMEM, ENODEV, ...): the same, an error of this process, not of the file.
@@ -437,7 +445,14 @@ int64_t CheckpointDirectory::load(const std::string& entry, const TrainingState&
   const std::string prefix = (fs::path(entry) / "optimizer").string();
   HG_CHECK(optimizer.has_saved_state(prefix), kWho, " '", entry, "' holds no optimizer shards ", prefix,
            ".rank0-of-N.safetensors; expected an entry written by CheckpointDirectory::save");
-  optimizer.check_saved_state(prefix);  // every shard checked before the weights change
+  // Every shard checked before the weights change; the optimizer keeps them (mapped) for load_state.
+  // Should the weights' load throw, the guard drops them: held on, they would pin the files' mappings
+  // and serve a later load_state of the same prefix from files rewritten since.
+  struct ForgetChecked {
+    const optim::Optimizer& optimizer;
+    ~ForgetChecked() { optimizer.forget_checked_state(); }
+  } forget_checked{optimizer};
+  optimizer.check_saved_state(prefix);
   int64_t step = 0;
   {  // the weights first (into stage 3's whole units, then its shards): a master the files lack comes from them
     const auto whole = optimizer.whole_parameters();
