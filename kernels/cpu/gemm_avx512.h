@@ -4,6 +4,8 @@
 // could take either. Arguments are those of hg::kernels::cpu::gemm (row-major, row strides).
 #include <cstdint>
 
+#include "kernels/half.h"
+
 namespace hg::kernels::cpu::detail {
 
 // True when this CPU (and OS) can run gemm_f32_avx512: AVX-512 F/VL/DQ and FMA. Defined in
@@ -18,5 +20,23 @@ void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 // The portable path: Eigen's GEMM on mapped row-major views (gemm.cpp).
 void gemm_f32_eigen(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// ---- bf16 inputs (issue 20) -----------------------------------------------------------------
+// C = alpha * op(A) op(B) + beta * C with A and B bf16 and C f32 (c_is_bf16 false) or bf16 (true).
+// Products are summed in fp32 over all of k and C is rounded once (to nearest even when bf16);
+// beta == 0 means C is not read. Same transposes and row strides as the f32 entry points.
+
+// True when this CPU has AVX512_BF16 (vdpbf16ps) and AVX-512 F/VL/BW.
+bool cpu_has_avx512_bf16_gemm();
+// The packed GEMM with the vdpbf16ps micro-kernel (gemm_bf16_avx512.cpp).
+void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
+                      int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16);
+
+// True when this CPU has AMX-BF16 and the OS granted this process the tile data state
+// (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
+bool cpu_has_amx_bf16_gemm();
+// The packed GEMM on AMX tiles (tdpbf16ps) (gemm_bf16_amx.cpp).
+void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
+                   int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16);
 
 }  // namespace hg::kernels::cpu::detail
