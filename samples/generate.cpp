@@ -14,7 +14,6 @@
 // below the tokenizer's size that have no token (holes in a loaded vocabulary) are never drawn.
 // Bad input (missing model, a tokenizer larger than the model's vocabulary, a prompt longer than the
 // context, values out of range) is one line on stderr and exit code 2.
-#include <omp.h>
 
 #include <chrono>
 #include <cstdio>
@@ -24,6 +23,7 @@
 #include "layers/generate.h"
 #include "layers/gpt.h"
 #include "samples/cli.h"
+#include "samples/thread_defaults.h"
 #include "text/tokenizer.h"
 #include "train/precision.h"
 
@@ -41,6 +41,7 @@ void write_bytes(const std::string& bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  samples::bound_openmp_spin(argv);  // before libgomp's threads or anything else exists
   return samples::guarded_main(kProgram, [&] {
     samples::Flags flags(kProgram,
                          "Writes text with a trained GPT, streaming each token to stdout as it is drawn (the prompt\n"
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
     auto& use_cache = flags.add_bool("cache", true, "use the KV cache (--no-cache: recompute the window per token)");
     auto& precision = flags.add_string("precision", "fp32", "compute dtype of the model: fp32, bf16 or fp16");
     auto& stop_at_eot = flags.add_bool("stop-at-eot", true, "stop at the tokenizer's <|endoftext|>");
-    auto& threads = flags.add_int("threads", 0, "CPU threads (0: all cores)", 0, 4096);
+    auto& threads = flags.add_int("threads", 0, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores)", 0, 4096);
     flags.after_parse([&] {
       if (model_path.empty()) samples::exit_with_usage_error(kProgram, "--model FILE is required");
       std::error_code not_a_directory;  // a directory is GPT::load's to judge (its model.safetensors)
@@ -78,7 +79,8 @@ int main(int argc, char** argv) {
       samples::or_usage_error(kProgram, [&] { return train::parse_precision(precision); });
     });
     flags.parse(argc, argv);
-    if (threads > 0) omp_set_num_threads(int(threads));
+    // The thread count and wait policy in force (samples/thread_defaults.h), named in the summary line.
+    const samples::ThreadSettings thread_settings = samples::apply_thread_settings(threads, std::nullopt, false, false);
     const Device device = samples::checked_device(kProgram, device_name);
 
     std::shared_ptr<nn::GPT> model =
@@ -157,12 +159,13 @@ int main(int argc, char** argv) {
     const size_t decoded = generated.empty() ? 0 : generated.size() - 1;
     std::fprintf(stderr,
                  "%s: %zu tokens in %.3f s | prefill %zu prompt tokens + first token %.3f s | decode %zu tokens in "
-                 "%.3f s (%.1f tokens/s) | %s, KV cache %s, %s\n",
+                 "%.3f s (%.1f tokens/s) | %s, KV cache %s, %s | %s\n",
                  kProgram, generated.size(), seconds(start, end), prompt.size(),
                  seconds(start, generated.empty() ? end : first_token), decoded,
                  generated.empty() ? 0.0 : seconds(first_token, end),
                  decoded ? double(decoded) / std::max(seconds(first_token, end), 1e-9) : 0.0, device.str().c_str(),
-                 use_cache ? "on" : "off", train::precision_name(model->wte->weight.dtype()));
+                 use_cache ? "on" : "off", train::precision_name(model->wte->weight.dtype()),
+                 thread_settings.describe().c_str());
     return 0;
   });
 }

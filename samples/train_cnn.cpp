@@ -4,7 +4,6 @@
 // noise, from (seed, index): training images stream from one seed (never repeated), the held-out set
 // comes from another. Model: two conv 3x3 (padding 1) + ReLU + 2x2 max-pool stages, then a linear
 // classifier. Reports held-out accuracy. Written only against halfgrad's public headers.
-#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include "optim/optim.h"
 #include "samples/cli.h"
 #include "samples/drawn_digits.h"
+#include "samples/thread_defaults.h"
 #include "train/trainer.h"
 
 using namespace hg;
@@ -39,7 +39,7 @@ struct Config {
   int64_t& eval_images = flags.add_int("eval-images", 2000, "held-out images per evaluation", 1);
   int64_t& seed =
       flags.add_int("seed", 1337, "random seed (weights, training images; held-out images use seed + 1)", 0);
-  int64_t& threads = flags.add_int("threads", 1, "CPU threads (0: all cores; one suits a model this small)", 0);
+  int64_t& threads = flags.add_int("threads", 1, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores; one suits a model this small)", 0);
   int64_t& show = flags.add_int("show", 0, "draw N held-out images with the model's answers at the end", 0);
 
   Config(int argc, char** argv) {
@@ -107,7 +107,8 @@ void show_images(nn::Sequential& model, const samples::DrawnDigits& held_out, in
 }
 
 int run(const Config& o) {
-  if (o.threads > 0) omp_set_num_threads(int(o.threads));
+  // The thread count and wait policy in force (samples/thread_defaults.h); no loader workers here.
+  const samples::ThreadSettings threads = samples::apply_thread_settings(o.threads, std::nullopt, false, false);
   manual_seed(uint64_t(o.seed));
   const Device device = Device::parse(o.device);
   // Training images stream from one seed (batch k is images k*B..k*B+B-1, never repeated), the
@@ -140,9 +141,9 @@ int run(const Config& o) {
 
   std::printf(
       "train_cnn: drawn digits %lldx%lld on %s | conv%lld-pool-conv%lld-pool-linear, %.1fk parameters | "
-      "batch %lld | %d threads\n",
+      "batch %lld | %s\n",
       (long long)o.size, (long long)o.size, device.str().c_str(), (long long)o.channels, (long long)(2 * o.channels),
-      double(model->parameter_count()) / 1e3, (long long)o.batch, omp_get_max_threads());
+      double(model->parameter_count()) / 1e3, (long long)o.batch, threads.describe().c_str());
   trainer.fit();
   if (o.show > 0) show_images(*model, held_out, o.show, device);
   return 0;
@@ -152,6 +153,7 @@ int run(const Config& o) {
 
 // Nothing escapes: a usage or input error exits 2, any other error 1, on one line (samples/cli.h).
 int main(int argc, char** argv) {
+  samples::bound_openmp_spin(argv);  // before libgomp's threads or anything else exists
   return samples::guarded_main("train_cnn", [&] {
     const Config config(argc, argv);
     return run(config);

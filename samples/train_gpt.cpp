@@ -5,8 +5,6 @@
 // or on token shards (byte-level or BPE, the vocabulary from their header) instead and reports the
 // validation loss per token and bits per byte (--tokenizer: the shards' BPE). The loop is train::Trainer; data parallelism and ZeRO come from
 // dist::DataParallel. Written only against halfgrad's public headers, as a user would.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -23,6 +21,7 @@
 #include "optim/optim.h"
 #include "samples/cli.h"
 #include "samples/gpt_tasks.h"
+#include "samples/thread_defaults.h"
 #include "samples/train_gpt_config.h"
 #include "samples/train_gpt_plan.h"
 #include "text/tokenizer.h"
@@ -141,14 +140,14 @@ std::unique_ptr<samples::GptTask> make_task(const TrainGptConfig& c, const nn::G
 
 // This rank's rows of each global batch, in the seed's order (--curriculum: easy problems first).
 std::unique_ptr<data::DataLoader> make_loader(const TrainGptConfig& c, const samples::GptTask& task,
-                                              const dist::DataParallel& parallel) {
+                                              const dist::DataParallel& parallel, int workers) {
   const auto options = data::DataLoaderOptions()
                            .batch_size(parallel.rows_per_rank(c.batch))
                            .rank(parallel.rank(), parallel.world_size())
                            .seed(uint64_t(c.seed))
                            .drop_last(true)
                            .shuffle(task.shuffle())
-                           .workers(int(c.workers))
+                           .workers(workers)
                            .device(Device::parse(c.device));
   std::shared_ptr<const data::BatchSampler> sampler =
       std::make_shared<data::DistributedBatchSampler>(task.training_set()->size(), options.sampler());
@@ -189,7 +188,10 @@ train::TrainerOptions trainer_options(const TrainGptConfig& c, const samples::Gp
 }
 
 int run(const TrainGptConfig& c) {
-  if (c.threads > 0) omp_set_num_threads(int(c.threads));
+  // OpenMP threads and loader workers sized together (samples/thread_defaults.h); flags and env win.
+  const samples::ThreadSettings threads = samples::apply_thread_settings(
+      c.threads, c.flags.given("workers") ? std::optional<int64_t>(c.workers) : std::nullopt,
+      !Device::parse(c.device).is_cpu());
   manual_seed(uint64_t(c.seed));
   if (c.memory_limit_mib > 0) set_memory_limit(Device::parse(c.device), c.memory_limit_mib << 20);
   set_detect_anomaly(c.detect_anomaly);
@@ -212,7 +214,7 @@ int run(const TrainGptConfig& c) {
           .rounding_seed(uint64_t(c.seed)));
   if (!c.load.empty() && optimizer->has_saved_state(c.load))  // ZeRO shards beside it: the user's files too
     samples::or_usage_error(kProgram, "--load " + c.load + " (its optimizer shards)", [&] { optimizer->load_state(c.load); });
-  const std::unique_ptr<data::DataLoader> loader = make_loader(c, *task, parallel);
+  const std::unique_ptr<data::DataLoader> loader = make_loader(c, *task, parallel, threads.workers);
   const int64_t tokens_per_micro_batch = c.batch * task->sequence_length();
   const int64_t micro_batches = samples::or_usage_error(
       kProgram, [&] { return train::accumulation_steps(c.grad_accum, c.batch_tokens, tokens_per_micro_batch); });
@@ -230,12 +232,12 @@ int run(const TrainGptConfig& c) {
   const nn::GPTConfig& m = model->config;
   std::printf(
       "train_gpt: %s on %s | GPT L%lld H%lld C%lld T%lld, %.2fM parameters | batch %lld x %lld (%lld tokens) "
-      "| %s%s | %d threads\n",
+      "| %s%s | %s\n",
       task->description().c_str(), Device::parse(c.device).str().c_str(), (long long)m.n_layer(), (long long)m.n_head(),
       (long long)m.n_embd(), (long long)m.context(), double(model->parameter_count()) / 1e6, (long long)c.batch,
       (long long)micro_batches, (long long)(tokens_per_micro_batch * micro_batches), train::precision_name(precision),
       trainer.scaler().enabled() ? (std::string(", ") + trainer.scaler().mode_name() + " loss scale").c_str() : "",
-      omp_get_max_threads());
+      threads.describe().c_str());
   std::printf("attention: %s\n", attention_description(*model).c_str());
   if (c.recompute_every > 0 || c.offload != "off")
     std::printf("memory savers: checkpoint every %lld block(s) | activation offload %s\n", (long long)c.recompute_every,
@@ -279,5 +281,6 @@ int main_body(int argc, char** argv) {
 
 // Nothing escapes: a usage or input error exits 2, any other error 1, on one line (samples/cli.h).
 int main(int argc, char** argv) {
+  samples::bound_openmp_spin(argv);  // before libgomp's threads, MPI or anything else exists
   return samples::guarded_main(kProgram, [&] { return main_body(argc, argv); });
 }

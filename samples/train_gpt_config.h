@@ -38,7 +38,8 @@ struct TrainGptConfig {
   int64_t& eval_problems = flags.add_int("eval-problems", 1000, "held-out problems per evaluation", 1);
   int64_t& digits = flags.add_int("digits", 3, "digits per operand of the addition task", 1);
   int64_t& seed = flags.add_int("seed", 1337, "random seed (weights, data order, dropout)", 0);
-  int64_t& threads = flags.add_int("threads", 0, "CPU threads (0: all cores)", 0);
+  int64_t& threads = flags.add_int(
+      "threads", 0, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores less the loader workers)", 0);
   std::string& save = flags.add_string("save", "", "save the trained model to this safetensors file");
   std::string& load = flags.add_string(
       "load", "", "start from this safetensors file (native or GPT-2 layout) or a GPT-2 directory (model.safetensors)");
@@ -69,7 +70,9 @@ struct TrainGptConfig {
       "checkpoint-every", 0, "activation checkpointing: recompute segments of K blocks in backward (0: off)", 0);
   std::string& offload = flags.add_string(
       "offload-activations", "off", "move saved activations to host memory: off, inputs (checkpoint inputs) or all");
-  int64_t& workers = flags.add_int("workers", 1, "data loader threads (0: build batches on the training thread)", 0);
+  int64_t& workers = flags.add_int(
+      "workers", 0,
+      "data loader threads (0: build batches on the training thread; when not given: 0 on a CPU device, 1 on CUDA)", 0);
   int64_t& seq_warmup_steps =
       flags.add_int("seq-warmup-steps", 0, "grow the sequence length to full over N steps (0: off)", 0);
   int64_t& seq_warmup_start =

@@ -5,7 +5,6 @@
 // and on both coordinates; training and held-out sets are drawn from different seeds. Model: an MLP
 // (Linear-GELU blocks, --depth hidden layers of --width units, then Linear to K logits). Written only
 // against halfgrad's public headers.
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +17,7 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "samples/cli.h"
+#include "samples/thread_defaults.h"
 #include "train/trainer.h"
 
 using namespace hg;
@@ -42,7 +42,7 @@ struct Config {
   double& weight_decay = flags.add_double("weight-decay", 0.0, "AdamW decoupled weight decay", 0.0);
   int64_t& eval_every = flags.add_int("eval-every", 500, "evaluate every N steps (0: only at the end)", 0);
   int64_t& seed = flags.add_int("seed", 1337, "random seed (weights, data, batches)", 0);
-  int64_t& threads = flags.add_int("threads", 1, "CPU threads (0: all cores; one suits a model this small)", 0);
+  int64_t& threads = flags.add_int("threads", 1, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores; one suits a model this small)", 0);
 
   Config(int argc, char** argv) {
     // The checks parse() cannot make, run by parse() before --print-config prints.
@@ -111,7 +111,8 @@ double accuracy(nn::Sequential& model, const Points& data, const Device& device)
 }
 
 int run(const Config& o) {
-  if (o.threads > 0) omp_set_num_threads(int(o.threads));
+  // The thread count and wait policy in force (samples/thread_defaults.h); no loader workers here.
+  const samples::ThreadSettings threads = samples::apply_thread_settings(o.threads, std::nullopt, false, false);
   manual_seed(uint64_t(o.seed));
   const Device device = Device::parse(o.device);
   const auto train = spirals(o, o.points, uint64_t(o.seed) * 2 + 1),
@@ -147,9 +148,9 @@ int run(const Config& o) {
 
   std::printf(
       "train_mlp: %lld spiral arms, %.2f turns, %lld training points on %s | MLP 2-%lldx%lld-%lld, %.1fk "
-      "parameters | batch %lld | %d threads\n",
+      "parameters | batch %lld | %s\n",
       (long long)o.classes, o.turns, (long long)o.points, device.str().c_str(), (long long)o.width, (long long)o.depth,
-      (long long)o.classes, double(model->parameter_count()) / 1e3, (long long)o.batch, omp_get_max_threads());
+      (long long)o.classes, double(model->parameter_count()) / 1e3, (long long)o.batch, threads.describe().c_str());
   trainer.fit();
   return 0;
 }
@@ -158,6 +159,7 @@ int run(const Config& o) {
 
 // Nothing escapes: a usage or input error exits 2, any other error 1, on one line (samples/cli.h).
 int main(int argc, char** argv) {
+  samples::bound_openmp_spin(argv);  // before libgomp's threads or anything else exists
   return samples::guarded_main("train_mlp", [&] {
     const Config config(argc, argv);
     return run(config);
