@@ -4,7 +4,7 @@
 // addition task) in a child process of its own, because the OpenMP settings are environment read
 // once when libgomp loads: workers {0, 1, 2} x OpenMP threads {1, 2, the usable cores} x wait policy
 // {libgomp's default spin (HALFGRAD_NO_REEXEC=1, GOMP_SPINCOUNT unset), passive (OMP_WAIT_POLICY),
-// bounded (GOMP_SPINCOUNT=10000, what the samples set)}, plus "default": train_gpt with no thread
+// bounded (GOMP_SPINCOUNT=N for each N of --spin; the samples set 3000)}, plus "default": train_gpt with no thread
 // flag and a clean environment, what a user gets (samples/thread_defaults.h). The step times come
 // from the run's --metrics-log (step_ms), the first --skip steps dropped; the settings run in
 // --rounds interleaved rounds and each setting's steps are pooled, so drift hits all of them alike.
@@ -12,7 +12,8 @@
 // summary line: the best setting by median, the default's median over it (target: within 5%).
 // --busy N repeats the matrix with N competing processes, each spinning one thread (the samples
 // must no longer collapse when something else shares the cores).
-// Usage: bench_threads [--train-gpt PATH] [--steps 80] [--skip 10] [--rounds 2] [--busy 1] [--quick]
+// Usage: bench_threads [--train-gpt PATH] [--steps 80] [--skip 10] [--rounds 2] [--busy 1] [--spin 1000,3000,...]
+//                      [--quick]
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -44,6 +45,7 @@ struct Setting {
   int workers = -1;       // -1: not given (the default row)
   int threads = 0;        // 0: not given
   std::string wait;       // "libgomp", "passive", "bounded" or "default"
+  int64_t spin = 0;       // GOMP_SPINCOUNT for "bounded"
   bool is_default = false;
 };
 
@@ -74,7 +76,7 @@ std::vector<std::string> child_environment(const Setting& s) {
   }
   if (s.wait == "libgomp") env.push_back("HALFGRAD_NO_REEXEC=1");
   if (s.wait == "passive") env.push_back("OMP_WAIT_POLICY=passive");
-  if (s.wait == "bounded") env.push_back("GOMP_SPINCOUNT=" + std::to_string(samples::kBoundedSpinCount));
+  if (s.wait == "bounded") env.push_back("GOMP_SPINCOUNT=" + std::to_string(s.spin));
   return env;
 }
 
@@ -145,16 +147,20 @@ void stop_busy(const std::vector<pid_t>& pids) {
   }
 }
 
-std::vector<Setting> matrix(int cores, bool quick) {
+std::vector<Setting> matrix(int cores, bool quick, const std::vector<int64_t>& spins) {
   std::vector<int> thread_counts = {1, 2};
   if (cores > 2) thread_counts.push_back(cores);
   std::vector<Setting> out;
-  out.push_back({"default", -1, 0, "default", true});
+  out.push_back({"default", -1, 0, "default", 0, true});
   for (int workers : quick ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2})
-    for (int threads : thread_counts)
-      for (const char* wait : {"libgomp", "passive", "bounded"})
-        out.push_back({"w" + std::to_string(workers) + " t" + std::to_string(threads) + " " + wait, workers, threads,
-                       wait, false});
+    for (int threads : thread_counts) {
+      std::string name = "w";
+      name.append(std::to_string(workers)).append(" t").append(std::to_string(threads)).append(" ");
+      out.push_back({name + "libgomp", workers, threads, "libgomp", 0, false});
+      out.push_back({name + "passive", workers, threads, "passive", 0, false});
+      for (int64_t spin : spins)
+        out.push_back({name + "spin" + std::to_string(spin), workers, threads, "bounded", spin, false});
+    }
   return out;
 }
 
@@ -183,6 +189,7 @@ void run_matrix(const std::string& train_gpt, const std::vector<Setting>& settin
         .add("workers", s.workers)
         .add("threads", s.threads)
         .add("wait", s.wait)
+        .add("spin", (long long)s.spin)
         .add("default", s.is_default)
         .add("steps_timed", (long long)r.step_ms.size())
         .add("median_ms", median)
@@ -211,6 +218,8 @@ int main(int argc, char** argv) {
   int64_t& skip = flags.add_int("skip", 10, "leading steps of each run left out of the statistics", 0);
   int64_t& rounds = flags.add_int("rounds", 2, "interleaved rounds over the matrix", 1);
   int64_t& busy = flags.add_int("busy", 1, "competing spinning processes for the second matrix (0: none)", 0, 64);
+  std::string& spin_list = flags.add_string("spin", "1000,3000,10000",
+                                            "comma-separated GOMP_SPINCOUNT values for the bounded rows");
   bool& quick = flags.add_bool("quick", false, "a smaller matrix (workers 0/1), 20 steps, one round");
   flags.parse(argc, argv);
   if (quick) steps = std::min<int64_t>(steps, 20), skip = std::min<int64_t>(skip, 5), rounds = 1;
@@ -219,7 +228,17 @@ int main(int argc, char** argv) {
   const char* dir = mkdtemp(dir_template);
   if (dir == nullptr) samples::exit_with_usage_error("bench_threads", "cannot create a directory in /tmp");
   const int cores = samples::usable_cores();
-  const std::vector<Setting> settings = matrix(cores, quick);
+  std::vector<int64_t> spins;
+  for (std::stringstream list(spin_list); list.good();) {
+    std::string item;
+    std::getline(list, item, ',');
+    char* end = nullptr;
+    const long long spin = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || spin < 0)
+      samples::exit_with_usage_error("bench_threads", "--spin " + spin_list + ": expected integers >= 0, comma-separated");
+    spins.push_back(spin);
+  }
+  const std::vector<Setting> settings = matrix(cores, quick, spins);
   run_matrix(train_gpt, settings, 0, steps, skip, rounds, dir, cores);
   if (busy > 0) run_matrix(train_gpt, settings, busy, steps, skip, rounds, dir, cores);
   std::remove((std::string(dir) + "/metrics.jsonl").c_str());

@@ -21,9 +21,11 @@
 //     core, never more runnable threads than cores.
 //   - wait policy: OMP_WAIT_POLICY or GOMP_SPINCOUNT when the user set either; else a bounded spin,
 //     GOMP_SPINCOUNT=kBoundedSpinCount: an idle OpenMP thread spins that many pause iterations
-//     (tens of microseconds: longer than the gaps between a step's parallel regions, so a busy step
-//     never sleeps) and then sleeps in the kernel instead of libgomp's default 300000 (milliseconds
-//     of spinning, which is what makes a shared core 10-20x slower).
+//     (about 55 us on our Xeon VMs, 18 ns each) and then sleeps in the kernel. That covers 90% of
+//     the serial gaps between a train_gpt step's ~185 parallel regions (bench/omp_region_gaps.cpp),
+//     so a quiet machine wakes a sleeping thread ~16 times a step, and caps what a spinning thread
+//     wastes when another process holds the core it waits for at ~55 us, not libgomp's default
+//     300000 iterations (5 ms here: a whole scheduler slice per region, the 10-20x collapse).
 //
 // Why a re-exec: libgomp reads its environment once, in its ELF constructor, before main() runs
 // (and before any constructor of the executable: shared libraries are initialised first); there
@@ -43,7 +45,7 @@
 namespace hg::samples {
 
 // Pause iterations an idle OpenMP thread spins before sleeping, unless the user chose a policy.
-inline constexpr int64_t kBoundedSpinCount = 10000;
+inline constexpr int64_t kBoundedSpinCount = 3000;
 // Set (to "1") beside GOMP_SPINCOUNT by bound_openmp_spin, so the start-up line can tell our
 // default from a value the user exported.
 inline constexpr const char* kSpinDefaultMarker = "HALFGRAD_SPIN_DEFAULT";

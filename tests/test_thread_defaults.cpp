@@ -128,10 +128,10 @@ TEST_CASE("thread defaults: the wait policy in force, the user's named as theirs
 
 TEST_CASE("thread defaults: the start-up line names every choice and where it came from") {
   ThreadSettings s = choose_thread_settings(inputs(2));
-  s.wait = "bounded spin, GOMP_SPINCOUNT=10000 (default)";
+  s.wait = "bounded spin, GOMP_SPINCOUNT=3000 (default)";
   CHECK(s.describe() ==
         "2 OpenMP threads (cores) on 2 usable cores | 0 loader workers (default) | bounded spin, "
-        "GOMP_SPINCOUNT=10000 (default)");
+        "GOMP_SPINCOUNT=3000 (default)");
   ThreadInputs in = inputs(1);
   in.workers_flag = 1;
   s = choose_thread_settings(in);

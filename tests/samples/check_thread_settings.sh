@@ -25,7 +25,7 @@ cores=$(sed -n 's/.* OpenMP threads\{0,1\} (cores) on \([0-9]*\) usable cores\{0
 [[ -n "$cores" ]] || fail "no default thread count: $line"
 expect "$cores OpenMP thread" "$line"
 expect "0 loader workers (default)" "$line"
-expect "bounded spin, GOMP_SPINCOUNT=10000 (default)" "$line"
+expect "bounded spin, GOMP_SPINCOUNT=3000 (default)" "$line"
 
 # The cores are the affinity's, not the machine's.
 line=$("${clean[@]}" taskset -c 0 "$bin_dir/train_gpt" "${tiny[@]}" 2>&1 | head -1)
@@ -33,7 +33,7 @@ expect "1 OpenMP thread (cores) on 1 usable core " "$line"
 
 # libgomp itself read the bounded spin (its own report of its environment, after the re-exec).
 spin=$("${clean[@]}" OMP_DISPLAY_ENV=verbose "$bin_dir/train_gpt" "${tiny[@]}" 2>&1 | grep "GOMP_SPINCOUNT = " | tail -1)
-expect "GOMP_SPINCOUNT = '10000'" "$spin"
+expect "GOMP_SPINCOUNT = '3000'" "$spin"
 
 line=$(gpt OMP_NUM_THREADS=1)
 expect "1 OpenMP thread (OMP_NUM_THREADS)" "$line"
@@ -63,13 +63,13 @@ expect "libgomp's default spin (GOMP_SPINCOUNT unset)" "$line"
 args=(--save "$work/a model.safetensors")
 out=$("${clean[@]}" HALFGRAD_DIST_TIMEOUT=77 "$bin_dir/train_gpt" "${tiny[@]}" "${args[@]}" 2>&1) || fail "exited $?: $out"
 [[ -s "$work/a model.safetensors" ]] || fail "--save with a space in the path wrote nothing: $out"
-expect "bounded spin, GOMP_SPINCOUNT=10000 (default)" "$out"
+expect "bounded spin, GOMP_SPINCOUNT=3000 (default)" "$out"
 
 # The other samples name their settings too.
 line=$("${clean[@]}" "$bin_dir/train_mlp" --classes 3 --points 60 --width 8 --steps 2 --eval-every 0 --threads 0 2>&1 |
        head -1)
 expect "OpenMP thread" "$line"
-expect "bounded spin, GOMP_SPINCOUNT=10000 (default)" "$line"
+expect "bounded spin, GOMP_SPINCOUNT=3000 (default)" "$line"
 line=$("${clean[@]}" OMP_WAIT_POLICY=passive "$bin_dir/train_cnn" --channels 2 --batch 8 --steps 1 --eval-every 0 \
        --eval-images 8 --threads 1 2>&1 | head -1)
 expect "1 OpenMP thread (--threads)" "$line"
