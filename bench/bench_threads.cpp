@@ -41,11 +41,11 @@ using namespace hg;
 namespace {
 
 struct Setting {
-  std::string name;       // "w0 t2 bounded" or "default"
-  int workers = -1;       // -1: not given (the default row)
-  int threads = 0;        // 0: not given
-  std::string wait;       // "libgomp", "passive", "bounded" or "default"
-  int64_t spin = 0;       // GOMP_SPINCOUNT for "bounded"
+  std::string name;  // "w0 t2 bounded" or "default"
+  int workers = -1;  // -1: not given (the default row)
+  int threads = 0;   // 0: not given
+  std::string wait;  // "libgomp", "passive", "bounded" or "default"
+  int64_t spin = 0;  // GOMP_SPINCOUNT for "bounded"
   bool is_default = false;
 };
 
@@ -64,8 +64,8 @@ double quantile(std::vector<double> v, double q) {
 // The environment of a child: ours without any variable that picks threads or a wait policy, plus
 // the setting's.
 std::vector<std::string> child_environment(const Setting& s) {
-  static const char* kDropped[] = {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "HALFGRAD_SPIN_DEFAULT",
-                                   "HALFGRAD_NO_REEXEC", "OMP_DISPLAY_ENV", "OMP_PROC_BIND", "OMP_PLACES"};
+  static const char* kDropped[] = {"OMP_NUM_THREADS",    "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "HALFGRAD_SPIN_DEFAULT",
+                                   "HALFGRAD_NO_REEXEC", "OMP_DISPLAY_ENV", "OMP_PROC_BIND",  "OMP_PLACES"};
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string var = *e;
@@ -85,9 +85,9 @@ void run_once(const std::string& train_gpt, const Setting& s, int64_t steps, int
               Samples& out) {
   const std::string metrics = dir + "/metrics.jsonl", stdout_path = dir + "/stdout.txt";
   std::remove(metrics.c_str());
-  std::vector<std::string> args = {train_gpt,        "--steps",       std::to_string(steps), "--eval-every", "0",
-                                   "--sample",       "0",             "--eval-problems",      "10",
-                                   "--metrics-log",  metrics,         "--warmup",             "0"};
+  std::vector<std::string> args = {
+      train_gpt,         "--steps", std::to_string(steps), "--eval-every", "0",        "--sample", "0",
+      "--eval-problems", "10",      "--metrics-log",       metrics,        "--warmup", "0"};
   if (s.workers >= 0) args.insert(args.end(), {"--workers", std::to_string(s.workers)});
   if (s.threads > 0) args.insert(args.end(), {"--threads", std::to_string(s.threads)});
   const std::vector<std::string> env = child_environment(s);
@@ -180,8 +180,10 @@ void run_matrix(const std::string& train_gpt, const std::vector<Setting>& settin
   for (const Setting& s : settings) {
     const Samples& r = results[s.name];
     const double median = quantile(r.step_ms, 0.5);
-    if (s.is_default) default_median = median;
-    else if (median < best_median) best_median = median, best = s.name;
+    if (s.is_default)
+      default_median = median;
+    else if (median < best_median)
+      best_median = median, best = s.name;
     bench::JsonLine("threads")
         .add("setting", s.name)
         .add("busy_processes", (long long)busy)
@@ -218,8 +220,8 @@ int main(int argc, char** argv) {
   int64_t& skip = flags.add_int("skip", 10, "leading steps of each run left out of the statistics", 0);
   int64_t& rounds = flags.add_int("rounds", 2, "interleaved rounds over the matrix", 1);
   int64_t& busy = flags.add_int("busy", 1, "competing spinning processes for the second matrix (0: none)", 0, 64);
-  std::string& spin_list = flags.add_string("spin", "1000,3000,10000",
-                                            "comma-separated GOMP_SPINCOUNT values for the bounded rows");
+  std::string& spin_list =
+      flags.add_string("spin", "1000,3000,10000", "comma-separated GOMP_SPINCOUNT values for the bounded rows");
   bool& quick = flags.add_bool("quick", false, "a smaller matrix (workers 0/1), 20 steps, one round");
   flags.parse(argc, argv);
   if (quick) steps = std::min<int64_t>(steps, 20), skip = std::min<int64_t>(skip, 5), rounds = 1;
@@ -235,7 +237,8 @@ int main(int argc, char** argv) {
     char* end = nullptr;
     const long long spin = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || spin < 0)
-      samples::exit_with_usage_error("bench_threads", "--spin " + spin_list + ": expected integers >= 0, comma-separated");
+      samples::exit_with_usage_error("bench_threads",
+                                     "--spin " + spin_list + ": expected integers >= 0, comma-separated");
     spins.push_back(spin);
   }
   const std::vector<Setting> settings = matrix(cores, quick, spins);

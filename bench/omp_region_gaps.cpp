@@ -57,7 +57,9 @@ extern "C" void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_thread
 __attribute__((destructor)) static void report() {
   std::vector<double> g = gaps;
   std::sort(g.begin(), g.end());
-  const auto quantile = [&](double q) { return g.empty() ? 0.0 : g[std::min(g.size() - 1, size_t(q * double(g.size())))]; };
+  const auto quantile = [&](double q) {
+    return g.empty() ? 0.0 : g[std::min(g.size() - 1, size_t(q * double(g.size())))];
+  };
   double total = 0;
   for (double x : g) total += x;
   std::fprintf(stderr,

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   return samples::guarded_main(kProgram, [&] {
     samples::Flags flags(kProgram,
                          "Writes text with a trained GPT, streaming each token to stdout as it is drawn (the prompt\n"
-                         "first). Byte-level models (vocabulary 256) need no tokenizer.");
+                         "first). Byte-level models (vocabulary 256) need no tokenizer." HG_THREADS_HELP);
     auto& model_path =
         flags.add_string("model", "",
                          "the model: a safetensors file (train_gpt --save) or a GPT-2 directory (model.safetensors + "
@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
     auto& use_cache = flags.add_bool("cache", true, "use the KV cache (--no-cache: recompute the window per token)");
     auto& precision = flags.add_string("precision", "fp32", "compute dtype of the model: fp32, bf16 or fp16");
     auto& stop_at_eot = flags.add_bool("stop-at-eot", true, "stop at the tokenizer's <|endoftext|>");
-    auto& threads = flags.add_int("threads", 0, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores)", 0, 4096);
+    auto& threads =
+        flags.add_int("threads", 0, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores)", 0, 4096);
     flags.after_parse([&] {
       if (model_path.empty()) samples::exit_with_usage_error(kProgram, "--model FILE is required");
       std::error_code not_a_directory;  // a directory is GPT::load's to judge (its model.safetensors)

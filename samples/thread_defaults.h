@@ -50,16 +50,22 @@ inline constexpr int64_t kBoundedSpinCount = 3000;
 // default from a value the user exported.
 inline constexpr const char* kSpinDefaultMarker = "HALFGRAD_SPIN_DEFAULT";
 
+// The paragraph each sample's --help ends with (a test checks it names kBoundedSpinCount).
+#define HG_THREADS_HELP                                                                                \
+  "\nThreads: --threads 0 takes the usable cores (affinity, cgroup quota) less any loader workers;\n"  \
+  "idle OpenMP threads spin GOMP_SPINCOUNT=3000 pause iterations, then sleep. --threads, --workers,\n" \
+  "OMP_NUM_THREADS, OMP_WAIT_POLICY and GOMP_SPINCOUNT override (docs/threads.md)."
+
 // Reads an environment variable (nullptr when unset): std::getenv, or a map in the tests.
 using EnvLookup = std::function<const char*(const char*)>;
 
 struct ThreadInputs {
-  int cores = 1;                         // usable_cores()
-  bool cuda = false;                     // the model trains on a CUDA device
-  bool has_loader = true;                // the program has data-loader workers at all
-  int64_t threads_flag = 0;              // --threads (0: choose)
-  std::optional<int64_t> workers_flag;   // --workers when given
-  std::optional<int> omp_num_threads;    // OMP_NUM_THREADS's first value, when set to one > 0
+  int cores = 1;                        // usable_cores()
+  bool cuda = false;                    // the model trains on a CUDA device
+  bool has_loader = true;               // the program has data-loader workers at all
+  int64_t threads_flag = 0;             // --threads (0: choose)
+  std::optional<int64_t> workers_flag;  // --workers when given
+  std::optional<int> omp_num_threads;   // OMP_NUM_THREADS's first value, when set to one > 0
 };
 
 struct ThreadSettings {
@@ -70,7 +76,7 @@ struct ThreadSettings {
   int workers = 0;
   std::string workers_from;  // "--workers" or "default"
   bool has_loader = true;
-  std::string wait;          // the wait policy in words, from wait_policy_description
+  std::string wait;  // the wait policy in words, from wait_policy_description
   // "2 OpenMP threads (cores) on 2 usable cores | 0 loader workers (default) | spin: bounded, ..."
   std::string describe() const;
 };

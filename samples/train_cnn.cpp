@@ -26,7 +26,7 @@ namespace {
 struct Config {
   samples::Flags flags{"train_cnn",
                        "Trains a small CNN (conv-relu-pool x2, linear) on procedurally drawn digits and reports "
-                       "held-out accuracy."};
+                       "held-out accuracy." HG_THREADS_HELP};
   std::string& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
   int64_t& size = flags.add_int("size", 16, "image side in pixels (a multiple of 4, 8 to 256)", 8);
   int64_t& channels = flags.add_int("channels", 16, "channels of the first conv (the second has twice as many)", 1);
@@ -39,7 +39,9 @@ struct Config {
   int64_t& eval_images = flags.add_int("eval-images", 2000, "held-out images per evaluation", 1);
   int64_t& seed =
       flags.add_int("seed", 1337, "random seed (weights, training images; held-out images use seed + 1)", 0);
-  int64_t& threads = flags.add_int("threads", 1, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores; one suits a model this small)", 0);
+  int64_t& threads = flags.add_int(
+      "threads", 1, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores; one suits a model this small)",
+      0);
   int64_t& show = flags.add_int("show", 0, "draw N held-out images with the model's answers at the end", 0);
 
   Config(int argc, char** argv) {

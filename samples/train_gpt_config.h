@@ -5,6 +5,7 @@
 #include <string>
 
 #include "samples/cli.h"
+#include "samples/thread_defaults.h"
 
 namespace hg::samples {
 
@@ -15,7 +16,7 @@ struct TrainGptConfig {
   Flags flags{kProgram,
               "Trains a GPT on the CPU or a CUDA device. By default it learns 3-digit addition (byte-level)\n"
               "and reports exact-match accuracy on held-out problems; --data trains on a text file\n"
-              "(byte-level) or on token shards (prepare_data, BPE with --tokenizer) instead."};
+              "(byte-level) or on token shards (prepare_data, BPE with --tokenizer) instead." HG_THREADS_HELP};
   std::string& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
   std::string& data = flags.add_string("data", "",
                                        "train on this text file (byte-level) or these comma-separated "

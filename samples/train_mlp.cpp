@@ -26,8 +26,9 @@ namespace {
 
 // Every flag, bound by name to the member that holds its value.
 struct Config {
-  samples::Flags flags{"train_mlp",
-                       "Trains an MLP to tell interleaved 2-D spiral arms apart and reports held-out accuracy."};
+  samples::Flags flags{
+      "train_mlp",
+      "Trains an MLP to tell interleaved 2-D spiral arms apart and reports held-out accuracy." HG_THREADS_HELP};
   std::string& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
   int64_t& classes = flags.add_int("classes", 5, "spiral arms (classes)", 2);
   double& turns = flags.add_double("turns", 1.5, "turns of each arm", 0.0, 10.0);
@@ -42,7 +43,9 @@ struct Config {
   double& weight_decay = flags.add_double("weight-decay", 0.0, "AdamW decoupled weight decay", 0.0);
   int64_t& eval_every = flags.add_int("eval-every", 500, "evaluate every N steps (0: only at the end)", 0);
   int64_t& seed = flags.add_int("seed", 1337, "random seed (weights, data, batches)", 0);
-  int64_t& threads = flags.add_int("threads", 1, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores; one suits a model this small)", 0);
+  int64_t& threads = flags.add_int(
+      "threads", 1, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores; one suits a model this small)",
+      0);
 
   Config(int argc, char** argv) {
     // The checks parse() cannot make, run by parse() before --print-config prints.

@@ -134,7 +134,12 @@ TEST_CASE("thread defaults: the start-up line names every choice and where it ca
         "GOMP_SPINCOUNT=3000 (default)");
   ThreadInputs in = inputs(1);
   in.workers_flag = 1;
-  s = choose_thread_settings(in);
-  s.wait = "w";
-  CHECK(s.describe() == "1 OpenMP thread (cores) on 1 usable core | 1 loader worker (--workers) | w");
+  ThreadSettings one = choose_thread_settings(in);
+  one.wait = "passive";
+  CHECK(one.describe() == "1 OpenMP thread (cores) on 1 usable core | 1 loader worker (--workers) | passive");
+}
+
+TEST_CASE("thread defaults: --help states the spin count in force") {
+  const std::string help = HG_THREADS_HELP;
+  CHECK(help.find("GOMP_SPINCOUNT=" + std::to_string(kBoundedSpinCount) + " ") != std::string::npos);
 }
