@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
@@ -40,7 +41,7 @@ double median(std::vector<double> v) {
 
 Device g_device = kCPU;
 DType g_precision = DType::f32;  // --precision: f32, or bf16 / f16 with fp32 master weights
-RuntimeCounters g_last_step;  // the runtime calls of the last timed step
+RuntimeCounters g_last_step;     // the runtime calls of the last timed step
 
 // Waits for the device's queued work, so a step's time includes it.
 void sync_device() {
@@ -187,21 +188,46 @@ int main(int argc, char** argv) {
   try {
     for (int i = 1; i < argc; ++i) {
       const bool has_value = i + 1 < argc;
-      if (std::strcmp(argv[i], "--quick") == 0) steps = 2;
-      else if (std::strcmp(argv[i], "--steps") == 0 && has_value) steps = std::max(1, std::atoi(argv[++i]));
-      else if (std::strcmp(argv[i], "--device") == 0 && has_value) g_device = Device::parse(argv[++i]);
-      else if (std::strcmp(argv[i], "--precision") == 0 && has_value) g_precision = parse_precision(argv[++i]);
-      else if (std::strcmp(argv[i], "--threads") == 0 && has_value) omp_set_num_threads(std::max(1, std::atoi(argv[++i])));
-      else if (std::strcmp(argv[i], "--models") == 0 && has_value) models = argv[++i];
-      else throw Error(std::string("bench_train: unknown or incomplete argument \"") + argv[i] +
-                       "\"; expected --quick, --steps N, --device cpu|cuda, --precision fp32|bf16|fp16, "
-                       "--threads N, --models gpt256,gpt64,mlp");
+      if (std::strcmp(argv[i], "--quick") == 0)
+        steps = 2;
+      else if (std::strcmp(argv[i], "--steps") == 0 && has_value)
+        steps = std::max(1, std::atoi(argv[++i]));
+      else if (std::strcmp(argv[i], "--device") == 0 && has_value)
+        g_device = Device::parse(argv[++i]);
+      else if (std::strcmp(argv[i], "--precision") == 0 && has_value)
+        g_precision = parse_precision(argv[++i]);
+      else if (std::strcmp(argv[i], "--threads") == 0 && has_value)
+        omp_set_num_threads(std::max(1, std::atoi(argv[++i])));
+      else if (std::strcmp(argv[i], "--models") == 0 && has_value)
+        models = argv[++i];
+      else
+        throw Error(std::string("bench_train: unknown or incomplete argument \"") + argv[i] +
+                    "\"; expected --quick, --steps N, --device cpu|cuda, --precision fp32|bf16|fp16, "
+                    "--threads N, --models gpt256,gpt64,mlp");
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
-  auto wanted = [&](const std::string& name) { return ("," + models + ",").find("," + name + ",") != std::string::npos; };
+  // --models: a comma-separated subset of gpt256, gpt64, mlp.
+  const std::vector<std::string> known = {"gpt256", "gpt64", "mlp"};
+  std::vector<std::string> wanted_models;
+  for (size_t start = 0; start <= models.size();) {
+    const size_t end = std::min(models.find(',', start), models.size());
+    const std::string name = models.substr(start, end - start);
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::fprintf(stderr,
+                   "bench_train: unknown --models entry \"%s\"; expected a comma-separated subset of "
+                   "gpt256, gpt64, mlp\n",
+                   name.c_str());
+      return 2;
+    }
+    wanted_models.push_back(name);
+    start = end + 1;
+  }
+  auto wanted = [&](const std::string& name) {
+    return std::find(wanted_models.begin(), wanted_models.end(), name) != wanted_models.end();
+  };
   try {
     if (wanted("gpt256")) bench_gpt("gpt_L4_H4_C256_T256_B8", 4, 4, 256, 256, 8, steps);
     if (wanted("gpt64")) bench_gpt("gpt_L4_H4_C256_T64_B4", 4, 4, 256, 64, 4, steps * 3);
