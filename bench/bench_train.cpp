@@ -5,13 +5,22 @@
 //   GPT: 6 N B T + 12 L C T B T      MLP: 6 N B
 // and the achieved GFLOP/s. On a CUDA device also "runtime": the CUDA runtime calls of the last timed
 // step (kernels/runtime_counters.h; the timing's own synchronisation excluded).
-// Usage: bench_train [--quick] [--steps N] [--device cpu|cuda]
+// --precision bf16|fp16 runs halfgrad's mixed precision the way train_gpt and bench_precision do:
+// model.to(half dtype), fp32 master weights and moments in AdamW (set_mixed_precision), and for fp16
+// the dynamic loss scaler (scale, unscale, inf/NaN check and update inside the timed step); the MLP's
+// input is converted to the half dtype once, outside the timing. fp32 is the plain path above.
+// FLOPs are counted the same way for every precision. Every line carries "precision".
+// bench/peers/pytorch_train.py runs the same workloads in PyTorch with the same keys.
+// Usage: bench_train [--quick] [--steps N] [--device cpu|cuda] [--precision fp32|bf16|fp16]
+//                    [--threads N] [--models gpt256,gpt64,mlp]
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
@@ -31,11 +40,28 @@ double median(std::vector<double> v) {
 }
 
 Device g_device = kCPU;
-RuntimeCounters g_last_step;  // the runtime calls of the last timed step
+DType g_precision = DType::f32;  // --precision: f32, or bf16 / f16 with fp32 master weights
+RuntimeCounters g_last_step;     // the runtime calls of the last timed step
 
 // Waits for the device's queued work, so a step's time includes it.
 void sync_device() {
   if (g_device.is_cuda()) cuda::synchronize(g_device.index);
+}
+
+// --precision's spellings (train_gpt's: train/precision.h).
+DType parse_precision(const std::string& value) {
+  if (value == "fp32") return DType::f32;
+  if (value == "bf16") return DType::bf16;
+  if (value == "fp16") return DType::f16;
+  throw Error("bench_train: unknown --precision \"" + value + "\"; expected fp32, bf16 or fp16");
+}
+const char* precision_name(DType dtype) {
+  return dtype == DType::bf16 ? "bf16" : dtype == DType::f16 ? "fp16" : "fp32";
+}
+
+// train_gpt's default scaler for the precision: dynamic for fp16, none otherwise.
+optim::LossScaler loss_scaler() {
+  return g_precision == DType::f16 ? optim::LossScaler::dynamic() : optim::LossScaler::none();
 }
 
 template <class Step>
@@ -58,20 +84,38 @@ void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t
   manual_seed(1);
   const auto config = nn::GPTConfig().vocab_size(256).context(T).n_layer(L).n_head(H).n_embd(C);
   nn::GPT model(config);
+  model.to(g_precision);
   model.to(g_device);
   optim::AdamW optimizer(model.parameters(), optim::AdamWOptions().lr(3e-4).weight_decay(0.1));
   const Tensor ids = randint(0, 256, {B, T}, i64, g_device);
   const Tensor targets = randint(0, 256, {B, T}, i64, g_device);
-  const auto ms = time_steps(2, steps, [&] {
-    model.loss(ids, targets).backward();
-    optim::clip_grad_norm(model.parameters(), 1.0);
-    optimizer.step();
-    optimizer.zero_grad();
-  });
+  std::vector<double> ms;
+  if (g_precision == DType::f32) {
+    ms = time_steps(2, steps, [&] {
+      model.loss(ids, targets).backward();
+      optim::clip_grad_norm(model.parameters(), 1.0);
+      optimizer.step();
+      optimizer.zero_grad();
+    });
+  } else {
+    // bench_precision's mixed-precision step: scale -> backward -> unscale -> clip -> step -> update.
+    optimizer.set_mixed_precision(optim::MixedPrecisionOptions().master_weights(true));
+    optim::LossScaler scaler = loss_scaler();
+    ms = time_steps(2, steps, [&] {
+      scaler.scale(model.loss(ids, targets)).backward();
+      scaler.unscale_(optimizer);
+      optimizer.clip_grad_norm(1.0);
+      scaler.step(optimizer);
+      scaler.update();
+      optimizer.zero_grad();
+    });
+  }
   const double n = double(model.parameter_count());
   const double flops = 6 * n * B * T + 12.0 * L * C * T * B * T;
   const double step_ms = median(ms);
   bench::JsonLine("train_step")
+      .add("impl", "halfgrad")
+      .add("precision", precision_name(g_precision))
       .add("model", name)
       .add("params", (long long)model.parameter_count())
       .add("batch", (long long)B)
@@ -92,20 +136,36 @@ void bench_mlp(int steps) {
   nn::Sequential model({std::make_shared<nn::Linear>(784, 1024), std::make_shared<nn::ReLU>(),
                         std::make_shared<nn::Linear>(1024, 1024), std::make_shared<nn::ReLU>(),
                         std::make_shared<nn::Linear>(1024, 10)});
+  model.to(g_precision);
   model.to(g_device);
   optim::AdamW optimizer(model.parameters(), optim::AdamWOptions().lr(1e-3));
   const int64_t B = 256;
-  const Tensor x = randn({B, 784}, f32, g_device);
+  const Tensor x = randn({B, 784}, f32, g_device).to(g_precision);
   const Tensor y = randint(0, 10, {B}, i64, g_device);
-  const auto ms = time_steps(2, steps, [&] {
-    cross_entropy(model.forward(x), y).backward();
-    optimizer.step();
-    optimizer.zero_grad();
-  });
+  std::vector<double> ms;
+  if (g_precision == DType::f32) {
+    ms = time_steps(2, steps, [&] {
+      cross_entropy(model.forward(x), y).backward();
+      optimizer.step();
+      optimizer.zero_grad();
+    });
+  } else {
+    optimizer.set_mixed_precision(optim::MixedPrecisionOptions().master_weights(true));
+    optim::LossScaler scaler = loss_scaler();
+    ms = time_steps(2, steps, [&] {
+      scaler.scale(cross_entropy(model.forward(x), y)).backward();
+      scaler.unscale_(optimizer);
+      scaler.step(optimizer);
+      scaler.update();
+      optimizer.zero_grad();
+    });
+  }
   const double n = double(model.parameter_count());
   const double flops = 6 * n * B;
   const double step_ms = median(ms);
   bench::JsonLine("train_step")
+      .add("impl", "halfgrad")
+      .add("precision", precision_name(g_precision))
       .add("model", "mlp_784_1024_1024_10")
       .add("params", (long long)model.parameter_count())
       .add("batch", (long long)B)
@@ -124,17 +184,61 @@ void bench_mlp(int steps) {
 
 int main(int argc, char** argv) {
   int steps = 10;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) steps = 2;
-    if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = std::max(1, std::atoi(argv[++i]));
-    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) g_device = Device::parse(argv[++i]);
-  }
+  std::string models = "gpt256,gpt64,mlp";
   try {
-    bench_gpt("gpt_L4_H4_C256_T256_B8", 4, 4, 256, 256, 8, steps);
-    bench_gpt("gpt_L4_H4_C256_T64_B4", 4, 4, 256, 64, 4, steps * 3);
-    bench_mlp(steps * 3);
+    for (int i = 1; i < argc; ++i) {
+      const bool has_value = i + 1 < argc;
+      if (std::strcmp(argv[i], "--quick") == 0)
+        steps = 2;
+      else if (std::strcmp(argv[i], "--steps") == 0 && has_value)
+        steps = std::max(1, std::atoi(argv[++i]));
+      else if (std::strcmp(argv[i], "--device") == 0 && has_value)
+        g_device = Device::parse(argv[++i]);
+      else if (std::strcmp(argv[i], "--precision") == 0 && has_value)
+        g_precision = parse_precision(argv[++i]);
+      else if (std::strcmp(argv[i], "--threads") == 0 && has_value)
+        omp_set_num_threads(std::max(1, std::atoi(argv[++i])));
+      else if (std::strcmp(argv[i], "--models") == 0 && has_value)
+        models = argv[++i];
+      else
+        throw Error(std::string("bench_train: unknown or incomplete argument \"") + argv[i] +
+                    "\"; expected --quick, --steps N, --device cpu|cuda, --precision fp32|bf16|fp16, "
+                    "--threads N, --models gpt256,gpt64,mlp");
+    }
   } catch (const Error& e) {
-    bench::JsonLine("train_step").add("device", g_device.str()).add("error", e.what()).print();
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+  // --models: a comma-separated subset of gpt256, gpt64, mlp.
+  const std::vector<std::string> known = {"gpt256", "gpt64", "mlp"};
+  std::vector<std::string> wanted_models;
+  for (size_t start = 0; start <= models.size();) {
+    const size_t end = std::min(models.find(',', start), models.size());
+    const std::string name = models.substr(start, end - start);
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::fprintf(stderr,
+                   "bench_train: unknown --models entry \"%s\"; expected a comma-separated subset of "
+                   "gpt256, gpt64, mlp\n",
+                   name.c_str());
+      return 2;
+    }
+    wanted_models.push_back(name);
+    start = end + 1;
+  }
+  auto wanted = [&](const std::string& name) {
+    return std::find(wanted_models.begin(), wanted_models.end(), name) != wanted_models.end();
+  };
+  try {
+    if (wanted("gpt256")) bench_gpt("gpt_L4_H4_C256_T256_B8", 4, 4, 256, 256, 8, steps);
+    if (wanted("gpt64")) bench_gpt("gpt_L4_H4_C256_T64_B4", 4, 4, 256, 64, 4, steps * 3);
+    if (wanted("mlp")) bench_mlp(steps * 3);
+  } catch (const Error& e) {
+    bench::JsonLine("train_step")
+        .add("impl", "halfgrad")
+        .add("precision", precision_name(g_precision))
+        .add("device", g_device.str())
+        .add("error", e.what())
+        .print();
     return 1;
   }
   return 0;
