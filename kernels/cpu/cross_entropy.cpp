@@ -15,8 +15,9 @@
 // summed serially in row order after the parallel loop, the CUDA backend's contract on the host.
 //
 // Parallel strategy: one row per OpenMP iteration (static schedule) once rows * cols is large.
-// f16/bf16 rows are widened into a per-thread float row and dlogits narrowed from one, through
-// convert.h's SIMD conversions.
+// f16 rows (and bf16 rows in builds below AVX2) are widened into a per-thread float row and dlogits
+// narrowed from one, through convert.h's SIMD conversions; bf16 on AVX2+ builds converts inside the
+// loops (convert.h, kFuseConversion).
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -95,14 +96,21 @@ void forward_typed(const T* x, const I* targets, acc_t<T>* loss, acc_t<T>* lse, 
     std::vector<A> staged(is_staged_v<T> ? size_t(cols) : 0);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const A* row = staged_row(x + r * cols, staged, cols);
       const int64_t t = int64_t(targets[r]);
-      const A row_lse = row_logsumexp(row, cols);
+      A row_lse, target_logit = 0;
+      if constexpr (kFuseConversion<T>) {  // bf16 on AVX2+ builds: converted inside the loops
+        row_lse = row_logsumexp(x + r * cols, cols);
+        if (t != ignore_index) target_logit = A(x[r * cols + t]);
+      } else {
+        const A* row = staged_row(x + r * cols, staged, cols);
+        row_lse = row_logsumexp(row, cols);
+        if (t != ignore_index) target_logit = row[t];
+      }
       lse[r] = row_lse;
       if (t == ignore_index) {
         loss[r] = A(0);
       } else {
-        loss[r] = row_lse - row[t];
+        loss[r] = row_lse - target_logit;
         ++counted;
       }
     }
@@ -130,13 +138,19 @@ void backward_typed(const T* x, const I* targets, const acc_t<T>* lse, const acc
         for (int64_t c = 0; c < cols; ++c) drow[c] = T(A(0));
         continue;
       }
-      const A* __restrict row = staged_row(x + r * cols, staged, cols);
-      A* __restrict d = staged_dx.data();
-      if constexpr (!is_staged_v<T>) d = drow;
       const A g = dloss[r], row_lse = lse[r];
-      for (int64_t c = 0; c < cols; ++c) d[c] = g * vexp(row[c] - row_lse);
-      d[t] = g * (vexp(row[t] - row_lse) - A(1));
-      if constexpr (is_staged_v<T>) from_float(d, drow, cols);
+      if constexpr (kFuseConversion<T>) {  // bf16 on AVX2+ builds: converted inside the loop
+        const T* __restrict row = x + r * cols;
+        for (int64_t c = 0; c < cols; ++c) drow[c] = T(g * vexp(A(row[c]) - row_lse));
+        drow[t] = T(g * (vexp(A(row[t]) - row_lse) - A(1)));
+      } else {
+        const A* __restrict row = staged_row(x + r * cols, staged, cols);
+        A* __restrict d = staged_dx.data();
+        if constexpr (!is_staged_v<T>) d = drow;
+        for (int64_t c = 0; c < cols; ++c) d[c] = g * vexp(row[c] - row_lse);
+        d[t] = g * (vexp(row[t] - row_lse) - A(1));
+        if constexpr (is_staged_v<T>) from_float(d, drow, cols);
+      }
     }
   }
 }

@@ -65,14 +65,20 @@ constexpr bool is_staged_v = !std::is_same_v<T, acc_t<T>>;
 
 // Half types: the inputs are widened into float buffers and the results narrowed from one, both
 // through convert.h's SIMD conversions (bit-identical to T(float) and float(T)).
+// bf16 on AVX2+ builds (kFuseConversion): widened inline and narrowed in the math loop itself.
 template <class T, class Fn, class... In, size_t... K>
 void map_chunk_staged(int64_t count, Fn& fn, T* out, std::index_sequence<K...>, const In*... in) {
   using A = acc_t<T>;
   A staged_in[sizeof...(In)][kChunk];
-  A staged_out[kChunk];
-  (to_float(in, staged_in[K], count), ...);
-  for (int64_t i = 0; i < count; ++i) staged_out[i] = fn(staged_in[K][i]...);
-  from_float(staged_out, out, count);
+  if constexpr (kFuseConversion<T>) {
+    ((void)[&] { for (int64_t i = 0; i < count; ++i) staged_in[K][i] = A(in[i]); }(), ...);
+    for (int64_t i = 0; i < count; ++i) out[i] = T(fn(staged_in[K][i]...));
+  } else {
+    A staged_out[kChunk];
+    (to_float(in, staged_in[K], count), ...);
+    for (int64_t i = 0; i < count; ++i) staged_out[i] = fn(staged_in[K][i]...);
+    from_float(staged_out, out, count);
+  }
 }
 
 template <class T, class Fn, class... In>
@@ -159,7 +165,7 @@ void binary_row_direct(const T* __restrict a, int64_t sa, const T* __restrict b,
 template <class T, class Op>
 void binary_row(const T* __restrict a, int64_t sa, const T* __restrict b, int64_t sb, T* __restrict y, int64_t n,
                 Op op) {
-  if constexpr (!is_staged_v<T>) {
+  if constexpr (!is_staged_v<T> || kFuseConversion<T>) {
     binary_row_direct(a, sa, b, sb, y, n, op);
   } else {
     using A = acc_t<T>;

@@ -61,9 +61,9 @@ std::vector<acc_t<T>> param_as_acc(const void* param, int64_t cols, acc_t<T> fal
   return out;
 }
 
-// Normalises one row of x into y (both acc_t; half rows are narrowed by the caller).
-template <class A>
-void normalize_row(const A* __restrict x, const A* __restrict w, const A* __restrict b, A* __restrict y, int64_t cols,
+// Normalises one row of x (acc_t) into y (acc_t, or bf16 narrowed in the same pass).
+template <class A, class Y>
+void normalize_row(const A* __restrict x, const A* __restrict w, const A* __restrict b, Y* __restrict y, int64_t cols,
                    A eps, A& mean_out, A& rstd_out) {
   A sum = 0;
 #pragma omp simd reduction(+ : sum)
@@ -73,7 +73,7 @@ void normalize_row(const A* __restrict x, const A* __restrict w, const A* __rest
 #pragma omp simd reduction(+ : squares)
   for (int64_t c = 0; c < cols; ++c) squares += (x[c] - mean) * (x[c] - mean);
   const A rstd = A(1) / std::sqrt(squares / A(cols) + eps);
-  for (int64_t c = 0; c < cols; ++c) y[c] = (x[c] - mean) * rstd * w[c] + b[c];
+  for (int64_t c = 0; c < cols; ++c) y[c] = Y((x[c] - mean) * rstd * w[c] + b[c]);
   mean_out = mean;
   rstd_out = rstd;
 }
@@ -92,10 +92,10 @@ void forward_typed(const T* x, const void* weight, const void* bias, T* y, acc_t
     for (int64_t r = 0; r < rows; ++r) {
       const A* xr = row_as_acc(x + r * cols, x_staging, cols);
       A row_mean, row_rstd;
-      if constexpr (is_staged_v<T>) {
+      if constexpr (is_staged_v<T> && !kFuseConversion<T>) {
         normalize_row(xr, w.data(), b.data(), y_staging.data(), cols, eps, row_mean, row_rstd);
         from_float(y_staging.data(), y + r * cols, cols);
-      } else {
+      } else {  // f32/f64, and bf16 narrowed inline in the same pass (kFuseConversion)
         normalize_row(xr, w.data(), b.data(), y + r * cols, cols, eps, row_mean, row_rstd);
       }
       if (mean) mean[r] = row_mean;
@@ -130,12 +130,12 @@ void backward_row(const T* x_row, const T* dy_row, T* dx_row, const acc_t<T>* w,
     sum_gx += g[c] * xhat[c];
   }
   const A mean_g = sum_g / A(cols), mean_gx = sum_gx / A(cols);
-  if constexpr (is_staged_v<T>) {
+  if constexpr (is_staged_v<T> && !kFuseConversion<T>) {
     A* __restrict dx = scratch.dx.data();
     for (int64_t c = 0; c < cols; ++c) dx[c] = rstd * (g[c] - mean_g - xhat[c] * mean_gx);
     from_float(dx, dx_row, cols);
   } else {
-    for (int64_t c = 0; c < cols; ++c) dx_row[c] = rstd * (g[c] - mean_g - xhat[c] * mean_gx);
+    for (int64_t c = 0; c < cols; ++c) dx_row[c] = T(rstd * (g[c] - mean_g - xhat[c] * mean_gx));
   }
   if (dw_partial) {
     for (int64_t c = 0; c < cols; ++c) {

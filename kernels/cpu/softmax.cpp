@@ -117,8 +117,12 @@ void softmax_forward_typed(const T* x, T* y, int64_t rows, int64_t cols, bool lo
         softmax_row(x + r * cols, y + r * cols, y + r * cols, cols, visible, log);
       } else {
         load_row(x + r * cols, staged.data(), cols);
-        softmax_row<A>(staged.data(), staged.data(), staged.data(), cols, visible, log);
-        store_row(staged.data(), y + r * cols, cols);
+        if constexpr (kFuseConversion<T>) {  // bf16 on AVX2+ builds: narrowed in the final pass
+          softmax_row(staged.data(), staged.data(), y + r * cols, cols, visible, log);
+        } else {
+          softmax_row<A>(staged.data(), staged.data(), staged.data(), cols, visible, log);
+          store_row(staged.data(), y + r * cols, cols);
+        }
       }
     }
   }
