@@ -35,10 +35,10 @@ constexpr bool is_staged_v = !std::is_same_v<T, acc_t<T>>;
 // Half rows are widened (and outputs narrowed) by convert.h's SIMD conversions.
 template <class T>
 void load_row(const T* __restrict in, acc_t<T>* __restrict out, int64_t n) {
-  if constexpr (is_staged_v<T>) {
+  if constexpr (is_staged_v<T> && !kFuseConversion<T>) {
     to_float(in, out, n);
-  } else {
-    for (int64_t c = 0; c < n; ++c) out[c] = in[c];
+  } else {  // f32/f64, and bf16 on AVX2+ builds (a compiler-vectorised shift)
+    for (int64_t c = 0; c < n; ++c) out[c] = acc_t<T>(in[c]);
   }
 }
 

@@ -94,14 +94,23 @@ void softmax_backward_row(const A* y, const A* dy, A* dx, int64_t cols, bool log
 }
 
 // Half rows are widened and narrowed by convert.h's SIMD conversions.
+// bf16 on AVX2+ builds (kFuseConversion) converts in a plain loop the compiler vectorises.
 template <class T>
 void load_row(const T* __restrict in, acc_t<T>* __restrict out, int64_t n) {
-  to_float(in, out, n);
+  if constexpr (kFuseConversion<T>) {
+    for (int64_t c = 0; c < n; ++c) out[c] = acc_t<T>(in[c]);
+  } else {
+    to_float(in, out, n);
+  }
 }
 
 template <class T>
 void store_row(const acc_t<T>* __restrict in, T* __restrict out, int64_t n) {
-  from_float(in, out, n);
+  if constexpr (kFuseConversion<T>) {
+    for (int64_t c = 0; c < n; ++c) out[c] = T(in[c]);
+  } else {
+    from_float(in, out, n);
+  }
 }
 
 template <class T>
