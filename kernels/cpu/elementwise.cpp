@@ -12,8 +12,9 @@
 // template argument), so the inner loops hold no switch and the compiler
 // vectorises them. tanh and erf are declared to the compiler as having SIMD variants (glibc's
 // libmvec), so GELU/Tanh loops vectorise through the very unary_math.h lines the CUDA backend uses.
-// Half types are staged through small float buffers in chunks (the results are rounded as they are
-// stored), so the math loop is a plain float loop.
+// Half types are staged through small float buffers in chunks, so the math loop is a plain float
+// loop: f16 (and bf16 in baseline builds) widened and narrowed by convert.h's SIMD conversions, bf16
+// on AVX2+ builds converted inline in the same loops (convert.h, kFuseConversion).
 //
 // Parallel strategy: contiguous work is cut into fixed chunks of kChunk elements and OpenMP spreads
 // the chunks over threads (only above kParallelMinElements). A chunk is computed the same way
