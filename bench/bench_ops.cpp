@@ -1,14 +1,30 @@
 // bench_ops: CPU kernel throughput, one JSON object per line.
 //   - the machine's fp32 FMA peak (measured here, same process) and GEMM GFLOP/s as a fraction of it;
-//   - memory-bound kernels (softmax, layer_norm, GELU) in GB/s at sizes far beyond cache.
-// Usage: bench_ops [--quick]   (--quick: smaller sizes, fewer repeats; for smoke runs)
+//   - memory-bound kernels (softmax, layer_norm, GELU) in GB/s at sizes far beyond cache;
+//   - f32 vs bf16 vs f16 kernels on the GPT activation shapes, one thread (half_ops lines).
+// Usage: bench_ops [--quick] [--half-only]   (--quick: smaller sizes, fewer repeats; for smoke runs;
+//        --half-only: only the half_ops lines)
+#include <cstdio>
 #include <cstring>
 
 #include "bench_sections.h"
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  hg::bench::run_gemm_bench(quick);
-  hg::bench::run_bandwidth_bench(quick);
+  bool quick = false, half_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--half-only") == 0) {
+      half_only = true;
+    } else {
+      std::fprintf(stderr, "bench_ops: unknown argument '%s', expected --quick or --half-only\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!half_only) {
+    hg::bench::run_gemm_bench(quick);
+    hg::bench::run_bandwidth_bench(quick);
+  }
+  hg::bench::run_half_ops_bench(quick);
   return 0;
 }

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "kernels/adamw_math.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/step_kernels.h"
@@ -44,14 +45,13 @@ void adamw_chunk(T* __restrict param, acc_t<T>* __restrict master, const T* __re
   } else {
     A theta[kChunk];
     A g[kChunk];
-    for (int64_t i = 0; i < count; ++i) {
-      if constexpr (kMaster) {
-        theta[i] = master[i];
-      } else {
-        theta[i] = static_cast<A>(param[i]);
-      }
-      g[i] = static_cast<A>(grad[i]);
+    // f16/bf16 loads and stores through convert.h's SIMD conversions.
+    if constexpr (kMaster) {
+      for (int64_t i = 0; i < count; ++i) theta[i] = master[i];
+    } else {
+      to_float(param, theta, count);
     }
+    to_float(grad, g, count);
     for (int64_t i = 0; i < count; ++i) {
       A mi = m[i];
       A vi = v[i];
@@ -59,10 +59,10 @@ void adamw_chunk(T* __restrict param, acc_t<T>* __restrict master, const T* __re
       m[i] = mi;
       v[i] = vi;
     }
-    for (int64_t i = 0; i < count; ++i) {
-      if constexpr (kMaster) master[i] = theta[i];
-      param[i] = T(theta[i]);
+    if constexpr (kMaster) {
+      for (int64_t i = 0; i < count; ++i) master[i] = theta[i];
     }
+    from_float(theta, param, count);
   }
 }
 

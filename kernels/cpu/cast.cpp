@@ -11,12 +11,15 @@
 //     maps NaN to 0, so no input is undefined behaviour.
 //
 // Parallel strategy: the element range is cut into fixed chunks; OpenMP splits the chunks over
-// threads once n is large enough to pay for the fork.
+// threads once n is large enough to pay for the fork. Casts among f32, f16 and bf16 go through
+// convert.h's SIMD conversions (bit-identical to the scalar ones).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
@@ -89,10 +92,33 @@ Y convert(X x) {
   }
 }
 
+// f32 <-> f16/bf16 and f16 <-> bf16: convert.h's SIMD conversions (bit-identical to convert<X, Y>),
+// kChunk elements at a time, half <-> half through a float buffer on the stack.
+template <class X, class Y>
+void cast_through_float(const X* x, Y* y, int64_t n) {
+  constexpr int64_t kChunk = 4096;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, count = std::min(kChunk, n - begin);
+    if constexpr (std::is_same_v<X, float>) {
+      from_float(x + begin, y + begin, count);
+    } else if constexpr (std::is_same_v<Y, float>) {
+      to_float(x + begin, y + begin, count);
+    } else {
+      float staged[kChunk];
+      to_float(x + begin, staged, count);
+      from_float(staged, y + begin, count);
+    }
+  }
+}
+
 template <class X, class Y>
 void cast_typed(const X* __restrict x, Y* __restrict y, int64_t n) {
   if constexpr (std::is_same_v<X, Y>) {
     std::memcpy(y, x, size_t(n) * sizeof(X));
+  } else if constexpr (is_float_exact_v<X> && is_float_exact_v<Y>) {
+    cast_through_float(x, y, n);
   } else {
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
     for (int64_t i = 0; i < n; ++i) y[i] = convert<X, Y>(x[i]);

@@ -1,25 +1,253 @@
-// Array conversions float <-> half types (convert.h). Scalar loops over half.h's conversions: the
-// reference behaviour that any vectorised version must reproduce bit for bit.
+// Array conversions float <-> half types (convert.h), bit-identical to kernels/half.h's scalar
+// conversions for every input, in three tiers chosen once at run time by CPU feature (the library
+// may be built for baseline x86-64, so the SIMD tiers are __attribute__((target)) functions):
+//
+//   avx512 (AVX-512 F/BW/VL + F16C): 16 lanes, the n % 16 tail with masked loads/stores (masked-off
+//          lanes are never read or written, so nothing past n is touched).
+//   avx2   (AVX2 + F16C): 8 lanes, the n % 8 tail through the scalar loop.
+//   scalar: half.h's conversions one element at a time: the reference, and the fallback.
+//
+// How each SIMD conversion matches half.h:
+//   f16 -> f32: vcvtph2ps is exact for every finite half, subnormals included (they become normal
+//     floats; DAZ applies to float inputs only, never to this instruction's half inputs). NaNs come
+//     out quieted with sign and payload kept, so NaN lanes (unordered compare) are replaced by the
+//     canonical 0x7fffffff that half_bits_to_float returns.
+//   f32 -> f16: vcvtps2ph with the round-to-nearest-even immediate (not MXCSR's mode) rounds, keeps
+//     half subnormals (FTZ does not apply to it), and sends |x| >= 65520 to infinity, as half.h
+//     does. Float subnormal inputs (which DAZ would zero) are below half's smallest subnormal and
+//     round to a signed zero either way. NaN lanes are replaced by half.h's 0x7fff.
+//   bf16 -> f32: a 16-bit left shift (exact; half.h keeps NaN payloads here too).
+//   f32 -> bf16: half.h's integer round to nearest even, (bits + 0x7fff + ((bits >> 16) & 1)) >> 16,
+//     with NaN lanes replaced by 0x7fff. Not vcvtneps2bf16, which flushes subnormals to zero.
+// tests/test_convert.cpp checks every tier against the scalar one on all 2^16 half and bf16
+// patterns and all 2^32 float patterns, bit for bit.
 #include "kernels/cpu/convert.h"
+
+#include <immintrin.h>
+
+// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
 
+#include "kernels/error.h"
+
 namespace hg::kernels::cpu {
+namespace {
 
-void to_float(const half* src, float* dst, int64_t n) {
+// ---- scalar: the reference ----------------------------------------------------------------------
+
+void half_to_float_scalar(const half* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float(src[i]);
 }
-void to_float(const bfloat16* src, float* dst, int64_t n) {
+void bf16_to_float_scalar(const bfloat16* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float(src[i]);
 }
-void to_float(const float* src, float* dst, int64_t n) { std::copy(src, src + n, dst); }
-
-void from_float(const float* src, half* dst, int64_t n) {
+void float_to_half_scalar(const float* src, half* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = half(src[i]);
 }
-void from_float(const float* src, bfloat16* dst, int64_t n) {
+void float_to_bf16_scalar(const float* src, bfloat16* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16(src[i]);
 }
+
+// ---- AVX-512 F/BW/VL + F16C: 16 lanes, masked tail ----------------------------------------------
+#define HG_CVT512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
+
+HG_CVT512 inline __m512 widen_half16(__m256i h) {
+  const __m512 f = _mm512_cvtph_ps(h);
+  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  return _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)));
+}
+
+HG_CVT512 inline __m256i narrow_half16(__m512 f) {
+  const __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  return _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7fff));
+}
+
+HG_CVT512 inline __m512 widen_bf16x16(__m256i b) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+
+HG_CVT512 inline __m256i narrow_bf16x16(__m512 f) {
+  const __m512i bits = _mm512_castps_si512(f);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fff));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+HG_CVT512 inline __mmask16 tail_mask(int64_t rest) { return __mmask16((1u << rest) - 1u); }
+
+HG_CVT512 void half_to_float_avx512(const half* src, float* dst, int64_t n) {
+  const auto* s = reinterpret_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, widen_half16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(dst + i, m, widen_half16(_mm256_maskz_loadu_epi16(m, s + i)));
+  }
+}
+
+HG_CVT512 void bf16_to_float_avx512(const bfloat16* src, float* dst, int64_t n) {
+  const auto* s = reinterpret_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, widen_bf16x16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(dst + i, m, widen_bf16x16(_mm256_maskz_loadu_epi16(m, s + i)));
+  }
+}
+
+HG_CVT512 void float_to_half_avx512(const float* src, half* dst, int64_t n) {
+  auto* d = reinterpret_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), narrow_half16(_mm512_loadu_ps(src + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm256_mask_storeu_epi16(d + i, m, narrow_half16(_mm512_maskz_loadu_ps(m, src + i)));
+  }
+}
+
+HG_CVT512 void float_to_bf16_avx512(const float* src, bfloat16* dst, int64_t n) {
+  auto* d = reinterpret_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), narrow_bf16x16(_mm512_loadu_ps(src + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm256_mask_storeu_epi16(d + i, m, narrow_bf16x16(_mm512_maskz_loadu_ps(m, src + i)));
+  }
+}
+
+// ---- AVX2 + F16C: 8 lanes, scalar tail ----------------------------------------------------------
+#define HG_CVT256 __attribute__((target("avx2,f16c")))
+
+// An 8 x 32-bit lane mask narrowed to 8 x 16-bit lanes (-1 and 0 saturate to themselves).
+HG_CVT256 inline __m128i narrow_mask(__m256 mask32) {
+  const __m256i m = _mm256_castps_si256(mask32);
+  return _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+}
+
+HG_CVT256 void half_to_float_avx2(const half* src, float* dst, int64_t n) {
+  const auto* s = reinterpret_cast<const uint16_t*>(src);
+  const __m256 canonical = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    _mm256_storeu_ps(dst + i, _mm256_blendv_ps(f, canonical, _mm256_cmp_ps(f, f, _CMP_UNORD_Q)));
+  }
+  half_to_float_scalar(src + i, dst + i, n - i);
+}
+
+HG_CVT256 void bf16_to_float_avx2(const bfloat16* src, float* dst, int64_t n) {
+  const auto* s = reinterpret_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+  }
+  bf16_to_float_scalar(src + i, dst + i, n - i);
+}
+
+HG_CVT256 void float_to_half_avx2(const float* src, half* dst, int64_t n) {
+  auto* d = reinterpret_cast<uint16_t*>(dst);
+  const __m128i canonical = _mm_set1_epi16(0x7fff);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 f = _mm256_loadu_ps(src + i);
+    const __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i nan = narrow_mask(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm_blendv_epi8(h, canonical, nan));
+  }
+  float_to_half_scalar(src + i, dst + i, n - i);
+}
+
+HG_CVT256 void float_to_bf16_avx2(const float* src, bfloat16* dst, int64_t n) {
+  auto* d = reinterpret_cast<uint16_t*>(dst);
+  const __m128i canonical = _mm_set1_epi16(0x7fff);
+  const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 f = _mm256_loadu_ps(src + i);
+    const __m256i bits = _mm256_castps_si256(f);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, bias), lsb), 16);
+    // r < 2^16 in every lane, so the unsigned saturating pack is a plain narrowing.
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    const __m128i nan = narrow_mask(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm_blendv_epi8(packed, canonical, nan));
+  }
+  float_to_bf16_scalar(src + i, dst + i, n - i);
+}
+
+// ---- run-time selection -------------------------------------------------------------------------
+
+struct Table {
+  void (*half_to_float)(const half*, float*, int64_t);
+  void (*bf16_to_float)(const bfloat16*, float*, int64_t);
+  void (*float_to_half)(const float*, half*, int64_t);
+  void (*float_to_bf16)(const float*, bfloat16*, int64_t);
+};
+
+constexpr Table kTables[] = {
+    {half_to_float_scalar, bf16_to_float_scalar, float_to_half_scalar, float_to_bf16_scalar},
+    {half_to_float_avx2, bf16_to_float_avx2, float_to_half_avx2, float_to_bf16_avx2},
+    {half_to_float_avx512, bf16_to_float_avx512, float_to_half_avx512, float_to_bf16_avx512},
+};
+
+const Table& table_for(ConvertIsa isa) {
+  HG_CHECK(int(isa) >= 0 && int(isa) <= int(convert_best_isa()), "[convert] tier ", convert_isa_name(isa),
+           " was requested but this CPU runs at most ", convert_isa_name(convert_best_isa()));
+  return kTables[int(isa)];
+}
+
+const Table& best_table() {
+  static const Table& table = kTables[int(convert_best_isa())];
+  return table;
+}
+
+}  // namespace
+
+ConvertIsa convert_best_isa() {
+  static const ConvertIsa best = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c"))
+      return ConvertIsa::avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return ConvertIsa::avx2;
+    return ConvertIsa::scalar;
+  }();
+  return best;
+}
+
+const char* convert_isa_name(ConvertIsa isa) {
+  switch (isa) {
+    case ConvertIsa::scalar: return "scalar";
+    case ConvertIsa::avx2: return "avx2+f16c";
+    case ConvertIsa::avx512: return "avx512";
+  }
+  return "?";
+}
+
+void to_float(const half* src, float* dst, int64_t n) { best_table().half_to_float(src, dst, n); }
+void to_float(const bfloat16* src, float* dst, int64_t n) { best_table().bf16_to_float(src, dst, n); }
+void to_float(const float* src, float* dst, int64_t n) { std::copy(src, src + n, dst); }
+
+void from_float(const float* src, half* dst, int64_t n) { best_table().float_to_half(src, dst, n); }
+void from_float(const float* src, bfloat16* dst, int64_t n) { best_table().float_to_bf16(src, dst, n); }
 void from_float(const float* src, float* dst, int64_t n) { std::copy(src, src + n, dst); }
+
+void to_float(const half* src, float* dst, int64_t n, ConvertIsa isa) { table_for(isa).half_to_float(src, dst, n); }
+void to_float(const bfloat16* src, float* dst, int64_t n, ConvertIsa isa) {
+  table_for(isa).bf16_to_float(src, dst, n);
+}
+void from_float(const float* src, half* dst, int64_t n, ConvertIsa isa) { table_for(isa).float_to_half(src, dst, n); }
+void from_float(const float* src, bfloat16* dst, int64_t n, ConvertIsa isa) {
+  table_for(isa).float_to_bf16(src, dst, n);
+}
 
 }  // namespace hg::kernels::cpu

@@ -15,10 +15,15 @@
 // summed serially in row order after the parallel loop, the CUDA backend's contract on the host.
 //
 // Parallel strategy: one row per OpenMP iteration (static schedule) once rows * cols is large.
+// f16 rows (and bf16 rows in builds below AVX2) are widened into a per-thread float row and dlogits
+// narrowed from one, through convert.h's SIMD conversions; bf16 on AVX2+ builds converts inside the
+// loops (convert.h, kFuseConversion).
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/cpu/simd_math.h"
@@ -57,6 +62,20 @@ acc_t<T> row_max(const T* __restrict x, int64_t n) {
 }
 
 template <class T>
+constexpr bool is_staged_v = !std::is_same_v<T, acc_t<T>>;
+
+// The row in acc_t: itself for f32/f64; f16/bf16 widened into `staged` by convert.h.
+template <class T>
+const acc_t<T>* staged_row(const T* row, std::vector<acc_t<T>>& staged, int64_t cols) {
+  if constexpr (is_staged_v<T>) {
+    to_float(row, staged.data(), cols);
+    return staged.data();
+  } else {
+    return row;
+  }
+}
+
+template <class T>
 acc_t<T> row_logsumexp(const T* __restrict x, int64_t cols) {
   using A = acc_t<T>;
   const A m = row_max(x, cols);
@@ -72,17 +91,28 @@ void forward_typed(const T* x, const I* targets, acc_t<T>* loss, acc_t<T>* lse, 
   using A = acc_t<T>;
   check_targets("cross_entropy_forward", targets, rows, cols, ignore_index);
   int64_t counted = 0;
-#pragma omp parallel for schedule(static) reduction(+ : counted) if (rows * cols >= kParallelMinElements)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* row = x + r * cols;
-    const int64_t t = int64_t(targets[r]);
-    const A row_lse = row_logsumexp(row, cols);
-    lse[r] = row_lse;
-    if (t == ignore_index) {
-      loss[r] = A(0);
-    } else {
-      loss[r] = row_lse - A(row[t]);
-      ++counted;
+#pragma omp parallel reduction(+ : counted) if (rows * cols >= kParallelMinElements)
+  {
+    std::vector<A> staged(is_staged_v<T> ? size_t(cols) : 0);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = int64_t(targets[r]);
+      A row_lse, target_logit = 0;
+      if constexpr (kFuseConversion<T>) {  // bf16 on AVX2+ builds: converted inside the loops
+        row_lse = row_logsumexp(x + r * cols, cols);
+        if (t != ignore_index) target_logit = A(x[r * cols + t]);
+      } else {
+        const A* row = staged_row(x + r * cols, staged, cols);
+        row_lse = row_logsumexp(row, cols);
+        if (t != ignore_index) target_logit = row[t];
+      }
+      lse[r] = row_lse;
+      if (t == ignore_index) {
+        loss[r] = A(0);
+      } else {
+        loss[r] = row_lse - target_logit;
+        ++counted;
+      }
     }
   }
   A sum = 0;
@@ -97,18 +127,31 @@ void backward_typed(const T* x, const I* targets, const acc_t<T>* lse, const acc
                     int64_t cols, int64_t ignore_index) {
   using A = acc_t<T>;
   check_targets("cross_entropy_backward", targets, rows, cols, ignore_index);
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMinElements)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* __restrict row = x + r * cols;
-    T* __restrict drow = dx + r * cols;
-    const int64_t t = int64_t(targets[r]);
-    if (t == ignore_index) {
-      for (int64_t c = 0; c < cols; ++c) drow[c] = T(A(0));
-      continue;
+#pragma omp parallel if (rows * cols >= kParallelMinElements)
+  {
+    std::vector<A> staged(is_staged_v<T> ? size_t(cols) : 0), staged_dx(staged.size());
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      T* __restrict drow = dx + r * cols;
+      const int64_t t = int64_t(targets[r]);
+      if (t == ignore_index) {
+        for (int64_t c = 0; c < cols; ++c) drow[c] = T(A(0));
+        continue;
+      }
+      const A g = dloss[r], row_lse = lse[r];
+      if constexpr (kFuseConversion<T>) {  // bf16 on AVX2+ builds: converted inside the loop
+        const T* __restrict row = x + r * cols;
+        for (int64_t c = 0; c < cols; ++c) drow[c] = T(g * vexp(A(row[c]) - row_lse));
+        drow[t] = T(g * (vexp(A(row[t]) - row_lse) - A(1)));
+      } else {
+        const A* __restrict row = staged_row(x + r * cols, staged, cols);
+        A* __restrict d = staged_dx.data();
+        if constexpr (!is_staged_v<T>) d = drow;
+        for (int64_t c = 0; c < cols; ++c) d[c] = g * vexp(row[c] - row_lse);
+        d[t] = g * (vexp(row[t] - row_lse) - A(1));
+        if constexpr (is_staged_v<T>) from_float(d, drow, cols);
+      }
     }
-    const A g = dloss[r], row_lse = lse[r];
-    for (int64_t c = 0; c < cols; ++c) drow[c] = T(g * vexp(A(row[c]) - row_lse));
-    drow[t] = T(g * (vexp(A(row[t]) - row_lse) - A(1)));
   }
 }
 

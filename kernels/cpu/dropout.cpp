@@ -11,7 +11,9 @@
 // select, not a multiply by 0, so a dropped inf or NaN still gives 0).
 // OpenMP spreads the chunks over threads.
 #include <algorithm>
+#include <type_traits>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/philox.h"
@@ -48,7 +50,14 @@ void dropout_typed(const T* in, T* out, int64_t n, double p, uint64_t seed, uint
     keep_mask(seed, offset, begin, count, float(p), keep);
     const T* __restrict src = in + begin;
     T* __restrict dst = out + begin;
-    for (int64_t k = 0; k < count; ++k) dst[k] = T(keep[k] ? A(src[k]) * scale : A(0));
+    if constexpr (std::is_same_v<T, A>) {
+      for (int64_t k = 0; k < count; ++k) dst[k] = keep[k] ? src[k] * scale : A(0);
+    } else {  // f16/bf16: widened and narrowed by convert.h's SIMD conversions
+      A staged[kChunk];
+      to_float(src, staged, count);
+      for (int64_t k = 0; k < count; ++k) staged[k] = keep[k] ? staged[k] * scale : A(0);
+      from_float(staged, dst, count);
+    }
   }
 }
 

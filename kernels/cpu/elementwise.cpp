@@ -12,8 +12,9 @@
 // template argument), so the inner loops hold no switch and the compiler
 // vectorises them. tanh and erf are declared to the compiler as having SIMD variants (glibc's
 // libmvec), so GELU/Tanh loops vectorise through the very unary_math.h lines the CUDA backend uses.
-// Half types are staged through small float buffers in chunks (the results are rounded as they are
-// stored), so the math loop is a plain float loop.
+// Half types are staged through small float buffers in chunks, so the math loop is a plain float
+// loop: f16 (and bf16 in baseline builds) widened and narrowed by convert.h's SIMD conversions, bf16
+// on AVX2+ builds converted inline in the same loops (convert.h, kFuseConversion).
 //
 // Parallel strategy: contiguous work is cut into fixed chunks of kChunk elements and OpenMP spreads
 // the chunks over threads (only above kParallelMinElements). A chunk is computed the same way
@@ -24,6 +25,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/pair_layout.h"
@@ -62,17 +64,22 @@ constexpr bool is_staged_v = !std::is_same_v<T, acc_t<T>>;
 
 // ---- contiguous map: out[i] = fn(in[i]...) -------------------------------------------------------
 
-template <class T>
-void load_chunk(const T* __restrict in, acc_t<T>* __restrict out, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<acc_t<T>>(in[i]);
-}
-
+// Half types: the inputs are widened into float buffers and the results narrowed from one, both
+// through convert.h's SIMD conversions (bit-identical to T(float) and float(T)).
+// bf16 on AVX2+ builds (kFuseConversion): widened inline and narrowed in the math loop itself.
 template <class T, class Fn, class... In, size_t... K>
 void map_chunk_staged(int64_t count, Fn& fn, T* out, std::index_sequence<K...>, const In*... in) {
   using A = acc_t<T>;
   A staged_in[sizeof...(In)][kChunk];
-  (load_chunk(in, staged_in[K], count), ...);
-  for (int64_t i = 0; i < count; ++i) out[i] = T(fn(staged_in[K][i]...));
+  if constexpr (kFuseConversion<T>) {
+    ((void)[&] { for (int64_t i = 0; i < count; ++i) staged_in[K][i] = A(in[i]); }(), ...);
+    for (int64_t i = 0; i < count; ++i) out[i] = T(fn(staged_in[K][i]...));
+  } else {
+    A staged_out[kChunk];
+    (to_float(in, staged_in[K], count), ...);
+    for (int64_t i = 0; i < count; ++i) staged_out[i] = fn(staged_in[K][i]...);
+    from_float(staged_out, out, count);
+  }
 }
 
 template <class T, class Fn, class... In>
@@ -137,7 +144,7 @@ struct BinaryFn {
 
 // y[i] = a[i * sa] op b[i * sb]; the common stride patterns get their own loop so each vectorises.
 template <class T, class Op>
-void binary_row(const T* __restrict a, int64_t sa, const T* __restrict b, int64_t sb, T* __restrict y, int64_t n,
+void binary_row_direct(const T* __restrict a, int64_t sa, const T* __restrict b, int64_t sb, T* __restrict y, int64_t n,
                 Op op) {
   using A = acc_t<T>;
   if (sa == 1 && sb == 1) {
@@ -150,6 +157,39 @@ void binary_row(const T* __restrict a, int64_t sa, const T* __restrict b, int64_
     for (int64_t i = 0; i < n; ++i) y[i] = T(op(av, A(b[i])));
   } else {
     for (int64_t i = 0; i < n; ++i) y[i] = T(op(A(a[i * sa]), A(b[i * sb])));
+  }
+}
+
+// Half types: the row goes through float buffers kChunk elements at a time, contiguous operands
+// widened and the result narrowed by convert.h, broadcast operands widened once, other strides
+// element by element; the float loop in between is binary_row_direct's.
+template <class T, class Op>
+void binary_row(const T* __restrict a, int64_t sa, const T* __restrict b, int64_t sb, T* __restrict y, int64_t n,
+                Op op) {
+  if constexpr (!is_staged_v<T> || kFuseConversion<T>) {
+    binary_row_direct(a, sa, b, sb, y, n, op);
+  } else {
+    using A = acc_t<T>;
+    A fa[kChunk], fb[kChunk], fy[kChunk];
+    const auto stage = [](const T* p, int64_t stride, A* out, int64_t count) -> int64_t {
+      if (stride == 1) {
+        to_float(p, out, count);
+        return 1;
+      }
+      if (stride == 0) {
+        out[0] = A(p[0]);
+        return 0;
+      }
+      for (int64_t i = 0; i < count; ++i) out[i] = A(p[i * stride]);
+      return 1;
+    };
+    for (int64_t begin = 0; begin < n; begin += kChunk) {
+      const int64_t count = std::min(kChunk, n - begin);
+      const int64_t ua = stage(a + begin * sa, sa, fa, count);
+      const int64_t ub = stage(b + begin * sb, sb, fb, count);
+      binary_row_direct(fa, ua, fb, ub, fy, count, op);
+      from_float(fy, y + begin, count);
+    }
   }
 }
 

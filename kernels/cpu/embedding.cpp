@@ -12,8 +12,10 @@
 // the result is deterministic and needs no atomics.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
@@ -55,16 +57,28 @@ void backward_typed(const T* dy, const I* ids, T* dweight, int64_t n_ids, int64_
 #pragma omp parallel if ((n_ids + vocab) * dim >= kParallelMinElements && vocab > 1)
   {
     std::vector<A> acc(static_cast<size_t>(dim));
+    std::vector<A> staged(std::is_same_v<T, A> ? 0 : static_cast<size_t>(dim));
 #pragma omp for schedule(static)
     for (int64_t v = 0; v < vocab; ++v) {
       std::fill(acc.begin(), acc.end(), A(0));
       for (int64_t k = groups.start[v]; k < groups.start[v + 1]; ++k) {
-        const T* __restrict row = dy + groups.order[k] * dim;
+        const T* __restrict row_t = dy + groups.order[k] * dim;
+        const A* __restrict row;
+        if constexpr (std::is_same_v<T, A>) {
+          row = row_t;
+        } else {  // f16/bf16 rows widened (and the sums narrowed) by convert.h
+          to_float(row_t, staged.data(), dim);
+          row = staged.data();
+        }
         A* __restrict sum = acc.data();
-        for (int64_t c = 0; c < dim; ++c) sum[c] += A(row[c]);
+        for (int64_t c = 0; c < dim; ++c) sum[c] += row[c];
       }
       T* out = dweight + v * dim;
-      for (int64_t c = 0; c < dim; ++c) out[c] = T(acc[c]);
+      if constexpr (std::is_same_v<T, A>) {
+        std::copy(acc.begin(), acc.end(), out);
+      } else {
+        from_float(acc.data(), out, dim);
+      }
     }
   }
 }

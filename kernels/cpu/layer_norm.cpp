@@ -11,14 +11,15 @@
 // only once and every thread has whole blocks of rows to itself.
 //
 // Parallel strategy: forward, one row per OpenMP iteration; backward, one row block per iteration,
-// then the column sums of the partials split by columns. f16/bf16 input rows are converted into
-// per-thread float buffers and outputs are rounded in the pass that computes them; weight and bias
-// are converted once per call.
+// then the column sums of the partials split by columns. f16/bf16 rows are widened into per-thread
+// float buffers and outputs computed into one and narrowed, both through convert.h's SIMD
+// conversions; weight and bias are converted once per call.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
@@ -31,9 +32,14 @@ constexpr int64_t kRowBlocks = 64;
 template <class T>
 constexpr bool is_staged_v = !std::is_same_v<T, acc_t<T>>;
 
+// Half rows are widened (and outputs narrowed) by convert.h's SIMD conversions.
 template <class T>
 void load_row(const T* __restrict in, acc_t<T>* __restrict out, int64_t n) {
-  for (int64_t c = 0; c < n; ++c) out[c] = acc_t<T>(in[c]);
+  if constexpr (is_staged_v<T> && !kFuseConversion<T>) {
+    to_float(in, out, n);
+  } else {  // f32/f64, and bf16 on AVX2+ builds (a compiler-vectorised shift)
+    for (int64_t c = 0; c < n; ++c) out[c] = acc_t<T>(in[c]);
+  }
 }
 
 // The row as acc_t: the row itself for f32/f64, else converted into `staging`.
@@ -55,9 +61,9 @@ std::vector<acc_t<T>> param_as_acc(const void* param, int64_t cols, acc_t<T> fal
   return out;
 }
 
-// Normalises one row of x (acc_t) into y (dtype T, converted in the same pass).
-template <class T, class A = acc_t<T>>
-void normalize_row(const A* __restrict x, const A* __restrict w, const A* __restrict b, T* __restrict y, int64_t cols,
+// Normalises one row of x (acc_t) into y (acc_t, or bf16 narrowed in the same pass).
+template <class A, class Y>
+void normalize_row(const A* __restrict x, const A* __restrict w, const A* __restrict b, Y* __restrict y, int64_t cols,
                    A eps, A& mean_out, A& rstd_out) {
   A sum = 0;
 #pragma omp simd reduction(+ : sum)
@@ -67,7 +73,7 @@ void normalize_row(const A* __restrict x, const A* __restrict w, const A* __rest
 #pragma omp simd reduction(+ : squares)
   for (int64_t c = 0; c < cols; ++c) squares += (x[c] - mean) * (x[c] - mean);
   const A rstd = A(1) / std::sqrt(squares / A(cols) + eps);
-  for (int64_t c = 0; c < cols; ++c) y[c] = T((x[c] - mean) * rstd * w[c] + b[c]);
+  for (int64_t c = 0; c < cols; ++c) y[c] = Y((x[c] - mean) * rstd * w[c] + b[c]);
   mean_out = mean;
   rstd_out = rstd;
 }
@@ -81,11 +87,17 @@ void forward_typed(const T* x, const void* weight, const void* bias, T* y, acc_t
 #pragma omp parallel if (rows * cols >= kParallelMinElements && rows > 1)
   {
     std::vector<A> x_staging(is_staged_v<T> ? size_t(cols) : 0);
+    std::vector<A> y_staging(x_staging.size());
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const A* xr = row_as_acc(x + r * cols, x_staging, cols);
       A row_mean, row_rstd;
-      normalize_row(xr, w.data(), b.data(), y + r * cols, cols, eps, row_mean, row_rstd);
+      if constexpr (is_staged_v<T> && !kFuseConversion<T>) {
+        normalize_row(xr, w.data(), b.data(), y_staging.data(), cols, eps, row_mean, row_rstd);
+        from_float(y_staging.data(), y + r * cols, cols);
+      } else {  // f32/f64, and bf16 narrowed inline in the same pass (kFuseConversion)
+        normalize_row(xr, w.data(), b.data(), y + r * cols, cols, eps, row_mean, row_rstd);
+      }
       if (mean) mean[r] = row_mean;
       if (rstd) rstd[r] = row_rstd;
     }
@@ -95,9 +107,9 @@ void forward_typed(const T* x, const void* weight, const void* bias, T* y, acc_t
 // Per-thread buffers of the backward pass.
 template <class T>
 struct BackwardScratch {
-  std::vector<acc_t<T>> x, dy, xhat, g;
+  std::vector<acc_t<T>> x, dy, dx, xhat, g;
   explicit BackwardScratch(int64_t cols)
-      : x(is_staged_v<T> ? size_t(cols) : 0), dy(x.size()), xhat(size_t(cols)), g(size_t(cols)) {}
+      : x(is_staged_v<T> ? size_t(cols) : 0), dy(x.size()), dx(x.size()), xhat(size_t(cols)), g(size_t(cols)) {}
 };
 
 // dx of one row, and (when dw_partial is not null) dw/db partial sums of the row's block.
@@ -118,7 +130,13 @@ void backward_row(const T* x_row, const T* dy_row, T* dx_row, const acc_t<T>* w,
     sum_gx += g[c] * xhat[c];
   }
   const A mean_g = sum_g / A(cols), mean_gx = sum_gx / A(cols);
-  for (int64_t c = 0; c < cols; ++c) dx_row[c] = T(rstd * (g[c] - mean_g - xhat[c] * mean_gx));
+  if constexpr (is_staged_v<T> && !kFuseConversion<T>) {
+    A* __restrict dx = scratch.dx.data();
+    for (int64_t c = 0; c < cols; ++c) dx[c] = rstd * (g[c] - mean_g - xhat[c] * mean_gx);
+    from_float(dx, dx_row, cols);
+  } else {
+    for (int64_t c = 0; c < cols; ++c) dx_row[c] = T(rstd * (g[c] - mean_g - xhat[c] * mean_gx));
+  }
   if (dw_partial) {
     for (int64_t c = 0; c < cols; ++c) {
       dw_partial[c] += dy[c] * xhat[c];

@@ -13,8 +13,10 @@
 //     accumulator per column, so the inner loop is contiguous and vectorises.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
@@ -38,8 +40,16 @@ bool beats(A candidate, A current) {
 }
 
 template <class T>
+constexpr bool is_staged_v = !std::is_same_v<T, acc_t<T>>;
+
+template <class T>
 acc_t<T> sum_block(const T* __restrict x, int64_t count) {
   using A = acc_t<T>;
+  if constexpr (is_staged_v<T>) {  // f16/bf16: widened by convert.h, then the float loop below
+    A staged[kBlock];
+    to_float(x, staged, count);
+    return sum_block(static_cast<const A*>(staged), count);
+  }
   A acc = 0;
 #pragma omp simd reduction(+ : acc)
   for (int64_t j = 0; j < count; ++j) acc += A(x[j]);
@@ -52,6 +62,11 @@ acc_t<T> sum_block(const T* __restrict x, int64_t count) {
 template <class T>
 MaxPartial<acc_t<T>> max_block(const T* __restrict x, int64_t count) {
   using A = acc_t<T>;
+  if constexpr (is_staged_v<T>) {  // f16/bf16: widened by convert.h, then the float loop below
+    A staged[kBlock];
+    to_float(x, staged, count);
+    return max_block(static_cast<const A*>(staged), count);
+  }
   constexpr int64_t kLanes = 64 / sizeof(A);
   A lanes[kLanes];
   uint8_t nan_lanes[kLanes] = {};
@@ -128,27 +143,45 @@ template <class T>
 void reduce_columns(ReduceOp op, const T* x, T* y, int64_t* argmax, int64_t n, int64_t inner, int64_t count,
                     acc_t<T> scale) {
   using A = acc_t<T>;
-  A acc[kInnerChunk];
-  for (int64_t i = 0; i < count; ++i) acc[i] = A(x[i]);
+  // f16/bf16 rows are widened into `staged` (and results narrowed) by convert.h.
+  A acc[kInnerChunk], staged[is_staged_v<T> ? kInnerChunk : 1];
+  const auto row_as_acc = [&](const T* row) -> const A* {
+    if constexpr (is_staged_v<T>) {
+      to_float(row, staged, count);
+      return staged;
+    } else {
+      return row;
+    }
+  };
+  const auto store = [&](A* values) {
+    if constexpr (is_staged_v<T>) {
+      from_float(values, y, count);
+    } else {
+      std::copy(values, values + count, y);
+    }
+  };
+  const A* first = row_as_acc(x);
+  std::copy(first, first + count, acc);
   if (op == ReduceOp::Sum) {
     for (int64_t j = 1; j < n; ++j) {
-      const T* __restrict row = x + j * inner;
-      for (int64_t i = 0; i < count; ++i) acc[i] += A(row[i]);
+      const A* __restrict row = row_as_acc(x + j * inner);
+      for (int64_t i = 0; i < count; ++i) acc[i] += row[i];
     }
-    for (int64_t i = 0; i < count; ++i) y[i] = T(acc[i] * scale);
+    for (int64_t i = 0; i < count; ++i) acc[i] = acc[i] * scale;
+    store(acc);
     return;
   }
   int64_t index[kInnerChunk] = {};
   for (int64_t j = 1; j < n; ++j) {
-    const T* __restrict row = x + j * inner;
+    const A* __restrict row = row_as_acc(x + j * inner);
     for (int64_t i = 0; i < count; ++i) {
-      const A v = A(row[i]);
+      const A v = row[i];
       const bool take = v > acc[i] || (v != v && acc[i] == acc[i]);
       acc[i] = take ? v : acc[i];
       index[i] = take ? j : index[i];
     }
   }
-  for (int64_t i = 0; i < count; ++i) y[i] = T(acc[i]);
+  store(acc);
   if (argmax) std::copy(index, index + count, argmax);
 }
 

@@ -12,13 +12,15 @@
 //
 // Parallel strategy: one row per OpenMP iteration (static schedule), only when the tensor is large
 // enough. f32/f64 rows keep exp(x - m) in y itself; f16/bf16 rows are first converted into a
-// per-thread float buffer (one row, so it stays in L1/L2) and rounded to the dtype in the final
-// pass, so every row reads x from memory once and writes y once. exp goes to glibc's vectorised expf.
+// per-thread float buffer (one row, so it stays in L1/L2), computed there in place and rounded to
+// the dtype on the way out (both through convert.h's SIMD conversions), so every row reads x from
+// memory once and writes y once. exp goes to glibc's vectorised expf.
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/cpu/simd_math.h"
@@ -91,14 +93,24 @@ void softmax_backward_row(const A* y, const A* dy, A* dx, int64_t cols, bool log
   for (int64_t c = 0; c < cols; ++c) dx[c] = y[c] * (dy[c] - s);
 }
 
+// Half rows are widened and narrowed by convert.h's SIMD conversions.
+// bf16 on AVX2+ builds (kFuseConversion) converts in a plain loop the compiler vectorises.
 template <class T>
 void load_row(const T* __restrict in, acc_t<T>* __restrict out, int64_t n) {
-  for (int64_t c = 0; c < n; ++c) out[c] = acc_t<T>(in[c]);
+  if constexpr (kFuseConversion<T>) {
+    for (int64_t c = 0; c < n; ++c) out[c] = acc_t<T>(in[c]);
+  } else {
+    to_float(in, out, n);
+  }
 }
 
 template <class T>
 void store_row(const acc_t<T>* __restrict in, T* __restrict out, int64_t n) {
-  for (int64_t c = 0; c < n; ++c) out[c] = T(in[c]);
+  if constexpr (kFuseConversion<T>) {
+    for (int64_t c = 0; c < n; ++c) out[c] = T(in[c]);
+  } else {
+    from_float(in, out, n);
+  }
 }
 
 template <class T>
@@ -114,7 +126,12 @@ void softmax_forward_typed(const T* x, T* y, int64_t rows, int64_t cols, bool lo
         softmax_row(x + r * cols, y + r * cols, y + r * cols, cols, visible, log);
       } else {
         load_row(x + r * cols, staged.data(), cols);
-        softmax_row(staged.data(), staged.data(), y + r * cols, cols, visible, log);
+        if constexpr (kFuseConversion<T>) {  // bf16 on AVX2+ builds: narrowed in the final pass
+          softmax_row(staged.data(), staged.data(), y + r * cols, cols, visible, log);
+        } else {
+          softmax_row<A>(staged.data(), staged.data(), staged.data(), cols, visible, log);
+          store_row(staged.data(), y + r * cols, cols);
+        }
       }
     }
   }

@@ -8,11 +8,14 @@
 // OpenMP loop, so many small tensors and one large one spread over the threads alike. Each chunk
 // ORs its own found flag; OR is associative and exact, so the result and every stored element are
 // the same whatever the thread count. Arguments are validated before the parallel region (which
-// must not throw); inside it a dtype switch that cannot fail picks the typed loop.
+// must not throw); inside it a dtype switch that cannot fail picks the typed loop. f16/bf16 chunks
+// are widened into a float buffer and narrowed back through convert.h's SIMD conversions.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/step_kernels.h"
@@ -23,6 +26,7 @@ namespace {
 
 constexpr int64_t kChunk = 16384;
 constexpr int64_t kParallelMinElements = int64_t(1) << 16;
+constexpr int64_t kStage = 2048;  // float staging buffer of the half-type loops, on the stack
 
 struct Chunk {
   void* data;  // first element of the chunk
@@ -35,7 +39,17 @@ template <class T>
 void clip_chunk(T* __restrict x, int64_t n, double coef) {
   using A = acc_t<T>;
   const A a = A(coef), b = A(0);
-  for (int64_t i = 0; i < n; ++i) x[i] = T(a * A(x[i]) + b);
+  if constexpr (std::is_same_v<T, A>) {
+    for (int64_t i = 0; i < n; ++i) x[i] = a * x[i] + b;
+  } else {  // f16/bf16: through a float buffer, converted by convert.h's SIMD conversions
+    A staged[kStage];
+    for (int64_t begin = 0; begin < n; begin += kStage) {
+      const int64_t count = std::min(kStage, n - begin);
+      to_float(x + begin, staged, count);
+      for (int64_t i = 0; i < count; ++i) staged[i] = a * staged[i] + b;
+      from_float(staged, x + begin, count);
+    }
+  }
 }
 
 void clip_chunk_any(const Chunk& c, double coef) {
@@ -59,18 +73,36 @@ int unscale_chunk(T* __restrict x, int64_t n, double inv_scale) {
   using A = acc_t<T>;
   const A inv = A(inv_scale);
   int found = 0;
-  if (inv_scale == 1.0) {  // check only: nothing changes, nothing is written
+  if constexpr (std::is_same_v<T, A>) {
+    if (inv_scale == 1.0) {  // check only: nothing changes, nothing is written
 #pragma omp simd reduction(| : found)
-    for (int64_t i = 0; i < n; ++i) found |= int(is_nonfinite(A(x[i])));
+      for (int64_t i = 0; i < n; ++i) found |= int(is_nonfinite(x[i]));
+      return found;
+    }
+#pragma omp simd reduction(| : found)
+    for (int64_t i = 0; i < n; ++i) {
+      const T y = x[i] * inv;
+      x[i] = y;
+      found |= int(is_nonfinite(y));
+    }
+    return found;
+  } else {
+    // f16/bf16, a chunk at a time through convert.h: widen, scale, narrow, and test the stored
+    // values widened again (with inv_scale == 1, only the test; nothing is written).
+    A staged[kStage];
+    for (int64_t begin = 0; begin < n; begin += kStage) {
+      const int64_t count = std::min(kStage, n - begin);
+      to_float(x + begin, staged, count);
+      if (inv_scale != 1.0) {
+        for (int64_t i = 0; i < count; ++i) staged[i] *= inv;
+        from_float(staged, x + begin, count);
+        to_float(x + begin, staged, count);
+      }
+#pragma omp simd reduction(| : found)
+      for (int64_t i = 0; i < count; ++i) found |= int(is_nonfinite(staged[i]));
+    }
     return found;
   }
-#pragma omp simd reduction(| : found)
-  for (int64_t i = 0; i < n; ++i) {
-    const T y = T(A(x[i]) * inv);
-    x[i] = y;
-    found |= int(is_nonfinite(A(y)));
-  }
-  return found;
 }
 
 int unscale_chunk_any(const Chunk& c, double inv_scale) {

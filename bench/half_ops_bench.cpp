@@ -1,0 +1,200 @@
+// Half-precision elementwise kernels against their f32 versions, on the GPT activation shapes
+// ([2048, 256] and [2048, 1024]: small enough to live in L2/L3 as in a training step), one OpenMP
+// thread, single-thread CPU time (CLOCK_THREAD_CPUTIME_ID, so time lost to other processes on a
+// shared machine is not counted), best of `repeats` with the dtypes interleaved inside each
+// repetition (f32, bf16, f16, f32, ...) so all see the same machine state.
+//
+// Each line: elements/s and bytes/s (bytes read + written by one call, at the dtype's size), and for
+// the half dtypes the ratio to f32 measured in the same process: elements_ratio (2.0 means twice the
+// f32 elements/s) and bytes_ratio (1.0 means the same bytes/s as f32: the target for the
+// bandwidth-bound kernels). The conversions alone (convert.h to_float / from_float) are printed too,
+// per tier, against a float copy of the same length.
+#include <omp.h>
+#include <time.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench_sections.h"
+#include "json_line.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/kernels.h"
+
+namespace hg::bench {
+namespace {
+
+double thread_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// One kernel call at one dtype, with the bytes it moves.
+struct Variant {
+  std::string dtype;
+  double bytes;
+  std::function<void()> run;
+};
+
+// Times the variants interleaved (one warm-up each, then `repeats` rounds of every variant) and
+// prints one line per variant; half variants get their ratio to the "f32" variant.
+void measure(const std::string& kernel, int64_t rows, int64_t cols, int repeats, std::vector<Variant> variants) {
+  std::vector<double> best(variants.size(), 1e30);
+  for (auto& v : variants) v.run();
+  for (int r = 0; r < repeats; ++r) {
+    for (size_t i = 0; i < variants.size(); ++i) {
+      const double start = thread_seconds();
+      variants[i].run();
+      best[i] = std::min(best[i], thread_seconds() - start);
+    }
+  }
+  const double n = double(rows * cols);
+  double f32_eps = 0, f32_bps = 0;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    if (variants[i].dtype == "f32") {
+      f32_eps = n / best[i];
+      f32_bps = variants[i].bytes / best[i];
+    }
+  }
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const double eps = n / best[i], bps = variants[i].bytes / best[i];
+    JsonLine line("half_ops");
+    line.add("kernel", kernel)
+        .add("dtype", variants[i].dtype)
+        .add("rows", (long long)rows)
+        .add("cols", (long long)cols)
+        .add("threads", 1)
+        .add("timer", "thread_cpu")
+        .add("repeats", repeats)
+        .add("best_us", best[i] * 1e6)
+        .add("elements_per_s", eps)
+        .add("bytes", (long long)variants[i].bytes)
+        .add("gbs", bps / 1e9);
+    if (variants[i].dtype != "f32" && f32_eps > 0) {
+      line.add("elements_ratio", eps / f32_eps).add("bytes_ratio", bps / f32_bps);
+    }
+    line.print();
+  }
+}
+
+// Random tensors of every dtype for one shape, filled once (first touch before timing).
+struct Tensors {
+  std::map<DType, std::vector<std::vector<char>>> by_dtype;
+  void* get(DType d, int k) { return by_dtype[d][size_t(k)].data(); }
+};
+
+Tensors make_tensors(int64_t n, int count, const std::vector<DType>& dtypes) {
+  Tensors t;
+  for (DType d : dtypes) {
+    for (int k = 0; k < count; ++k) {
+      t.by_dtype[d].emplace_back(size_t(n) * dtype_size(d));
+      kernels::cpu::uniform_fill(t.by_dtype[d].back().data(), n, -3.0, 3.0, uint64_t(100 + k), 0, d);
+    }
+  }
+  return t;
+}
+
+void bench_shape(int64_t rows, int64_t cols, int repeats) {
+  namespace k = kernels;
+  namespace cpu = kernels::cpu;
+  const int64_t n = rows * cols;
+  const std::vector<DType> dtypes{DType::f32, DType::bf16, DType::f16};
+  // Slots: 0..2 inputs, 3..5 outputs, 6 weight row, 7 bias row.
+  Tensors t = make_tensors(n, 6, dtypes);
+  std::map<DType, std::vector<float>> stats;  // mean and rstd rows (f32 for every dtype here)
+  for (DType d : dtypes) stats[d].assign(size_t(2 * rows), 0.0f);
+
+  const auto each = [&](double bytes_per_element_times_size, auto&& body) {
+    std::vector<Variant> v;
+    for (DType d : dtypes)
+      v.push_back({dtype_name(d), bytes_per_element_times_size * double(n) * double(dtype_size(d)),
+                   [&, d, body] { body(d); }});
+    return v;
+  };
+
+  measure("softmax_forward", rows, cols, repeats,
+          each(2, [&](DType d) { cpu::softmax_forward(t.get(d, 0), t.get(d, 3), rows, cols, false, 0, d); }));
+  measure("softmax_backward", rows, cols, repeats, each(3, [&](DType d) {
+            cpu::softmax_backward(t.get(d, 3), t.get(d, 1), t.get(d, 4), rows, cols, false, d);
+          }));
+  measure("layer_norm_forward", rows, cols, repeats, each(2, [&](DType d) {
+            float* s = stats[d].data();
+            cpu::layer_norm_forward(t.get(d, 0), t.get(d, 1), t.get(d, 2), t.get(d, 3), s, s + rows, rows, cols, 1e-5,
+                                    d);
+          }));
+  // dweight/dbias land in slot 5's first 2 * cols elements.
+  measure("layer_norm_backward", rows, cols, repeats, each(3, [&](DType d) {
+            float* s = stats[d].data();
+            char* p = static_cast<char*>(t.get(d, 5));
+            cpu::layer_norm_backward(t.get(d, 0), t.get(d, 1), s, s + rows, t.get(d, 2), t.get(d, 4), p,
+                                     p + cols * dtype_size(d), rows, cols, d);
+          }));
+  measure("gelu_forward", rows, cols, repeats, each(2, [&](DType d) {
+            cpu::unary_forward(k::UnaryOp::GeluTanh, t.get(d, 0), t.get(d, 3), n, 0.0, d);
+          }));
+  measure("gelu_backward", rows, cols, repeats, each(3, [&](DType d) {
+            cpu::unary_backward(k::UnaryOp::GeluTanh, t.get(d, 0), nullptr, t.get(d, 1), t.get(d, 4), n, 0.0, d);
+          }));
+  const int64_t shape[2] = {rows, cols}, dense[2] = {cols, 1}, row_bcast[2] = {0, 1};
+  measure("add", rows, cols, repeats, each(3, [&](DType d) {
+            cpu::binary_forward(k::BinaryOp::Add, t.get(d, 0), dense, t.get(d, 1), dense, t.get(d, 3), shape, 2, d);
+          }));
+  measure("add_bias", rows, cols, repeats, each(2, [&](DType d) {
+            cpu::binary_forward(k::BinaryOp::Add, t.get(d, 0), dense, t.get(d, 1), row_bcast, t.get(d, 3), shape, 2,
+                                d);
+          }));
+  // cast: f32 -> dtype and dtype -> f32 (the f32 row is a 4-byte copy); bytes = n * (4 + size).
+  const auto cast_variants = [&](bool to_half) {
+    std::vector<Variant> v;
+    for (DType d : dtypes) {
+      v.push_back({dtype_name(d), double(n) * double(4 + dtype_size(d)), [&, d, to_half] {
+                     if (to_half)
+                       cpu::cast(t.get(DType::f32, 0), DType::f32, t.get(d, 3), d, n);
+                     else
+                       cpu::cast(t.get(d, 0), d, t.get(DType::f32, 4), DType::f32, n);
+                   }});
+    }
+    return v;
+  };
+  measure("cast_from_f32", rows, cols, repeats, cast_variants(true));
+  measure("cast_to_f32", rows, cols, repeats, cast_variants(false));
+
+  // The conversions alone, per tier (f32 row: a float copy of the same length).
+  const auto* f = static_cast<const float*>(t.get(DType::f32, 0));
+  auto* fo = static_cast<float*>(t.get(DType::f32, 4));
+  auto* h = static_cast<half*>(t.get(DType::f16, 3));
+  auto* b = static_cast<bfloat16*>(t.get(DType::bf16, 3));
+  for (int tier = 0; tier <= int(cpu::convert_best_isa()); ++tier) {
+    const auto isa = cpu::ConvertIsa(tier);
+    const std::string name = std::string("convert_") + cpu::convert_isa_name(isa);
+    measure(name + "_narrow", rows, cols, repeats,
+            {{"f32", double(n) * 8, [&] { cpu::from_float(f, fo, n); }},
+             {"bf16", double(n) * 6, [&, isa] { cpu::from_float(f, b, n, isa); }},
+             {"f16", double(n) * 6, [&, isa] { cpu::from_float(f, h, n, isa); }}});
+    measure(name + "_widen", rows, cols, repeats,
+            {{"f32", double(n) * 8, [&] { cpu::to_float(f, fo, n); }},
+             {"bf16", double(n) * 6, [&, isa] { cpu::to_float(b, fo, n, isa); }},
+             {"f16", double(n) * 6, [&, isa] { cpu::to_float(h, fo, n, isa); }}});
+  }
+}
+
+}  // namespace
+
+void run_half_ops_bench(bool quick) {
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  JsonLine("half_ops_setup")
+      .add("convert_tier", kernels::cpu::convert_isa_name(kernels::cpu::convert_best_isa()))
+      .add("threads", 1)
+      .add("timer", "thread_cpu")
+      .print();
+  const int repeats = quick ? 3 : 20;
+  bench_shape(2048, 256, repeats);
+  bench_shape(2048, 1024, repeats);
+  omp_set_num_threads(saved_threads);
+}
+
+}  // namespace hg::bench
