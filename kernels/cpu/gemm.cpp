@@ -1,5 +1,6 @@
 // CPU GEMM: C[m, n] = alpha * op(A) op(B) + beta * C, row-major, lda/ldb/ldc row strides,
 // op(A) = A^T when trans_a (then A is stored [k, m]), op(B) = B^T when trans_b (B stored [n, k]).
+// The paths and the measured figures are described in docs/cpu_gemm.md.
 //
 // - gemm_reference: the oracle, a plain triple loop accumulating in acc_t (float; double for f64).
 // - gemm, f32: the packed AVX-512 GEMM of gemm_avx512.cpp when the CPU has AVX-512 (checked once at
@@ -7,8 +8,16 @@
 //   go to Eigen on every CPU: there packing and zero-padding to 14 x 32 tiles cost more than the
 //   micro-kernel saves (measured: Eigen's GEMV is 2-3x faster at m = 1 or n = 1).
 // - gemm, f64: Eigen.
-// - gemm, f16/bf16: A, B (and C when beta != 0) are converted to f32 temporaries, multiplied by
-//   the f32 GEMM (fp32 accumulation) and the result rounded back to nearest even once.
+// - gemm, bf16: [AMX tiles first, once gemm_bf16_amx lands: see gemm_half], then the vdpbf16ps GEMM
+//   (gemm_bf16_avx512.cpp) when the CPU has AVX512_BF16, else the packed fp32 GEMM widening bf16
+//   while packing (gemm_half_via_f32_avx512). fp32 sums over all of k, C rounded once to nearest even.
+// - gemm, f16: the packed fp32 GEMM widening f16 while packing (vcvtph2ps), C rounded once.
+// - f16/bf16 without AVX-512, and the small/skinny shapes of the f32 rule: A, B (and C when
+//   beta != 0) are converted to f32 temporaries, multiplied by the f32 GEMM (Eigen there) and the
+//   result rounded back to nearest even once.
+// - gemm_bias, half dtypes on the packed paths: every row of C starts as the bias (exact: the bias
+//   has C's dtype) and the GEMM runs with beta = 1, so bias + sum is added in fp32 in the tile store
+//   and rounded once.
 //
 // beta == 0 means C is never read (NaN or garbage in C is overwritten), and alpha == 0 or k == 0
 // means C = beta * C without reading A or B (the BLAS conventions).
@@ -136,7 +145,7 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
     detail::gemm_f32_eigen(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// ---- f16 / bf16 through f32 ----------------------------------------------------------------------
+// ---- f16 / bf16 through f32 temporaries (no AVX-512, small shapes) ----------------------------------------------------------------------
 
 // A grow-only f32 buffer kept per thread: large temporaries would otherwise land on fresh pages on
 // every call, and first-touching a page costs ~17 us per 4 KiB on these VMs.
@@ -187,15 +196,48 @@ void gemm_via_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, d
   narrow(c32, m, n, c, ldc);
 }
 
+// ---- f16 / bf16 on the packed paths ----------------------------------------------------------------
+
+bool has_avx512_bf16() {
+  static const bool has = detail::cpu_has_avx512_bf16_gemm();
+  return has;
+}
+
+template <class T>
+void gemm_half(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, double beta, T* c, int64_t ldc) {
+  if (!has_avx512() || better_unpacked(m, n, k))
+    return gemm_via_f32<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    // ---- AMX goes here, first (issue 20, gemm_bf16_amx.cpp): ----
+    //   if (has_amx_bf16()) return detail::gemm_bf16_amx(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb,
+    //                                                     float(beta), c, ldc, true);
+    if (has_avx512_bf16())
+      return detail::gemm_bf16_avx512(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc,
+                                      true);
+  }
+  detail::gemm_half_via_f32_avx512(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc, true);
+}
+
 }  // namespace
 
 namespace detail {
+
+bool cpu_has_avx512_bf16_gemm() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return cpu_has_avx512_gemm() && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
 
 bool cpu_has_avx512_gemm() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();  // needed if this first runs from a static initializer
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("fma");
 #else
   return false;
 #endif
@@ -224,7 +266,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
     else if constexpr (std::is_same_v<T, double>)
       gemm_eigen<double>(trans_a, trans_b, m, n, k, alpha, a_t, lda, b_t, ldb, beta, c_t, ldc);
     else
-      gemm_via_f32<T>(trans_a, trans_b, m, n, k, alpha, a_t, lda, b_t, ldb, beta, c_t, ldc);
+      gemm_half<T>(trans_a, trans_b, m, n, k, alpha, a_t, lda, b_t, ldb, beta, c_t, ldc);
   });
 }
 
