@@ -155,7 +155,7 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
                   const TileOut& t, SlicePhase phase) {
   // C is read and written only after the kc loop; asking for it now (for writing) hides its cache
   // misses behind the FMAs.
-  prefetch_tile(t);
+  prefetch_tile(t, phase);
   __m512 lo[kMR], hi[kMR];
 #pragma GCC unroll 14
   for (int i = 0; i < kMR; ++i) lo[i] = hi[i] = _mm512_setzero_ps();

@@ -150,13 +150,25 @@ struct TileOut {
   __mmask16 mask_lo, mask_hi;
 };
 
-inline void prefetch_tile(const TileOut& t) {
-  const int64_t row_bytes = 32 * out_bytes(t.type);
+// Asks for what store_tile will touch (for writing): the fp32 partial rows while a half C is kept
+// as partials, C's rows on the slice that writes C.
+inline void prefetch_tile(const TileOut& t, SlicePhase phase) {
+  const bool uses_partial = t.type != OutType::f32 && phase != SlicePhase::only;
+  const bool writes_c = t.type == OutType::f32 || phase == SlicePhase::only || phase == SlicePhase::last;
+  const int64_t esize = out_bytes(t.type), row_bytes = 32 * esize;
   for (int64_t i = 0; i < t.rows; ++i) {
-    const char* row = static_cast<const char*>(t.c) + i * t.ldc * out_bytes(t.type);
-    __builtin_prefetch(row, 1);
-    __builtin_prefetch(row + row_bytes - 1, 1);
-    if (row_bytes > 64) __builtin_prefetch(row + 64, 1);
+    if (uses_partial) {
+      const char* partial_row = reinterpret_cast<const char*>(t.partial + i * t.ldp);
+      __builtin_prefetch(partial_row, 1);
+      __builtin_prefetch(partial_row + 64, 1);
+      __builtin_prefetch(partial_row + 127, 1);
+    }
+    if (writes_c) {
+      const char* row = static_cast<const char*>(t.c) + i * t.ldc * esize;
+      __builtin_prefetch(row, 1);
+      __builtin_prefetch(row + row_bytes - 1, 1);
+      if (row_bytes > 64) __builtin_prefetch(row + 64, 1);
+    }
   }
 }
 

@@ -132,7 +132,7 @@ void pack_b_panel(const OperandView& b, int64_t p0, int64_t kc, int64_t j0, int6
 // store_tile.
 void micro_kernel(int64_t pairs, const uint32_t* __restrict a, const uint32_t* __restrict b, float alpha, float beta,
                   const TileOut& t, SlicePhase phase) {
-  prefetch_tile(t);  // C is touched only after the loop: its misses overlap the dot products
+  prefetch_tile(t, phase);  // C is touched only after the loop: its misses overlap the dot products
   __m512 lo[kMR], hi[kMR];
 #pragma GCC unroll 14
   for (int i = 0; i < kMR; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
