@@ -15,9 +15,9 @@
 // - f16/bf16 without AVX-512, and m < 4 or n < 8 (see half_better_unpacked): A, B (and C when
 //   beta != 0) are converted to f32 temporaries, multiplied by the f32 GEMM (Eigen there) and the
 //   result rounded back to nearest even once.
-// - gemm_bias, half dtypes on the packed paths: every row of C starts as the bias (exact: the bias
-//   has C's dtype) and the GEMM runs with beta = 1, so bias + sum is added in fp32 in the tile store
-//   and rounded once.
+// - gemm_bias on the packed paths (f32, f16, bf16): the tile store adds the bias row in fp32 where
+//   it would add beta * C (C is not read; no pass to fill C first), and a half C is rounded once.
+//   Elsewhere every row of C starts as the bias and the GEMM runs with beta = 1 (the same sums).
 //
 // beta == 0 means C is never read (NaN or garbage in C is overwritten), and alpha == 0 or k == 0
 // means C = beta * C without reading A or B (the BLAS conventions).
@@ -224,6 +224,30 @@ void gemm_half(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doub
   detail::gemm_half_via_f32_avx512(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc, true);
 }
 
+// gemm_bias on a packed path, the bias added in the tile store (kernels/cpu/gemm_avx512_tiles.h).
+bool bias_in_epilogue(DType dtype, int64_t m, int64_t n, int64_t k, double alpha) {
+  if (!has_avx512() || k == 0 || alpha == 0.0) return false;
+  if (dtype == DType::f32) return !better_unpacked(m, n, k);
+  if (dtype == DType::f16 || dtype == DType::bf16) return !half_better_unpacked(m, n);
+  return false;
+}
+
+template <class T>
+void gemm_bias_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a,
+                      int64_t lda, const T* b, int64_t ldb, const T* bias, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    detail::gemm_bias_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    // (the AMX path goes first here too, once gemm_bf16_amx has a bias form)
+    if (has_avx512_bf16())
+      detail::gemm_bias_bf16_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
+    else
+      detail::gemm_bias_half_via_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
+  } else if constexpr (std::is_same_v<T, half>) {
+    detail::gemm_bias_half_via_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
+  }
+}
+
 }  // namespace
 
 namespace detail {
@@ -290,8 +314,15 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doub
                int64_t lda, const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, DType dtype) {
   check_arguments("gemm_bias", trans_a, trans_b, m, n, k, lda, ldb, ldc, dtype);
   HG_CHECK(bias != nullptr || n == 0, "[gemm_bias] bias is null; expected a vector of n = ", n, " values");
-  // Every row of C starts as the bias; the GEMM then accumulates onto it (beta = 1), so the sum is
-  // rounded once, as in the fused epilogue of the GPU path.
+  if (m == 0 || n == 0) return;
+  // The packed paths add the bias in their tile store (one pass over C, which is not read).
+  if (bias_in_epilogue(dtype, m, n, k, alpha))
+    return dispatch_floating(dtype, "gemm_bias", [&]<class T>() {
+      gemm_bias_packed<T>(trans_a, trans_b, m, n, k, float(alpha), static_cast<const T*>(a), lda,
+                          static_cast<const T*>(b), ldb, static_cast<const T*>(bias), static_cast<T*>(c), ldc);
+    });
+  // Elsewhere every row of C starts as the bias; the GEMM then accumulates onto it (beta = 1), so
+  // the sum is rounded once, as in the fused epilogue of the GPU path.
   dispatch_floating(dtype, "gemm_bias", [&]<class T>() {
     const T* bias_t = static_cast<const T*>(bias);
     T* c_t = static_cast<T*>(c);

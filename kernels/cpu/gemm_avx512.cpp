@@ -196,6 +196,7 @@ struct OutBlock {
   OutType type;
   float* partial;
   int64_t ldp;
+  const void* bias;  // gemm_bias's row vector at the block's first column, or null
 };
 
 // Runs the micro-kernel over every tile of a packed (mc x kc) A block times a packed (kc x nc)
@@ -214,7 +215,8 @@ void multiply_packed_blocks(const float* a_packed, int64_t mc, const float* b_pa
                            out.ldp,
                            std::min(kMR, mc - ir),
                            first_lanes(cols),
-                           first_lanes(cols - 16)};
+                           first_lanes(cols - 16),
+                           out.bias ? static_cast<const char*>(out.bias) + jr * esize : nullptr};
       micro_kernel(kc, a_packed + ir * kc, b_panel, alpha, beta, target, phase);
     }
   }
@@ -224,7 +226,7 @@ void multiply_packed_blocks(const float* a_packed, int64_t mc, const float* b_pa
 // (pack B), then MC rows (pack A), then the micro-tiles.
 template <class Src>
 void gemm_rectangle(const OperandView<Src>& a, const OperandView<Src>& b, const Rectangle& r, int64_t k, float alpha,
-                    float beta, void* c, int64_t ldc, OutType out_type) {
+                    float beta, void* c, int64_t ldc, OutType out_type, const void* bias) {
   float* a_packed = thread_a_buffer().get<float>(kMC * kKC);
   float* b_packed = thread_b_buffer().get<float>(kKC * kNC);
   const int64_t esize = out_bytes(out_type);
@@ -244,8 +246,12 @@ void gemm_rectangle(const OperandView<Src>& a, const OperandView<Src>& b, const 
         const int64_t mc = std::min(kMC, r.row_end - ic);
         for (int64_t ir = 0; ir < mc; ir += kMR)
           pack_a_panel(a, ic + ir, std::min(kMR, mc - ir), pc, kc, a_packed + ir * kc);
-        const OutBlock out{static_cast<char*>(c) + (ic * ldc + jc) * esize, ldc, out_type,
-                           partial ? partial + (ic - r.row_begin) * ldp : nullptr, ldp};
+        const OutBlock out{static_cast<char*>(c) + (ic * ldc + jc) * esize,
+                           ldc,
+                           out_type,
+                           partial ? partial + (ic - r.row_begin) * ldp : nullptr,
+                           ldp,
+                           bias ? static_cast<const char*>(bias) + jc * esize : nullptr};
         multiply_packed_blocks(a_packed, mc, b_packed, kc, nc, alpha, beta_here, phase, out);
       }
     }
@@ -254,7 +260,8 @@ void gemm_rectangle(const OperandView<Src>& a, const OperandView<Src>& b, const 
 
 template <class Src>
 void gemm_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const Src* a, int64_t lda,
-                 const Src* b, int64_t ldb, float beta, void* c, int64_t ldc, OutType out_type) {
+                 const Src* b, int64_t ldb, float beta, void* c, int64_t ldc, OutType out_type,
+                 const void* bias = nullptr) {
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) return scale_out(m, n, beta, c, ldc, out_type);
 
@@ -266,7 +273,7 @@ void gemm_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
   {
     const Rectangle mine = rectangle_of(omp_get_thread_num(), omp_get_num_threads(), m, n, kMR, kNR);
     if (mine.row_begin < mine.row_end && mine.col_begin < mine.col_end)
-      gemm_rectangle(op_a, op_b, mine, k, alpha, beta, c, ldc, out_type);
+      gemm_rectangle(op_a, op_b, mine, k, alpha, beta, c, ldc, out_type, bias);
   }
 }
 
@@ -288,6 +295,21 @@ void gemm_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, 
                               int64_t ldc, bool c_is_half) {
   gemm_packed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
               c_is_half ? OutType::bf16 : OutType::f32);
+}
+
+void gemm_bias_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                          int64_t lda, const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
+  gemm_packed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::f32, bias);
+}
+void gemm_bias_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                   const half* a, int64_t lda, const half* b, int64_t ldb, const half* bias, half* c,
+                                   int64_t ldc) {
+  gemm_packed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::f16, bias);
+}
+void gemm_bias_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                   const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb,
+                                   const bfloat16* bias, bfloat16* c, int64_t ldc) {
+  gemm_packed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::bf16, bias);
 }
 
 }  // namespace hg::kernels::cpu::detail

@@ -29,6 +29,21 @@ void gemm_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, 
                               const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c,
                               int64_t ldc, bool c_is_half);
 
+// gemm_bias's epilogue on the packed paths: C = alpha * op(A) op(B) + bias, bias being n values of
+// C's type added to every row in fp32 before C's single rounding; C is not read. Same conditions
+// as the paths they extend (gemm_bias_bf16_avx512: cpu_has_avx512_bf16_gemm()).
+void gemm_bias_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                          int64_t lda, const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc);
+void gemm_bias_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                   const half* a, int64_t lda, const half* b, int64_t ldb, const half* bias, half* c,
+                                   int64_t ldc);
+void gemm_bias_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                   const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb,
+                                   const bfloat16* bias, bfloat16* c, int64_t ldc);
+void gemm_bias_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
+                           int64_t lda, const bfloat16* b, int64_t ldb, const bfloat16* bias, bfloat16* c,
+                           int64_t ldc);
+
 // The portable path: Eigen's GEMM on mapped row-major views (gemm.cpp).
 void gemm_f32_eigen(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

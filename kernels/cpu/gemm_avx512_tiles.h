@@ -138,8 +138,8 @@ inline SlicePhase slice_phase(int64_t pc, int64_t kc, int64_t k) {
 }
 
 // Where a micro-tile goes: `rows` x (lanes of mask_lo, mask_hi) of C starting at c (type `type`,
-// row stride ldc elements), and its fp32 partial sums (row stride ldp) when C is half precision
-// and k spans several slices.
+// row stride ldc elements), its fp32 partial sums (row stride ldp) when C is half precision and k
+// spans several slices, and the tile's 32 values of gemm_bias's row vector (type `type`) or null.
 struct TileOut {
   void* c;
   int64_t ldc;
@@ -148,6 +148,7 @@ struct TileOut {
   int64_t ldp;
   int64_t rows;
   __mmask16 mask_lo, mask_hi;
+  const void* bias;
 };
 
 // Asks for what store_tile will touch (for writing): the fp32 partial rows while a half C is kept
@@ -202,12 +203,21 @@ inline void store_out(OutType type, void* p, __mmask16 mask, __m512 v) {
 // Writes the accumulators lo[i], hi[i] (columns 0..15 and 16..31 of row i) of one micro-tile.
 // f32 C: C = alpha * acc + beta * C (the caller passes beta = 1 for every slice after the first).
 // Half C: the slice phase decides between keeping fp32 partials and the final rounded store,
-// C = round(alpha * (partial + acc) + beta * C). C is not read when beta == 0.
+// C = round(alpha * (partial + acc) + beta * C). C is not read when beta == 0. With a bias (callers
+// pass beta = 0 then) the bias takes the place of the initial C: added once, in fp32, on the first
+// slice of an f32 C and before the single rounding of a half C.
 template <int kRows>
 inline void store_tile(__m512 (&lo)[kRows], __m512 (&hi)[kRows], const TileOut& t, float alpha, float beta,
                        SlicePhase phase) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   const int64_t esize = out_bytes(t.type);
+  const bool add_bias =
+      t.bias && (t.type != OutType::f32 || phase == SlicePhase::only || phase == SlicePhase::first);
+  __m512 bias_lo = _mm512_setzero_ps(), bias_hi = _mm512_setzero_ps();
+  if (add_bias) {
+    bias_lo = load_out(t.type, t.bias, t.mask_lo);
+    bias_hi = load_out(t.type, static_cast<const char*>(t.bias) + 16 * esize, t.mask_hi);
+  }
 #pragma GCC unroll 16
   for (int i = 0; i < kRows; ++i) {
     if (i >= t.rows) break;
@@ -227,6 +237,10 @@ inline void store_tile(__m512 (&lo)[kRows], __m512 (&hi)[kRows], const TileOut& 
     char* row = static_cast<char*>(t.c) + i * t.ldc * esize;
     r_lo = _mm512_mul_ps(va, r_lo);
     r_hi = _mm512_mul_ps(va, r_hi);
+    if (add_bias) {
+      r_lo = _mm512_add_ps(r_lo, bias_lo);
+      r_hi = _mm512_add_ps(r_hi, bias_hi);
+    }
     if (beta != 0.0f) {
       r_lo = _mm512_fmadd_ps(vb, load_out(t.type, row, t.mask_lo), r_lo);
       r_hi = _mm512_fmadd_ps(vb, load_out(t.type, row + 16 * esize, t.mask_hi), r_hi);

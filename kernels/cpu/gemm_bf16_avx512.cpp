@@ -167,7 +167,7 @@ PackBuffer& thread_partial_buffer() {
 
 // The serial loop nest over one rectangle of C (see the file comment).
 void gemm_rectangle(const OperandView& a, const OperandView& b, const Rectangle& r, int64_t k, float alpha, float beta,
-                    void* c, int64_t ldc, OutType out_type) {
+                    void* c, int64_t ldc, OutType out_type, const void* bias) {
   uint32_t* a_packed = thread_a_buffer().get<uint32_t>(kMC * kKC / 2);
   uint32_t* b_packed = thread_b_buffer().get<uint32_t>(kKC / 2 * kNC);
   const int64_t esize = out_bytes(out_type);
@@ -197,7 +197,8 @@ void gemm_rectangle(const OperandView& a, const OperandView& b, const Rectangle&
                                  ldp,
                                  std::min(kMR, mc - ir),
                                  first_lanes(cols),
-                                 first_lanes(cols - 16)};
+                                 first_lanes(cols - 16),
+                                 bias ? static_cast<const char*>(bias) + col * esize : nullptr};
             micro_kernel(pairs, a_packed + ir * pairs, b_packed + jr * pairs, alpha, beta_here, target, phase);
           }
         }
@@ -206,11 +207,10 @@ void gemm_rectangle(const OperandView& a, const OperandView& b, const Rectangle&
   }
 }
 
-}  // namespace
-
-void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
-                      int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16) {
-  const OutType out_type = c_is_bf16 ? OutType::bf16 : OutType::f32;
+// The entry points' common body; bias (C's type, n values) or null.
+void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
+                      int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, OutType out_type,
+                      const void* bias) {
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) return scale_out(m, n, beta, c, ldc, out_type);
 
@@ -224,8 +224,22 @@ void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   {
     const Rectangle mine = rectangle_of(omp_get_thread_num(), omp_get_num_threads(), m, n, kMR, kNR);
     if (mine.row_begin < mine.row_end && mine.col_begin < mine.col_end)
-      gemm_rectangle(op_a, op_b, mine, k, alpha, beta, c, ldc, out_type);
+      gemm_rectangle(op_a, op_b, mine, k, alpha, beta, c, ldc, out_type, bias);
   }
+}
+
+}  // namespace
+
+void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
+                      int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16) {
+  gemm_bf16_packed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                   c_is_bf16 ? OutType::bf16 : OutType::f32, nullptr);
+}
+
+void gemm_bias_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
+                           int64_t lda, const bfloat16* b, int64_t ldb, const bfloat16* bias, bfloat16* c,
+                           int64_t ldc) {
+  gemm_bf16_packed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::bf16, bias);
 }
 
 }  // namespace hg::kernels::cpu::detail
