@@ -1,4 +1,4 @@
-// f32 GEMM throughput against this machine's own FMA peak, measured in the same process.
+// GEMM throughput (f32, bf16, f16) against this machine's own peaks, measured in the same process.
 //
 //   fma_peak: every OpenMP thread runs a loop of independent vector FMA chains in inline assembly
 //             (16 on zmm with AVX-512, else 14 on ymm with AVX2+FMA). That covers the FMA latency
@@ -9,12 +9,26 @@
 //             (d = 768, 4096 tokens) projections as nn.Linear runs them: forward y = x W^T
 //             (trans_b), the plain product, and a weight gradient dW = dy^T x (trans_a).
 //             eigen_gflops is Eigen's GEMM on the same buffers in the same process, for comparison.
-// Full: squares 1024, 2048, 4096 and m = 4096 tokens; --quick: squares 512, 1024 and m = 1024.
+//   dpbf16_peak: the same loop with vdpbf16ps (16 lanes x 2 products = 64 flops per instruction) when
+//             the CPU has AVX512_BF16: the peak of the bf16 GEMM's micro-kernel instruction.
+//   gemm_half: bf16 and f16 GEMMs (gemm() as dispatched, and each packed path called directly) on
+//             the 2048 square and the GPT shapes of a C = 256 model with M = B T = 2048 tokens
+//             (forward y = x W^T, input gradient dX = dY W, weight gradient dW = dY^T X), C in the
+//             inputs' type. fraction_of_peak compares each path with its own instruction's peak:
+//             vdpbf16ps path vs dpbf16_peak, paths through fp32 packing vs fma_peak.
+//   Every row also has cpu_gflops / cpu_fraction_of_peak from the calling thread's CPU time
+//             (CLOCK_THREAD_CPUTIME_ID), meaningful with OMP_NUM_THREADS=1: on a shared, loaded
+//             machine that is the figure to tune with; wall-clock figures need a quiet machine.
+// Full: squares 1024, 2048, 4096 and m = 4096 tokens; --quick: squares 512, 1024 and m = 1024 (half
+// rows: the square is 1024 and M = 1024 tokens).
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -29,6 +43,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
 
 // ---- FMA peak ------------------------------------------------------------------------------------
 
@@ -50,6 +70,25 @@ __attribute__((target("avx512f"))) void fma_loop_avx512(int64_t iterations) {
         "xmm13", "xmm14", "xmm15", "xmm30", "xmm31", "cc");
 }
 #undef HG_FMA_ZMM
+
+#define HG_DPBF16_ZMM(r) "vdpbf16ps %%zmm30, %%zmm31, %%zmm" #r "\n\t"
+// 16 vdpbf16ps per iteration into zmm0..zmm15, each its own dependency chain.
+__attribute__((target("avx512f,avx512bf16"))) void dpbf16_loop_avx512(int64_t iterations) {
+  asm volatile(
+      "vpxord %%zmm30, %%zmm30, %%zmm30\n\t"
+      "vpxord %%zmm31, %%zmm31, %%zmm31\n\t"
+      "1:\n\t"
+      HG_DPBF16_ZMM(0) HG_DPBF16_ZMM(1) HG_DPBF16_ZMM(2)  HG_DPBF16_ZMM(3)  HG_DPBF16_ZMM(4)  HG_DPBF16_ZMM(5)
+      HG_DPBF16_ZMM(6) HG_DPBF16_ZMM(7) HG_DPBF16_ZMM(8)  HG_DPBF16_ZMM(9)  HG_DPBF16_ZMM(10) HG_DPBF16_ZMM(11)
+      HG_DPBF16_ZMM(12) HG_DPBF16_ZMM(13) HG_DPBF16_ZMM(14) HG_DPBF16_ZMM(15)
+      "dec %0\n\t"
+      "jnz 1b\n\t"
+      : "+r"(iterations)
+      :
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+        "xmm13", "xmm14", "xmm15", "xmm30", "xmm31", "cc");
+}
+#undef HG_DPBF16_ZMM
 
 #define HG_FMA_YMM(r) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #r "\n\t"
 // AVX2 has 16 ymm registers: 14 chains and the two operands.
@@ -74,30 +113,37 @@ struct FmaPeak {
   const char* isa;
   int threads;
   double gflops;
+  double cpu_gflops_per_thread;  // from the master thread's CPU time (robust to a loaded machine)
 };
 
-// Runs the FMA loop on every OpenMP thread at once, best of a few timed runs.
-FmaPeak measure_fma_peak(bool quick) {
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  const int lanes = avx512 ? 16 : 8, chains = avx512 ? 16 : 14;
+// Runs `loop` on every OpenMP thread at once, best of a few timed runs; flops_per_iteration is per
+// thread.
+FmaPeak measure_peak(const char* isa, void (*loop)(int64_t), double flops_per_iteration, bool quick) {
   const int64_t iterations = quick ? 5'000'000 : 20'000'000;
   int threads = 1;
-  double best = 1e30;
+  double best = 1e30, best_cpu = 1e30;
   for (int run = 0; run < 4; ++run) {  // the first run is the warm-up (clocks, thread start)
     const auto start = Clock::now();
+    double cpu = 0;
 #pragma omp parallel
     {
-      if (avx512)
-        fma_loop_avx512(iterations);
-      else
-        fma_loop_avx2(iterations);
+      const double cpu_start = thread_cpu_seconds();
+      loop(iterations);
 #pragma omp master
-      threads = omp_get_num_threads();
+      {
+        threads = omp_get_num_threads();
+        cpu = thread_cpu_seconds() - cpu_start;
+      }
     }
-    if (run > 0) best = std::min(best, seconds_since(start));
+    if (run > 0) best = std::min(best, seconds_since(start)), best_cpu = std::min(best_cpu, cpu);
   }
-  const double flops = 2.0 * lanes * chains * double(iterations) * threads;
-  return {avx512 ? "avx512" : "avx2", threads, flops / best / 1e9};
+  const double flops = flops_per_iteration * double(iterations);
+  return {isa, threads, flops * threads / best / 1e9, flops / best_cpu / 1e9};
+}
+
+FmaPeak measure_fma_peak(bool quick) {
+  if (__builtin_cpu_supports("avx512f")) return measure_peak("avx512", fma_loop_avx512, 2.0 * 16 * 16, quick);
+  return measure_peak("avx2", fma_loop_avx2, 2.0 * 8 * 14, quick);
 }
 
 // ---- GEMM ----------------------------------------------------------------------------------------
@@ -119,20 +165,30 @@ std::vector<float> random_matrix(int64_t size, uint32_t seed) {
   return v;
 }
 
-// Best wall time of fn after one warm-up call: at least 3 timed calls and about 0.5 s (quick: 0.1 s).
+// Best wall time and best calling-thread CPU time of fn after one warm-up call: at least 3 timed
+// calls and about 0.5 s (quick: 0.1 s).
+struct Timing {
+  double wall, cpu;
+};
 template <class F>
-double best_seconds(bool quick, F&& fn) {
+Timing best_timing(bool quick, F&& fn) {
   fn();
   const double budget = quick ? 0.1 : 0.5;
-  double best = 1e30, total = 0;
+  Timing best{1e30, 1e30};
+  double total = 0;
   for (int run = 0; run < 20 && (run < 3 || total < budget); ++run) {
     const auto start = Clock::now();
+    const double cpu_start = thread_cpu_seconds();
     fn();
-    const double t = seconds_since(start);
-    best = std::min(best, t);
+    const double cpu = thread_cpu_seconds() - cpu_start, t = seconds_since(start);
+    best = {std::min(best.wall, t), std::min(best.cpu, cpu)};
     total += t;
   }
   return best;
+}
+template <class F>
+double best_seconds(bool quick, F&& fn) {
+  return best_timing(quick, fn).wall;
 }
 
 void bench_gemm_shape(const GemmShape& s, const FmaPeak& peak, bool quick) {
@@ -182,6 +238,95 @@ std::vector<GemmShape> gemm_shapes(bool quick) {
   return shapes;
 }
 
+// ---- half-precision GEMMs ---------------------------------------------------------------------------
+
+std::vector<GemmShape> half_gemm_shapes(bool quick) {
+  const int64_t tokens = quick ? 1024 : 2048, c = 256, square = quick ? 1024 : 2048;
+  return {{"square", square, square, square, false, false},
+          {"gpt_c256_qkv_forward", tokens, 3 * c, c, false, true},    // y = x W^T, W [3C, C]
+          {"gpt_c256_qkv_input_grad", tokens, c, 3 * c, false, false},  // dX = dY W
+          {"gpt_c256_qkv_weight_grad", 3 * c, c, tokens, true, false},  // dW = dY^T X
+          {"gpt_c256_mlp_up_forward", tokens, 4 * c, c, false, true},
+          {"gpt_c256_mlp_down_forward", tokens, c, 4 * c, false, true},
+          {"gpt_c256_mlp_down_weight_grad", c, 4 * c, tokens, true, false}};
+}
+
+template <class T>
+std::vector<T> rounded(const std::vector<float>& values) {
+  return std::vector<T>(values.begin(), values.end());
+}
+
+// One half-precision GEMM path on one shape: A, B, C of T (C in T too).
+template <class T>
+void bench_half_path(const GemmShape& s, DType dtype, const char* path, const FmaPeak& peak, bool quick) {
+  const int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
+  const std::vector<T> a = rounded<T>(random_matrix(s.m * s.k, 1)), b = rounded<T>(random_matrix(s.k * s.n, 2));
+  std::vector<T> c = rounded<T>(random_matrix(s.m * s.n, 3));
+  const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
+  const std::string which = path;
+  const Timing t = best_timing(quick, [&] {
+    if (which == "gemm") {
+      kernels::cpu::gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0, a.data(), lda, b.data(), ldb, 0.0, c.data(), s.n,
+                         dtype);
+    } else if constexpr (std::is_same_v<T, bfloat16>) {
+      if (which == "vdpbf16ps")
+        kernels::cpu::detail::gemm_bf16_avx512(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb,
+                                               0.0f, c.data(), s.n, true);
+      else
+        kernels::cpu::detail::gemm_half_via_f32_avx512(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda,
+                                                       b.data(), ldb, 0.0f, c.data(), s.n, true);
+    } else {
+      kernels::cpu::detail::gemm_half_via_f32_avx512(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda,
+                                                     b.data(), ldb, 0.0f, c.data(), s.n, true);
+    }
+  });
+  const double gflops = flops / t.wall / 1e9, cpu_gflops = flops / t.cpu / 1e9;
+  JsonLine("gemm_half")
+      .add("shape", s.name)
+      .add("dtype", dtype_name(dtype))
+      .add("path", path)
+      .add("peak", peak.isa)
+      .add("m", (long long)s.m)
+      .add("n", (long long)s.n)
+      .add("k", (long long)s.k)
+      .add("trans_a", int(s.trans_a))
+      .add("trans_b", int(s.trans_b))
+      .add("threads", omp_get_max_threads())
+      .add("ms", t.wall * 1e3)
+      .add("gflops", gflops)
+      .add("fraction_of_peak", gflops / peak.gflops)
+      .add("cpu_gflops", cpu_gflops)
+      .add("cpu_fraction_of_peak", cpu_gflops / peak.cpu_gflops_per_thread)
+      .print();
+}
+
+void run_half_gemm_bench(const FmaPeak& fma_peak, bool quick) {
+  if (!kernels::cpu::detail::cpu_has_avx512_gemm()) {
+    JsonLine("gemm_half").add("skipped", "no AVX-512: f16/bf16 GEMMs go through f32 temporaries and Eigen").print();
+    return;
+  }
+  const bool has_bf16 = kernels::cpu::detail::cpu_has_avx512_bf16_gemm();
+  FmaPeak dpbf16_peak{"none", 0, 0, 0};
+  if (has_bf16) {
+    dpbf16_peak = measure_peak("avx512_bf16", dpbf16_loop_avx512, 4.0 * 16 * 16, quick);
+    JsonLine("dpbf16_peak")
+        .add("isa", dpbf16_peak.isa)
+        .add("threads", dpbf16_peak.threads)
+        .add("gflops", dpbf16_peak.gflops)
+        .add("gflops_per_thread", dpbf16_peak.gflops / dpbf16_peak.threads)
+        .add("cpu_gflops_per_thread", dpbf16_peak.cpu_gflops_per_thread)
+        .add("fma_cpu_gflops_per_thread", fma_peak.cpu_gflops_per_thread)
+        .print();
+  }
+  for (const GemmShape& shape : half_gemm_shapes(quick)) {
+    // gemm() picks the vdpbf16ps path for bf16 where the CPU has it (gemm.cpp).
+    bench_half_path<bfloat16>(shape, DType::bf16, "gemm", has_bf16 ? dpbf16_peak : fma_peak, quick);
+    if (has_bf16) bench_half_path<bfloat16>(shape, DType::bf16, "vdpbf16ps", dpbf16_peak, quick);
+    bench_half_path<bfloat16>(shape, DType::bf16, "via_f32", fma_peak, quick);
+    bench_half_path<half>(shape, DType::f16, "gemm", fma_peak, quick);
+  }
+}
+
 }  // namespace
 
 void run_gemm_bench(bool quick) {
@@ -191,8 +336,13 @@ void run_gemm_bench(bool quick) {
       .add("threads", peak.threads)
       .add("gflops", peak.gflops)
       .add("gflops_per_thread", peak.gflops / peak.threads)
+      .add("cpu_gflops_per_thread", peak.cpu_gflops_per_thread)
       .print();
-  for (const GemmShape& shape : gemm_shapes(quick)) bench_gemm_shape(shape, peak, quick);
+  // HG_GEMM_BENCH=half runs only the half-precision rows (for tuning them).
+  const char* only = std::getenv("HG_GEMM_BENCH");
+  if (!(only && std::string(only) == "half"))
+    for (const GemmShape& shape : gemm_shapes(quick)) bench_gemm_shape(shape, peak, quick);
+  run_half_gemm_bench(peak, quick);
 }
 
 }  // namespace hg::bench

@@ -1,4 +1,6 @@
-// kernels/cpu/gemm*: gemm() and each f32 path (AVX-512 packed, Eigen) against gemm_reference.
+// kernels/cpu/gemm*: gemm() and each f32 path (AVX-512 packed, Eigen) against gemm_reference; each
+// half-precision path (bf16 vdpbf16ps, f16/bf16 widened while packing) against gemm_reference in
+// float64 on the same rounded inputs (see "half-precision paths" below for their tolerance).
 //
 // Every case draws fresh seeded random inputs in [-1, 1) rounded to the dtype, lays A, B and C out
 // with row strides larger than their rows (the gap holds a sentinel that must survive), and fills
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <omp.h>
 #include <random>
 #include <string>
 #include <vector>
@@ -80,7 +83,16 @@ class Matrix {
   void* data() { return bytes_.data(); }
   const void* data() const { return bytes_.data(); }
   int64_t ld() const { return ld_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
   DType dtype() const { return dtype_; }
+  // The same values (exactly representable, or NaN) in another dtype, same layout and gaps.
+  Matrix as(DType dtype) const {
+    Matrix out(dtype, rows_, cols_, ld_);
+    for (int64_t i = 0; i < rows_ * ld_; ++i) out.set_flat(i, get_flat(i));
+    return out;
+  }
+  bool same_bytes(const Matrix& other) const { return bytes_ == other.bytes_; }
 
  private:
   double get_flat(int64_t i) const {
@@ -298,4 +310,188 @@ TEST_CASE("gemm rejects integer dtypes, negative sizes and short strides with a 
                        doctest::Contains("[gemm] expected ldb >= 3"), hg::Error);
   CHECK_THROWS_WITH_AS(cpu::gemm(false, false, 2, 4, 3, 1.0, p, 3, p, 4, 0.0, p, 3, DType::f32),
                        doctest::Contains("[gemm] expected ldc >= 4"), hg::Error);
+}
+
+// ---- half-precision paths ------------------------------------------------------------------------
+//
+// Each path of gemm_avx512.h that takes f16/bf16 A and B is called directly, with C f32 and C in the
+// inputs' half type, and compared with gemm_reference run in float64 on the same rounded values
+// (A, B and the initial C converted exactly to f64). Tolerance per element:
+//     tol = (k + 3) * eps_f32 * bound * (1 + eps_out) + eps_out * |ref| + tiny,
+// the worst case of an fp32 sum of k products (exact in fp32 for half inputs) plus alpha and beta,
+// then one rounding to the output type (relative, or half a subnormal step). Inputs are uniform in [-1, 1): normal values, since the
+// vdpbf16ps path reads bf16 subnormals as zero (gemm_avx512.h).
+
+namespace {
+
+using HalfGemm = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*, int64_t,
+                          float, void*, int64_t, bool);
+
+void bf16_vdpbf16ps(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_half) {
+  cpu::detail::gemm_bf16_avx512(ta, tb, m, n, k, alpha, static_cast<const hg::bfloat16*>(a), lda,
+                                static_cast<const hg::bfloat16*>(b), ldb, beta, c, ldc, c_half);
+}
+void bf16_via_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+                  const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_half) {
+  cpu::detail::gemm_half_via_f32_avx512(ta, tb, m, n, k, alpha, static_cast<const hg::bfloat16*>(a), lda,
+                                        static_cast<const hg::bfloat16*>(b), ldb, beta, c, ldc, c_half);
+}
+void f16_via_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+                 const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_half) {
+  cpu::detail::gemm_half_via_f32_avx512(ta, tb, m, n, k, alpha, static_cast<const hg::half*>(a), lda,
+                                        static_cast<const hg::half*>(b), ldb, beta, c, ldc, c_half);
+}
+
+struct HalfPath {
+  const char* name;
+  DType input;
+  HalfGemm run;
+};
+
+// The half paths this CPU can run; a MESSAGE names each one it cannot.
+std::vector<HalfPath> available_half_paths() {
+  std::vector<HalfPath> paths;
+  if (cpu::detail::cpu_has_avx512_bf16_gemm())
+    paths.push_back({"bf16 vdpbf16ps", DType::bf16, bf16_vdpbf16ps});
+  else
+    MESSAGE("this CPU has no AVX512_BF16: gemm_bf16_avx512 (vdpbf16ps) is not tested here");
+  if (cpu::detail::cpu_has_avx512_gemm()) {
+    paths.push_back({"bf16 via f32 packing", DType::bf16, bf16_via_f32});
+    paths.push_back({"f16 via f32 packing", DType::f16, f16_via_f32});
+  } else {
+    MESSAGE("this CPU has no AVX-512: gemm_half_via_f32_avx512 (f16 and bf16) is not tested here");
+  }
+  return paths;
+}
+
+// Runs `path` (C of dtype c_dtype: f32 or the input type) and the f64 reference on the same inputs.
+void check_half_path(const HalfPath& path, const GemmCase& g, DType c_dtype, uint32_t seed) {
+  INFO(std::string(path.name), " C ", hg::dtype_name(c_dtype), " ", describe(g));
+  const auto [m, n, k] = g.shape;
+  const Operands in(g, seed);  // g.dtype is the input type: A, B and C's initial values rounded to it
+  Matrix c = in.c_initial.as(c_dtype);
+  Matrix c_ref = in.c_initial.as(DType::f64);
+  const Matrix a64 = in.a.as(DType::f64), b64 = in.b.as(DType::f64);
+  path.run(g.trans_a, g.trans_b, m, n, k, float(g.alpha), in.a.data(), in.a.ld(), in.b.data(), in.b.ld(),
+           float(g.beta), c.data(), c.ld(), c_dtype != DType::f32);
+  cpu::gemm_reference(g.trans_a, g.trans_b, m, n, k, g.alpha, a64.data(), a64.ld(), b64.data(), b64.ld(), g.beta,
+                      c_ref.data(), c_ref.ld(), DType::f64);
+
+  const double eps_out = eps(c_dtype);
+  // Half the spacing of the output type's subnormals: where relative rounding stops.
+  const double tiny = c_dtype == DType::f16 ? 0x1p-25 : c_dtype == DType::bf16 ? 0x1p-134 : 0x1p-150;
+  int64_t failures = 0;
+  std::string first_failure;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const double ref = c_ref.get(i, j), got = c.get(i, j);
+      const double tol =
+          double(k + 3) * 0x1p-24 * in.bound(g, i, j) * (1.0 + eps_out) + eps_out * std::abs(ref) + tiny;
+      if (!(std::abs(got - ref) <= tol) && failures++ == 0)
+        first_failure = "C[" + std::to_string(i) + ", " + std::to_string(j) + "] = " + std::to_string(got) +
+                        ", reference " + std::to_string(ref) + ", tolerance " + std::to_string(tol);
+    }
+  INFO(first_failure);
+  CHECK(failures == 0);
+  CHECK(c.gaps_untouched());
+}
+
+// Edges of both packed kernels: 1 x N and N x 1, k = 1, odd k (a zero-padded last pair), m and n off
+// the 14 x 32 tile, MC = 224 rows, NC = 2048 columns, and k across KC (512 f32 / 1024 bf16 pairs)
+// so that a half C goes through fp32 partials.
+const Shape kHalfShapes[] = {{1, 1, 1},      {1, 77, 9},     {9, 1, 3},       {7, 13, 5},      {15, 33, 17},
+                             {14, 32, 16},   {29, 64, 511},  {28, 95, 513},   {225, 47, 9},    {33, 65, 1},
+                             {13, 2081, 40}, {31, 40, 1025}, {17, 50, 2051}, {100, 31, 257}};
+
+}  // namespace
+
+TEST_CASE("each half-precision GEMM path matches a float64 reference for every transpose, shape and C type") {
+  uint32_t seed = 5000;
+  for (const HalfPath& path : available_half_paths())
+    for (DType c_dtype : {DType::f32, path.input})
+      for (bool trans_a : kTransposes)
+        for (bool trans_b : kTransposes)
+          for (const Shape& shape : kHalfShapes) {
+            check_half_path(path, {path.input, trans_a, trans_b, shape, 1.0, 0.0, 1}, c_dtype, seed++);
+            check_half_path(path, {path.input, trans_a, trans_b, shape, 0.75, -1.5, 7}, c_dtype, seed++);
+          }
+}
+
+TEST_CASE("a half-precision C is the half rounding of the fp32 result, bit for bit, across KC slices") {
+  // With alpha a power of two and beta == 0 the f32-C and half-C runs sum the same fp32 values in
+  // the same order, so the half C must equal hg::half / hg::bfloat16 of the f32 C exactly: one
+  // rounding to nearest even, no matter how many slices were kept as fp32 partials. alpha 2^-20 and
+  // 2^12 push results into the half types' subnormals and past f16's range (overflow to infinity).
+  uint32_t seed = 7000;
+  for (const HalfPath& path : available_half_paths())
+    for (double alpha : {1.0, 0x1p-20, 0x1p12, 0x1p-130})
+      for (const Shape& shape : {Shape{30, 70, 3000}, Shape{45, 33, 700}, Shape{5, 200, 2}})
+        for (bool trans_a : kTransposes) {
+          const GemmCase g{path.input, trans_a, !trans_a, shape, alpha, 0.0, 2};
+          INFO(std::string(path.name), " ", describe(g));
+          const auto [m, n, k] = shape;
+          const Operands in(g, seed++);
+          Matrix c32(DType::f32, m, n, n + 2), c_half(path.input, m, n, n + 2);
+          c32.fill(kNaN);
+          c_half.fill(kNaN);
+          path.run(g.trans_a, g.trans_b, m, n, k, float(alpha), in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), 0.0f,
+                   c32.data(), c32.ld(), false);
+          path.run(g.trans_a, g.trans_b, m, n, k, float(alpha), in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), 0.0f,
+                   c_half.data(), c_half.ld(), true);
+          CHECK(c32.as(path.input).same_bytes(c_half));
+        }
+}
+
+TEST_CASE("the half-precision GEMM paths give bit-identical results on 1 and 2 threads") {
+  // Each element is computed by one thread with the same instruction sequence (the threads split C
+  // into rectangles of whole tiles; the KC slicing does not depend on them), so the split must not
+  // change a bit. 300 x 200 x 1100 is large enough to be split and crosses a KC slice of both kernels.
+  const int saved_threads = omp_get_max_threads();
+  uint32_t seed = 9000;
+  for (const HalfPath& path : available_half_paths())
+    for (DType c_dtype : {DType::f32, path.input})
+      for (bool trans_b : kTransposes) {
+        const GemmCase g{path.input, false, trans_b, {300, 200, 1100}, 0.5, -1.0, 3};
+        INFO(std::string(path.name), " C ", hg::dtype_name(c_dtype), " ", describe(g));
+        const Operands in(g, seed++);
+        Matrix one = in.c_initial.as(c_dtype), two = in.c_initial.as(c_dtype);
+        omp_set_num_threads(1);
+        path.run(false, trans_b, 300, 200, 1100, 0.5f, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), -1.0f,
+                 one.data(), one.ld(), c_dtype != DType::f32);
+        omp_set_num_threads(2);
+        path.run(false, trans_b, 300, 200, 1100, 0.5f, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), -1.0f,
+                 two.data(), two.ld(), c_dtype != DType::f32);
+        CHECK(one.same_bytes(two));
+        CHECK(!one.same_bytes(in.c_initial.as(c_dtype)));  // the GEMM did write C
+      }
+  omp_set_num_threads(saved_threads);
+}
+
+TEST_CASE("gemm_bias equals gemm onto C filled with the bias, bit for bit, with C poisoned") {
+  // On the packed paths the bias is added in the tile store instead of being copied into C first;
+  // the sums (alpha * acc + bias in fp32, then one rounding) are the same as gemm with beta = 1 onto
+  // rows of bias, so the results must match exactly. C starts as NaN: gemm_bias must not read it.
+  uint32_t seed = 11000;
+  for (DType dtype : kFloatingTypes)
+    for (const Shape& shape : {Shape{30, 70, 600}, Shape{45, 33, 1100}, Shape{2, 40, 9}, Shape{64, 5, 30}})
+      for (bool trans_a : kTransposes)
+        for (bool trans_b : kTransposes) {
+          const GemmCase g{dtype, trans_a, trans_b, shape, -0.75, 1.0, 3};
+          INFO(describe(g));
+          const auto [m, n, k] = shape;
+          const Operands in(g, seed++);
+          Matrix bias(dtype, 1, n, n);
+          std::mt19937 rng(seed);
+          bias.fill_random(rng);
+          Matrix expected(dtype, m, n, n + 3), got(dtype, m, n, n + 3);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) expected.set(i, j, bias.get(0, j));
+          got.fill(kNaN);
+          cpu::gemm(trans_a, trans_b, m, n, k, g.alpha, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), 1.0,
+                    expected.data(), expected.ld(), dtype);
+          cpu::gemm_bias(trans_a, trans_b, m, n, k, g.alpha, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(),
+                         bias.data(), got.data(), got.ld(), dtype);
+          CHECK(got.same_bytes(expected));
+        }
 }

@@ -1,5 +1,6 @@
 // CPU GEMM: C[m, n] = alpha * op(A) op(B) + beta * C, row-major, lda/ldb/ldc row strides,
 // op(A) = A^T when trans_a (then A is stored [k, m]), op(B) = B^T when trans_b (B stored [n, k]).
+// The paths and the measured figures are described in docs/cpu_gemm.md.
 //
 // - gemm_reference: the oracle, a plain triple loop accumulating in acc_t (float; double for f64).
 // - gemm, f32: the packed AVX-512 GEMM of gemm_avx512.cpp when the CPU has AVX-512 (checked once at
@@ -7,8 +8,16 @@
 //   go to Eigen on every CPU: there packing and zero-padding to 14 x 32 tiles cost more than the
 //   micro-kernel saves (measured: Eigen's GEMV is 2-3x faster at m = 1 or n = 1).
 // - gemm, f64: Eigen.
-// - gemm, f16/bf16: A, B (and C when beta != 0) are converted to f32 temporaries, multiplied by
-//   the f32 GEMM (fp32 accumulation) and the result rounded back to nearest even once.
+// - gemm, bf16: [AMX tiles first, once gemm_bf16_amx lands: see gemm_half], then the vdpbf16ps GEMM
+//   (gemm_bf16_avx512.cpp) when the CPU has AVX512_BF16, else the packed fp32 GEMM widening bf16
+//   while packing (gemm_half_via_f32_avx512). fp32 sums over all of k, C rounded once to nearest even.
+// - gemm, f16: the packed fp32 GEMM widening f16 while packing (vcvtph2ps), C rounded once.
+// - f16/bf16 without AVX-512, and m < 4 or n < 8 (see half_better_unpacked): A, B (and C when
+//   beta != 0) are converted to f32 temporaries, multiplied by the f32 GEMM (Eigen there) and the
+//   result rounded back to nearest even once.
+// - gemm_bias on the packed paths (f32, f16, bf16): the tile store adds the bias row in fp32 where
+//   it would add beta * C (C is not read; no pass to fill C first), and a half C is rounded once.
+//   Elsewhere every row of C starts as the bias and the GEMM runs with beta = 1 (the same sums).
 //
 // beta == 0 means C is never read (NaN or garbage in C is overwritten), and alpha == 0 or k == 0
 // means C = beta * C without reading A or B (the BLAS conventions).
@@ -25,6 +34,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
@@ -136,7 +146,7 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
     detail::gemm_f32_eigen(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// ---- f16 / bf16 through f32 ----------------------------------------------------------------------
+// ---- f16 / bf16 through f32 temporaries (no AVX-512, small shapes) ----------------------------------------------------------------------
 
 // A grow-only f32 buffer kept per thread: large temporaries would otherwise land on fresh pages on
 // every call, and first-touching a page costs ~17 us per 4 KiB on these VMs.
@@ -161,15 +171,13 @@ constexpr int64_t kParallelConvertElements = 1 << 16;
 template <class T>
 void widen(const T* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
 #pragma omp parallel for if (rows * cols >= kParallelConvertElements)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = float(src[r * ld + c]);
+  for (int64_t r = 0; r < rows; ++r) to_float(src + r * ld, dst + r * cols, cols);
 }
 
 template <class T>
 void narrow(const float* src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
 #pragma omp parallel for if (rows * cols >= kParallelConvertElements)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * ld + c] = T(src[r * cols + c]);
+  for (int64_t r = 0; r < rows; ++r) from_float(src + r * cols, dst + r * ld, cols);
 }
 
 template <class T>
@@ -187,15 +195,78 @@ void gemm_via_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, d
   narrow(c32, m, n, c, ldc);
 }
 
+// ---- f16 / bf16 on the packed paths ----------------------------------------------------------------
+
+bool has_avx512_bf16() {
+  static const bool has = detail::cpu_has_avx512_bf16_gemm();
+  return has;
+}
+
+// Half inputs: the packed paths skip the temporaries and the conversions, and beat them down to
+// 32 x 32 x 32 (measured one thread, CPU time: 1.3-2x for bf16, 4-6x for f16 with the scalar
+// conversions). They lose only where the zero-padded 14 x 32 tile is mostly padding and Eigen's
+// GEMV takes over: m = 1 (2x slower), n = 4 (1.4x); 4 x N and N x 8 are a draw or better.
+bool half_better_unpacked(int64_t m, int64_t n) { return m < 4 || n < 8; }
+
+template <class T>
+void gemm_half(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, double beta, T* c, int64_t ldc) {
+  if (!has_avx512() || half_better_unpacked(m, n))
+    return gemm_via_f32<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    // ---- AMX goes here, first (issue 20, gemm_bf16_amx.cpp): ----
+    //   if (has_amx_bf16()) return detail::gemm_bf16_amx(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb,
+    //                                                     float(beta), c, ldc, true);
+    if (has_avx512_bf16())
+      return detail::gemm_bf16_avx512(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc,
+                                      true);
+  }
+  detail::gemm_half_via_f32_avx512(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc, true);
+}
+
+// gemm_bias on a packed path, the bias added in the tile store (kernels/cpu/gemm_avx512_tiles.h).
+bool bias_in_epilogue(DType dtype, int64_t m, int64_t n, int64_t k, double alpha) {
+  if (!has_avx512() || k == 0 || alpha == 0.0) return false;
+  if (dtype == DType::f32) return !better_unpacked(m, n, k);
+  if (dtype == DType::f16 || dtype == DType::bf16) return !half_better_unpacked(m, n);
+  return false;
+}
+
+template <class T>
+void gemm_bias_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a,
+                      int64_t lda, const T* b, int64_t ldb, const T* bias, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    detail::gemm_bias_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    // (the AMX path goes first here too, once gemm_bf16_amx has a bias form)
+    if (has_avx512_bf16())
+      detail::gemm_bias_bf16_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
+    else
+      detail::gemm_bias_half_via_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
+  } else if constexpr (std::is_same_v<T, half>) {
+    detail::gemm_bias_half_via_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
+  }
+}
+
 }  // namespace
 
 namespace detail {
+
+bool cpu_has_avx512_bf16_gemm() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return cpu_has_avx512_gemm() && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
 
 bool cpu_has_avx512_gemm() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();  // needed if this first runs from a static initializer
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("fma");
 #else
   return false;
 #endif
@@ -224,7 +295,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
     else if constexpr (std::is_same_v<T, double>)
       gemm_eigen<double>(trans_a, trans_b, m, n, k, alpha, a_t, lda, b_t, ldb, beta, c_t, ldc);
     else
-      gemm_via_f32<T>(trans_a, trans_b, m, n, k, alpha, a_t, lda, b_t, ldb, beta, c_t, ldc);
+      gemm_half<T>(trans_a, trans_b, m, n, k, alpha, a_t, lda, b_t, ldb, beta, c_t, ldc);
   });
 }
 
@@ -243,8 +314,15 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doub
                int64_t lda, const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, DType dtype) {
   check_arguments("gemm_bias", trans_a, trans_b, m, n, k, lda, ldb, ldc, dtype);
   HG_CHECK(bias != nullptr || n == 0, "[gemm_bias] bias is null; expected a vector of n = ", n, " values");
-  // Every row of C starts as the bias; the GEMM then accumulates onto it (beta = 1), so the sum is
-  // rounded once, as in the fused epilogue of the GPU path.
+  if (m == 0 || n == 0) return;
+  // The packed paths add the bias in their tile store (one pass over C, which is not read).
+  if (bias_in_epilogue(dtype, m, n, k, alpha))
+    return dispatch_floating(dtype, "gemm_bias", [&]<class T>() {
+      gemm_bias_packed<T>(trans_a, trans_b, m, n, k, float(alpha), static_cast<const T*>(a), lda,
+                          static_cast<const T*>(b), ldb, static_cast<const T*>(bias), static_cast<T*>(c), ldc);
+    });
+  // Elsewhere every row of C starts as the bias; the GEMM then accumulates onto it (beta = 1), so
+  // the sum is rounded once, as in the fused epilogue of the GPU path.
   dispatch_floating(dtype, "gemm_bias", [&]<class T>() {
     const T* bias_t = static_cast<const T*>(bias);
     T* c_t = static_cast<T*>(c);

@@ -8,7 +8,8 @@
 
 namespace hg::kernels::cpu::detail {
 
-// True when this CPU (and OS) can run gemm_f32_avx512: AVX-512 F/VL/DQ and FMA. Defined in
+// True when this CPU (and OS) can run gemm_f32_avx512 and gemm_half_via_f32_avx512: AVX-512
+// F/VL/BW/DQ and FMA. Defined in
 // gemm.cpp, which is compiled for the build target, so the check itself runs on any x86-64 CPU.
 bool cpu_has_avx512_gemm();
 
@@ -16,6 +17,32 @@ bool cpu_has_avx512_gemm();
 // when cpu_has_avx512_gemm(); it is compiled for AVX-512 whatever the build target.
 void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// The same packed fp32 GEMM on f16 or bf16 A and B, widened to fp32 while packing (vcvtph2ps, or a
+// 16-bit shift for bf16), with C f32 (c_is_half false) or the inputs' half type (true), rounded once
+// to nearest even from the fp32 sum over all of k; beta == 0 means C is not read. Only call it
+// when cpu_has_avx512_gemm() (gemm_avx512.cpp).
+void gemm_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                              const half* a, int64_t lda, const half* b, int64_t ldb, float beta, void* c,
+                              int64_t ldc, bool c_is_half);
+void gemm_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                              const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c,
+                              int64_t ldc, bool c_is_half);
+
+// gemm_bias's epilogue on the packed paths: C = alpha * op(A) op(B) + bias, bias being n values of
+// C's type added to every row in fp32 before C's single rounding; C is not read. Same conditions
+// as the paths they extend (gemm_bias_bf16_avx512: cpu_has_avx512_bf16_gemm()).
+void gemm_bias_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                          int64_t lda, const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc);
+void gemm_bias_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                   const half* a, int64_t lda, const half* b, int64_t ldb, const half* bias, half* c,
+                                   int64_t ldc);
+void gemm_bias_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                   const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb,
+                                   const bfloat16* bias, bfloat16* c, int64_t ldc);
+void gemm_bias_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
+                           int64_t lda, const bfloat16* b, int64_t ldb, const bfloat16* bias, bfloat16* c,
+                           int64_t ldc);
 
 // The portable path: Eigen's GEMM on mapped row-major views (gemm.cpp).
 void gemm_f32_eigen(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -28,7 +55,9 @@ void gemm_f32_eigen(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 
 // True when this CPU has AVX512_BF16 (vdpbf16ps) and AVX-512 F/VL/BW.
 bool cpu_has_avx512_bf16_gemm();
-// The packed GEMM with the vdpbf16ps micro-kernel (gemm_bf16_avx512.cpp).
+// The packed GEMM with the vdpbf16ps micro-kernel (gemm_bf16_avx512.cpp). AVX512_BF16's dot
+// product treats bf16 subnormal inputs as zero (and flushes subnormal results of its internal
+// steps): inputs below 2^-126 in magnitude count as 0 on this path.
 void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
                       int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16);
 
