@@ -9,6 +9,8 @@
 // - gemm, f64: Eigen.
 // - gemm, f16/bf16: A, B (and C when beta != 0) are converted to f32 temporaries, multiplied by
 //   the f32 GEMM (fp32 accumulation) and the result rounded back to nearest even once.
+// - gemm, bf16 on CPUs with AMX-BF16: gemm_bf16_amx (gemm_bf16_amx.cpp) for shapes past a small
+//   cutoff, unless HG_CPU_GEMM says otherwise (see "[amx]" below and docs/cpu_gemm.md).
 //
 // beta == 0 means C is never read (NaN or garbage in C is overwritten), and alpha == 0 or k == 0
 // means C = beta * C without reading A or B (the BLAS conventions).
@@ -22,6 +24,8 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <type_traits>
 
@@ -136,6 +140,46 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
     detail::gemm_f32_eigen(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// ---- [amx] bf16 on AMX tiles (issue 20; the lead merges this with the vdpbf16ps dispatch) ----------
+// HG_CPU_GEMM=auto|amx|avx512|fp32 (read once per process) forces the bf16 path so benchmarks and
+// users can compare them: auto (default) takes AMX for large enough shapes when the CPU has it,
+// amx takes it for every shape when the CPU has it, avx512 is the vdpbf16ps path, fp32 widens to
+// the f32 GEMM. Anything else is an error naming the variable.
+enum class Bf16GemmChoice { automatic, amx, avx512, fp32 };
+
+Bf16GemmChoice read_bf16_gemm_choice() {
+  const char* text = std::getenv("HG_CPU_GEMM");
+  if (!text || !*text || std::strcmp(text, "auto") == 0) return Bf16GemmChoice::automatic;
+  if (std::strcmp(text, "amx") == 0) return Bf16GemmChoice::amx;
+  if (std::strcmp(text, "avx512") == 0) return Bf16GemmChoice::avx512;
+  if (std::strcmp(text, "fp32") == 0) return Bf16GemmChoice::fp32;
+  HG_CHECK(false, "[gemm] environment variable HG_CPU_GEMM=\"", text, "\": expected auto, amx, avx512 or fp32");
+  return Bf16GemmChoice::automatic;
+}
+
+Bf16GemmChoice bf16_gemm_choice() {
+  static const Bf16GemmChoice choice = read_bf16_gemm_choice();
+  return choice;
+}
+
+bool has_amx() {
+  static const bool has = detail::cpu_has_amx_bf16_gemm();
+  return has;
+}
+
+// Below this much work the fp32 path's fewer fixed costs win: AMX pads every dimension to 32 and
+// packs B for all of k (measured: see docs/cpu_gemm.md, "AMX").
+bool amx_worth_it(int64_t m, int64_t n, int64_t k) {
+  return std::min(m, n) >= 16 && k >= 16 && double(m) * double(n) * double(k) >= 32.0 * 32.0 * 32.0;
+}
+
+bool use_amx_bf16(int64_t m, int64_t n, int64_t k) {
+  const Bf16GemmChoice choice = bf16_gemm_choice();
+  if (!has_amx() || choice == Bf16GemmChoice::avx512 || choice == Bf16GemmChoice::fp32) return false;
+  return choice == Bf16GemmChoice::amx || amx_worth_it(m, n, k);
+}
+// ---- [/amx] --------------------------------------------------------------------------------------
+
 // ---- f16 / bf16 through f32 ----------------------------------------------------------------------
 
 // A grow-only f32 buffer kept per thread: large temporaries would otherwise land on fresh pages on
@@ -223,6 +267,9 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
       gemm_f32(trans_a, trans_b, m, n, k, float(alpha), a_t, lda, b_t, ldb, float(beta), c_t, ldc);
     else if constexpr (std::is_same_v<T, double>)
       gemm_eigen<double>(trans_a, trans_b, m, n, k, alpha, a_t, lda, b_t, ldb, beta, c_t, ldc);
+    else if (std::is_same_v<T, bfloat16> && use_amx_bf16(m, n, k))  // [amx]
+      detail::gemm_bf16_amx(trans_a, trans_b, m, n, k, float(alpha), reinterpret_cast<const bfloat16*>(a_t), lda,
+                            reinterpret_cast<const bfloat16*>(b_t), ldb, float(beta), c_t, ldc, true);
     else
       gemm_via_f32<T>(trans_a, trans_b, m, n, k, alpha, a_t, lda, b_t, ldb, beta, c_t, ldc);
   });
