@@ -29,7 +29,9 @@
 //   Tuned by single-thread CPU time, best of 75 calls per shape, interleaving builds (the VM was
 //   loaded, so only the best runs mean anything): KC 256..512 x MC 128..256 x NC 256..1024 all gave
 //   600-850 GFLOP/s on the GPT shapes; NC = 256 was worst where n >= 1024 (A repacked 4-8 times).
-//   Profile (perf, 2048^3): ~80% in tile instructions, ~15% packing A, ~7% packing B, C stores a few.
+//   Profile (perf, 2048^3): ~85% in the tile loop, ~8% packing A, ~6% packing B. Single-thread bests:
+//   77% of peak at 2048^3, 84-98% on the GPT forward and dX shapes, 61-65% on dW = dY^T X, where
+//   the 16-bit transpose of A^T while packing is the limit (docs/cpu_gemm.md, "AMX").
 // Packing zero-pads m and n to 32 and k to 32, so the kernel always runs full tiles:
 //   A micro-panel: [kc/32 steps][2 tiles][16 rows][32 k]; plain A rows are copied 64 bytes at a time;
 //     A^T is read as k rows: pairs of rows are interleaved into 32-bit (k, k+1) pairs and a 16 x 16
