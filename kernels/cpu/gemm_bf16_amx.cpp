@@ -31,11 +31,13 @@
 //   600-850 GFLOP/s on the GPT shapes; NC = 256 was worst where n >= 1024 (A repacked 4-8 times).
 //   Profile (perf, 2048^3): ~85% in the tile loop, ~8% packing A, ~6% packing B. Single-thread bests:
 //   77% of peak at 2048^3, 84-98% on the GPT forward and dX shapes, 61-65% on dW = dY^T X, where
-//   the 16-bit transpose of A^T while packing is the limit (docs/cpu_gemm.md, "AMX").
+//   packing A^T is a quarter of the time (perf: its loads, each k row a far cache line, not shuffles).
 // Packing zero-pads m and n to 32 and k to 32, so the kernel always runs full tiles:
 //   A micro-panel: [kc/32 steps][2 tiles][16 rows][32 k]; plain A rows are copied 64 bytes at a time;
-//     A^T is read as k rows: pairs of rows are interleaved into 32-bit (k, k+1) pairs and a 16 x 16
-//     32-bit transpose turns them into tile rows.
+//     A^T is read as k rows, 32 columns (both tiles) per 512-bit load: pairs of rows are interleaved
+//     into 32-bit (k, k+1) pairs (unpacklo/hi_epi16) and two 16 x 16 32-bit transposes turn them
+//     into tile rows (half the loads and conversions of doing each tile alone; the dW shapes
+//     measured the same within noise either way, and with software prefetch of the next rows).
 //   B micro-panel: [kc/32 steps][2 tiles][16 k-pairs][16 columns][2]; plain B interleaves pairs of k
 //     rows (a tile row is exactly that); B^T reads 32 k of a column as 16 pairs and transposes 16 x 16.
 //
@@ -164,27 +166,46 @@ __m256i load_row16(const OperandView& x, int64_t p, int64_t p_end, int64_t c0, _
   return _mm256_maskz_loadu_epi16(cols, x.data + p * x.ld + c0);
 }
 
-// One 16-row tile of op(A)[i0 : i0 + rows, p0 : p0 + kc] for k step s (32 values), to dst (1 KiB).
+// One 16-row tile of plain op(A) = A[i0 : i0 + rows, p : p + 32] (zeros past p_end), to dst (1 KiB).
 void pack_a_tile(const OperandView& a, int64_t i0, int64_t rows, int64_t p, int64_t p_end, uint16_t* dst) {
-  if (!a.transposed) {
-    const __mmask32 kmask = first_lanes32(p_end - p);
-    for (int64_t r = 0; r < 16; ++r) {
-      const __m512i v = r < rows ? _mm512_maskz_loadu_epi16(kmask, a.data + (i0 + r) * a.ld + p) : _mm512_setzero_si512();
-      _mm512_store_si512(dst + r * 32, v);
-    }
-    return;
+  const __mmask32 kmask = first_lanes32(p_end - p);
+  for (int64_t r = 0; r < 16; ++r) {
+    const __m512i v = r < rows ? _mm512_maskz_loadu_epi16(kmask, a.data + (i0 + r) * a.ld + p) : _mm512_setzero_si512();
+    _mm512_store_si512(dst + r * 32, v);
   }
-  // A stored [k][m]: rows 2q and 2q + 1 give pair q of every row i; transpose to rows i.
-  const __mmask16 cols = first_lanes16(rows);
-  __m512i v[16];
-  for (int q = 0; q < 16; ++q)
-    v[q] = interleave_pairs(load_row16(a, p + 2 * q, p_end, i0, cols), load_row16(a, p + 2 * q + 1, p_end, i0, cols));
-  transpose_16x16(v);
-  for (int r = 0; r < 16; ++r) _mm512_store_si512(dst + r * 32, v[r]);
+}
+
+// A^T's micro-panel, both tiles of a step at once: each k row gives 32 values of op(A)'s column
+// (one 512-bit load); rows 2q and 2q + 1 interleaved by unpacklo/hi_epi16 give the (k, k+1) pairs of
+// 16 columns each (lo: columns 8L + 0..3 of 128-bit lane L, hi: 8L + 4..7), and a 16 x 16 32-bit
+// transpose of each turns pairs-by-column into tile rows, stored where their column belongs.
+void pack_a_panel_transposed(const OperandView& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst) {
+  const int64_t steps = round_up(kc, kTile) / kTile, p_end = p0 + kc;
+  const __mmask32 cols = first_lanes32(rows);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t p = p0 + s * kTile;
+    __m512i lo[16], hi[16];
+    for (int q = 0; q < 16; ++q) {
+      const int64_t even = p + 2 * q, odd = even + 1;
+      const __m512i r0 = even < p_end ? _mm512_maskz_loadu_epi16(cols, a.data + even * a.ld + i0) : _mm512_setzero_si512();
+      const __m512i r1 = odd < p_end ? _mm512_maskz_loadu_epi16(cols, a.data + odd * a.ld + i0) : _mm512_setzero_si512();
+      lo[q] = _mm512_unpacklo_epi16(r0, r1);
+      hi[q] = _mm512_unpackhi_epi16(r0, r1);
+    }
+    transpose_16x16(lo);
+    transpose_16x16(hi);
+    uint16_t* step = dst + 2 * s * kTileElems;
+    for (int l = 0; l < 16; ++l) {
+      const int column = (l / 4) * 8 + l % 4;  // of lo[l]; hi[l] is column + 4
+      _mm512_store_si512(step + (column / 16) * kTileElems + (column % 16) * 32, lo[l]);
+      _mm512_store_si512(step + ((column + 4) / 16) * kTileElems + ((column + 4) % 16) * 32, hi[l]);
+    }
+  }
 }
 
 // The A micro-panel for rows i0..i0+rows (<= 32) and k in [p0, p0 + kc): [kc/32][2][16][32].
 void pack_a_panel(const OperandView& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst) {
+  if (a.transposed) return pack_a_panel_transposed(a, i0, rows, p0, kc, dst);
   const int64_t steps = round_up(kc, kTile) / kTile;
   for (int64_t s = 0; s < steps; ++s)
     for (int64_t t = 0; t < 2; ++t)
