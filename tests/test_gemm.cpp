@@ -326,7 +326,7 @@ std::string describe_amx(const AmxCase& g, bool c_bf16) {
          " c=" + (c_bf16 ? "bf16" : "f32");
 }
 
-// Normal bf16 values in [-1, 1) (never subnormal: |x| >= 2^-20 or exactly 0 is not drawn either).
+// Normal bf16 values in [-1, 1): magnitudes below 2^-20 (none subnormal, but keep clear) become 2^-20.
 std::vector<hg::bfloat16> random_bf16(int64_t count, std::mt19937& rng) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<hg::bfloat16> v(size_t(std::max<int64_t>(count, 1)));
