@@ -19,6 +19,7 @@
 //   Every row also has cpu_gflops / cpu_fraction_of_peak from the calling thread's CPU time
 //             (CLOCK_THREAD_CPUTIME_ID), meaningful with OMP_NUM_THREADS=1: on a shared, loaded
 //             machine that is the figure to tune with; wall-clock figures need a quiet machine.
+//   amx_peak, gemm_bf16_amx: the AMX bf16 GEMM against the AMX peak (see "AMX bf16" below).
 // Full: squares 1024, 2048, 4096 and m = 4096 tokens; --quick: squares 512, 1024 and m = 1024 (half
 // rows: the square is 1024 and M = 1024 tokens).
 #include <omp.h>
@@ -286,6 +287,91 @@ void bench_half_path(const GemmShape& s, DType dtype, const char* path, const Fm
       .add("dtype", dtype_name(dtype))
       .add("path", path)
       .add("peak", peak.isa)
+// ---- AMX bf16 (issue 20) -------------------------------------------------------------------------
+//   amx_peak: every OpenMP thread configures 8 tiles of 16 x 64 bytes and runs a loop of 4
+//             independent tdpbf16ps (C tiles tmm0..3 from A tiles tmm4, tmm5 and B tiles tmm6, tmm7),
+//             the micro-kernel's pattern without its loads. GFLOP/s = 4 * 16384 FLOPs * iterations *
+//             threads / best wall time of the team, measured like fma_peak.
+//   gemm_bf16_amx: bf16 A, B, bf16 C through gemm_bf16_amx directly (amx_*) and through gemm()
+//             (gemm_*: the dispatch, HG_CPU_GEMM honoured), GFLOP/s and fraction of amx_peak; the
+//             f32 GEMM on the same shape is f32_gflops. Shapes: 2048^3 and the GPT (C = 256, 2048
+//             tokens) linears: forward y = x W^T (trans_b), dX = dY W, dW = dY^T X (trans_a).
+
+struct alignas(64) AmxTileConfig {
+  uint8_t palette_id = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// 4 independent tdpbf16ps per iteration; the tile contents do not matter for the timing.
+void amx_loop(int64_t iterations) {
+  const AmxTileConfig config;
+  asm volatile(
+      "ldtilecfg %1\n\t"
+      "tilezero %%tmm0\n\t tilezero %%tmm1\n\t tilezero %%tmm2\n\t tilezero %%tmm3\n\t"
+      "tilezero %%tmm4\n\t tilezero %%tmm5\n\t tilezero %%tmm6\n\t tilezero %%tmm7\n\t"
+      "1:\n\t"
+      "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\t"
+      "tdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
+      "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\t"
+      "tdpbf16ps %%tmm7, %%tmm5, %%tmm3\n\t"
+      "dec %0\n\t"
+      "jnz 1b\n\t"
+      "tilerelease\n\t"
+      : "+r"(iterations)
+      : "m"(config)
+      : "cc", "memory");
+}
+
+struct AmxPeak {
+  int threads;
+  double gflops;
+};
+
+AmxPeak measure_amx_peak(bool quick) {
+  const int64_t iterations = quick ? 200'000 : 1'000'000;
+  int threads = 1;
+  double best = 1e30;
+  for (int run = 0; run < 4; ++run) {  // the first run is the warm-up
+    const auto start = Clock::now();
+#pragma omp parallel
+    {
+      amx_loop(iterations);
+#pragma omp master
+      threads = omp_get_num_threads();
+    }
+    if (run > 0) best = std::min(best, seconds_since(start));
+  }
+  return {threads, 4.0 * 16384.0 * double(iterations) * threads / best / 1e9};
+}
+
+std::vector<bfloat16> random_bf16_matrix(int64_t size, uint32_t seed) {
+  const std::vector<float> f = random_matrix(size, seed);
+  return std::vector<bfloat16>(f.begin(), f.end());
+}
+
+void bench_amx_shape(const GemmShape& s, const AmxPeak& peak, bool quick) {
+  const int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
+  const std::vector<bfloat16> a = random_bf16_matrix(s.m * s.k, 1), b = random_bf16_matrix(s.k * s.n, 2);
+  std::vector<bfloat16> c = random_bf16_matrix(s.m * s.n, 3);
+  const std::vector<float> a32(a.begin(), a.end()), b32(b.begin(), b.end());
+  std::vector<float> c32(c.begin(), c.end());
+  const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
+  const double t_amx = best_seconds(quick, [&] {
+    kernels::cpu::detail::gemm_bf16_amx(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                                        c.data(), s.n, true);
+  });
+  const double t_gemm = best_seconds(quick, [&] {
+    kernels::cpu::gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0, a.data(), lda, b.data(), ldb, 0.0, c.data(), s.n,
+                       DType::bf16);
+  });
+  const double t_f32 = best_seconds(quick, [&] {
+    kernels::cpu::gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0, a32.data(), lda, b32.data(), ldb, 0.0, c32.data(),
+                       s.n, DType::f32);
+  });
+  const double amx = flops / t_amx / 1e9, gemm = flops / t_gemm / 1e9, f32 = flops / t_f32 / 1e9;
+  JsonLine("gemm_bf16_amx")
+      .add("shape", s.name)
       .add("m", (long long)s.m)
       .add("n", (long long)s.n)
       .add("k", (long long)s.k)
@@ -319,12 +405,55 @@ void run_half_gemm_bench(const FmaPeak& fma_peak, bool quick) {
         .print();
   }
   for (const GemmShape& shape : half_gemm_shapes(quick)) {
-    // gemm() picks the vdpbf16ps path for bf16 where the CPU has it (gemm.cpp).
-    bench_half_path<bfloat16>(shape, DType::bf16, "gemm", has_bf16 ? dpbf16_peak : fma_peak, quick);
+    // gemm() picks the vdpbf16ps path for bf16 where the CPU has it and no AMX (gemm.cpp); with AMX
+    // the dispatched bf16 rows are the gemm_bf16_amx lines' gemm_* figures.
+    if (!kernels::cpu::detail::cpu_has_amx_bf16_gemm())
+      bench_half_path<bfloat16>(shape, DType::bf16, "gemm", has_bf16 ? dpbf16_peak : fma_peak, quick);
     if (has_bf16) bench_half_path<bfloat16>(shape, DType::bf16, "vdpbf16ps", dpbf16_peak, quick);
     bench_half_path<bfloat16>(shape, DType::bf16, "via_f32", fma_peak, quick);
     bench_half_path<half>(shape, DType::f16, "gemm", fma_peak, quick);
   }
+      .add("c", "bf16")
+      .add("threads", omp_get_max_threads())
+      .add("amx_ms", t_amx * 1e3)
+      .add("amx_gflops", amx)
+      .add("amx_fraction_of_peak", amx / peak.gflops)
+      .add("gemm_gflops", gemm)
+      .add("gemm_fraction_of_peak", gemm / peak.gflops)
+      .add("f32_gflops", f32)
+      .add("amx_over_f32", amx / f32)
+      .print();
+}
+
+std::vector<GemmShape> amx_shapes(bool quick) {
+  const int64_t tokens = quick ? 512 : 2048, c = 256;
+  std::vector<GemmShape> shapes;
+  shapes.push_back({"square", tokens, tokens, tokens, false, false});
+  const struct {
+    const char* name;
+    int64_t in, out;
+  } linears[] = {{"qkv", c, 3 * c}, {"attn_proj", c, c}, {"mlp_up", c, 4 * c}, {"mlp_down", 4 * c, c}};
+  for (const auto& l : linears) {
+    shapes.push_back({l.name, tokens, l.out, l.in, false, true});                       // y = x W^T
+    shapes.push_back({l.name, tokens, l.in, l.out, false, false});                      // dX = dY W
+    shapes.push_back({l.name, l.out, l.in, tokens, true, false});                       // dW = dY^T X
+  }
+  return shapes;
+}
+
+void run_amx_bench(bool quick) {
+  if (!kernels::cpu::detail::cpu_has_amx_bf16_gemm()) {
+    JsonLine("amx_peak").add("available", false).print();
+    return;
+  }
+  const AmxPeak peak = measure_amx_peak(quick);
+  JsonLine("amx_peak")
+      .add("available", true)
+      .add("threads", peak.threads)
+      .add("gflops", peak.gflops)
+      .add("gflops_per_thread", peak.gflops / peak.threads)
+      .print();
+  for (const GemmShape& shape : amx_shapes(quick)) bench_amx_shape(shape, peak, quick);
 }
 
 }  // namespace
@@ -343,6 +472,7 @@ void run_gemm_bench(bool quick) {
   if (!(only && std::string(only) == "half"))
     for (const GemmShape& shape : gemm_shapes(quick)) bench_gemm_shape(shape, peak, quick);
   run_half_gemm_bench(peak, quick);
+  run_amx_bench(quick);
 }
 
 }  // namespace hg::bench

@@ -494,4 +494,159 @@ TEST_CASE("gemm_bias equals gemm onto C filled with the bias, bit for bit, with 
                          bias.data(), got.data(), got.ld(), dtype);
           CHECK(got.same_bytes(expected));
         }
+// ---- AMX bf16 GEMM (issue 20): gemm_bf16_amx run directly ----------------------------------------
+// bf16 A and B (fresh random normal values in [-1, 1): AMX reads bf16 subnormals as zero, so none
+// are drawn), against a float64 sum over the same bf16 values, with
+//     tol = k * eps_f32 * (|alpha| sum_p |a_ip b_pj|) + eps_f32 * |beta C| + output rounding,
+// the output rounding being eps_f32 * |ref| for f32 C and one bf16 ulp (2^-8 |ref|) for bf16 C.
+// Gaps between rows hold a sentinel that must survive; C is NaN when beta == 0 (never read). The
+// bf16 C must also be bit-identical to the f32 C of the same call rounded to nearest even (one
+// rounding of the same fp32 sum), and 2 threads bit-identical to 1.
+#include <omp.h>
+
+namespace {
+
+struct AmxCase {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  float alpha, beta;
+  int64_t pad;  // extra elements per row of A, B and C
+};
+
+std::string describe_amx(const AmxCase& g, bool c_bf16) {
+  return "trans_a=" + std::to_string(g.trans_a) + " trans_b=" + std::to_string(g.trans_b) +
+         " m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+         " alpha=" + std::to_string(g.alpha) + " beta=" + std::to_string(g.beta) + " pad=" + std::to_string(g.pad) +
+         " c=" + (c_bf16 ? "bf16" : "f32");
+}
+
+// Normal bf16 values in [-1, 1): magnitudes below 2^-20 (none subnormal, but keep clear) become 2^-20.
+std::vector<hg::bfloat16> random_bf16(int64_t count, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<hg::bfloat16> v(size_t(std::max<int64_t>(count, 1)));
+  for (auto& x : v) {
+    float f = uniform(rng);
+    if (std::abs(f) < 0x1p-20f) f = 0x1p-20f;
+    x = hg::bfloat16(f);
+  }
+  return v;
+}
+
+// The results of one call: C as double, f32 and bf16 variants, each with its gaps checked.
+struct AmxResult {
+  std::vector<float> c32;
+  std::vector<uint16_t> c16;
+};
+
+AmxResult run_amx(const AmxCase& g, const std::vector<hg::bfloat16>& a, int64_t lda,
+                  const std::vector<hg::bfloat16>& b, int64_t ldb, const std::vector<hg::bfloat16>& c0, int threads) {
+  const int64_t ldc = g.n + g.pad;
+  AmxResult r;
+  r.c32.assign(size_t(std::max<int64_t>(g.m * ldc, 1)), float(kSentinel));
+  r.c16.assign(r.c32.size(), hg::bfloat16(float(kSentinel)).bits);
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t j = 0; j < g.n; ++j) {
+      const float v = g.beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : float(c0[size_t(i * ldc + j)]);
+      r.c32[size_t(i * ldc + j)] = v;
+      r.c16[size_t(i * ldc + j)] = hg::bfloat16(v).bits;
+    }
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  cpu::detail::gemm_bf16_amx(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta,
+                             r.c32.data(), ldc, false);
+  cpu::detail::gemm_bf16_amx(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta,
+                             r.c16.data(), ldc, true);
+  omp_set_num_threads(saved);
+  return r;
+}
+
+void check_amx_case(const AmxCase& g, uint32_t seed, bool compare_threads) {
+  INFO(describe_amx(g, false));
+  std::mt19937 rng(seed);
+  const int64_t lda = (g.trans_a ? g.m : g.k) + g.pad, ldb = (g.trans_b ? g.k : g.n) + g.pad, ldc = g.n + g.pad;
+  const std::vector<hg::bfloat16> a = random_bf16((g.trans_a ? g.k : g.m) * lda, rng);
+  const std::vector<hg::bfloat16> b = random_bf16((g.trans_b ? g.n : g.k) * ldb, rng);
+  const std::vector<hg::bfloat16> c0 = random_bf16(g.m * ldc, rng);
+  const AmxResult got = run_amx(g, a, lda, b, ldb, c0, 1);
+
+  const auto op_a = [&](int64_t i, int64_t p) { return double(float(g.trans_a ? a[size_t(p * lda + i)] : a[size_t(i * lda + p)])); };
+  const auto op_b = [&](int64_t p, int64_t j) { return double(float(g.trans_b ? b[size_t(j * ldb + p)] : b[size_t(p * ldb + j)])); };
+  int64_t failures_32 = 0, failures_16 = 0, not_rounded_once = 0, gaps = 0;
+  std::string first;
+  for (int64_t i = 0; i < g.m; ++i) {
+    for (int64_t j = 0; j < g.n; ++j) {
+      double sum = 0, size = 0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        sum += op_a(i, p) * op_b(p, j);
+        size += std::abs(op_a(i, p) * op_b(p, j));
+      }
+      const double c_in = g.beta == 0.0f ? 0.0 : double(float(c0[size_t(i * ldc + j)]));
+      const double ref = double(g.alpha) * sum + double(g.beta) * c_in;
+      const double fp32 = double(g.k + 1) * 0x1p-24 * std::abs(double(g.alpha)) * size +
+                          0x1p-24 * std::abs(double(g.beta) * c_in) + 0x1p-24 * std::abs(ref) + 1e-30;
+      const float v32 = got.c32[size_t(i * ldc + j)];
+      const float v16 = hg::bfloat16_bits_to_float(got.c16[size_t(i * ldc + j)]);
+      if (!(std::abs(double(v32) - ref) <= fp32) && failures_32++ == 0)
+        first = "f32 C[" + std::to_string(i) + ", " + std::to_string(j) + "] = " + std::to_string(v32) +
+                ", reference " + std::to_string(ref) + ", tolerance " + std::to_string(fp32);
+      if (!(std::abs(double(v16) - ref) <= fp32 + 0x1p-8 * std::abs(ref)) && failures_16++ == 0)
+        first = "bf16 C[" + std::to_string(i) + ", " + std::to_string(j) + "] = " + std::to_string(v16) +
+                ", reference " + std::to_string(ref);
+      if (hg::float_to_bfloat16_bits(v32) != got.c16[size_t(i * ldc + j)]) ++not_rounded_once;
+    }
+    for (int64_t j = g.n; j < ldc; ++j)
+      if (got.c32[size_t(i * ldc + j)] != float(kSentinel) ||
+          got.c16[size_t(i * ldc + j)] != hg::bfloat16(float(kSentinel)).bits)
+        ++gaps;
+  }
+  INFO(first);
+  CHECK(failures_32 == 0);
+  CHECK(failures_16 == 0);
+  CHECK(not_rounded_once == 0);
+  CHECK(gaps == 0);
+  if (compare_threads) {
+    const AmxResult two = run_amx(g, a, lda, b, ldb, c0, 2);
+    CHECK(std::memcmp(two.c32.data(), got.c32.data(), got.c32.size() * sizeof(float)) == 0);
+    CHECK(two.c16 == got.c16);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gemm_bf16_amx matches a float64 reference for every transpose, edge, stride, alpha, beta and C type") {
+  if (!cpu::detail::cpu_has_amx_bf16_gemm()) {
+    MESSAGE("skipped: this CPU (or OS) has no AMX-BF16 tiles; cpu_has_amx_bf16_gemm() is false");
+    return;
+  }
+  const int64_t sizes[] = {1, 2, 15, 16, 17, 31, 32, 33, 47, 64, 70};
+  uint32_t seed = 100;
+  for (bool trans_a : kTransposes)
+    for (bool trans_b : kTransposes) {
+      // Odd and even sizes 1..70 in every position, k = 1 included.
+      for (int64_t m : sizes)
+        for (int64_t n : {int64_t(1), int64_t(17), int64_t(32), int64_t(70)})
+          for (int64_t k : {int64_t(1), int64_t(31), int64_t(64), int64_t(65)}) {
+            check_amx_case({trans_a, trans_b, m, n, k, 1.0f, 0.0f, 3}, seed++, false);
+            check_amx_case({trans_a, trans_b, n, m, k, -0.75f, 1.5f, 1}, seed++, false);
+          }
+      for (int64_t k : sizes) check_amx_case({trans_a, trans_b, 33, 47, k, 2.0f, -1.0f, 0}, seed++, false);
+      // Large strides, and shapes across MC = 128, NC = 256, KC = 256 on 1 and 2 threads.
+      check_amx_case({trans_a, trans_b, 70, 65, 69, 0.5f, 0.0f, 301}, seed++, false);
+      check_amx_case({trans_a, trans_b, 130, 260, 520, 1.0f, 0.0f, 5}, seed++, true);
+      check_amx_case({trans_a, trans_b, 300, 97, 257, -1.25f, 0.5f, 2}, seed++, true);
+    }
+}
+
+TEST_CASE("gemm_bf16_amx with k == 0 or alpha == 0 scales C by beta, never reading C when beta == 0") {
+  if (!cpu::detail::cpu_has_amx_bf16_gemm()) {
+    MESSAGE("skipped: this CPU (or OS) has no AMX-BF16 tiles; cpu_has_amx_bf16_gemm() is false");
+    return;
+  }
+  const std::vector<hg::bfloat16> ab(64, hg::bfloat16(std::numeric_limits<float>::quiet_NaN()));
+  std::vector<float> c32(12, std::numeric_limits<float>::quiet_NaN());
+  cpu::detail::gemm_bf16_amx(false, false, 3, 4, 0, 1.0f, ab.data(), 1, ab.data(), 4, 0.0f, c32.data(), 4, false);
+  for (float v : c32) CHECK(v == 0.0f);
+  std::vector<uint16_t> c16(12, hg::bfloat16(2.0f).bits);
+  cpu::detail::gemm_bf16_amx(true, true, 3, 4, 5, 0.0f, ab.data(), 3, ab.data(), 5, -0.5f, c16.data(), 4, true);
+  for (uint16_t v : c16) CHECK(v == hg::bfloat16(-1.0f).bits);
 }

@@ -8,7 +8,8 @@
 //   go to Eigen on every CPU: there packing and zero-padding to 14 x 32 tiles cost more than the
 //   micro-kernel saves (measured: Eigen's GEMV is 2-3x faster at m = 1 or n = 1).
 // - gemm, f64: Eigen.
-// - gemm, bf16: [AMX tiles first, once gemm_bf16_amx lands: see gemm_half], then the vdpbf16ps GEMM
+// - gemm, bf16: AMX tiles first (gemm_bf16_amx.cpp) when the CPU has AMX-BF16 and m * n >= 256,
+//   then the vdpbf16ps GEMM
 //   (gemm_bf16_avx512.cpp) when the CPU has AVX512_BF16, else the packed fp32 GEMM widening bf16
 //   while packing (gemm_half_via_f32_avx512). fp32 sums over all of k, C rounded once to nearest even.
 // - gemm, f16: the packed fp32 GEMM widening f16 while packing (vcvtph2ps), C rounded once.
@@ -18,6 +19,7 @@
 // - gemm_bias on the packed paths (f32, f16, bf16): the tile store adds the bias row in fp32 where
 //   it would add beta * C (C is not read; no pass to fill C first), and a half C is rounded once.
 //   Elsewhere every row of C starts as the bias and the GEMM runs with beta = 1 (the same sums).
+// - HG_CPU_GEMM=auto|amx|avx512|fp32 (read once) forces the bf16 path, to compare them (docs/cpu_gemm.md).
 //
 // beta == 0 means C is never read (NaN or garbage in C is overwritten), and alpha == 0 or k == 0
 // means C = beta * C without reading A or B (the BLAS conventions).
@@ -31,6 +33,8 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <type_traits>
 
@@ -146,6 +150,44 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
     detail::gemm_f32_eigen(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// ---- bf16: which path (AMX, vdpbf16ps, fp32) ------------------------------------------------------
+// HG_CPU_GEMM=auto|amx|avx512|fp32 (read once per process) forces the bf16 path so benchmarks and
+// users can compare them: auto (default) takes AMX for large enough shapes when the CPU has it,
+// amx takes it for every shape when the CPU has it, avx512 is the vdpbf16ps path, fp32 widens to
+// the f32 GEMM. Anything else is an error naming the variable.
+enum class Bf16GemmChoice { automatic, amx, avx512, fp32 };
+
+Bf16GemmChoice read_bf16_gemm_choice() {
+  const char* text = std::getenv("HG_CPU_GEMM");
+  if (!text || !*text || std::strcmp(text, "auto") == 0) return Bf16GemmChoice::automatic;
+  if (std::strcmp(text, "amx") == 0) return Bf16GemmChoice::amx;
+  if (std::strcmp(text, "avx512") == 0) return Bf16GemmChoice::avx512;
+  if (std::strcmp(text, "fp32") == 0) return Bf16GemmChoice::fp32;
+  HG_CHECK(false, "[gemm] environment variable HG_CPU_GEMM=\"", text, "\": expected auto, amx, avx512 or fp32");
+  return Bf16GemmChoice::automatic;
+}
+
+Bf16GemmChoice bf16_gemm_choice() {
+  static const Bf16GemmChoice choice = read_bf16_gemm_choice();
+  return choice;
+}
+
+bool has_amx() {
+  static const bool has = detail::cpu_has_amx_bf16_gemm();
+  return has;
+}
+
+// AMX pads m, n and k to 32 and packs B for all of k, yet it beat the widening fp32 path at every
+// shape measured (single-thread CPU time, 8^3 .. 256^3 and 1 x 768 x 768) except near-dot products
+// (1 x 1 x 4096: 26-42 us against 2-4 us), so only those stay on fp32 (docs/cpu_gemm.md, "AMX").
+bool amx_worth_it(int64_t m, int64_t n, int64_t) { return double(m) * double(n) >= 256.0; }
+
+bool use_amx_bf16(int64_t m, int64_t n, int64_t k) {
+  const Bf16GemmChoice choice = bf16_gemm_choice();
+  if (!has_amx() || choice == Bf16GemmChoice::avx512 || choice == Bf16GemmChoice::fp32) return false;
+  return choice == Bf16GemmChoice::amx || amx_worth_it(m, n, k);
+}
+
 // ---- f16 / bf16 through f32 temporaries (no AVX-512, small shapes) ----------------------------------------------------------------------
 
 // A grow-only f32 buffer kept per thread: large temporaries would otherwise land on fresh pages on
@@ -211,13 +253,14 @@ bool half_better_unpacked(int64_t m, int64_t n) { return m < 4 || n < 8; }
 template <class T>
 void gemm_half(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const T* a, int64_t lda,
                const T* b, int64_t ldb, double beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    if (use_amx_bf16(m, n, k))
+      return detail::gemm_bf16_amx(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc, true);
+  }
   if (!has_avx512() || half_better_unpacked(m, n))
     return gemm_via_f32<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if constexpr (std::is_same_v<T, bfloat16>) {
-    // ---- AMX goes here, first (issue 20, gemm_bf16_amx.cpp): ----
-    //   if (has_amx_bf16()) return detail::gemm_bf16_amx(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb,
-    //                                                     float(beta), c, ldc, true);
-    if (has_avx512_bf16())
+    if (bf16_gemm_choice() != Bf16GemmChoice::fp32 && has_avx512_bf16())
       return detail::gemm_bf16_avx512(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc,
                                       true);
   }
@@ -238,8 +281,12 @@ void gemm_bias_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   if constexpr (std::is_same_v<T, float>) {
     detail::gemm_bias_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
   } else if constexpr (std::is_same_v<T, bfloat16>) {
-    // (the AMX path goes first here too, once gemm_bf16_amx has a bias form)
-    if (has_avx512_bf16())
+    if (use_amx_bf16(m, n, k)) {
+      // AMX: C starts as the bias rows and the tiles accumulate onto them in fp32 (beta = 1); the bias
+      // is already bf16, so C is still rounded once.
+      for (int64_t i = 0; i < m; ++i) std::copy(bias, bias + n, c + i * ldc);
+      detail::gemm_bf16_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc, true);
+    } else if (bf16_gemm_choice() != Bf16GemmChoice::fp32 && has_avx512_bf16())
       detail::gemm_bias_bf16_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
     else
       detail::gemm_bias_half_via_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);

@@ -1,0 +1,478 @@
+// bf16 GEMM on Intel AMX tiles (tdpbf16ps): C = alpha * op(A) op(B) + beta * C with A, B bf16, row
+// strides, any transposes, C f32 or bf16. Products are summed in fp32 over all of k and C is rounded
+// once (bf16: to nearest even, bit-identical to hg::bfloat16, subnormals kept -- so not vcvtneps2bf16,
+// which flushes them). Note: AMX reads bf16 subnormal inputs as zero (and sums with its own fp32
+// rounding), so results match an fp32 reference to fp32 accuracy for normal inputs only.
+//
+// The machine (Sapphire Rapids class): 8 tile registers of up to 16 rows x 64 bytes; tdpbf16ps
+// C[16x16 f32] += A[16 x 32 bf16] B[16 k-pairs x 16 x 2 bf16] is 16384 FLOPs, one every 16 cycles per
+// core (measured peak 899 GFLOP/s on one core); L1d 48 KiB, L2 2 MiB per core.
+//
+// Micro-kernel (32 x 32 of C). C lives in 4 fp32 tiles (tmm0..3, a 2 x 2 grid of 16 x 16); each
+// 32-deep step of k loads 2 A tiles (tmm4, tmm5: rows 0-15 and 16-31, 32 k each) and 2 B tiles
+// (tmm6, tmm7: columns 0-15 and 16-31, in the VNNI layout [k/2][16][2]) and issues 4 independent
+// tdpbf16ps, each tile load feeding two of them: 4 KiB of loads per 64 cycles, which L1 serves.
+// All 8 tile registers are used; a larger C grid would leave no room for operands.
+//
+// Blocking (per thread, on its rectangle of C):
+//   jc: NC = 512 columns. op(B)[:, jc : jc + NC] is packed once for all of k (K x NC bf16, 2 MiB
+//       at K = 2048; only the current KC slice, 512 KiB, needs to be in L2), so B is packed once
+//       per thread and column block, and A once per column block (n / NC times in all).
+//   ic: MC = 128 rows. For each KC slice the A block (MC x KC = 128 KiB, L2) is packed, then
+//   jr, ir: for each 32-column B micro-panel (KC x 32 = 32 KiB, stays in L1 over the ir loop) the
+//       kernel sweeps the 4 A micro-panels, which stream from L2 at ~32 B/cycle.
+//   KC = 512 deep (a multiple of 32). Between KC slices the C tiles go to a per-thread fp32 block
+//       (MC x NC = 256 KiB, L2): the first slice starts from tilezero, later ones reload it (8 KiB
+//       per 2,048 tdpbf16ps cycles). After the last slice the epilogue reads that block once:
+//       alpha * acc + beta * C (C not read when beta == 0), stored as f32 or rounded to bf16 (RNE,
+//       the integer formula of hg::bfloat16 in AVX-512) with masked stores at the edges.
+//   Tuned by single-thread CPU time, best of 75 calls per shape, interleaving builds (the VM was
+//   loaded, so only the best runs mean anything): KC 256..512 x MC 128..256 x NC 256..1024 all gave
+//   600-850 GFLOP/s on the GPT shapes; NC = 256 was worst where n >= 1024 (A repacked 4-8 times).
+//   Profile (perf, 2048^3): ~85% in the tile loop, ~8% packing A, ~6% packing B. Single-thread bests:
+//   77% of peak at 2048^3, 84-98% on the GPT forward and dX shapes, 61-65% on dW = dY^T X, where
+//   packing A^T is a quarter of the time (perf: its loads, each k row a far cache line, not shuffles).
+// Packing zero-pads m and n to 32 and k to 32, so the kernel always runs full tiles:
+//   A micro-panel: [kc/32 steps][2 tiles][16 rows][32 k]; plain A rows are copied 64 bytes at a time;
+//     A^T is read as k rows, 32 columns (both tiles) per 512-bit load: pairs of rows are interleaved
+//     into 32-bit (k, k+1) pairs (unpacklo/hi_epi16) and two 16 x 16 32-bit transposes turn them
+//     into tile rows (half the loads and conversions of doing each tile alone; the dW shapes
+//     measured the same within noise either way, and with software prefetch of the next rows).
+//   B micro-panel: [kc/32 steps][2 tiles][16 k-pairs][16 columns][2]; plain B interleaves pairs of k
+//     rows (a tile row is exactly that); B^T reads 32 k of a column as 16 pairs and transposes 16 x 16.
+//
+// Threads: C is cut into one rectangle of whole 32 x 32 tiles per OpenMP thread (a tm x tn grid
+// chosen so the busiest thread has the fewest tiles), as in gemm_avx512.cpp; each thread packs its
+// own panels into thread_local grow-only buffers (fresh pages are slow to touch on these VMs), so
+// threads never wait for each other until the join. The tile configuration is per thread: each
+// thread loads it before its first tile instruction and releases the tiles before it leaves.
+//
+// The CPU check: cpuid AMX-TILE and AMX-BF16 (and AVX-512 F/BW/VL/DQ for packing and the
+// epilogue), the OS enabling the tile state in XCR0, then once per process the Linux request for
+// the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); any failure (AMD CPUs,
+// old kernels, non-Linux) makes it false, so the caller never executes a tile instruction.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include "kernels/cpu/gemm_avx512.h"
+
+// GCC 12 warns that AVX-512 intrinsics read an uninitialised variable: their headers pass
+// _mm512_undefined_*() as unused merge sources (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace hg::kernels::cpu::detail {
+namespace {
+
+constexpr int64_t kTile = 32;        // rows and columns of C per micro-kernel; k per step
+constexpr int64_t kKC = 512;         // depth of one packed A slice (multiple of kTile)
+constexpr int64_t kMC = 4 * kTile;   // rows of a packed A block
+constexpr int64_t kNC = 16 * kTile;  // columns of a packed B block
+constexpr int64_t kTileElems = 512;  // bf16 elements (1 KiB) in one operand tile
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// op(X)[row][col] of a row-major bf16 X with row stride ld, transposed or not.
+struct OperandView {
+  const uint16_t* data;
+  int64_t ld;
+  bool transposed;
+};
+
+// A grow-only, page-aligned buffer of T, one per thread (thread_local): touched once, then reused.
+template <class T>
+class PackBuffer {
+ public:
+  T* get(int64_t count) {
+    if (count > capacity_) {
+      data_.reset();
+      capacity_ = 0;
+      const size_t bytes = size_t(round_up(count * int64_t(sizeof(T)), 4096));
+      T* memory = static_cast<T*>(std::aligned_alloc(4096, bytes));
+      if (!memory) throw std::bad_alloc();
+      data_.reset(memory);
+      capacity_ = int64_t(bytes / sizeof(T));
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T[], Free> data_;
+  int64_t capacity_ = 0;
+};
+
+__mmask32 first_lanes32(int64_t count) {
+  return count >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << std::max<int64_t>(count, 0)) - 1u);
+}
+__mmask16 first_lanes16(int64_t count) {
+  return count >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(count, 0)) - 1u);
+}
+
+// ---- packing -----------------------------------------------------------------------------------
+
+// In-register transpose of 16 x 16 32-bit lanes: on entry v[r] is row r, on exit v[c] is column c.
+void transpose_16x16(__m512i v[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int g = 0; g < 16; g += 4) {
+    u[g + 0] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  // u[4g + q], 128-bit lane L: rows 4g..4g+3 of column 4L + q.
+  for (int q = 0; q < 4; ++q) {
+    const __m512i even_top = _mm512_shuffle_i32x4(u[q], u[4 + q], 0x88);
+    const __m512i odd_top = _mm512_shuffle_i32x4(u[q], u[4 + q], 0xdd);
+    const __m512i even_bottom = _mm512_shuffle_i32x4(u[8 + q], u[12 + q], 0x88);
+    const __m512i odd_bottom = _mm512_shuffle_i32x4(u[8 + q], u[12 + q], 0xdd);
+    v[q] = _mm512_shuffle_i32x4(even_top, even_bottom, 0x88);
+    v[8 + q] = _mm512_shuffle_i32x4(even_top, even_bottom, 0xdd);
+    v[4 + q] = _mm512_shuffle_i32x4(odd_top, odd_bottom, 0x88);
+    v[12 + q] = _mm512_shuffle_i32x4(odd_top, odd_bottom, 0xdd);
+  }
+}
+
+// 16 bf16 (masked, zeros elsewhere) interleaved with the next 16: lane j = (even[j], odd[j]).
+__m512i interleave_pairs(__m256i even, __m256i odd) {
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(even), _mm512_slli_epi32(_mm512_cvtepu16_epi32(odd), 16));
+}
+
+// Reads 16 bf16 of row p at column c0 (mask `cols`), or zeros when p is past the slice.
+__m256i load_row16(const OperandView& x, int64_t p, int64_t p_end, int64_t c0, __mmask16 cols) {
+  if (p >= p_end) return _mm256_setzero_si256();
+  return _mm256_maskz_loadu_epi16(cols, x.data + p * x.ld + c0);
+}
+
+// One 16-row tile of plain op(A) = A[i0 : i0 + rows, p : p + 32] (zeros past p_end), to dst (1 KiB).
+void pack_a_tile(const OperandView& a, int64_t i0, int64_t rows, int64_t p, int64_t p_end, uint16_t* dst) {
+  const __mmask32 kmask = first_lanes32(p_end - p);
+  for (int64_t r = 0; r < 16; ++r) {
+    const __m512i v = r < rows ? _mm512_maskz_loadu_epi16(kmask, a.data + (i0 + r) * a.ld + p) : _mm512_setzero_si512();
+    _mm512_store_si512(dst + r * 32, v);
+  }
+}
+
+// A^T's micro-panel, both tiles of a step at once: each k row gives 32 values of op(A)'s column
+// (one 512-bit load); rows 2q and 2q + 1 interleaved by unpacklo/hi_epi16 give the (k, k+1) pairs of
+// 16 columns each (lo: columns 8L + 0..3 of 128-bit lane L, hi: 8L + 4..7), and a 16 x 16 32-bit
+// transpose of each turns pairs-by-column into tile rows, stored where their column belongs.
+void pack_a_panel_transposed(const OperandView& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst) {
+  const int64_t steps = round_up(kc, kTile) / kTile, p_end = p0 + kc;
+  const __mmask32 cols = first_lanes32(rows);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t p = p0 + s * kTile;
+    __m512i lo[16], hi[16];
+    for (int q = 0; q < 16; ++q) {
+      const int64_t even = p + 2 * q, odd = even + 1;
+      const __m512i r0 = even < p_end ? _mm512_maskz_loadu_epi16(cols, a.data + even * a.ld + i0) : _mm512_setzero_si512();
+      const __m512i r1 = odd < p_end ? _mm512_maskz_loadu_epi16(cols, a.data + odd * a.ld + i0) : _mm512_setzero_si512();
+      lo[q] = _mm512_unpacklo_epi16(r0, r1);
+      hi[q] = _mm512_unpackhi_epi16(r0, r1);
+    }
+    transpose_16x16(lo);
+    transpose_16x16(hi);
+    uint16_t* step = dst + 2 * s * kTileElems;
+    for (int l = 0; l < 16; ++l) {
+      const int column = (l / 4) * 8 + l % 4;  // of lo[l]; hi[l] is column + 4
+      _mm512_store_si512(step + (column / 16) * kTileElems + (column % 16) * 32, lo[l]);
+      _mm512_store_si512(step + ((column + 4) / 16) * kTileElems + ((column + 4) % 16) * 32, hi[l]);
+    }
+  }
+}
+
+// The A micro-panel for rows i0..i0+rows (<= 32) and k in [p0, p0 + kc): [kc/32][2][16][32].
+void pack_a_panel(const OperandView& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst) {
+  if (a.transposed) return pack_a_panel_transposed(a, i0, rows, p0, kc, dst);
+  const int64_t steps = round_up(kc, kTile) / kTile;
+  for (int64_t s = 0; s < steps; ++s)
+    for (int64_t t = 0; t < 2; ++t)
+      pack_a_tile(a, i0 + 16 * t, std::clamp<int64_t>(rows - 16 * t, 0, 16), p0 + s * kTile, p0 + kc,
+                  dst + (2 * s + t) * kTileElems);
+}
+
+// One 16-column VNNI tile of op(B)[p : p + 32, j0 : j0 + cols] (rows past p_end zero), to dst.
+void pack_b_tile(const OperandView& b, int64_t p, int64_t p_end, int64_t j0, int64_t cols, uint16_t* dst) {
+  if (!b.transposed) {
+    // B stored [k][n]: a tile row q is rows 2q, 2q + 1 interleaved.
+    const __mmask16 mask = first_lanes16(cols);
+    for (int q = 0; q < 16; ++q)
+      _mm512_store_si512(dst + q * 32, interleave_pairs(load_row16(b, p + 2 * q, p_end, j0, mask),
+                                                        load_row16(b, p + 2 * q + 1, p_end, j0, mask)));
+    return;
+  }
+  // B stored [n][k]: 32 k of column j are 16 pairs; transpose columns into pair rows.
+  const __mmask32 kmask = first_lanes32(p_end - p);
+  __m512i v[16];
+  for (int j = 0; j < 16; ++j)
+    v[j] = j < cols ? _mm512_maskz_loadu_epi16(kmask, b.data + (j0 + j) * b.ld + p) : _mm512_setzero_si512();
+  transpose_16x16(v);
+  for (int q = 0; q < 16; ++q) _mm512_store_si512(dst + q * 32, v[q]);
+}
+
+// The B micro-panel for columns j0..j0+cols (<= 32) and k in [p0, p0 + kc): [kc/32][2][16][16][2].
+void pack_b_panel(const OperandView& b, int64_t p0, int64_t kc, int64_t j0, int64_t cols, uint16_t* dst) {
+  const int64_t steps = round_up(kc, kTile) / kTile;
+  for (int64_t s = 0; s < steps; ++s)
+    for (int64_t t = 0; t < 2; ++t)
+      pack_b_tile(b, p0 + s * kTile, p0 + kc, j0 + 16 * t, std::clamp<int64_t>(cols - 16 * t, 0, 16),
+                  dst + (2 * s + t) * kTileElems);
+}
+
+// ---- tiles -------------------------------------------------------------------------------------
+
+// The LDTILECFG layout: palette 1, every tile 16 rows x 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+static_assert(sizeof(TileConfig) == 64);
+
+void configure_tiles() {
+  TileConfig config{};
+  config.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    config.colsb[t] = 64;
+    config.rows[t] = 16;
+  }
+  _tile_loadconfig(&config);
+}
+
+// One KC slice of a 32 x 32 C tile: acc (fp32, row stride acc_ld floats) = (first ? 0 : acc) +
+// A micro-panel x B micro-panel, over `steps` packed 32-deep steps.
+void micro_kernel(int64_t steps, const uint16_t* a, const uint16_t* b, bool first, float* acc, int64_t acc_ld) {
+  const int64_t stride = acc_ld * int64_t(sizeof(float));
+  if (first) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  } else {
+    _tile_loadd(0, acc, stride);
+    _tile_loadd(1, acc + 16, stride);
+    _tile_loadd(2, acc + 16 * acc_ld, stride);
+    _tile_loadd(3, acc + 16 * acc_ld + 16, stride);
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    _tile_loadd(4, a, 64);
+    _tile_loadd(6, b, 64);
+    _tile_loadd(5, a + kTileElems, 64);
+    _tile_loadd(7, b + kTileElems, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    a += 2 * kTileElems;
+    b += 2 * kTileElems;
+  }
+  _tile_stored(0, acc, stride);
+  _tile_stored(1, acc + 16, stride);
+  _tile_stored(2, acc + 16 * acc_ld, stride);
+  _tile_stored(3, acc + 16 * acc_ld + 16, stride);
+}
+
+// ---- epilogue ----------------------------------------------------------------------------------
+
+// float -> bf16 bits, round to nearest even, NaN -> 0x7fff: hg::float_to_bfloat16_bits on 16 lanes.
+__m256i round_to_bf16(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fff));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+__m512 load_bf16(const uint16_t* p, __mmask16 mask) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
+}
+
+// Where C goes and how it is combined.
+struct Output {
+  void* c;
+  int64_t ldc;
+  bool is_bf16;
+  float alpha, beta;
+};
+
+// C[i0 : i0 + rows, j0 : j0 + cols] = alpha * acc + beta * C (C not read when beta == 0).
+void epilogue(const float* acc, int64_t acc_ld, int64_t rows, int64_t cols, const Output& out, int64_t i0,
+              int64_t j0) {
+  const __m512 va = _mm512_set1_ps(out.alpha), vb = _mm512_set1_ps(out.beta);
+  const bool read_c = out.beta != 0.0f;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* src = acc + i * acc_ld;
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 mask = first_lanes16(cols - j);
+      __m512 v = _mm512_mul_ps(va, _mm512_load_ps(src + j));
+      if (out.is_bf16) {
+        uint16_t* dst = static_cast<uint16_t*>(out.c) + (i0 + i) * out.ldc + j0 + j;
+        if (read_c) v = _mm512_fmadd_ps(vb, load_bf16(dst, mask), v);
+        _mm256_mask_storeu_epi16(dst, mask, round_to_bf16(v));
+      } else {
+        float* dst = static_cast<float*>(out.c) + (i0 + i) * out.ldc + j0 + j;
+        if (read_c) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask, dst), v);
+        _mm512_mask_storeu_ps(dst, mask, v);
+      }
+    }
+  }
+}
+
+// C = beta * C (k == 0 or alpha == 0), without reading C when beta == 0.
+void scale_c(int64_t m, int64_t n, const Output& out) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      if (out.is_bf16) {
+        uint16_t& x = static_cast<uint16_t*>(out.c)[i * out.ldc + j];
+        x = float_to_bfloat16_bits(out.beta == 0.0f ? 0.0f : out.beta * bfloat16_bits_to_float(x));
+      } else {
+        float& x = static_cast<float*>(out.c)[i * out.ldc + j];
+        x = out.beta == 0.0f ? 0.0f : out.beta * x;
+      }
+    }
+}
+
+// ---- blocking and threads ----------------------------------------------------------------------
+
+struct Rectangle {
+  int64_t row_begin, row_end;
+  int64_t col_begin, col_end;
+};
+
+// This thread's rectangle of whole 32 x 32 tiles in a tm x tn grid minimising the busiest thread.
+Rectangle rectangle_of(int thread, int threads, int64_t m, int64_t n) {
+  const int64_t m_tiles = (m + kTile - 1) / kTile, n_tiles = (n + kTile - 1) / kTile;
+  int best_tm = threads;
+  int64_t best_cost = INT64_MAX;
+  for (int tm = threads; tm >= 1; --tm) {
+    if (threads % tm) continue;
+    const int tn = threads / tm;
+    const int64_t cost = ((m_tiles + tm - 1) / tm) * ((n_tiles + tn - 1) / tn);
+    if (cost < best_cost) best_cost = cost, best_tm = tm;
+  }
+  const int tm = best_tm, tn = threads / best_tm;
+  const int ti = thread / tn, tj = thread % tn;
+  return {std::min(m, m_tiles * ti / tm * kTile), std::min(m, m_tiles * (ti + 1) / tm * kTile),
+          std::min(n, n_tiles * tj / tn * kTile), std::min(n, n_tiles * (tj + 1) / tn * kTile)};
+}
+
+// The serial loop nest over one rectangle (see the file comment): jc -> pack all of B's k; ic ->
+// pc -> pack A -> jr -> ir kernels into the fp32 block; then the epilogue of the MC x NC block.
+void gemm_rectangle(const OperandView& a, const OperandView& b, const Rectangle& r, int64_t k, const Output& out) {
+  thread_local PackBuffer<uint16_t> a_buffer, b_buffer;
+  thread_local PackBuffer<float> acc_buffer;
+  const int64_t k_padded = round_up(k, kTile);
+  uint16_t* a_packed = a_buffer.get(kMC * kKC);
+  uint16_t* b_packed = b_buffer.get(k_padded * kNC);
+  float* acc = acc_buffer.get(kMC * kNC);
+  for (int64_t jc = r.col_begin; jc < r.col_end; jc += kNC) {
+    const int64_t nc = std::min(kNC, r.col_end - jc), nc_padded = round_up(nc, kTile);
+    // Slice pc of B starts at pc * nc_padded; its panel jr at + jr * kc_padded.
+    for (int64_t pc = 0; pc < k; pc += kKC) {
+      const int64_t kc = std::min(kKC, k - pc), kc_padded = round_up(kc, kTile);
+      for (int64_t jr = 0; jr < nc; jr += kTile)
+        pack_b_panel(b, pc, kc, jc + jr, std::min(kTile, nc - jr), b_packed + pc * nc_padded + jr * kc_padded);
+    }
+    for (int64_t ic = r.row_begin; ic < r.row_end; ic += kMC) {
+      const int64_t mc = std::min(kMC, r.row_end - ic);
+      for (int64_t pc = 0; pc < k; pc += kKC) {
+        const int64_t kc = std::min(kKC, k - pc), kc_padded = round_up(kc, kTile);
+        for (int64_t ir = 0; ir < mc; ir += kTile)
+          pack_a_panel(a, ic + ir, std::min(kTile, mc - ir), pc, kc, a_packed + ir * kc_padded);
+        const uint16_t* b_slice = b_packed + pc * nc_padded;
+        for (int64_t jr = 0; jr < nc; jr += kTile)
+          for (int64_t ir = 0; ir < mc; ir += kTile)
+            micro_kernel(kc_padded / kTile, a_packed + ir * kc_padded, b_slice + jr * kc_padded, pc == 0,
+                         acc + ir * kNC + jr, kNC);
+      }
+      epilogue(acc, kNC, mc, nc, out, ic, jc);
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// XCR0 (the OS-enabled state components); only valid when CPUID says OSXSAVE.
+uint64_t read_xcr0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+#endif
+
+bool detect_amx() {
+#if defined(__x86_64__) && defined(__linux__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  if (!__get_cpuid_count(1, 0, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return false;  // OSXSAVE
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);
+  const bool avx512 = (ebx & (1u << 16)) && (ebx & (1u << 17)) && (ebx & (1u << 30)) && (ebx & (1u << 31));  // F DQ BW VL
+  if (!amx_bf16 || !amx_tile || !avx512) return false;
+  // The OS must enable opmask/zmm state (bits 5-7) and the tile config/data state (bits 17, 18).
+  const uint64_t xcr0 = read_xcr0();
+  if ((xcr0 & 0xe6) != 0xe6 || (xcr0 & (3ull << 17)) != (3ull << 17)) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool cpu_has_amx_bf16_gemm() {
+  static const bool has = detect_amx();  // the permission request happens once per process
+  return has;
+}
+
+void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
+                   int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16) {
+  const Output out{c, ldc, c_is_bf16, alpha, beta};
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) return scale_c(m, n, out);
+
+  const OperandView op_a{reinterpret_cast<const uint16_t*>(a), lda, trans_a};
+  const OperandView op_b{reinterpret_cast<const uint16_t*>(b), ldb, trans_b};
+  // Below ~4 MFLOP the fork/join costs more than the second thread saves.
+  const bool small = 2.0 * double(m) * double(n) * double(k) < 4.0e6;
+  const int threads = small ? 1 : omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    const Rectangle mine = rectangle_of(omp_get_thread_num(), omp_get_num_threads(), m, n);
+    if (mine.row_begin < mine.row_end && mine.col_begin < mine.col_end) {
+      configure_tiles();
+      gemm_rectangle(op_a, op_b, mine, k, out);
+      _tile_release();
+    }
+  }
+}
+
+}  // namespace hg::kernels::cpu::detail
+
+#pragma GCC diagnostic pop
