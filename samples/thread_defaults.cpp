@@ -152,7 +152,8 @@ int cores_from(int affinity_count, std::optional<int64_t> quota) {
 
 int local_rank_count(const EnvLookup& env) {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"})
-    if (const std::optional<int> n = parse_omp_num_threads(env(name)); n && std::string(env(name)).find(',') == std::string::npos)
+    if (const std::optional<int> n = parse_omp_num_threads(env(name));
+        n && std::string(env(name)).find(',') == std::string::npos)
       return *n;
   const char* world = env("WORLD_SIZE");
   const char* master = env("MASTER_ADDR");

@@ -13,7 +13,8 @@
 //   - cores: the CPUs this process may run on -- sched_getaffinity (taskset, mpirun's binding, a
 //     container's cpuset), capped by a cgroup CPU quota (v2 cpu.max, v1 cpu.cfs_quota_us) -- not
 //     the machine's count; ranks of one run that share one unbound mask split it (cores_per_rank).
-//   - loader workers: --workers when given (>= 0; its default -1 means "choose"); otherwise 0 on a CPU device (a batch of token ids is
+//   - loader workers: --workers when given (>= 0; its default -1 means "choose"); otherwise 0 on a CPU device (a batch
+//   of token ids is
 //     built in microseconds, so building it inline costs far less than a thread that takes a core
 //     from the step's OpenMP team) and 1 on a CUDA device (the host is idle while the GPU computes,
 //     and the worker's batch is copied during the previous step).
@@ -68,10 +69,10 @@ using EnvLookup = std::function<const char*(const char*)>;
 bool openmp_runtime_is_libgomp();
 
 struct ThreadInputs {
-  int cores = 1;                        // usable_cores()
-  int local_ranks = 1;                  // ranks of this run sharing those cores (cores_per_rank)
-  bool cuda = false;                    // the model trains on a CUDA device
-  bool has_loader = true;               // the program has data-loader workers at all
+  int cores = 1;           // usable_cores()
+  int local_ranks = 1;     // ranks of this run sharing those cores (cores_per_rank)
+  bool cuda = false;       // the model trains on a CUDA device
+  bool has_loader = true;  // the program has data-loader workers at all
   // --threads: > 0 that many; 0: OMP_NUM_THREADS, else the cores; < 0 (the flag's "not chosen"
   // default in train_mlp/train_cnn): OMP_NUM_THREADS, else default_threads (0: the cores).
   int64_t threads_flag = 0;

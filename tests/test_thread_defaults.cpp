@@ -113,7 +113,7 @@ TEST_CASE("thread defaults: the cgroup CPU quota caps the affinity's cores") {
   CHECK(cores_from(2, cpu_max_cores("800000 100000")) == 2);  // the quota never raises the affinity
   CHECK(cores_from(0, std::nullopt) == 1);
   CHECK(cores_from(8, cfs_cores("250000\n", "100000\n")) == 3);  // cgroup v1
-  CHECK(cores_from(8, cfs_cores("-1\n", "100000\n")) == 8);     // v1's "no quota"
+  CHECK(cores_from(8, cfs_cores("-1\n", "100000\n")) == 8);      // v1's "no quota"
 }
 
 TEST_CASE("thread defaults: the quota parsers reject hostile text and never overflow") {
@@ -129,9 +129,15 @@ TEST_CASE("thread defaults: the quota parsers reject hostile text and never over
                           "100000  100000", "0x10 100000", "1e5 100000", "100000\n100000"})
     CHECK_MESSAGE(cpu_max_cores(bad) == std::nullopt, (std::string("cpu.max '") + bad + "'"));
   CHECK(cfs_cores("100000", "100000") == 1);
-  for (auto [quota, period] : std::vector<std::pair<const char*, const char*>>{
-           {"", "100000"}, {"100000", ""}, {"-1", "100000"}, {"12x", "100000"}, {"100000", "1e5"}, {"0", "100000"},
-           {"100000", "0"}, {"18446744073709551616", "100000"}, {"100000 5", "100000"}})
+  for (auto [quota, period] : std::vector<std::pair<const char*, const char*>>{{"", "100000"},
+                                                                               {"100000", ""},
+                                                                               {"-1", "100000"},
+                                                                               {"12x", "100000"},
+                                                                               {"100000", "1e5"},
+                                                                               {"0", "100000"},
+                                                                               {"100000", "0"},
+                                                                               {"18446744073709551616", "100000"},
+                                                                               {"100000 5", "100000"}})
     CHECK_MESSAGE(cfs_cores(quota, period) == std::nullopt, (std::string("cfs '") + quota + "' / '" + period + "'"));
 }
 
