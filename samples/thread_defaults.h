@@ -55,10 +55,10 @@ inline constexpr int64_t kBoundedSpinCount = 3000;
 inline constexpr const char* kSpinDefaultMarker = "HALFGRAD_SPIN_DEFAULT";
 
 // The paragraph each sample's --help ends with (a test checks it names kBoundedSpinCount).
-#define HG_THREADS_HELP                                                                                \
-  "\nThreads: --threads 0 takes the usable cores (affinity, cgroup quota) less any loader workers;\n"  \
-  "idle OpenMP threads spin GOMP_SPINCOUNT=3000 pause iterations, then sleep. --threads, --workers,\n" \
-  "OMP_NUM_THREADS, OMP_WAIT_POLICY and GOMP_SPINCOUNT override (docs/threads.md)."
+#define HG_THREADS_HELP                                                                               \
+  "\nThreads: --threads 0 takes the usable cores (affinity, cgroup quota) less any loader workers;\n" \
+  "idle OpenMP threads (libgomp) spin GOMP_SPINCOUNT=3000 pause iterations, then sleep. --threads,\n" \
+  "--workers, OMP_NUM_THREADS, OMP_WAIT_POLICY and GOMP_SPINCOUNT override (docs/threads.md)."
 
 // Reads an environment variable (nullptr when unset): std::getenv, or a map in the tests.
 using EnvLookup = std::function<const char*(const char*)>;

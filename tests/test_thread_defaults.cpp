@@ -179,10 +179,10 @@ TEST_CASE("thread defaults: ranks that share one unbound mask split its cores") 
   in.local_ranks = 4;
   ThreadSettings s = choose_thread_settings(in);
   CHECK(s.threads == 2);
-  s.wait = "w";
+  s.wait = "OMP_WAIT_POLICY=passive (yours)";
   CHECK(s.describe() ==
         "2 OpenMP threads (cores) on 2 usable cores (of the mask shared by 4 local ranks) | 0 loader workers "
-        "(default) | w");
+        "(default) | OMP_WAIT_POLICY=passive (yours)");
 }
 
 TEST_CASE("thread defaults: a program's own default loses to OMP_NUM_THREADS and --threads") {
