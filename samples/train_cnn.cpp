@@ -40,8 +40,10 @@ struct Config {
   int64_t& seed =
       flags.add_int("seed", 1337, "random seed (weights, training images; held-out images use seed + 1)", 0);
   int64_t& threads = flags.add_int(
-      "threads", 1, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores; one suits a model this small)",
-      0);
+      "threads", -1,
+      "OpenMP threads (-1: OMP_NUM_THREADS when set, else 1, which suits a model this small; 0: OMP_NUM_THREADS "
+      "when set, else the usable cores)",
+      -1);
   int64_t& show = flags.add_int("show", 0, "draw N held-out images with the model's answers at the end", 0);
 
   Config(int argc, char** argv) {
@@ -110,7 +112,7 @@ void show_images(nn::Sequential& model, const samples::DrawnDigits& held_out, in
 
 int run(const Config& o) {
   // The thread count and wait policy in force (samples/thread_defaults.h); no loader workers here.
-  const samples::ThreadSettings threads = samples::apply_thread_settings(o.threads, std::nullopt, false, false);
+  const samples::ThreadSettings threads = samples::apply_thread_settings(o.threads, std::nullopt, false, false, 1);
   manual_seed(uint64_t(o.seed));
   const Device device = Device::parse(o.device);
   // Training images stream from one seed (batch k is images k*B..k*B+B-1, never repeated), the

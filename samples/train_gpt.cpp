@@ -190,7 +190,7 @@ train::TrainerOptions trainer_options(const TrainGptConfig& c, const samples::Gp
 int run(const TrainGptConfig& c) {
   // OpenMP threads and loader workers sized together (samples/thread_defaults.h); flags and env win.
   const samples::ThreadSettings threads = samples::apply_thread_settings(
-      c.threads, c.flags.given("workers") ? std::optional<int64_t>(c.workers) : std::nullopt,
+      c.threads, c.workers >= 0 ? std::optional<int64_t>(c.workers) : std::nullopt,
       !Device::parse(c.device).is_cpu());
   manual_seed(uint64_t(c.seed));
   if (c.memory_limit_mib > 0) set_memory_limit(Device::parse(c.device), c.memory_limit_mib << 20);

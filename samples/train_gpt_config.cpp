@@ -30,13 +30,15 @@ const ResumeRules& train_gpt_resume_rules() {
   // The ZeRO stage and optimizer offload may change: a checkpoint re-partitions its optimizer shards
   // at any world size and stage (train/checkpoint_directory.h); its layout (ZeRO or not) is checked
   // when the trainer resumes. The output files a run opens anew ("w": the metrics log, the profile's
-  // trace) belong to each invocation: restored, they would overwrite the earlier segment's.
+  // trace) belong to each invocation: restored, they would overwrite the earlier segment's. So do
+  // the loader workers: chosen for this machine and device (-1: thread_defaults.h chooses), and
+  // checkpoints written before that choice existed stored the old default 1 as if a user set it.
   static const ResumeRules rules{
       {"data", "digits", "eval-problems", "layers", "heads", "dim", "context", "dropout", "load", "seed", "batch",
        "grad-accum", "batch-tokens", "curriculum", "curriculum-steps", "seq-warmup-steps", "seq-warmup-start",
        "precision", "loss-scale", "fp32-grads", "stochastic-rounding", "master-weights", "optimizer-state-bits",
        "vocab", "tokenizer"},
-      {"resume", "checkpoint-dir", "stop-after-steps", "metrics-log", "profile", "profile-ops"},
+      {"resume", "checkpoint-dir", "stop-after-steps", "metrics-log", "profile", "profile-ops", "workers"},
       {"data", "load", "tokenizer"}};
   return rules;
 }

@@ -72,8 +72,10 @@ struct TrainGptConfig {
   std::string& offload = flags.add_string(
       "offload-activations", "off", "move saved activations to host memory: off, inputs (checkpoint inputs) or all");
   int64_t& workers = flags.add_int(
-      "workers", 0,
-      "data loader threads (0: build batches on the training thread; when not given: 0 on a CPU device, 1 on CUDA)", 0);
+      "workers", -1,
+      "data loader threads (0: build batches on the training thread; -1: choose, 0 on a CPU device and 1 on CUDA; "
+      "not kept by --resume)",
+      -1);
   int64_t& seq_warmup_steps =
       flags.add_int("seq-warmup-steps", 0, "grow the sequence length to full over N steps (0: off)", 0);
   int64_t& seq_warmup_start =
@@ -151,10 +153,11 @@ int64_t model_vocab(const TrainGptConfig& c);
 
 // train_gpt --resume (samples/cli.h ResumeRules): the keys that cannot change mid-run -- the model,
 // the data and its order (data, load and tokenizer compared as files), the numerics and the optimizer state's
-// layout -- and those each invocation sets anew (resume, checkpoint-dir, stop-after-steps, and the
+// layout -- and those each invocation sets anew (resume, checkpoint-dir, stop-after-steps, the
 // files a run opens anew: metrics-log, profile, profile-ops; a bare --resume writes neither, so the
-// first segment's log and trace stay). Every other key (steps, lr, eval-every, checkpoint-every-steps,
-// keep-checkpoints, on-checkpoint-error, sample, save, threads, workers, device, zero, ...) takes the
+// first segment's log and trace stay; and workers, a choice for this machine and device that older
+// checkpoints stored as 1 when nobody chose it). Every other key (steps, lr, eval-every, checkpoint-every-steps,
+// keep-checkpoints, on-checkpoint-error, sample, save, threads, device, zero, ...) takes the
 // value given now, or the checkpoint's when not given (a run resumed with a bare --resume keeps the
 // policy it was started with).
 const ResumeRules& train_gpt_resume_rules();

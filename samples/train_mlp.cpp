@@ -44,8 +44,10 @@ struct Config {
   int64_t& eval_every = flags.add_int("eval-every", 500, "evaluate every N steps (0: only at the end)", 0);
   int64_t& seed = flags.add_int("seed", 1337, "random seed (weights, data, batches)", 0);
   int64_t& threads = flags.add_int(
-      "threads", 1, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores; one suits a model this small)",
-      0);
+      "threads", -1,
+      "OpenMP threads (-1: OMP_NUM_THREADS when set, else 1, which suits a model this small; 0: OMP_NUM_THREADS "
+      "when set, else the usable cores)",
+      -1);
 
   Config(int argc, char** argv) {
     // The checks parse() cannot make, run by parse() before --print-config prints.
@@ -115,7 +117,7 @@ double accuracy(nn::Sequential& model, const Points& data, const Device& device)
 
 int run(const Config& o) {
   // The thread count and wait policy in force (samples/thread_defaults.h); no loader workers here.
-  const samples::ThreadSettings threads = samples::apply_thread_settings(o.threads, std::nullopt, false, false);
+  const samples::ThreadSettings threads = samples::apply_thread_settings(o.threads, std::nullopt, false, false, 1);
   manual_seed(uint64_t(o.seed));
   const Device device = Device::parse(o.device);
   const auto train = spirals(o, o.points, uint64_t(o.seed) * 2 + 1),
