@@ -287,6 +287,49 @@ void bench_half_path(const GemmShape& s, DType dtype, const char* path, const Fm
       .add("dtype", dtype_name(dtype))
       .add("path", path)
       .add("peak", peak.isa)
+      .add("m", (long long)s.m)
+      .add("n", (long long)s.n)
+      .add("k", (long long)s.k)
+      .add("trans_a", int(s.trans_a))
+      .add("trans_b", int(s.trans_b))
+      .add("threads", omp_get_max_threads())
+      .add("ms", t.wall * 1e3)
+      .add("gflops", gflops)
+      .add("fraction_of_peak", gflops / peak.gflops)
+      .add("cpu_gflops", cpu_gflops)
+      .add("cpu_fraction_of_peak", cpu_gflops / peak.cpu_gflops_per_thread)
+      .print();
+}
+
+void run_half_gemm_bench(const FmaPeak& fma_peak, bool quick) {
+  if (!kernels::cpu::detail::cpu_has_avx512_gemm()) {
+    JsonLine("gemm_half").add("skipped", "no AVX-512: f16/bf16 GEMMs go through f32 temporaries and Eigen").print();
+    return;
+  }
+  const bool has_bf16 = kernels::cpu::detail::cpu_has_avx512_bf16_gemm();
+  FmaPeak dpbf16_peak{"none", 0, 0, 0};
+  if (has_bf16) {
+    dpbf16_peak = measure_peak("avx512_bf16", dpbf16_loop_avx512, 4.0 * 16 * 16, quick);
+    JsonLine("dpbf16_peak")
+        .add("isa", dpbf16_peak.isa)
+        .add("threads", dpbf16_peak.threads)
+        .add("gflops", dpbf16_peak.gflops)
+        .add("gflops_per_thread", dpbf16_peak.gflops / dpbf16_peak.threads)
+        .add("cpu_gflops_per_thread", dpbf16_peak.cpu_gflops_per_thread)
+        .add("fma_cpu_gflops_per_thread", fma_peak.cpu_gflops_per_thread)
+        .print();
+  }
+  for (const GemmShape& shape : half_gemm_shapes(quick)) {
+    // gemm() picks the vdpbf16ps path for bf16 where the CPU has it and no AMX (gemm.cpp); with AMX
+    // the dispatched bf16 rows are the gemm_bf16_amx lines' gemm_* figures.
+    if (!kernels::cpu::detail::cpu_has_amx_bf16_gemm())
+      bench_half_path<bfloat16>(shape, DType::bf16, "gemm", has_bf16 ? dpbf16_peak : fma_peak, quick);
+    if (has_bf16) bench_half_path<bfloat16>(shape, DType::bf16, "vdpbf16ps", dpbf16_peak, quick);
+    bench_half_path<bfloat16>(shape, DType::bf16, "via_f32", fma_peak, quick);
+    bench_half_path<half>(shape, DType::f16, "gemm", fma_peak, quick);
+  }
+}
+
 // ---- AMX bf16 (issue 20) -------------------------------------------------------------------------
 //   amx_peak: every OpenMP thread configures 8 tiles of 16 x 64 bytes and runs a loop of 4
 //             independent tdpbf16ps (C tiles tmm0..3 from A tiles tmm4, tmm5 and B tiles tmm6, tmm7),
@@ -377,42 +420,6 @@ void bench_amx_shape(const GemmShape& s, const AmxPeak& peak, bool quick) {
       .add("k", (long long)s.k)
       .add("trans_a", int(s.trans_a))
       .add("trans_b", int(s.trans_b))
-      .add("threads", omp_get_max_threads())
-      .add("ms", t.wall * 1e3)
-      .add("gflops", gflops)
-      .add("fraction_of_peak", gflops / peak.gflops)
-      .add("cpu_gflops", cpu_gflops)
-      .add("cpu_fraction_of_peak", cpu_gflops / peak.cpu_gflops_per_thread)
-      .print();
-}
-
-void run_half_gemm_bench(const FmaPeak& fma_peak, bool quick) {
-  if (!kernels::cpu::detail::cpu_has_avx512_gemm()) {
-    JsonLine("gemm_half").add("skipped", "no AVX-512: f16/bf16 GEMMs go through f32 temporaries and Eigen").print();
-    return;
-  }
-  const bool has_bf16 = kernels::cpu::detail::cpu_has_avx512_bf16_gemm();
-  FmaPeak dpbf16_peak{"none", 0, 0, 0};
-  if (has_bf16) {
-    dpbf16_peak = measure_peak("avx512_bf16", dpbf16_loop_avx512, 4.0 * 16 * 16, quick);
-    JsonLine("dpbf16_peak")
-        .add("isa", dpbf16_peak.isa)
-        .add("threads", dpbf16_peak.threads)
-        .add("gflops", dpbf16_peak.gflops)
-        .add("gflops_per_thread", dpbf16_peak.gflops / dpbf16_peak.threads)
-        .add("cpu_gflops_per_thread", dpbf16_peak.cpu_gflops_per_thread)
-        .add("fma_cpu_gflops_per_thread", fma_peak.cpu_gflops_per_thread)
-        .print();
-  }
-  for (const GemmShape& shape : half_gemm_shapes(quick)) {
-    // gemm() picks the vdpbf16ps path for bf16 where the CPU has it and no AMX (gemm.cpp); with AMX
-    // the dispatched bf16 rows are the gemm_bf16_amx lines' gemm_* figures.
-    if (!kernels::cpu::detail::cpu_has_amx_bf16_gemm())
-      bench_half_path<bfloat16>(shape, DType::bf16, "gemm", has_bf16 ? dpbf16_peak : fma_peak, quick);
-    if (has_bf16) bench_half_path<bfloat16>(shape, DType::bf16, "vdpbf16ps", dpbf16_peak, quick);
-    bench_half_path<bfloat16>(shape, DType::bf16, "via_f32", fma_peak, quick);
-    bench_half_path<half>(shape, DType::f16, "gemm", fma_peak, quick);
-  }
       .add("c", "bf16")
       .add("threads", omp_get_max_threads())
       .add("amx_ms", t_amx * 1e3)
