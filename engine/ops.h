@@ -35,6 +35,9 @@ enum class GeluApproximation { Tanh, Erf };
 Tensor gelu(const Tensor& x, GeluApproximation approximation = GeluApproximation::Tanh);
 Tensor silu(const Tensor& x);
 Tensor abs(const Tensor& x);
+// gelu(x + bias) for x [..., N], bias [N]: the MLP's activation after a GEMM without its bias
+// (engine/ops/bias_gelu.cpp). One pass forward; backward gives dx and the bias gradient in one pass.
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApproximation approximation = GeluApproximation::Tanh);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

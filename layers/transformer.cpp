@@ -21,7 +21,14 @@ MLP::MLP(const TransformerOptions& o) : activation(o.activation()) {
 
 Tensor MLP::forward(const Tensor& x) {
   ModuleScope scope(*this);
-  return drop->forward(c_proj->forward(gelu(c_fc->forward(x), activation)));
+  if (!fuse_bias_gelu || !c_fc->bias.defined()) return drop->forward(c_proj->forward(gelu(c_fc->forward(x), activation)));
+  // The GEMM without its bias epilogue, then bias + GELU in one pass (engine/ops/bias_gelu.cpp).
+  Tensor pre;
+  {
+    ModuleScope fc_scope(*c_fc);
+    pre = linear(x, c_fc->weight, Tensor());
+  }
+  return drop->forward(c_proj->forward(bias_gelu(pre, c_fc->bias, activation)));
 }
 
 CausalSelfAttention::CausalSelfAttention(const TransformerOptions& o)
