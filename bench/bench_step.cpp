@@ -1,6 +1,7 @@
 // bench_step: the GPT training step of bench_train's shapes, fused vs composed glue, fp32 and bf16
-// (fp32 master weights), one JSON object per line. A (fused: the MLP's bias + GELU in one op) and
-// B (composed: Linear's bias epilogue, then gelu) run INTERLEAVED in one process, step by step, so a
+// (fp32 master weights), one JSON object per line. A (fused: the MLP's bias + GELU in one op, and
+// attention_qkv: no head-split copies) and B (composed: Linear's bias epilogue then gelu; attention
+// through narrow views of qkv) run INTERLEAVED in one process, step by step, so a
 // loaded machine slows both alike; each step reports wall ms and process CPU ms
 // (CLOCK_PROCESS_CPUTIME_ID, all threads), medians over the timed steps. Also the target for
 // `perf record` (docs/cpu_step.md): --only fused|composed runs one variant.
@@ -44,7 +45,10 @@ struct Trainer {
     manual_seed(1);
     model = std::make_unique<nn::GPT>(config);
     model->to(dtype);
-    for (auto& block : model->h) block->mlp->fuse_bias_gelu = fused;
+    for (auto& block : model->h) {
+      block->mlp->fuse_bias_gelu = fused;
+      block->attn->attention_from_qkv = fused;
+    }
     optimizer = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions().lr(3e-4).weight_decay(0.1));
     optimizer->set_mixed_precision(optim::MixedPrecisionOptions().master_weights(dtype != DType::f32));
     ids = randint(0, config.vocab_size(), {B, config.context()}, i64);

@@ -132,7 +132,10 @@ StepResult gpt_steps(bool fused, DType dtype, const Tensor& ids, const Tensor& t
   manual_seed(5);
   nn::GPT model(nn::GPTConfig().vocab_size(64).context(16).n_layer(2).n_head(2).n_embd(32).activation(act));
   model.to(dtype);
-  for (auto& block : model.h) block->mlp->fuse_bias_gelu = fused;
+  for (auto& block : model.h) {
+    block->mlp->fuse_bias_gelu = fused;
+    block->attn->attention_from_qkv = fused;
+  }
   optim::AdamW optimizer(model.parameters(), optim::AdamWOptions().lr(1e-2).weight_decay(0.1));
   optimizer.set_mixed_precision(optim::MixedPrecisionOptions().master_weights(dtype != f32));
   StepResult result;

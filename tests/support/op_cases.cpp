@@ -93,6 +93,8 @@ const std::vector<OpCase>& op_cases() {
       {"bias_gelu tanh", {{2, 3, 5}, {5}}, Domain::Any,
        [](V x) { return bias_gelu(x[0], x[1], GeluApproximation::Tanh); }},
       {"bias_gelu erf", {{37, 4}, {4}}, Domain::Any, [](V x) { return bias_gelu(x[0], x[1], GeluApproximation::Erf); }},
+      {"attention_qkv D 64", {{2, 5, 3 * 64}}, Domain::Any, [](V x) { return attention_qkv(x[0], 1); }},
+      {"attention_qkv 2 heads", {{2, 4, 12}}, Domain::Any, [](V x) { return attention_qkv(x[0], 2); }},
       {"bias_gelu of strided", {{5, 3}, {5}}, Domain::Any, [](V x) { return bias_gelu(x[0].t(), x[1]); }},
       {"layer_norm no affine", {{2, 2, 4}}, Domain::Any, [](V x) { return layer_norm(x[0], Tensor(), Tensor()); }},
       {"layer_norm of strided", {{5, 3}, {5}, {5}}, Domain::Any,
