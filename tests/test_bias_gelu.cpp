@@ -9,7 +9,9 @@
 #include <doctest/doctest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -163,14 +165,22 @@ TEST_CASE("GPT with the fused bias_gelu MLP equals the composed one: loss and ev
       CAPTURE(dtype_text);
       const StepResult fused = gpt_steps(true, dtype, ids, targets, act);
       const StepResult composed = gpt_steps(false, dtype, ids, targets, act);
-      // f32: the two paths differ only in summation order (the bias gradient) and where x W + b is
-      // rounded: a few ulp. bf16: the composed path rounds x W + b to bf16 before GELU, the fused one
-      // adds b in f32, so gradients differ by bf16 roundings (u = 2^-8) carried through two blocks.
-      const double loss_tol = dtype == f32 ? 1e-5 : 2e-2, grad_tol = dtype == f32 ? 1e-4 : 6e-2;
+      // f32: the two paths differ only in summation order (the bias gradient): a few ulp (seen: 2e-7
+      // relative). bf16: the composed path rounds x W + b to bf16 before GELU, the fused one adds b in
+      // f32, so gradients differ by about one bf16 rounding (u = 2^-8; seen: 5e-3 relative).
+      // Step 0, f32: the two paths differ only in summation order (the bias gradient): a few ulp (seen:
+      // 2e-7 relative). bf16: the composed path rounds x W + b to bf16 before GELU, the fused one adds b
+      // in f32: about one bf16 rounding (u = 2^-8; seen: 5e-3 relative). Step 1 follows an AdamW step,
+      // whose m / sqrt(v) turns tiny differences of near-zero gradients into lr-sized weight
+      // differences (seen: up to 1e-5 in f32, 6e-3 in bf16; step 0 is often bit-identical).
+      const double loss_tol = dtype == f32 ? 1e-6 : 1e-2;
+      const double grad_tol[2] = {dtype == f32 ? 2e-6 : 2e-2, dtype == f32 ? 5e-5 : 3e-2};
       for (size_t s = 0; s < 2; ++s) CHECK(std::abs(fused.losses[s] - composed.losses[s]) <= loss_tol * composed.losses[s]);
       REQUIRE(fused.grads.size() == composed.grads.size());
+      double worst[2] = {0, 0};
       for (size_t i = 0; i < fused.grads.size(); ++i) {
         CAPTURE(fused.grads[i].first);
+        const size_t step = i < fused.grads.size() / 2 ? 0 : 1;
         const auto& a = fused.grads[i].second;
         const auto& b = composed.grads[i].second;
         REQUIRE(a.size() == b.size());
@@ -181,8 +191,10 @@ TEST_CASE("GPT with the fused bias_gelu MLP equals the composed one: loss and ev
         }
         CHECK(std::isfinite(diff));
         CHECK(norm > 0);
-        CHECK(std::sqrt(diff) <= grad_tol * std::sqrt(norm));
+        CHECK(std::sqrt(diff) <= grad_tol[step] * std::sqrt(norm));
+        worst[step] = std::max(worst[step], std::sqrt(diff / norm));
       }
+      MESSAGE(dtype_text, ": largest relative gradient difference ", worst[0], " at step 0, ", worst[1], " at step 1");
     }
 }
 
