@@ -35,6 +35,9 @@ enum class GeluApproximation { Tanh, Erf };
 Tensor gelu(const Tensor& x, GeluApproximation approximation = GeluApproximation::Tanh);
 Tensor silu(const Tensor& x);
 Tensor abs(const Tensor& x);
+// gelu(x + bias) for x [..., N], bias [N]: the MLP's activation after a GEMM without its bias
+// (engine/ops/bias_gelu.cpp). One pass forward; backward gives dx and the bias gradient in one pass.
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApproximation approximation = GeluApproximation::Tanh);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
@@ -119,6 +122,11 @@ AttentionImpl parse_attention_impl(const std::string& name);
 // transpose, so merging the heads afterwards (transpose(1, 2).reshape) is a view.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
                                     double dropout_p = 0.0, AttentionImpl impl = AttentionImpl::Auto);
+// Causal self-attention from the packed projection qkv [B, T, 3C] (q | k | v, n_head heads of
+// D = C / n_head) to y [B, T, C], heads merged: the fused kernels read q, k, v in place and write the
+// gradients of all three into one [B, T, 3C] tensor, with no head-split or merge copy either way
+// (engine/ops/attention_qkv.cpp). Where the fused kernels refuse, scaled_dot_product_attention (Auto).
+Tensor attention_qkv(const Tensor& qkv, int64_t n_head, bool causal = true, double dropout_p = 0.0);
 // The implementation Auto picks for these operands (and why the fused kernels refuse them, when they do).
 AttentionImpl attention_impl_for(const Tensor& q, const Tensor& k, const Tensor& v, std::string* why_not_fused = nullptr);
 

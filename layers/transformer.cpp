@@ -21,7 +21,14 @@ MLP::MLP(const TransformerOptions& o) : activation(o.activation()) {
 
 Tensor MLP::forward(const Tensor& x) {
   ModuleScope scope(*this);
-  return drop->forward(c_proj->forward(gelu(c_fc->forward(x), activation)));
+  if (!fuse_bias_gelu || !c_fc->bias.defined()) return drop->forward(c_proj->forward(gelu(c_fc->forward(x), activation)));
+  // The GEMM without its bias epilogue, then bias + GELU in one pass (engine/ops/bias_gelu.cpp).
+  Tensor pre;
+  {
+    ModuleScope fc_scope(*c_fc);
+    pre = linear(x, c_fc->weight, Tensor());
+  }
+  return drop->forward(c_proj->forward(bias_gelu(pre, c_fc->bias, activation)));
 }
 
 CausalSelfAttention::CausalSelfAttention(const TransformerOptions& o)
@@ -39,8 +46,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const Tensor qkv = c_attn->forward(x);  // [B, T, 3C]
   // Views only: [B, T, C] slice -> [B, T, H, D] -> [B, H, T, D]; the GEMMs read the strides.
   auto heads = [&](int64_t which) { return qkv.narrow(2, which * C, C).view({B, T, n_head, D}).transpose(1, 2); };
-  const Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), /*causal=*/true,
-                                                is_training() ? attention_dropout : 0.0, attention);
+  const double p = is_training() ? attention_dropout : 0.0;
+  if (attention_from_qkv && attention != AttentionImpl::Composed && attention_impl_for(heads(0), heads(1), heads(2)) == AttentionImpl::Fused)
+    return drop->forward(c_proj->forward(attention_qkv(qkv, n_head, /*causal=*/true, p)));  // no split/merge copies
+  const Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), /*causal=*/true, p, attention);
   return drop->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
 }
 

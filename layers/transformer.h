@@ -36,6 +36,9 @@ class MLP : public UnaryModule {
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<Dropout> drop;
   const GeluApproximation activation;
+  // true: c_fc's GEMM without bias, then bias_gelu (one pass each way); false: Linear (bias epilogue)
+  // then gelu, the composed reference (tests and bench_step compare the two).
+  bool fuse_bias_gelu = true;
 };
 
 class CausalSelfAttention : public UnaryModule {
@@ -52,6 +55,9 @@ class CausalSelfAttention : public UnaryModule {
   const int64_t n_head;
   const double attention_dropout;
   AttentionImpl attention;  // may be changed between steps (GPT::set_attention)
+  // true: where the fused kernels apply, attention_qkv (q, k, v read from qkv, their gradients written
+  // into one [B, T, 3C] tensor); false: narrow views into scaled_dot_product_attention (the reference).
+  bool attention_from_qkv = true;
 };
 
 class Block : public UnaryModule {
