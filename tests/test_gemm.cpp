@@ -494,6 +494,8 @@ TEST_CASE("gemm_bias equals gemm onto C filled with the bias, bit for bit, with 
                          bias.data(), got.data(), got.ld(), dtype);
           CHECK(got.same_bytes(expected));
         }
+}
+
 // ---- AMX bf16 GEMM (issue 20): gemm_bf16_amx run directly ----------------------------------------
 // bf16 A and B (fresh random normal values in [-1, 1): AMX reads bf16 subnormals as zero, so none
 // are drawn), against a float64 sum over the same bf16 values, with
@@ -502,7 +504,6 @@ TEST_CASE("gemm_bias equals gemm onto C filled with the bias, bit for bit, with 
 // Gaps between rows hold a sentinel that must survive; C is NaN when beta == 0 (never read). The
 // bf16 C must also be bit-identical to the f32 C of the same call rounded to nearest even (one
 // rounding of the same fp32 sum), and 2 threads bit-identical to 1.
-#include <omp.h>
 
 namespace {
 
