@@ -1,7 +1,7 @@
 // Data parallel and ZeRO stages 0/1/2/3 (dist/zero_optimizer.h), with and without optimizer offload, run
 // by ctest as a world of 1, under mpirun -np 2 and -np 4, and over TCP. Each rank trains a tiny GPT
 // on its share of a global batch (data/sampler.h) and also trains the same model alone on the whole
-// batch with optim::AdamW: losses after 5 steps must agree to 1e-5 relative, parameters to 2e-4 to 3e-4 of
+// batch with optim::AdamW: losses after 5 steps must agree to 1e-5 relative, parameters to 3e-4 of
 // their tensor's scale (why: check_equal_runs).
 // Model-state bytes per rank (allocator statistics) must match the ZeRO formulas within 5%.
 // Half precision: bf16 parameters and f16 with a dynamic LossScaler (the optim::Optimizer protocol:
@@ -237,8 +237,9 @@ Run zero_run(int stage, bool offload, int micro = 1) {
 // bias of attention: softmax ignores it) and whose computed gradient is rounding noise moves by up
 // to lr per step in a noise-dependent direction — measured here at 5e-5 to 1.2e-4 of the scale with
 // the composed attention, and 2.04e-4 with the fused one (h.1.attn.c_attn.bias element 27, a key
-// bias; the failure message names the element) (the same magnitude separates fused multiply-add
-// from separate rounding in the update itself).
+// bias; the failure message names the element), and 2.1e-4 to 2.25e-4 once attention's backward
+// writes dq/dk/dv straight into one [B, T, 3C] gradient (attention_qkv, issue 20) (the same
+// magnitude separates fused multiply-add from separate rounding in the update itself).
 // The largest |got - want| of a parameter element over its tensor's largest magnitude.
 // `where` (nullable) receives "tensor T element I" of that largest difference.
 double largest_param_difference(const Run& got, const Run& want, std::string* where = nullptr) {
@@ -523,7 +524,7 @@ void check_offload_clipping(const Device& device) {
     plan.adamw = adamw_options().eps(1e-2);
     const Run want = zero_run(plan);
     plan.offload = true;
-    const double tol = device.is_cpu() ? 2e-4 : 5e-4;
+    const double tol = device.is_cpu() ? 3e-4 : 5e-4;
     check_equal_runs(zero_run(plan), want, tol);
     plan.clip = 0.0;
     CHECK(largest_param_difference(zero_run(plan), want) > 20 * tol);
@@ -1084,7 +1085,7 @@ TEST_CASE("a backward that throws midway on every rank is retried after zero_gra
     for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
     const double worst = largest_param_difference(run, want);
     INFO("largest parameter difference relative to the tensor's scale: ", worst);
-    CHECK(worst <= 2e-4);
+    CHECK(worst <= 3e-4);
     clear_post_accumulate_grad_hooks(model.h[0]->mlp->c_fc->weight);
   }
 }
@@ -1112,7 +1113,7 @@ TEST_CASE("a stage 3 optimizer refused for a hooked module leaves the model as i
   }
   const auto whole = opt.gather_parameters();
   for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
-  CHECK(largest_param_difference(run, want) <= 2e-4);
+  CHECK(largest_param_difference(run, want) <= 3e-4);
 }
 
 namespace {
@@ -1128,7 +1129,7 @@ void check_stage3_accumulation_with_checkpointing(const Device& device) {
     plan.device = device;
     plan.persistence_threshold = 64;
     plan.checkpoint_every = 1;
-    check_equal_runs(zero_run(plan), want, device.is_cpu() ? 2e-4 : 5e-4);
+    check_equal_runs(zero_run(plan), want, device.is_cpu() ? 3e-4 : 5e-4);
   }
 }
 }  // namespace
@@ -1196,7 +1197,7 @@ TEST_CASE("ZeRO stage 3 releases its units after a forward that throws an eval f
   for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
   const double worst = largest_param_difference(run, want);
   INFO("largest parameter difference relative to the tensor's scale: ", worst);
-  CHECK(worst <= 2e-4);
+  CHECK(worst <= 3e-4);
 }
 
 TEST_CASE("ZeRO stage 3 with dropout and checkpointing draws the masks of stage 0") {
@@ -1315,7 +1316,7 @@ TEST_CASE("zero_grad between a forward and its backward trains like one process 
     }
     const auto whole = opt.gather_parameters();
     for (const Tensor& p : model.parameters()) run.params.push_back(p.to_vector<float>());
-    CHECK(largest_param_difference(run, want) <= 2e-4);
+    CHECK(largest_param_difference(run, want) <= 3e-4);
   }
 }
 
