@@ -423,7 +423,10 @@ TEST_CASE("a half-precision C is the half rounding of the fp32 result, bit for b
   // the same order, so the half C must equal hg::half / hg::bfloat16 of the f32 C exactly: one
   // rounding to nearest even, no matter how many slices were kept as fp32 partials. alpha 2^-20 and
   // 2^12 push results into the half types' subnormals and past f16's range (overflow to infinity).
-  // 460 rows with k over KC: the half C runs in row chunks of 448 (bounded partials), the f32 C not.
+  // 460 rows with k over KC: the half C runs in row chunks of 448 (bounded partials), the f32 C not
+  // (one thread, so that the whole 460 rows are one thread's rectangle).
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
   uint32_t seed = 7000;
   for (const HalfPath& path : available_half_paths())
     for (double alpha : {1.0, 0x1p-20, 0x1p12, 0x1p-130})
@@ -442,6 +445,7 @@ TEST_CASE("a half-precision C is the half rounding of the fp32 result, bit for b
                    c_half.data(), c_half.ld(), true);
           CHECK(c32.as(path.input).same_bytes(c_half));
         }
+  omp_set_num_threads(saved_threads);
 }
 
 TEST_CASE("the half-precision GEMM paths give bit-identical results on 1 and 2 threads") {
