@@ -278,7 +278,8 @@ TEST_CASE("a bf16 GEMM keeps bf16 subnormal inputs, as tensor cores do (the emul
       CHECK(a.get(0, 0) != 0.0);  // the inputs really are bf16 subnormals, not flushed on upload
       CHECK(std::abs(a.get(0, 0)) < 0x1p-126);
       CHECK(nonzero_sums > m * n / 2);
-      CHECK_MESSAGE(failures == 0, (ta ? "A^T " : "A ") << (tb ? "B^T " : "B ") << (with_bias ? "+bias: " : ": ")
-                                                        << first);
+      const std::string where = std::string(ta ? "A^T " : "A ") + (tb ? "B^T " : "B ") + (with_bias ? "+bias: " : ": ");
+      const std::string message = where + first;
+      CHECK_MESSAGE(failures == 0, message);
     }
 }
