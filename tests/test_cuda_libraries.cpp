@@ -232,3 +232,54 @@ TEST_CASE("a GEMM with a leading dimension smaller than its rows fails with cuBL
               "[gemm]", "cuBLAS status 7");
   CHECK((hg::runtime_counters() - before)[RuntimeCounter::blas_calls] == 0);
 }
+
+TEST_CASE("a bf16 GEMM keeps bf16 subnormal inputs, as tensor cores do (the emulator must not flush them)") {
+  if (skip_without_device()) return;
+  // A holds only bf16 subnormals (k * 2^-133 for small k), B normal values near 2^8, so every product
+  // is a normal fp32 near 2^-122 and so is D. A path that reads bf16 subnormals as zero (the CPU's
+  // AMX and vdpbf16ps GEMMs) would give D = 0 (or the bias alone). 24 x 20 is large enough that the
+  // CPU GEMM would take AMX; plain and bias epilogue, every transpose.
+  for (int t = 0; t < 4; ++t)
+    for (bool with_bias : {false, true}) {
+      const bool ta = t & 1, tb = t & 2;
+      const int64_t m = 24, n = 20, k = 17;
+      View a(DType::bf16, ta ? k : m, ta ? m : k, (ta ? m : k) + 1, 0), b(DType::bf16, tb ? n : k, tb ? k : n,
+                                                                           (tb ? k : n) + 2, 1);
+      View c(DType::bf16, m, n, n + 1, 2), bias(DType::bf16, 1, n, n, 0);
+      const auto a_value = [](int64_t i, int64_t p) { return ((i + p) % 2 ? -1.0 : 1.0) * double(1 + (i + 2 * p) % 7) * 0x1p-133; };
+      const auto b_value = [](int64_t p, int64_t j) { return double(1 + (p + j) % 5) * 0x1p8; };
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t p = 0; p < k; ++p) a.host.set(ta ? a.at(p, i) : a.at(i, p), a_value(i, p));
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t j = 0; j < n; ++j) b.host.set(tb ? b.at(j, p) : b.at(p, j), b_value(p, j));
+      for (int64_t j = 0; j < n; ++j) bias.host.set(bias.at(0, j), double(j % 3) * 0x1p-124);
+      c.poison();
+      a.upload(), b.upload(), c.upload(), bias.upload();
+      if (with_bias)
+        gpu::gemm_bias(ta, tb, m, n, k, 1.0, a.ptr(), a.ld, b.ptr(), b.ld, bias.ptr(), c.ptr(), c.ld, DType::bf16,
+                       stream());
+      else
+        gpu::gemm(ta, tb, m, n, k, 1.0, a.ptr(), a.ld, b.ptr(), b.ld, 0.0, c.ptr(), c.ld, DType::bf16, stream());
+      const HostBuffer got = c.download();
+      int64_t failures = 0, nonzero_sums = 0;
+      std::string first;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = with_bias ? bias.get(0, j) : 0.0;
+          double sum = 0;
+          for (int64_t p = 0; p < k; ++p) sum += a_value(i, p) * b_value(p, j);
+          ref += sum;
+          if (sum != 0.0) ++nonzero_sums;
+          const double value = got.get(c.at(i, j));
+          if (!(std::abs(value - ref) <= 0x1p-8 * std::abs(ref)) && failures++ == 0)
+            first = "C[" + std::to_string(i) + ", " + std::to_string(j) + "] = " + std::to_string(value * 0x1p124) +
+                    " * 2^-124, expected " + std::to_string(ref * 0x1p124) + " * 2^-124";
+        }
+      CHECK(a.get(0, 0) != 0.0);  // the inputs really are bf16 subnormals, not flushed on upload
+      CHECK(std::abs(a.get(0, 0)) < 0x1p-126);
+      CHECK(nonzero_sums > m * n / 2);
+      const std::string where = std::string(ta ? "A^T " : "A ") + (tb ? "B^T " : "B ") + (with_bias ? "+bias: " : ": ");
+      const std::string message = where + first;
+      CHECK_MESSAGE(failures == 0, message);
+    }
+}

@@ -423,10 +423,14 @@ TEST_CASE("a half-precision C is the half rounding of the fp32 result, bit for b
   // the same order, so the half C must equal hg::half / hg::bfloat16 of the f32 C exactly: one
   // rounding to nearest even, no matter how many slices were kept as fp32 partials. alpha 2^-20 and
   // 2^12 push results into the half types' subnormals and past f16's range (overflow to infinity).
+  // 460 rows with k over KC: the half C runs in row chunks of 448 (bounded partials), the f32 C not
+  // (one thread, so that the whole 460 rows are one thread's rectangle).
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
   uint32_t seed = 7000;
   for (const HalfPath& path : available_half_paths())
     for (double alpha : {1.0, 0x1p-20, 0x1p12, 0x1p-130})
-      for (const Shape& shape : {Shape{30, 70, 3000}, Shape{45, 33, 700}, Shape{5, 200, 2}})
+      for (const Shape& shape : {Shape{30, 70, 3000}, Shape{45, 33, 700}, Shape{5, 200, 2}, Shape{460, 40, 1030}})
         for (bool trans_a : kTransposes) {
           const GemmCase g{path.input, trans_a, !trans_a, shape, alpha, 0.0, 2};
           INFO(std::string(path.name), " ", describe(g));
@@ -441,6 +445,7 @@ TEST_CASE("a half-precision C is the half rounding of the fp32 result, bit for b
                    c_half.data(), c_half.ld(), true);
           CHECK(c32.as(path.input).same_bytes(c_half));
         }
+  omp_set_num_threads(saved_threads);
 }
 
 TEST_CASE("the half-precision GEMM paths give bit-identical results on 1 and 2 threads") {
@@ -631,7 +636,8 @@ TEST_CASE("gemm_bf16_amx matches a float64 reference for every transpose, edge, 
             check_amx_case({trans_a, trans_b, n, m, k, -0.75f, 1.5f, 1}, seed++, false);
           }
       for (int64_t k : sizes) check_amx_case({trans_a, trans_b, 33, 47, k, 2.0f, -1.0f, 0}, seed++, false);
-      // Large strides, and shapes across MC = 128, NC = 256, KC = 256 on 1 and 2 threads.
+      // Large strides, and shapes across MC = 128 and KC = 512 on 1 and 2 threads (NC = 512 and
+      // deep k are crossed in the next test case).
       check_amx_case({trans_a, trans_b, 70, 65, 69, 0.5f, 0.0f, 301}, seed++, false);
       check_amx_case({trans_a, trans_b, 130, 260, 520, 1.0f, 0.0f, 5}, seed++, true);
       check_amx_case({trans_a, trans_b, 300, 97, 257, -1.25f, 0.5f, 2}, seed++, true);
@@ -650,4 +656,88 @@ TEST_CASE("gemm_bf16_amx with k == 0 or alpha == 0 scales C by beta, never readi
   std::vector<uint16_t> c16(12, hg::bfloat16(2.0f).bits);
   cpu::detail::gemm_bf16_amx(true, true, 3, 4, 5, 0.0f, ab.data(), 3, ab.data(), 5, -0.5f, c16.data(), 4, true);
   for (uint16_t v : c16) CHECK(v == hg::bfloat16(-1.0f).bits);
+}
+
+TEST_CASE("gemm_bf16_amx across NC = 512 columns and past 4096 of k (B packed per pass), 1 and 2 threads") {
+  if (!cpu::detail::cpu_has_amx_bf16_gemm()) {
+    MESSAGE("skipped: this CPU (or OS) has no AMX-BF16 tiles; cpu_has_amx_bf16_gemm() is false");
+    return;
+  }
+  uint32_t seed = 20000;
+  for (bool trans_a : kTransposes)
+    for (bool trans_b : kTransposes) {
+      // n = 1030: three column blocks, the last 6 wide; k 1025 (three KC slices, 1 deep last) and 33.
+      check_amx_case({trans_a, trans_b, 40, 1030, 1025, 1.0f, 0.0f, 3}, seed++, true);
+      check_amx_case({trans_a, trans_b, 37, 1030, 33, -0.5f, 2.0f, 1}, seed++, true);
+    }
+  // k = 4130 > 4096: two passes of B over row groups of 512 (530 rows: two groups on one thread).
+  check_amx_case({false, false, 530, 40, 4130, 1.0f, 0.0f, 2}, seed++, true);
+  check_amx_case({true, true, 530, 33, 4130, 0.5f, -1.0f, 0}, seed++, true);
+}
+
+TEST_CASE("the bf16 gemm_bias epilogues equal the same path's gemm onto bias rows, bit for bit") {
+  // gemm() on an AMX machine takes AMX, so these two are called directly: vdpbf16ps
+  // (gemm_bias_bf16_avx512) and the widening path's bf16 overload (gemm_bias_half_via_f32_avx512).
+  // Each must equal its own gemm with beta = 1 onto C filled with the bias rows (same fp32 sums,
+  // one rounding), for every transpose and with k across both KCs (512 and 1024); C starts as NaN.
+  using BiasGemm = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const hg::bfloat16*, int64_t,
+                            const hg::bfloat16*, int64_t, const hg::bfloat16*, hg::bfloat16*, int64_t);
+  using PlainGemm = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const hg::bfloat16*, int64_t,
+                             const hg::bfloat16*, int64_t, float, void*, int64_t, bool);
+  struct BiasPath {
+    const char* name;
+    bool available;
+    BiasGemm bias;
+    PlainGemm plain;
+  };
+  const BiasPath paths[] = {
+      {"vdpbf16ps", cpu::detail::cpu_has_avx512_bf16_gemm(), cpu::detail::gemm_bias_bf16_avx512,
+       cpu::detail::gemm_bf16_avx512},
+      {"bf16 via f32 packing", cpu::detail::cpu_has_avx512_gemm(), cpu::detail::gemm_bias_half_via_f32_avx512,
+       cpu::detail::gemm_half_via_f32_avx512}};
+  uint32_t seed = 21000;
+  for (const BiasPath& path : paths) {
+    if (!path.available) {
+      MESSAGE("this CPU cannot run the ", path.name, " bias epilogue: not tested here");
+      continue;
+    }
+    for (const Shape& shape : {Shape{30, 70, 600}, Shape{45, 33, 1100}, Shape{4, 8, 9}, Shape{460, 40, 1030}})
+      for (bool trans_a : kTransposes)
+        for (bool trans_b : kTransposes) {
+          const GemmCase g{DType::bf16, trans_a, trans_b, shape, -0.75, 1.0, 3};
+          INFO(path.name, " ", describe(g));
+          const auto [m, n, k] = shape;
+          const Operands in(g, seed++);
+          Matrix bias(DType::bf16, 1, n, n);
+          std::mt19937 rng(seed);
+          bias.fill_random(rng);
+          Matrix expected(DType::bf16, m, n, n + 3), got(DType::bf16, m, n, n + 3);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) expected.set(i, j, bias.get(0, j));
+          got.fill(kNaN);
+          const auto* a = static_cast<const hg::bfloat16*>(in.a.data());
+          const auto* b = static_cast<const hg::bfloat16*>(in.b.data());
+          path.plain(trans_a, trans_b, m, n, k, -0.75f, a, in.a.ld(), b, in.b.ld(), 1.0f, expected.data(),
+                     expected.ld(), true);
+          path.bias(trans_a, trans_b, m, n, k, -0.75f, a, in.a.ld(), b, in.b.ld(),
+                    static_cast<const hg::bfloat16*>(bias.data()), static_cast<hg::bfloat16*>(got.data()), got.ld());
+          CHECK(got.same_bytes(expected));
+          CHECK(got.gaps_untouched());
+        }
+  }
+}
+
+TEST_CASE("parse_cpu_gemm_choice reads HG_CPU_GEMM's values and names the variable on a bad one") {
+  using cpu::detail::CpuGemmChoice;
+  using cpu::detail::parse_cpu_gemm_choice;
+  CHECK(parse_cpu_gemm_choice(nullptr) == CpuGemmChoice::automatic);
+  CHECK(parse_cpu_gemm_choice("") == CpuGemmChoice::automatic);
+  CHECK(parse_cpu_gemm_choice("auto") == CpuGemmChoice::automatic);
+  CHECK(parse_cpu_gemm_choice("amx") == CpuGemmChoice::amx);
+  CHECK(parse_cpu_gemm_choice("avx512") == CpuGemmChoice::avx512);
+  CHECK(parse_cpu_gemm_choice("fp32") == CpuGemmChoice::fp32);
+  for (const char* bad : {"AMX", "avx2", "amx ", "f32"}) {
+    const std::string expected = "HG_CPU_GEMM=\"" + std::string(bad) + "\": expected auto, amx, avx512 or fp32";
+    CHECK_THROWS_WITH_AS(parse_cpu_gemm_choice(bad), doctest::Contains(expected.c_str()), hg::Error);
+  }
 }

@@ -19,7 +19,8 @@
 // - gemm_bias on the packed paths (f32, f16, bf16): the tile store adds the bias row in fp32 where
 //   it would add beta * C (C is not read; no pass to fill C first), and a half C is rounded once.
 //   Elsewhere every row of C starts as the bias and the GEMM runs with beta = 1 (the same sums).
-// - HG_CPU_GEMM=auto|amx|avx512|fp32 (read once) forces the bf16 path, to compare them (docs/cpu_gemm.md).
+// - HG_CPU_GEMM=auto|amx|avx512|fp32 (read once) forces the bf16 path, to compare them (docs/cpu_gemm.md);
+//   forcing a path this CPU lacks is an hg::Error at the first bf16 GEMM, never a silent fallback.
 //
 // beta == 0 means C is never read (NaN or garbage in C is overwritten), and alpha == 0 or k == 0
 // means C = beta * C without reading A or B (the BLAS conventions).
@@ -155,20 +156,11 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 // users can compare them: auto (default) takes AMX for large enough shapes when the CPU has it,
 // amx takes it for every shape when the CPU has it, avx512 is the vdpbf16ps path, fp32 widens to
 // the f32 GEMM. Anything else is an error naming the variable.
-enum class Bf16GemmChoice { automatic, amx, avx512, fp32 };
-
-Bf16GemmChoice read_bf16_gemm_choice() {
-  const char* text = std::getenv("HG_CPU_GEMM");
-  if (!text || !*text || std::strcmp(text, "auto") == 0) return Bf16GemmChoice::automatic;
-  if (std::strcmp(text, "amx") == 0) return Bf16GemmChoice::amx;
-  if (std::strcmp(text, "avx512") == 0) return Bf16GemmChoice::avx512;
-  if (std::strcmp(text, "fp32") == 0) return Bf16GemmChoice::fp32;
-  HG_CHECK(false, "[gemm] environment variable HG_CPU_GEMM=\"", text, "\": expected auto, amx, avx512 or fp32");
-  return Bf16GemmChoice::automatic;
-}
+// A forced path this CPU cannot take is an error too (a benchmark row must never be mislabelled).
+using Bf16GemmChoice = detail::CpuGemmChoice;
 
 Bf16GemmChoice bf16_gemm_choice() {
-  static const Bf16GemmChoice choice = read_bf16_gemm_choice();
+  static const Bf16GemmChoice choice = detail::parse_cpu_gemm_choice(std::getenv("HG_CPU_GEMM"));
   return choice;
 }
 
@@ -177,15 +169,33 @@ bool has_amx() {
   return has;
 }
 
+bool has_avx512_bf16() {
+  static const bool has = detail::cpu_has_avx512_bf16_gemm();
+  return has;
+}
+
 // AMX pads m, n and k to 32 and packs B for all of k, yet it beat the widening fp32 path at every
 // shape measured (single-thread CPU time, 8^3 .. 256^3 and 1 x 768 x 768) except near-dot products
 // (1 x 1 x 4096: 26-42 us against 2-4 us), so only those stay on fp32 (docs/cpu_gemm.md, "AMX").
 bool amx_worth_it(int64_t m, int64_t n, int64_t) { return double(m) * double(n) >= 256.0; }
 
+// The choice is checked before has_amx(), so forcing avx512 or fp32 never asks the OS for the tile
+// state; forcing a path this CPU lacks throws instead of quietly taking another one.
 bool use_amx_bf16(int64_t m, int64_t n, int64_t k) {
   const Bf16GemmChoice choice = bf16_gemm_choice();
-  if (!has_amx() || choice == Bf16GemmChoice::avx512 || choice == Bf16GemmChoice::fp32) return false;
-  return choice == Bf16GemmChoice::amx || amx_worth_it(m, n, k);
+  if (choice == Bf16GemmChoice::avx512) {
+    HG_CHECK(has_avx512_bf16(), "[gemm] environment variable HG_CPU_GEMM=avx512: this CPU lacks AVX512_BF16 ",
+             "(vdpbf16ps) with AVX-512 F/VL/BW/DQ; expected auto or fp32 here");
+    return false;
+  }
+  if (choice == Bf16GemmChoice::fp32) return false;
+  if (choice == Bf16GemmChoice::amx) {
+    HG_CHECK(has_amx(), "[gemm] environment variable HG_CPU_GEMM=amx: this CPU (or OS) lacks AMX-BF16 tiles ",
+             "(cpuid AMX-TILE/AMX-BF16, AVX-512, XCR0 tile state, arch_prctl permission); expected auto, ",
+             "avx512 or fp32 here");
+    return true;
+  }
+  return has_amx() && amx_worth_it(m, n, k);
 }
 
 // ---- f16 / bf16 through f32 temporaries (no AVX-512, small shapes) ----------------------------------------------------------------------
@@ -238,11 +248,6 @@ void gemm_via_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, d
 }
 
 // ---- f16 / bf16 on the packed paths ----------------------------------------------------------------
-
-bool has_avx512_bf16() {
-  static const bool has = detail::cpu_has_avx512_bf16_gemm();
-  return has;
-}
 
 // Half inputs: the packed paths skip the temporaries and the conversions, and beat them down to
 // 32 x 32 x 32 (measured one thread, CPU time: 1.3-2x for bf16, 4-6x for f16 with the scalar
@@ -298,6 +303,15 @@ void gemm_bias_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 }  // namespace
 
 namespace detail {
+
+CpuGemmChoice parse_cpu_gemm_choice(const char* text) {
+  if (!text || !*text || std::strcmp(text, "auto") == 0) return CpuGemmChoice::automatic;
+  if (std::strcmp(text, "amx") == 0) return CpuGemmChoice::amx;
+  if (std::strcmp(text, "avx512") == 0) return CpuGemmChoice::avx512;
+  if (std::strcmp(text, "fp32") == 0) return CpuGemmChoice::fp32;
+  HG_CHECK(false, "[gemm] environment variable HG_CPU_GEMM=\"", text, "\": expected auto, amx, avx512 or fp32");
+  return CpuGemmChoice::automatic;
+}
 
 bool cpu_has_avx512_bf16_gemm() {
 #if defined(__x86_64__) || defined(__i386__)

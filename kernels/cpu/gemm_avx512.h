@@ -61,6 +61,11 @@ bool cpu_has_avx512_bf16_gemm();
 void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
                       int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16);
 
+// HG_CPU_GEMM's value (gemm.cpp, read once per process): which bf16 path gemm takes. Null or ""
+// is automatic; anything but auto, amx, avx512, fp32 throws an hg::Error naming the variable.
+enum class CpuGemmChoice { automatic, amx, avx512, fp32 };
+CpuGemmChoice parse_cpu_gemm_choice(const char* text);
+
 // True when this CPU has AMX-BF16 and the OS granted this process the tile data state
 // (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
 bool cpu_has_amx_bf16_gemm();

@@ -13,11 +13,13 @@
 // Only for translation units compiled with AVX-512 F/VL/BW/DQ (see kernels/CMakeLists.txt);
 // everything here has internal linkage, so each of them gets its own copy.
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <new>
 
@@ -123,6 +125,31 @@ inline Rectangle rectangle_of(int thread, int threads, int64_t m, int64_t n, int
   const int ti = thread / tn, tj = thread % tn;
   return {std::min(m, m_tiles * ti / tm * mr), std::min(m, m_tiles * (ti + 1) / tm * mr),
           std::min(n, n_panels * tj / tn * nr), std::min(n, n_panels * (tj + 1) / tn * nr)};
+}
+
+// Runs body(rectangle) for every OpenMP thread's rectangle (none for an empty one). With
+// chunk_rows > 0 a rectangle is run chunk_rows rows at a time: a half C with k over one KC slice
+// keeps fp32 partial sums of rows x min(NC, cols) per thread, which chunking bounds whatever m is
+// (B is then packed once per chunk). The first exception of any thread (std::bad_alloc from a pack
+// buffer) is rethrown after the join: thrown out of the parallel region it would call terminate.
+template <class Body>
+void for_each_thread_rectangle(int threads, int64_t m, int64_t n, int64_t mr, int64_t nr, int64_t chunk_rows,
+                               const Body& body) {
+  std::exception_ptr failure;
+#pragma omp parallel num_threads(threads)
+  {
+    const Rectangle mine = rectangle_of(omp_get_thread_num(), omp_get_num_threads(), m, n, mr, nr);
+    const int64_t step = chunk_rows > 0 ? chunk_rows : std::max<int64_t>(1, mine.row_end - mine.row_begin);
+    try {
+      if (mine.col_begin < mine.col_end)
+        for (int64_t row = mine.row_begin; row < mine.row_end; row += step)
+          body(Rectangle{row, std::min(mine.row_end, row + step), mine.col_begin, mine.col_end});
+    } catch (...) {
+#pragma omp critical(hg_gemm_avx512_failure)
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
 }
 
 // ---- storing a micro-tile --------------------------------------------------------------------------

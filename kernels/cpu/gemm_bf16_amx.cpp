@@ -17,7 +17,9 @@
 // Blocking (per thread, on its rectangle of C):
 //   jc: NC = 512 columns. op(B)[:, jc : jc + NC] is packed once for all of k (K x NC bf16, 2 MiB
 //       at K = 2048; only the current KC slice, 512 KiB, needs to be in L2), so B is packed once
-//       per thread and column block, and A once per column block (n / NC times in all).
+//       per thread and column block, and A once per column block (n / NC times in all). Deeper k
+//       (> kKPass = 4096) is packed one 4096-deep pass at a time over groups of 512 rows, so the
+//       per-thread buffers stay bounded (see gemm_rectangle).
 //   ic: MC = 128 rows. For each KC slice the A block (MC x KC = 128 KiB, L2) is packed, then
 //   jr, ir: for each 32-column B micro-panel (KC x 32 = 32 KiB, stays in L1 over the ir loop) the
 //       kernel sweeps the 4 A micro-panels, which stream from L2 at ~32 B/cycle.
@@ -58,6 +60,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <new>
 
@@ -85,6 +88,8 @@ constexpr int64_t kKC = 512;         // depth of one packed A slice (multiple of
 constexpr int64_t kMC = 4 * kTile;   // rows of a packed A block
 constexpr int64_t kNC = 16 * kTile;  // columns of a packed B block
 constexpr int64_t kTileElems = 512;  // bf16 elements (1 KiB) in one operand tile
+constexpr int64_t kKPass = 8 * kKC;  // most k packed of B at once (4 MiB per thread at NC)
+constexpr int64_t kRowGroup = 4 * kMC;  // rows whose fp32 sums are kept when k > kKPass (1 MiB)
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
@@ -382,36 +387,53 @@ Rectangle rectangle_of(int thread, int threads, int64_t m, int64_t n) {
           std::min(n, n_tiles * tj / tn * kTile), std::min(n, n_tiles * (tj + 1) / tn * kTile)};
 }
 
-// The serial loop nest over one rectangle (see the file comment): jc -> pack all of B's k; ic ->
-// pc -> pack A -> jr -> ir kernels into the fp32 block; then the epilogue of the MC x NC block.
+// The serial loop nest over one rectangle (see the file comment): jc -> row group -> k pass (pack
+// B for the pass) -> ic -> pc -> pack A -> jr -> ir kernels into the fp32 block; then the epilogue
+// of the row group. When k fits one pass (k <= kKPass, every shape measured) a row group is MC rows
+// and B is packed once per column block, all of k. Deeper k packs B one kKPass slab at a time and
+// keeps the partial sums of kRowGroup rows, so B is repacked once per row group; the per-thread
+// buffers stay under kKPass x NC bf16 (4 MiB) + kRowGroup x NC fp32 (1 MiB) for any shape.
 void gemm_rectangle(const OperandView& a, const OperandView& b, const Rectangle& r, int64_t k, const Output& out) {
   thread_local PackBuffer<uint16_t> a_buffer, b_buffer;
   thread_local PackBuffer<float> acc_buffer;
-  const int64_t k_padded = round_up(k, kTile);
+  const bool one_pass = k <= kKPass;
+  const int64_t group_rows = one_pass ? kMC : kRowGroup;
   uint16_t* a_packed = a_buffer.get(kMC * kKC);
-  uint16_t* b_packed = b_buffer.get(k_padded * kNC);
-  float* acc = acc_buffer.get(kMC * kNC);
+  uint16_t* b_packed = b_buffer.get(std::min(round_up(k, kTile), kKPass) * kNC);
+  float* acc = acc_buffer.get(group_rows * kNC);
   for (int64_t jc = r.col_begin; jc < r.col_end; jc += kNC) {
     const int64_t nc = std::min(kNC, r.col_end - jc), nc_padded = round_up(nc, kTile);
-    // Slice pc of B starts at pc * nc_padded; its panel jr at + jr * kc_padded.
-    for (int64_t pc = 0; pc < k; pc += kKC) {
-      const int64_t kc = std::min(kKC, k - pc), kc_padded = round_up(kc, kTile);
-      for (int64_t jr = 0; jr < nc; jr += kTile)
-        pack_b_panel(b, pc, kc, jc + jr, std::min(kTile, nc - jr), b_packed + pc * nc_padded + jr * kc_padded);
-    }
-    for (int64_t ic = r.row_begin; ic < r.row_end; ic += kMC) {
-      const int64_t mc = std::min(kMC, r.row_end - ic);
-      for (int64_t pc = 0; pc < k; pc += kKC) {
-        const int64_t kc = std::min(kKC, k - pc), kc_padded = round_up(kc, kTile);
-        for (int64_t ir = 0; ir < mc; ir += kTile)
-          pack_a_panel(a, ic + ir, std::min(kTile, mc - ir), pc, kc, a_packed + ir * kc_padded);
-        const uint16_t* b_slice = b_packed + pc * nc_padded;
-        for (int64_t jr = 0; jr < nc; jr += kTile)
-          for (int64_t ir = 0; ir < mc; ir += kTile)
-            micro_kernel(kc_padded / kTile, a_packed + ir * kc_padded, b_slice + jr * kc_padded, pc == 0,
-                         acc + ir * kNC + jr, kNC);
+    bool b_packed_for_all_k = false;
+    for (int64_t rg = r.row_begin; rg < r.row_end; rg += group_rows) {
+      const int64_t rows = std::min(group_rows, r.row_end - rg);
+      for (int64_t kp = 0; kp < k; kp += kKPass) {
+        const int64_t kp_end = std::min(k, kp + kKPass);
+        // Slice pc of the pass starts at (pc - kp) * nc_padded; its panel jr at + jr * kc_padded.
+        if (!b_packed_for_all_k) {
+          for (int64_t pc = kp; pc < kp_end; pc += kKC) {
+            const int64_t kc = std::min(kKC, k - pc), kc_padded = round_up(kc, kTile);
+            for (int64_t jr = 0; jr < nc; jr += kTile)
+              pack_b_panel(b, pc, kc, jc + jr, std::min(kTile, nc - jr),
+                           b_packed + (pc - kp) * nc_padded + jr * kc_padded);
+          }
+          b_packed_for_all_k = one_pass;
+        }
+        for (int64_t ic = rg; ic < rg + rows; ic += kMC) {
+          const int64_t mc = std::min(kMC, rg + rows - ic);
+          float* acc_block = acc + (ic - rg) * kNC;
+          for (int64_t pc = kp; pc < kp_end; pc += kKC) {
+            const int64_t kc = std::min(kKC, k - pc), kc_padded = round_up(kc, kTile);
+            for (int64_t ir = 0; ir < mc; ir += kTile)
+              pack_a_panel(a, ic + ir, std::min(kTile, mc - ir), pc, kc, a_packed + ir * kc_padded);
+            const uint16_t* b_slice = b_packed + (pc - kp) * nc_padded;
+            for (int64_t jr = 0; jr < nc; jr += kTile)
+              for (int64_t ir = 0; ir < mc; ir += kTile)
+                micro_kernel(kc_padded / kTile, a_packed + ir * kc_padded, b_slice + jr * kc_padded, pc == 0,
+                             acc_block + ir * kNC + jr, kNC);
+          }
+        }
       }
-      epilogue(acc, kNC, mc, nc, out, ic, jc);
+      epilogue(acc, kNC, rows, nc, out, rg, jc);
     }
   }
 }
@@ -462,15 +484,24 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
   // Below ~4 MFLOP the fork/join costs more than the second thread saves.
   const bool small = 2.0 * double(m) * double(n) * double(k) < 4.0e6;
   const int threads = small ? 1 : omp_get_max_threads();
+  // An exception (std::bad_alloc from a pack buffer) must not leave the parallel region, where it
+  // would call std::terminate: the first one is kept and rethrown after the join.
+  std::exception_ptr failure;
 #pragma omp parallel num_threads(threads)
   {
     const Rectangle mine = rectangle_of(omp_get_thread_num(), omp_get_num_threads(), m, n);
     if (mine.row_begin < mine.row_end && mine.col_begin < mine.col_end) {
-      configure_tiles();
-      gemm_rectangle(op_a, op_b, mine, k, out);
+      try {
+        configure_tiles();
+        gemm_rectangle(op_a, op_b, mine, k, out);
+      } catch (...) {
+#pragma omp critical(hg_gemm_bf16_amx_failure)
+        if (!failure) failure = std::current_exception();
+      }
       _tile_release();
     }
   }
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace hg::kernels::cpu::detail

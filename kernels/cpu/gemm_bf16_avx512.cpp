@@ -64,6 +64,7 @@ constexpr int64_t kNR = 32;        // columns of a micro-tile: two zmm of 16 fp3
 constexpr int64_t kKC = 1024;      // depth of one packed slice (values of k; even)
 constexpr int64_t kMC = kMR * 16;  // rows of a packed A block (L2)
 constexpr int64_t kNC = 2048;      // columns of a packed B block (L3)
+constexpr int64_t kPartialRows = 2 * kMC;  // rows per pass when a half C keeps fp32 partials (3.5 MiB)
 
 // op(X)[row][col] for a row-major bf16 X (as raw bits) with row stride ld.
 struct OperandView {
@@ -220,12 +221,11 @@ void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   // Below ~1 MFLOP the fork/join costs more than the second thread saves.
   const bool small = double(m) * double(n) * double(k) < 1.0e6;
   const int threads = small ? 1 : omp_get_max_threads();
-#pragma omp parallel num_threads(threads)
-  {
-    const Rectangle mine = rectangle_of(omp_get_thread_num(), omp_get_num_threads(), m, n, kMR, kNR);
-    if (mine.row_begin < mine.row_end && mine.col_begin < mine.col_end)
-      gemm_rectangle(op_a, op_b, mine, k, alpha, beta, c, ldc, out_type, bias);
-  }
+  // Half C with k > KC keeps fp32 partials per thread: bound them by running kPartialRows at a time.
+  const int64_t chunk_rows = out_type != OutType::f32 && k > kKC ? kPartialRows : 0;
+  for_each_thread_rectangle(threads, m, n, kMR, kNR, chunk_rows, [&](const Rectangle& part) {
+    gemm_rectangle(op_a, op_b, part, k, alpha, beta, c, ldc, out_type, bias);
+  });
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 // describes the STORED matrix, element (i, j) at i + j ld. A column-major matrix is the row-major
 // matrix of its transpose with row stride ld, so D^T = op(B)^T op(A)^T is one row-major cpu::gemm
 // (M = n, N = m, first operand B, second A, each transposed iff its op is T); the bias, per row of D,
-// is per column of D^T, which is cpu::gemm_bias's convention.
+// is per column of D^T, which is cpu::gemm_bias's convention. bf16 is multiplied in fp32 after an exact
+// widening (gemm_bf16_keeping_subnormals): cpu::gemm's AMX and vdpbf16ps paths read bf16 subnormal
+// inputs as zero, GPU tensor cores keep them.
 //
 // Storage: descriptors are the header's semi-opaque structs (cublasLtMatmulDescOpaque_t, 256 bytes;
 // layouts, preferences and algorithms 64 bytes); each holds a plain struct with a magic word, so a
@@ -39,7 +41,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/emu/element_access.h"
 #include "kernels/emu/runtime.h"
 #include "kernels/kernels.h"
@@ -191,6 +195,39 @@ cublasStatus_t validate(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cubla
   p.signature = uint64_t(p.desc.compute) | uint64_t(p.desc.scale) << 8 | uint64_t(p.d.type) << 16 |
                 uint64_t(p.ta) << 24 | uint64_t(p.tb) << 25 | uint64_t(p.desc.epilogue) << 32;
   return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+namespace {
+
+// A stored row-major bf16 matrix (rows x cols, row stride ld) widened to a dense fp32 one (exact).
+std::vector<float> widen_bf16(const void* x, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    hg::kernels::cpu::to_float(static_cast<const hg::bfloat16*>(x) + r * ld, out.data() + r * cols, cols);
+  return out;
+}
+
+// The bf16 GEMM (row-major, cpu::gemm's arguments; bias null or n values) through fp32: cpu::gemm's
+// own bf16 paths (AMX tdpbf16ps, vdpbf16ps) read bf16 subnormal inputs as zero, but GPU tensor
+// cores keep them, so the emulator widens A, B, C and the bias to fp32 (exact), multiplies in fp32
+// and rounds C to bf16 once (nearest even), as the widening CPU path does (docs/precision.md).
+void gemm_bf16_keeping_subnormals(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+                                  int64_t lda, const void* b, int64_t ldb, double beta, const void* bias, void* c,
+                                  int64_t ldc) {
+  namespace cpu = hg::kernels::cpu;
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+  const std::vector<float> a32 = widen_bf16(a, a_rows, a_cols, lda), b32 = widen_bf16(b, b_rows, b_cols, ldb);
+  std::vector<float> c32 = widen_bf16(c, m, n, ldc);
+  if (bias) {
+    const std::vector<float> bias32 = widen_bf16(bias, 1, n, n);
+    cpu::gemm_bias(ta, tb, m, n, k, alpha, a32.data(), a_cols, b32.data(), b_cols, bias32.data(), c32.data(), n,
+                   hg::DType::f32);
+  } else {
+    cpu::gemm(ta, tb, m, n, k, alpha, a32.data(), a_cols, b32.data(), b_cols, beta, c32.data(), n, hg::DType::f32);
+  }
+  for (int64_t r = 0; r < m; ++r) cpu::from_float(c32.data() + r * n, static_cast<hg::bfloat16*>(c) + r * ldc, n);
 }
 
 }  // namespace
@@ -368,11 +405,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
         std::memcpy(static_cast<char*>(D) + size_t(j * p.d.ld) * esize,
                     static_cast<const char*>(C) + size_t(j * p.c.ld) * esize, size_t(m) * esize);
     }
-    if (bias && beta_v == 0.0) {
+    const bool fused_bias = bias && beta_v == 0.0;
+    if (p.dtype == DType::bf16) {  // fp32 inside, bf16 subnormal inputs kept as on the GPU
+      gemm_bf16_keeping_subnormals(p.tb, p.ta, n, m, k, alpha_v, B, p.b.ld, A, p.a.ld, beta_v,
+                                   fused_bias ? p.desc.bias : nullptr, D, p.d.ld);
+    } else if (fused_bias) {
       cpu::gemm_bias(p.tb, p.ta, n, m, k, alpha_v, B, p.b.ld, A, p.a.ld, p.desc.bias, D, p.d.ld, p.dtype);
-      return;
+    } else {
+      cpu::gemm(p.tb, p.ta, n, m, k, alpha_v, B, p.b.ld, A, p.a.ld, beta_v, D, p.d.ld, p.dtype);
     }
-    cpu::gemm(p.tb, p.ta, n, m, k, alpha_v, B, p.b.ld, A, p.a.ld, beta_v, D, p.d.ld, p.dtype);
+    if (fused_bias) return;
     if (bias) {
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < m; ++i) {
