@@ -347,12 +347,18 @@ struct alignas(64) AmxTileConfig {
 };
 
 // 4 independent tdpbf16ps per iteration; the tile contents do not matter for the timing.
+// The A and B tiles hold ordinary bf16 values (0.5 .. 1.5, none zero): tiles of zeros run ~1.3x
+// faster on Sapphire Rapids (measured: 1390 against 1050 GFLOP/s per core), which no GEMM sees.
 void amx_loop(int64_t iterations) {
   const AmxTileConfig config;
+  alignas(64) uint16_t operand[16 * 32];
+  for (int i = 0; i < 16 * 32; ++i) operand[i] = uint16_t(0x3f00 + (i * 37) % 128);  // bf16 0.5 .. ~1.5
+  const int64_t stride = 64;
   asm volatile(
       "ldtilecfg %1\n\t"
       "tilezero %%tmm0\n\t tilezero %%tmm1\n\t tilezero %%tmm2\n\t tilezero %%tmm3\n\t"
-      "tilezero %%tmm4\n\t tilezero %%tmm5\n\t tilezero %%tmm6\n\t tilezero %%tmm7\n\t"
+      "tileloadd (%2,%3,1), %%tmm4\n\t tileloadd (%2,%3,1), %%tmm5\n\t"
+      "tileloadd (%2,%3,1), %%tmm6\n\t tileloadd (%2,%3,1), %%tmm7\n\t"
       "1:\n\t"
       "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\t"
       "tdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
@@ -362,7 +368,7 @@ void amx_loop(int64_t iterations) {
       "jnz 1b\n\t"
       "tilerelease\n\t"
       : "+r"(iterations)
-      : "m"(config)
+      : "m"(config), "r"(operand), "r"(stride)
       : "cc", "memory");
 }
 

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_tiles.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/simd_math.h"
 #include "kernels/dispatch.h"
@@ -141,8 +142,12 @@ Rows<Acc> read_rows(AttentionTensor t, int64_t b, int64_t h, int64_t row0, int64
     return {src, t.row_stride};
   } else {
     Acc* dst = Workspace<Acc>::sized(buffer, rows * d);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < d; ++c) dst[r * d + c] = Acc(float(src[r * t.row_stride + c]));
+    if constexpr (std::is_same_v<Acc, float>) {
+      for (int64_t r = 0; r < rows; ++r) to_float(src + r * t.row_stride, dst + r * d, d);  // SIMD, exact
+    } else {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < d; ++c) dst[r * d + c] = Acc(float(src[r * t.row_stride + c]));
+    }
     return {dst, d};
   }
 }
@@ -165,8 +170,21 @@ template <class T, class Acc>
 void write_rows(AttentionTensor t, int64_t b, int64_t h, int64_t row0, int64_t rows, int64_t d, const Acc* src,
                 Acc factor) {
   T* dst = static_cast<T*>(t.data) + t.offset(b, h, row0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < d; ++c) dst[r * t.row_stride + c] = T(factor * src[r * d + c]);
+  if constexpr (std::is_same_v<Acc, float> && !std::is_same_v<T, float>) {
+    // Half outputs: scaled into a small float buffer, then rounded by convert.h's SIMD conversions
+    // (the same bits as T(factor * x)).
+    constexpr int64_t kPiece = 256;
+    float scaled[kPiece];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c0 = 0; c0 < d; c0 += kPiece) {
+        const int64_t n = std::min(kPiece, d - c0);
+        for (int64_t c = 0; c < n; ++c) scaled[c] = factor * src[r * d + c0 + c];
+        from_float(scaled, dst + r * t.row_stride + c0, n);
+      }
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < d; ++c) dst[r * t.row_stride + c] = T(factor * src[r * d + c]);
+  }
 }
 
 // ---- masks ----------------------------------------------------------------------------------------
