@@ -117,6 +117,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (precision == "fp32") precision = "f32";  // bench_train's spelling
+  const auto usage_error = [](const char* flag, const std::string& value, const char* expected) {
+    std::fprintf(stderr, "bench_step: %s '%s': expected %s\n", flag, value.c_str(), expected);
+    return 2;
+  };
+  if (shape != "both" && shape != "big" && shape != "small") return usage_error("--shape", shape, "big, small or both");
+  if (precision != "both" && precision != "f32" && precision != "bf16")
+    return usage_error("--precision", precision, "f32 (or fp32), bf16 or both");
+  if (!only.empty() && only != "fused" && only != "composed") return usage_error("--only", only, "fused or composed");
   for (DType dtype : {DType::f32, DType::bf16}) {
     if (precision != "both" && precision != dtype_name(dtype)) continue;
     if (shape == "both" || shape == "big") bench_shape("L4_H4_C256_T256_B8", 256, 8, dtype, steps, only);

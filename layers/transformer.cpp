@@ -21,7 +21,11 @@ MLP::MLP(const TransformerOptions& o) : activation(o.activation()) {
 
 Tensor MLP::forward(const Tensor& x) {
   ModuleScope scope(*this);
-  if (!fuse_bias_gelu || !c_fc->bias.defined()) return drop->forward(c_proj->forward(gelu(c_fc->forward(x), activation)));
+  // Fused on the CPU only: there bias + GELU is one pass each way (kernels/cpu/bias_gelu.cpp). On CUDA
+  // the op is composed of existing kernels, so cuBLASLt's bias epilogue plus the GELU kernel is cheaper
+  // and is what the memory planner predicts.
+  const bool fused = fuse_bias_gelu && c_fc->bias.defined() && x.device().is_cpu();
+  if (!fused) return drop->forward(c_proj->forward(gelu(c_fc->forward(x), activation)));
   // The GEMM without its bias epilogue, then bias + GELU in one pass (engine/ops/bias_gelu.cpp).
   Tensor pre;
   {

@@ -36,8 +36,8 @@ class MLP : public UnaryModule {
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<Dropout> drop;
   const GeluApproximation activation;
-  // true: c_fc's GEMM without bias, then bias_gelu (one pass each way); false: Linear (bias epilogue)
-  // then gelu, the composed reference (tests and bench_step compare the two).
+  // true: on the CPU, c_fc's GEMM without bias, then bias_gelu (one pass each way); false, and always on
+  // CUDA: Linear (bias epilogue) then gelu, the composed reference (tests and bench_step compare the two).
   bool fuse_bias_gelu = true;
 };
 

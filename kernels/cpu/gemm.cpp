@@ -17,7 +17,8 @@
 //   beta != 0) are converted to f32 temporaries, multiplied by the f32 GEMM (Eigen there) and the
 //   result rounded back to nearest even once.
 // - gemm_bias on the packed paths (f32, f16, bf16): the tile store adds the bias row in fp32 where
-//   it would add beta * C (C is not read; no pass to fill C first), and a half C is rounded once.
+//   it would add beta * C (C is not read; no pass to fill C first), and a half C is rounded once. The
+//   AMX path instead starts C as the bias rows (a parallel fill) and accumulates onto them (beta = 1).
 //   Elsewhere every row of C starts as the bias and the GEMM runs with beta = 1 (the same sums).
 // - HG_CPU_GEMM=auto|amx|avx512|fp32 (read once) forces the bf16 path, to compare them (docs/cpu_gemm.md);
 //   forcing a path this CPU lacks is an hg::Error at the first bf16 GEMM, never a silent fallback.
@@ -289,6 +290,7 @@ void gemm_bias_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     if (use_amx_bf16(m, n, k)) {
       // AMX: C starts as the bias rows and the tiles accumulate onto them in fp32 (beta = 1); the bias
       // is already bf16, so C is still rounded once.
+#pragma omp parallel for if (m * n >= (int64_t(1) << 16))
       for (int64_t i = 0; i < m; ++i) std::copy(bias, bias + n, c + i * ldc);
       detail::gemm_bf16_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc, true);
     } else if (bf16_gemm_choice() != Bf16GemmChoice::fp32 && has_avx512_bf16())
