@@ -43,14 +43,12 @@ void adamw_chunk(T* __restrict param, acc_t<T>* __restrict master, const T* __re
       param[i] = theta;
     }
   } else {
-    A theta[kChunk];
+    // f16/bf16 loads and stores through convert.h's SIMD conversions. With master weights the update
+    // runs on the master copy in place; without, on the parameters widened into `widened`.
+    A widened[kChunk];
     A g[kChunk];
-    // f16/bf16 loads and stores through convert.h's SIMD conversions.
-    if constexpr (kMaster) {
-      for (int64_t i = 0; i < count; ++i) theta[i] = master[i];
-    } else {
-      to_float(param, theta, count);
-    }
+    A* theta = kMaster ? master : widened;
+    if constexpr (!kMaster) to_float(param, widened, count);
     to_float(grad, g, count);
     for (int64_t i = 0; i < count; ++i) {
       A mi = m[i];
@@ -58,9 +56,6 @@ void adamw_chunk(T* __restrict param, acc_t<T>* __restrict master, const T* __re
       adamw_update(theta[i], g[i], mi, vi, c);
       m[i] = mi;
       v[i] = vi;
-    }
-    if constexpr (kMaster) {
-      for (int64_t i = 0; i < count; ++i) master[i] = theta[i];
     }
     from_float(theta, param, count);
   }
