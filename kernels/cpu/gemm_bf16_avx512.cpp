@@ -48,6 +48,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_avx512_blocking.h"
 #include "kernels/cpu/gemm_avx512_tiles.h"
 
 // GCC 12 warns that AVX-512 intrinsics read an uninitialised variable wherever the transposes and
@@ -61,10 +62,6 @@ namespace {
 
 constexpr int64_t kMR = 14;        // rows of a micro-tile (accumulator registers / 2)
 constexpr int64_t kNR = 32;        // columns of a micro-tile: two zmm of 16 fp32 lanes
-constexpr int64_t kKC = 1024;      // depth of one packed slice (values of k; even)
-constexpr int64_t kMC = kMR * 16;  // rows of a packed A block (L2)
-constexpr int64_t kNC = 2048;      // columns of a packed B block (L3)
-constexpr int64_t kPartialRows = 2 * kMC;  // rows per pass when a half C keeps fp32 partials (3.5 MiB)
 
 // op(X)[row][col] for a row-major bf16 X (as raw bits) with row stride ld.
 struct OperandView {
@@ -167,8 +164,9 @@ PackBuffer& thread_partial_buffer() {
 }
 
 // The serial loop nest over one rectangle of C (see the file comment).
-void gemm_rectangle(const OperandView& a, const OperandView& b, const Rectangle& r, int64_t k, float alpha, float beta,
-                    void* c, int64_t ldc, OutType out_type, const void* bias) {
+void gemm_rectangle(const GemmBlocking& blk, const OperandView& a, const OperandView& b, const Rectangle& r, int64_t k,
+                    float alpha, float beta, void* c, int64_t ldc, OutType out_type, const void* bias) {
+  const int64_t kKC = round_up(blk.kc, 2), kMC = blk.mc, kNC = round_up(blk.nc, kNR);
   uint32_t* a_packed = thread_a_buffer().get<uint32_t>(kMC * kKC / 2);
   uint32_t* b_packed = thread_b_buffer().get<uint32_t>(kKC / 2 * kNC);
   const int64_t esize = out_bytes(out_type);
@@ -209,7 +207,7 @@ void gemm_rectangle(const OperandView& a, const OperandView& b, const Rectangle&
 }
 
 // The entry points' common body; bias (C's type, n values) or null.
-void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
+void gemm_bf16_packed(const GemmBlocking& blk, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
                       int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, OutType out_type,
                       const void* bias) {
   if (m == 0 || n == 0) return;
@@ -222,24 +220,44 @@ void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   const bool small = double(m) * double(n) * double(k) < 1.0e6;
   const int threads = small ? 1 : omp_get_max_threads();
   // Half C with k > KC keeps fp32 partials per thread: bound them by running kPartialRows at a time.
-  const int64_t chunk_rows = out_type != OutType::f32 && k > kKC ? kPartialRows : 0;
+  const int64_t chunk_rows = out_type != OutType::f32 && k > round_up(blk.kc, 2) ? 2 * blk.mc : 0;
   for_each_thread_rectangle(threads, m, n, kMR, kNR, chunk_rows, [&](const Rectangle& part) {
-    gemm_rectangle(op_a, op_b, part, k, alpha, beta, c, ldc, out_type, bias);
+    gemm_rectangle(blk, op_a, op_b, part, k, alpha, beta, c, ldc, out_type, bias);
   });
 }
 
 }  // namespace
 
+GemmBlocking bf16_blocking_for(const CpuCaches& caches) {
+  // The 14 x 32 tile always (GemmTile::mr14_nr32; blk.tile is not read). Zen 4 and unknown
+  // caches: KC = 1024, MC = 224. A 2 MiB L2 holds twice the A block: MC = 448.
+  if (caches.l2 >= 2 * 1024 * 1024) return {GemmTile::mr14_nr32, 1024, kMR * 32, 2048};
+  return {GemmTile::mr14_nr32, 1024, kMR * 16, 2048};
+}
+
+const GemmBlocking& bf16_blocking() {
+  static const GemmBlocking blocking = bf16_blocking_for(detect_cpu_caches());
+  return blocking;
+}
+
+void gemm_bf16_avx512_blocked(const GemmBlocking& blocking, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                              float alpha, const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb, float beta,
+                              void* c, int64_t ldc, bool c_is_bf16) {
+  gemm_bf16_packed(blocking, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                   c_is_bf16 ? OutType::bf16 : OutType::f32, nullptr);
+}
+
 void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
                       int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16) {
-  gemm_bf16_packed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+  gemm_bf16_packed(bf16_blocking(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                    c_is_bf16 ? OutType::bf16 : OutType::f32, nullptr);
 }
 
 void gemm_bias_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
                            int64_t lda, const bfloat16* b, int64_t ldb, const bfloat16* bias, bfloat16* c,
                            int64_t ldc) {
-  gemm_bf16_packed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::bf16, bias);
+  gemm_bf16_packed(bf16_blocking(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::bf16,
+                   bias);
 }
 
 }  // namespace hg::kernels::cpu::detail
