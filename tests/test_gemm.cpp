@@ -782,10 +782,13 @@ void bf16_vdpbf16ps_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, f
                                         static_cast<const hg::bfloat16*>(b), ldb, beta, c, ldc, c_half);
 }
 
-// Small blocks for each tile: KC = 20 (odd multiples of the 16-wide transposes), MC = 5 tiles of
-// rows, NC = 70 (2 x 32 + 6 / 1 x 64 + 6: a partial panel in every NC block).
-const GemmBlocking kSmallBlockings[] = {{GemmTile::mr14_nr32, 20, 70, 70}, {GemmTile::mr6_nr64, 20, 30, 70},
-                                        {GemmTile::mr6_nr64, 37, 18, 130}};
+// Small blocks for each tile (and both ways of packing a transposed A): KC = 20 (not a multiple of
+// the 16-wide transposes), MC = 5 tiles of rows, NC = 70 (2 x 32 + 6 / 1 x 64 + 6: a partial panel
+// in every NC block).
+const GemmBlocking kSmallBlockings[] = {{GemmTile::mr14_nr32, 20, 70, 70, false},
+                                        {GemmTile::mr14_nr32, 20, 70, 70, true},
+                                        {GemmTile::mr6_nr64, 20, 30, 70, true},
+                                        {GemmTile::mr6_nr64, 37, 18, 130, true}};
 
 // Shapes across those blocks: m across MC and the tiles (47 = 30 + 17, 16-row groups straddling
 // 6-row panels), k across several KC slices (and k < KC), n across NC and partial panels.
@@ -794,30 +797,41 @@ const Shape kSmallBlockShapes[] = {{1, 1, 1},   {6, 64, 20},  {7, 65, 21},   {47
 
 }  // namespace
 
-TEST_CASE("f32_blocking_for keeps Zen 4's tile and blocking and picks the 6 x 64 tile for a 48 KiB L1d") {
-  const GemmBlocking zen4 = cpu::detail::f32_blocking_for({32 * 1024, 1024 * 1024});
-  CHECK(zen4.tile == GemmTile::mr14_nr32);
-  CHECK(zen4.kc == 512);
-  CHECK(zen4.mc == 224);
-  CHECK(zen4.nc == 2048);
-  const GemmBlocking unknown = cpu::detail::f32_blocking_for({0, 0});
-  CHECK(unknown.tile == GemmTile::mr14_nr32);
-  CHECK(unknown.mc == 224);
-  const GemmBlocking spr = cpu::detail::f32_blocking_for({48 * 1024, 2048 * 1024});
-  CHECK(spr.tile == GemmTile::mr6_nr64);
-  CHECK(spr.mc % 6 == 0);
-  CHECK(spr.kc > 0);
-  CHECK(spr.nc >= 64);
-  const GemmBlocking bf16_zen4 = cpu::detail::bf16_blocking_for({32 * 1024, 1024 * 1024});
-  CHECK(bf16_zen4.kc == 1024);
-  CHECK(bf16_zen4.mc == 224);
-  CHECK(bf16_zen4.nc == 2048);
-  CHECK(cpu::detail::bf16_blocking_for({48 * 1024, 2048 * 1024}).mc % 14 == 0);
+TEST_CASE("f32_blocking_for keeps Zen 4's tile and blocking; a 48 KiB L1d takes 6 x 64 unless k is shallow") {
+  for (int64_t k : {1, 256, 512, 4096}) {
+    const GemmBlocking zen4 = cpu::detail::f32_blocking_for({32 * 1024, 1024 * 1024}, k);
+    CHECK(zen4.tile == GemmTile::mr14_nr32);
+    CHECK(zen4.kc == 512);
+    CHECK(zen4.mc == 224);
+    CHECK(zen4.nc == 2048);
+    CHECK(!zen4.pack_a_by_rows);
+    const GemmBlocking unknown = cpu::detail::f32_blocking_for({0, 0}, k);
+    CHECK(unknown.tile == GemmTile::mr14_nr32);
+    CHECK(unknown.mc == 224);
+    CHECK(!unknown.pack_a_by_rows);
+  }
+  // 48 KiB L1d: the 14 x 32 B panel (k x 128 bytes) fits in 3/4 of it up to k = 288.
+  for (int64_t k : {1, 256, 288}) {
+    const GemmBlocking shallow = cpu::detail::f32_blocking_for({48 * 1024, 2048 * 1024}, k);
+    CHECK(shallow.tile == GemmTile::mr14_nr32);
+    CHECK(shallow.pack_a_by_rows);
+  }
+  for (int64_t k : {289, 512, 4096}) {
+    const GemmBlocking deep = cpu::detail::f32_blocking_for({48 * 1024, 2048 * 1024}, k);
+    CHECK(deep.tile == GemmTile::mr6_nr64);
+    CHECK(deep.mc % 6 == 0);
+    CHECK(deep.pack_a_by_rows);
+  }
+  const GemmBlocking bf16 = cpu::detail::bf16_blocking_for({32 * 1024, 1024 * 1024});
+  CHECK(bf16.kc == 1024);
+  CHECK(bf16.mc == 224);
+  CHECK(bf16.nc == 2048);
   CHECK(std::string(cpu::detail::gemm_tile_name(GemmTile::mr6_nr64)) == "6x64");
   CHECK(std::string(cpu::detail::gemm_tile_name(GemmTile::mr14_nr32)) == "14x32");
-  MESSAGE("this CPU: L1d ", cpu::detail::detect_cpu_caches().l1d, " B, L2 ", cpu::detail::detect_cpu_caches().l2,
-          " B: f32 tile ", cpu::detail::gemm_tile_name(cpu::detail::f32_blocking().tile), ", KC ",
-          cpu::detail::f32_blocking().kc, ", MC ", cpu::detail::f32_blocking().mc);
+  const cpu::detail::CpuCaches caches = cpu::detail::detect_cpu_caches();
+  MESSAGE("this CPU: L1d ", caches.l1d, " B, L2 ", caches.l2, " B: f32 tile at k = 256 ",
+          cpu::detail::gemm_tile_name(cpu::detail::f32_blocking(256).tile), ", at k = 2048 ",
+          cpu::detail::gemm_tile_name(cpu::detail::f32_blocking(2048).tile));
 }
 
 TEST_CASE("both f32 tiles match gemm_reference under small blockings, every transpose, alpha and beta") {
@@ -827,12 +841,13 @@ TEST_CASE("both f32 tiles match gemm_reference under small blockings, every tran
   }
   uint32_t seed = 20000;
   std::vector<GemmBlocking> blockings(std::begin(kSmallBlockings), std::end(kSmallBlockings));
-  blockings.push_back(cpu::detail::f32_blocking_for({32 * 1024, 1024 * 1024}));
-  blockings.push_back(cpu::detail::f32_blocking_for({48 * 1024, 2048 * 1024}));
+  blockings.push_back(cpu::detail::f32_blocking_for({32 * 1024, 1024 * 1024}, 1));
+  blockings.push_back(cpu::detail::f32_blocking_for({48 * 1024, 2048 * 1024}, 1));
+  blockings.push_back(cpu::detail::f32_blocking_for({48 * 1024, 2048 * 1024}, 4096));
   for (const GemmBlocking& blocking : blockings) {
     g_blocking = blocking;
     INFO("tile ", cpu::detail::gemm_tile_name(blocking.tile), " kc ", blocking.kc, " mc ", blocking.mc, " nc ",
-         blocking.nc);
+         blocking.nc, " pack_a_by_rows ", blocking.pack_a_by_rows);
     for (bool trans_a : kTransposes)
       for (bool trans_b : kTransposes) {
         for (const Shape& shape : kSmallBlockShapes) {

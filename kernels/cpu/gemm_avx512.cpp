@@ -53,6 +53,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -155,6 +156,22 @@ void pack_a_block_by_16_rows(const OperandView<Src>& a, int64_t i0, int64_t mc, 
   }
 }
 
+// All panels of a packed A block, op(A) = A^T (A stored [k][m]): row p0 + p of A holds the mc
+// values of step p for every panel, contiguous, so the block is packed a row of A at a time (each
+// panel's kMR values of it one masked load and store). Going panel by panel instead reads kMR
+// values from each of kc rows kc apart: a strided walk that touches every cache line of the block
+// once per panel and defeats the hardware prefetchers. Rows past `mc` up to the last panel's end
+// are zeros.
+template <int kMR, class Src>
+void pack_a_block_from_rows(const OperandView<Src>& a, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* dst) {
+  const __mmask16 store = first_lanes(kMR);
+  for (int64_t p = 0; p < kc; ++p) {
+    const Src* src = a.data + (p0 + p) * a.ld + i0;
+    for (int64_t ir = 0; ir < mc; ir += kMR)
+      _mm512_mask_storeu_ps(dst + ir * kc + p * kMR, store, load_widened(src + ir, first_lanes(mc - ir)));
+  }
+}
+
 // One NR-column panel (NR = 16 kNV) of op(B)[p0 : p0 + kc, j0 : j0 + cols], laid out [kc][NR],
 // zero-filled.
 template <int kNV, class Src>
@@ -217,15 +234,18 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 }
 
 // The two tiles of GemmTile: rows, 16-column vectors, k-loop unroll, A packing.
-// kGroupedPackA: pack a non-transposed A 16 rows at a time (pack_a_block_by_16_rows).
-template <int kRows, int kVectors, int kUnrollK, bool kGroupedPackAOn>
+// kGroupPackA: pack a non-transposed A 16 rows at a time (pack_a_block_by_16_rows); kRowPackA:
+// pack a transposed A a row of A at a time (pack_a_block_from_rows); otherwise a panel at a time
+// (pack_a_panel).
+template <int kRows, int kVectors, int kUnrollK, bool kGroupPackAOn, bool kRowPackAOn>
 struct TileShape {
   static constexpr int kMR = kRows, kNV = kVectors, kUnroll = kUnrollK;
-  static constexpr bool kGroupedPackA = kGroupedPackAOn;
+  static constexpr bool kGroupPackA = kGroupPackAOn, kRowPackA = kRowPackAOn;
   static constexpr int64_t kNR = 16 * kVectors;
 };
-using Tile14x32 = TileShape<14, 2, 1, false>;  // Zen 4's tuned kernel, unchanged
-using Tile6x64 = TileShape<6, 4, 2, true>;
+using Tile14x32 = TileShape<14, 2, 1, false, false>;  // Zen 4's tuned kernel, unchanged
+using Tile14x32RowPackA = TileShape<14, 2, 1, false, true>;
+using Tile6x64 = TileShape<6, 4, 2, true, true>;
 
 // ---- blocking and threads ----------------------------------------------------------------------
 
@@ -307,8 +327,10 @@ void gemm_rectangle(const GemmBlocking& blk, const OperandView<Src>& a, const Op
       const SlicePhase phase = slice_phase(pc, kc, k);
       for (int64_t ic = r.row_begin; ic < r.row_end; ic += kMC) {
         const int64_t mc = std::min(kMC, r.row_end - ic);
-        if (Tile::kGroupedPackA && !a.transposed)
+        if (Tile::kGroupPackA && !a.transposed)
           pack_a_block_by_16_rows<Tile::kMR>(a, ic, mc, pc, kc, a_packed);
+        else if (Tile::kRowPackA && a.transposed)
+          pack_a_block_from_rows<Tile::kMR>(a, ic, mc, pc, kc, a_packed);
         else
           for (int64_t ir = 0; ir < mc; ir += kMR)
             pack_a_panel<Tile::kMR>(a, ic + ir, std::min(kMR, mc - ir), pc, kc, a_packed + ir * kc);
@@ -346,7 +368,10 @@ void gemm_packed(const GemmBlocking& blk, bool trans_a, bool trans_b, int64_t m,
                  OutType out_type, const void* bias = nullptr) {
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) return scale_out(m, n, beta, c, ldc, out_type);
-  if (blk.tile == GemmTile::mr6_nr64)
+  if (blk.tile == GemmTile::mr14_nr32 && blk.pack_a_by_rows)
+    gemm_packed_tile<Tile14x32RowPackA>(blk, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, out_type,
+                                        bias);
+  else if (blk.tile == GemmTile::mr6_nr64)
     gemm_packed_tile<Tile6x64>(blk, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, out_type, bias);
   else
     gemm_packed_tile<Tile14x32>(blk, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, out_type, bias);
@@ -396,16 +421,21 @@ CpuCaches detect_cpu_caches() {
   return caches;
 }
 
-GemmBlocking f32_blocking_for(const CpuCaches& caches) {
+GemmBlocking f32_blocking_for(const CpuCaches& caches, int64_t k) {
   // Zen 4 (L1d 32 KiB, L2 1 MiB) and anything unknown: the 14 x 32 tile and its tuned blocking.
-  // A 48 KiB L1d (Intel since Ice Lake, with two FMA pipes): the 6 x 64 tile.
-  if (caches.l1d >= 48 * 1024) return {GemmTile::mr6_nr64, 512, 6 * 40, 2048};
-  return {GemmTile::mr14_nr32, 512, 14 * 16, 2048};
+  if (caches.l1d < 48 * 1024) return {GemmTile::mr14_nr32, 512, 14 * 16, 2048, false};
+  // A 48 KiB L1d (Intel since Ice Lake, two FMA pipes): a shallow k whose 14 x 32 B panel (k x 128
+  // bytes) fits in 3/4 of L1d keeps the 14 x 32 tile, whose B panel then stays in L1; deeper k
+  // takes the 6 x 64 tile (its B panel streams from L2 either way, and it needs 10 loads per 24
+  // FMAs where 14 x 32 needs 16 per 28). A transposed A is packed a row at a time on both.
+  if (k <= caches.l1d * 3 / 4 / (32 * int64_t(sizeof(float)))) return {GemmTile::mr14_nr32, 512, 14 * 16, 2048, true};
+  return {GemmTile::mr6_nr64, 512, 6 * 40, 2048, true};
 }
 
-const GemmBlocking& f32_blocking() {
-  static const GemmBlocking blocking = f32_blocking_for(detect_cpu_caches());
-  return blocking;
+const GemmBlocking& f32_blocking(int64_t k) {
+  static const CpuCaches caches = detect_cpu_caches();
+  static const GemmBlocking shallow = f32_blocking_for(caches, 1), deep = f32_blocking_for(caches, INT64_MAX / 1024);
+  return f32_blocking_for(caches, k).tile == shallow.tile ? shallow : deep;
 }
 
 void gemm_f32_avx512_blocked(const GemmBlocking& blocking, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -428,36 +458,36 @@ void gemm_half_via_f32_avx512_blocked(const GemmBlocking& blocking, bool trans_a
 
 void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm_packed(f32_blocking(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, OutType::f32);
+  gemm_packed(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, OutType::f32);
 }
 
 void gemm_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                               const half* a, int64_t lda, const half* b, int64_t ldb, float beta, void* c,
                               int64_t ldc, bool c_is_half) {
-  gemm_half_via_f32_avx512_blocked(f32_blocking(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+  gemm_half_via_f32_avx512_blocked(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                                    c_is_half);
 }
 
 void gemm_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                               const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c,
                               int64_t ldc, bool c_is_half) {
-  gemm_half_via_f32_avx512_blocked(f32_blocking(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+  gemm_half_via_f32_avx512_blocked(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                                    c_is_half);
 }
 
 void gemm_bias_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                           int64_t lda, const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
-  gemm_packed(f32_blocking(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::f32, bias);
+  gemm_packed(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::f32, bias);
 }
 void gemm_bias_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                                    const half* a, int64_t lda, const half* b, int64_t ldb, const half* bias, half* c,
                                    int64_t ldc) {
-  gemm_packed(f32_blocking(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::f16, bias);
+  gemm_packed(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::f16, bias);
 }
 void gemm_bias_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                                    const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb,
                                    const bfloat16* bias, bfloat16* c, int64_t ldc) {
-  gemm_packed(f32_blocking(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::bf16, bias);
+  gemm_packed(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::bf16, bias);
 }
 
 }  // namespace hg::kernels::cpu::detail

@@ -12,15 +12,17 @@ namespace hg::kernels::cpu::detail {
 // The micro-tile: rows x columns of C held in registers.
 enum class GemmTile {
   mr14_nr32,  // 28 accumulators, 16 loads per 28 FMAs: one FMA pipe (AMD Zen 4)
-  mr6_nr64,   // 24 accumulators, 10 loads per 24 FMAs: two FMA pipes (Intel Sapphire Rapids)
+  mr6_nr64,   // 24 accumulators, 10 loads per 24 FMAs
 };
 const char* gemm_tile_name(GemmTile tile);  // "14x32", "6x64"
 
 // kc: depth of one packed slice; mc: rows of a packed A block (a multiple of the tile's rows);
-// nc: columns of a packed B block.
+// nc: columns of a packed B block. pack_a_by_rows: a transposed A (stored [k][m]) is packed a row
+// of A at a time for the whole MC block, rather than panel by panel (the 6 x 64 tile always is).
 struct GemmBlocking {
   GemmTile tile;
   int64_t kc, mc, nc;
+  bool pack_a_by_rows = false;
 };
 
 // Data cache sizes per core in bytes, 0 where unknown.
@@ -29,11 +31,12 @@ struct CpuCaches {
 };
 // From cpuid (leaf 4 on Intel, 0x8000001D on AMD), read once.
 CpuCaches detect_cpu_caches();
-// The blocking for a CPU with these caches (pure; the rule is in gemm_avx512.cpp's comment).
-GemmBlocking f32_blocking_for(const CpuCaches& caches);
-// f32_blocking_for(detect_cpu_caches()), computed once: what gemm_f32_avx512 and the
-// gemm_half_via_f32_avx512 paths use.
-const GemmBlocking& f32_blocking();
+// The fp32 kernel's blocking for a CPU with these caches and a product of depth k (pure; the rule
+// is in gemm_avx512.cpp's comment).
+GemmBlocking f32_blocking_for(const CpuCaches& caches, int64_t k);
+// f32_blocking_for(detect_cpu_caches(), k), from values computed once: what gemm_f32_avx512 and
+// the gemm_half_via_f32_avx512 paths use.
+const GemmBlocking& f32_blocking(int64_t k);
 
 // gemm_f32_avx512 / gemm_half_via_f32_avx512 with an explicit blocking (kc >= 1, mc a positive
 // multiple of the tile's rows, nc >= 1). Only call them when cpu_has_avx512_gemm().
