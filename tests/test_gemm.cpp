@@ -826,6 +826,9 @@ TEST_CASE("f32_blocking_for keeps Zen 4's tile and blocking; a 48 KiB L1d takes 
   CHECK(bf16.kc == 1024);
   CHECK(bf16.mc == 224);
   CHECK(bf16.nc == 2048);
+  CHECK(cpu::detail::bf16_blocking_for({0, 0}).kc == 1024);
+  CHECK(cpu::detail::bf16_blocking_for({48 * 1024, 2048 * 1024}).kc == 2048);
+  CHECK(cpu::detail::bf16_blocking_for({48 * 1024, 2048 * 1024}).mc == 224);
   CHECK(std::string(cpu::detail::gemm_tile_name(GemmTile::mr6_nr64)) == "6x64");
   CHECK(std::string(cpu::detail::gemm_tile_name(GemmTile::mr14_nr32)) == "14x32");
   const cpu::detail::CpuCaches caches = cpu::detail::detect_cpu_caches();
@@ -876,6 +879,9 @@ TEST_CASE("the half paths (both f32 tiles, and vdpbf16ps) match float64 under sm
     // KC 20 and 21 (rounded up to an even 22: a slice never splits a k-pair), MC = 2 tiles.
     runs.push_back({{"bf16 vdpbf16ps", DType::bf16, bf16_vdpbf16ps_blocked}, {GemmTile::mr14_nr32, 20, 28, 70}});
     runs.push_back({{"bf16 vdpbf16ps", DType::bf16, bf16_vdpbf16ps_blocked}, {GemmTile::mr14_nr32, 21, 14, 40}});
+    runs.push_back({{"bf16 vdpbf16ps", DType::bf16, bf16_vdpbf16ps_blocked}, cpu::detail::bf16_blocking_for({0, 0})});
+    runs.push_back({{"bf16 vdpbf16ps", DType::bf16, bf16_vdpbf16ps_blocked},
+                    cpu::detail::bf16_blocking_for({48 * 1024, 2048 * 1024})});
   }
   if (runs.empty()) MESSAGE("this CPU has no AVX-512: the packed half paths are not tested here");
   uint32_t seed = 30000;
