@@ -524,6 +524,15 @@ void run_blocking_bench(const FmaPeak& fma_peak, bool quick) {
   const bool has_bf16 = kernels::cpu::detail::cpu_has_avx512_bf16_gemm();
   const FmaPeak dpbf16_peak = has_bf16 ? measure_peak("avx512_bf16", dpbf16_loop_avx512, 4.0 * 16 * 16, quick)
                                        : FmaPeak{"none", 0, 0, 0};
+  if (has_bf16)
+    JsonLine("dpbf16_peak")
+        .add("isa", dpbf16_peak.isa)
+        .add("threads", dpbf16_peak.threads)
+        .add("gflops", dpbf16_peak.gflops)
+        .add("gflops_per_thread", dpbf16_peak.gflops / dpbf16_peak.threads)
+        .add("cpu_gflops_per_thread", dpbf16_peak.cpu_gflops_per_thread)
+        .add("fma_cpu_gflops_per_thread", fma_peak.cpu_gflops_per_thread)
+        .print();
   const kernels::cpu::detail::CpuCaches caches = kernels::cpu::detail::detect_cpu_caches();
   std::vector<GemmShape> shapes = half_gemm_shapes(quick);
   shapes.push_back({"gpt_c768_mlp_up", quick ? 1024 : 4096, 3072, 768, false, false});

@@ -1,34 +1,54 @@
 // f32 GEMM for AVX-512 CPUs in the GotoBLAS/BLIS style: C = alpha * op(A) op(B) + beta * C, all
-// row-major with row strides. Tuned on a 2-core AMD EPYC Zen 4 VM: one 512-bit FMA per cycle per
-// core (two 256-bit pipes, 4-cycle latency), 32 zmm registers, L1d 32 KiB and L2 1 MiB per core,
-// L3 32 MiB shared. Measured there: 87-93% of the measured FMA peak at 1024..4096 squares and the
-// GPT-2 projection shapes (bench/gemm_bench.cpp prints the numbers).
+// row-major with row strides. The micro-tile and the cache blocking are chosen per CPU at run time
+// (f32_blocking_for, gemm_avx512_blocking.h), from the data caches cpuid reports:
+//   - L1d < 48 KiB (AMD Zen 4: L1d 32 KiB, L2 1 MiB; and any CPU whose caches are unknown): the
+//     14 x 32 tile with KC = 512, MC = 224, NC = 2048, A packed panel by panel: exactly the kernel
+//     tuned on a 2-core Zen 4 VM (one 512-bit FMA per cycle per core), where it measured 87-93% of
+//     the FMA peak at 1024..4096 squares and the GPT-2 projection shapes.
+//   - L1d >= 48 KiB (Intel since Ice Lake, e.g. Sapphire Rapids: two 512-bit FMA ports, L1d 48 KiB,
+//     L2 2 MiB): the 6 x 64 tile (KC = 512, MC = 240, NC = 2048) unless k is shallow enough that the
+//     14 x 32 tile's whole B panel (k x 128 bytes) fits in 3/4 of L1d (k <= 288 there), where the
+//     14 x 32 tile is kept; on both, a transposed A is packed a row of A at a time.
+// Measured on a 2-vCPU Sapphire Rapids VM, one thread, thread CPU time, interleaved against the
+// Zen 4 rule in one process, median of paired rounds (docs/cpu_gemm.md has the table).
 //
-// Micro-kernel (MR x NR = 14 x 32). A 14 x 32 tile of C lives in 28 zmm accumulators (14 rows x 2
-// vectors of 16 floats). Each step p of the k loop loads 2 vectors of packed B (row p of the panel),
-// broadcasts 14 scalars of packed A (column p) and issues 28 independent FMAs: 28 chains hide the
-// 4-cycle latency many times over, 28 + 2 + 1 registers fit in 32, and 16 loads per 28 FMAs keep
-// the FMA pipe, not the load ports, the limit. It never sees strides or transposes, only packed
-// panels; it always computes a full tile (packing zero-pads) and writes back rows < `rows` with
-// masked stores for the column edge, as C = alpha * acc + beta * C (C not read when beta == 0).
-// Before the k loop it prefetches its C tile for writing, so the C misses overlap the FMAs (this
-// alone was worth +10 points of peak).
+// Micro-kernels. 14 x 32: a tile of C in 28 zmm accumulators (14 rows x 2 vectors of 16 floats);
+// each step p of the k loop loads 2 vectors of packed B (row p of the panel), broadcasts 14 scalars
+// of packed A (column p) and issues 28 independent FMAs: 28 chains hide the 4-cycle latency, 28 + 2
+// + 1 registers fit in 32, and 16 loads per 28 FMAs keep one FMA pipe, not the load ports, the
+// limit. With two FMA pipes the same 28 FMAs take 14 cycles and the 16 loads crowd them; the 6 x 64
+// tile (24 accumulators: 6 rows x 4 vectors) needs 10 loads per 24 FMAs, and unrolls the k loop
+// twice. In a loop over L1/L2-resident panels, best of 20 on this VM: 14 x 32 at 0.70-0.88 of the FMA
+// peak, 6 x 64 at 0.94-0.98. Its cost is a B panel twice as wide (KC x 256 bytes): for a shallow k
+// the 14 x 32 B panel stays in L1 and the 6 x 64 one streams from L2, and the 14 x 32 tile is
+// faster there (6-20% at k = 256), hence the depth rule. A kernel never sees strides or
+// transposes, only packed panels; it always computes a full tile (packing zero-pads) and writes
+// back rows < `rows` with masked stores for the column edge, 32 columns per store_tile call, as
+// C = alpha * acc + beta * C (C not read when beta == 0). Before the k loop it prefetches its C
+// tile for writing, so the C misses overlap the FMAs (worth +10 points of peak on Zen 4).
 //
 // Blocking, outermost first (GotoBLAS loop order jc -> pc -> ic -> jr -> ir):
 //   NC = 2048 columns: the packed B block B~ (KC x NC = 4 MiB) lives in L3 and is reread once per
-//     MC block; that is < 1 GB/s of traffic, so NC barely matters (1024..4096 measured equal).
+//     MC block; that is < 1 GB/s of traffic, so NC barely matters (1024..4096 measured equal on
+//     Zen 4; 512..2048 within noise on Sapphire Rapids).
 //   KC = 512 deep: each KC slice reads and writes the C tile once more, so KC is as large as the
-//     caches allow. The B micro-panel (KC x NR = 64 KiB) does not fit L1, but the kernel needs only
-//     ~6.6 B/cycle (128 B of B + 56 B of A per 28 FMA cycles) and L2 supplies 32 B/cycle, so both
-//     operands stream from L2 at full speed (measured: KC = 256, 384, 512 within noise; 512 best).
-//   MC = 224 rows (16 x MR): the packed A block A~ (MC x KC = 448 KiB) stays in L2 while the jr
-//     loop sweeps all B panels past it; with a B panel and the C tiles that is ~60% of L2
-//     (MC = 12..36 x MR measured within noise).
+//     caches allow. On Zen 4 the 14 x 32 B micro-panel (KC x NR = 64 KiB) does not fit L1, but the
+//     kernel needs only ~6.6 B/cycle (128 B of B + 56 B of A per 28 FMA cycles) and L2 supplies 32
+//     B/cycle, so both operands stream from L2 at full speed (measured: KC = 256, 384, 512 within
+//     noise; 512 best). On Sapphire Rapids KC = 256 and 1024 measured within +-5% of 512, mixed.
+//   MC = 224 rows (16 x MR) / 240 (40 x 6): the packed A block (MC x KC, 448-480 KiB) stays in L2
+//     while the jr loop sweeps all B panels past it (MC = 12..36 x MR measured within noise on
+//     Zen 4; 240..480 rows within noise on Sapphire Rapids).
 //
 // Packing copies op(A) into MR-row panels laid out [k][MR] and op(B) into NR-column panels laid
 // out [k][NR], so every micro-kernel read is unit stride. The transposing cases (A not transposed,
-// B transposed) go through a 16 x 16 in-register transpose rather than scalar copies; packing is a
-// few percent of the time even for the skinny GPT shapes.
+// B transposed) go through a 16 x 16 in-register transpose rather than scalar copies. For the
+// 6-row tile a non-transposed A is transposed 16 rows at a time across panels (6 rows at a time
+// would waste 10 of 16 lanes of every shuffle), and a transposed A (the weight-gradient dW = dY^T
+// X) is packed a row of A at a time for the whole block: panel by panel it was a walk of kc rows,
+// kc apart, once per panel, which the prefetchers do not follow (row packing alone, same tile:
+// +1..12% on the GPT weight gradients on Sapphire Rapids). Packing is a few percent of the time even for the skinny
+// GPT shapes, except for m <= 256, where B is packed for few rows (down to ~15% at m = 240).
 //
 // Threads: C is cut into one rectangle per OpenMP thread (a tm x tn grid of whole micro-tiles
 // chosen to balance them; for 2 threads and a tall C, two row halves). Each thread runs the whole

@@ -23,16 +23,22 @@
 // such) and op(B) into NR-column panels [k/2][NR][2]. Where a pair is adjacent in memory (A not
 // transposed, B transposed) the panel is a 32-bit transpose of 16 x 16 words in registers (the
 // f32 kernel's transpose); where it straddles two rows (A transposed, B not) two rows of 16
-// values are zero-extended to 32 bits and merged (lo | hi << 16).
+// values are zero-extended to 32 bits and merged (lo | hi << 16). A transposed A (the weight
+// gradient dW = dY^T X) is packed two rows of A at a time for the whole MC block, each row read
+// once and contiguously, rather than panel by panel (a strided walk of kc rows per panel).
 //
-// Blocking, outermost first (loop order jc -> pc -> ic -> jr -> ir), byte for byte the f32
-// kernel's: a bf16 pair is 4 bytes, as one float is, so KC = 1024 values of k here is the f32
-// kernel's KC = 512 in bytes.
-//   NC = 2048 columns: the packed B block (KC x NC bf16 = 4 MiB) lives in L3.
-//   KC = 1024 deep: the B micro-panel (KC x NR bf16 = 64 KiB) and A panels stream from L2. Fewer
-//     slices also mean fewer passes over C (and over the fp32 partials of a bf16 C).
-//   MC = 224 rows (16 x MR): the packed A block (MC x KC bf16 = 448 KiB) stays in L2 while the jr
-//     loop sweeps the B panels past it.
+// Blocking, outermost first (loop order jc -> pc -> ic -> jr -> ir), chosen per CPU at run time
+// (bf16_blocking_for, gemm_avx512_blocking.h). A bf16 pair is 4 bytes, as one float is, so KC =
+// 1024 values of k is the f32 kernel's KC = 512 in bytes.
+//   NC = 2048 columns: the packed B block (KC x NC bf16 = 4-8 MiB) lives in L3.
+//   KC = 1024 deep where L2 is 1 MiB (Zen 4) or unknown: the B micro-panel (KC x NR bf16 = 64 KiB)
+//     and the A panels stream from L2. KC = 2048 where L2 >= 2 MiB (Sapphire Rapids): the A block
+//     (896 KiB) still fits L2 beside a 128 KiB B panel, and k up to 2048 is one slice, so a bf16 C
+//     needs no fp32 partials and every C tile is stored once (measured there, one thread, CPU
+//     time, paired rounds: +8..10% at 2048^3, the GPT shapes within +-3%; KC = 512, MC = 448, NC =
+//     512..1024 all within +-3% of the 1 MiB rule).
+//   MC = 224 rows (16 x MR): the packed A block (MC x KC bf16 = 448-896 KiB) stays in L2 while the
+//     jr loop sweeps the B panels past it.
 // A bf16 C over more than one slice keeps fp32 partial sums of the thread's rows x NC columns in a
 // per-thread buffer (gemm_avx512_tiles.h), so it is rounded once.
 //
@@ -250,12 +256,12 @@ void gemm_bf16_packed(const GemmBlocking& blk, bool trans_a, bool trans_b, int64
 }  // namespace
 
 GemmBlocking bf16_blocking_for(const CpuCaches& caches) {
-  // The 14 x 32 tile always (blk.tile is not read). KC = 1024 and MC = 224 (A block 448 KiB) on Zen
+  // The 14 x 32 tile and A^T packed by rows always (blk.tile and blk.pack_a_by_rows are not read). KC = 1024 and MC = 224 (A block 448 KiB) on Zen
   // 4's 1 MiB L2 and unknown caches. A 2 MiB L2 holds a KC = 2048 A block (896 KiB) beside the B
   // panel: k up to 2048 is then one slice, so a bf16 C skips the fp32 partials and C is stored
   // once (measured on Sapphire Rapids: +10% at 2048^3, the GPT shapes within 2%).
-  if (caches.l2 >= 2 * 1024 * 1024) return {GemmTile::mr14_nr32, 2048, kMR * 16, 2048};
-  return {GemmTile::mr14_nr32, 1024, kMR * 16, 2048};
+  if (caches.l2 >= 2 * 1024 * 1024) return {GemmTile::mr14_nr32, 2048, kMR * 16, 2048, true};
+  return {GemmTile::mr14_nr32, 1024, kMR * 16, 2048, true};
 }
 
 const GemmBlocking& bf16_blocking() {
