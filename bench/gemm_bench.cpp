@@ -20,6 +20,16 @@
 //             (CLOCK_THREAD_CPUTIME_ID), meaningful with OMP_NUM_THREADS=1: on a shared, loaded
 //             machine that is the figure to tune with; wall-clock figures need a quiet machine.
 //   amx_peak, gemm_bf16_amx: the AMX bf16 GEMM against the AMX peak (see "AMX bf16" below).
+//   gemm_blocking: the packed kernels under each candidate tile / blocking (f32: Zen 4's 14 x 32
+//             rule, and the 48 KiB-L1d rule's 14 x 32 and 6 x 64 tiles; bf16 vdpbf16ps), interleaved
+//             round by round in one process so that a shared machine's load hits every candidate
+//             alike: best wall and best calling-thread CPU time over the rounds, the fraction of the
+//             matching peak, and the median over rounds of each candidate's CPU-time speedup over
+//             the Zen 4 rule's run of its dtype in the same round (the robust comparison on a
+//             loaded VM).
+//             `chosen` marks what this CPU's detected caches select for the shape's k
+//             (gemm_avx512_blocking.h). HG_GEMM_BENCH=blocking runs only these rows (with the
+//             peaks); tune with OMP_NUM_THREADS=1.
 // Full: squares 1024, 2048, 4096 and m = 4096 tokens; --quick: squares 512, 1024 and m = 1024 (half
 // rows: the square is 1024 and M = 1024 tokens).
 #include <omp.h>
@@ -36,6 +46,7 @@
 #include "bench_sections.h"
 #include "json_line.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_avx512_blocking.h"
 #include "kernels/kernels.h"
 
 namespace hg::bench {
@@ -216,6 +227,9 @@ void bench_gemm_shape(const GemmShape& s, const FmaPeak& peak, bool quick) {
       .add("trans_a", int(s.trans_a))
       .add("trans_b", int(s.trans_b))
       .add("path", kernels::cpu::gemm_f32_path())
+      .add("tile", kernels::cpu::detail::cpu_has_avx512_gemm()
+                       ? kernels::cpu::detail::gemm_tile_name(kernels::cpu::detail::f32_blocking(s.k).tile)
+                       : "none")
       .add("threads", omp_get_max_threads())
       .add("ms", t * 1e3)
       .add("gflops", gflops)
@@ -469,6 +483,132 @@ void run_amx_bench(bool quick) {
   for (const GemmShape& shape : amx_shapes(quick)) bench_amx_shape(shape, peak, quick);
 }
 
+// ---- tile and blocking candidates (issue 20 follow-up) ----------------------------------------------
+
+struct BlockingCandidate {
+  const char* name;
+  bool bf16;  // vdpbf16ps kernel on bf16 inputs; else the f32 kernel on f32 inputs
+  kernels::cpu::detail::GemmBlocking blocking;
+  bool chosen;
+};
+
+// The candidates for a product of depth k: f32 under Zen 4's rule (14 x 32, panel-packed A) and
+// each tile under the 48 KiB-L1d rule (14 x 32 and 6 x 64, A^T packed by rows); bf16 vdpbf16ps under
+// the 1 MiB-L2 (KC = 1024) and 2 MiB-L2 (KC = 2048) rules.
+std::vector<BlockingCandidate> blocking_candidates(bool has_bf16, int64_t k) {
+  namespace d = kernels::cpu::detail;
+  auto same = [](const d::GemmBlocking& x, const d::GemmBlocking& y) {
+    return x.tile == y.tile && x.kc == y.kc && x.mc == y.mc && x.nc == y.nc && x.pack_a_by_rows == y.pack_a_by_rows;
+  };
+  const d::GemmBlocking& chosen = d::f32_blocking(k);
+  const d::GemmBlocking zen4 = d::f32_blocking_for({32 * 1024, 1024 * 1024}, k);
+  const d::GemmBlocking l1d48_shallow = d::f32_blocking_for({48 * 1024, 2048 * 1024}, 1);
+  const d::GemmBlocking l1d48_deep = d::f32_blocking_for({48 * 1024, 2048 * 1024}, 1 << 20);
+  std::vector<BlockingCandidate> out = {{"f32_14x32_zen4", false, zen4, same(zen4, chosen)},
+                                        {"f32_14x32_l1d48k", false, l1d48_shallow, same(l1d48_shallow, chosen)},
+                                        {"f32_6x64_l1d48k", false, l1d48_deep, same(l1d48_deep, chosen)}};
+  if (has_bf16) {
+    const d::GemmBlocking bf16_l2_1m = d::bf16_blocking_for({32 * 1024, 1024 * 1024});
+    const d::GemmBlocking bf16_l2_2m = d::bf16_blocking_for({48 * 1024, 2048 * 1024});
+    out.push_back({"bf16_vdpbf16ps_l2_1m", true, bf16_l2_1m, same(bf16_l2_1m, d::bf16_blocking())});
+    out.push_back({"bf16_vdpbf16ps_l2_2m", true, bf16_l2_2m, same(bf16_l2_2m, d::bf16_blocking())});
+  }
+  return out;
+}
+
+void run_blocking_bench(const FmaPeak& fma_peak, bool quick) {
+  if (!kernels::cpu::detail::cpu_has_avx512_gemm()) {
+    JsonLine("gemm_blocking").add("skipped", "no AVX-512: the packed kernels do not run here").print();
+    return;
+  }
+  const bool has_bf16 = kernels::cpu::detail::cpu_has_avx512_bf16_gemm();
+  const FmaPeak dpbf16_peak = has_bf16 ? measure_peak("avx512_bf16", dpbf16_loop_avx512, 4.0 * 16 * 16, quick)
+                                       : FmaPeak{"none", 0, 0, 0};
+  if (has_bf16)
+    JsonLine("dpbf16_peak")
+        .add("isa", dpbf16_peak.isa)
+        .add("threads", dpbf16_peak.threads)
+        .add("gflops", dpbf16_peak.gflops)
+        .add("gflops_per_thread", dpbf16_peak.gflops / dpbf16_peak.threads)
+        .add("cpu_gflops_per_thread", dpbf16_peak.cpu_gflops_per_thread)
+        .add("fma_cpu_gflops_per_thread", fma_peak.cpu_gflops_per_thread)
+        .print();
+  const kernels::cpu::detail::CpuCaches caches = kernels::cpu::detail::detect_cpu_caches();
+  std::vector<GemmShape> shapes = half_gemm_shapes(quick);
+  shapes.push_back({"gpt_c768_mlp_up", quick ? 1024 : 4096, 3072, 768, false, false});
+  shapes.push_back({"gpt_c768_mlp_up_weight_grad", 3072, 768, quick ? 1024 : 4096, true, false});
+  const int rounds = quick ? 3 : 8;
+  for (const GemmShape& s : shapes) {
+    const int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
+    const std::vector<float> a = random_matrix(s.m * s.k, 1), b = random_matrix(s.k * s.n, 2);
+    std::vector<float> c = random_matrix(s.m * s.n, 3);
+    const std::vector<bfloat16> a16 = rounded<bfloat16>(a), b16 = rounded<bfloat16>(b);
+    std::vector<bfloat16> c16 = rounded<bfloat16>(c);
+    const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
+    const std::vector<BlockingCandidate> candidates = blocking_candidates(has_bf16, s.k);
+    std::vector<Timing> best(candidates.size(), Timing{1e30, 1e30});
+    // Per round, each candidate's time over the first's (the f32 Zen 4 rule): the median of these
+    // paired ratios is robust to a load that drifts between rounds.
+    std::vector<std::vector<double>> speedups(candidates.size());
+    double first_cpu = 0, first_bf16_cpu = 0;
+    for (int round = 0; round <= rounds; ++round)  // round 0 warms up (pack buffers, pages)
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        const BlockingCandidate& cand = candidates[i];
+        if (i == 0) first_bf16_cpu = 0;
+        const auto start = Clock::now();
+        const double cpu_start = thread_cpu_seconds();
+        if (cand.bf16)
+          kernels::cpu::detail::gemm_bf16_avx512_blocked(cand.blocking, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f,
+                                                         a16.data(), lda, b16.data(), ldb, 0.0f, c16.data(), s.n,
+                                                         true);
+        else
+          kernels::cpu::detail::gemm_f32_avx512_blocked(cand.blocking, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f,
+                                                        a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
+        const double cpu = thread_cpu_seconds() - cpu_start, wall = seconds_since(start);
+        if (i == 0) first_cpu = cpu;
+        if (cand.bf16 && first_bf16_cpu == 0) first_bf16_cpu = cpu;
+        if (round > 0) {
+          best[i] = {std::min(best[i].wall, wall), std::min(best[i].cpu, cpu)};
+          speedups[i].push_back((cand.bf16 ? first_bf16_cpu : first_cpu) / cpu);
+        }
+      }
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const BlockingCandidate& cand = candidates[i];
+      const FmaPeak& peak = cand.bf16 ? dpbf16_peak : fma_peak;
+      const double gflops = flops / best[i].wall / 1e9, cpu_gflops = flops / best[i].cpu / 1e9;
+      std::vector<double> ratios = speedups[i];
+      std::sort(ratios.begin(), ratios.end());
+      JsonLine("gemm_blocking")
+          .add("shape", s.name)
+          .add("dtype", cand.bf16 ? "bf16" : "f32")
+          .add("candidate", cand.name)
+          .add("tile", kernels::cpu::detail::gemm_tile_name(cand.blocking.tile))
+          .add("kc", (long long)cand.blocking.kc)
+          .add("mc", (long long)cand.blocking.mc)
+          .add("nc", (long long)cand.blocking.nc)
+          .add("pack_a_by_rows", cand.blocking.pack_a_by_rows)
+          .add("chosen", cand.chosen)
+          .add("l1d_bytes", (long long)caches.l1d)
+          .add("l2_bytes", (long long)caches.l2)
+          .add("peak", peak.isa)
+          .add("m", (long long)s.m)
+          .add("n", (long long)s.n)
+          .add("k", (long long)s.k)
+          .add("trans_a", int(s.trans_a))
+          .add("trans_b", int(s.trans_b))
+          .add("threads", omp_get_max_threads())
+          .add("rounds", rounds)
+          .add("ms", best[i].wall * 1e3)
+          .add("gflops", gflops)
+          .add("fraction_of_peak", gflops / peak.gflops)
+          .add("cpu_gflops", cpu_gflops)
+          .add("cpu_fraction_of_peak", cpu_gflops / peak.cpu_gflops_per_thread)
+          .add("cpu_speedup_vs_zen4_rule_median", ratios[ratios.size() / 2])
+          .print();
+    }
+  }
+}
+
 }  // namespace
 
 void run_gemm_bench(bool quick) {
@@ -480,12 +620,16 @@ void run_gemm_bench(bool quick) {
       .add("gflops_per_thread", peak.gflops / peak.threads)
       .add("cpu_gflops_per_thread", peak.cpu_gflops_per_thread)
       .print();
-  // HG_GEMM_BENCH=half runs only the half-precision rows (for tuning them).
-  const char* only = std::getenv("HG_GEMM_BENCH");
-  if (!(only && std::string(only) == "half"))
+  // HG_GEMM_BENCH=half runs only the half-precision rows, =blocking only the tile / blocking
+  // candidates (for tuning them).
+  const char* only_env = std::getenv("HG_GEMM_BENCH");
+  const std::string only = only_env ? only_env : "";
+  if (only == "blocking") return run_blocking_bench(peak, quick);
+  if (only != "half")
     for (const GemmShape& shape : gemm_shapes(quick)) bench_gemm_shape(shape, peak, quick);
   run_half_gemm_bench(peak, quick);
   run_amx_bench(quick);
+  if (only != "half") run_blocking_bench(peak, quick);
 }
 
 }  // namespace hg::bench

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_avx512_blocking.h"
 #include "kernels/dispatch.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
@@ -739,5 +740,190 @@ TEST_CASE("parse_cpu_gemm_choice reads HG_CPU_GEMM's values and names the variab
   for (const char* bad : {"AMX", "avx2", "amx ", "f32"}) {
     const std::string expected = "HG_CPU_GEMM=\"" + std::string(bad) + "\": expected auto, amx, avx512 or fp32";
     CHECK_THROWS_WITH_AS(parse_cpu_gemm_choice(bad), doctest::Contains(expected.c_str()), hg::Error);
+  }
+}
+
+// ---- explicit blockings (gemm_avx512_blocking.h) ----------------------------------------------------
+//
+// The packed kernels take their tile and KC / MC / NC per CPU at run time. These cases run both f32
+// tiles (whichever this CPU would pick) and the vdpbf16ps kernel under deliberately small blocks, so
+// that modest matrices cross every block edge: k over several KC slices (and not a multiple of the
+// packers' 16-wide transposes), m over several MC blocks with a partial last tile (and, for the
+// 6-row tile, 16-row packing groups that straddle its panels), n over several NC blocks and a
+// partial last panel. Inputs are fresh random values, C is NaN when beta == 0 and the row gaps
+// hold a sentinel, as everywhere in this file.
+
+namespace {
+
+using cpu::detail::GemmBlocking;
+using cpu::detail::GemmTile;
+
+GemmBlocking g_blocking{GemmTile::mr14_nr32, 512, 224, 2048};  // what the *_blocked wrappers use
+
+void avx512_blocked_as_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+                            int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc, DType) {
+  cpu::detail::gemm_f32_avx512_blocked(g_blocking, ta, tb, m, n, k, float(alpha), static_cast<const float*>(a), lda,
+                                       static_cast<const float*>(b), ldb, float(beta), static_cast<float*>(c), ldc);
+}
+void bf16_via_f32_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+                          const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_half) {
+  cpu::detail::gemm_half_via_f32_avx512_blocked(g_blocking, ta, tb, m, n, k, alpha,
+                                                static_cast<const hg::bfloat16*>(a), lda,
+                                                static_cast<const hg::bfloat16*>(b), ldb, beta, c, ldc, c_half);
+}
+void f16_via_f32_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+                         const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_half) {
+  cpu::detail::gemm_half_via_f32_avx512_blocked(g_blocking, ta, tb, m, n, k, alpha, static_cast<const hg::half*>(a),
+                                                lda, static_cast<const hg::half*>(b), ldb, beta, c, ldc, c_half);
+}
+void bf16_vdpbf16ps_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+                            const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_half) {
+  cpu::detail::gemm_bf16_avx512_blocked(g_blocking, ta, tb, m, n, k, alpha, static_cast<const hg::bfloat16*>(a), lda,
+                                        static_cast<const hg::bfloat16*>(b), ldb, beta, c, ldc, c_half);
+}
+
+// Small blocks for each tile (and both ways of packing a transposed A): KC = 20 (not a multiple of
+// the 16-wide transposes), MC = 5 tiles of rows, NC = 70 (2 x 32 + 6 / 1 x 64 + 6: a partial panel
+// in every NC block).
+const GemmBlocking kSmallBlockings[] = {{GemmTile::mr14_nr32, 20, 70, 70, false},
+                                        {GemmTile::mr14_nr32, 20, 70, 70, true},
+                                        {GemmTile::mr6_nr64, 20, 30, 70, true},
+                                        {GemmTile::mr6_nr64, 37, 18, 130, true}};
+
+// Shapes across those blocks: m across MC and the tiles (47 = 30 + 17, 16-row groups straddling
+// 6-row panels), k across several KC slices (and k < KC), n across NC and partial panels.
+const Shape kSmallBlockShapes[] = {{1, 1, 1},   {6, 64, 20},  {7, 65, 21},   {47, 71, 41},
+                                   {31, 140, 7}, {61, 200, 83}, {16, 3, 100}, {100, 129, 45}};
+
+}  // namespace
+
+TEST_CASE("f32_blocking_for keeps Zen 4's tile and blocking; a 48 KiB L1d takes 6 x 64 unless k is shallow") {
+  for (int64_t k : {1, 256, 512, 4096}) {
+    const GemmBlocking zen4 = cpu::detail::f32_blocking_for({32 * 1024, 1024 * 1024}, k);
+    CHECK(zen4.tile == GemmTile::mr14_nr32);
+    CHECK(zen4.kc == 512);
+    CHECK(zen4.mc == 224);
+    CHECK(zen4.nc == 2048);
+    CHECK(!zen4.pack_a_by_rows);
+    const GemmBlocking unknown = cpu::detail::f32_blocking_for({0, 0}, k);
+    CHECK(unknown.tile == GemmTile::mr14_nr32);
+    CHECK(unknown.mc == 224);
+    CHECK(!unknown.pack_a_by_rows);
+  }
+  // 48 KiB L1d: the 14 x 32 B panel (k x 128 bytes) fits in 3/4 of it up to k = 288.
+  for (int64_t k : {1, 256, 288}) {
+    const GemmBlocking shallow = cpu::detail::f32_blocking_for({48 * 1024, 2048 * 1024}, k);
+    CHECK(shallow.tile == GemmTile::mr14_nr32);
+    CHECK(shallow.pack_a_by_rows);
+  }
+  for (int64_t k : {289, 512, 4096}) {
+    const GemmBlocking deep = cpu::detail::f32_blocking_for({48 * 1024, 2048 * 1024}, k);
+    CHECK(deep.tile == GemmTile::mr6_nr64);
+    CHECK(deep.mc % 6 == 0);
+    CHECK(deep.pack_a_by_rows);
+  }
+  const GemmBlocking bf16 = cpu::detail::bf16_blocking_for({32 * 1024, 1024 * 1024});
+  CHECK(bf16.kc == 1024);
+  CHECK(bf16.mc == 224);
+  CHECK(bf16.nc == 2048);
+  CHECK(cpu::detail::bf16_blocking_for({0, 0}).kc == 1024);
+  CHECK(cpu::detail::bf16_blocking_for({48 * 1024, 2048 * 1024}).kc == 2048);
+  CHECK(cpu::detail::bf16_blocking_for({48 * 1024, 2048 * 1024}).mc == 224);
+  CHECK(std::string(cpu::detail::gemm_tile_name(GemmTile::mr6_nr64)) == "6x64");
+  CHECK(std::string(cpu::detail::gemm_tile_name(GemmTile::mr14_nr32)) == "14x32");
+  const cpu::detail::CpuCaches caches = cpu::detail::detect_cpu_caches();
+  MESSAGE("this CPU: L1d ", caches.l1d, " B, L2 ", caches.l2, " B: f32 tile at k = 256 ",
+          cpu::detail::gemm_tile_name(cpu::detail::f32_blocking(256).tile), ", at k = 2048 ",
+          cpu::detail::gemm_tile_name(cpu::detail::f32_blocking(2048).tile));
+}
+
+TEST_CASE("both f32 tiles match gemm_reference under small blockings, every transpose, alpha and beta") {
+  if (!cpu::detail::cpu_has_avx512_gemm()) {
+    MESSAGE("this CPU has no AVX-512: the packed f32 tiles are not tested here");
+    return;
+  }
+  uint32_t seed = 20000;
+  std::vector<GemmBlocking> blockings(std::begin(kSmallBlockings), std::end(kSmallBlockings));
+  blockings.push_back(cpu::detail::f32_blocking_for({32 * 1024, 1024 * 1024}, 1));
+  blockings.push_back(cpu::detail::f32_blocking_for({48 * 1024, 2048 * 1024}, 1));
+  blockings.push_back(cpu::detail::f32_blocking_for({48 * 1024, 2048 * 1024}, 4096));
+  for (const GemmBlocking& blocking : blockings) {
+    g_blocking = blocking;
+    INFO("tile ", cpu::detail::gemm_tile_name(blocking.tile), " kc ", blocking.kc, " mc ", blocking.mc, " nc ",
+         blocking.nc, " pack_a_by_rows ", blocking.pack_a_by_rows);
+    for (bool trans_a : kTransposes)
+      for (bool trans_b : kTransposes) {
+        for (const Shape& shape : kSmallBlockShapes) {
+          check_against_reference({DType::f32, trans_a, trans_b, shape, 1.0, 0.0, 1}, avx512_blocked_as_gemm, seed++);
+          check_against_reference({DType::f32, trans_a, trans_b, shape, -0.5, 1.5, 9}, avx512_blocked_as_gemm, seed++);
+        }
+        // Past the real blocks too: k over 512, m over 240, n over 64-column panels.
+        check_against_reference({DType::f32, trans_a, trans_b, {250, 130, 530}, 0.75, 0.0, 2}, avx512_blocked_as_gemm,
+                                seed++);
+      }
+  }
+}
+
+TEST_CASE("the half paths (both f32 tiles, and vdpbf16ps) match float64 under small blockings") {
+  struct Run {
+    HalfPath path;
+    GemmBlocking blocking;
+  };
+  std::vector<Run> runs;
+  if (cpu::detail::cpu_has_avx512_gemm())
+    for (const GemmBlocking& blocking : kSmallBlockings) {
+      runs.push_back({{"bf16 via f32 packing", DType::bf16, bf16_via_f32_blocked}, blocking});
+      runs.push_back({{"f16 via f32 packing", DType::f16, f16_via_f32_blocked}, blocking});
+    }
+  if (cpu::detail::cpu_has_avx512_bf16_gemm()) {
+    // KC 20 and 21 (rounded up to an even 22: a slice never splits a k-pair), MC = 2 tiles.
+    runs.push_back({{"bf16 vdpbf16ps", DType::bf16, bf16_vdpbf16ps_blocked}, {GemmTile::mr14_nr32, 20, 28, 70}});
+    runs.push_back({{"bf16 vdpbf16ps", DType::bf16, bf16_vdpbf16ps_blocked}, {GemmTile::mr14_nr32, 21, 14, 40}});
+    runs.push_back({{"bf16 vdpbf16ps", DType::bf16, bf16_vdpbf16ps_blocked}, cpu::detail::bf16_blocking_for({0, 0})});
+    runs.push_back({{"bf16 vdpbf16ps", DType::bf16, bf16_vdpbf16ps_blocked},
+                    cpu::detail::bf16_blocking_for({48 * 1024, 2048 * 1024})});
+  }
+  if (runs.empty()) MESSAGE("this CPU has no AVX-512: the packed half paths are not tested here");
+  uint32_t seed = 30000;
+  for (const Run& run : runs) {
+    g_blocking = run.blocking;
+    INFO("tile ", cpu::detail::gemm_tile_name(run.blocking.tile), " kc ", run.blocking.kc, " mc ", run.blocking.mc,
+         " nc ", run.blocking.nc);
+    for (DType c_dtype : {DType::f32, run.path.input})
+      for (bool trans_a : kTransposes)
+        for (bool trans_b : kTransposes)
+          for (const Shape& shape : kSmallBlockShapes) {
+            check_half_path(run.path, {run.path.input, trans_a, trans_b, shape, 1.0, 0.0, 1}, c_dtype, seed++);
+            check_half_path(run.path, {run.path.input, trans_a, trans_b, shape, 0.75, -1.5, 5}, c_dtype, seed++);
+          }
+  }
+}
+
+TEST_CASE("under small blockings a half C is still rounded once from the fp32 sum over all KC slices") {
+  // As "a half-precision C is the half rounding of the fp32 result": beta == 0 and alpha a power of
+  // two, so the half C must be exactly the half rounding of the same path's f32 C, with k spanning
+  // many slices and the rows run in chunks of 2 MC (the bounded fp32 partials).
+  std::vector<std::pair<HalfPath, GemmBlocking>> runs;
+  if (cpu::detail::cpu_has_avx512_gemm())
+    for (const GemmBlocking& blocking : kSmallBlockings)
+      runs.push_back({{"bf16 via f32 packing", DType::bf16, bf16_via_f32_blocked}, blocking});
+  if (cpu::detail::cpu_has_avx512_bf16_gemm())
+    runs.push_back({{"bf16 vdpbf16ps", DType::bf16, bf16_vdpbf16ps_blocked}, {GemmTile::mr14_nr32, 20, 28, 70}});
+  uint32_t seed = 40000;
+  for (const auto& [path, blocking] : runs) {
+    g_blocking = blocking;
+    for (bool trans_a : kTransposes) {
+      const GemmCase g{path.input, trans_a, !trans_a, {97, 150, 130}, 0x1p-3, 0.0, 2};
+      INFO(std::string(path.name), " tile ", cpu::detail::gemm_tile_name(blocking.tile), " ", describe(g));
+      const Operands in(g, seed++);
+      Matrix c32(DType::f32, 97, 150, 152), c_half(path.input, 97, 150, 152);
+      c32.fill(kNaN);
+      c_half.fill(kNaN);
+      path.run(g.trans_a, g.trans_b, 97, 150, 130, float(g.alpha), in.a.data(), in.a.ld(), in.b.data(), in.b.ld(),
+               0.0f, c32.data(), c32.ld(), false);
+      path.run(g.trans_a, g.trans_b, 97, 150, 130, float(g.alpha), in.a.data(), in.a.ld(), in.b.data(), in.b.ld(),
+               0.0f, c_half.data(), c_half.ld(), true);
+      CHECK(c32.as(path.input).same_bytes(c_half));
+    }
   }
 }

@@ -23,16 +23,22 @@
 // such) and op(B) into NR-column panels [k/2][NR][2]. Where a pair is adjacent in memory (A not
 // transposed, B transposed) the panel is a 32-bit transpose of 16 x 16 words in registers (the
 // f32 kernel's transpose); where it straddles two rows (A transposed, B not) two rows of 16
-// values are zero-extended to 32 bits and merged (lo | hi << 16).
+// values are zero-extended to 32 bits and merged (lo | hi << 16). A transposed A (the weight
+// gradient dW = dY^T X) is packed two rows of A at a time for the whole MC block, each row read
+// once and contiguously, rather than panel by panel (a strided walk of kc rows per panel).
 //
-// Blocking, outermost first (loop order jc -> pc -> ic -> jr -> ir), byte for byte the f32
-// kernel's: a bf16 pair is 4 bytes, as one float is, so KC = 1024 values of k here is the f32
-// kernel's KC = 512 in bytes.
-//   NC = 2048 columns: the packed B block (KC x NC bf16 = 4 MiB) lives in L3.
-//   KC = 1024 deep: the B micro-panel (KC x NR bf16 = 64 KiB) and A panels stream from L2. Fewer
-//     slices also mean fewer passes over C (and over the fp32 partials of a bf16 C).
-//   MC = 224 rows (16 x MR): the packed A block (MC x KC bf16 = 448 KiB) stays in L2 while the jr
-//     loop sweeps the B panels past it.
+// Blocking, outermost first (loop order jc -> pc -> ic -> jr -> ir), chosen per CPU at run time
+// (bf16_blocking_for, gemm_avx512_blocking.h). A bf16 pair is 4 bytes, as one float is, so KC =
+// 1024 values of k is the f32 kernel's KC = 512 in bytes.
+//   NC = 2048 columns: the packed B block (KC x NC bf16 = 4-8 MiB) lives in L3.
+//   KC = 1024 deep where L2 is 1 MiB (Zen 4) or unknown: the B micro-panel (KC x NR bf16 = 64 KiB)
+//     and the A panels stream from L2. KC = 2048 where L2 >= 2 MiB (Sapphire Rapids): the A block
+//     (896 KiB) still fits L2 beside a 128 KiB B panel, and k up to 2048 is one slice, so a bf16 C
+//     needs no fp32 partials and every C tile is stored once (measured there, one thread, CPU
+//     time, paired rounds: +8..10% at 2048^3, the GPT shapes within +-3%; KC = 512, MC = 448, NC =
+//     512..1024 all within +-3% of the 1 MiB rule).
+//   MC = 224 rows (16 x MR): the packed A block (MC x KC bf16 = 448-896 KiB) stays in L2 while the
+//     jr loop sweeps the B panels past it.
 // A bf16 C over more than one slice keeps fp32 partial sums of the thread's rows x NC columns in a
 // per-thread buffer (gemm_avx512_tiles.h), so it is rounded once.
 //
@@ -48,6 +54,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_avx512_blocking.h"
 #include "kernels/cpu/gemm_avx512_tiles.h"
 
 // GCC 12 warns that AVX-512 intrinsics read an uninitialised variable wherever the transposes and
@@ -61,10 +68,6 @@ namespace {
 
 constexpr int64_t kMR = 14;        // rows of a micro-tile (accumulator registers / 2)
 constexpr int64_t kNR = 32;        // columns of a micro-tile: two zmm of 16 fp32 lanes
-constexpr int64_t kKC = 1024;      // depth of one packed slice (values of k; even)
-constexpr int64_t kMC = kMR * 16;  // rows of a packed A block (L2)
-constexpr int64_t kNC = 2048;      // columns of a packed B block (L3)
-constexpr int64_t kPartialRows = 2 * kMC;  // rows per pass when a half C keeps fp32 partials (3.5 MiB)
 
 // op(X)[row][col] for a row-major bf16 X (as raw bits) with row stride ld.
 struct OperandView {
@@ -108,12 +111,30 @@ void pack_straddling_pairs(const uint16_t* src, int64_t ld, int64_t cols, int64_
   }
 }
 
-// One MR-row panel of op(A)[i0 : i0 + rows, p0 : p0 + kc] as [kc/2][kMR] pair words, zero-padded.
+// One MR-row panel of op(A)[i0 : i0 + rows, p0 : p0 + kc] = A (not transposed) as [kc/2][kMR] pair
+// words, zero-padded.
 void pack_a_panel(const OperandView& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, uint32_t* dst) {
-  if (a.transposed)  // op(A)[i][p] = A[p][i]: a pair straddles rows p, p + 1 of A
-    pack_straddling_pairs(a.data + p0 * a.ld + i0, a.ld, rows, kc, dst, kMR, kMR);
-  else
-    pack_adjacent_pairs(a.data + i0 * a.ld + p0, a.ld, rows, kc, dst, kMR, kMR);
+  pack_adjacent_pairs(a.data + i0 * a.ld + p0, a.ld, rows, kc, dst, kMR, kMR);
+}
+
+// All MR-row panels of a packed A block (mc rows) for op(A) = A^T (A stored [k][m]): a pair
+// straddles rows p, p + 1 of A, which hold that pair for every panel, contiguous; so the block is
+// packed two rows of A at a time, each panel's 14 words from one pair of masked loads. Going panel
+// by panel would walk kc rows of A once per panel, a strided pattern the prefetchers do not follow.
+void pack_a_block_transposed(const OperandView& a, int64_t i0, int64_t mc, int64_t p0, int64_t kc, uint32_t* dst) {
+  const int64_t pairs = (kc + 1) / 2;
+  const __mmask16 store = first_lanes(kMR);
+  for (int64_t q = 0; q < pairs; ++q) {
+    const uint16_t* row = a.data + (p0 + 2 * q) * a.ld + i0;
+    const bool has_second = 2 * q + 1 < kc;
+    for (int64_t ir = 0; ir < mc; ir += kMR) {
+      const __mmask16 load = first_lanes(mc - ir);
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load, row + ir));
+      const __m512i hi = has_second ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load, row + a.ld + ir))
+                                    : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(dst + ir * pairs + q * kMR, store, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
 }
 
 // One NR-column panel of op(B)[p0 : p0 + kc, j0 : j0 + cols] as [kc/2][kNR] pair words, zero-padded.
@@ -167,8 +188,9 @@ PackBuffer& thread_partial_buffer() {
 }
 
 // The serial loop nest over one rectangle of C (see the file comment).
-void gemm_rectangle(const OperandView& a, const OperandView& b, const Rectangle& r, int64_t k, float alpha, float beta,
-                    void* c, int64_t ldc, OutType out_type, const void* bias) {
+void gemm_rectangle(const GemmBlocking& blk, const OperandView& a, const OperandView& b, const Rectangle& r, int64_t k,
+                    float alpha, float beta, void* c, int64_t ldc, OutType out_type, const void* bias) {
+  const int64_t kKC = round_up(blk.kc, 2), kMC = blk.mc, kNC = round_up(blk.nc, kNR);
   uint32_t* a_packed = thread_a_buffer().get<uint32_t>(kMC * kKC / 2);
   uint32_t* b_packed = thread_b_buffer().get<uint32_t>(kKC / 2 * kNC);
   const int64_t esize = out_bytes(out_type);
@@ -185,8 +207,11 @@ void gemm_rectangle(const OperandView& a, const OperandView& b, const Rectangle&
       const SlicePhase phase = slice_phase(pc, kc, k);
       for (int64_t ic = r.row_begin; ic < r.row_end; ic += kMC) {
         const int64_t mc = std::min(kMC, r.row_end - ic);
-        for (int64_t ir = 0; ir < mc; ir += kMR)
-          pack_a_panel(a, ic + ir, std::min(kMR, mc - ir), pc, kc, a_packed + ir * pairs);
+        if (a.transposed)
+          pack_a_block_transposed(a, ic, mc, pc, kc, a_packed);
+        else
+          for (int64_t ir = 0; ir < mc; ir += kMR)
+            pack_a_panel(a, ic + ir, std::min(kMR, mc - ir), pc, kc, a_packed + ir * pairs);
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const int64_t cols = std::min(kNR, nc - jr);
           for (int64_t ir = 0; ir < mc; ir += kMR) {
@@ -209,7 +234,7 @@ void gemm_rectangle(const OperandView& a, const OperandView& b, const Rectangle&
 }
 
 // The entry points' common body; bias (C's type, n values) or null.
-void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
+void gemm_bf16_packed(const GemmBlocking& blk, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
                       int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, OutType out_type,
                       const void* bias) {
   if (m == 0 || n == 0) return;
@@ -222,24 +247,46 @@ void gemm_bf16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   const bool small = double(m) * double(n) * double(k) < 1.0e6;
   const int threads = small ? 1 : omp_get_max_threads();
   // Half C with k > KC keeps fp32 partials per thread: bound them by running kPartialRows at a time.
-  const int64_t chunk_rows = out_type != OutType::f32 && k > kKC ? kPartialRows : 0;
+  const int64_t chunk_rows = out_type != OutType::f32 && k > round_up(blk.kc, 2) ? 2 * blk.mc : 0;
   for_each_thread_rectangle(threads, m, n, kMR, kNR, chunk_rows, [&](const Rectangle& part) {
-    gemm_rectangle(op_a, op_b, part, k, alpha, beta, c, ldc, out_type, bias);
+    gemm_rectangle(blk, op_a, op_b, part, k, alpha, beta, c, ldc, out_type, bias);
   });
 }
 
 }  // namespace
 
+GemmBlocking bf16_blocking_for(const CpuCaches& caches) {
+  // The 14 x 32 tile and A^T packed by rows always (blk.tile and blk.pack_a_by_rows are not read). KC = 1024 and MC = 224 (A block 448 KiB) on Zen
+  // 4's 1 MiB L2 and unknown caches. A 2 MiB L2 holds a KC = 2048 A block (896 KiB) beside the B
+  // panel: k up to 2048 is then one slice, so a bf16 C skips the fp32 partials and C is stored
+  // once (measured on Sapphire Rapids: +10% at 2048^3, the GPT shapes within 2%).
+  if (caches.l2 >= 2 * 1024 * 1024) return {GemmTile::mr14_nr32, 2048, kMR * 16, 2048, true};
+  return {GemmTile::mr14_nr32, 1024, kMR * 16, 2048, true};
+}
+
+const GemmBlocking& bf16_blocking() {
+  static const GemmBlocking blocking = bf16_blocking_for(detect_cpu_caches());
+  return blocking;
+}
+
+void gemm_bf16_avx512_blocked(const GemmBlocking& blocking, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                              float alpha, const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb, float beta,
+                              void* c, int64_t ldc, bool c_is_bf16) {
+  gemm_bf16_packed(blocking, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                   c_is_bf16 ? OutType::bf16 : OutType::f32, nullptr);
+}
+
 void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
                       int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16) {
-  gemm_bf16_packed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+  gemm_bf16_packed(bf16_blocking(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                    c_is_bf16 ? OutType::bf16 : OutType::f32, nullptr);
 }
 
 void gemm_bias_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
                            int64_t lda, const bfloat16* b, int64_t ldb, const bfloat16* bias, bfloat16* c,
                            int64_t ldc) {
-  gemm_bf16_packed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::bf16, bias);
+  gemm_bf16_packed(bf16_blocking(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::bf16,
+                   bias);
 }
 
 }  // namespace hg::kernels::cpu::detail
