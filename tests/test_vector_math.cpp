@@ -19,10 +19,12 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/bias_gelu.h"
 #include "kernels/cpu/vector_math.h"
+#include "kernels/dtype.h"
 #include "kernels/half.h"
 #include "kernels/kernels.h"
 
@@ -215,4 +217,276 @@ TEST_CASE("vector math: GELU and its slope against float64, tanh and erf forms")
     CHECK(std::isnan(o[1]));
     CHECK(std::isnan(o[2]));
   }
+}
+
+// ==== the kernels on every tier ===================================================================
+
+namespace {
+
+template <class T>
+constexpr hg::DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return hg::DType::f32;
+  else if constexpr (std::is_same_v<T, hg::bfloat16>) return hg::DType::bf16;
+  else return hg::DType::f16;
+}
+
+// Relative unit roundoff of T's results and the absolute floor of its subnormals (half the f16
+// subnormal spacing; none for bf16/f32, which share float's range).
+template <class T>
+double roundoff() {
+  if constexpr (std::is_same_v<T, float>) return 0;
+  else if constexpr (std::is_same_v<T, hg::bfloat16>) return 0x1p-8;
+  else return 0x1p-11;
+}
+template <class T>
+double subnormal_floor() {
+  return std::is_same_v<T, hg::half> ? 0x1p-25 : 0;
+}
+
+template <class T>
+std::vector<T> random_values(std::mt19937& rng, int64_t n, double lo, double hi) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<T> v(static_cast<size_t>(n));
+  for (T& e : v) e = T(float(dist(rng)));
+  return v;
+}
+
+template <class T>
+std::vector<T> poison(int64_t n) {
+  return std::vector<T>(static_cast<size_t>(n), T(kNaN));
+}
+
+template <class T>
+double d(T v) {
+  return double(float(v));
+}
+
+// |got - ref| <= (roundoff(T) + rel32) |ref| + floor(T) + abs32, elementwise, with the first
+// failure reported.
+template <class T>
+void check_near(const std::vector<T>& got, const std::vector<double>& ref, double rel32, double abs32,
+                const std::string& what) {
+  int bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double g = d(got[i]);
+    bool ok;
+    if (std::isnan(ref[i]) || std::isinf(ref[i])) ok = std::isnan(ref[i]) ? std::isnan(g) : g == ref[i];
+    else ok = std::fabs(g - ref[i]) <= (roundoff<T>() + rel32) * std::fabs(ref[i]) + subnormal_floor<T>() + abs32;
+    if (!ok && bad++ == 0) {
+      CAPTURE(what);
+      CAPTURE(i);
+      CAPTURE(g);
+      CAPTURE(ref[i]);
+      CHECK(ok);
+    }
+  }
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " elements out of bounds");
+}
+
+// On the AVX-512 tier a half result is the f32 result (same inputs, widened) rounded once.
+template <class T>
+void check_rounded_once(const std::vector<T>& half_out, const std::vector<float>& f32_out, const std::string& what) {
+  int bad = 0;
+  for (size_t i = 0; i < half_out.size(); ++i) {
+    const T expect(f32_out[i]);
+    if (std::memcmp(&expect, &half_out[i], sizeof(T)) != 0) ++bad;
+  }
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " half results are not the f32 result rounded once");
+}
+
+template <class T>
+std::vector<float> widened(const std::vector<T>& v) {
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) f[i] = float(v[i]);
+  return f;
+}
+
+struct SoftmaxShape {
+  int64_t rows, cols, causal_rows;
+};
+const SoftmaxShape kShapes[] = {{3, 1, 0},    {4, 15, 0},  {4, 17, 0},  {3, 255, 0},
+                                {64, 1000, 0}, {17, 17, 17}, {6, 255, 3}, {2, 1000, 1000}};
+
+int64_t visible_of(const SoftmaxShape& s, int64_t r) {
+  return s.causal_rows > 0 ? (r % s.causal_rows) + (s.cols - s.causal_rows) + 1 : s.cols;
+}
+
+template <class T>
+void softmax_case(VectorMath tier, const SoftmaxShape& s, bool log, std::mt19937& rng) {
+  const ForceTier force(tier);
+  const int64_t n = s.rows * s.cols;
+  const std::string what = std::string(cpu::vector_math_name(tier)) + " " + hg::dtype_name(dtype_of<T>()) +
+                           (log ? " log_softmax " : " softmax ") + std::to_string(s.rows) + "x" +
+                           std::to_string(s.cols) + " causal " + std::to_string(s.causal_rows);
+  const std::vector<T> x = random_values<T>(rng, n, -8, 8), dy = random_values<T>(rng, n, -1, 1);
+  std::vector<T> y = poison<T>(n), dx = poison<T>(n);
+  cpu::softmax_forward(x.data(), y.data(), s.rows, s.cols, log, s.causal_rows, dtype_of<T>());
+  std::vector<double> ref(static_cast<size_t>(n)), dref(static_cast<size_t>(n));
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const int64_t v = visible_of(s, r);
+    double m = -INFINITY, sum = 0, dsum = 0;
+    for (int64_t c = 0; c < v; ++c) m = std::max(m, d(x[r * s.cols + c]));
+    for (int64_t c = 0; c < v; ++c) sum += std::exp(d(x[r * s.cols + c]) - m);
+    for (int64_t c = 0; c < s.cols; ++c) {
+      const double xv = d(x[r * s.cols + c]);
+      ref[r * s.cols + c] = c >= v ? (log ? -INFINITY : 0.0) : log ? xv - m - std::log(sum) : std::exp(xv - m) / sum;
+    }
+    // The backward reference reads the kernel's own (rounded) y, as the engine's backward does.
+    for (int64_t c = 0; c < s.cols; ++c) dsum += log ? d(dy[r * s.cols + c]) : d(dy[r * s.cols + c]) * d(y[r * s.cols + c]);
+    for (int64_t c = 0; c < s.cols; ++c) {
+      const int64_t i = r * s.cols + c;
+      dref[i] = log ? d(dy[i]) - std::exp(d(y[i])) * dsum : d(y[i]) * (d(dy[i]) - dsum);
+    }
+  }
+  // f32: exp within 1 ulp, a sum of <= 1000 terms; log outputs are up to 16 + log(1000) in size.
+  check_near(y, ref, 2e-6, log ? 4e-6 : 0, what + " forward");
+  if (!(log && s.causal_rows > 0)) {  // masked log outputs are -inf, whose gradient is undefined
+    cpu::softmax_backward(y.data(), dy.data(), dx.data(), s.rows, s.cols, log, dtype_of<T>());
+    check_near(dx, dref, 4e-6, 4e-6 * (log ? 1 : 0.1), what + " backward");
+  }
+  if constexpr (!std::is_same_v<T, float>) {
+    if (tier == VectorMath::avx512) {  // the same inputs in f32, rounded once to T
+      const std::vector<float> xf = widened(x), dyf = widened(dy);
+      std::vector<float> yf = poison<float>(n), dxf = poison<float>(n);
+      cpu::softmax_forward(xf.data(), yf.data(), s.rows, s.cols, log, s.causal_rows, hg::DType::f32);
+      check_rounded_once(y, yf, what + " forward");
+      if (!(log && s.causal_rows > 0)) {
+        const std::vector<float> yw = widened(y);
+        cpu::softmax_backward(yw.data(), dyf.data(), dxf.data(), s.rows, s.cols, log, hg::DType::f32);
+        check_rounded_once(dx, dxf, what + " backward");
+      }
+    }
+  }
+}
+
+template <class T>
+void softmax_all(std::mt19937& rng) {
+  for (VectorMath tier : tiers())
+    for (const SoftmaxShape& s : kShapes)
+      for (bool log : {false, true}) softmax_case<T>(tier, s, log, rng);
+}
+
+}  // namespace
+
+TEST_CASE("softmax / log_softmax on every tier: f32, bf16, f16 at lengths 1..1000, causal rows, vs float64") {
+  std::mt19937 rng(2026);
+  softmax_all<float>(rng);
+  softmax_all<hg::bfloat16>(rng);
+  softmax_all<hg::half>(rng);
+}
+
+TEST_CASE("softmax: a NaN makes its row NaN and no other; the tiers agree") {
+  std::mt19937 rng(7);
+  const int64_t rows = 4, cols = 37;
+  std::vector<float> x = random_values<float>(rng, rows * cols, -5, 5);
+  x[size_t(1 * cols + 20)] = kNaN;
+  std::vector<std::vector<float>> outs;
+  for (VectorMath tier : tiers()) {
+    const ForceTier force(tier);
+    for (bool log : {false, true}) {
+      std::vector<float> y = poison<float>(rows * cols);
+      // Poison with a finite value so NaN outputs are the kernel's own.
+      std::fill(y.begin(), y.end(), 12345.0f);
+      cpu::softmax_forward(x.data(), y.data(), rows, cols, log, 0, hg::DType::f32);
+      for (int64_t c = 0; c < cols; ++c) CHECK(std::isnan(y[size_t(cols + c)]));
+      for (int64_t r : {0, 2, 3})
+        for (int64_t c = 0; c < cols; ++c) CHECK(std::isfinite(y[size_t(r * cols + c)]));
+      outs.push_back(y);
+    }
+  }
+  if (outs.size() == 4) {  // portable vs avx512, softmax and log_softmax: a few ulp apart
+    for (int k = 0; k < 2; ++k)
+      for (size_t i = 0; i < outs[size_t(k)].size(); ++i) {
+        const float a = outs[size_t(k)][i], b = outs[size_t(k + 2)][i];
+        if (std::isnan(a)) CHECK(std::isnan(b));
+        else CHECK(std::fabs(a - b) <= 4e-6f * (1 + std::fabs(a)));
+      }
+  }
+}
+
+namespace {
+
+template <class T>
+void gelu_case(VectorMath tier, int64_t n, bool erf, std::mt19937& rng) {
+  const ForceTier force(tier);
+  const std::string what = std::string(cpu::vector_math_name(tier)) + " " + hg::dtype_name(dtype_of<T>()) +
+                           (erf ? " gelu_erf n=" : " gelu_tanh n=") + std::to_string(n);
+  const auto op = erf ? hg::kernels::UnaryOp::GeluErf : hg::kernels::UnaryOp::GeluTanh;
+  const std::vector<T> x = random_values<T>(rng, n, -6, 6), dy = random_values<T>(rng, n, -2, 2);
+  std::vector<T> y = poison<T>(n), dx = poison<T>(n);
+  cpu::unary_forward(op, x.data(), y.data(), n, 0.0, dtype_of<T>());
+  cpu::unary_backward(op, x.data(), nullptr, dy.data(), dx.data(), n, 0.0, dtype_of<T>());
+  std::vector<double> ref(static_cast<size_t>(n)), dref(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    ref[size_t(i)] = gelu_ref(d(x[size_t(i)]), erf);
+    dref[size_t(i)] = d(dy[size_t(i)]) * gelu_slope_ref(d(x[size_t(i)]), erf);
+  }
+  // f32: the portable tier's 0.5 x (1 + tanh u) cancels for x < 0 (absolute error ~1e-7 |x|).
+  check_near(y, ref, 4e-6, 2e-7 * 6, what + " forward");
+  check_near(dx, dref, 4e-6, 4e-6 * 2, what + " backward");
+  if constexpr (!std::is_same_v<T, float>) {
+    if (tier == VectorMath::avx512) {
+      const std::vector<float> xf = widened(x), dyf = widened(dy);
+      std::vector<float> yf = poison<float>(n), dxf = poison<float>(n);
+      cpu::unary_forward(op, xf.data(), yf.data(), n, 0.0, hg::DType::f32);
+      cpu::unary_backward(op, xf.data(), nullptr, dyf.data(), dxf.data(), n, 0.0, hg::DType::f32);
+      check_rounded_once(y, yf, what + " forward");
+      check_rounded_once(dx, dxf, what + " backward");
+    }
+  }
+}
+
+template <class T>
+void bias_gelu_case(VectorMath tier, int64_t rows, int64_t cols, bool erf, std::mt19937& rng) {
+  const ForceTier force(tier);
+  const std::string what = std::string(cpu::vector_math_name(tier)) + " " + hg::dtype_name(dtype_of<T>()) +
+                           " bias_gelu " + std::to_string(rows) + "x" + std::to_string(cols) + (erf ? " erf" : " tanh");
+  const int64_t n = rows * cols;
+  const std::vector<T> x = random_values<T>(rng, n, -5, 5), b = random_values<T>(rng, cols, -1, 1),
+                       dy = random_values<T>(rng, n, -2, 2);
+  std::vector<T> y = poison<T>(n), dx = poison<T>(n), db = poison<T>(cols);
+  cpu::bias_gelu_forward(x.data(), b.data(), y.data(), rows, cols, erf, dtype_of<T>());
+  cpu::bias_gelu_backward(x.data(), b.data(), dy.data(), dx.data(), db.data(), rows, cols, erf, dtype_of<T>());
+  std::vector<double> ref(static_cast<size_t>(n)), dref(static_cast<size_t>(n)), dbref(static_cast<size_t>(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = size_t(r * cols + c);
+      const double v = double(float(float(x[i]) + float(b[size_t(c)])));  // x + b is added in float
+      ref[i] = gelu_ref(v, erf);
+      dref[i] = d(dy[i]) * gelu_slope_ref(v, erf);
+      dbref[size_t(c)] += d(dx[i]);  // the bias gradient sums dx as stored
+    }
+  check_near(y, ref, 4e-6, 2e-7 * 6, what + " forward");
+  check_near(dx, dref, 4e-6, 4e-6 * 2, what + " backward");
+  check_near(db, dbref, 1e-6 * double(rows), 1e-6 * double(rows), what + " bias gradient");
+}
+
+}  // namespace
+
+TEST_CASE("GELU (unary and bias_gelu) on every tier: f32, bf16, f16 at lengths 1..70001, vs float64") {
+  std::mt19937 rng(2027);
+  for (VectorMath tier : tiers()) {
+    for (bool erf : {false, true}) {
+      for (int64_t n : {1, 15, 17, 255, 1000, 70001}) {
+        gelu_case<float>(tier, n, erf, rng);
+        gelu_case<hg::bfloat16>(tier, n, erf, rng);
+        gelu_case<hg::half>(tier, n, erf, rng);
+      }
+      for (int64_t cols : {1, 17, 1000}) {
+        for (int64_t rows : {3, 40}) {
+          bias_gelu_case<float>(tier, rows, cols, erf, rng);
+          bias_gelu_case<hg::bfloat16>(tier, rows, cols, erf, rng);
+          bias_gelu_case<hg::half>(tier, rows, cols, erf, rng);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("vector_math_force: refuses a tier the CPU lacks; reset returns to the best") {
+  cpu::vector_math_force(VectorMath::portable);
+  CHECK(cpu::vector_math_active() == VectorMath::portable);
+  cpu::vector_math_reset();
+  CHECK(cpu::vector_math_active() == cpu::vector_math_best());
+  if (cpu::vector_math_best() != VectorMath::avx512) CHECK_THROWS(cpu::vector_math_force(VectorMath::avx512));
 }
