@@ -35,9 +35,9 @@ HG_CVT512 inline __m512 widen_bf16x16(__m256i b) {
 HG_CVT512 inline __m256i narrow_bf16x16(__m512 f) {
   const __m512i bits = _mm512_castps_si512(f);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fff));
-  return _mm512_cvtepi32_epi16(r);
+  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  // Narrowed to 16 bits with the NaN lanes (mask off) taking 0x7fff in the same instruction.
+  return _mm512_mask_cvtepi32_epi16(_mm256_set1_epi16(0x7fff), _mm512_cmp_ps_mask(f, f, _CMP_ORD_Q), r);
 }
 
 HG_CVT512 inline __mmask16 tail_mask(int64_t rest) { return __mmask16((1u << rest) - 1u); }
