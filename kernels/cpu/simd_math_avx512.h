@@ -21,8 +21,8 @@
 // GELU (unary_math.h's formulas, rewritten so nothing cancels; the same function mathematically):
 //   gelu_tanh(x) = 0.5 x (1 + tanh u) = x s,   s = sigmoid(2u) = 1 / (1 + exp(-2u)),
 //   gelu_tanh'(x) = s + 2 x u' s (1 - s),     u = sqrt(2/pi)(x + 0.044715 x^3), u' its slope;
-//     s and 1 - s both come from q = exp(-2|u|) <= 1 (1 / (1 + q) and q / (1 + q)), so neither
-//     overflows nor cancels.
+//     s and s (1 - s) come from q = exp(-2|u|) <= 1 and r = 1 / (1 + q): s = r or q r by the sign of
+//     u, s (1 - s) = q r^2 either way, so nothing overflows or cancels.
 //   gelu_erf(x) = x Phi(x),  gelu_erf'(x) = Phi(x) + x exp(-x^2 / 2) / sqrt(2 pi),
 //     Phi(x) = 0.5 (1 + erf(x / sqrt 2)), for x / sqrt 2 <= -1 taken as 0.5 erfc(|x| / sqrt 2) directly.
 // Reciprocals are vrcp14ps plus one Newton step (relative error ~2^-28, far below float's 2^-24)
@@ -63,10 +63,10 @@ HG_SIMD512 inline __m512 reciprocal(__m512 d) {
   return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, splat(1.0f)), r);
 }
 
-HG_SIMD512 inline __m512 exp(__m512 x) {
+// exp of x already clamped to [-104, 89] (or NaN).
+HG_SIMD512 inline __m512 exp_clamped(__m512 x) {
   static constexpr float kP[] = {0.500000007f, 0.166666659f, 0.041666295f, 0.00833349705f, 0.00139446576f,
                                  0.000197903489f};
-  x = clamp(x, -104.0f, 89.0f);
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, splat(0.693145752f), x);  // ln2 = 0.693145752 + 1.42860677e-6
   r = _mm512_fnmadd_ps(n, splat(1.42860677e-6f), r);
@@ -74,6 +74,11 @@ HG_SIMD512 inline __m512 exp(__m512 x) {
   const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(horner(r, kP), r2, r), splat(1.0f));
   return _mm512_scalef_ps(e, n);
 }
+
+HG_SIMD512 inline __m512 exp(__m512 x) { return exp_clamped(clamp(x, -104.0f, 89.0f)); }
+
+// exp(x) for x <= 0 or NaN (softmax's x - max, -a^2, -|w|): only the lower clamp is needed.
+HG_SIMD512 inline __m512 exp_nonpositive(__m512 x) { return exp_clamped(_mm512_max_ps(splat(-104.0f), x)); }
 
 HG_SIMD512 inline __m512 tanh(__m512 x) {
   static constexpr float kP[] = {-0.333332839f, 0.133314912f, -0.0537434953f, 0.020650579f, -0.00571703656f};
@@ -109,7 +114,7 @@ HG_SIMD512 inline ErfParts erf_parts(__m512 a) {
   p.erf_small = _mm512_fmadd_ps(a, horner(z, kSmall), a);
   const __m512 ac = _mm512_min_ps(splat(10.5f), a);
   const __m512 hi = _mm512_mul_ps(ac, ac), lo = _mm512_fmsub_ps(ac, ac, hi);  // ac^2 = hi + lo exactly
-  const __m512 g = exp(_mm512_sub_ps(_mm512_setzero_ps(), hi));
+  const __m512 g = exp_nonpositive(_mm512_sub_ps(_mm512_setzero_ps(), hi));
   p.exp_minus_a2 = _mm512_fnmadd_ps(g, lo, g);  // exp(-hi - lo) = exp(-hi) (1 - lo)
   const __m512 t = reciprocal(_mm512_max_ps(splat(1.0f), ac));
   const __mmask16 far = _mm512_cmp_ps_mask(ac, splat(4.0f), _CMP_GT_OQ);
@@ -127,33 +132,31 @@ HG_SIMD512 inline __m512 erf(__m512 x) {
 
 // ---- GELU ---------------------------------------------------------------------------------------
 
-HG_SIMD512 inline __m512 gelu_tanh_u(__m512 x) {
-  const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-  return _mm512_mul_ps(splat(0.797884561f), _mm512_fmadd_ps(splat(0.044715f), x3, x));
+// w = 2u = 2 sqrt(2/pi) (x + 0.044715 x^3) = x (c0 + c1 x^2), and x^2.
+HG_SIMD512 inline __m512 gelu_tanh_w(__m512 x, __m512 x2) {
+  return _mm512_mul_ps(x, _mm512_fmadd_ps(splat(1.59576912f * 0.044715f), x2, splat(1.59576912f)));
 }
 
-// s = sigmoid(2u) and 1 - s, from q = exp(-2|u|).
-HG_SIMD512 inline void sigmoid_pair(__m512 u, __m512& s, __m512& one_minus_s) {
-  const __m512 q = exp(_mm512_mul_ps(splat(-2.0f), _mm512_abs_ps(u)));
-  const __m512 r = reciprocal(_mm512_add_ps(splat(1.0f), q));
-  const __m512 qr = _mm512_mul_ps(q, r);
-  const __mmask16 negative = _mm512_cmp_ps_mask(u, _mm512_setzero_ps(), _CMP_LT_OQ);
-  s = _mm512_mask_mov_ps(r, negative, qr);
-  one_minus_s = _mm512_mask_mov_ps(qr, negative, r);
+// s = sigmoid(w) = 1 / (1 + exp(-w)) and q r^2 = s (1 - s), from q = exp(-|w|) and r = 1 / (1 + q):
+// s = r for w >= 0, q r below (no overflow, no cancellation).
+HG_SIMD512 inline __m512 sigmoid_of(__m512 w, __m512& q, __m512& r) {
+  q = exp_nonpositive(or_bits(w, splat(-0.0f)));  // -|w|
+  r = reciprocal(_mm512_add_ps(splat(1.0f), q));
+  return _mm512_mask_mul_ps(r, _mm512_cmp_ps_mask(w, _mm512_setzero_ps(), _CMP_LT_OQ), q, r);
 }
 
 HG_SIMD512 inline __m512 gelu_tanh(__m512 x) {
-  __m512 s, t;
-  sigmoid_pair(gelu_tanh_u(x), s, t);
-  return _mm512_mul_ps(x, s);
+  __m512 q, r;
+  return _mm512_mul_ps(x, sigmoid_of(gelu_tanh_w(x, _mm512_mul_ps(x, x)), q, r));
 }
 
 HG_SIMD512 inline __m512 gelu_tanh_slope(__m512 x) {
-  __m512 s, t;
-  sigmoid_pair(gelu_tanh_u(x), s, t);
-  // u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-  const __m512 du = _mm512_mul_ps(splat(0.797884561f), _mm512_fmadd_ps(splat(0.134145f), _mm512_mul_ps(x, x), splat(1.0f)));
-  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_add_ps(x, x), du), _mm512_mul_ps(s, t), s);
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  __m512 q, r;
+  const __m512 s = sigmoid_of(gelu_tanh_w(x, x2), q, r);
+  // slope = s + x w' s (1 - s), w' = 2 u' = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+  const __m512 dw = _mm512_fmadd_ps(splat(1.59576912f * 0.134145f), x2, splat(1.59576912f));
+  return _mm512_fmadd_ps(_mm512_mul_ps(x, dw), _mm512_mul_ps(_mm512_mul_ps(q, r), r), s);
 }
 
 // Phi(x) = 0.5 (1 + erf(x / sqrt 2)) and exp(-x^2 / 2).

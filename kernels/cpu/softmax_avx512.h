@@ -42,8 +42,8 @@ HG_SIMD512 float sum_exp(const T* x, float m, float* e, int64_t n) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   int64_t c = 0;
   for (; c + 32 <= n; c += 32) {
-    const __m512 e0 = exp(_mm512_sub_ps(load16(x + c), mv));
-    const __m512 e1 = exp(_mm512_sub_ps(load16(x + c + 16), mv));
+    const __m512 e0 = exp_nonpositive(_mm512_sub_ps(load16(x + c), mv));
+    const __m512 e1 = exp_nonpositive(_mm512_sub_ps(load16(x + c + 16), mv));
     if constexpr (kStore) {
       _mm512_storeu_ps(e + c, e0);
       _mm512_storeu_ps(e + c + 16, e1);
@@ -52,13 +52,13 @@ HG_SIMD512 float sum_exp(const T* x, float m, float* e, int64_t n) {
     s1 = _mm512_add_ps(s1, e1);
   }
   for (; c + 16 <= n; c += 16) {
-    const __m512 e0 = exp(_mm512_sub_ps(load16(x + c), mv));
+    const __m512 e0 = exp_nonpositive(_mm512_sub_ps(load16(x + c), mv));
     if constexpr (kStore) _mm512_storeu_ps(e + c, e0);
     s0 = _mm512_add_ps(s0, e0);
   }
   if (c < n) {
     const __mmask16 k = tail_mask(n - c);
-    const __m512 e0 = exp(_mm512_sub_ps(load16(x + c, k), mv));
+    const __m512 e0 = exp_nonpositive(_mm512_sub_ps(load16(x + c, k), mv));
     if constexpr (kStore) _mm512_mask_storeu_ps(e + c, k, e0);
     s1 = _mm512_mask_add_ps(s1, k, s1, e0);
   }
