@@ -6,8 +6,8 @@
 // portable versions are std:: / libmvec in the kernels' other paths.
 //
 // Math (coefficients: weighted least-squares fits iterated toward minimax, made in double with
-// mpmath references; max ulp errors against std:: in float64 are measured by test_vector_math on a
-// dense sweep and stated in docs/precision.md):
+// mpmath references by scripts/fit_vector_math.py; max ulp errors against float64 std:: are measured
+// by test_vector_math on a dense sweep and stated in docs/precision.md):
 //   exp(x)  = 2^n e^r, n = round(x log2 e), r = x - n ln2 (ln2 in two parts, |r| <= ln2 / 2),
 //             e^r = 1 + r + r^2 P5(r); 2^n applied by vscalefps, which rounds once, so overflow
 //             gives +inf and underflow gives subnormals or 0. x is clamped to [-104, 89] first
@@ -63,7 +63,7 @@ HG_SIMD512 inline __m512 reciprocal(__m512 d) {
   return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, splat(1.0f)), r);
 }
 
-// exp of x already clamped to [-104, 89] (or NaN).
+// exp of x already clamped to [-104, 89] (or NaN). Every exp in the kernels is one of the two below.
 HG_SIMD512 inline __m512 exp_clamped(__m512 x) {
   static constexpr float kP[] = {0.500000007f, 0.166666659f, 0.041666295f, 0.00833349705f, 0.00139446576f,
                                  0.000197903489f};
