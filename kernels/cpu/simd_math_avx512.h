@@ -65,8 +65,8 @@ HG_SIMD512 inline __m512 reciprocal(__m512 d) {
 
 // exp of x already clamped to [-104, 89] (or NaN). Every exp in the kernels is one of the two below.
 HG_SIMD512 inline __m512 exp_clamped(__m512 x) {
-  static constexpr float kP[] = {0.500000007f, 0.166666659f, 0.041666295f, 0.00833349705f, 0.00139446576f,
-                                 0.000197903489f};
+  static constexpr float kP[] = {0.500000007f, 0.166666659f, 0.0416662951f, 0.008333497f, 0.00139446493f,
+                                 0.000197903572f};
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, splat(0.693145752f), x);  // ln2 = 0.693145752 + 1.42860677e-6
   r = _mm512_fnmadd_ps(n, splat(1.42860677e-6f), r);
