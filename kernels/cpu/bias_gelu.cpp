@@ -17,13 +17,16 @@
 // (partials [blocks, cols], acc_t), then the columns are summed over the blocks in block order,
 // split by column ranges over the threads. Blocks and summation order are fixed, so every result is
 // bit-identical for any thread count (1..64: a GPT MLP of 2048 rows has 128 blocks; 256 rows, 16).
+
+// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised
+// (before any include: the warnings point into avx512fintrin.h).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include "kernels/cpu/bias_gelu.h"
 
 #include <omp.h>
 
-// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
 #include <type_traits>

@@ -23,6 +23,12 @@
 // the chunks over threads (only above kParallelMinElements). A chunk is computed the same way
 // whatever the thread count, so results do not depend on it. Strided binary ops are split into one
 // range of outer rows per thread, each walking its rows with an odometer.
+
+// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised
+// (before any include: the warnings point into avx512fintrin.h).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -37,9 +43,6 @@
 
 #include <omp.h>
 
-// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // Tell GCC that glibc's libmvec has SIMD versions of these (math-vector.h only says so under
 // -ffast-math; the functions are there regardless, accurate to a few ulp). tanh/erf never set errno,

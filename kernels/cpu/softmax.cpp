@@ -19,11 +19,13 @@
 // Where the CPU has AVX-512 (vector_math.h), f32/bf16/f16 rows run softmax_avx512.h's explicit loops
 // instead: the same math and row split, half rows converted in registers (no staged copy of x or dy),
 // exp from simd_math_avx512.h. f64, and CPUs without AVX-512, keep the loops below.
-#include <cmath>
 
-// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised.
+// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised
+// (before any include: the warnings point into avx512fintrin.h).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>

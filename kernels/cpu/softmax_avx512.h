@@ -4,9 +4,9 @@
 // read from memory as T and written as T with no float copy of x; only softmax's exp(x - m) goes
 // through `scratch` (a float row per thread, in L1/L2) so the final pass only scales and rounds.
 // Same math as softmax.cpp's header: m = max, s = sum exp(x - m), y = exp(x - m) / s or
-// x - m - log s; backward dx = y (dy - sum dy y) or dy - exp(y) sum dy. Sums use four (max: four,
-// exp sum: two) 16-lane accumulators added in a fixed order, so a row's result is the same on
-// every run and thread count. Callers check vector_math_active() == avx512 first.
+// x - m - log s; backward dx = y (dy - sum dy y) or dy - exp(y) sum dy. The max and the backward
+// sums keep four 16-lane accumulators, the exp sum two, combined in a fixed order, so a row's result
+// is the same on every run and thread count. Callers check vector_math_active() == avx512 first.
 #include <cmath>
 #include <cstdint>
 #include <limits>

@@ -1,11 +1,14 @@
 // The softmax/GELU kernels' tier choice (vector_math.h) and the vector math as array functions for
 // the accuracy tests: each AVX-512 function of simd_math_avx512.h over n floats, 16 lanes at a time
 // with a masked tail; the portable tier is std:: and unary_math.h in float.
-#include "kernels/cpu/vector_math.h"
 
-// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised.
+// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised
+// (before any include: the warnings point into avx512fintrin.h).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include "kernels/cpu/vector_math.h"
+
 
 #include <atomic>
 #include <cmath>
