@@ -13,8 +13,9 @@
 // Softmax and GELU (unary and bias_gelu) run once per vector-math tier this CPU has (field
 // "vector_math": "portable" is the compiler-vectorised std::/libmvec loops, "avx512" the explicit
 // AVX-512 loops; kernels/cpu/vector_math.h), so before/after are measured in the same process.
-// Shapes: the in-cache GPT activations, and [16384, 1024] (64 MiB per f32 tensor, far beyond L3) where
-// bytes/s shows what the memory system allows (fewer repeats there).
+// Shapes: [16, 256] (L1-resident: what the arithmetic allows), the in-cache GPT activations, and
+// [16384, 1024] (64 MiB per f32 tensor, far beyond L3) where bytes/s shows what the memory system
+// allows (fewer repeats there).
 #include <omp.h>
 #include <time.h>
 
@@ -219,6 +220,7 @@ void run_half_ops_bench(bool quick) {
       .add("timer", "thread_cpu")
       .print();
   const int repeats = quick ? 3 : 20;
+  bench_shape(16, 256, repeats * 10);  // 4096 elements, L1-resident: the kernels' compute bound
   bench_shape(2048, 256, repeats);
   bench_shape(2048, 1024, repeats);
   if (!quick) bench_shape(16384, 1024, 5);  // out of cache: DRAM bandwidth
