@@ -391,7 +391,7 @@ TEST_CASE("softmax / log_softmax on every tier: f32, bf16, f16 at lengths 1..100
   softmax_all<hg::half>(rng);
 }
 
-TEST_CASE("softmax: a NaN makes its row NaN and no other; the tiers agree") {
+TEST_CASE("softmax: a NaN makes its row NaN and no other, and the tiers agree") {
   std::mt19937 rng(7);
   const int64_t rows = 4, cols = 37;
   std::vector<float> x = random_values<float>(rng, rows * cols, -5, 5);
@@ -499,7 +499,7 @@ TEST_CASE("GELU (unary and bias_gelu) on every tier: f32, bf16, f16 at lengths 1
   }
 }
 
-TEST_CASE("vector_math_force: refuses a tier the CPU lacks; reset returns to the best") {
+TEST_CASE("vector_math_force refuses a tier the CPU lacks, and reset returns to the best") {
   cpu::vector_math_force(VectorMath::portable);
   CHECK(cpu::vector_math_active() == VectorMath::portable);
   cpu::vector_math_reset();
