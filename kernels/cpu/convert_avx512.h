@@ -89,12 +89,19 @@ HG_CVT512 inline void store16(T* p, __m512 v, __mmask16 mask) {
   }
 }
 
-// v rounded to T and widened back (what a T store then load would give), in registers.
+// store16 (all 16 lanes, or the first lanes of `mask`) that also returns the stored values widened
+// back to float (what a load of them would give), narrowing only once.
 template <class T>
-HG_CVT512 inline __m512 round_to(__m512 v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else if constexpr (std::is_same_v<T, bfloat16>) return widen_bf16x16(narrow_bf16x16(v));
-  else return widen_half16(narrow_half16(v));
+HG_CVT512 inline __m512 store16_rounded(T* p, __m512 v, __mmask16 mask = 0xffff) {
+  if constexpr (std::is_same_v<T, float>) {
+    _mm512_mask_storeu_ps(p, mask, v);
+    return v;
+  } else {
+    const __m256i bits = std::is_same_v<T, bfloat16> ? narrow_bf16x16(v) : narrow_half16(v);
+    _mm256_mask_storeu_epi16(p, mask, bits);
+    if constexpr (std::is_same_v<T, bfloat16>) return widen_bf16x16(bits);
+    else return widen_half16(bits);
+  }
 }
 
 }  // namespace hg::kernels::cpu::simd512

@@ -43,15 +43,19 @@ HG_SIMD512 void gelu_backward_span(const T* x, const float* bias, const T* dy, T
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
     const __m512 d = _mm512_mul_ps(load16(dy + j), gelu_slope<kErf>(load_plus_bias<T, kBias>(x, bias, j)));
-    store16(dx + j, d);
-    if (bias_sum != nullptr) _mm512_storeu_ps(bias_sum + j, _mm512_add_ps(_mm512_loadu_ps(bias_sum + j), round_to<T>(d)));
+    if (bias_sum != nullptr)
+      _mm512_storeu_ps(bias_sum + j, _mm512_add_ps(_mm512_loadu_ps(bias_sum + j), store16_rounded(dx + j, d)));
+    else
+      store16(dx + j, d);
   }
   if (j < n) {
     const __mmask16 k = tail_mask(n - j);
     const __m512 d = _mm512_mul_ps(load16(dy + j, k), gelu_slope<kErf>(load_plus_bias<T, kBias>(x, bias, j, k)));
-    store16(dx + j, d, k);
     if (bias_sum != nullptr)
-      _mm512_mask_storeu_ps(bias_sum + j, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, bias_sum + j), round_to<T>(d)));
+      _mm512_mask_storeu_ps(bias_sum + j, k,
+                            _mm512_add_ps(_mm512_maskz_loadu_ps(k, bias_sum + j), store16_rounded(dx + j, d, k)));
+    else
+      store16(dx + j, d, k);
   }
 }
 
