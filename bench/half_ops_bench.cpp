@@ -9,6 +9,13 @@
 // f32 elements/s) and bytes_ratio (1.0 means the same bytes/s as f32: the target for the
 // bandwidth-bound kernels). The conversions alone (convert.h to_float / from_float) are printed too,
 // per tier, against a float copy of the same length.
+//
+// Softmax and GELU (unary and bias_gelu) run once per vector-math tier this CPU has (field
+// "vector_math": "portable" is the compiler-vectorised std::/libmvec loops, "avx512" the explicit
+// AVX-512 loops; kernels/cpu/vector_math.h), so before/after are measured in the same process.
+// Shapes: [16, 256] (L1-resident: what the arithmetic allows), the in-cache GPT activations, and
+// [16384, 1024] (64 MiB per f32 tensor, far beyond L3) where bytes/s shows what the memory system
+// allows (fewer repeats there).
 #include <omp.h>
 #include <time.h>
 
@@ -20,7 +27,9 @@
 
 #include "bench_sections.h"
 #include "json_line.h"
+#include "kernels/cpu/bias_gelu.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/kernels.h"
 
 namespace hg::bench {
@@ -41,7 +50,8 @@ struct Variant {
 
 // Times the variants interleaved (one warm-up each, then `repeats` rounds of every variant) and
 // prints one line per variant; half variants get their ratio to the "f32" variant.
-void measure(const std::string& kernel, int64_t rows, int64_t cols, int repeats, std::vector<Variant> variants) {
+void measure(const std::string& kernel, int64_t rows, int64_t cols, int repeats, std::vector<Variant> variants,
+             const char* vector_math = nullptr) {
   std::vector<double> best(variants.size(), 1e30);
   for (auto& v : variants) v.run();
   for (int r = 0; r < repeats; ++r) {
@@ -73,6 +83,7 @@ void measure(const std::string& kernel, int64_t rows, int64_t cols, int repeats,
         .add("elements_per_s", eps)
         .add("bytes", (long long)variants[i].bytes)
         .add("gbs", bps / 1e9);
+    if (vector_math != nullptr) line.add("vector_math", vector_math);
     if (variants[i].dtype != "f32" && f32_eps > 0) {
       line.add("elements_ratio", eps / f32_eps).add("bytes_ratio", bps / f32_bps);
     }
@@ -115,11 +126,34 @@ void bench_shape(int64_t rows, int64_t cols, int repeats) {
     return v;
   };
 
-  measure("softmax_forward", rows, cols, repeats,
-          each(2, [&](DType d) { cpu::softmax_forward(t.get(d, 0), t.get(d, 3), rows, cols, false, 0, d); }));
-  measure("softmax_backward", rows, cols, repeats, each(3, [&](DType d) {
-            cpu::softmax_backward(t.get(d, 3), t.get(d, 1), t.get(d, 4), rows, cols, false, d);
-          }));
+  // Softmax and GELU on every vector-math tier (before / after in one process).
+  std::vector<kernels::cpu::VectorMath> tiers{kernels::cpu::VectorMath::portable};
+  if (kernels::cpu::vector_math_best() == kernels::cpu::VectorMath::avx512)
+    tiers.push_back(kernels::cpu::VectorMath::avx512);
+  for (const kernels::cpu::VectorMath tier : tiers) {
+    kernels::cpu::vector_math_force(tier);
+    const char* tn = kernels::cpu::vector_math_name(tier);
+    measure("softmax_forward", rows, cols, repeats,
+            each(2, [&](DType d) { cpu::softmax_forward(t.get(d, 0), t.get(d, 3), rows, cols, false, 0, d); }), tn);
+    measure("softmax_backward", rows, cols, repeats, each(3, [&](DType d) {
+              cpu::softmax_backward(t.get(d, 3), t.get(d, 1), t.get(d, 4), rows, cols, false, d);
+            }), tn);
+    measure("gelu_forward", rows, cols, repeats, each(2, [&](DType d) {
+              cpu::unary_forward(k::UnaryOp::GeluTanh, t.get(d, 0), t.get(d, 3), n, 0.0, d);
+            }), tn);
+    measure("gelu_backward", rows, cols, repeats, each(3, [&](DType d) {
+              cpu::unary_backward(k::UnaryOp::GeluTanh, t.get(d, 0), nullptr, t.get(d, 1), t.get(d, 4), n, 0.0, d);
+            }), tn);
+    // bias: the first `cols` elements of slot 2; dbias into slot 5.
+    measure("bias_gelu_forward", rows, cols, repeats, each(2, [&](DType d) {
+              cpu::bias_gelu_forward(t.get(d, 0), t.get(d, 2), t.get(d, 3), rows, cols, false, d);
+            }), tn);
+    measure("bias_gelu_backward", rows, cols, repeats, each(3, [&](DType d) {
+              cpu::bias_gelu_backward(t.get(d, 0), t.get(d, 2), t.get(d, 1), t.get(d, 4), t.get(d, 5), rows, cols,
+                                      false, d);
+            }), tn);
+  }
+  kernels::cpu::vector_math_reset();
   measure("layer_norm_forward", rows, cols, repeats, each(2, [&](DType d) {
             float* s = stats[d].data();
             cpu::layer_norm_forward(t.get(d, 0), t.get(d, 1), t.get(d, 2), t.get(d, 3), s, s + rows, rows, cols, 1e-5,
@@ -131,12 +165,6 @@ void bench_shape(int64_t rows, int64_t cols, int repeats) {
             char* p = static_cast<char*>(t.get(d, 5));
             cpu::layer_norm_backward(t.get(d, 0), t.get(d, 1), s, s + rows, t.get(d, 2), t.get(d, 4), p,
                                      p + cols * dtype_size(d), rows, cols, d);
-          }));
-  measure("gelu_forward", rows, cols, repeats, each(2, [&](DType d) {
-            cpu::unary_forward(k::UnaryOp::GeluTanh, t.get(d, 0), t.get(d, 3), n, 0.0, d);
-          }));
-  measure("gelu_backward", rows, cols, repeats, each(3, [&](DType d) {
-            cpu::unary_backward(k::UnaryOp::GeluTanh, t.get(d, 0), nullptr, t.get(d, 1), t.get(d, 4), n, 0.0, d);
           }));
   const int64_t shape[2] = {rows, cols}, dense[2] = {cols, 1}, row_bcast[2] = {0, 1};
   measure("add", rows, cols, repeats, each(3, [&](DType d) {
@@ -192,8 +220,10 @@ void run_half_ops_bench(bool quick) {
       .add("timer", "thread_cpu")
       .print();
   const int repeats = quick ? 3 : 20;
+  bench_shape(16, 256, repeats * 10);  // 4096 elements, L1-resident: the kernels' compute bound
   bench_shape(2048, 256, repeats);
   bench_shape(2048, 1024, repeats);
+  if (!quick) bench_shape(16384, 1024, 5);  // out of cache: DRAM bandwidth
   omp_set_num_threads(saved_threads);
 }
 

@@ -8,6 +8,8 @@
 // GCC as having SIMD variants (glibc libmvec, as in elementwise.cpp), so the row loops vectorise.
 // Half rows are widened into a float row buffer with convert.h's to_float and narrowed with
 // from_float, row by row (convert.h is where the SIMD conversions live).
+// On a CPU with AVX-512 (vector_math.h), f32/bf16/f16 rows run gelu_avx512.h's explicit loops
+// instead (the same blocks and partial sums): half rows converted in registers, no row buffers.
 //
 // Parallel strategy: rows are cut into fixed blocks of kRowBlock rows; OpenMP spreads the blocks
 // (static schedule) only when the tensor has at least kParallelMinElements elements, so small calls
@@ -15,15 +17,24 @@
 // (partials [blocks, cols], acc_t), then the columns are summed over the blocks in block order,
 // split by column ranges over the threads. Blocks and summation order are fixed, so every result is
 // bit-identical for any thread count (1..64: a GPT MLP of 2048 rows has 128 blocks; 256 rows, 16).
+
+// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised
+// (before any include: the warnings point into avx512fintrin.h).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include "kernels/cpu/bias_gelu.h"
 
 #include <omp.h>
+
 
 #include <algorithm>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/gelu_avx512.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/dispatch.h"
 #include "kernels/error.h"
 #include "kernels/unary_math.h"
@@ -78,12 +89,25 @@ void narrow_to(const acc_t<T>* values, T* row, int64_t n) {
   if constexpr (!std::is_same_v<T, acc_t<T>>) from_float(values, row, n);
 }
 
+template <class T>
+constexpr bool kHasAvx512Rows = std::is_same_v<T, float> || std::is_same_v<T, bfloat16> || std::is_same_v<T, half>;
+
 template <class T, bool kErf>
 void forward_typed(const T* x, const T* bias, T* y, int64_t rows, int64_t cols) {
   using A = acc_t<T>;
   std::vector<A> b_buffer(cols);
   const A* b = widen(bias, b_buffer.data(), cols);
   const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  if constexpr (kHasAvx512Rows<T>) {
+    if (vector_math_active() == VectorMath::avx512) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMinElements)
+      for (int64_t block = 0; block < blocks; ++block) {
+        for (int64_t r = block * kRowBlock; r < std::min(rows, (block + 1) * kRowBlock); ++r)
+          simd512::gelu_forward_span<T, kErf, true>(x + r * cols, b, y + r * cols, cols);
+      }
+      return;
+    }
+  }
 #pragma omp parallel if (rows * cols >= kParallelMinElements)
   {
     std::vector<A> in_buffer(std::is_same_v<T, A> ? 0 : cols), out_buffer(std::is_same_v<T, A> ? 0 : cols);
@@ -102,6 +126,18 @@ void forward_typed(const T* x, const T* bias, T* y, int64_t rows, int64_t cols) 
   }
 }
 
+// dbias[j] = sum over blocks of partial[block][j], in block order; columns split over the threads of
+// the enclosing parallel region (orphaned omp for; a plain loop outside one).
+template <class T>
+void sum_bias_partials(const acc_t<T>* partial, int64_t blocks, int64_t cols, T* dbias) {
+#pragma omp for schedule(static)
+  for (int64_t j = 0; j < cols; ++j) {
+    acc_t<T> s = 0;
+    for (int64_t block = 0; block < blocks; ++block) s += partial[size_t(block * cols + j)];
+    dbias[j] = T(s);
+  }
+}
+
 template <class T, bool kErf>
 void backward_typed(const T* x, const T* bias, const T* dy, T* dx, T* dbias, int64_t rows, int64_t cols) {
   using A = acc_t<T>;
@@ -111,6 +147,22 @@ void backward_typed(const T* x, const T* bias, const T* dy, T* dx, T* dbias, int
   const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
   std::vector<A> partial(dbias != nullptr ? size_t(blocks * cols) : 0);
   const bool parallel = rows * cols >= kParallelMinElements;
+  if constexpr (kHasAvx512Rows<T>) {
+    if (vector_math_active() == VectorMath::avx512) {
+#pragma omp parallel if (parallel)
+      {
+#pragma omp for schedule(static)
+        for (int64_t block = 0; block < blocks; ++block) {
+          A* sum = dbias != nullptr ? partial.data() + block * cols : nullptr;
+          if (sum != nullptr) std::fill(sum, sum + cols, A(0));
+          for (int64_t r = block * kRowBlock; r < std::min(rows, (block + 1) * kRowBlock); ++r)
+            simd512::gelu_backward_span<T, kErf, true>(x + r * cols, b, dy + r * cols, dx + r * cols, sum, cols);
+        }
+        if (dbias != nullptr) sum_bias_partials(partial.data(), blocks, cols, dbias);
+      }
+      return;
+    }
+  }
 #pragma omp parallel if (parallel)
   {
     std::vector<A> x_buffer(kStaged ? cols : 0), g_buffer(kStaged ? cols : 0), d_buffer(kStaged ? cols : 0);
@@ -139,15 +191,7 @@ void backward_typed(const T* x, const T* bias, const T* dy, T* dx, T* dbias, int
         }
       }
     }
-    if (dbias != nullptr) {
-      // Column ranges over the threads; each column summed over the blocks in order.
-#pragma omp for schedule(static)
-      for (int64_t j = 0; j < cols; ++j) {
-        A s = 0;
-        for (int64_t block = 0; block < blocks; ++block) s += partial[size_t(block * cols + j)];
-        dbias[j] = T(s);
-      }
-    }
+    if (dbias != nullptr) sum_bias_partials(partial.data(), blocks, cols, dbias);
   }
 }
 

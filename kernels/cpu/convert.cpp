@@ -23,6 +23,8 @@
 // patterns and all 2^32 float patterns, bit for bit.
 #include "kernels/cpu/convert.h"
 
+#include "kernels/cpu/convert_avx512.h"
+
 #include <immintrin.h>
 
 // GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised.
@@ -50,34 +52,12 @@ void float_to_bf16_scalar(const float* src, bfloat16* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16(src[i]);
 }
 
-// ---- AVX-512 F/BW/VL + F16C: 16 lanes, masked tail ----------------------------------------------
-#define HG_CVT512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
-
-HG_CVT512 inline __m512 widen_half16(__m256i h) {
-  const __m512 f = _mm512_cvtph_ps(h);
-  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-  return _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)));
-}
-
-HG_CVT512 inline __m256i narrow_half16(__m512 f) {
-  const __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-  return _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7fff));
-}
-
-HG_CVT512 inline __m512 widen_bf16x16(__m256i b) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-}
-
-HG_CVT512 inline __m256i narrow_bf16x16(__m512 f) {
-  const __m512i bits = _mm512_castps_si512(f);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fff));
-  return _mm512_cvtepi32_epi16(r);
-}
-
-HG_CVT512 inline __mmask16 tail_mask(int64_t rest) { return __mmask16((1u << rest) - 1u); }
+// ---- AVX-512 F/BW/VL + F16C: 16 lanes, masked tail (the lane conversions: convert_avx512.h) -------
+using simd512::narrow_bf16x16;
+using simd512::narrow_half16;
+using simd512::tail_mask;
+using simd512::widen_bf16x16;
+using simd512::widen_half16;
 
 HG_CVT512 void half_to_float_avx512(const half* src, float* dst, int64_t n) {
   const auto* s = reinterpret_cast<const uint16_t*>(src);

@@ -15,22 +15,34 @@
 // Half types are staged through small float buffers in chunks, so the math loop is a plain float
 // loop: f16 (and bf16 in baseline builds) widened and narrowed by convert.h's SIMD conversions, bf16
 // on AVX2+ builds converted inline in the same loops (convert.h, kFuseConversion).
+// GELU (tanh and erf) in f32/bf16/f16 on a CPU with AVX-512 (vector_math.h) runs gelu_avx512.h's
+// explicit loops instead, over the same chunks: half values converted in registers, the math from
+// simd_math_avx512.h.
 //
 // Parallel strategy: contiguous work is cut into fixed chunks of kChunk elements and OpenMP spreads
 // the chunks over threads (only above kParallelMinElements). A chunk is computed the same way
 // whatever the thread count, so results do not depend on it. Strided binary ops are split into one
 // range of outer rows per thread, each walking its rows with an odometer.
+
+// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised
+// (before any include: the warnings point into avx512fintrin.h).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <utility>
 
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/gelu_avx512.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/pair_layout.h"
 
 #include <omp.h>
+
 
 // Tell GCC that glibc's libmvec has SIMD versions of these (math-vector.h only says so under
 // -ffast-math; the functions are there regardless, accurate to a few ulp). tanh/erf never set errno,
@@ -104,6 +116,49 @@ void map_elements(int64_t n, Fn fn, T* out, const In*... in) {
 }
 
 // ---- unary ---------------------------------------------------------------------------------------
+
+template <class T>
+constexpr bool kHasAvx512Gelu = std::is_same_v<T, float> || std::is_same_v<T, bfloat16> || std::is_same_v<T, half>;
+
+// GELU through gelu_avx512.h when the op is GELU, T has an AVX-512 span and the CPU runs it; false
+// when the caller should take the generic path. Chunks and threshold as map_elements.
+template <class T>
+bool gelu_forward_avx512(UnaryOp op, const T* x, T* y, int64_t n) {
+  if constexpr (kHasAvx512Gelu<T>) {
+    if ((op != UnaryOp::GeluTanh && op != UnaryOp::GeluErf) || vector_math_active() != VectorMath::avx512) return false;
+    const bool erf = op == UnaryOp::GeluErf;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * kChunk, count = std::min(kChunk, n - begin);
+      if (erf) simd512::gelu_forward_span<T, true, false>(x + begin, nullptr, y + begin, count);
+      else simd512::gelu_forward_span<T, false, false>(x + begin, nullptr, y + begin, count);
+    }
+    return true;
+  } else {
+    return false;
+  }
+}
+
+template <class T>
+bool gelu_backward_avx512(UnaryOp op, const T* x, const T* dy, T* dx, int64_t n) {
+  if constexpr (kHasAvx512Gelu<T>) {
+    if ((op != UnaryOp::GeluTanh && op != UnaryOp::GeluErf) || x == nullptr ||
+        vector_math_active() != VectorMath::avx512)
+      return false;
+    const bool erf = op == UnaryOp::GeluErf;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * kChunk, count = std::min(kChunk, n - begin);
+      if (erf) simd512::gelu_backward_span<T, true, false>(x + begin, nullptr, dy + begin, dx + begin, nullptr, count);
+      else simd512::gelu_backward_span<T, false, false>(x + begin, nullptr, dy + begin, dx + begin, nullptr, count);
+    }
+    return true;
+  } else {
+    return false;
+  }
+}
 
 // y = nullptr is recomputed from x when the derivative reads it.
 template <UnaryOp kOp>
@@ -258,6 +313,7 @@ void unary_forward(UnaryOp op, const void* x, void* y, int64_t n, double scalar,
   dispatch_floating(dtype, "unary_forward", [&]<class T>() {
     using A = acc_t<T>;
     const A s = A(scalar);
+    if (gelu_forward_avx512(op, static_cast<const T*>(x), static_cast<T*>(y), n)) return;
     with_op(op, [&]<UnaryOp kOp>() {
       map_elements(
           n, [s](A v) { return UnaryMath<kOp>::value(v, s); }, static_cast<T*>(y), static_cast<const T*>(x));
@@ -270,6 +326,7 @@ void unary_backward(UnaryOp op, const void* x, const void* y, const void* dy, vo
   HG_CHECK(n >= 0, "[unary_backward] n = ", n, ", expected n >= 0");
   HG_CHECK(x != nullptr || y != nullptr, "[unary_backward] got x = nullptr and y = nullptr, expected at least one");
   dispatch_floating(dtype, "unary_backward", [&]<class T>() {
+    if (gelu_backward_avx512(op, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), n)) return;
     with_op(op, [&]<UnaryOp kOp>() {
       unary_backward_typed<kOp>(static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
                                 static_cast<T*>(dx), n, acc_t<T>(scalar));

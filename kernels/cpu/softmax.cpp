@@ -15,6 +15,16 @@
 // per-thread float buffer (one row, so it stays in L1/L2), computed there in place and rounded to
 // the dtype on the way out (both through convert.h's SIMD conversions), so every row reads x from
 // memory once and writes y once. exp goes to glibc's vectorised expf.
+//
+// Where the CPU has AVX-512 (vector_math.h), f32/bf16/f16 rows run softmax_avx512.h's explicit loops
+// instead: the same math and row split, half rows converted in registers (no staged copy of x or dy),
+// exp from simd_math_avx512.h. f64, and CPUs without AVX-512, keep the loops below.
+
+// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised
+// (before any include: the warnings point into avx512fintrin.h).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -24,6 +34,8 @@
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/cpu/simd_math.h"
+#include "kernels/cpu/softmax_avx512.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace hg::kernels::cpu {
 namespace {
@@ -114,8 +126,35 @@ void store_row(const acc_t<T>* __restrict in, T* __restrict out, int64_t n) {
 }
 
 template <class T>
+constexpr bool kHasAvx512Rows = std::is_same_v<T, float> || std::is_same_v<T, bfloat16> || std::is_same_v<T, half>;
+
+template <class T>
+void softmax_forward_avx512(const T* x, T* y, int64_t rows, int64_t cols, bool log, int64_t causal_rows) {
+#pragma omp parallel if (rows * cols >= kParallelMinElements && rows > 1)
+  {
+    std::vector<float> scratch(std::is_same_v<T, float> || log ? 0 : size_t(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* e;
+      if constexpr (std::is_same_v<T, float>) e = y + r * cols;
+      else e = scratch.data();
+      simd512::softmax_row(x + r * cols, y + r * cols, e, cols, visible_columns(r, cols, causal_rows), log);
+    }
+  }
+}
+
+template <class T>
+void softmax_backward_avx512(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols, bool log) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMinElements && rows > 1)
+  for (int64_t r = 0; r < rows; ++r) simd512::softmax_backward_row(y + r * cols, dy + r * cols, dx + r * cols, cols, log);
+}
+
+template <class T>
 void softmax_forward_typed(const T* x, T* y, int64_t rows, int64_t cols, bool log, int64_t causal_rows) {
   using A = acc_t<T>;
+  if constexpr (kHasAvx512Rows<T>) {
+    if (vector_math_active() == VectorMath::avx512) return softmax_forward_avx512(x, y, rows, cols, log, causal_rows);
+  }
 #pragma omp parallel if (rows * cols >= kParallelMinElements && rows > 1)
   {
     std::vector<A> staged(std::is_same_v<T, A> ? 0 : size_t(cols));
@@ -140,6 +179,9 @@ void softmax_forward_typed(const T* x, T* y, int64_t rows, int64_t cols, bool lo
 template <class T>
 void softmax_backward_typed(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols, bool log) {
   using A = acc_t<T>;
+  if constexpr (kHasAvx512Rows<T>) {
+    if (vector_math_active() == VectorMath::avx512) return softmax_backward_avx512(y, dy, dx, rows, cols, log);
+  }
 #pragma omp parallel if (rows * cols >= kParallelMinElements && rows > 1)
   {
     std::vector<A> staged_y(std::is_same_v<T, A> ? 0 : size_t(cols));
