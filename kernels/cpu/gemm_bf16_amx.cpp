@@ -171,30 +171,19 @@ inline __m512i upper_halves(__m512i x0, __m512i x1) {
   return _mm512_permutex2var_epi16(x0, odd, x1);
 }
 
-// Piece `part` of 32 consecutive values at p (lanes outside `mask` read as zero), as 32 bf16 words.
+// Stores 32 packed words v: bf16 as they are; f16 split, hi at dst and lo at dst + 2 tiles (the
+// same place in the step's lo half). The packers move raw 16-bit words (loads, pair interleaves,
+// transposes are the same for both types) and split only here, once per value.
 template <class Src>
-inline __m512i load32(const uint16_t* p, __mmask32 mask, int part, uint32_t& bad) {
-  const __m512i raw = _mm512_maskz_loadu_epi16(mask, p);
+inline void emit(uint16_t* dst, __m512i v, uint32_t& bad) {
   if constexpr (Src::parts == 1) {
-    return raw;
+    _mm512_store_si512(dst, v);
   } else {
     __m512i hi0, lo0, hi1, lo1;
-    split_f32(_mm512_cvtph_ps(_mm512_castsi512_si256(raw)), hi0, lo0, bad);
-    split_f32(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(raw, 1)), hi1, lo1, bad);
-    return part == 0 ? upper_halves(hi0, hi1) : upper_halves(lo0, lo1);
-  }
-}
-
-// Piece `part` of 16 consecutive values at p (masked), as 16 bf16 words.
-template <class Src>
-inline __m256i load16(const uint16_t* p, __mmask16 mask, int part, uint32_t& bad) {
-  const __m256i raw = _mm256_maskz_loadu_epi16(mask, p);
-  if constexpr (Src::parts == 1) {
-    return raw;
-  } else {
-    __m512i hi, lo;
-    split_f32(_mm512_cvtph_ps(raw), hi, lo, bad);
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(part == 0 ? hi : lo, 16));
+    split_f32(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), hi0, lo0, bad);
+    split_f32(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), hi1, lo1, bad);
+    _mm512_store_si512(dst, upper_halves(hi0, hi1));
+    _mm512_store_si512(dst + 2 * kTileElems, upper_halves(lo0, lo1));
   }
 }
 
@@ -233,37 +222,22 @@ void transpose_16x16(__m512i v[16]) {
   }
 }
 
-// 16 bf16 (masked, zeros elsewhere) interleaved with the next 16: lane j = (even[j], odd[j]).
-__m512i interleave_pairs(__m256i even, __m256i odd) {
-  return _mm512_or_si512(_mm512_cvtepu16_epi32(even), _mm512_slli_epi32(_mm512_cvtepu16_epi32(odd), 16));
-}
-
-// Piece `part` of 16 values of row p at column c0 (mask `cols`), or zeros when p is past the slice.
-template <class Src>
-__m256i load_row16(const OperandView& x, int64_t p, int64_t p_end, int64_t c0, __mmask16 cols, int part,
-                   uint32_t& bad) {
-  if (p >= p_end) return _mm256_setzero_si256();
-  return load16<Src>(x.data + p * x.ld + c0, cols, part, bad);
-}
-
-// One 16-row tile of plain op(A) = A[i0 : i0 + rows, p : p + 32] (zeros past p_end): piece q to
-// dst + q * 2 tiles (the tile's place in each piece's half of the step).
+// One 16-row tile of plain op(A) = A[i0 : i0 + rows, p : p + 32] (zeros past p_end), to dst (1 KiB
+// per piece).
 template <class Src>
 void pack_a_tile(const OperandView& a, int64_t i0, int64_t rows, int64_t p, int64_t p_end, uint16_t* dst,
                  uint32_t& bad) {
   const __mmask32 kmask = first_lanes32(p_end - p);
-  for (int64_t r = 0; r < 16; ++r)
-    for (int q = 0; q < Src::parts; ++q) {
-      const __m512i v = r < rows ? load32<Src>(a.data + (i0 + r) * a.ld + p, kmask, q, bad) : _mm512_setzero_si512();
-      _mm512_store_si512(dst + q * 2 * kTileElems + r * 32, v);
-    }
+  for (int64_t r = 0; r < 16; ++r) {
+    const __m512i v = r < rows ? _mm512_maskz_loadu_epi16(kmask, a.data + (i0 + r) * a.ld + p) : _mm512_setzero_si512();
+    emit<Src>(dst + r * 32, v, bad);
+  }
 }
 
 // A^T's micro-panel, both tiles of a step at once: each k row gives 32 values of op(A)'s column
 // (one 512-bit load); rows 2q and 2q + 1 interleaved by unpacklo/hi_epi16 give the (k, k+1) pairs of
 // 16 columns each (lo: columns 8L + 0..3 of 128-bit lane L, hi: 8L + 4..7), and a 16 x 16 32-bit
-// transpose of each turns pairs-by-column into tile rows, stored where their column belongs. An
-// f16 source does this once per piece (the second pass re-reads the rows from L1).
+// transpose of each turns pairs-by-column into tile rows, stored where their column belongs.
 template <class Src>
 void pack_a_panel_transposed(const OperandView& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst,
                              uint32_t& bad) {
@@ -271,23 +245,21 @@ void pack_a_panel_transposed(const OperandView& a, int64_t i0, int64_t rows, int
   const __mmask32 cols = first_lanes32(rows);
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t p = p0 + s * kTile;
-    for (int part = 0; part < Src::parts; ++part) {
-      __m512i lo[16], hi[16];
-      for (int q = 0; q < 16; ++q) {
-        const int64_t even = p + 2 * q, odd = even + 1;
-        const __m512i r0 = even < p_end ? load32<Src>(a.data + even * a.ld + i0, cols, part, bad) : _mm512_setzero_si512();
-        const __m512i r1 = odd < p_end ? load32<Src>(a.data + odd * a.ld + i0, cols, part, bad) : _mm512_setzero_si512();
-        lo[q] = _mm512_unpacklo_epi16(r0, r1);
-        hi[q] = _mm512_unpackhi_epi16(r0, r1);
-      }
-      transpose_16x16(lo);
-      transpose_16x16(hi);
-      uint16_t* step = dst + s * step_elems<Src>() + part * 2 * kTileElems;
-      for (int l = 0; l < 16; ++l) {
-        const int column = (l / 4) * 8 + l % 4;  // of lo[l]; hi[l] is column + 4
-        _mm512_store_si512(step + (column / 16) * kTileElems + (column % 16) * 32, lo[l]);
-        _mm512_store_si512(step + ((column + 4) / 16) * kTileElems + ((column + 4) % 16) * 32, hi[l]);
-      }
+    __m512i lo[16], hi[16];
+    for (int q = 0; q < 16; ++q) {
+      const int64_t even = p + 2 * q, odd = even + 1;
+      const __m512i r0 = even < p_end ? _mm512_maskz_loadu_epi16(cols, a.data + even * a.ld + i0) : _mm512_setzero_si512();
+      const __m512i r1 = odd < p_end ? _mm512_maskz_loadu_epi16(cols, a.data + odd * a.ld + i0) : _mm512_setzero_si512();
+      lo[q] = _mm512_unpacklo_epi16(r0, r1);
+      hi[q] = _mm512_unpackhi_epi16(r0, r1);
+    }
+    transpose_16x16(lo);
+    transpose_16x16(hi);
+    uint16_t* step = dst + s * step_elems<Src>();
+    for (int l = 0; l < 16; ++l) {
+      const int column = (l / 4) * 8 + l % 4;  // of lo[l]; hi[l] is column + 4
+      emit<Src>(step + (column / 16) * kTileElems + (column % 16) * 32, lo[l], bad);
+      emit<Src>(step + ((column + 4) / 16) * kTileElems + ((column + 4) % 16) * 32, hi[l], bad);
     }
   }
 }
@@ -304,29 +276,48 @@ void pack_a_panel(const OperandView& a, int64_t i0, int64_t rows, int64_t p0, in
                        dst + s * step_elems<Src>() + t * kTileElems, bad);
 }
 
-// One 16-column VNNI tile of op(B)[p : p + 32, j0 : j0 + cols] (rows past p_end zero): piece q to
-// dst + q * 2 tiles.
+// One 16-column VNNI tile of B^T (B stored [n][k]) for op(B)[p : p + 32, j0 : j0 + cols] (k past
+// p_end zero), to dst: 32 k of column j are 16 pairs; transpose columns into pair rows.
 template <class Src>
 void pack_b_tile(const OperandView& b, int64_t p, int64_t p_end, int64_t j0, int64_t cols, uint16_t* dst,
                  uint32_t& bad) {
-  if (!b.transposed) {
-    // B stored [k][n]: a tile row q is rows 2q, 2q + 1 interleaved.
-    const __mmask16 mask = first_lanes16(cols);
-    for (int q = 0; q < 16; ++q)
-      for (int part = 0; part < Src::parts; ++part)
-        _mm512_store_si512(dst + part * 2 * kTileElems + q * 32,
-                           interleave_pairs(load_row16<Src>(b, p + 2 * q, p_end, j0, mask, part, bad),
-                                            load_row16<Src>(b, p + 2 * q + 1, p_end, j0, mask, part, bad)));
-    return;
-  }
-  // B stored [n][k]: 32 k of column j are 16 pairs; transpose columns into pair rows.
   const __mmask32 kmask = first_lanes32(p_end - p);
-  for (int part = 0; part < Src::parts; ++part) {
-    __m512i v[16];
-    for (int j = 0; j < 16; ++j)
-      v[j] = j < cols ? load32<Src>(b.data + (j0 + j) * b.ld + p, kmask, part, bad) : _mm512_setzero_si512();
-    transpose_16x16(v);
-    for (int q = 0; q < 16; ++q) _mm512_store_si512(dst + part * 2 * kTileElems + q * 32, v[q]);
+  __m512i v[16];
+  for (int j = 0; j < 16; ++j)
+    v[j] = j < cols ? _mm512_maskz_loadu_epi16(kmask, b.data + (j0 + j) * b.ld + p) : _mm512_setzero_si512();
+  transpose_16x16(v);
+  for (int q = 0; q < 16; ++q) emit<Src>(dst + q * 32, v[q], bad);
+}
+
+// Plain B's micro-panel, both tiles of a step at once: rows 2q and 2q + 1 are read 32 columns (one
+// 64-byte line each) at a time and interleaved into (k, k+1) pairs by two word permutes (columns
+// 0-15 to tile 0, 16-31 to tile 1), so each row's line is touched once per step; the rows of the
+// step after next are prefetched (the packer waits on these strided rows otherwise: perf showed
+// the plain-B loads as a third of an f16 MLP step's packing).
+template <class Src>
+void pack_b_panel_plain(const OperandView& b, int64_t p0, int64_t kc, int64_t j0, int64_t cols, uint16_t* dst,
+                        uint32_t& bad) {
+  const int64_t steps = round_up(kc, kTile) / kTile, p_end = p0 + kc;
+  const __mmask32 mask = first_lanes32(cols);
+  alignas(64) static constexpr uint16_t kPairs[2][32] = {
+      {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
+      {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+       24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
+  const __m512i first_half = _mm512_load_si512(kPairs[0]), second_half = _mm512_load_si512(kPairs[1]);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t p = p0 + s * kTile;
+    uint16_t* step = dst + s * step_elems<Src>();
+    for (int q = 0; q < 16; ++q) {
+      const int64_t even = p + 2 * q, odd = even + 1, ahead = even + 2 * kTile;
+      if (ahead + 1 < p_end) {
+        __builtin_prefetch(b.data + ahead * b.ld + j0);
+        __builtin_prefetch(b.data + (ahead + 1) * b.ld + j0);
+      }
+      const __m512i r0 = even < p_end ? _mm512_maskz_loadu_epi16(mask, b.data + even * b.ld + j0) : _mm512_setzero_si512();
+      const __m512i r1 = odd < p_end ? _mm512_maskz_loadu_epi16(mask, b.data + odd * b.ld + j0) : _mm512_setzero_si512();
+      emit<Src>(step + q * 32, _mm512_permutex2var_epi16(r0, first_half, r1), bad);
+      emit<Src>(step + kTileElems + q * 32, _mm512_permutex2var_epi16(r0, second_half, r1), bad);
+    }
   }
 }
 
@@ -335,6 +326,7 @@ void pack_b_tile(const OperandView& b, int64_t p, int64_t p_end, int64_t j0, int
 template <class Src>
 void pack_b_panel(const OperandView& b, int64_t p0, int64_t kc, int64_t j0, int64_t cols, uint16_t* dst,
                   uint32_t& bad) {
+  if (!b.transposed) return pack_b_panel_plain<Src>(b, p0, kc, j0, cols, dst, bad);
   const int64_t steps = round_up(kc, kTile) / kTile;
   for (int64_t s = 0; s < steps; ++s)
     for (int64_t t = 0; t < 2; ++t)
