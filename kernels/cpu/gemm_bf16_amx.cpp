@@ -1,5 +1,14 @@
-// bf16 GEMM on Intel AMX tiles (tdpbf16ps): C = alpha * op(A) op(B) + beta * C with A, B bf16, row
-// strides, any transposes, C f32 or bf16. Products are summed in fp32 over all of k and C is rounded
+// bf16 and f16 GEMMs on Intel AMX tiles (tdpbf16ps): C = alpha * op(A) op(B) + beta * C with A, B
+// bf16 (or f16, below), row strides, any transposes, C f32 or bf16 (f16).
+//
+// f16 (gemm_f16_amx): each f16 splits exactly into two bf16, hi = bf16_rne(x) and lo = x - hi (see
+// "sources" below), and a b = hi hi + hi lo + lo hi (+ lo lo), every product exact in fp32: an f16
+// GEMM is this bf16 GEMM with 3 (or 4) tile products per 32-deep step. The packers move raw 16-bit
+// words as for bf16 and split at the store, writing [hi tiles][lo tiles] per step; KC and the B pass
+// are halved so the packed bytes stay those of bf16. Dropping lo*lo costs <= 2^-16 sum |a b| (docs/
+// cpu_gemm.md, "f16 on AMX"). A C block whose operands hold inf/NaN is recomputed by the fp32 path.
+// What follows describes the bf16 kernel; the f16 one differs only as just said.
+// Products are summed in fp32 over all of k and C is rounded
 // once (bf16: to nearest even, bit-identical to hg::bfloat16, subnormals kept -- so not vcvtneps2bf16,
 // which flushes them). Note: AMX reads bf16 subnormal inputs as zero (and sums with its own fp32
 // rounding), so results match an fp32 reference to fp32 accuracy for normal inputs only.
