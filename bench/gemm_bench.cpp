@@ -462,7 +462,7 @@ std::vector<GemmShape> amx_shapes(bool quick) {
 // interleaved round by round (5 rounds, best of each), wall and calling-thread CPU time. GFLOP/s
 // count 2 m n k, the useful work (the tiles do 3x or 4x that). amx3_over_fp32path is the speed-up
 // of the new path; amx3_over_f32 the figure the fp16 step needs (>= 1: an f16 GEMM at least as
-// fast as the f32 one).
+// fast as the f32 one). HG_GEMM_BENCH=half skips the f32 rows before these.
 void bench_f16_amx_shape(const GemmShape& s, bool quick) {
   const int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
   const std::vector<float> af = random_matrix(s.m * s.k, 1), bf = random_matrix(s.k * s.n, 2);
@@ -526,10 +526,7 @@ void run_amx_bench(bool quick) {
       .add("gflops", peak.gflops)
       .add("gflops_per_thread", peak.gflops / peak.threads)
       .print();
-  const char* only = std::getenv("HG_GEMM_BENCH");
-  const bool f16_only = only && std::string(only) == "f16amx";
-  if (!f16_only)
-    for (const GemmShape& shape : amx_shapes(quick)) bench_amx_shape(shape, peak, quick);
+  for (const GemmShape& shape : amx_shapes(quick)) bench_amx_shape(shape, peak, quick);
   for (const GemmShape& shape : amx_shapes(quick)) bench_f16_amx_shape(shape, quick);
 }
 
@@ -544,13 +541,11 @@ void run_gemm_bench(bool quick) {
       .add("gflops_per_thread", peak.gflops / peak.threads)
       .add("cpu_gflops_per_thread", peak.cpu_gflops_per_thread)
       .print();
-  // HG_GEMM_BENCH=half runs only the half-precision rows (for tuning them), =f16amx only the AMX
-  // peak and the gemm_f16_amx rows.
+  // HG_GEMM_BENCH=half runs only the half-precision rows (for tuning them).
   const char* only = std::getenv("HG_GEMM_BENCH");
-  const bool f16_only = only && std::string(only) == "f16amx";
-  if (!(only && (std::string(only) == "half" || f16_only)))
+  if (!(only && std::string(only) == "half"))
     for (const GemmShape& shape : gemm_shapes(quick)) bench_gemm_shape(shape, peak, quick);
-  if (!f16_only) run_half_gemm_bench(peak, quick);
+  run_half_gemm_bench(peak, quick);
   run_amx_bench(quick);
 }
 
