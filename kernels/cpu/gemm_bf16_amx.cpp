@@ -143,15 +143,14 @@ __mmask16 first_lanes16(int64_t count) {
 }
 
 // ---- sources: bf16 as it is, f16 split into two bf16 ----------------------------------------
-// A source reads 32 (or 16) consecutive values of a row and gives them as bf16 words in `parts`
-// pieces. bf16: one piece, the bits as stored. f16: two pieces, hi = bf16_rne(x) and lo = x - hi,
-// both exact: x has 11 significant bits, hi keeps the top 8 (rounded to nearest even, so
-// |lo| <= 2^-9 * 2^(e+1) <= 2^-8 |x|), and lo, a multiple of x's ulp below hi's half ulp, has at
-// most 3 significant bits; f16's smallest step 2^-24 is a normal bf16, so AMX's subnormal flush
-// never touches a piece. Infinities and NaN keep hi = x's top bits (vcvtph2ps quiets NaN, so
-// truncation keeps them NaN) and lo = 0 -- but then inf * (the other side's lo = 0) would make a
-// NaN where the fp32 path gives inf, so the f16 loads also OR "saw a non-finite value" into `bad`,
-// and a C block whose operands held one is recomputed by the fp32 path (see gemm_rectangle).
+// A source says how many bf16 pieces a value packs into. bf16: one, the bits as stored. f16: two,
+// hi = bf16_rne(x) and lo = x - hi, both exact: x has 11 significant bits, hi keeps the top 8
+// (rounded to nearest even, so |lo| <= 2^-9 * 2^(e+1) <= 2^-8 |x|), and lo, a multiple of x's ulp
+// below hi's half ulp, has at most 3 significant bits; f16's smallest step 2^-24 is a normal bf16,
+// so AMX's subnormal flush never touches a piece. Infinities and NaN have no such split (inf times
+// the other side's lo = 0 would be NaN where the fp32 path gives inf), so the packers OR "saw a
+// non-finite value" into `bad`, and a C block whose operands held one is recomputed by the fp32
+// path (see gemm_rectangle).
 
 struct Bf16Source {
   static constexpr int parts = 1;
@@ -160,17 +159,15 @@ struct F16Source {
   static constexpr int parts = 2;
 };
 
-// 16 fp32 lanes -> (hi, lo) as fp32 bit patterns whose low 16 bits are zero (exact bf16 values).
-inline void split_f32(__m512 x, __m512i& hi, __m512i& lo, uint32_t& bad) {
+// 16 fp32 lanes (widened finite f16) -> (hi, lo) as fp32 bit patterns whose low 16 bits are zero
+// (exact bf16 values). Non-finite lanes give meaningless pieces: emit() flags them in `bad`, and
+// their C blocks are recomputed by the fp32 path.
+inline void split_f32(__m512 x, __m512i& hi, __m512i& lo) {
   const __m512i bits = _mm512_castps_si512(x);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i upper = _mm512_set1_epi32(int(0xffff0000u));
-  const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), upper);
-  const __m512i exponent = _mm512_set1_epi32(0x7f800000);
-  const __mmask16 finite = _mm512_cmpneq_epi32_mask(_mm512_and_si512(bits, exponent), exponent);
-  bad |= uint32_t(__mmask16(~finite));
-  hi = _mm512_mask_mov_epi32(_mm512_and_si512(bits, upper), finite, rounded);
-  lo = _mm512_castps_si512(_mm512_maskz_sub_ps(finite, x, _mm512_castsi512_ps(hi)));
+  hi = _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
+                        _mm512_set1_epi32(int(0xffff0000u)));
+  lo = _mm512_castps_si512(_mm512_sub_ps(x, _mm512_castsi512_ps(hi)));
 }
 
 // The upper 16 bits of the 32 lanes of (x0, x1), in order: 32 bf16 words.
@@ -188,9 +185,11 @@ inline void emit(uint16_t* dst, __m512i v, uint32_t& bad) {
   if constexpr (Src::parts == 1) {
     _mm512_store_si512(dst, v);
   } else {
+    const __m512i exponent = _mm512_set1_epi16(0x7c00);  // all ones: inf or NaN
+    bad |= uint32_t(_mm512_cmpeq_epi16_mask(_mm512_and_si512(v, exponent), exponent));
     __m512i hi0, lo0, hi1, lo1;
-    split_f32(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), hi0, lo0, bad);
-    split_f32(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), hi1, lo1, bad);
+    split_f32(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), hi0, lo0);
+    split_f32(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), hi1, lo1);
     _mm512_store_si512(dst, upper_halves(hi0, hi1));
     _mm512_store_si512(dst + 2 * kTileElems, upper_halves(lo0, lo1));
   }
