@@ -12,10 +12,10 @@
 //   then the vdpbf16ps GEMM
 //   (gemm_bf16_avx512.cpp) when the CPU has AVX512_BF16, else the packed fp32 GEMM widening bf16
 //   while packing (gemm_half_via_f32_avx512). fp32 sums over all of k, C rounded once to nearest even.
-// - gemm, f16: AMX tiles when the CPU has AMX-BF16 and m * n >= 256, each f16 split exactly into
-//   two bf16 pieces (hi + lo) and summed as hi*hi + hi*lo + lo*hi in fp32 (gemm_f16_amx in
-//   gemm_bf16_amx.cpp; the dropped lo*lo is <= 2^-16 |a b| per product, 32x below f16's own
-//   rounding of C); elsewhere (Zen 4: vdpbf16ps at 2x FMA would do 3x the work) the packed fp32
+// - gemm, f16: AMX tiles when the CPU has AMX-BF16, min(m, n) >= 16 and m n k >= 64^3, each f16
+//   split exactly into two bf16 pieces (hi + lo) and summed as hi*hi + hi*lo + lo*hi in fp32
+//   (gemm_f16_amx in gemm_bf16_amx.cpp; the dropped lo*lo is <= 2^-16 |a b| per product, 32x
+//   below f16's own rounding of C); elsewhere (Zen 4: vdpbf16ps at 2x FMA would do 3x the work) the packed fp32
 //   GEMM widening f16 while packing (vcvtph2ps). C rounded once.
 // - f16/bf16 without AVX-512, and m < 4 or n < 8 (see half_better_unpacked): A, B (and C when
 //   beta != 0) are converted to f32 temporaries, multiplied by the f32 GEMM (Eigen there) and the
@@ -209,11 +209,18 @@ bool use_amx_bf16(int64_t m, int64_t n, int64_t k) {
 }
 
 // f16 on AMX: the same choice, except that avx512 means the fp32 kernel (there is no f16 dot
-// product with fp32 sums on these CPUs). Split f16 does 3 products per pair where bf16 does 1, and
-// still beat the widening fp32 kernel wherever bf16 AMX does (docs/cpu_gemm.md, "f16 on AMX").
+// product with fp32 sums on these CPUs), and auto needs a larger shape than bf16: split f16 does 3
+// tile products per pair and splits every value while packing. Measured (one thread, CPU time,
+// against the fp32 path): 1.1-1.3x faster from 64^3 (64 x 64 x 1024 with A^T, 128^3), a tie at
+// 16 x 768 x 64, 1.2-2x slower at 32^3 and below and at 4 x 768 x 768 (docs/cpu_gemm.md).
+bool amx_f16_worth_it(int64_t m, int64_t n, int64_t k) {
+  return std::min(m, n) >= 16 && double(m) * double(n) * double(k) >= 64.0 * 64.0 * 64.0;
+}
 bool use_amx_f16(int64_t m, int64_t n, int64_t k) {
-  if (bf16_gemm_choice() == Bf16GemmChoice::avx512) return false;
-  return use_amx_bf16(m, n, k);
+  const Bf16GemmChoice choice = bf16_gemm_choice();
+  if (choice == Bf16GemmChoice::avx512) return false;
+  if (choice == Bf16GemmChoice::automatic) return has_amx() && amx_f16_worth_it(m, n, k);
+  return use_amx_bf16(m, n, k);  // fp32: false; amx, amx4: true, or the error naming what is missing
 }
 int f16_amx_terms() { return bf16_gemm_choice() == Bf16GemmChoice::amx4 ? 4 : 3; }
 
