@@ -282,6 +282,42 @@ TEST_CASE("gemm_f16_amx keeps infinities and NaN: an infinite operand gives inf,
   }
 }
 
+TEST_CASE("gemm_f16_amx recomputes only the blocks that hold an infinity (2 threads), the rest stays exact") {
+  if (skip_without_amx()) return;
+  const int64_t m = 300, n = 600, k = 300;
+  std::mt19937 rng(99);
+  std::vector<half> a = random_f16(m * k, rng, -6, 2, false), b = random_f16(k * n, rng, -6, 2, false);
+  for (half& x : b)
+    if (float(x) == 0.0f) x = half(0.5f);  // inf * 0 would be NaN, which is not what this case checks
+  a[size_t(200 * k + 17)] = half(std::numeric_limits<float>::infinity());
+  std::vector<half> c(size_t(m * n), half(std::numeric_limits<float>::quiet_NaN()));
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  cpu::detail::gemm_f16_amx(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n, true, 3);
+  omp_set_num_threads(saved);
+  int64_t wrong_inf = 0, out_of_bound = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const float got = float(c[size_t(i * n + j)]);
+      if (i == 200) {
+        const float expected = float(b[size_t(17 * n + j)]) > 0 ? std::numeric_limits<float>::infinity()
+                                                                 : -std::numeric_limits<float>::infinity();
+        if (got != expected) ++wrong_inf;
+        continue;
+      }
+      double ref = 0, size = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double prod = double(float(a[size_t(i * k + p)])) * double(float(b[size_t(p * n + j)]));
+        ref += prod;
+        size += std::abs(prod);
+      }
+      const double tol = double(k + 2) * 0x1p-24 * size + 0x1p-16 * size + std::max(0x1p-11 * std::abs(ref), 0x1p-25);
+      if (!(std::abs(double(got) - ref) <= tol)) ++out_of_bound;
+    }
+  CHECK(wrong_inf == 0);
+  CHECK(out_of_bound == 0);
+}
+
 TEST_CASE("gemm() and gemm_bias() on f16 take the AMX split path when the CPU has AMX (HG_CPU_GEMM unset)") {
   if (skip_without_amx()) return;
   const char* forced = std::getenv("HG_CPU_GEMM");
