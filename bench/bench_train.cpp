@@ -14,6 +14,7 @@
 // Usage: bench_train [--quick] [--steps N] [--device cpu|cuda] [--precision fp32|bf16|fp16]
 //                    [--threads N] [--models gpt256,gpt64,mlp]
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -64,18 +65,30 @@ optim::LossScaler loss_scaler() {
   return g_precision == DType::f16 ? optim::LossScaler::dynamic() : optim::LossScaler::none();
 }
 
+// CPU time of the whole process (every thread), in ms: with --threads 1 on a shared, loaded machine
+// this is the figure to compare (median_cpu_ms); wall-clock median_ms needs a quiet machine.
+double process_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) * 1e3 + double(t.tv_nsec) * 1e-6;
+}
+std::vector<double> g_cpu_ms;  // per timed step, filled by time_steps, cleared by each bench
+
 template <class Step>
 std::vector<double> time_steps(int warmup, int steps, Step&& step) {
   for (int i = 0; i < warmup; ++i) step();
   sync_device();
+  g_cpu_ms.clear();
   std::vector<double> ms;
   for (int i = 0; i < steps; ++i) {
     const auto start = Clock::now();
+    const double cpu_start = process_cpu_ms();
     const RuntimeCounters before = runtime_counters();
     step();
     g_last_step = runtime_counters() - before;
     sync_device();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    g_cpu_ms.push_back(process_cpu_ms() - cpu_start);
   }
   return ms;
 }
@@ -121,6 +134,7 @@ void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t
       .add("batch", (long long)B)
       .add("context", (long long)T)
       .add("median_ms", step_ms)
+      .add("median_cpu_ms", median(g_cpu_ms))
       .add("tokens_per_s", double(B * T) / (step_ms / 1e3))
       .add("flops_per_step", flops)
       .add("gflops", flops / (step_ms / 1e3) / 1e9)
@@ -170,6 +184,7 @@ void bench_mlp(int steps) {
       .add("params", (long long)model.parameter_count())
       .add("batch", (long long)B)
       .add("median_ms", step_ms)
+      .add("median_cpu_ms", median(g_cpu_ms))
       .add("samples_per_s", double(B) / (step_ms / 1e3))
       .add("flops_per_step", flops)
       .add("gflops", flops / (step_ms / 1e3) / 1e9)

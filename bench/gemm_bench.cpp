@@ -30,6 +30,8 @@
 //             `chosen` marks what this CPU's detected caches select for the shape's k
 //             (gemm_avx512_blocking.h). HG_GEMM_BENCH=blocking runs only these rows (with the
 //             peaks); tune with OMP_NUM_THREADS=1.
+//   gemm_f16_amx: the f16 GEMM as split bf16 on AMX (3 and 4 products) against the fp32 path's f16
+//             GEMM (widened while packing) and the f32 GEMM, same shapes and process (see below).
 // Full: squares 1024, 2048, 4096 and m = 4096 tokens; --quick: squares 512, 1024 and m = 1024 (half
 // rows: the square is 1024 and M = 1024 tokens).
 #include <omp.h>
@@ -468,6 +470,64 @@ std::vector<GemmShape> amx_shapes(bool quick) {
   return shapes;
 }
 
+// f16 A, B, C on the AMX shapes: gemm_f16_amx with 3 (amx3_*) and 4 (amx4_*) products, the fp32
+// path's f16 GEMM (fp32path_*: gemm_half_via_f32_avx512, what gemm() took before), gemm() as
+// dispatched (gemm_*, HG_CPU_GEMM honoured) and the f32 GEMM on the same values (f32_*), timed
+// interleaved round by round (5 rounds, best of each), wall and calling-thread CPU time. GFLOP/s
+// count 2 m n k, the useful work (the tiles do 3x or 4x that). amx3_over_fp32path is the speed-up
+// of the new path; amx3_over_f32 the figure the fp16 step needs (>= 1: an f16 GEMM at least as
+// fast as the f32 one). HG_GEMM_BENCH=half skips the f32 rows before these.
+void bench_f16_amx_shape(const GemmShape& s, bool quick) {
+  const int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
+  const std::vector<float> af = random_matrix(s.m * s.k, 1), bf = random_matrix(s.k * s.n, 2);
+  const std::vector<half> a(af.begin(), af.end()), b(bf.begin(), bf.end());
+  std::vector<half> c(size_t(s.m * s.n));
+  const std::vector<float> a32(a.begin(), a.end()), b32(b.begin(), b.end());
+  std::vector<float> c32(size_t(s.m * s.n));
+  const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
+  namespace d = kernels::cpu::detail;
+  const auto amx3 = [&] { d::gemm_f16_amx(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n, true, 3); };
+  const auto amx4 = [&] { d::gemm_f16_amx(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n, true, 4); };
+  const auto fp32path = [&] {
+    d::gemm_half_via_f32_avx512(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                                c.data(), s.n, true);
+  };
+  const auto gemm = [&] {
+    kernels::cpu::gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0, a.data(), lda, b.data(), ldb, 0.0, c.data(), s.n,
+                       DType::f16);
+  };
+  const auto f32 = [&] {
+    kernels::cpu::gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0, a32.data(), lda, b32.data(), ldb, 0.0, c32.data(),
+                       s.n, DType::f32);
+  };
+  Timing t[5] = {{1e30, 1e30}, {1e30, 1e30}, {1e30, 1e30}, {1e30, 1e30}, {1e30, 1e30}};
+  for (int round = 0; round < 5; ++round) {
+    const Timing r[5] = {best_timing(true, amx3), best_timing(true, amx4), best_timing(true, fp32path),
+                         best_timing(true, gemm), best_timing(true, f32)};
+    for (int i = 0; i < 5; ++i) t[i] = {std::min(t[i].wall, r[i].wall), std::min(t[i].cpu, r[i].cpu)};
+    if (quick && round == 1) break;
+  }
+  const char* names[5] = {"amx3", "amx4", "fp32path", "gemm", "f32"};
+  JsonLine row("gemm_f16_amx");
+  row.add("shape", s.name)
+      .add("m", (long long)s.m)
+      .add("n", (long long)s.n)
+      .add("k", (long long)s.k)
+      .add("trans_a", int(s.trans_a))
+      .add("trans_b", int(s.trans_b))
+      .add("c", "f16")
+      .add("threads", omp_get_max_threads());
+  for (int i = 0; i < 5; ++i)
+    row.add(std::string(names[i]) + "_ms", t[i].wall * 1e3)
+        .add(std::string(names[i]) + "_gflops", flops / t[i].wall / 1e9)
+        .add(std::string(names[i]) + "_cpu_gflops", flops / t[i].cpu / 1e9);
+  row.add("amx3_over_fp32path", t[2].wall / t[0].wall)
+      .add("amx3_over_f32", t[4].wall / t[0].wall)
+      .add("amx3_over_f32_cpu", t[4].cpu / t[0].cpu)
+      .add("amx4_over_f32_cpu", t[4].cpu / t[1].cpu)
+      .print();
+}
+
 void run_amx_bench(bool quick) {
   if (!kernels::cpu::detail::cpu_has_amx_bf16_gemm()) {
     JsonLine("amx_peak").add("available", false).print();
@@ -481,6 +541,7 @@ void run_amx_bench(bool quick) {
       .add("gflops_per_thread", peak.gflops / peak.threads)
       .print();
   for (const GemmShape& shape : amx_shapes(quick)) bench_amx_shape(shape, peak, quick);
+  for (const GemmShape& shape : amx_shapes(quick)) bench_f16_amx_shape(shape, quick);
 }
 
 // ---- tile and blocking candidates (issue 20 follow-up) ----------------------------------------------

@@ -735,10 +735,12 @@ TEST_CASE("parse_cpu_gemm_choice reads HG_CPU_GEMM's values and names the variab
   CHECK(parse_cpu_gemm_choice("") == CpuGemmChoice::automatic);
   CHECK(parse_cpu_gemm_choice("auto") == CpuGemmChoice::automatic);
   CHECK(parse_cpu_gemm_choice("amx") == CpuGemmChoice::amx);
+  CHECK(parse_cpu_gemm_choice("amx4") == CpuGemmChoice::amx4);
   CHECK(parse_cpu_gemm_choice("avx512") == CpuGemmChoice::avx512);
   CHECK(parse_cpu_gemm_choice("fp32") == CpuGemmChoice::fp32);
-  for (const char* bad : {"AMX", "avx2", "amx ", "f32"}) {
-    const std::string expected = "HG_CPU_GEMM=\"" + std::string(bad) + "\": expected auto, amx, avx512 or fp32";
+  for (const char* bad : {"AMX", "avx2", "amx ", "f32", "amx3"}) {
+    const std::string expected =
+        "HG_CPU_GEMM=\"" + std::string(bad) + "\": expected auto, amx, amx4, avx512 or fp32";
     CHECK_THROWS_WITH_AS(parse_cpu_gemm_choice(bad), doctest::Contains(expected.c_str()), hg::Error);
   }
 }

@@ -12,7 +12,11 @@
 //   then the vdpbf16ps GEMM
 //   (gemm_bf16_avx512.cpp) when the CPU has AVX512_BF16, else the packed fp32 GEMM widening bf16
 //   while packing (gemm_half_via_f32_avx512). fp32 sums over all of k, C rounded once to nearest even.
-// - gemm, f16: the packed fp32 GEMM widening f16 while packing (vcvtph2ps), C rounded once.
+// - gemm, f16: AMX tiles when the CPU has AMX-BF16, min(m, n) >= 16 and m n k >= 64^3, each f16
+//   split exactly into two bf16 pieces (hi + lo) and summed as hi*hi + hi*lo + lo*hi in fp32
+//   (gemm_f16_amx in gemm_bf16_amx.cpp; the dropped lo*lo is <= 2^-16 |a b| per product, 32x
+//   below f16's own rounding of C); elsewhere (Zen 4: vdpbf16ps at 2x FMA would do 3x the work) the packed fp32
+//   GEMM widening f16 while packing (vcvtph2ps). C rounded once.
 // - f16/bf16 without AVX-512, and m < 4 or n < 8 (see half_better_unpacked): A, B (and C when
 //   beta != 0) are converted to f32 temporaries, multiplied by the f32 GEMM (Eigen there) and the
 //   result rounded back to nearest even once.
@@ -20,8 +24,11 @@
 //   it would add beta * C (C is not read; no pass to fill C first), and a half C is rounded once. The
 //   AMX path instead starts C as the bias rows (a parallel fill) and accumulates onto them (beta = 1).
 //   Elsewhere every row of C starts as the bias and the GEMM runs with beta = 1 (the same sums).
-// - HG_CPU_GEMM=auto|amx|avx512|fp32 (read once) forces the bf16 path, to compare them (docs/cpu_gemm.md);
-//   forcing a path this CPU lacks is an hg::Error at the first bf16 GEMM, never a silent fallback.
+// - HG_CPU_GEMM=auto|amx|amx4|avx512|fp32 (read once) forces the bf16 and f16 paths, to compare them
+//   (docs/cpu_gemm.md): amx = AMX for every shape (f16: 3 products), amx4 = the same with f16's
+//   4th product lo*lo (exact products), avx512 = vdpbf16ps for bf16 and the fp32 kernel for f16
+//   (no f16 dot product accumulates in fp32 here), fp32 = the fp32 kernel for both. Forcing a path
+//   this CPU lacks is an hg::Error at the first half GEMM, never a silent fallback.
 //
 // beta == 0 means C is never read (NaN or garbage in C is overwritten), and alpha == 0 or k == 0
 // means C = beta * C without reading A or B (the BLAS conventions).
@@ -153,10 +160,11 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 }
 
 // ---- bf16: which path (AMX, vdpbf16ps, fp32) ------------------------------------------------------
-// HG_CPU_GEMM=auto|amx|avx512|fp32 (read once per process) forces the bf16 path so benchmarks and
-// users can compare them: auto (default) takes AMX for large enough shapes when the CPU has it,
-// amx takes it for every shape when the CPU has it, avx512 is the vdpbf16ps path, fp32 widens to
-// the f32 GEMM. Anything else is an error naming the variable.
+// HG_CPU_GEMM=auto|amx|amx4|avx512|fp32 (read once per process) forces the bf16/f16 path so
+// benchmarks and users can compare them: auto (default) takes AMX for large enough shapes when the
+// CPU has it, amx (and amx4, f16 with 4 products) takes it for every shape when the CPU has it,
+// avx512 is the vdpbf16ps path (f16: the fp32 kernel), fp32 widens to the f32 GEMM. Anything else
+// is an error naming the variable.
 // A forced path this CPU cannot take is an error too (a benchmark row must never be mislabelled).
 using Bf16GemmChoice = detail::CpuGemmChoice;
 
@@ -190,14 +198,31 @@ bool use_amx_bf16(int64_t m, int64_t n, int64_t k) {
     return false;
   }
   if (choice == Bf16GemmChoice::fp32) return false;
-  if (choice == Bf16GemmChoice::amx) {
-    HG_CHECK(has_amx(), "[gemm] environment variable HG_CPU_GEMM=amx: this CPU (or OS) lacks AMX-BF16 tiles ",
+  if (choice == Bf16GemmChoice::amx || choice == Bf16GemmChoice::amx4) {
+    HG_CHECK(has_amx(), "[gemm] environment variable HG_CPU_GEMM=", choice == Bf16GemmChoice::amx ? "amx" : "amx4",
+             ": this CPU (or OS) lacks AMX-BF16 tiles ",
              "(cpuid AMX-TILE/AMX-BF16, AVX-512, XCR0 tile state, arch_prctl permission); expected auto, ",
              "avx512 or fp32 here");
     return true;
   }
   return has_amx() && amx_worth_it(m, n, k);
 }
+
+// f16 on AMX: the same choice, except that avx512 means the fp32 kernel (there is no f16 dot
+// product with fp32 sums on these CPUs), and auto needs a larger shape than bf16: split f16 does 3
+// tile products per pair and splits every value while packing. Measured (one thread, CPU time,
+// against the fp32 path): 1.1-1.3x faster from 64^3 (64 x 64 x 1024 with A^T, 128^3), a tie at
+// 16 x 768 x 64, 1.2-2x slower at 32^3 and below and at 4 x 768 x 768 (docs/cpu_gemm.md).
+bool amx_f16_worth_it(int64_t m, int64_t n, int64_t k) {
+  return std::min(m, n) >= 16 && double(m) * double(n) * double(k) >= 64.0 * 64.0 * 64.0;
+}
+bool use_amx_f16(int64_t m, int64_t n, int64_t k) {
+  const Bf16GemmChoice choice = bf16_gemm_choice();
+  if (choice == Bf16GemmChoice::avx512) return false;
+  if (choice == Bf16GemmChoice::automatic) return has_amx() && amx_f16_worth_it(m, n, k);
+  return use_amx_bf16(m, n, k);  // fp32: false; amx, amx4: true, or the error naming what is missing
+}
+int f16_amx_terms() { return bf16_gemm_choice() == Bf16GemmChoice::amx4 ? 4 : 3; }
 
 // ---- f16 / bf16 through f32 temporaries (no AVX-512, small shapes) ----------------------------------------------------------------------
 
@@ -262,6 +287,10 @@ void gemm_half(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doub
   if constexpr (std::is_same_v<T, bfloat16>) {
     if (use_amx_bf16(m, n, k))
       return detail::gemm_bf16_amx(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc, true);
+  } else {
+    if (use_amx_f16(m, n, k))
+      return detail::gemm_f16_amx(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc, true,
+                                  f16_amx_terms());
   }
   if (!has_avx512() || half_better_unpacked(m, n))
     return gemm_via_f32<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -298,7 +327,14 @@ void gemm_bias_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     else
       detail::gemm_bias_half_via_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
   } else if constexpr (std::is_same_v<T, half>) {
-    detail::gemm_bias_half_via_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
+    if (use_amx_f16(m, n, k)) {
+      // As bf16 on AMX: C starts as the (f16, exact) bias rows, the tiles accumulate onto them.
+#pragma omp parallel for if (m * n >= (int64_t(1) << 16))
+      for (int64_t i = 0; i < m; ++i) std::copy(bias, bias + n, c + i * ldc);
+      detail::gemm_f16_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc, true, f16_amx_terms());
+    } else {
+      detail::gemm_bias_half_via_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
+    }
   }
 }
 
@@ -309,9 +345,10 @@ namespace detail {
 CpuGemmChoice parse_cpu_gemm_choice(const char* text) {
   if (!text || !*text || std::strcmp(text, "auto") == 0) return CpuGemmChoice::automatic;
   if (std::strcmp(text, "amx") == 0) return CpuGemmChoice::amx;
+  if (std::strcmp(text, "amx4") == 0) return CpuGemmChoice::amx4;
   if (std::strcmp(text, "avx512") == 0) return CpuGemmChoice::avx512;
   if (std::strcmp(text, "fp32") == 0) return CpuGemmChoice::fp32;
-  HG_CHECK(false, "[gemm] environment variable HG_CPU_GEMM=\"", text, "\": expected auto, amx, avx512 or fp32");
+  HG_CHECK(false, "[gemm] environment variable HG_CPU_GEMM=\"", text, "\": expected auto, amx, amx4, avx512 or fp32");
   return CpuGemmChoice::automatic;
 }
 

@@ -61,9 +61,10 @@ bool cpu_has_avx512_bf16_gemm();
 void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
                       int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16);
 
-// HG_CPU_GEMM's value (gemm.cpp, read once per process): which bf16 path gemm takes. Null or ""
-// is automatic; anything but auto, amx, avx512, fp32 throws an hg::Error naming the variable.
-enum class CpuGemmChoice { automatic, amx, avx512, fp32 };
+// HG_CPU_GEMM's value (gemm.cpp, read once per process): which bf16/f16 path gemm takes. Null or
+// "" is automatic; anything but auto, amx, amx4, avx512, fp32 throws an hg::Error naming the
+// variable (amx4: AMX with f16's 4th product, see gemm_f16_amx).
+enum class CpuGemmChoice { automatic, amx, amx4, avx512, fp32 };
 CpuGemmChoice parse_cpu_gemm_choice(const char* text);
 
 // True when this CPU has AMX-BF16 and the OS granted this process the tile data state
@@ -72,5 +73,14 @@ bool cpu_has_amx_bf16_gemm();
 // The packed GEMM on AMX tiles (tdpbf16ps) (gemm_bf16_amx.cpp).
 void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
                    int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16);
+
+// f16 A and B on the same AMX tiles (gemm_bf16_amx.cpp): each f16 value split exactly into two
+// bf16 pieces, hi = bf16_rne(x) and lo = x - hi, and op(A) op(B) summed in fp32 as hi*hi + hi*lo +
+// lo*hi (terms = 3: each dropped lo*lo is <= 2^-16 |a b|) or with + lo*lo too (terms = 4: every
+// product exact). C is f32 (c_is_f16 false) or f16 rounded once to nearest even. Same conditions as
+// gemm_bf16_amx (cpu_has_amx_bf16_gemm()); f16 subnormals are kept (their pieces are normal bf16).
+void gemm_f16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const half* a,
+                  int64_t lda, const half* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_f16,
+                  int terms = 3);
 
 }  // namespace hg::kernels::cpu::detail

@@ -1,5 +1,14 @@
-// bf16 GEMM on Intel AMX tiles (tdpbf16ps): C = alpha * op(A) op(B) + beta * C with A, B bf16, row
-// strides, any transposes, C f32 or bf16. Products are summed in fp32 over all of k and C is rounded
+// bf16 and f16 GEMMs on Intel AMX tiles (tdpbf16ps): C = alpha * op(A) op(B) + beta * C with A, B
+// bf16 (or f16, below), row strides, any transposes, C f32 or bf16 (f16).
+//
+// f16 (gemm_f16_amx): each f16 splits exactly into two bf16, hi = bf16_rne(x) and lo = x - hi (see
+// "sources" below), and a b = hi hi + hi lo + lo hi (+ lo lo), every product exact in fp32: an f16
+// GEMM is this bf16 GEMM with 3 (or 4) tile products per 32-deep step. The packers move raw 16-bit
+// words as for bf16 and split at the store, writing [hi tiles][lo tiles] per step; KC and the B pass
+// are halved so the packed bytes stay those of bf16. Dropping lo*lo costs <= 2^-16 sum |a b| (docs/
+// cpu_gemm.md, "f16 on AMX"). A C block whose operands hold inf/NaN is recomputed by the fp32 path.
+// What follows describes the bf16 kernel; the f16 one differs only as just said.
+// Products are summed in fp32 over all of k and C is rounded
 // once (bf16: to nearest even, bit-identical to hg::bfloat16, subnormals kept -- so not vcvtneps2bf16,
 // which flushes them). Note: AMX reads bf16 subnormal inputs as zero (and sums with its own fp32
 // rounding), so results match an fp32 reference to fp32 accuracy for normal inputs only.
@@ -73,6 +82,7 @@
 #endif
 
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/error.h"
 
 // GCC 12 warns that AVX-512 intrinsics read an uninitialised variable: their headers pass
 // _mm512_undefined_*() as unused merge sources (GCC bug 105593, fixed in GCC 13).
@@ -132,7 +142,67 @@ __mmask16 first_lanes16(int64_t count) {
   return count >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(count, 0)) - 1u);
 }
 
+// ---- sources: bf16 as it is, f16 split into two bf16 ----------------------------------------
+// A source says how many bf16 pieces a value packs into. bf16: one, the bits as stored. f16: two,
+// hi = bf16_rne(x) and lo = x - hi, both exact: x has 11 significant bits, hi keeps the top 8
+// (rounded to nearest even, so |lo| <= 2^-9 * 2^(e+1) <= 2^-8 |x|), and lo, a multiple of x's ulp
+// below hi's half ulp, has at most 3 significant bits; f16's smallest step 2^-24 is a normal bf16,
+// so AMX's subnormal flush never touches a piece. Infinities and NaN have no such split (inf times
+// the other side's lo = 0 would be NaN where the fp32 path gives inf), so the packers OR "saw a
+// non-finite value" into `bad`, and a C block whose operands held one is recomputed by the fp32
+// path (see gemm_rectangle).
+
+struct Bf16Source {
+  static constexpr int parts = 1;
+};
+struct F16Source {
+  static constexpr int parts = 2;
+};
+
+// 16 fp32 lanes (widened finite f16) -> (hi, lo) as fp32 bit patterns whose low 16 bits are zero
+// (exact bf16 values). Non-finite lanes give meaningless pieces: emit() flags them in `bad`, and
+// their C blocks are recomputed by the fp32 path.
+inline void split_f32(__m512 x, __m512i& hi, __m512i& lo) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  hi = _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
+                        _mm512_set1_epi32(int(0xffff0000u)));
+  lo = _mm512_castps_si512(_mm512_sub_ps(x, _mm512_castsi512_ps(hi)));
+}
+
+// The upper 16 bits of the 32 lanes of (x0, x1), in order: 32 bf16 words.
+inline __m512i upper_halves(__m512i x0, __m512i x1) {
+  const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  return _mm512_permutex2var_epi16(x0, odd, x1);
+}
+
+// Stores 32 packed words v: bf16 as they are; f16 split, hi at dst and lo at dst + 2 tiles (the
+// same place in the step's lo half). The packers move raw 16-bit words (loads, pair interleaves,
+// transposes are the same for both types) and split only here, once per value.
+template <class Src>
+inline void emit(uint16_t* dst, __m512i v, uint32_t& bad) {
+  if constexpr (Src::parts == 1) {
+    _mm512_store_si512(dst, v);
+  } else {
+    const __m512i exponent = _mm512_set1_epi16(0x7c00);  // all ones: inf or NaN
+    bad |= uint32_t(_mm512_cmpeq_epi16_mask(_mm512_and_si512(v, exponent), exponent));
+    __m512i hi0, lo0, hi1, lo1;
+    split_f32(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), hi0, lo0);
+    split_f32(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), hi1, lo1);
+    _mm512_store_si512(dst, upper_halves(hi0, hi1));
+    _mm512_store_si512(dst + 2 * kTileElems, upper_halves(lo0, lo1));
+  }
+}
+
 // ---- packing -----------------------------------------------------------------------------------
+// A packed step of k (32 deep) holds, per piece, 2 tiles: [piece][tile][16 x 32 words], so a
+// bf16 step is 2 KiB and an f16 step 4 KiB (hi tiles, then lo tiles).
+
+template <class Src>
+constexpr int64_t step_elems() {
+  return 2 * Src::parts * kTileElems;
+}
 
 // In-register transpose of 16 x 16 32-bit lanes: on entry v[r] is row r, on exit v[c] is column c.
 void transpose_16x16(__m512i v[16]) {
@@ -160,23 +230,15 @@ void transpose_16x16(__m512i v[16]) {
   }
 }
 
-// 16 bf16 (masked, zeros elsewhere) interleaved with the next 16: lane j = (even[j], odd[j]).
-__m512i interleave_pairs(__m256i even, __m256i odd) {
-  return _mm512_or_si512(_mm512_cvtepu16_epi32(even), _mm512_slli_epi32(_mm512_cvtepu16_epi32(odd), 16));
-}
-
-// Reads 16 bf16 of row p at column c0 (mask `cols`), or zeros when p is past the slice.
-__m256i load_row16(const OperandView& x, int64_t p, int64_t p_end, int64_t c0, __mmask16 cols) {
-  if (p >= p_end) return _mm256_setzero_si256();
-  return _mm256_maskz_loadu_epi16(cols, x.data + p * x.ld + c0);
-}
-
-// One 16-row tile of plain op(A) = A[i0 : i0 + rows, p : p + 32] (zeros past p_end), to dst (1 KiB).
-void pack_a_tile(const OperandView& a, int64_t i0, int64_t rows, int64_t p, int64_t p_end, uint16_t* dst) {
+// One 16-row tile of plain op(A) = A[i0 : i0 + rows, p : p + 32] (zeros past p_end), to dst (1 KiB
+// per piece).
+template <class Src>
+void pack_a_tile(const OperandView& a, int64_t i0, int64_t rows, int64_t p, int64_t p_end, uint16_t* dst,
+                 uint32_t& bad) {
   const __mmask32 kmask = first_lanes32(p_end - p);
   for (int64_t r = 0; r < 16; ++r) {
     const __m512i v = r < rows ? _mm512_maskz_loadu_epi16(kmask, a.data + (i0 + r) * a.ld + p) : _mm512_setzero_si512();
-    _mm512_store_si512(dst + r * 32, v);
+    emit<Src>(dst + r * 32, v, bad);
   }
 }
 
@@ -184,7 +246,9 @@ void pack_a_tile(const OperandView& a, int64_t i0, int64_t rows, int64_t p, int6
 // (one 512-bit load); rows 2q and 2q + 1 interleaved by unpacklo/hi_epi16 give the (k, k+1) pairs of
 // 16 columns each (lo: columns 8L + 0..3 of 128-bit lane L, hi: 8L + 4..7), and a 16 x 16 32-bit
 // transpose of each turns pairs-by-column into tile rows, stored where their column belongs.
-void pack_a_panel_transposed(const OperandView& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst) {
+template <class Src>
+void pack_a_panel_transposed(const OperandView& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst,
+                             uint32_t& bad) {
   const int64_t steps = round_up(kc, kTile) / kTile, p_end = p0 + kc;
   const __mmask32 cols = first_lanes32(rows);
   for (int64_t s = 0; s < steps; ++s) {
@@ -199,51 +263,83 @@ void pack_a_panel_transposed(const OperandView& a, int64_t i0, int64_t rows, int
     }
     transpose_16x16(lo);
     transpose_16x16(hi);
-    uint16_t* step = dst + 2 * s * kTileElems;
+    uint16_t* step = dst + s * step_elems<Src>();
     for (int l = 0; l < 16; ++l) {
       const int column = (l / 4) * 8 + l % 4;  // of lo[l]; hi[l] is column + 4
-      _mm512_store_si512(step + (column / 16) * kTileElems + (column % 16) * 32, lo[l]);
-      _mm512_store_si512(step + ((column + 4) / 16) * kTileElems + ((column + 4) % 16) * 32, hi[l]);
+      emit<Src>(step + (column / 16) * kTileElems + (column % 16) * 32, lo[l], bad);
+      emit<Src>(step + ((column + 4) / 16) * kTileElems + ((column + 4) % 16) * 32, hi[l], bad);
     }
   }
 }
 
-// The A micro-panel for rows i0..i0+rows (<= 32) and k in [p0, p0 + kc): [kc/32][2][16][32].
-void pack_a_panel(const OperandView& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst) {
-  if (a.transposed) return pack_a_panel_transposed(a, i0, rows, p0, kc, dst);
+// The A micro-panel for rows i0..i0+rows (<= 32) and k in [p0, p0 + kc): [kc/32][pieces][2][16][32].
+template <class Src>
+void pack_a_panel(const OperandView& a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst,
+                  uint32_t& bad) {
+  if (a.transposed) return pack_a_panel_transposed<Src>(a, i0, rows, p0, kc, dst, bad);
   const int64_t steps = round_up(kc, kTile) / kTile;
   for (int64_t s = 0; s < steps; ++s)
     for (int64_t t = 0; t < 2; ++t)
-      pack_a_tile(a, i0 + 16 * t, std::clamp<int64_t>(rows - 16 * t, 0, 16), p0 + s * kTile, p0 + kc,
-                  dst + (2 * s + t) * kTileElems);
+      pack_a_tile<Src>(a, i0 + 16 * t, std::clamp<int64_t>(rows - 16 * t, 0, 16), p0 + s * kTile, p0 + kc,
+                       dst + s * step_elems<Src>() + t * kTileElems, bad);
 }
 
-// One 16-column VNNI tile of op(B)[p : p + 32, j0 : j0 + cols] (rows past p_end zero), to dst.
-void pack_b_tile(const OperandView& b, int64_t p, int64_t p_end, int64_t j0, int64_t cols, uint16_t* dst) {
-  if (!b.transposed) {
-    // B stored [k][n]: a tile row q is rows 2q, 2q + 1 interleaved.
-    const __mmask16 mask = first_lanes16(cols);
-    for (int q = 0; q < 16; ++q)
-      _mm512_store_si512(dst + q * 32, interleave_pairs(load_row16(b, p + 2 * q, p_end, j0, mask),
-                                                        load_row16(b, p + 2 * q + 1, p_end, j0, mask)));
-    return;
-  }
-  // B stored [n][k]: 32 k of column j are 16 pairs; transpose columns into pair rows.
+// One 16-column VNNI tile of B^T (B stored [n][k]) for op(B)[p : p + 32, j0 : j0 + cols] (k past
+// p_end zero), to dst: 32 k of column j are 16 pairs; transpose columns into pair rows.
+template <class Src>
+void pack_b_tile(const OperandView& b, int64_t p, int64_t p_end, int64_t j0, int64_t cols, uint16_t* dst,
+                 uint32_t& bad) {
   const __mmask32 kmask = first_lanes32(p_end - p);
   __m512i v[16];
   for (int j = 0; j < 16; ++j)
     v[j] = j < cols ? _mm512_maskz_loadu_epi16(kmask, b.data + (j0 + j) * b.ld + p) : _mm512_setzero_si512();
   transpose_16x16(v);
-  for (int q = 0; q < 16; ++q) _mm512_store_si512(dst + q * 32, v[q]);
+  for (int q = 0; q < 16; ++q) emit<Src>(dst + q * 32, v[q], bad);
 }
 
-// The B micro-panel for columns j0..j0+cols (<= 32) and k in [p0, p0 + kc): [kc/32][2][16][16][2].
-void pack_b_panel(const OperandView& b, int64_t p0, int64_t kc, int64_t j0, int64_t cols, uint16_t* dst) {
+// Plain B's micro-panel, both tiles of a step at once: rows 2q and 2q + 1 are read 32 columns (one
+// 64-byte line each) at a time and interleaved into (k, k+1) pairs by two word permutes (columns
+// 0-15 to tile 0, 16-31 to tile 1), so each row's line is touched once per step; the rows of the
+// step after next are prefetched (the packer waits on these strided rows otherwise: perf showed
+// the plain-B loads as a third of an f16 MLP step's packing).
+template <class Src>
+void pack_b_panel_plain(const OperandView& b, int64_t p0, int64_t kc, int64_t j0, int64_t cols, uint16_t* dst,
+                        uint32_t& bad) {
+  const int64_t steps = round_up(kc, kTile) / kTile, p_end = p0 + kc;
+  const __mmask32 mask = first_lanes32(cols);
+  alignas(64) static constexpr uint16_t kPairs[2][32] = {
+      {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
+      {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+       24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
+  const __m512i first_half = _mm512_load_si512(kPairs[0]), second_half = _mm512_load_si512(kPairs[1]);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t p = p0 + s * kTile;
+    uint16_t* step = dst + s * step_elems<Src>();
+    for (int q = 0; q < 16; ++q) {
+      const int64_t even = p + 2 * q, odd = even + 1, ahead = even + 2 * kTile;
+      if (ahead + 1 < p_end) {
+        __builtin_prefetch(b.data + ahead * b.ld + j0);
+        __builtin_prefetch(b.data + (ahead + 1) * b.ld + j0);
+      }
+      const __m512i r0 = even < p_end ? _mm512_maskz_loadu_epi16(mask, b.data + even * b.ld + j0) : _mm512_setzero_si512();
+      const __m512i r1 = odd < p_end ? _mm512_maskz_loadu_epi16(mask, b.data + odd * b.ld + j0) : _mm512_setzero_si512();
+      emit<Src>(step + q * 32, _mm512_permutex2var_epi16(r0, first_half, r1), bad);
+      emit<Src>(step + kTileElems + q * 32, _mm512_permutex2var_epi16(r0, second_half, r1), bad);
+    }
+  }
+}
+
+// The B micro-panel for columns j0..j0+cols (<= 32) and k in [p0, p0 + kc):
+// [kc/32][pieces][2][16][16][2].
+template <class Src>
+void pack_b_panel(const OperandView& b, int64_t p0, int64_t kc, int64_t j0, int64_t cols, uint16_t* dst,
+                  uint32_t& bad) {
+  if (!b.transposed) return pack_b_panel_plain<Src>(b, p0, kc, j0, cols, dst, bad);
   const int64_t steps = round_up(kc, kTile) / kTile;
   for (int64_t s = 0; s < steps; ++s)
     for (int64_t t = 0; t < 2; ++t)
-      pack_b_tile(b, p0 + s * kTile, p0 + kc, j0 + 16 * t, std::clamp<int64_t>(cols - 16 * t, 0, 16),
-                  dst + (2 * s + t) * kTileElems);
+      pack_b_tile<Src>(b, p0 + s * kTile, p0 + kc, j0 + 16 * t, std::clamp<int64_t>(cols - 16 * t, 0, 16),
+                       dst + s * step_elems<Src>() + t * kTileElems, bad);
 }
 
 // ---- tiles -------------------------------------------------------------------------------------
@@ -268,8 +364,19 @@ void configure_tiles() {
   _tile_loadconfig(&config);
 }
 
+#define HG_AMX_FOUR_PRODUCTS()   \
+  do {                           \
+    _tile_dpbf16ps(0, 4, 6);     \
+    _tile_dpbf16ps(1, 4, 7);     \
+    _tile_dpbf16ps(2, 5, 6);     \
+    _tile_dpbf16ps(3, 5, 7);     \
+  } while (0)
+
 // One KC slice of a 32 x 32 C tile: acc (fp32, row stride acc_ld floats) = (first ? 0 : acc) +
-// A micro-panel x B micro-panel, over `steps` packed 32-deep steps.
+// A micro-panel x B micro-panel, over `steps` packed 32-deep steps. `terms` picks the products of
+// a step: 1 for bf16 (A x B); for split f16, 3 (hi hi + hi lo + lo hi) or 4 (+ lo lo), each pass of
+// 4 tdpbf16ps reloading only the operand tiles whose piece changes (10 tile loads per step).
+template <int Terms>
 void micro_kernel(int64_t steps, const uint16_t* a, const uint16_t* b, bool first, float* acc, int64_t acc_ld) {
   const int64_t stride = acc_ld * int64_t(sizeof(float));
   if (first) {
@@ -283,23 +390,33 @@ void micro_kernel(int64_t steps, const uint16_t* a, const uint16_t* b, bool firs
     _tile_loadd(2, acc + 16 * acc_ld, stride);
     _tile_loadd(3, acc + 16 * acc_ld + 16, stride);
   }
+  constexpr int64_t E = kTileElems;
   for (int64_t s = 0; s < steps; ++s) {
     _tile_loadd(4, a, 64);
     _tile_loadd(6, b, 64);
-    _tile_loadd(5, a + kTileElems, 64);
-    _tile_loadd(7, b + kTileElems, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-    a += 2 * kTileElems;
-    b += 2 * kTileElems;
+    _tile_loadd(5, a + E, 64);
+    _tile_loadd(7, b + E, 64);
+    HG_AMX_FOUR_PRODUCTS();  // hi x hi (bf16: the only product)
+    if constexpr (Terms > 1) {
+      _tile_loadd(6, b + 2 * E, 64);
+      _tile_loadd(7, b + 3 * E, 64);
+      HG_AMX_FOUR_PRODUCTS();  // hi x lo
+      _tile_loadd(4, a + 2 * E, 64);
+      _tile_loadd(5, a + 3 * E, 64);
+      if constexpr (Terms == 4) HG_AMX_FOUR_PRODUCTS();  // lo x lo
+      _tile_loadd(6, b, 64);
+      _tile_loadd(7, b + E, 64);
+      HG_AMX_FOUR_PRODUCTS();  // lo x hi
+    }
+    a += (Terms > 1 ? 4 : 2) * E;
+    b += (Terms > 1 ? 4 : 2) * E;
   }
   _tile_stored(0, acc, stride);
   _tile_stored(1, acc + 16, stride);
   _tile_stored(2, acc + 16 * acc_ld, stride);
   _tile_stored(3, acc + 16 * acc_ld + 16, stride);
 }
+#undef HG_AMX_FOUR_PRODUCTS
 
 // ---- epilogue ----------------------------------------------------------------------------------
 
@@ -314,15 +431,24 @@ __m256i round_to_bf16(__m512 v) {
   return _mm512_cvtepi32_epi16(r);
 }
 
+// float -> binary16 bits, round to nearest even (vcvtps2ph keeps subnormals and overflows to
+// infinity, as hg::half does), every NaN to 0x7fff.
+__m256i round_to_f16(__m512 v) {
+  const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm256_mask_mov_epi16(h, __mmask16(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)), _mm256_set1_epi16(0x7fff));
+}
+
 __m512 load_bf16(const uint16_t* p, __mmask16 mask) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
 }
+
+enum class OutType { f32, bf16, f16 };
 
 // Where C goes and how it is combined.
 struct Output {
   void* c;
   int64_t ldc;
-  bool is_bf16;
+  OutType type;
   float alpha, beta;
 };
 
@@ -336,10 +462,14 @@ void epilogue(const float* acc, int64_t acc_ld, int64_t rows, int64_t cols, cons
     for (int64_t j = 0; j < cols; j += 16) {
       const __mmask16 mask = first_lanes16(cols - j);
       __m512 v = _mm512_mul_ps(va, _mm512_load_ps(src + j));
-      if (out.is_bf16) {
+      if (out.type == OutType::bf16) {
         uint16_t* dst = static_cast<uint16_t*>(out.c) + (i0 + i) * out.ldc + j0 + j;
         if (read_c) v = _mm512_fmadd_ps(vb, load_bf16(dst, mask), v);
         _mm256_mask_storeu_epi16(dst, mask, round_to_bf16(v));
+      } else if (out.type == OutType::f16) {
+        uint16_t* dst = static_cast<uint16_t*>(out.c) + (i0 + i) * out.ldc + j0 + j;
+        if (read_c) v = _mm512_fmadd_ps(vb, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, dst)), v);
+        _mm256_mask_storeu_epi16(dst, mask, round_to_f16(v));
       } else {
         float* dst = static_cast<float*>(out.c) + (i0 + i) * out.ldc + j0 + j;
         if (read_c) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask, dst), v);
@@ -353,9 +483,12 @@ void epilogue(const float* acc, int64_t acc_ld, int64_t rows, int64_t cols, cons
 void scale_c(int64_t m, int64_t n, const Output& out) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      if (out.is_bf16) {
+      if (out.type == OutType::bf16) {
         uint16_t& x = static_cast<uint16_t*>(out.c)[i * out.ldc + j];
         x = float_to_bfloat16_bits(out.beta == 0.0f ? 0.0f : out.beta * bfloat16_bits_to_float(x));
+      } else if (out.type == OutType::f16) {
+        half& x = static_cast<half*>(out.c)[i * out.ldc + j];
+        x = half(out.beta == 0.0f ? 0.0f : out.beta * float(x));
       } else {
         float& x = static_cast<float*>(out.c)[i * out.ldc + j];
         x = out.beta == 0.0f ? 0.0f : out.beta * x;
@@ -393,47 +526,69 @@ Rectangle rectangle_of(int thread, int threads, int64_t m, int64_t n) {
 // and B is packed once per column block, all of k. Deeper k packs B one kKPass slab at a time and
 // keeps the partial sums of kRowGroup rows, so B is repacked once per row group; the per-thread
 // buffers stay under kKPass x NC bf16 (4 MiB) + kRowGroup x NC fp32 (1 MiB) for any shape.
+// C[i0 : i0 + rows, j0 : j0 + cols] from f16 operands by the packed fp32 path (serial here: it runs
+// inside this GEMM's parallel region), for a block whose operands held an infinity or NaN: the
+// split would turn inf * (lo = 0) into NaN. C is untouched until then, so beta * C is still there.
+void recompute_in_fp32(const OperandView& a, const OperandView& b, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                       int64_t k, const Output& out) {
+  const auto* a_block = reinterpret_cast<const half*>(a.data + (a.transposed ? i0 : i0 * a.ld));
+  const auto* b_block = reinterpret_cast<const half*>(b.data + (b.transposed ? j0 * b.ld : j0));
+  const size_t elem = out.type == OutType::f32 ? sizeof(float) : sizeof(uint16_t);
+  void* c_block = static_cast<char*>(out.c) + size_t(i0 * out.ldc + j0) * elem;
+  gemm_half_via_f32_avx512(a.transposed, b.transposed, rows, cols, k, out.alpha, a_block, a.ld, b_block, b.ld,
+                           out.beta, c_block, out.ldc, out.type == OutType::f16);
+}
+
+// An f16 source (two pieces per value) halves KC and the pass depth, so the packed A block, a B
+// micro-panel (KC x 32 x 2 pieces = 32 KiB, L1) and the B pass buffer keep their bf16 sizes.
+template <class Src, int Terms>
 void gemm_rectangle(const OperandView& a, const OperandView& b, const Rectangle& r, int64_t k, const Output& out) {
+  constexpr int64_t P = Src::parts, KC = kKC / P, KPass = kKPass / P;
   thread_local PackBuffer<uint16_t> a_buffer, b_buffer;
   thread_local PackBuffer<float> acc_buffer;
-  const bool one_pass = k <= kKPass;
+  const bool one_pass = k <= KPass;
   const int64_t group_rows = one_pass ? kMC : kRowGroup;
   uint16_t* a_packed = a_buffer.get(kMC * kKC);
-  uint16_t* b_packed = b_buffer.get(std::min(round_up(k, kTile), kKPass) * kNC);
+  uint16_t* b_packed = b_buffer.get(std::min(round_up(k, kTile), KPass) * P * kNC);
   float* acc = acc_buffer.get(group_rows * kNC);
   for (int64_t jc = r.col_begin; jc < r.col_end; jc += kNC) {
     const int64_t nc = std::min(kNC, r.col_end - jc), nc_padded = round_up(nc, kTile);
     bool b_packed_for_all_k = false;
+    uint32_t b_bad = 0;  // non-finite f16 seen in this column block's B (all k)
     for (int64_t rg = r.row_begin; rg < r.row_end; rg += group_rows) {
       const int64_t rows = std::min(group_rows, r.row_end - rg);
-      for (int64_t kp = 0; kp < k; kp += kKPass) {
-        const int64_t kp_end = std::min(k, kp + kKPass);
-        // Slice pc of the pass starts at (pc - kp) * nc_padded; its panel jr at + jr * kc_padded.
+      uint32_t a_bad = 0;  // ... and in this row group's A
+      for (int64_t kp = 0; kp < k; kp += KPass) {
+        const int64_t kp_end = std::min(k, kp + KPass);
+        // Slice pc of the pass starts at (pc - kp) * P * nc_padded; its panel jr at + jr * P * kc_padded.
         if (!b_packed_for_all_k) {
-          for (int64_t pc = kp; pc < kp_end; pc += kKC) {
-            const int64_t kc = std::min(kKC, k - pc), kc_padded = round_up(kc, kTile);
+          for (int64_t pc = kp; pc < kp_end; pc += KC) {
+            const int64_t kc = std::min(KC, k - pc), kc_padded = round_up(kc, kTile);
             for (int64_t jr = 0; jr < nc; jr += kTile)
-              pack_b_panel(b, pc, kc, jc + jr, std::min(kTile, nc - jr),
-                           b_packed + (pc - kp) * nc_padded + jr * kc_padded);
+              pack_b_panel<Src>(b, pc, kc, jc + jr, std::min(kTile, nc - jr),
+                                b_packed + ((pc - kp) * nc_padded + jr * kc_padded) * P, b_bad);
           }
           b_packed_for_all_k = one_pass;
         }
         for (int64_t ic = rg; ic < rg + rows; ic += kMC) {
           const int64_t mc = std::min(kMC, rg + rows - ic);
           float* acc_block = acc + (ic - rg) * kNC;
-          for (int64_t pc = kp; pc < kp_end; pc += kKC) {
-            const int64_t kc = std::min(kKC, k - pc), kc_padded = round_up(kc, kTile);
+          for (int64_t pc = kp; pc < kp_end; pc += KC) {
+            const int64_t kc = std::min(KC, k - pc), kc_padded = round_up(kc, kTile);
             for (int64_t ir = 0; ir < mc; ir += kTile)
-              pack_a_panel(a, ic + ir, std::min(kTile, mc - ir), pc, kc, a_packed + ir * kc_padded);
-            const uint16_t* b_slice = b_packed + (pc - kp) * nc_padded;
+              pack_a_panel<Src>(a, ic + ir, std::min(kTile, mc - ir), pc, kc, a_packed + ir * kc_padded * P, a_bad);
+            const uint16_t* b_slice = b_packed + (pc - kp) * nc_padded * P;
             for (int64_t jr = 0; jr < nc; jr += kTile)
               for (int64_t ir = 0; ir < mc; ir += kTile)
-                micro_kernel(kc_padded / kTile, a_packed + ir * kc_padded, b_slice + jr * kc_padded, pc == 0,
-                             acc_block + ir * kNC + jr, kNC);
+                micro_kernel<Terms>(kc_padded / kTile, a_packed + ir * kc_padded * P, b_slice + jr * kc_padded * P,
+                                    pc == 0, acc_block + ir * kNC + jr, kNC);
           }
         }
       }
-      epilogue(acc, kNC, rows, nc, out, rg, jc);
+      if (a_bad | b_bad)
+        recompute_in_fp32(a, b, rg, rows, jc, nc, k, out);
+      else
+        epilogue(acc, kNC, rows, nc, out, rg, jc);
     }
   }
 }
@@ -473,16 +628,19 @@ bool cpu_has_amx_bf16_gemm() {
   return has;
 }
 
-void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
-                   int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16) {
-  const Output out{c, ldc, c_is_bf16, alpha, beta};
+namespace {
+
+// The threads around gemm_rectangle<Src, Terms> (shared by the bf16 and the split-f16 entry points).
+template <class Src, int Terms>
+void gemm_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+              int64_t lda, const uint16_t* b, int64_t ldb, const Output& out) {
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) return scale_c(m, n, out);
 
-  const OperandView op_a{reinterpret_cast<const uint16_t*>(a), lda, trans_a};
-  const OperandView op_b{reinterpret_cast<const uint16_t*>(b), ldb, trans_b};
-  // Below ~4 MFLOP the fork/join costs more than the second thread saves.
-  const bool small = 2.0 * double(m) * double(n) * double(k) < 4.0e6;
+  const OperandView op_a{a, lda, trans_a};
+  const OperandView op_b{b, ldb, trans_b};
+  // Below ~4 MFLOP (of tile work) the fork/join costs more than the second thread saves.
+  const bool small = 2.0 * double(m) * double(n) * double(k) * Terms < 4.0e6;
   const int threads = small ? 1 : omp_get_max_threads();
   // An exception (std::bad_alloc from a pack buffer) must not leave the parallel region, where it
   // would call std::terminate: the first one is kept and rethrown after the join.
@@ -493,7 +651,7 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
     if (mine.row_begin < mine.row_end && mine.col_begin < mine.col_end) {
       try {
         configure_tiles();
-        gemm_rectangle(op_a, op_b, mine, k, out);
+        gemm_rectangle<Src, Terms>(op_a, op_b, mine, k, out);
       } catch (...) {
 #pragma omp critical(hg_gemm_bf16_amx_failure)
         if (!failure) failure = std::current_exception();
@@ -502,6 +660,28 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
     }
   }
   if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
+
+void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
+                   int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16) {
+  const Output out{c, ldc, c_is_bf16 ? OutType::bf16 : OutType::f32, alpha, beta};
+  gemm_amx<Bf16Source, 1>(trans_a, trans_b, m, n, k, alpha, reinterpret_cast<const uint16_t*>(a), lda,
+                          reinterpret_cast<const uint16_t*>(b), ldb, out);
+}
+
+void gemm_f16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const half* a,
+                  int64_t lda, const half* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_f16,
+                  int terms) {
+  HG_CHECK(terms == 3 || terms == 4, "[gemm_f16_amx] terms = ", terms, "; expected 3 or 4");
+  const Output out{c, ldc, c_is_f16 ? OutType::f16 : OutType::f32, alpha, beta};
+  const auto* a16 = reinterpret_cast<const uint16_t*>(a);
+  const auto* b16 = reinterpret_cast<const uint16_t*>(b);
+  if (terms == 3)
+    gemm_amx<F16Source, 3>(trans_a, trans_b, m, n, k, alpha, a16, lda, b16, ldb, out);
+  else
+    gemm_amx<F16Source, 4>(trans_a, trans_b, m, n, k, alpha, a16, lda, b16, ldb, out);
 }
 
 }  // namespace hg::kernels::cpu::detail
