@@ -187,8 +187,10 @@ HG_DECLARE_KERNEL(void, add_layer_norm_forward,
                    void* mean, void* rstd, int64_t rows, int64_t cols, double eps, DType dtype));
 // Backward: the sum's total gradient, given to both x and residual, is
 //   dx = dh + rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))     per row (xhat, g of h as above)
-// in acc_t, rounded once; dh (the gradient reaching h directly) is nullable (taken as 0). dweight and
-// dbias (nullable) as layer_norm_backward, in the same fixed order (deterministic).
+// rounded as the composed ops round it: the LayerNorm term rounded to the dtype (as layer_norm_backward
+// writes it), then added to dh in acc_t and rounded once (the add kernel), so dx is bit-identical to
+// layer_norm_backward followed by the add. dh (the gradient reaching h directly) is nullable (taken
+// as 0). dweight and dbias (nullable) as layer_norm_backward, in the same fixed order (deterministic).
 HG_DECLARE_KERNEL(void, add_layer_norm_backward,
                   (const void* h, const void* weight, const void* mean, const void* rstd, const void* dy,
                    const void* dh, void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype));

@@ -7,7 +7,8 @@
 //
 // The fused residual add shares the row functions: forward, the row's h = round(x + residual) is
 // written and kept (as acc_t) for the statistics and y, one row at a time, so h is never read back
-// from memory; backward, the row's dh is added to dx before dx is rounded and stored (one pass).
+// from memory; backward, the row's dh is added to the row's dx while it is in L1, rounded as the
+// composed add rounds it, so both directions are bit-identical to add then layer_norm.
 //
 // Determinism of dw/db: the rows are cut into a fixed number of row blocks (kRowBlocks, fewer when
 // there are fewer rows), chosen from `rows` alone. Each block owns a partial dw/db row in acc_t,
@@ -155,7 +156,27 @@ struct BackwardScratch {
         g(size_t(cols)) {}
 };
 
-// dx of one row (plus dh_row when not null: the fused residual's gradient, added before rounding),
+// dx_row += dh_row as the composed add computes it: both rounded to T, added in acc_t, rounded once.
+// A second pass over the row (in L1), so that the LayerNorm dx is rounded exactly as layer_norm_backward
+// rounds it -- the product in it is never contracted with the add into an fma -- and the fused backward
+// is bit-identical to layer_norm_backward followed by the add.
+template <class T>
+void add_row_gradient(const T* __restrict dh_row, T* __restrict dx_row, int64_t cols, BackwardScratch<T>& scratch) {
+  using A = acc_t<T>;
+  if constexpr (is_staged_v<T> && !kFuseConversion<T>) {
+    A* __restrict dx = scratch.dx.data();
+    A* __restrict dh = scratch.dh.data();
+    to_float(dx_row, dx, cols);
+    to_float(dh_row, dh, cols);
+    for (int64_t c = 0; c < cols; ++c) dx[c] += dh[c];
+    from_float(dx, dx_row, cols);
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) dx_row[c] = T(A(dx_row[c]) + A(dh_row[c]));
+  }
+}
+
+// dx of one row (plus dh_row when not null: the fused residual's gradient, added as the composed add),
 // and (when dw_partial is not null) dw/db partial sums of the row's block.
 template <class T>
 void backward_row(const T* x_row, const T* dy_row, const T* dh_row, T* dx_row, const acc_t<T>* w, acc_t<T> mean,
@@ -175,22 +196,14 @@ void backward_row(const T* x_row, const T* dy_row, const T* dh_row, T* dx_row, c
     sum_gx += g[c] * xhat[c];
   }
   const A mean_g = sum_g / A(cols), mean_gx = sum_gx / A(cols);
-  if (dh_row != nullptr) {
-    const A* __restrict dh = row_as_acc(dh_row, scratch.dh, cols);
-    if constexpr (is_staged_v<T> && !kFuseConversion<T>) {
-      A* __restrict dx = scratch.dx.data();
-      for (int64_t c = 0; c < cols; ++c) dx[c] = rstd * (g[c] - mean_g - xhat[c] * mean_gx) + dh[c];
-      from_float(dx, dx_row, cols);
-    } else {
-      for (int64_t c = 0; c < cols; ++c) dx_row[c] = T(rstd * (g[c] - mean_g - xhat[c] * mean_gx) + dh[c]);
-    }
-  } else if constexpr (is_staged_v<T> && !kFuseConversion<T>) {
+  if constexpr (is_staged_v<T> && !kFuseConversion<T>) {
     A* __restrict dx = scratch.dx.data();
     for (int64_t c = 0; c < cols; ++c) dx[c] = rstd * (g[c] - mean_g - xhat[c] * mean_gx);
     from_float(dx, dx_row, cols);
   } else {
     for (int64_t c = 0; c < cols; ++c) dx_row[c] = T(rstd * (g[c] - mean_g - xhat[c] * mean_gx));
   }
+  if (dh_row != nullptr) add_row_gradient(dh_row, dx_row, cols, scratch);
   if (dw_partial) {
     for (int64_t c = 0; c < cols; ++c) {
       dw_partial[c] += dy[c] * xhat[c];

@@ -10,7 +10,9 @@
 // writes h = round_T(x + residual) and sums it; the later passes read h back (L1/L2). All three passes
 // then use one pack split (a head computed over x, residual, h, y, weight and bias), so every thread
 // reads back only the elements of h it wrote itself: no barrier is needed between writing h and
-// reading it. The backward kernel takes a nullable dh, added to dx before it is rounded (one pass).
+// reading it. The backward kernel takes a nullable dh, added to dx in the same pass the way the
+// composed add would (dx rounded to T first, then dx + dh in acc_t rounded once), so the fused
+// backward is bit-identical to layer_norm_backward then add.
 //
 // Parallel strategy, forward: a warp per row when cols <= kWarpRowLimit (8 rows per 256-thread
 // block), a block per row otherwise (RowGroup, device_math.h). Three passes over the row, the last
@@ -184,6 +186,19 @@ ColumnSlots accumulator_slots(int64_t cols) {
   return {shift, per_row + ((kBankPhase - per_row % 32) % 32 + 32) % 32};
 }
 
+// a * b rounded on its own, never contracted with a following add into an fma (the emulator's host
+// compiler contracts across statements too, hence the volatile there): the fused backward's LayerNorm
+// dx is then rounded exactly as the plain one before dh is added, as the composed add would.
+template <class A>
+HG_DEVICE A rounded_product(A a, A b) {
+#if defined(__CUDA_ARCH__)
+  return mul_rn(a, b);
+#else
+  volatile A product = a * b;
+  return product;
+#endif
+}
+
 // Stage 1: block b owns rows [rows * b / blocks, rows * (b + 1) / blocks) and, when partial is not
 // null, the partial row partial[b * pitch, (b + 1) * pitch) = [dw partial, db partial] in the layout
 // `out_slots`. The accumulator (`acc_slots`) is the dynamic shared memory when acc_in_shared, else
@@ -253,9 +268,8 @@ __global__ void layer_norm_backward_kernel(const T* __restrict__ x, const T* __r
         const A xhat = (to_acc(xp.v[k]) - row_mean) * row_rstd;
         const A dyv = to_acc(gp.v[k]);
         const A gv = dyv * (weight != nullptr ? to_acc(wp.v[k]) : A(1));
-        A dxv = row_rstd * (gv - mean_g - xhat * mean_gx);
-        if (dhr != nullptr) dxv += to_acc(hp.v[k]);
-        o.v[k] = from_acc<T>(dxv);
+        o.v[k] = from_acc<T>(rounded_product(row_rstd, gv - mean_g - xhat * mean_gx));
+        if (dhr != nullptr) o.v[k] = from_acc<T>(add_rn(to_acc(o.v[k]), to_acc(hp.v[k])));
         if (acc != nullptr) {
           const int64_t slot = slots(c + k);
           dw_acc[slot] += dyv * xhat;
