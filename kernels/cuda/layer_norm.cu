@@ -6,11 +6,11 @@
 // parameter gradients dw and db summed over all rows; all three written (=), never accumulated into)
 // and at add_layer_norm_forward / add_layer_norm_backward.
 //
-// Fused residual add (the forward kernel's kResidual flag): the first pass reads x and residual,
-// writes h = round_T(x + residual) and sums it; the later passes read h back (L1/L2). All three passes
-// then use one pack split (a head computed over x, residual, h, y, weight and bias), so every thread
-// reads back only the elements of h it wrote itself: no barrier is needed between writing h and
-// reading it. The backward kernel takes a nullable dh, added to dx in the same pass the way the
+// Fused residual add (the forward kernel's kResidual flag): a first pass reads x and residual and
+// writes h = round_T(x + residual); after a barrier of the row's group (__syncwarp / __syncthreads)
+// the plain kernel's three passes run on h, read back from L1/L2, with the plain kernel's pack splits,
+// so y, mean and rstd are bit-identical to layer_norm_forward of h whatever the alignments (a split
+// shared by all passes would change the order of the row sums when x, residual and h align differently). The backward kernel takes a nullable dh, added to dx in the same pass the way the
 // composed add would (dx rounded to T first, then dx + dh in acc_t rounded once), so the fused
 // backward is bit-identical to layer_norm_backward then add.
 //
@@ -73,41 +73,37 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   if (g.row >= rows) return;  // a whole warp (warp rows) or never (block rows: grid = rows)
   const T* xr = x + g.row * cols;
   T* yr = y + g.row * cols;
-  const T* w_align = weight != nullptr ? weight : xr;
-  const T* b_align = bias != nullptr ? bias : xr;
-  // The row LayerNorm normalises: x, or h once the first pass has written it.
-  const T* src = xr;
-  int64_t x_head, out_head;
-  A sum = 0;
   if constexpr (kResidual) {
+    // h = round_T(x + residual), written; then the plain kernel's passes below run on h, with the
+    // plain kernel's pack split of h, so y, mean and rstd are those of layer_norm_forward of h, bit
+    // for bit. The barrier orders the writes of h before the reads, which may split it differently.
     const T* rr = residual + g.row * cols;
     T* hr = h + g.row * cols;
-    src = hr;
-    // One split for all three passes: each thread reads back only the elements of h it wrote.
-    x_head = out_head = pack_head<T>(cols, xr, rr, hr, yr, w_align, b_align);
-    for_packs<kPack<T>>(cols, x_head, g.worker, g.size, [&](int64_t c, auto width) {
+    for_packs<kPack<T>>(cols, pack_head<T>(cols, xr, rr, hr), g.worker, g.size, [&](int64_t c, auto width) {
       constexpr int W = decltype(width)::value;
       const Pack<T, W> xp = load_pack<W>(xr + c), rp = load_pack<W>(rr + c);
       Pack<T, W> hp;
       HG_UNROLL
-      for (int k = 0; k < W; ++k) {
-        hp.v[k] = from_acc<T>(to_acc(xp.v[k]) + to_acc(rp.v[k]));
-        sum += to_acc(hp.v[k]);
-      }
+      for (int k = 0; k < W; ++k) hp.v[k] = from_acc<T>(add_rn(to_acc(xp.v[k]), to_acc(rp.v[k])));
       store_pack<W>(hr + c, hp);
     });
-  } else {
-    x_head = pack_head<T>(cols, xr);
-    out_head = pack_head<T>(cols, xr, yr, w_align, b_align);
-    for_packs<kPack<T>>(cols, x_head, g.worker, g.size, [&](int64_t c, auto width) {
-      constexpr int W = decltype(width)::value;
-      const Pack<T, W> p = load_pack<W>(xr + c);
-      HG_UNROLL
-      for (int k = 0; k < W; ++k) sum += to_acc(p.v[k]);
-    });
+    if constexpr (kWarpRows) {
+      __syncwarp();
+    } else {
+      __syncthreads();
+    }
+    xr = hr;
   }
+  const int64_t x_head = pack_head<T>(cols, xr);
+
+  A sum = 0;
+  for_packs<kPack<T>>(cols, x_head, g.worker, g.size, [&](int64_t c, auto width) {
+    constexpr int W = decltype(width)::value;
+    const Pack<T, W> p = load_pack<W>(xr + c);
+    HG_UNROLL
+    for (int k = 0; k < W; ++k) sum += to_acc(p.v[k]);
+  });
   const A row_mean = g.reduce(sum, SumOp{}, A(0), shared) / A(cols);
-  xr = src;
 
   A squares = 0;
   for_packs<kPack<T>>(cols, x_head, g.worker, g.size, [&](int64_t c, auto width) {
@@ -121,7 +117,9 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   });
   const A row_rstd = A(1) / sqrt_acc(g.reduce(squares, SumOp{}, A(0), shared) / A(cols) + eps);
 
-  for_packs<kPack<T>>(cols, out_head, g.worker, g.size, [&](int64_t c, auto width) {
+  const T* w_align = weight != nullptr ? weight : xr;
+  const T* b_align = bias != nullptr ? bias : xr;
+  for_packs<kPack<T>>(cols, pack_head<T>(cols, xr, yr, w_align, b_align), g.worker, g.size, [&](int64_t c, auto width) {
     constexpr int W = decltype(width)::value;
     const Pack<T, W> p = load_pack<W>(xr + c);
     Pack<T, W> wp, bp, out;
