@@ -45,11 +45,12 @@ std::string module_stack() {
   return out;
 }
 
-void check_forward(const char* op, const std::vector<Tensor>& inputs, const Tensor& output) {
+void check_forward(const char* op, const std::vector<Tensor>& inputs, const Tensor& output, int output_index) {
   if (!has_non_finite(output)) return;
   std::ostringstream message;
-  message << "[detect_anomaly] forward of op '" << op << "' produced NaN or inf in its output "
-          << describe_shape(output.shape(), output.dtype()) << "; inputs: ";
+  message << "[detect_anomaly] forward of op '" << op << "' produced NaN or inf in its output ";
+  if (output_index >= 0) message << output_index << " ";
+  message << describe_shape(output.shape(), output.dtype()) << "; inputs: ";
   for (size_t i = 0; i < inputs.size(); ++i) {
     message << (i ? ", " : "");
     if (!inputs[i].defined()) {
@@ -64,16 +65,24 @@ void check_forward(const char* op, const std::vector<Tensor>& inputs, const Tens
 }
 
 void check_backward(const std::string& op, const std::string& where, const std::vector<Tensor>& grads,
-                    const std::vector<Shape>& input_shapes, const Tensor& grad_output) {
+                    const std::vector<Shape>& input_shapes, const std::vector<Tensor>& grad_outputs) {
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!has_non_finite(grads[i])) continue;
     std::ostringstream message;
     message << "[detect_anomaly] backward of op '" << op << "' produced NaN or inf in the gradient of input " << i
             << " " << describe_shape(grads[i].shape(), grads[i].dtype()) << "; inputs: ";
     for (size_t j = 0; j < input_shapes.size(); ++j) message << (j ? ", " : "") << shape_str(input_shapes[j]);
-    message << "; incoming gradient " << describe_shape(grad_output.shape(), grad_output.dtype())
-            << (has_non_finite(grad_output) ? " (already NaN or inf)" : " (finite)")
-            << "; module stack (forward): " << (where.empty() ? "(no module)" : where);
+    message << (grad_outputs.size() == 1 ? "; incoming gradient " : "; incoming gradients ");
+    for (size_t k = 0; k < grad_outputs.size(); ++k) {
+      const Tensor& g = grad_outputs[k];
+      message << (k ? ", " : "");
+      if (!g.defined()) {
+        message << "(none)";
+        continue;
+      }
+      message << describe_shape(g.shape(), g.dtype()) << (has_non_finite(g) ? " (already NaN or inf)" : " (finite)");
+    }
+    message << "; module stack (forward): " << (where.empty() ? "(no module)" : where);
     throw Error(message.str());
   }
 }

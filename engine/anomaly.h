@@ -59,12 +59,13 @@ void push_module(std::string name);
 void pop_module();
 // "GPT > h.0 > attn", or "(no module)".
 std::string module_stack();
-// Throws the forward error when `output` of op `op` holds NaN/inf (called by record_op).
-void check_forward(const char* op, const std::vector<Tensor>& inputs, const Tensor& output);
+// Throws the forward error when `output` of op `op` holds NaN/inf (called by record_op and, with the
+// output's index >= 0, by record_op_multi).
+void check_forward(const char* op, const std::vector<Tensor>& inputs, const Tensor& output, int output_index = -1);
 // Throws the backward error when a gradient in `grads` holds NaN/inf; `where` is the module stack
-// recorded with the op.
+// recorded with the op; grad_outputs: the incoming gradient of each output (undefined where none).
 void check_backward(const std::string& op, const std::string& where, const std::vector<Tensor>& grads,
-                    const std::vector<Shape>& input_shapes, const Tensor& grad_output);
+                    const std::vector<Shape>& input_shapes, const std::vector<Tensor>& grad_outputs);
 }  // namespace anomaly
 
 }  // namespace hg

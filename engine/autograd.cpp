@@ -16,23 +16,25 @@ namespace {
 thread_local bool t_grad_mode = true;
 thread_local int t_backward_depth = 0;
 
-// A function node: the backward written next to an op's forward.
+// A function node: the backward written next to an op's forward. One output (BackwardFn, given
+// grad_outputs[0]) or several (MultiBackwardFn, given them all).
 class FunctionNode final : public Node {
  public:
-  FunctionNode(const char* name, std::vector<Edge> edges, BackwardFn backward, std::vector<Shape> input_shapes,
-               std::vector<DType> input_dtypes)
-      : Node(name, std::move(edges)),
+  FunctionNode(const char* name, std::vector<Edge> edges, BackwardFn backward, MultiBackwardFn multi_backward,
+               uint32_t num_outputs, std::vector<Shape> input_shapes, std::vector<DType> input_dtypes)
+      : Node(name, std::move(edges), num_outputs),
         backward_(std::move(backward)),
+        multi_backward_(std::move(multi_backward)),
         input_shapes_(std::move(input_shapes)),
         input_dtypes_(std::move(input_dtypes)) {}
 
-  std::vector<Tensor> apply(const Tensor& grad_output) override {
-    HG_CHECK(backward_ != nullptr, "[backward] trying to backward through the graph a second time: the saved "
-             "tensors of '", name(), "' were freed by the first backward; call backward(grad, retain_graph=true) "
-             "the first time if you need to");
+  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
+    HG_CHECK(backward_ != nullptr || multi_backward_ != nullptr, "[backward] trying to backward through the graph a "
+             "second time: the saved tensors of '", name(), "' were freed by the first backward; call "
+             "backward(grad, retain_graph=true) the first time if you need to");
     NeedsGrad needs(edges().size());
     for (size_t i = 0; i < needs.size(); ++i) needs[i] = needs_input_grad(i);
-    std::vector<Tensor> grads = backward_(grad_output, needs);
+    std::vector<Tensor> grads = multi_backward_ ? multi_backward_(grad_outputs, needs) : backward_(grad_outputs[0], needs);
     HG_CHECK(grads.size() == edges().size(), "[backward] '", name(), "' returned ", grads.size(),
              " gradients for ", edges().size(), " inputs");
     for (size_t i = 0; i < grads.size(); ++i) {
@@ -41,16 +43,20 @@ class FunctionNode final : public Node {
                shape_str(grads[i].shape()), " for input ", i, " of shape ", shape_str(input_shapes_[i]));
       if (grads[i].dtype() != input_dtypes_[i]) grads[i] = grads[i].to(input_dtypes_[i]);
     }
-    if (detect_anomaly_enabled()) anomaly::check_backward(name(), recorded_in, grads, input_shapes_, grad_output);
+    if (detect_anomaly_enabled()) anomaly::check_backward(name(), recorded_in, grads, input_shapes_, grad_outputs);
     return grads;
   }
 
-  void release() override { backward_ = nullptr; }
+  void release() override {
+    backward_ = nullptr;
+    multi_backward_ = nullptr;
+  }
 
   std::string recorded_in;  // the module stack at record time (anomaly mode only)
 
  private:
   BackwardFn backward_;
+  MultiBackwardFn multi_backward_;
   std::vector<Shape> input_shapes_;
   std::vector<DType> input_dtypes_;
 };
@@ -60,7 +66,8 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node("AccumulateGrad", {}), leaf_(std::move(leaf)) {}
 
-  std::vector<Tensor> apply(const Tensor& grad_output) override {
+  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
+    const Tensor& grad_output = grad_outputs[0];
     Tensor leaf(leaf_);
     const DType dtype = leaf.grad_dtype();
     Tensor g = grad_output.dtype() == dtype ? grad_output : grad_output.to(dtype);
@@ -91,8 +98,8 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
 
 Edge edge_for(const Tensor& input) {
   if (!input.defined() || !input.requires_grad()) return Edge{};
-  if (input.grad_fn()) return Edge{input.grad_fn()};
-  return Edge{grad_accumulator(input)};
+  if (input.grad_fn()) return Edge{input.grad_fn(), input.impl()->output_nr};
+  return Edge{grad_accumulator(input), 0};
 }
 
 }  // namespace
@@ -140,7 +147,12 @@ bool should_record(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-void record_op(const char* name, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward) {
+namespace {
+
+// The node of op `name` over `inputs` (its edges, and the inputs' shapes and dtypes for the checks).
+std::shared_ptr<FunctionNode> make_function_node(const char* name, const std::vector<Tensor>& inputs,
+                                                 BackwardFn backward, MultiBackwardFn multi_backward,
+                                                 uint32_t num_outputs) {
   std::vector<Edge> edges;
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
@@ -150,15 +162,45 @@ void record_op(const char* name, const std::vector<Tensor>& inputs, Tensor& outp
     shapes.push_back(input.defined() ? input.shape() : Shape{});
     dtypes.push_back(input.defined() ? input.dtype() : DType::f32);
   }
+  return std::make_shared<FunctionNode>(name, std::move(edges), std::move(backward), std::move(multi_backward),
+                                        num_outputs, std::move(shapes), std::move(dtypes));
+}
+
+void attach(const std::shared_ptr<Node>& node, Tensor& output, uint32_t output_nr) {
   TensorImpl* out = output.impl();
-  auto node = std::make_shared<FunctionNode>(name, std::move(edges), std::move(backward), std::move(shapes),
-                                             std::move(dtypes));
+  out->grad_fn = node;
+  out->output_nr = output_nr;
+  out->requires_grad = true;
+}
+
+}  // namespace
+
+void record_op(const char* name, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward) {
+  auto node = make_function_node(name, inputs, std::move(backward), nullptr, 1);
   if (detect_anomaly_enabled()) {
     anomaly::check_forward(name, inputs, output);
     node->recorded_in = anomaly::module_stack();
   }
-  out->grad_fn = std::move(node);
-  out->requires_grad = true;
+  attach(node, output, 0);
+}
+
+void record_op_multi(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor*>& outputs,
+                     MultiBackwardFn backward) {
+  HG_CHECK(!outputs.empty() && backward != nullptr, "[record_op_multi] '", name,
+           "' expected at least one output and a backward function");
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    HG_CHECK(outputs[k] != nullptr && outputs[k]->defined(), "[record_op_multi] '", name, "' output ", k,
+             " is undefined; expected every output to be a tensor");
+    for (size_t j = 0; j < k; ++j)
+      HG_CHECK(!outputs[j]->is_same(*outputs[k]), "[record_op_multi] '", name, "' outputs ", j, " and ", k,
+               " are the same tensor; expected distinct tensors");
+  }
+  auto node = make_function_node(name, inputs, nullptr, std::move(backward), uint32_t(outputs.size()));
+  if (detect_anomaly_enabled()) {
+    for (size_t k = 0; k < outputs.size(); ++k) anomaly::check_forward(name, inputs, *outputs[k], int(k));
+    node->recorded_in = anomaly::module_stack();
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) attach(node, *outputs[k], uint32_t(k));
 }
 
 void run_backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
@@ -170,8 +212,9 @@ void run_backward(const Tensor& root, const Tensor& grad_root, bool retain_graph
     ~Depth() { --t_backward_depth; }
   } depth;
   std::shared_ptr<Node> start = root.is_leaf() ? grad_accumulator(root) : root.grad_fn();
+  const uint32_t start_output = root.is_leaf() ? 0 : root.impl()->output_nr;
 
-  // Count the consumers of every reachable node.
+  // Count the consumers of every reachable node (over all of its outputs).
   std::unordered_map<Node*, int> pending;
   std::vector<Node*> stack{start.get()};
   pending[start.get()] = 0;
@@ -186,34 +229,43 @@ void run_backward(const Tensor& root, const Tensor& grad_root, bool retain_graph
     }
   }
 
-  // Run nodes whose consumers have all reported, summing what each received. A node that received
-  // nothing (every contribution was undefined) is not run, but still reports to its inputs.
-  std::unordered_map<Node*, Tensor> received;
-  received[start.get()] = grad_root;
+  // Run nodes whose consumers have all reported, with what each output received (summed per output;
+  // undefined where nothing arrived). A node that received nothing at all (every contribution was
+  // undefined) is not run, but still reports to its inputs.
+  std::unordered_map<Node*, std::vector<Tensor>> received;
+  auto slots_of = [&received](Node* node) -> std::vector<Tensor>& {
+    std::vector<Tensor>& slots = received[node];
+    if (slots.empty()) slots.resize(node->num_outputs());
+    return slots;
+  };
+  slots_of(start.get())[start_output] = grad_root;
   std::vector<std::shared_ptr<Node>> ready{start};
   while (!ready.empty()) {
     std::shared_ptr<Node> node = std::move(ready.back());
     ready.pop_back();
     std::vector<Tensor> input_grads;
     if (auto it = received.find(node.get()); it != received.end()) {
-      Tensor grad = std::move(it->second);
+      std::vector<Tensor> grads = std::move(it->second);
       received.erase(it);
       if (profiler::op_ranges_enabled()) {
         profiler::ScopedRange range(node->name() + " backward", profiler::Category::op);
-        input_grads = node->apply(grad);
+        input_grads = node->apply(grads);
       } else {
-        input_grads = node->apply(grad);
+        input_grads = node->apply(grads);
       }
     }
     if (!retain_graph) node->release();
     for (size_t i = 0; i < node->edges().size(); ++i) {
-      const std::shared_ptr<Node>& next = node->edges()[i].node;
-      if (!next) continue;
+      const Edge& edge = node->edges()[i];
+      if (!edge.node) continue;
       if (i < input_grads.size() && input_grads[i].defined()) {
-        Tensor& slot = received[next.get()];
+        HG_CHECK(edge.output_nr < edge.node->num_outputs(), "[backward] '", node->name(), "' input ", i,
+                 " names output ", edge.output_nr, " of '", edge.node->name(), "', which has ",
+                 edge.node->num_outputs());
+        Tensor& slot = slots_of(edge.node.get())[edge.output_nr];
         slot = slot.defined() ? add(slot, input_grads[i]) : input_grads[i];
       }
-      if (--pending[next.get()] == 0) ready.push_back(next);
+      if (--pending[edge.node.get()] == 0) ready.push_back(edge.node);
     }
   }
 }

@@ -97,6 +97,16 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
 int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t features, int64_t classes, DType dtype);
 // Over the last dimension, statistics in fp32. weight/bias may be undefined.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// The residual add fused with the LayerNorm after it (engine/ops/add_layer_norm.cpp): both outputs of
+// one op, sum = x + residual and normalized = layer_norm(sum, weight, bias, eps), bit-identical to the
+// composed forward. x and residual: equal shapes (no broadcasting), dtype and device; weight/bias may
+// be undefined. One pass per row each way; the backward adds sum's gradient to the LayerNorm's dx.
+struct AddLayerNorm {
+  Tensor sum;
+  Tensor normalized;
+};
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                            double eps = 1e-5);
 // weight [V, D], ids i32/i64 of any shape -> [ids.shape, D]. Deterministic backward. An id outside
 // [0, V) is an hg::Error naming its position; on CUDA raised at the next host read (as cross_entropy).
 Tensor embedding(const Tensor& weight, const Tensor& ids);

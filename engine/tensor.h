@@ -43,6 +43,7 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;        // accumulated gradient of a leaf
   std::shared_ptr<Node> grad_fn;           // the node that produced this tensor (non-leaf)
+  uint32_t output_nr = 0;                  // which output of grad_fn this tensor is (multi-output ops)
   std::weak_ptr<Node> grad_accumulator;    // a leaf's AccumulateGrad node, while a graph holds it
   std::optional<DType> grad_dtype;         // the dtype grad accumulates in, when not `dtype`
   // Run after a backward has summed its gradient into `grad` (engine/autograd.h), with their handles.

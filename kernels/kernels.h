@@ -176,6 +176,25 @@ HG_DECLARE_KERNEL(void, layer_norm_backward,
                   (const void* x, const void* weight, const void* mean, const void* rstd, const void* dy, void* dx,
                    void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype));
 
+// Residual add fused with LayerNorm: a pre-LN transformer's h = x + f(x) followed by ln(h), in one
+// pass per row (kernels/cpu/layer_norm.cpp, kernels/cuda/layer_norm.cu; the op: engine/ops/add_layer_norm.cpp).
+// Forward, per row, with layer_norm_forward's math on h:
+//   h = round_T(x + residual)      (added in acc_t and rounded to the dtype once: the composed add's h)
+//   mean, rstd, y of h             (so y is bit-identical to add then layer_norm_forward)
+// h and y are written (=); weight/bias, mean/rstd nullable as layer_norm_forward.
+HG_DECLARE_KERNEL(void, add_layer_norm_forward,
+                  (const void* x, const void* residual, const void* weight, const void* bias, void* h, void* y,
+                   void* mean, void* rstd, int64_t rows, int64_t cols, double eps, DType dtype));
+// Backward: the sum's total gradient, given to both x and residual, is
+//   dx = dh + rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))     per row (xhat, g of h as above)
+// rounded as the composed ops round it: the LayerNorm term rounded to the dtype (as layer_norm_backward
+// writes it), then added to dh in acc_t and rounded once (the add kernel), so dx is bit-identical to
+// layer_norm_backward followed by the add. dh (the gradient reaching h directly) is nullable (taken
+// as 0). dweight and dbias (nullable) as layer_norm_backward, in the same fixed order (deterministic).
+HG_DECLARE_KERNEL(void, add_layer_norm_backward,
+                  (const void* h, const void* weight, const void* mean, const void* rstd, const void* dy,
+                   const void* dh, void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype));
+
 // ---- embedding ---------------------------------------------------------------------------------
 // y[i, :] = weight[ids[i], :] for weight [vocab, dim]. An id outside [0, vocab) is an hg::Error
 // naming the first such position ("[embedding_forward] id 10 at position 3 is out of range, expected

@@ -69,21 +69,35 @@ Tensor GPT::final_hidden(const Tensor& ids) {
   HG_CHECK(T >= 1 && T <= config.context(), "[GPT] sequence length ", T, " exceeds the model's context of ",
            config.context(), " positions");
   const Tensor positions = arange(T, i64, ids.device());
-  Tensor x = wte->forward(ids) + wpe->forward(positions);
-  // Each segment of blocks starts a group of saved tensors (activation offload brings groups back
-  // one ahead of use); with checkpoint_every = K a segment is K blocks run as one checkpoint region.
-  const size_t segment = checkpoint_every_ > 0 ? size_t(checkpoint_every_) : 1;
-  for (size_t first = 0; first < h.size(); first += segment) {
-    const size_t last = std::min(h.size(), first + segment);
-    auto run_segment = [this, first, last](const Tensor& input) {
-      Tensor y = input;
-      for (size_t i = first; i < last; ++i) y = h[i]->forward(y);
-      return y;
-    };
-    begin_saved_tensor_group();
-    x = checkpoint_every_ > 0 ? checkpoint(run_segment, x) : run_segment(x);
+  const Tensor x = wte->forward(ids) + wpe->forward(positions);
+  if (checkpoint_every_ > 0) {
+    // A checkpoint region is a function of one tensor: within a segment of K blocks the K - 1 block
+    // boundaries run fused (forward_pair), the segment's last add is plain, and its output -- the one
+    // tensor the region keeps -- goes to the next segment's first ln_1 (or ln_f) unfused. Each segment
+    // starts a group of saved tensors (activation offload brings groups back one ahead of use).
+    const size_t segment = size_t(checkpoint_every_);
+    Tensor stream = x;
+    for (size_t first = 0; first < h.size(); first += segment) {
+      const size_t last = std::min(h.size(), first + segment);
+      auto run_segment = [this, first, last](const Tensor& input) {
+        ResidualPair pair{input, Tensor()};
+        for (size_t i = first; i < last; ++i) pair = h[i]->forward_pair(pair.base, pair.delta);
+        return pair.base + pair.delta;
+      };
+      begin_saved_tensor_group();
+      stream = checkpoint(run_segment, stream);
+    }
+    return ln_f->forward(stream);
   }
-  return ln_f->forward(x);
+  // Without checkpointing the stream goes from block to block as base + delta, so every block's last
+  // add runs fused with the next block's ln_1 (in that block's scope), and the last one's with ln_f.
+  // Each block starts a group of saved tensors.
+  ResidualPair pair{x, Tensor()};
+  for (const auto& block : h) {
+    begin_saved_tensor_group();
+    pair = block->forward_pair(pair.base, pair.delta);
+  }
+  return add_then_norm(pair.base, pair.delta, *ln_f, h.back()->fuse_add_layer_norm).normalized;
 }
 
 void GPT::set_attention(AttentionImpl impl) {

@@ -87,16 +87,41 @@ Block::Block(const TransformerOptions& o) {
   mlp = register_module("mlp", std::make_shared<MLP>(o));
 }
 
+AddLayerNorm add_then_norm(const Tensor& base, const Tensor& delta, LayerNorm& norm, bool fused) {
+  if (fused) {
+    ModuleScope scope(norm);
+    return add_layer_norm(base, delta, norm.weight, norm.bias, norm.eps);
+  }
+  AddLayerNorm out;
+  out.sum = base + delta;
+  out.normalized = norm.forward(out.sum);
+  return out;
+}
+
 Tensor Block::forward(const Tensor& x) {
+  const ResidualPair out = forward_pair(x, Tensor());
+  return out.base + out.delta;
+}
+
+ResidualPair Block::forward_pair(const Tensor& base, const Tensor& delta) {
   ModuleScope scope(*this);
-  const Tensor h = x + attn->forward(ln_1->forward(x));
-  return h + mlp->forward(ln_2->forward(h));
+  Tensor x = base, a;
+  if (delta.defined()) {
+    AddLayerNorm in = add_then_norm(base, delta, *ln_1, fuse_add_layer_norm);
+    x = std::move(in.sum);
+    a = std::move(in.normalized);
+  } else {
+    a = ln_1->forward(x);
+  }
+  const AddLayerNorm h = add_then_norm(x, attn->forward(a), *ln_2, fuse_add_layer_norm);
+  return {h.sum, mlp->forward(h.normalized)};
 }
 
 Tensor Block::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t past) {
   ModuleScope scope(*this);
-  const Tensor h = x + attn->forward_cached(ln_1->forward(x), k_cache, v_cache, past);
-  return h + mlp->forward(ln_2->forward(h));
+  const Tensor att = attn->forward_cached(ln_1->forward(x), k_cache, v_cache, past);
+  const AddLayerNorm h = add_then_norm(x, att, *ln_2, fuse_add_layer_norm);
+  return h.sum + mlp->forward(h.normalized);
 }
 
 }  // namespace hg::nn

@@ -1,6 +1,10 @@
 #pragma once
 // The pieces of a GPT-2 style transformer: MLP, CausalSelfAttention and the pre-LN Block.
-//   Block(x) = x + attn(ln_1(x)),  then  + mlp(ln_2(x))
+//   Block(x) = h + mlp(ln_2(h)),  h = x + attn(ln_1(x))
+// With fuse_add_layer_norm (the default) each residual add runs fused with the LayerNorm after it
+// (add_layer_norm, engine/ops.h: one op, two outputs): h with ln_2(h) inside the block, and -- through
+// forward_pair, which leaves the block's last add to whoever runs next -- the previous block's output
+// add with this block's ln_1 (GPT::final_hidden; the last block's with ln_f).
 //   attn(x)  = dropout(c_proj(dropout(softmax(q k^T / sqrt(D) + causal)) v)), q, k, v split from one c_attn(x)
 //   mlp(x)   = dropout(c_proj(gelu(c_fc(x))))
 // The attention runs scaled_dot_product_attention with `attention` (engine/ops.h: Auto takes the fused
@@ -60,15 +64,33 @@ class CausalSelfAttention : public UnaryModule {
   bool attention_from_qkv = true;
 };
 
+// The residual stream between blocks as two terms, base + delta (delta undefined: the stream is base),
+// so that the add can run fused with the next LayerNorm.
+struct ResidualPair {
+  Tensor base, delta;
+};
+
 class Block : public UnaryModule {
  public:
   explicit Block(const TransformerOptions& options);
   Tensor forward(const Tensor& x) override;
+  // The block on the stream base + delta, its own output left unsummed: returns {h, mlp(ln_2(h))}.
+  // Fused: sum and ln_1 in one add_layer_norm (when delta is defined), h and ln_2(h) in another. Runs
+  // in this block's module scope, so ZeRO stage 3 has gathered ln_1's parameters for the first one.
+  ResidualPair forward_pair(const Tensor& base, const Tensor& delta);
   // The block with attn->forward_cached (see CausalSelfAttention); the caller turns dropout off (eval).
   Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t past);
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
+  // true: residual adds fused with the LayerNorms after them (add_layer_norm; CPU and CUDA, where it is
+  // one fused kernel each way); false: add then layer_norm, the composed reference (tests and
+  // bench_step compare the two).
+  bool fuse_add_layer_norm = true;
 };
+
+// base + delta followed by `norm`: {sum, norm(sum)}, one add_layer_norm when `fused` (inside norm's
+// module scope), else the composed add and LayerNorm::forward.
+AddLayerNorm add_then_norm(const Tensor& base, const Tensor& delta, LayerNorm& norm, bool fused);
 
 }  // namespace hg::nn

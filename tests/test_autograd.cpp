@@ -1,9 +1,11 @@
 // The autograd engine: accumulation, shared inputs, diamonds, no_grad, detach, retain_graph and
-// the freed-graph error.
+// the freed-graph error; multi-output nodes (both outputs used, one used, one used twice, either as the
+// root, retain_graph and the freed-graph error), checked against hand-computed gradients.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
+#include "engine/autograd.h"
 #include "engine/ops.h"
 
 using namespace hg;
@@ -160,4 +162,123 @@ TEST_CASE("post-accumulate-grad hooks run once per backward after the gradient i
   sum(w).backward();
   CHECK(seen.size() == 4);
   CHECK_THROWS_AS(register_post_accumulate_grad_hook(x, [] {}), hg::Error);
+}
+
+// ---- multi-output nodes (record_op_multi) ----
+namespace {
+
+// A two-output test op: u = 2 a, v = a * a (elementwise), one node. Its backward records which output
+// gradients arrived (count of calls, and whether each was defined) and returns
+// da = 2 du + 2 a dv, the undefined ones taken as 0.
+struct TwoOutputs {
+  Tensor u, v;
+};
+struct Seen {
+  int calls = 0;
+  bool du = false, dv = false;
+};
+
+TwoOutputs two_outputs(const Tensor& a, Seen& seen) {
+  TwoOutputs out;
+  {
+    NoGradGuard no_grad;
+    out.u = a * 2.0;
+    out.v = a * a;
+  }
+  const Tensor saved = a.detach();
+  record_op_multi("two_outputs", {a}, {&out.u, &out.v},
+                  [saved, &seen](const std::vector<Tensor>& g, const NeedsGrad&) {
+                    ++seen.calls;
+                    seen.du = g[0].defined();
+                    seen.dv = g[1].defined();
+                    Tensor da = zeros_like(saved);
+                    if (g[0].defined()) da = da + g[0] * 2.0;
+                    if (g[1].defined()) da = da + g[1] * saved * 2.0;
+                    return std::vector<Tensor>{da};
+                  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a two-output op: both outputs used, each with its own upstream gradient") {
+  Tensor a = leaf({1, -2, 3});
+  Seen seen;
+  TwoOutputs o = two_outputs(a, seen);
+  CHECK(o.u.grad_fn() == o.v.grad_fn());
+  CHECK(o.u.grad_fn()->num_outputs() == 2);
+  // L = sum(u * [1, 2, 3]) + sum(v * [10, 20, 30]): da = 2 [1, 2, 3] + 2 a [10, 20, 30].
+  Tensor p = from_vector(std::vector<double>{1, 2, 3}, {3}, f64), q = from_vector(std::vector<double>{10, 20, 30}, {3}, f64);
+  (sum(o.u * p) + sum(o.v * q)).backward();
+  CHECK(seen.calls == 1);
+  CHECK(seen.du);
+  CHECK(seen.dv);
+  CHECK(grad_of(a) == std::vector<double>{2 + 20, 4 - 80, 6 + 180});
+}
+
+TEST_CASE("a two-output op with one output used: the other's gradient is undefined") {
+  Tensor a = leaf({1, -2, 3});
+  Seen seen;
+  {
+    TwoOutputs o = two_outputs(a, seen);
+    sum(o.v).backward();  // only v: da = 2 a
+    CHECK(seen.calls == 1);
+    CHECK_FALSE(seen.du);
+    CHECK(seen.dv);
+    CHECK(grad_of(a) == std::vector<double>{2, -4, 6});
+  }
+  a.set_grad(Tensor());
+  seen = Seen();
+  TwoOutputs o = two_outputs(a, seen);
+  // The root is output 0 itself, seeded directly: du = [1, 1, 1], no dv.
+  o.u.backward(ones({3}, f64));
+  CHECK(seen.calls == 1);
+  CHECK(seen.du);
+  CHECK_FALSE(seen.dv);
+  CHECK(grad_of(a) == std::vector<double>{2, 2, 2});
+  // And output 1 as the root.
+  a.set_grad(Tensor());
+  TwoOutputs o2 = two_outputs(a, seen);
+  o2.v.backward(from_vector(std::vector<double>{1, 0, 2}, {3}, f64));
+  CHECK(seen.dv);
+  CHECK_FALSE(seen.du);
+  CHECK(grad_of(a) == std::vector<double>{2, 0, 12});
+}
+
+TEST_CASE("a two-output op with one output used twice: its contributions are summed in its slot, the node runs once") {
+  Tensor a = leaf({1, -2, 3});
+  Seen seen;
+  TwoOutputs o = two_outputs(a, seen);
+  // L = sum(u) + sum(u * u) + sum(v * 3): du = 1 + 2 u = 1 + 4 a, dv = 3; da = 2 du + 2 a dv = 2 + 14 a.
+  (sum(o.u) + sum(o.u * o.u) + sum(o.v * 3.0)).backward();
+  CHECK(seen.calls == 1);
+  CHECK(grad_of(a) == std::vector<double>{2 + 14, 2 - 28, 2 + 42});
+}
+
+TEST_CASE("a two-output op: retain_graph allows a second backward, and without it the error names the op") {
+  Tensor a = leaf({1, 2});
+  Seen seen;
+  TwoOutputs o = two_outputs(a, seen);
+  const Tensor loss = sum(o.u) + sum(o.v);  // da = 2 + 2 a
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  CHECK(grad_of(a) == std::vector<double>{4, 6});
+  loss.backward();  // accumulates; frees the graph
+  CHECK(grad_of(a) == std::vector<double>{8, 12});
+  CHECK(seen.calls == 2);
+  CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("backward through the graph a second time"), Error);
+  // A fresh loss over one output of the freed node: the error names it.
+  CHECK_THROWS_WITH_AS(sum(o.v * 2.0).backward(),
+                       doctest::Contains("the saved tensors of 'two_outputs' were freed by the first backward"), Error);
+}
+
+TEST_CASE("record_op_multi refuses the same tensor as two outputs") {
+  Tensor a = leaf({1, 2});
+  Tensor u;
+  {
+    NoGradGuard no_grad;
+    u = a * 2.0;
+  }
+  CHECK_THROWS_WITH_AS(record_op_multi("dup", {a}, {&u, &u},
+                                       [](const std::vector<Tensor>&, const NeedsGrad&) { return std::vector<Tensor>{Tensor()}; }),
+                       doctest::Contains("outputs 0 and 1 are the same tensor"), Error);
 }

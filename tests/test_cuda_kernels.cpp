@@ -880,6 +880,103 @@ TEST_CASE("cuda layer_norm forward and backward, with and without affine, every 
   }
 }
 
+TEST_CASE("cuda add_layer_norm: fused residual add + LayerNorm against the CPU, and against the unfused CUDA kernels") {
+  SKIP_WITHOUT_DEVICE();
+  // h = round(x + residual) is one exact rounding on both backends: bitwise. y, mean, rstd: the
+  // LayerNorm bounds of the test above. On the device, the fused y must equal layer_norm_forward of h
+  // bit for bit (same statistics, same passes), and the fused backward without dh must equal
+  // layer_norm_backward's dx bit for bit. dx with dh: see below.
+  struct Case {
+    int64_t rows, cols, offset;
+  };
+  const Case cases[] = {{3, 7, 1}, {37, 100, 0}, {37, 100, 1}, {5, 1500, 0}, {600, 24, 0}, {530, 9, 1}, {40, 2048, 0}};
+  Rng rng(83);
+  for (DType t : kFloatingTypes) {
+    for (const Case& c : cases) {
+      for (bool affine : {true, false}) {
+        CAPTURE(name_of(t));
+        CAPTURE(c.rows);
+        CAPTURE(c.cols);
+        CAPTURE(c.offset);
+        CAPTURE(affine);
+        const DType acc = hg::accumulate_dtype(t);
+        const int64_t n = c.rows * c.cols;
+        const double eps = 1e-5;
+        const Buffer x = random_buffer(t, n, rng, -2, 3), res = random_buffer(t, n, rng, -1.5, 1);
+        const Buffer w = random_buffer(t, c.cols, rng, 0.5, 1.5), b = random_buffer(t, c.cols, rng, -1, 1);
+        const void* wp = affine ? w.data() : nullptr;
+        const void* bp = affine ? b.data() : nullptr;
+        Buffer h(t, n), y(t, n), mean(acc, c.rows), rstd(acc, c.rows);
+        cpu::add_layer_norm_forward(x.data(), res.data(), wp, bp, h.data(), y.data(), mean.data(), rstd.data(), c.rows,
+                                    c.cols, eps, t);
+        DeviceBuffer d_x(x, c.offset), d_res(res, c.offset), d_w(w, c.offset), d_b(b, c.offset);
+        DeviceBuffer d_h(t, n, c.offset), d_y(t, n, c.offset), d_mean(acc, c.rows), d_rstd(acc, c.rows);
+        d_h.poison();
+        d_y.poison();
+        d_mean.poison();
+        d_rstd.poison();
+        const void* d_wp = affine ? d_w.data() : nullptr;
+        const void* d_bp = affine ? d_b.data() : nullptr;
+        gpu::add_layer_norm_forward(d_x.data(), d_res.data(), d_wp, d_bp, d_h.data(), d_y.data(), d_mean.data(),
+                                    d_rstd.data(), c.rows, c.cols, eps, t, stream());
+        const double row_ulps = 4 * std::sqrt(double(c.cols)) + 8;
+        const Buffer got_h = d_h.download(), got_y = d_y.download();
+        check_bitwise(got_h, h, "h");
+        check_close(got_y, y, "y", tolerance(t, row_ulps, 8));
+        check_close(d_mean.download(), mean, "mean", tolerance(acc, row_ulps, 3));
+        check_close(d_rstd.download(), rstd, "rstd", tolerance(acc, row_ulps));
+        DeviceBuffer d_y_plain(t, n, c.offset);
+        d_y_plain.poison();
+        gpu::layer_norm_forward(d_h.data(), d_wp, d_bp, d_y_plain.data(), nullptr, nullptr, c.rows, c.cols, eps, t,
+                                stream());
+        check_bitwise(got_y, d_y_plain.download(), "fused y against layer_norm_forward of h");
+
+        const Buffer dy = random_buffer(t, n, rng, -1, 1), dh = random_buffer(t, n, rng, -1, 1);
+        Buffer dx(t, n), dw(t, c.cols), db(t, c.cols);
+        cpu::add_layer_norm_backward(h.data(), wp, mean.data(), rstd.data(), dy.data(), dh.data(), dx.data(), dw.data(),
+                                     db.data(), c.rows, c.cols, t);
+        DeviceBuffer d_mean_ref(mean), d_rstd_ref(rstd), d_dy(dy, c.offset), d_dh(dh, c.offset), d_dx(t, n, c.offset);
+        DeviceBuffer d_dw(t, c.cols, c.offset), d_db(t, c.cols, c.offset);
+        d_dx.poison();
+        d_dw.poison();
+        d_db.poison();
+        gpu::add_layer_norm_backward(d_h.data(), d_wp, d_mean_ref.data(), d_rstd_ref.data(), d_dy.data(), d_dh.data(),
+                                     d_dx.data(), d_dw.data(), d_db.data(), c.rows, c.cols, t, stream());
+        // dx is LayerNorm's dx rounded to the dtype, plus dh, rounded again: the two backends' LayerNorm
+        // terms may round to neighbouring values (an ulp of |dx_ln|, which exceeds |dx| where dh cancels
+        // it), so the relative bound is taken of |dx| + |dx_ln|.
+        Buffer dx_ln(t, n);
+        cpu::layer_norm_backward(h.data(), wp, mean.data(), rstd.data(), dy.data(), dx_ln.data(), nullptr, nullptr,
+                                 c.rows, c.cols, t);
+        std::vector<double> dx_magnitude(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) dx_magnitude[size_t(i)] = std::fabs(dx.get(i)) + std::fabs(dx_ln.get(i));
+        check_close(d_dx.download(), dx, "dx", tolerance(t, row_ulps + 10, 8), &dx_magnitude);
+        std::vector<double> dw_magnitude(size_t(c.cols), 0.0), db_magnitude(size_t(c.cols), 0.0);
+        for (int64_t r = 0; r < c.rows; ++r) {
+          for (int64_t k = 0; k < c.cols; ++k) {
+            const double xhat = (h.get(r * c.cols + k) - mean.get(r)) * rstd.get(r);
+            dw_magnitude[k] += std::fabs(dy.get(r * c.cols + k) * xhat);
+            db_magnitude[k] += std::fabs(dy.get(r * c.cols + k));
+          }
+        }
+        const Tol sum_tol = tolerance(t, 4 * std::sqrt(double(c.rows)) + 8, 0);
+        check_close(d_dw.download(), dw, "dweight", sum_tol, &dw_magnitude);
+        check_close(d_db.download(), db, "dbias", sum_tol, &db_magnitude);
+
+        // Without dh the fused backward is layer_norm_backward, bit for bit.
+        DeviceBuffer d_dx_plain(t, n, c.offset);
+        d_dx.poison();
+        d_dx_plain.poison();
+        gpu::add_layer_norm_backward(d_h.data(), d_wp, d_mean_ref.data(), d_rstd_ref.data(), d_dy.data(), nullptr,
+                                     d_dx.data(), nullptr, nullptr, c.rows, c.cols, t, stream());
+        gpu::layer_norm_backward(d_h.data(), d_wp, d_mean_ref.data(), d_rstd_ref.data(), d_dy.data(), d_dx_plain.data(),
+                                 nullptr, nullptr, c.rows, c.cols, t, stream());
+        check_bitwise(d_dx.download(), d_dx_plain.download(), "dx without dh against layer_norm_backward");
+      }
+    }
+  }
+}
+
 // ==== embedding ===================================================================================
 
 TEST_CASE("cuda embedding: forward gathers rows and backward sums in increasing position, bit for bit and deterministic") {

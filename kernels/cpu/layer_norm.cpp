@@ -1,8 +1,14 @@
-// LayerNorm over the last dimension of contiguous [rows, cols], forward and backward.
+// LayerNorm over the last dimension of contiguous [rows, cols], forward and backward, alone and
+// fused with the residual add before it (add_layer_norm_forward / add_layer_norm_backward).
 //
 // Math: kernels/kernels.h, at layer_norm_forward and layer_norm_backward (per-row mean and rstd,
-// then y; backward: dx per row, dw and db summed over the rows). The statistics take two passes
-// over the row in acc_t (the row sits in cache after the first).
+// then y; backward: dx per row, dw and db summed over the rows) and at add_layer_norm_*. The
+// statistics take two passes over the row in acc_t (the row sits in cache after the first).
+//
+// The fused residual add shares the row functions: forward, the row's h = round(x + residual) is
+// written and kept (as acc_t) for the statistics and y, one row at a time, so h is never read back
+// from memory; backward, the row's dh is added to the row's dx while it is in L1, rounded as the
+// composed add rounds it, so both directions are bit-identical to add then layer_norm.
 //
 // Determinism of dw/db: the rows are cut into a fixed number of row blocks (kRowBlocks, fewer when
 // there are fewer rows), chosen from `rows` alone. Each block owns a partial dw/db row in acc_t,
@@ -78,9 +84,33 @@ void normalize_row(const A* __restrict x, const A* __restrict w, const A* __rest
   rstd_out = rstd;
 }
 
+// h = x + residual rounded to T (the composed add's result), written to h; returns the row of h as
+// acc_t: h itself for f32/f64, else `staging` (`other`: a second buffer of the row's length). Half
+// types, bf16 too, through convert.h's SIMD conversions (measured faster than bf16 inline here).
 template <class T>
-void forward_typed(const T* x, const void* weight, const void* bias, T* y, acc_t<T>* mean, acc_t<T>* rstd, int64_t rows,
-                   int64_t cols, acc_t<T> eps) {
+const acc_t<T>* add_row(const T* __restrict x, const T* __restrict residual, T* __restrict h,
+                        std::vector<acc_t<T>>& staging, std::vector<acc_t<T>>& other, int64_t n) {
+  using A = acc_t<T>;
+  if constexpr (!is_staged_v<T>) {
+#pragma omp simd
+    for (int64_t c = 0; c < n; ++c) h[c] = x[c] + residual[c];
+    return h;
+  } else {
+    A* __restrict s = staging.data();
+    A* __restrict o = other.data();
+    to_float(x, s, n);
+    to_float(residual, o, n);
+    for (int64_t c = 0; c < n; ++c) s[c] += o[c];
+    from_float(s, h, n);
+    to_float(h, s, n);  // the rounded sum, as the statistics must see it
+    return s;
+  }
+}
+
+// LayerNorm of x, or (residual and h not null) of h = x + residual, writing h too.
+template <class T>
+void forward_typed(const T* x, const T* residual, T* h, const void* weight, const void* bias, T* y, acc_t<T>* mean,
+                   acc_t<T>* rstd, int64_t rows, int64_t cols, acc_t<T> eps) {
   using A = acc_t<T>;
   const std::vector<A> w = param_as_acc<T>(weight, cols, A(1));
   const std::vector<A> b = param_as_acc<T>(bias, cols, A(0));
@@ -90,7 +120,9 @@ void forward_typed(const T* x, const void* weight, const void* bias, T* y, acc_t
     std::vector<A> y_staging(x_staging.size());
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const A* xr = row_as_acc(x + r * cols, x_staging, cols);
+      const A* xr = residual != nullptr
+                        ? add_row(x + r * cols, residual + r * cols, h + r * cols, x_staging, y_staging, cols)
+                        : row_as_acc(x + r * cols, x_staging, cols);
       A row_mean, row_rstd;
       if constexpr (is_staged_v<T> && !kFuseConversion<T>) {
         normalize_row(xr, w.data(), b.data(), y_staging.data(), cols, eps, row_mean, row_rstd);
@@ -107,15 +139,44 @@ void forward_typed(const T* x, const void* weight, const void* bias, T* y, acc_t
 // Per-thread buffers of the backward pass.
 template <class T>
 struct BackwardScratch {
-  std::vector<acc_t<T>> x, dy, dx, xhat, g;
+  std::vector<acc_t<T>> x, dy, dx, dh, xhat, g;
   explicit BackwardScratch(int64_t cols)
-      : x(is_staged_v<T> ? size_t(cols) : 0), dy(x.size()), dx(x.size()), xhat(size_t(cols)), g(size_t(cols)) {}
+      : x(is_staged_v<T> ? size_t(cols) : 0),
+        dy(x.size()),
+        dx(x.size()),
+        dh(x.size()),
+        xhat(size_t(cols)),
+        g(size_t(cols)) {}
 };
 
-// dx of one row, and (when dw_partial is not null) dw/db partial sums of the row's block.
+// dx_row += dh_row as the composed add computes it: both rounded to T, added in acc_t, rounded once.
+// A second pass over the row (in L1), so that the LayerNorm dx is rounded exactly as layer_norm_backward
+// rounds it -- the product in it is never contracted with the add into an fma -- and the fused backward
+// is bit-identical to layer_norm_backward followed by the add.
+// Half types (bf16 too) go through convert.h's SIMD conversions here: measured faster than the inline
+// bf16 conversion for this read-modify-write.
 template <class T>
-void backward_row(const T* x_row, const T* dy_row, T* dx_row, const acc_t<T>* w, acc_t<T> mean, acc_t<T> rstd,
-                  int64_t cols, BackwardScratch<T>& scratch, acc_t<T>* dw_partial, acc_t<T>* db_partial) {
+void add_row_gradient(const T* __restrict dh_row, T* __restrict dx_row, int64_t cols, BackwardScratch<T>& scratch) {
+  using A = acc_t<T>;
+  if constexpr (is_staged_v<T>) {
+    A* __restrict dx = scratch.dx.data();
+    A* __restrict dh = scratch.dh.data();
+    to_float(dx_row, dx, cols);
+    to_float(dh_row, dh, cols);
+    for (int64_t c = 0; c < cols; ++c) dx[c] += dh[c];
+    from_float(dx, dx_row, cols);
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) dx_row[c] = T(A(dx_row[c]) + A(dh_row[c]));
+  }
+}
+
+// dx of one row (plus dh_row when not null: the fused residual's gradient, added as the composed add),
+// and (when dw_partial is not null) dw/db partial sums of the row's block.
+template <class T>
+void backward_row(const T* x_row, const T* dy_row, const T* dh_row, T* dx_row, const acc_t<T>* w, acc_t<T> mean,
+                  acc_t<T> rstd, int64_t cols, BackwardScratch<T>& scratch, acc_t<T>* dw_partial,
+                  acc_t<T>* db_partial) {
   using A = acc_t<T>;
   const A* __restrict x = row_as_acc(x_row, scratch.x, cols);
   const A* __restrict dy = row_as_acc(dy_row, scratch.dy, cols);
@@ -137,6 +198,7 @@ void backward_row(const T* x_row, const T* dy_row, T* dx_row, const acc_t<T>* w,
   } else {
     for (int64_t c = 0; c < cols; ++c) dx_row[c] = T(rstd * (g[c] - mean_g - xhat[c] * mean_gx));
   }
+  if (dh_row != nullptr) add_row_gradient(dh_row, dx_row, cols, scratch);
   if (dw_partial) {
     for (int64_t c = 0; c < cols; ++c) {
       dw_partial[c] += dy[c] * xhat[c];
@@ -146,8 +208,8 @@ void backward_row(const T* x_row, const T* dy_row, T* dx_row, const acc_t<T>* w,
 }
 
 template <class T>
-void backward_typed(const T* x, const void* weight, const acc_t<T>* mean, const acc_t<T>* rstd, const T* dy, T* dx,
-                    T* dweight, T* dbias, int64_t rows, int64_t cols) {
+void backward_typed(const T* x, const void* weight, const acc_t<T>* mean, const acc_t<T>* rstd, const T* dy,
+                    const T* dh, T* dx, T* dweight, T* dbias, int64_t rows, int64_t cols) {
   using A = acc_t<T>;
   const std::vector<A> w = param_as_acc<T>(weight, cols, A(1));
   const bool want_param_grads = dweight != nullptr || dbias != nullptr;
@@ -163,8 +225,8 @@ void backward_typed(const T* x, const void* weight, const acc_t<T>* mean, const 
       A* dw_partial = want_param_grads ? partial.data() + blk * 2 * cols : nullptr;
       A* db_partial = want_param_grads ? dw_partial + cols : nullptr;
       for (int64_t r = rows * blk / blocks; r < rows * (blk + 1) / blocks; ++r) {
-        backward_row(x + r * cols, dy + r * cols, dx + r * cols, w.data(), mean[r], rstd[r], cols, scratch, dw_partial,
-                     db_partial);
+        backward_row(x + r * cols, dy + r * cols, dh != nullptr ? dh + r * cols : nullptr, dx + r * cols, w.data(),
+                     mean[r], rstd[r], cols, scratch, dw_partial, db_partial);
       }
     }
   }
@@ -190,8 +252,21 @@ void layer_norm_forward(const void* x, const void* weight, const void* bias, voi
   HG_CHECK(eps >= 0, "[layer_norm_forward] eps = ", eps, ", expected eps >= 0");
   dispatch_floating(dtype, "layer_norm_forward", [&]<class T>() {
     using A = acc_t<T>;
-    forward_typed(static_cast<const T*>(x), weight, bias, static_cast<T*>(y), static_cast<A*>(mean),
-                  static_cast<A*>(rstd), rows, cols, A(eps));
+    forward_typed(static_cast<const T*>(x), static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, bias,
+                  static_cast<T*>(y), static_cast<A*>(mean), static_cast<A*>(rstd), rows, cols, A(eps));
+  });
+}
+
+void add_layer_norm_forward(const void* x, const void* residual, const void* weight, const void* bias, void* h,
+                            void* y, void* mean, void* rstd, int64_t rows, int64_t cols, double eps, DType dtype) {
+  HG_CHECK(rows >= 0 && cols > 0, "[add_layer_norm_forward] rows = ", rows, ", cols = ", cols,
+           ", expected rows >= 0 and cols >= 1");
+  HG_CHECK(eps >= 0, "[add_layer_norm_forward] eps = ", eps, ", expected eps >= 0");
+  HG_CHECK(x != nullptr && residual != nullptr && h != nullptr, "[add_layer_norm_forward] expected x, residual and h");
+  dispatch_floating(dtype, "add_layer_norm_forward", [&]<class T>() {
+    using A = acc_t<T>;
+    forward_typed(static_cast<const T*>(x), static_cast<const T*>(residual), static_cast<T*>(h), weight, bias,
+                  static_cast<T*>(y), static_cast<A*>(mean), static_cast<A*>(rstd), rows, cols, A(eps));
   });
 }
 
@@ -202,8 +277,21 @@ void layer_norm_backward(const void* x, const void* weight, const void* mean, co
   dispatch_floating(dtype, "layer_norm_backward", [&]<class T>() {
     using A = acc_t<T>;
     backward_typed(static_cast<const T*>(x), weight, static_cast<const A*>(mean), static_cast<const A*>(rstd),
-                   static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(dweight), static_cast<T*>(dbias),
-                   rows, cols);
+                   static_cast<const T*>(dy), static_cast<const T*>(nullptr), static_cast<T*>(dx),
+                   static_cast<T*>(dweight), static_cast<T*>(dbias), rows, cols);
+  });
+}
+
+void add_layer_norm_backward(const void* h, const void* weight, const void* mean, const void* rstd, const void* dy,
+                             const void* dh, void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols,
+                             DType dtype) {
+  HG_CHECK(rows >= 0 && cols > 0, "[add_layer_norm_backward] rows = ", rows, ", cols = ", cols,
+           ", expected rows >= 0 and cols >= 1");
+  dispatch_floating(dtype, "add_layer_norm_backward", [&]<class T>() {
+    using A = acc_t<T>;
+    backward_typed(static_cast<const T*>(h), weight, static_cast<const A*>(mean), static_cast<const A*>(rstd),
+                   static_cast<const T*>(dy), static_cast<const T*>(dh), static_cast<T*>(dx),
+                   static_cast<T*>(dweight), static_cast<T*>(dbias), rows, cols);
   });
 }
 

@@ -1,8 +1,18 @@
-// LayerNorm over the last dimension of contiguous [rows, cols], forward and backward.
+// LayerNorm over the last dimension of contiguous [rows, cols], forward and backward, alone and fused
+// with the residual add before it (add_layer_norm_forward / add_layer_norm_backward).
 //
 // Math: kernels/kernels.h, at layer_norm_forward and layer_norm_backward (per-row mean and rstd in
 // A = acc_t<T>, fp32 for half types, then y; backward: the activation gradient dx per row, the
-// parameter gradients dw and db summed over all rows; all three written (=), never accumulated into).
+// parameter gradients dw and db summed over all rows; all three written (=), never accumulated into)
+// and at add_layer_norm_forward / add_layer_norm_backward.
+//
+// Fused residual add (the forward kernel's kResidual flag): a first pass reads x and residual and
+// writes h = round_T(x + residual); after a barrier of the row's group (__syncwarp / __syncthreads)
+// the plain kernel's three passes run on h, read back from L1/L2, with the plain kernel's pack splits,
+// so y, mean and rstd are bit-identical to layer_norm_forward of h whatever the alignments (a split
+// shared by all passes would change the order of the row sums when x, residual and h align differently). The backward kernel takes a nullable dh, added to dx in the same pass the way the
+// composed add would (dx rounded to T first, then dx + dh in acc_t rounded once), so the fused
+// backward is bit-identical to layer_norm_backward then add.
 //
 // Parallel strategy, forward: a warp per row when cols <= kWarpRowLimit (8 rows per 256-thread
 // block), a block per row otherwise (RowGroup, device_math.h). Three passes over the row, the last
@@ -50,17 +60,40 @@ constexpr int64_t kMinRowsPerBlock = 16;
 // static shared memory it stays within the 48 KiB a block gets without an opt-in.
 constexpr size_t kMaxSharedAccBytes = 46 * 1024;
 
-template <class T, bool kWarpRows>
+// kResidual: normalises h = round_T(x + residual), also written to h (residual and h not null).
+template <class T, bool kWarpRows, bool kResidual>
 __global__ void __launch_bounds__(kMaxRowThreads)
-    layer_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
-                              T* __restrict__ y, acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd, int64_t rows,
-                              int64_t cols, acc_t<T> eps) {
+    layer_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ residual, T* __restrict__ h,
+                              const T* __restrict__ weight, const T* __restrict__ bias, T* __restrict__ y,
+                              acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd, int64_t rows, int64_t cols,
+                              acc_t<T> eps) {
   using A = acc_t<T>;
   __shared__ A shared[32];
   const RowGroup<kWarpRows> g = RowGroup<kWarpRows>::make();
   if (g.row >= rows) return;  // a whole warp (warp rows) or never (block rows: grid = rows)
   const T* xr = x + g.row * cols;
   T* yr = y + g.row * cols;
+  if constexpr (kResidual) {
+    // h = round_T(x + residual), written; then the plain kernel's passes below run on h, with the
+    // plain kernel's pack split of h, so y, mean and rstd are those of layer_norm_forward of h, bit
+    // for bit. The barrier orders the writes of h before the reads, which may split it differently.
+    const T* rr = residual + g.row * cols;
+    T* hr = h + g.row * cols;
+    for_packs<kPack<T>>(cols, pack_head<T>(cols, xr, rr, hr), g.worker, g.size, [&](int64_t c, auto width) {
+      constexpr int W = decltype(width)::value;
+      const Pack<T, W> xp = load_pack<W>(xr + c), rp = load_pack<W>(rr + c);
+      Pack<T, W> hp;
+      HG_UNROLL
+      for (int k = 0; k < W; ++k) hp.v[k] = from_acc<T>(add_rn(to_acc(xp.v[k]), to_acc(rp.v[k])));
+      store_pack<W>(hr + c, hp);
+    });
+    if constexpr (kWarpRows) {
+      __syncwarp();
+    } else {
+      __syncthreads();
+    }
+    xr = hr;
+  }
   const int64_t x_head = pack_head<T>(cols, xr);
 
   A sum = 0;
@@ -151,15 +184,30 @@ ColumnSlots accumulator_slots(int64_t cols) {
   return {shift, per_row + ((kBankPhase - per_row % 32) % 32 + 32) % 32};
 }
 
+// a * b rounded on its own, never contracted with a following add into an fma (the emulator's host
+// compiler contracts across statements too, hence the volatile there): the fused backward's LayerNorm
+// dx is then rounded exactly as the plain one before dh is added, as the composed add would.
+template <class A>
+HG_DEVICE A rounded_product(A a, A b) {
+#if defined(__CUDA_ARCH__)
+  return mul_rn(a, b);
+#else
+  volatile A product = a * b;
+  return product;
+#endif
+}
+
 // Stage 1: block b owns rows [rows * b / blocks, rows * (b + 1) / blocks) and, when partial is not
 // null, the partial row partial[b * pitch, (b + 1) * pitch) = [dw partial, db partial] in the layout
 // `out_slots`. The accumulator (`acc_slots`) is the dynamic shared memory when acc_in_shared, else
 // the partial row itself (then out_slots == acc_slots and nothing is copied). With the plain layout
-// (cols not a multiple of kPack<T>) every row is read element by element (head -1).
+// (cols not a multiple of kPack<T>) every row is read element by element (head -1). dh (nullable): the
+// fused residual's gradient, added to dx before rounding.
 template <class T>
 __global__ void layer_norm_backward_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                            const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
-                                           const T* __restrict__ dy, T* __restrict__ dx, acc_t<T>* __restrict__ partial,
+                                           const T* __restrict__ dy, const T* __restrict__ dh, T* __restrict__ dx,
+                                           acc_t<T>* __restrict__ partial,
                                            int64_t pitch, ColumnSlots acc_slots, ColumnSlots out_slots,
                                            bool acc_in_shared, int64_t rows, int64_t cols) {
   using A = acc_t<T>;
@@ -184,9 +232,11 @@ __global__ void layer_norm_backward_kernel(const T* __restrict__ x, const T* __r
     const T* xr = x + r * cols;
     const T* dyr = dy + r * cols;
     T* dxr = dx + r * cols;
+    const T* dhr = dh != nullptr ? dh + r * cols : nullptr;
     const A row_mean = mean[r], row_rstd = rstd[r];
     const T* w_align = weight != nullptr ? weight : xr;
-    const int64_t head = packs ? pack_head<T>(cols, xr, dyr, dxr, w_align) : -1;
+    const T* dh_align = dhr != nullptr ? dhr : xr;
+    const int64_t head = packs ? pack_head<T>(cols, xr, dyr, dxr, w_align, dh_align) : -1;
 
     GradSums<A> sums{A(0), A(0)};
     for_packs<kWidth>(cols, head, worker, size, [&](int64_t c, auto width) {
@@ -208,14 +258,16 @@ __global__ void layer_norm_backward_kernel(const T* __restrict__ x, const T* __r
     for_packs<kWidth>(cols, head, worker, size, [&](int64_t c, auto width) {
       constexpr int W = decltype(width)::value;
       const Pack<T, W> xp = load_pack<W>(xr + c), gp = load_pack<W>(dyr + c);
-      Pack<T, W> wp, o;
+      Pack<T, W> wp, hp, o;
       if (weight != nullptr) wp = load_pack<W>(weight + c);
+      if (dhr != nullptr) hp = load_pack<W>(dhr + c);
       HG_UNROLL
       for (int k = 0; k < W; ++k) {
         const A xhat = (to_acc(xp.v[k]) - row_mean) * row_rstd;
         const A dyv = to_acc(gp.v[k]);
         const A gv = dyv * (weight != nullptr ? to_acc(wp.v[k]) : A(1));
-        o.v[k] = from_acc<T>(row_rstd * (gv - mean_g - xhat * mean_gx));
+        o.v[k] = from_acc<T>(rounded_product(row_rstd, gv - mean_g - xhat * mean_gx));
+        if (dhr != nullptr) o.v[k] = from_acc<T>(add_rn(to_acc(o.v[k]), to_acc(hp.v[k])));
         if (acc != nullptr) {
           const int64_t slot = slots(c + k);
           dw_acc[slot] += dyv * xhat;
@@ -252,30 +304,34 @@ __global__ void layer_norm_param_grads_kernel(const acc_t<T>* __restrict__ parti
   }
 }
 
-}  // namespace
-
-void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, void* mean, void* rstd,
-                        int64_t rows, int64_t cols, double eps, DType dtype, Stream stream) {
-  HG_CHECK(rows >= 0 && cols > 0, "[layer_norm_forward] rows = ", rows, ", cols = ", cols,
+void forward_launch(const void* x, const void* residual, void* h, const void* weight, const void* bias, void* y,
+                    void* mean, void* rstd, int64_t rows, int64_t cols, double eps, DType dtype, Stream stream,
+                    const char* name) {
+  HG_CHECK(rows >= 0 && cols > 0, "[", name, "] rows = ", rows, ", cols = ", cols,
            ", expected rows >= 0 and cols >= 1");
-  HG_CHECK(eps >= 0, "[layer_norm_forward] eps = ", eps, ", expected eps >= 0");
+  HG_CHECK(eps >= 0, "[", name, "] eps = ", eps, ", expected eps >= 0");
   if (rows == 0) return;
-  dispatch_floating_cuda(dtype, "layer_norm_forward", [&]<class T>() {
+  dispatch_floating_cuda(dtype, name, [&]<class T>() {
     using A = acc_t<T>;
     const RowLaunch rl = row_launch(rows, cols);
-    const auto kernel = rl.warp_rows ? layer_norm_forward_kernel<T, true> : layer_norm_forward_kernel<T, false>;
-    launch(kernel, rl.grid, rl.block, 0, stream, static_cast<const T*>(x), static_cast<const T*>(weight),
-           static_cast<const T*>(bias), static_cast<T*>(y), static_cast<A*>(mean), static_cast<A*>(rstd), rows, cols,
-           A(eps));
+    const bool fused = residual != nullptr;
+    const auto kernel = fused ? (rl.warp_rows ? layer_norm_forward_kernel<T, true, true>
+                                              : layer_norm_forward_kernel<T, false, true>)
+                              : (rl.warp_rows ? layer_norm_forward_kernel<T, true, false>
+                                              : layer_norm_forward_kernel<T, false, false>);
+    launch(kernel, rl.grid, rl.block, 0, stream, static_cast<const T*>(x), static_cast<const T*>(residual),
+           static_cast<T*>(h), static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(y),
+           static_cast<A*>(mean), static_cast<A*>(rstd), rows, cols, A(eps));
   });
 }
 
-void layer_norm_backward(const void* x, const void* weight, const void* mean, const void* rstd, const void* dy,
-                         void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype, Stream stream) {
-  HG_CHECK(rows >= 0 && cols > 0, "[layer_norm_backward] rows = ", rows, ", cols = ", cols,
+void backward_launch(const void* x, const void* weight, const void* mean, const void* rstd, const void* dy,
+                     const void* dh, void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype,
+                     Stream stream, const char* name) {
+  HG_CHECK(rows >= 0 && cols > 0, "[", name, "] rows = ", rows, ", cols = ", cols,
            ", expected rows >= 0 and cols >= 1");
   const bool want_param_grads = dweight != nullptr || dbias != nullptr;
-  dispatch_floating_cuda(dtype, "layer_norm_backward", [&]<class T>() {
+  dispatch_floating_cuda(dtype, name, [&]<class T>() {
     using A = acc_t<T>;
     const int64_t wanted_blocks = (rows + kMinRowsPerBlock - 1) / kMinRowsPerBlock;
     const int64_t blocks = wanted_blocks < kMaxRowBlocks ? wanted_blocks : kMaxRowBlocks;
@@ -296,13 +352,42 @@ void layer_norm_backward(const void* x, const void* weight, const void* mean, co
     launch(layer_norm_backward_kernel<T>, dim3(unsigned(blocks)), dim3(threads),
            want_param_grads && acc_in_shared ? shared_acc_bytes : 0, stream, static_cast<const T*>(x),
            static_cast<const T*>(weight), static_cast<const A*>(mean), static_cast<const A*>(rstd),
-           static_cast<const T*>(dy), static_cast<T*>(dx), partial, pitch, acc_slots, out_slots, acc_in_shared, rows,
+           static_cast<const T*>(dy), static_cast<const T*>(dh), static_cast<T*>(dx), partial, pitch, acc_slots, out_slots, acc_in_shared, rows,
            cols);
     if (want_param_grads) {
       launch(layer_norm_param_grads_kernel<T>, flat_grid(cols), dim3(kFlatThreads), 0, stream, partial,
              static_cast<T*>(dweight), static_cast<T*>(dbias), partial_blocks, pitch, out_slots, cols);
     }
   });
+}
+
+}  // namespace
+
+void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, void* mean, void* rstd,
+                        int64_t rows, int64_t cols, double eps, DType dtype, Stream stream) {
+  forward_launch(x, nullptr, nullptr, weight, bias, y, mean, rstd, rows, cols, eps, dtype, stream,
+                 "layer_norm_forward");
+}
+
+void add_layer_norm_forward(const void* x, const void* residual, const void* weight, const void* bias, void* h,
+                            void* y, void* mean, void* rstd, int64_t rows, int64_t cols, double eps, DType dtype,
+                            Stream stream) {
+  HG_CHECK(x != nullptr && residual != nullptr && h != nullptr, "[add_layer_norm_forward] expected x, residual and h");
+  forward_launch(x, residual, h, weight, bias, y, mean, rstd, rows, cols, eps, dtype, stream,
+                 "add_layer_norm_forward");
+}
+
+void layer_norm_backward(const void* x, const void* weight, const void* mean, const void* rstd, const void* dy,
+                         void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype, Stream stream) {
+  backward_launch(x, weight, mean, rstd, dy, nullptr, dx, dweight, dbias, rows, cols, dtype, stream,
+                  "layer_norm_backward");
+}
+
+void add_layer_norm_backward(const void* h, const void* weight, const void* mean, const void* rstd, const void* dy,
+                             const void* dh, void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols,
+                             DType dtype, Stream stream) {
+  backward_launch(h, weight, mean, rstd, dy, dh, dx, dweight, dbias, rows, cols, dtype, stream,
+                  "add_layer_norm_backward");
 }
 
 }  // namespace hg::kernels::cuda

@@ -96,6 +96,20 @@ const std::vector<OpCase>& op_cases() {
       {"attention_qkv D 64", {{2, 5, 3 * 64}}, Domain::Any, [](V x) { return attention_qkv(x[0], 1); }},
       {"attention_qkv 2 heads", {{2, 4, 12}}, Domain::Any, [](V x) { return attention_qkv(x[0], 2); }},
       {"bias_gelu of strided", {{5, 3}, {5}}, Domain::Any, [](V x) { return bias_gelu(x[0].t(), x[1]); }},
+      {"add_layer_norm both outputs", {{3, 5}, {3, 5}, {5}, {5}}, Domain::Any,
+       [](V x) {
+         const AddLayerNorm o = add_layer_norm(x[0], x[1], x[2], x[3]);
+         return cat({o.sum, o.normalized}, 0);  // independent upstream gradients for the two outputs
+       }},
+      {"add_layer_norm normalized only", {{2, 3, 4}, {2, 3, 4}, {4}, {4}}, Domain::Any,
+       [](V x) { return add_layer_norm(x[0], x[1], x[2], x[3], 1e-3).normalized; }},
+      {"add_layer_norm sum only", {{3, 4}, {3, 4}}, Domain::Any,  // (the parameters would get no gradient)
+       [](V x) { return add_layer_norm(x[0], x[1], Tensor(), Tensor()).sum * 1.5; }},
+      {"add_layer_norm no affine, strided", {{5, 3}, {3, 5}}, Domain::Any,
+       [](V x) {
+         const AddLayerNorm o = add_layer_norm(x[0].t(), x[1], Tensor(), Tensor());
+         return cat({o.normalized, o.sum}, 1);
+       }},
       {"layer_norm no affine", {{2, 2, 4}}, Domain::Any, [](V x) { return layer_norm(x[0], Tensor(), Tensor()); }},
       {"layer_norm of strided", {{5, 3}, {5}, {5}}, Domain::Any,
        [](V x) { return layer_norm(x[0].t(), x[1], x[2], 1e-3); }},
