@@ -11,9 +11,11 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 # Learning: 2-digit addition, a small GPT, 8-bit moments on every matrix (dim 64: 64x64 = 4096 elements).
-# Measured when set: 99.75% held-out at step 500 with this config (18 s on one loaded core); with
-# --eval-every 200 --steps 600, 4.25% at step 200, 98.25% at 400, 100% at 600. The check asks for 95%.
-learn=(--digits 2 --context 12 --layers 2 --heads 4 --dim 64 --batch 64 --steps 500 --lr 3e-3 --warmup 50
+# The task is learnt in a sudden jump whose step moves with any change of rounding (a new exp, a GEMM
+# summing in another order): at 500 steps, seeds 1-5 gave 54-99.75% on 2026-12-02 and the default seed
+# 14% (it had given 99.75% before that day's kernel changes). At 800 steps the default seed reaches 100%
+# (seeds 3, 4, 6, 8: >= 99.75%; seed 7: 73%), ~8 s on one core. The check asks for 95%.
+learn=(--digits 2 --context 12 --layers 2 --heads 4 --dim 64 --batch 64 --steps 800 --lr 3e-3 --warmup 50
        --eval-every 0 --eval-problems 400 --sample 0 --threads 1 --optimizer-state-bits 8)
 out=$("$bin" "${learn[@]}") || fail "8-bit training run exited $?: $out"
 grep -q "optimizer state: 8-bit AdamW moments 2\.[0-9][0-9] bytes/parameter (32-bit: 8\.00)" <<<"$out" \
