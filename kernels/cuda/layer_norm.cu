@@ -12,9 +12,9 @@
 // so y, mean and rstd are bit-identical to layer_norm_forward of h whatever the alignments (a split
 // shared by all passes would change the order of the row sums when x, residual and h align differently). The backward kernel takes a nullable dh, added to dx in the same pass the way the
 // composed add would (dx rounded to T first, then dx + dh in acc_t rounded once), so the fused
-// backward is bit-identical to layer_norm_backward then add. The dh path is a template flag (kResidualGrad), as
-// the forward's kResidual, not a run-time null check: with the check both instances compiled to 44-56
-// registers on sm_90; with the flag the plain one is back to 32-38 and the fused one takes 40.
+// backward is bit-identical to layer_norm_backward then add. The dh path is a template flag
+// (kResidualGrad), as the forward's kResidual, not a run-time null check: with the check both uses
+// compiled to 44-56 registers on sm_90; with the flag the plain one is back to 32-38, the fused one 40.
 //
 // Parallel strategy, forward: a warp per row when cols <= kWarpRowLimit (8 rows per 256-thread
 // block), a block per row otherwise (RowGroup, device_math.h). Three passes over the row, the last
@@ -351,7 +351,8 @@ void backward_launch(const void* x, const void* weight, const void* mean, const 
     }
     const int64_t threads_wanted = (cols + kPack<T> - 1) / kPack<T>;
     const unsigned threads = threads_wanted >= 512 ? 512u : unsigned((threads_wanted + 31) / 32 * 32);
-    launch(dh != nullptr ? layer_norm_backward_kernel<T, true> : layer_norm_backward_kernel<T, false>, dim3(unsigned(blocks)), dim3(threads),
+    const auto stage1 = dh != nullptr ? layer_norm_backward_kernel<T, true> : layer_norm_backward_kernel<T, false>;
+    launch(stage1, dim3(unsigned(blocks)), dim3(threads),
            want_param_grads && acc_in_shared ? shared_acc_bytes : 0, stream, static_cast<const T*>(x),
            static_cast<const T*>(weight), static_cast<const A*>(mean), static_cast<const A*>(rstd),
            static_cast<const T*>(dy), static_cast<const T*>(dh), static_cast<T*>(dx), partial, pitch, acc_slots, out_slots, acc_in_shared, rows,
