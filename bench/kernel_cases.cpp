@@ -346,6 +346,51 @@ std::vector<KernelCase> make_cases() {
                        });
   });
 
+  // ---- LayerNorm fused with the residual add before it (a GPT block's h = x + f(x); ln(h)) ----
+  add("add_layer_norm_forward", kFloats, [](S s, DType dt, A a) {
+    const DType acc = accumulate_dtype(dt);
+    void* x = a.uniform(s.n(), dt);
+    void* residual = a.uniform(s.n(), dt);
+    void* w = a.uniform(s.cols, dt);
+    void* b = a.uniform(s.cols, dt);
+    void* h = a.zeros(bytes_of(s.n(), dt));
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    void* mean = a.zeros(bytes_of(s.rows, acc));
+    void* rstd = a.zeros(bytes_of(s.rows, acc));
+    // x and residual read, h and y written; the passes that re-read h come from L2.
+    return memory_case(dims({s.rows, s.cols}),
+                       io({bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.cols, dt), bytes_of(s.cols, dt),
+                           bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.rows, acc), bytes_of(s.rows, acc)}),
+                       [=, st = a.stream()] {
+                         k::add_layer_norm_forward(x, residual, w, b, h, y, mean, rstd, s.rows, s.cols, 1e-5, dt, st);
+                       });
+  });
+  add("add_layer_norm_backward", kFloats, [](S s, DType dt, A a) {
+    const DType acc = accumulate_dtype(dt);
+    void* x = a.uniform(s.n(), dt);
+    void* residual = a.uniform(s.n(), dt);
+    void* w = a.uniform(s.cols, dt);
+    void* b = a.uniform(s.cols, dt);
+    void* h = a.zeros(bytes_of(s.n(), dt));
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    void* mean = a.zeros(bytes_of(s.rows, acc));
+    void* rstd = a.zeros(bytes_of(s.rows, acc));
+    k::add_layer_norm_forward(x, residual, w, b, h, y, mean, rstd, s.rows, s.cols, 1e-5, dt, a.stream());
+    void* dy = a.uniform(s.n(), dt);
+    void* dh = a.uniform(s.n(), dt);
+    void* dx = a.zeros(bytes_of(s.n(), dt));
+    void* dw = a.zeros(bytes_of(s.cols, dt));
+    void* db = a.zeros(bytes_of(s.cols, dt));
+    // layer_norm_backward's buffers plus dh, the gradient reaching h directly, read once.
+    return memory_case(dims({s.rows, s.cols}),
+                       io({bytes_of(s.n(), dt), bytes_of(s.cols, dt), bytes_of(s.rows, acc), bytes_of(s.rows, acc),
+                           bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.cols, dt),
+                           bytes_of(s.cols, dt)}),
+                       [=, st = a.stream()] {
+                         k::add_layer_norm_backward(h, w, mean, rstd, dy, dh, dx, dw, db, s.rows, s.cols, dt, st);
+                       });
+  });
+
   // ---- embedding: ids [rows], rows of cols, a vocabulary of rows / 2 (ids repeat, as tokens do) ----
   add("embedding_forward", kFloats, [](S s, DType dt, A a) {
     const int64_t vocab = std::max<int64_t>(1, s.rows / 2), dim = s.cols;
