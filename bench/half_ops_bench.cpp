@@ -2,7 +2,10 @@
 // ([2048, 256] and [2048, 1024]: small enough to live in L2/L3 as in a training step), one OpenMP
 // thread, single-thread CPU time (CLOCK_THREAD_CPUTIME_ID, so time lost to other processes on a
 // shared machine is not counted), best of `repeats` with the dtypes interleaved inside each
-// repetition (f32, bf16, f16, f32, ...) so all see the same machine state.
+// repetition (f32, bf16, f16, f32, ...) so all see the same machine state. Then a second pass on
+// every core (omp_get_num_procs threads, wall clock; "threads" and "timer" say which pass a line is
+// from) over [2048, 1024] and [16384, 1024]: there the cores share one memory system, so the f32
+// kernels become bound by bytes, which is where halving the bytes must pay.
 //
 // Each line: elements/s and bytes/s (bytes read + written by one call, at the dtype's size), and for
 // the half dtypes the ratio to f32 measured in the same process: elements_ratio (2.0 means twice the
@@ -29,15 +32,25 @@
 #include "json_line.h"
 #include "kernels/cpu/bias_gelu.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/gelu_table.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernels.h"
 
 namespace hg::bench {
 namespace {
 
-double thread_seconds() {
+// How a pass of the benchmark runs: one thread timed by its own CPU time, or every core timed by the
+// wall clock (OpenMP's threads' CPU time is not the caller's, and the point there is the memory
+// system shared by all cores).
+struct Pass {
+  int threads = 1;
+  bool wall = false;
+};
+Pass g_pass;
+
+double now_seconds() {
   timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  clock_gettime(g_pass.wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &t);
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
@@ -51,14 +64,14 @@ struct Variant {
 // Times the variants interleaved (one warm-up each, then `repeats` rounds of every variant) and
 // prints one line per variant; half variants get their ratio to the "f32" variant.
 void measure(const std::string& kernel, int64_t rows, int64_t cols, int repeats, std::vector<Variant> variants,
-             const char* vector_math = nullptr) {
+             const char* vector_math = nullptr, const char* gelu = nullptr) {
   std::vector<double> best(variants.size(), 1e30);
   for (auto& v : variants) v.run();
   for (int r = 0; r < repeats; ++r) {
     for (size_t i = 0; i < variants.size(); ++i) {
-      const double start = thread_seconds();
+      const double start = now_seconds();
       variants[i].run();
-      best[i] = std::min(best[i], thread_seconds() - start);
+      best[i] = std::min(best[i], now_seconds() - start);
     }
   }
   const double n = double(rows * cols);
@@ -76,14 +89,15 @@ void measure(const std::string& kernel, int64_t rows, int64_t cols, int repeats,
         .add("dtype", variants[i].dtype)
         .add("rows", (long long)rows)
         .add("cols", (long long)cols)
-        .add("threads", 1)
-        .add("timer", "thread_cpu")
+        .add("threads", g_pass.threads)
+        .add("timer", g_pass.wall ? "wall" : "thread_cpu")
         .add("repeats", repeats)
         .add("best_us", best[i] * 1e6)
         .add("elements_per_s", eps)
         .add("bytes", (long long)variants[i].bytes)
         .add("gbs", bps / 1e9);
     if (vector_math != nullptr) line.add("vector_math", vector_math);
+    if (gelu != nullptr) line.add("gelu", gelu);
     if (variants[i].dtype != "f32" && f32_eps > 0) {
       line.add("elements_ratio", eps / f32_eps).add("bytes_ratio", bps / f32_bps);
     }
@@ -138,12 +152,20 @@ void bench_shape(int64_t rows, int64_t cols, int repeats) {
     measure("softmax_backward", rows, cols, repeats, each(3, [&](DType d) {
               cpu::softmax_backward(t.get(d, 3), t.get(d, 1), t.get(d, 4), rows, cols, false, d);
             }), tn);
-    measure("gelu_forward", rows, cols, repeats, each(2, [&](DType d) {
-              cpu::unary_forward(k::UnaryOp::GeluTanh, t.get(d, 0), t.get(d, 3), n, 0.0, d);
-            }), tn);
-    measure("gelu_backward", rows, cols, repeats, each(3, [&](DType d) {
-              cpu::unary_backward(k::UnaryOp::GeluTanh, t.get(d, 0), nullptr, t.get(d, 1), t.get(d, 4), n, 0.0, d);
-            }), tn);
+    // On the AVX-512 tier half GELU is looked up (gelu_table.h); "gelu": "evaluate" is the same tier
+    // with the lookup off, so the tables' gain is measured in the same process.
+    const bool avx512 = tier == kernels::cpu::VectorMath::avx512;
+    for (const bool lookup : avx512 ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
+      kernels::cpu::gelu_lookup_enable(lookup);
+      const char* mode = avx512 ? (lookup ? "lookup" : "evaluate") : nullptr;
+      measure("gelu_forward", rows, cols, repeats, each(2, [&](DType d) {
+                cpu::unary_forward(k::UnaryOp::GeluTanh, t.get(d, 0), t.get(d, 3), n, 0.0, d);
+              }), tn, mode);
+      measure("gelu_backward", rows, cols, repeats, each(3, [&](DType d) {
+                cpu::unary_backward(k::UnaryOp::GeluTanh, t.get(d, 0), nullptr, t.get(d, 1), t.get(d, 4), n, 0.0, d);
+              }), tn, mode);
+    }
+    kernels::cpu::gelu_lookup_enable(true);
     // bias: the first `cols` elements of slot 2; dbias into slot 5.
     measure("bias_gelu_forward", rows, cols, repeats, each(2, [&](DType d) {
               cpu::bias_gelu_forward(t.get(d, 0), t.get(d, 2), t.get(d, 3), rows, cols, false, d);
@@ -209,21 +231,36 @@ void bench_shape(int64_t rows, int64_t cols, int repeats) {
   }
 }
 
+void print_setup() {
+  JsonLine("half_ops_setup")
+      .add("convert_tier", kernels::cpu::convert_isa_name(kernels::cpu::convert_best_isa()))
+      .add("threads", g_pass.threads)
+      .add("timer", g_pass.wall ? "wall" : "thread_cpu")
+      .print();
+}
+
 }  // namespace
 
 void run_half_ops_bench(bool quick) {
   const int saved_threads = omp_get_max_threads();
+  g_pass = {1, false};
   omp_set_num_threads(1);
-  JsonLine("half_ops_setup")
-      .add("convert_tier", kernels::cpu::convert_isa_name(kernels::cpu::convert_best_isa()))
-      .add("threads", 1)
-      .add("timer", "thread_cpu")
-      .print();
+  print_setup();
   const int repeats = quick ? 3 : 20;
   bench_shape(16, 256, repeats * 10);  // 4096 elements, L1-resident: the kernels' compute bound
   bench_shape(2048, 256, repeats);
   bench_shape(2048, 1024, repeats);
   if (!quick) bench_shape(16384, 1024, 5);  // out of cache: DRAM bandwidth
+  // Every core, wall clock: what a training step sees, where the cores share one memory system.
+  const int cores = omp_get_num_procs();
+  if (cores > 1 && !quick) {
+    g_pass = {cores, true};
+    omp_set_num_threads(cores);
+    print_setup();
+    bench_shape(2048, 1024, repeats);
+    bench_shape(16384, 1024, 5);
+  }
+  g_pass = {1, false};
   omp_set_num_threads(saved_threads);
 }
 

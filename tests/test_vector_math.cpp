@@ -8,10 +8,13 @@
 //     max(|ref|, 1e-3 absolute floor) where the float formulas' own rounding is that large;
 //   - softmax / log-softmax forward and backward, GELU forward / backward and bias_gelu in f32, bf16
 //     and f16 at awkward lengths (1, 15, 17, 255, 1000) and causal-masked rows, against float64
-//     references, on every tier this CPU runs (vector_math_force), and the tiers against each other.
+//     references, on every tier this CPU runs (vector_math_force), and the tiers against each other;
+//   - the f16 / bf16 GELU lookup tables (gelu_table.h): every one of the 2^16 inputs, NaNs included,
+//     looked up and evaluated give the same bits, forward and backward, tanh and erf forms.
 // Outputs are poisoned (NaN) before every kernel call; inputs are fresh seeded random values.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "kernels/cpu/bias_gelu.h"
+#include "kernels/cpu/gelu_table.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/dtype.h"
 #include "kernels/half.h"
@@ -496,6 +500,75 @@ TEST_CASE("GELU (unary and bias_gelu) on every tier: f32, bf16, f16 at lengths 1
         }
       }
     }
+  }
+}
+
+namespace {
+
+// Restores the lookup switch however the test case ends.
+struct LookupSwitch {
+  const bool saved = cpu::gelu_lookup_enabled();
+  explicit LookupSwitch(bool on) { cpu::gelu_lookup_enable(on); }
+  ~LookupSwitch() { cpu::gelu_lookup_enable(saved); }
+};
+
+template <class T>
+std::vector<uint16_t> bits_of(const std::vector<T>& v) {
+  std::vector<uint16_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * 2);
+  return b;
+}
+
+// All 2^16 patterns of T (in a shuffled order, at an odd length and offset, so chunking, tails and
+// threads are exercised) through unary GELU forward and backward, looked up and evaluated.
+template <class T>
+void gelu_lookup_case(bool erf, std::mt19937& rng) {
+  const std::string what = std::string(hg::dtype_name(dtype_of<T>())) + (erf ? " gelu_erf" : " gelu_tanh");
+  const auto op = erf ? hg::kernels::UnaryOp::GeluErf : hg::kernels::UnaryOp::GeluTanh;
+  std::vector<uint16_t> patterns(1 << 16);
+  for (size_t i = 0; i < patterns.size(); ++i) patterns[i] = uint16_t(i);
+  std::shuffle(patterns.begin(), patterns.end(), rng);
+  const int64_t n = int64_t(patterns.size()) - 3;  // odd length, starting at element 1
+  std::vector<T> x;
+  for (uint16_t b : patterns) x.push_back(T::from_bits(b));
+  const std::vector<T> dy = random_values<T>(rng, int64_t(x.size()), -4, 4);
+  std::vector<std::vector<T>> y, dx;
+  for (bool lookup : {true, false}) {
+    const LookupSwitch sw(lookup);
+    y.push_back(poison<T>(int64_t(x.size())));
+    dx.push_back(poison<T>(int64_t(x.size())));
+    cpu::unary_forward(op, x.data() + 1, y.back().data() + 1, n, 0.0, dtype_of<T>());
+    cpu::unary_backward(op, x.data() + 1, nullptr, dy.data() + 1, dx.back().data() + 1, n, 0.0, dtype_of<T>());
+  }
+  const std::vector<uint16_t> y_lookup = bits_of(y[0]), y_eval = bits_of(y[1]), dx_lookup = bits_of(dx[0]),
+                              dx_eval = bits_of(dx[1]);
+  int64_t forward_mismatches = 0, backward_mismatches = 0;
+  for (int64_t i = 1; i <= n; ++i) {
+    forward_mismatches += y_lookup[size_t(i)] != y_eval[size_t(i)];
+    backward_mismatches += dx_lookup[size_t(i)] != dx_eval[size_t(i)];
+  }
+  CHECK_MESSAGE(forward_mismatches == 0, what, " forward: ", forward_mismatches, " inputs differ");
+  CHECK_MESSAGE(backward_mismatches == 0, what, " backward: ", backward_mismatches, " inputs differ");
+  // Nothing outside [1, n] was written: the poison is still there (bit for bit).
+  const std::vector<uint16_t> poison_bits = bits_of(poison<T>(1));
+  for (size_t i : {size_t(0), x.size() - 2, x.size() - 1}) {
+    CHECK_MESSAGE(y_lookup[i] == poison_bits[0], what, " forward wrote element ", i);
+    CHECK_MESSAGE(dx_lookup[i] == poison_bits[0], what, " backward wrote element ", i);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("GELU lookup tables: every f16 and bf16 input gives the evaluated bits, forward and backward") {
+  if (cpu::vector_math_best() != VectorMath::avx512) {
+    MESSAGE("SKIPPED: the GELU tables are filled by the AVX-512 loops, which this CPU does not run");
+    return;
+  }
+  const ForceTier force(VectorMath::avx512);
+  std::mt19937 rng(2031);
+  for (bool erf : {false, true}) {
+    gelu_lookup_case<hg::bfloat16>(erf, rng);
+    gelu_lookup_case<hg::half>(erf, rng);
   }
 }
 

@@ -17,7 +17,8 @@
 // on AVX2+ builds converted inline in the same loops (convert.h, kFuseConversion).
 // GELU (tanh and erf) in f32/bf16/f16 on a CPU with AVX-512 (vector_math.h) runs gelu_avx512.h's
 // explicit loops instead, over the same chunks: half values converted in registers, the math from
-// simd_math_avx512.h.
+// simd_math_avx512.h; f16 / bf16 GELU there is looked up in tables those loops fill (gelu_table.h),
+// since a half type has only 2^16 inputs: the same bits without the tanh / erf arithmetic.
 //
 // Parallel strategy: contiguous work is cut into fixed chunks of kChunk elements and OpenMP spreads
 // the chunks over threads (only above kParallelMinElements). A chunk is computed the same way
@@ -36,6 +37,7 @@
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gelu_avx512.h"
+#include "kernels/cpu/gelu_table.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
@@ -120,17 +122,28 @@ void map_elements(int64_t n, Fn fn, T* out, const In*... in) {
 template <class T>
 constexpr bool kHasAvx512Gelu = std::is_same_v<T, float> || std::is_same_v<T, bfloat16> || std::is_same_v<T, half>;
 
-// GELU through gelu_avx512.h when the op is GELU, T has an AVX-512 span and the CPU runs it; false
+// Half GELU is looked up (gelu_table.h: the same bits, without the tanh / erf arithmetic).
+template <class T>
+constexpr bool kHasGeluTable = std::is_same_v<T, bfloat16> || std::is_same_v<T, half>;
+
+// GELU through gelu_avx512.h (half types: its results looked up, gelu_table.h) when the op is GELU, T has an AVX-512 span and the CPU runs it; false
 // when the caller should take the generic path. Chunks and threshold as map_elements.
 template <class T>
 bool gelu_forward_avx512(UnaryOp op, const T* x, T* y, int64_t n) {
   if constexpr (kHasAvx512Gelu<T>) {
     if ((op != UnaryOp::GeluTanh && op != UnaryOp::GeluErf) || vector_math_active() != VectorMath::avx512) return false;
     const bool erf = op == UnaryOp::GeluErf;
+    [[maybe_unused]] const bool lookup = gelu_lookup_enabled();
     const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t begin = c * kChunk, count = std::min(kChunk, n - begin);
+      if constexpr (kHasGeluTable<T>) {
+        if (lookup) {
+          gelu_forward_lookup(erf, x + begin, y + begin, count);
+          continue;
+        }
+      }
       if (erf) simd512::gelu_forward_span<T, true, false>(x + begin, nullptr, y + begin, count);
       else simd512::gelu_forward_span<T, false, false>(x + begin, nullptr, y + begin, count);
     }
@@ -147,10 +160,17 @@ bool gelu_backward_avx512(UnaryOp op, const T* x, const T* dy, T* dx, int64_t n)
         vector_math_active() != VectorMath::avx512)
       return false;
     const bool erf = op == UnaryOp::GeluErf;
+    [[maybe_unused]] const bool lookup = gelu_lookup_enabled();
     const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t begin = c * kChunk, count = std::min(kChunk, n - begin);
+      if constexpr (kHasGeluTable<T>) {
+        if (lookup) {
+          gelu_backward_lookup(erf, x + begin, dy + begin, dx + begin, count);
+          continue;
+        }
+      }
       if (erf) simd512::gelu_backward_span<T, true, false>(x + begin, nullptr, dy + begin, dx + begin, nullptr, count);
       else simd512::gelu_backward_span<T, false, false>(x + begin, nullptr, dy + begin, dx + begin, nullptr, count);
     }

@@ -1,0 +1,36 @@
+#pragma once
+// GELU of f16 / bf16 inputs by table lookup. A half type has only 2^16 values, so the unary GELU ops
+// (tanh and erf forms) can look their answer up instead of evaluating tanh / erf per element (about
+// 27 vector ops per 16 elements forward, 33 backward: the reason a bf16 GELU could not run faster
+// than the f32 one). The tables are filled, on first use, by the AVX-512 kernel itself
+// (gelu_avx512.h over all 2^16 bit patterns), so a lookup gives exactly the bits evaluating gives:
+//   forward table:  y(b)     = T(gelu(float(b)))   2^16 x 2 bytes = 128 KiB per (T, form)
+//   slope table:    s(b)     = gelu'(float(b))     2^16 x 4 bytes = 256 KiB per (T, form), float
+// and the backward is dx = T(dy * s(x)) with the same single float product and rounding the
+// evaluating loop makes. (ggml looks its f16 GELU up the same way.) Activations cluster within a few
+// units of 0, so the entries a tensor touches are a few KiB and stay in L1.
+//
+// The loops: forward is a scalar lookup per element (two loads and a store: bound by the load/store
+// ports, not by arithmetic); backward gathers 64 slopes at a time into a stack row with scalar loads
+// and multiplies 16 lanes at a time (vpgatherdd measured slower than scalar loads on Zen 4 here).
+// Used by elementwise.cpp's GELU when vector_math_active() is avx512 (the tables need its loops);
+// callers split the work over threads. Thread-safe: each table is built once (a function-local static).
+#include <cstdint>
+
+#include "kernels/half.h"
+
+namespace hg::kernels::cpu {
+
+// y[i] = GELU(x[i]) (tanh form, or erf form when erf), T = half or bfloat16.
+template <class T>
+void gelu_forward_lookup(bool erf, const T* x, T* y, int64_t n);
+// dx[i] = T(dy[i] * GELU'(x[i])).
+template <class T>
+void gelu_backward_lookup(bool erf, const T* x, const T* dy, T* dx, int64_t n);
+
+// Whether elementwise.cpp's half GELU looks up (default) or evaluates; tests and bench_ops switch it
+// to hold the two against each other. Not thread-safe against running kernels.
+bool gelu_lookup_enabled();
+void gelu_lookup_enable(bool enabled);
+
+}  // namespace hg::kernels::cpu
