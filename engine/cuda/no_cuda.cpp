@@ -2,6 +2,7 @@
 // that needs one says how to get one.
 #include "engine/cuda/cuda_allocator.h"
 #include "engine/cuda/cuda_context.h"
+#include "engine/cuda/cuda_graph.h"
 #include "kernels/error.h"
 
 namespace hg::cuda {
@@ -41,6 +42,15 @@ void Event::block(Stream) const { unavailable(); }
 void Event::synchronize() const { unavailable(); }
 bool Event::query() const { unavailable(); }
 float Event::elapsed_ms_since(const Event&) const { unavailable(); }
+
+// No graph is ever captured here, so there is nothing to release or move but the empty fields.
+Graph::~Graph() = default;
+Graph::Graph(Graph&&) noexcept = default;
+Graph& Graph::operator=(Graph&&) noexcept = default;
+void Graph::reset() noexcept {}
+void Graph::capture(Stream, const std::function<void()>&, CaptureMode) { unavailable(); }
+void Graph::replay() const { unavailable(); }
+size_t Graph::pool_reserved_bytes() const { return 0; }
 
 }  // namespace hg::cuda
 
