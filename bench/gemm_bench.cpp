@@ -573,6 +573,12 @@ std::vector<BlockingCandidate> blocking_candidates(bool has_bf16, int64_t k) {
     const d::GemmBlocking bf16_l2_2m = d::bf16_blocking_for({48 * 1024, 2048 * 1024});
     out.push_back({"bf16_vdpbf16ps_l2_1m", true, bf16_l2_1m, same(bf16_l2_1m, d::bf16_blocking())});
     out.push_back({"bf16_vdpbf16ps_l2_2m", true, bf16_l2_2m, same(bf16_l2_2m, d::bf16_blocking())});
+    // KC = 2048 with a smaller A block, for a 1 MiB L2 (224 x 2048 bf16 is 896 KiB there).
+    for (const int64_t mc : {112, 168}) {
+      const d::GemmBlocking b{d::GemmTile::mr14_nr32, 2048, mc, 2048, true};
+      out.push_back({mc == 112 ? "bf16_vdpbf16ps_kc2048_mc112" : "bf16_vdpbf16ps_kc2048_mc168", true, b,
+                     same(b, d::bf16_blocking())});
+    }
   }
   return out;
 }
