@@ -17,9 +17,19 @@
 // only once and every thread has whole blocks of rows to itself.
 //
 // Parallel strategy: forward, one row per OpenMP iteration; backward, one row block per iteration,
-// then the column sums of the partials split by columns. f16/bf16 rows are widened into per-thread
-// float buffers and outputs computed into one and narrowed, both through convert.h's SIMD
-// conversions; weight and bias are converted once per call.
+// then the column sums of the partials split by columns. Weight and bias are converted once per call
+// into float rows.
+//
+// Two implementations of a row, chosen at run time (vector_math.h, like softmax and GELU):
+//   - where the CPU has AVX-512 (vector_math_active() == avx512), f32/bf16/f16 rows run
+//     layer_norm_avx512.h's explicit loops: half rows converted in registers as they are loaded and
+//     stored (no float copy of x, dy or dh), four 16-lane accumulators per sum, the backward's two
+//     sums and the dw/db partials in one pass; same math, same row blocks and partials;
+//   - f64, and CPUs without AVX-512 (or the portable tier forced), run the loops below: f16/bf16 rows
+//     widened into per-thread float buffers and outputs computed into one and narrowed, through
+//     convert.h's SIMD conversions, and `omp simd` reductions.
+// The two agree to a few float ulps (different summation orders); tests/test_layer_norm_cpu.cpp
+// holds both against float64 and against each other.
 
 // GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised
 // (before any include: the warnings point into avx512fintrin.h).
