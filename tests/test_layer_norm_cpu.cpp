@@ -7,9 +7,17 @@
 //   - on the AVX-512 tier, every half output is the f32 kernel's result on the widened inputs rounded
 //     once (and the fused dx is T(float(T(dx_f32)) + float(dh)), add_layer_norm's rule); mean and
 //     rstd are the f32 kernel's bit for bit;
+//   - the AVX-512 forward's register-resident rows (16 * k columns, k <= 16) equal its general row bit
+//     for bit (same operations in the same order);
 //   - the two tiers agree within a stated tolerance; 1 and 2 threads give the same bits; a NaN in a
 //     row makes that row NaN and no other.
 // Outputs are poisoned (NaN) before every kernel call; inputs are fresh seeded random values.
+
+// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised
+// (layer_norm_avx512.h is included for the register-row test; before any include).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <doctest/doctest.h>
 #include <omp.h>
 
@@ -24,6 +32,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/layer_norm_avx512.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/dtype.h"
 #include "kernels/half.h"
@@ -329,7 +338,8 @@ double max_tier_difference(const std::vector<T>& a, const std::vector<T>& b,
   return worst;
 }
 
-const int64_t kWidths[] = {1, 15, 17, 255, 768, 1023, 4097};
+// 16, 64, 256: rows the AVX-512 forward keeps in registers (multiples of 16 up to 256).
+const int64_t kWidths[] = {1, 15, 16, 17, 64, 255, 256, 768, 1023, 4097};
 
 template <class T>
 void all_cases(std::mt19937& rng) {
@@ -445,6 +455,47 @@ TEST_CASE("layer_norm CPU: a NaN makes its row NaN and no other, every tier and 
           }
           for (int64_t c = 0; c < cols; ++c) CHECK(std::isfinite(d(o.db[size_t(c)])));  // dy has no NaN
         }
+      }
+    }
+  };
+  one.template operator()<float>();
+  one.template operator()<hg::bfloat16>();
+  one.template operator()<hg::half>();
+}
+
+TEST_CASE("layer_norm AVX-512: rows kept in registers equal the general row bit for bit, every width 16..256") {
+  if (cpu::vector_math_best() != VectorMath::avx512) {
+    MESSAGE("SKIPPED: this CPU has no AVX-512 (the register-resident rows never run here)");
+    return;
+  }
+  std::mt19937 rng(3);
+  const auto one = [&]<class T>() {
+    for (int64_t n = 16; n <= 16 * cpu::simd512::kRegisterVectors; n += 16) {
+      const std::vector<T> x = random_values<T>(rng, n, -2, 6), residual = random_values<T>(rng, n, -1, 1);
+      const std::vector<float> w = random_values<float>(rng, n, 0.5, 1.5), b = random_values<float>(rng, n, -1, 1);
+      for (bool fused : {false, true}) {
+        std::vector<T> h[2] = {poison<T>(n), poison<T>(n)}, y[2] = {poison<T>(n), poison<T>(n)};
+        float mean[2], rstd[2];
+        for (int k = 0; k < 2; ++k) {
+          const auto run = [&]<bool kFused>() {
+            if (k == 0)
+              cpu::simd512::layer_norm_forward_row<kFused>(x.data(), residual.data(), h[k].data(), w.data(), b.data(),
+                                                           y[k].data(), n, 1e-5f, mean[k], rstd[k]);
+            else
+              cpu::simd512::layer_norm_forward_row_general<kFused>(x.data(), residual.data(), h[k].data(), w.data(),
+                                                                   b.data(), y[k].data(), n, 1e-5f, mean[k], rstd[k]);
+          };
+          if (fused)
+            run.template operator()<true>();
+          else
+            run.template operator()<false>();
+        }
+        const std::string what = std::string(hg::dtype_name(dtype_of<T>())) + " width " + std::to_string(n) +
+                                 (fused ? " fused" : "") + " registers vs general";
+        CHECK_MESSAGE(same_bits(mean[0], mean[1]), what, " mean");
+        CHECK_MESSAGE(same_bits(rstd[0], rstd[1]), what, " rstd");
+        check_bits(y[0], y[1], what + " y");
+        if (fused) check_bits(h[0], h[1], what + " h");
       }
     }
   };

@@ -18,13 +18,17 @@
 // Loop strategy: the first pass over a row streams it from memory (forward: the sum, with the fused
 // add and the store of h folded in; backward: both sums and the dw/db partials, one pass); the later
 // passes (forward: the squares, then y; backward: dx) read the row again as T, from L1 (a 4096-wide
-// bf16 row is 8 KiB). Every multiply-add is an explicit fma (g = dy * w is rounded only where it
-// multiplies xhat; sum g and g - mean_g take dy * w exact), so the rounding does not depend on
-// what the compiler chooses to contract. Every sum keeps four 16-lane accumulators over 64-column steps, the 16-column
-// remainder goes to the first, the masked tail to the second, and they are combined in one fixed
-// order, so a row's result depends on nothing but the row (thread count, row position). The fused
-// and plain forms run the same code: the fused form differs only in where the first pass's vector
-// comes from, so its arithmetic on h is the plain form's arithmetic on h.
+// bf16 row is 8 KiB). A forward row of 16 k columns, k <= 16 (up to 256: the GPT's narrow
+// activations), instead stays in k registers after the first pass, so a half row is widened once
+// rather than three times (measured 13-20% more bf16/f16 rows per second at 2048x256), with the same
+// operations in the same order, i.e. the same bits.
+// Every sum keeps four 16-lane accumulators over 64-column steps, the 16-column remainder goes to
+// the first, the masked tail to the second, and they are combined in one fixed order, so a row's
+// result depends on nothing but the row (not the thread count, not the row's position). Every
+// multiply-add is an explicit fma (g = dy * w is rounded only where it multiplies xhat; sum g and
+// g - mean_g take dy * w exact), so the rounding does not depend on what the compiler contracts.
+// The fused and plain forms run the same code: the fused form differs only in where the first
+// pass's vector comes from, so its arithmetic on h is the plain form's arithmetic on h.
 // Callers check vector_math_active() == avx512 first (every function is HG_SIMD512).
 #include <cmath>
 #include <cstdint>
@@ -55,10 +59,62 @@ HG_SIMD512 inline __m512 forward_value(const T* x, const T* residual, T* h, int6
     return load16(x + c, k);
 }
 
-// One row of LayerNorm, or (kFused) of h = x + residual with h written. w, b: float rows of n.
+// A row of exactly NV * 16 columns (NV <= kRegisterVectors) kept in registers between the passes, so
+// a half row is widened once instead of three times. The same operations in the same order as the
+// general row below (vector i into accumulator i % 4 for the whole 64-column steps, the rest into the
+// first), so the result is bit for bit the general row's.
+constexpr int kRegisterVectors = 16;
+
+template <int NV, bool kFused, class T>
+HG_SIMD512 void layer_norm_forward_row_in_registers(const T* x, const T* residual, T* h, const float* w, const float* b,
+                                                    T* y, float eps, float& mean_out, float& rstd_out) {
+  constexpr int kWhole = NV / 4 * 4;
+  __m512 v[NV];
+  __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+#pragma GCC unroll 16
+  for (int i = 0; i < NV; ++i) {
+    v[i] = forward_value<kFused>(x, residual, h, int64_t(i) * 16);
+    s[i < kWhole ? i % 4 : 0] = _mm512_add_ps(s[i < kWhole ? i % 4 : 0], v[i]);
+  }
+  const float mean = reduce4(s[0], s[1], s[2], s[3]) / float(NV * 16);
+  const __m512 m = splat(mean);
+  s[0] = s[1] = s[2] = s[3] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int i = 0; i < NV; ++i) {
+    const __m512 d = _mm512_sub_ps(v[i], m);
+    s[i < kWhole ? i % 4 : 0] = _mm512_fmadd_ps(d, d, s[i < kWhole ? i % 4 : 0]);
+  }
+  const float rstd = 1.0f / std::sqrt(reduce4(s[0], s[1], s[2], s[3]) / float(NV * 16) + eps);
+  const __m512 r = splat(rstd);
+#pragma GCC unroll 16
+  for (int i = 0; i < NV; ++i) {
+    const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(v[i], m), r);
+    store16(y + i * 16, _mm512_fmadd_ps(xhat, _mm512_loadu_ps(w + i * 16), _mm512_loadu_ps(b + i * 16)));
+  }
+  mean_out = mean;
+  rstd_out = rstd;
+}
+
+// Runs the row in registers when n is NV * 16 for some NV in [NV0, kRegisterVectors]; false otherwise.
+template <bool kFused, class T, int NV0 = 1>
+HG_SIMD512 inline bool layer_norm_forward_row_short(const T* x, const T* residual, T* h, const float* w, const float* b,
+                                                    T* y, int64_t n, float eps, float& mean_out, float& rstd_out) {
+  if constexpr (NV0 > kRegisterVectors) {
+    return false;
+  } else {
+    if (n == NV0 * 16) {
+      layer_norm_forward_row_in_registers<NV0, kFused>(x, residual, h, w, b, y, eps, mean_out, rstd_out);
+      return true;
+    }
+    return layer_norm_forward_row_short<kFused, T, NV0 + 1>(x, residual, h, w, b, y, n, eps, mean_out, rstd_out);
+  }
+}
+
+// One row of LayerNorm, or (kFused) of h = x + residual with h written, any n >= 1, the row read
+// again from memory (L1) in the second and third passes. w, b: float rows of n.
 template <bool kFused, class T>
-HG_SIMD512 void layer_norm_forward_row(const T* x, const T* residual, T* h, const float* w, const float* b, T* y,
-                                       int64_t n, float eps, float& mean_out, float& rstd_out) {
+HG_SIMD512 void layer_norm_forward_row_general(const T* x, const T* residual, T* h, const float* w, const float* b,
+                                               T* y, int64_t n, float eps, float& mean_out, float& rstd_out) {
   __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   int64_t c = 0;
   for (; c + 64 <= n; c += 64) {
@@ -108,6 +164,16 @@ HG_SIMD512 void layer_norm_forward_row(const T* x, const T* residual, T* h, cons
   }
   mean_out = mean;
   rstd_out = rstd;
+}
+
+// One row of LayerNorm, or (kFused) of h = x + residual with h written: in registers when it fits.
+template <bool kFused, class T>
+HG_SIMD512 void layer_norm_forward_row(const T* x, const T* residual, T* h, const float* w, const float* b, T* y,
+                                       int64_t n, float eps, float& mean_out, float& rstd_out) {
+  if (n % 16 == 0 && n <= kRegisterVectors * 16 &&
+      layer_norm_forward_row_short<kFused>(x, residual, h, w, b, y, n, eps, mean_out, rstd_out))
+    return;
+  layer_norm_forward_row_general<kFused>(x, residual, h, w, b, y, n, eps, mean_out, rstd_out);
 }
 
 // 16 elements at p (kTail: the lanes of k, the others 0), as floats.
