@@ -13,9 +13,9 @@
 // bandwidth-bound kernels). The conversions alone (convert.h to_float / from_float) are printed too,
 // per tier, against a float copy of the same length.
 //
-// Softmax and GELU (unary and bias_gelu) run once per vector-math tier this CPU has (field
-// "vector_math": "portable" is the compiler-vectorised std::/libmvec loops, "avx512" the explicit
-// AVX-512 loops; kernels/cpu/vector_math.h), so before/after are measured in the same process.
+// Softmax, GELU (unary and bias_gelu) and LayerNorm (alone and fused with the residual add) run
+// once per vector-math tier this CPU has (field "vector_math": "portable" is the compiler-vectorised
+// std::/libmvec loops, "avx512" the explicit AVX-512 loops; kernels/cpu/vector_math.h), so before/after are measured in the same process.
 // Shapes: [16, 256] (L1-resident: what the arithmetic allows), the in-cache GPT activations, and
 // [16384, 1024] (64 MiB per f32 tensor, far beyond L3) where bytes/s shows what the memory system
 // allows (fewer repeats there).
@@ -140,7 +140,7 @@ void bench_shape(int64_t rows, int64_t cols, int repeats) {
     return v;
   };
 
-  // Softmax and GELU on every vector-math tier (before / after in one process).
+  // Softmax, GELU and LayerNorm on every vector-math tier (before / after in one process).
   std::vector<kernels::cpu::VectorMath> tiers{kernels::cpu::VectorMath::portable};
   if (kernels::cpu::vector_math_best() == kernels::cpu::VectorMath::avx512)
     tiers.push_back(kernels::cpu::VectorMath::avx512);
@@ -174,20 +174,32 @@ void bench_shape(int64_t rows, int64_t cols, int repeats) {
               cpu::bias_gelu_backward(t.get(d, 0), t.get(d, 2), t.get(d, 1), t.get(d, 4), t.get(d, 5), rows, cols,
                                       false, d);
             }), tn);
+    measure("layer_norm_forward", rows, cols, repeats, each(2, [&](DType d) {
+              float* s = stats[d].data();
+              cpu::layer_norm_forward(t.get(d, 0), t.get(d, 1), t.get(d, 2), t.get(d, 3), s, s + rows, rows, cols,
+                                      1e-5, d);
+            }), tn);
+    // dweight/dbias land in slot 5's first 2 * cols elements.
+    measure("layer_norm_backward", rows, cols, repeats, each(3, [&](DType d) {
+              float* s = stats[d].data();
+              char* p = static_cast<char*>(t.get(d, 5));
+              cpu::layer_norm_backward(t.get(d, 0), t.get(d, 1), s, s + rows, t.get(d, 2), t.get(d, 4), p,
+                                       p + cols * dtype_size(d), rows, cols, d);
+            }), tn);
+    // Residual add + LayerNorm fused: x, residual in, h (slot 4) and y out; backward h, dy, dh in, dx out.
+    measure("add_layer_norm_forward", rows, cols, repeats, each(4, [&](DType d) {
+              float* s = stats[d].data();
+              cpu::add_layer_norm_forward(t.get(d, 0), t.get(d, 1), t.get(d, 1), t.get(d, 2), t.get(d, 4),
+                                          t.get(d, 3), s, s + rows, rows, cols, 1e-5, d);
+            }), tn);
+    measure("add_layer_norm_backward", rows, cols, repeats, each(4, [&](DType d) {
+              float* s = stats[d].data();
+              char* p = static_cast<char*>(t.get(d, 5));
+              cpu::add_layer_norm_backward(t.get(d, 0), t.get(d, 1), s, s + rows, t.get(d, 2), t.get(d, 1),
+                                           t.get(d, 4), p, p + cols * dtype_size(d), rows, cols, d);
+            }), tn);
   }
   kernels::cpu::vector_math_reset();
-  measure("layer_norm_forward", rows, cols, repeats, each(2, [&](DType d) {
-            float* s = stats[d].data();
-            cpu::layer_norm_forward(t.get(d, 0), t.get(d, 1), t.get(d, 2), t.get(d, 3), s, s + rows, rows, cols, 1e-5,
-                                    d);
-          }));
-  // dweight/dbias land in slot 5's first 2 * cols elements.
-  measure("layer_norm_backward", rows, cols, repeats, each(3, [&](DType d) {
-            float* s = stats[d].data();
-            char* p = static_cast<char*>(t.get(d, 5));
-            cpu::layer_norm_backward(t.get(d, 0), t.get(d, 1), s, s + rows, t.get(d, 2), t.get(d, 4), p,
-                                     p + cols * dtype_size(d), rows, cols, d);
-          }));
   const int64_t shape[2] = {rows, cols}, dense[2] = {cols, 1}, row_bcast[2] = {0, 1};
   measure("add", rows, cols, repeats, each(3, [&](DType d) {
             cpu::binary_forward(k::BinaryOp::Add, t.get(d, 0), dense, t.get(d, 1), dense, t.get(d, 3), shape, 2, d);

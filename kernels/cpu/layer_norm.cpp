@@ -17,15 +17,33 @@
 // only once and every thread has whole blocks of rows to itself.
 //
 // Parallel strategy: forward, one row per OpenMP iteration; backward, one row block per iteration,
-// then the column sums of the partials split by columns. f16/bf16 rows are widened into per-thread
-// float buffers and outputs computed into one and narrowed, both through convert.h's SIMD
-// conversions; weight and bias are converted once per call.
+// then the column sums of the partials split by columns. Weight and bias are converted once per call
+// into float rows.
+//
+// Two implementations of a row, chosen at run time (vector_math.h, like softmax and GELU):
+//   - where the CPU has AVX-512 (vector_math_active() == avx512), f32/bf16/f16 rows run
+//     layer_norm_avx512.h's explicit loops: half rows converted in registers as they are loaded and
+//     stored (no float copy of x, dy or dh), four 16-lane accumulators per sum, the backward's two
+//     sums and the dw/db partials in one pass; same math, same row blocks and partials;
+//   - f64, and CPUs without AVX-512 (or the portable tier forced), run the loops below: f16/bf16 rows
+//     widened into per-thread float buffers and outputs computed into one and narrowed, through
+//     convert.h's SIMD conversions, and `omp simd` reductions.
+// The two agree to a few float ulps (different summation orders); tests/test_layer_norm_cpu.cpp
+// holds both against float64 and against each other.
+
+// GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised
+// (before any include: the warnings point into avx512fintrin.h).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/layer_norm_avx512.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
@@ -37,6 +55,18 @@ constexpr int64_t kRowBlocks = 64;
 
 template <class T>
 constexpr bool is_staged_v = !std::is_same_v<T, acc_t<T>>;
+
+// The dtypes with layer_norm_avx512.h rows (f64 keeps the portable loops everywhere).
+template <class T>
+constexpr bool kHasAvx512Rows = std::is_same_v<T, float> || std::is_same_v<T, bfloat16> || std::is_same_v<T, half>;
+
+template <class T>
+bool use_avx512_rows() {
+  if constexpr (kHasAvx512Rows<T>)
+    return vector_math_active() == VectorMath::avx512;
+  else
+    return false;
+}
 
 // Half rows are widened (and outputs narrowed) by convert.h's SIMD conversions.
 template <class T>
@@ -107,6 +137,23 @@ const acc_t<T>* add_row(const T* __restrict x, const T* __restrict residual, T* 
   }
 }
 
+// The forward rows through layer_norm_avx512.h (kFused: residual and h are not null).
+template <bool kFused, class T>
+void forward_avx512(const T* x, const T* residual, T* h, const float* w, const float* b, T* y, float* mean, float* rstd,
+                    int64_t rows, int64_t cols, float eps) {
+  if constexpr (kHasAvx512Rows<T>) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMinElements && rows > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      float row_mean, row_rstd;
+      simd512::layer_norm_forward_row<kFused>(x + r * cols, kFused ? residual + r * cols : nullptr,
+                                              kFused ? h + r * cols : nullptr, w, b, y + r * cols, cols, eps, row_mean,
+                                              row_rstd);
+      if (mean) mean[r] = row_mean;
+      if (rstd) rstd[r] = row_rstd;
+    }
+  }
+}
+
 // LayerNorm of x, or (residual and h not null) of h = x + residual, writing h too.
 template <class T>
 void forward_typed(const T* x, const T* residual, T* h, const void* weight, const void* bias, T* y, acc_t<T>* mean,
@@ -114,6 +161,15 @@ void forward_typed(const T* x, const T* residual, T* h, const void* weight, cons
   using A = acc_t<T>;
   const std::vector<A> w = param_as_acc<T>(weight, cols, A(1));
   const std::vector<A> b = param_as_acc<T>(bias, cols, A(0));
+  if constexpr (kHasAvx512Rows<T>) {
+    if (use_avx512_rows<T>()) {
+      if (residual != nullptr)
+        forward_avx512<true>(x, residual, h, w.data(), b.data(), y, mean, rstd, rows, cols, eps);
+      else
+        forward_avx512<false>(x, residual, h, w.data(), b.data(), y, mean, rstd, rows, cols, eps);
+      return;
+    }
+  }
 #pragma omp parallel if (rows * cols >= kParallelMinElements && rows > 1)
   {
     std::vector<A> x_staging(is_staged_v<T> ? size_t(cols) : 0);
@@ -207,6 +263,29 @@ void backward_row(const T* x_row, const T* dy_row, const T* dh_row, T* dx_row, c
   }
 }
 
+// One backward row through layer_norm_avx512.h (dh_row and dw_partial may be null).
+template <class T>
+void backward_row_avx512(const T* x_row, const T* dy_row, const T* dh_row, T* dx_row, const acc_t<T>* w, acc_t<T> mean,
+                         acc_t<T> rstd, int64_t cols, acc_t<T>* dw_partial, acc_t<T>* db_partial) {
+  if constexpr (kHasAvx512Rows<T>) {
+    if (dh_row != nullptr) {
+      if (dw_partial)
+        simd512::layer_norm_backward_row<true, true>(x_row, dy_row, dh_row, dx_row, w, mean, rstd, cols, dw_partial,
+                                                     db_partial);
+      else
+        simd512::layer_norm_backward_row<true, false>(x_row, dy_row, dh_row, dx_row, w, mean, rstd, cols, nullptr,
+                                                      nullptr);
+    } else {
+      if (dw_partial)
+        simd512::layer_norm_backward_row<false, true>(x_row, dy_row, static_cast<const T*>(nullptr), dx_row, w, mean,
+                                                      rstd, cols, dw_partial, db_partial);
+      else
+        simd512::layer_norm_backward_row<false, false>(x_row, dy_row, static_cast<const T*>(nullptr), dx_row, w, mean,
+                                                       rstd, cols, nullptr, nullptr);
+    }
+  }
+}
+
 template <class T>
 void backward_typed(const T* x, const void* weight, const acc_t<T>* mean, const acc_t<T>* rstd, const T* dy,
                     const T* dh, T* dx, T* dweight, T* dbias, int64_t rows, int64_t cols) {
@@ -217,16 +296,28 @@ void backward_typed(const T* x, const void* weight, const acc_t<T>* mean, const 
   // partial[b] holds block b's dw row followed by its db row.
   std::vector<A> partial(want_param_grads ? size_t(blocks * 2 * cols) : 0, A(0));
   const bool parallel = rows * cols >= kParallelMinElements;
-#pragma omp parallel if (parallel && blocks > 1)
-  {
-    BackwardScratch<T> scratch(cols);
-#pragma omp for schedule(static)
+  if (use_avx512_rows<T>()) {  // the same blocks and partials, rows from layer_norm_avx512.h
+#pragma omp parallel for schedule(static) if (parallel && blocks > 1)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       A* dw_partial = want_param_grads ? partial.data() + blk * 2 * cols : nullptr;
       A* db_partial = want_param_grads ? dw_partial + cols : nullptr;
       for (int64_t r = rows * blk / blocks; r < rows * (blk + 1) / blocks; ++r) {
-        backward_row(x + r * cols, dy + r * cols, dh != nullptr ? dh + r * cols : nullptr, dx + r * cols, w.data(),
-                     mean[r], rstd[r], cols, scratch, dw_partial, db_partial);
+        backward_row_avx512(x + r * cols, dy + r * cols, dh != nullptr ? dh + r * cols : nullptr, dx + r * cols,
+                            w.data(), mean[r], rstd[r], cols, dw_partial, db_partial);
+      }
+    }
+  } else {
+#pragma omp parallel if (parallel && blocks > 1)
+    {
+      BackwardScratch<T> scratch(cols);
+#pragma omp for schedule(static)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        A* dw_partial = want_param_grads ? partial.data() + blk * 2 * cols : nullptr;
+        A* db_partial = want_param_grads ? dw_partial + cols : nullptr;
+        for (int64_t r = rows * blk / blocks; r < rows * (blk + 1) / blocks; ++r) {
+          backward_row(x + r * cols, dy + r * cols, dh != nullptr ? dh + r * cols : nullptr, dx + r * cols, w.data(),
+                       mean[r], rstd[r], cols, scratch, dw_partial, db_partial);
+        }
       }
     }
   }
