@@ -825,10 +825,11 @@ TEST_CASE("f32_blocking_for keeps Zen 4's tile and blocking; a 48 KiB L1d takes 
     CHECK(deep.pack_a_by_rows);
   }
   const GemmBlocking bf16 = cpu::detail::bf16_blocking_for({32 * 1024, 1024 * 1024});
-  CHECK(bf16.kc == 1024);
+  CHECK(bf16.kc == 2048);
   CHECK(bf16.mc == 224);
   CHECK(bf16.nc == 2048);
   CHECK(cpu::detail::bf16_blocking_for({0, 0}).kc == 1024);
+  CHECK(cpu::detail::bf16_blocking_for({32 * 1024, 512 * 1024}).kc == 1024);
   CHECK(cpu::detail::bf16_blocking_for({48 * 1024, 2048 * 1024}).kc == 2048);
   CHECK(cpu::detail::bf16_blocking_for({48 * 1024, 2048 * 1024}).mc == 224);
   CHECK(std::string(cpu::detail::gemm_tile_name(GemmTile::mr6_nr64)) == "6x64");

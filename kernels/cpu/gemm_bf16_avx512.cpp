@@ -31,12 +31,15 @@
 // (bf16_blocking_for, gemm_avx512_blocking.h). A bf16 pair is 4 bytes, as one float is, so KC =
 // 1024 values of k is the f32 kernel's KC = 512 in bytes.
 //   NC = 2048 columns: the packed B block (KC x NC bf16 = 4-8 MiB) lives in L3.
-//   KC = 1024 deep where L2 is 1 MiB (Zen 4) or unknown: the B micro-panel (KC x NR bf16 = 64 KiB)
-//     and the A panels stream from L2. KC = 2048 where L2 >= 2 MiB (Sapphire Rapids): the A block
-//     (896 KiB) still fits L2 beside a 128 KiB B panel, and k up to 2048 is one slice, so a bf16 C
-//     needs no fp32 partials and every C tile is stored once (measured there, one thread, CPU
-//     time, paired rounds: +8..10% at 2048^3, the GPT shapes within +-3%; KC = 512, MC = 448, NC =
-//     512..1024 all within +-3% of the 1 MiB rule).
+//   KC = 2048 where L2 >= 1 MiB (Zen 4, Sapphire Rapids): k up to 2048 is one slice, so a bf16 C
+//     needs no fp32 partials and every C tile is stored once. On a 2 MiB L2 the A block (896 KiB)
+//     fits beside a 128 KiB B panel (Sapphire Rapids, one thread, CPU time, paired rounds: +8..10%
+//     at 2048^3, the GPT shapes within +-3%). On Zen 4's 1 MiB L2 it does not quite, yet KC = 2048
+//     measured faster than 1024 wherever k > 1024 (quiet, one thread: 2048^3 170 -> 204 GFLOP/s,
+//     the GPT C = 256 weight gradients (k = 2048) +8..32%, k = 4096 equal; MC = 112 or 168 with
+//     KC = 2048 within the noise of MC = 224): the fp32 partial pass it saves costs more than the
+//     A block's L2 misses. KC = 1024 where L2 is unknown (the B micro-panel, KC x NR bf16 = 64 KiB,
+//     and the A panels then stream from L2).
 //   MC = 224 rows (16 x MR): the packed A block (MC x KC bf16 = 448-896 KiB) stays in L2 while the
 //     jr loop sweeps the B panels past it.
 // A bf16 C over more than one slice keeps fp32 partial sums of the thread's rows x NC columns in a
@@ -256,11 +259,12 @@ void gemm_bf16_packed(const GemmBlocking& blk, bool trans_a, bool trans_b, int64
 }  // namespace
 
 GemmBlocking bf16_blocking_for(const CpuCaches& caches) {
-  // The 14 x 32 tile and A^T packed by rows always (blk.tile and blk.pack_a_by_rows are not read). KC = 1024 and MC = 224 (A block 448 KiB) on Zen
-  // 4's 1 MiB L2 and unknown caches. A 2 MiB L2 holds a KC = 2048 A block (896 KiB) beside the B
-  // panel: k up to 2048 is then one slice, so a bf16 C skips the fp32 partials and C is stored
-  // once (measured on Sapphire Rapids: +10% at 2048^3, the GPT shapes within 2%).
-  if (caches.l2 >= 2 * 1024 * 1024) return {GemmTile::mr14_nr32, 2048, kMR * 16, 2048, true};
+  // The 14 x 32 tile and A^T packed by rows always (blk.tile and blk.pack_a_by_rows are not read).
+  // KC = 2048, MC = 224 where L2 >= 1 MiB: k up to 2048 is one slice, so a bf16 C skips the fp32
+  // partials and C is stored once (measured on Sapphire Rapids' 2 MiB L2: +10% at 2048^3; on Zen 4's
+  // 1 MiB L2, where the 896 KiB A block barely fits: +20% at 2048^3 and up to +32% on the k = 2048
+  // weight gradients). KC = 1024 (A block 448 KiB) where the caches are unknown.
+  if (caches.l2 >= 1024 * 1024) return {GemmTile::mr14_nr32, 2048, kMR * 16, 2048, true};
   return {GemmTile::mr14_nr32, 1024, kMR * 16, 2048, true};
 }
 
