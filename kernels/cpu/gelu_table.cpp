@@ -1,4 +1,4 @@
-// GELU by table lookup for f16 / bf16 (the why, the tables and the loops: gelu_table.h).
+// GELU by table lookup for bf16 (the why, the tables and the loops: gelu_table.h).
 
 // GCC 12 warns that the undefined vectors inside its own AVX-512 intrinsics may be uninitialised
 // (before any include: the warnings point into avx512fintrin.h).
@@ -109,9 +109,7 @@ void gelu_backward_lookup(bool erf, const T* x, const T* dy, T* dx, int64_t n) {
   backward_blocks(table_for<T>(erf).slope, x, dy, dx, n);
 }
 
-template void gelu_forward_lookup<half>(bool, const half*, half*, int64_t);
 template void gelu_forward_lookup<bfloat16>(bool, const bfloat16*, bfloat16*, int64_t);
-template void gelu_backward_lookup<half>(bool, const half*, const half*, half*, int64_t);
 template void gelu_backward_lookup<bfloat16>(bool, const bfloat16*, const bfloat16*, bfloat16*, int64_t);
 
 bool gelu_lookup_enabled() { return g_lookup.load(std::memory_order_relaxed); }
