@@ -152,8 +152,9 @@ void bench_shape(int64_t rows, int64_t cols, int repeats) {
     measure("softmax_backward", rows, cols, repeats, each(3, [&](DType d) {
               cpu::softmax_backward(t.get(d, 3), t.get(d, 1), t.get(d, 4), rows, cols, false, d);
             }), tn);
-    // On the AVX-512 tier half GELU is looked up (gelu_table.h); "gelu": "evaluate" is the same tier
-    // with the lookup off, so the tables' gain is measured in the same process.
+    // On the AVX-512 tier bf16 GELU is looked up (gelu_table.h); "gelu": "evaluate" is the same tier
+    // with the lookup off, so the tables' gain is measured in the same process (f32 and f16 evaluate
+    // in both).
     const bool avx512 = tier == kernels::cpu::VectorMath::avx512;
     for (const bool lookup : avx512 ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
       kernels::cpu::gelu_lookup_enable(lookup);
