@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/random.h"
 #include "json_line.h"
 #include "layers/nn.h"
@@ -106,18 +107,36 @@ void report_state(const Trained& t, int state_bits) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_adamw8bit [--steps N] [--report N] [--context T] [--batch B] [--device cpu|cuda]\n"
+    "                       [--precision f32|bf16]\n"
+    "8-bit against 32-bit AdamW on bench_train's GPT (L4 H4 C256, vocabulary 256): state bytes per\n"
+    "parameter and the two loss curves side by side (no timing). Prints JSON lines to stdout\n"
+    "(\"adamw8bit_state\", \"adamw8bit_loss\").\n"
+    "  --steps N            training steps of each model (default 500)\n"
+    "  --report N           a loss line every N steps, the mean of the last N (default 50)\n"
+    "  --context T          sequence length (default 256)\n"
+    "  --batch B            sequences per batch (default 8)\n"
+    "  --device cpu|cuda    where both models train (default cpu)\n"
+    "  --precision f32|bf16 model dtype; bf16 keeps an fp32 master copy (default f32)\n"
+    "  -h, --help           this text\n";
+
 int main(int argc, char** argv) {
   int64_t steps = 500, report = 50, T = 256, B = 8;
   Device device = kCPU;
   DType dtype = f32;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
+    if (i + 1 >= argc) hg::bench::exit_unknown_argument("bench_adamw8bit", argv[i], kUsage);
+    const std::string value = argv[++i];
     if (flag == "--steps") steps = std::max<int64_t>(1, std::stoll(value));
     else if (flag == "--report") report = std::max<int64_t>(1, std::stoll(value));
     else if (flag == "--context") T = std::max<int64_t>(2, std::stoll(value));
     else if (flag == "--batch") B = std::max<int64_t>(1, std::stoll(value));
     else if (flag == "--device") device = Device::parse(value);
     else if (flag == "--precision") dtype = value == "bf16" ? bf16 : f32;
+    else hg::bench::exit_unknown_argument("bench_adamw8bit", flag.c_str(), kUsage);
   }
   try {
     MarkovChain chain(7);

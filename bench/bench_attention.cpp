@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 
+#include "bench_args.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
@@ -300,15 +301,23 @@ void gpu() {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_attention [--device cpu|cuda] [--quick] [parity] [memory] [speed] [gpu]\n"
+    "Fused (FlashAttention-2) vs composed attention. Prints JSON lines to stdout.\n"
+    "  --device cpu|cuda  where it runs (default cpu)\n"
+    "  --quick            smaller sizes, fewer repeats (smoke runs)\n"
+    "  parity             fused and composed against float64, forward and backward, every dtype\n"
+    "  memory             saved-for-backward bytes and step peak at T 1024, and a classifier head\n"
+    "  speed              attention forward + backward and whole GPT steps, fused vs composed\n"
+    "  gpu                (CUDA) TFLOP/s at T 1024 and 4096, D 64 and 128\n"
+    "  (no section named: all four)\n"
+    "  -h, --help         this text\n";
+
 int main(int argc, char** argv) {
   std::set<std::string> sections;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::printf("usage: bench_attention [--device cpu|cuda] [--quick] [parity] [memory] [speed] [gpu]\n"
-                  "Fused (FlashAttention-2) vs composed attention: parity, memory, speed; JSON lines.\n");
-      return 0;
-    }
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (arg == "--quick") {
       g_quick = true;
     } else if (arg == "--device" && i + 1 < argc) {
@@ -316,8 +325,7 @@ int main(int argc, char** argv) {
     } else if (arg == "parity" || arg == "memory" || arg == "speed" || arg == "gpu") {
       sections.insert(arg);
     } else {
-      std::fprintf(stderr, "bench_attention: unknown argument '%s' (try --help)\n", argv[i]);
-      return 2;
+      hg::bench::exit_unknown_argument("bench_attention", argv[i], kUsage);
     }
   }
   if (sections.empty()) sections = {"parity", "memory", "speed", "gpu"};

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/crc32c.h"
 #include "engine/safetensors.h"
 #include "json_line.h"
@@ -104,12 +105,23 @@ void bench_file(int64_t mib, int repeats) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_checksum [--mib N] [--repeats R]\n"
+    "The cost of the per-tensor CRC32C of safetensors files. Prints JSON lines to stdout:\n"
+    "crc32c GB/s (hot in cache and from memory) and safetensors save / load seconds with and\n"
+    "without checksums (the file lives in $TMPDIR, default /tmp).\n"
+    "  --mib N      MiB of the memory-sized buffer and of the safetensors file (default 256)\n"
+    "  --repeats R  best of R runs (default 5)\n"
+    "  -h, --help   this text\n";
+
 int main(int argc, char** argv) {
   int64_t mib = 256;
   int repeats = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--mib") == 0) mib = std::atoll(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--repeats") == 0) repeats = std::atoi(argv[i + 1]);
+  for (int i = 1; i < argc; ++i) {
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
+    if (std::strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = std::atoll(argv[++i]);
+    else if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = std::atoi(argv[++i]);
+    else hg::bench::exit_unknown_argument("bench_checksum", argv[i], kUsage);
   }
   bench_crc(size_t(1) << 20, repeats * 20);
   bench_crc(size_t(mib) << 20, repeats);

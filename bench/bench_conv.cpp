@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_args.h"
 #include "json_line.h"
 #include "kernels/kernels.h"
 
@@ -154,7 +155,18 @@ void run_shape(const char* name, const Conv2dGeometry& g, int reps) {
 
 }  // namespace
 
-int main() {
+constexpr const char* kUsage =
+    "usage: bench_conv\n"
+    "conv2d forward + backward on the CPU, im2col + GEMM against direct loops in the same process, on\n"
+    "three shapes. Prints one JSON line per shape to stdout: GFLOP/s of each pass and the speedup.\n"
+    "Takes no options.\n"
+    "  -h, --help  this text\n";
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
+    hg::bench::exit_unknown_argument("bench_conv", argv[i], kUsage);
+  }
   run_shape("train_cnn conv2 (16x16 digits)", shape(64, 16, 8, 32, 3, 1, 1), 9);
   run_shape("resnet-like 3x3", shape(16, 64, 28, 64, 3, 1, 1), 3);
   run_shape("strided 5x5", shape(32, 32, 32, 64, 5, 2, 2), 3);

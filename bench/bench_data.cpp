@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <string>
 
+#include "bench_args.h"
 #include "data/data_loader.h"
 #include "data/token_shard.h"
 #include "engine/cuda/cuda_context.h"
@@ -135,16 +136,24 @@ void data_wait(int steps, double micros_per_example) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_data [--quick] [--device cpu|cuda]\n"
+    "The data pipeline: DataLoader throughput for 0, 1 and 2 workers, and the share of train_gpt's step\n"
+    "spent waiting for data. Prints JSON lines to stdout (\"loader_throughput\", \"data_wait\").\n"
+    "  --quick            fewer batches and steps (smoke runs)\n"
+    "  --device cpu|cuda  where the training step runs (default cpu)\n"
+    "  -h, --help         this text\n";
+
 int main(int argc, char** argv) {
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
       g_device = Device::parse(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_data [--quick] [--device cpu|cuda]\n");
-      return 2;
+      hg::bench::exit_unknown_argument("bench_data", argv[i], kUsage);
     }
   }
   try {

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/autograd.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
@@ -105,19 +106,32 @@ std::vector<int64_t> parse_list(const std::string& text) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_generate [--device cpu|cuda] [--dtype f32|bf16|f16] [--layers L] [--heads H] [--dim C]\n"
+    "                      [--vocab V] [--tokens N] [--reps R] [--lengths 256,1024] [--threads N]\n"
+    "                      [--cached-only | --uncached-only]\n"
+    "Decoding tokens/s with and without the KV cache at each sequence length T. Prints JSON lines to\n"
+    "stdout: tokens/s, ms/token, the cache's speed-up and bytes.\n"
+    "  --device cpu|cuda       where the model runs (default cpu)\n"
+    "  --dtype f32|bf16|f16    the model's dtype (default f32)\n"
+    "  --layers L              transformer blocks (default 4)\n"
+    "  --heads H               attention heads (default 4)\n"
+    "  --dim C                 embedding width (default 256)\n"
+    "  --vocab V               vocabulary size (default 256)\n"
+    "  --tokens N              tokens decoded per run (default 16)\n"
+    "  --reps R                runs per figure, the median reported (default 3)\n"
+    "  --lengths T1,T2,...     sequence lengths (default 256,1024)\n"
+    "  --threads N             OpenMP threads\n"
+    "  --cached-only           only the KV-cache path\n"
+    "  --uncached-only         only the full-window path\n"
+    "  -h, --help              this text\n";
+
 int main(int argc, char** argv) {
   Settings s;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
-    if (arg == "--help" || arg == "-h") {
-      std::printf(
-          "usage: bench_generate [--device cpu|cuda] [--dtype f32|bf16] [--layers L] [--heads H] [--dim C]\n"
-          "                      [--vocab V] [--tokens N] [--reps R] [--lengths 256,1024] [--threads N]\n"
-          "                      [--cached-only | --uncached-only]\n"
-          "Decoding tokens/s with and without the KV cache at each sequence length; JSON lines.\n");
-      return 0;
-    }
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     try {
       if (arg == "--device" && has_value)
         s.device = Device::parse(argv[++i]);
@@ -144,8 +158,7 @@ int main(int argc, char** argv) {
       else if (arg == "--lengths" && has_value)
         s.lengths = parse_list(argv[++i]);
       else {
-        std::fprintf(stderr, "bench_generate: unknown argument '%s' (try --help)\n", argv[i]);
-        return 2;
+        hg::bench::exit_unknown_argument("bench_generate", argv[i], kUsage);
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "bench_generate: bad value for %s: %s\n", arg.c_str(), e.what());

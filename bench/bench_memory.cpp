@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/activation_offload.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_allocator.h"
@@ -135,14 +136,28 @@ int64_t largest_batch(Trainer& trainer, const Device& device, int64_t budget, in
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_memory [--quick] [--steps N] [--threads N] [--device cpu|cuda]\n"
+    "Activation checkpointing and offload: a GPT trained under each memory strategy (none, ckpt_K1,\n"
+    "ckpt_K2, offload_all, ckpt_K1_offload_inputs). Prints JSON lines to stdout: step peak, peak MiB,\n"
+    "median step time and its ratio to none's, the largest batch within a fixed budget.\n"
+    "  --quick            a small model, 2 steps (smoke runs)\n"
+    "  --steps N          timed steps per strategy (default 5)\n"
+    "  --threads N        OpenMP threads\n"
+    "  --device cpu|cuda  where it trains (default cpu)\n"
+    "  -h, --help         this text\n";
+
 int main(int argc, char** argv) {
   Setup s;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) s.steps = std::max(1, std::atoi(argv[++i]));
-    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) s.device = Device::parse(argv[++i]);
-    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) omp_set_num_threads(std::max(1, std::atoi(argv[++i])));
+    else if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) s.steps = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) s.device = Device::parse(argv[++i]);
+    else if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+      omp_set_num_threads(std::max(1, std::atoi(argv[++i])));
+    else hg::bench::exit_unknown_argument("bench_memory", argv[i], kUsage);
   }
   if (quick) {
     s.L = 4;

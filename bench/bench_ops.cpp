@@ -7,18 +7,27 @@
 #include <cstdio>
 #include <cstring>
 
+#include "bench_args.h"
 #include "bench_sections.h"
+
+constexpr const char* kUsage =
+    "usage: bench_ops [--quick] [--half-only]\n"
+    "CPU kernel throughput. Prints JSON lines to stdout: the fp32 FMA peak and GEMM GFLOP/s against it,\n"
+    "memory-bound kernels (softmax, layer_norm, GELU) in GB/s, f32 vs bf16 vs f16 kernels (half_ops).\n"
+    "  --quick      smaller sizes, fewer repeats (smoke runs)\n"
+    "  --half-only  only the half_ops lines\n"
+    "  -h, --help   this text\n";
 
 int main(int argc, char** argv) {
   bool quick = false, half_only = false;
   for (int i = 1; i < argc; ++i) {
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--half-only") == 0) {
       half_only = true;
     } else {
-      std::fprintf(stderr, "bench_ops: unknown argument '%s', expected --quick or --half-only\n", argv[i]);
-      return 2;
+      hg::bench::exit_unknown_argument("bench_ops", argv[i], kUsage);
     }
   }
   if (!half_only) {

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "json_line.h"
 #include "kernels/adamw8bit_math.h"
 #include "kernels/cpu/adamw8bit_block.h"
@@ -283,18 +284,26 @@ void cuda_bench(int64_t, int) {
 }  // namespace
 }  // namespace hg::bench
 
+constexpr const char* kUsage =
+    "usage: bench_optimizer [--quick] [--repeats N]\n"
+    "8-bit against 32-bit AdamW, kernels only, in the same run. Prints JSON lines to stdout:\n"
+    "adamw_state_bytes, cpu_adamw_8bit (GB/s, parameters/s per CPU path), cuda_adamw_8bit (or skipped).\n"
+    "  --quick      1M parameters instead of 16M (smoke runs)\n"
+    "  --repeats N  best of N timed steps (default 5)\n"
+    "  -h, --help   this text\n";
+
 int main(int argc, char** argv) {
   bool quick = false;
   int repeats = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (arg == "--quick") {
       quick = true;
     } else if (arg == "--repeats" && i + 1 < argc) {
       repeats = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--repeats N]\n", argv[0]);
-      return 2;
+      hg::bench::exit_unknown_argument("bench_optimizer", argv[i], kUsage);
     }
   }
   const int64_t n = quick ? (int64_t(1) << 20) : (int64_t(1) << 24);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/cuda/cuda_context.h"
 #include "json_line.h"
 #include "kernels/error.h"
@@ -77,12 +78,23 @@ void run_device(const Device& device, bool quick) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_plan [--quick] [--device cpu|cuda]\n"
+    "The memory planner's prediction against measured allocator peaks over a grid of GPT shapes x\n"
+    "training configurations. Prints JSON lines to stdout: one per configuration (predicted, measured,\n"
+    "error), then a summary per device (mean error, mean / p90 / max |error|).\n"
+    "  --quick            the first two shapes only\n"
+    "  --device cpu|cuda  one device (default: cpu, then cuda:0 when a CUDA device answers)\n"
+    "  -h, --help         this text\n";
+
 int main(int argc, char** argv) {
   bool quick = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) only = argv[++i];
+    else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) only = argv[++i];
+    else hg::bench::exit_unknown_argument("bench_plan", argv[i], kUsage);
   }
   try {
     if (only.empty() || only == "cpu") run_device(kCPU, quick);

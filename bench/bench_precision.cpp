@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/allocator.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
@@ -108,12 +109,24 @@ Result run(const Precision& p, const nn::GPTConfig& config, int64_t batch, int s
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_precision [--device cpu|cuda] [--steps N] [--quick]\n"
+    "What each training precision costs and saves on one GPT (L4 H4 C256 T128 B8): fp32, bf16, fp16,\n"
+    "bf16_fp32_grads, bf16_no_master_sr. Prints JSON lines to stdout: model-state bytes per parameter,\n"
+    "peak memory, median step time, tokens/s, ratios to fp32.\n"
+    "  --device cpu|cuda  where it trains (default cpu)\n"
+    "  --steps N          timed steps per precision (default 6)\n"
+    "  --quick            2 steps (smoke runs)\n"
+    "  -h, --help         this text\n";
+
 int main(int argc, char** argv) {
   int steps = 6;
   for (int i = 1; i < argc; ++i) {
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (std::strcmp(argv[i], "--quick") == 0) steps = 2;
-    if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = std::max(1, std::atoi(argv[++i]));
-    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) g_device = Device::parse(argv[++i]);
+    else if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) g_device = Device::parse(argv[++i]);
+    else hg::bench::exit_unknown_argument("bench_precision", argv[i], kUsage);
   }
   const auto config = nn::GPTConfig().vocab_size(256).context(128).n_layer(4).n_head(4).n_embd(256);
   const int64_t batch = 8;

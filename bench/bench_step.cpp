@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "bench_args.h"
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "engine/random.h"
@@ -159,23 +160,33 @@ void bench_add_layer_norm_op(const char* shape, int64_t rows, int64_t C, DType d
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_step [--steps N] [--shape big|small|both] [--precision f32|bf16|both] [--only fused|composed]\n"
+    "                  [--fusion all|add_layer_norm] [--op add_layer_norm]\n"
+    "The GPT training step of bench_train's shapes, fused vs composed glue, interleaved in one process.\n"
+    "Prints JSON lines to stdout: median wall ms and process CPU ms per step of each variant.\n"
+    "  --steps N                    timed steps (default 10)\n"
+    "  --shape big|small|both       bench_train's T256 B8 and/or T64 B4 GPT (default both)\n"
+    "  --precision f32|bf16|both    fp32, and/or bf16 with fp32 master weights (default both)\n"
+    "  --only fused|composed        run one variant only (a target for perf record)\n"
+    "  --fusion all|add_layer_norm  compare every fusion (default), or the add + LayerNorm fusion alone\n"
+    "  --op add_layer_norm          time that op alone instead (forward + backward, us per call)\n"
+    "  -h, --help                   this text\n";
+
 int main(int argc, char** argv) {
   int steps = 10;
   std::string shape = "both", precision = "both", only, fusion = "all", op;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (a == "--steps" && i + 1 < argc) steps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--shape" && i + 1 < argc) shape = argv[++i];
     else if (a == "--precision" && i + 1 < argc) precision = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--fusion" && i + 1 < argc) fusion = argv[++i];
     else if (a == "--op" && i + 1 < argc) op = argv[++i];
-    else {
-      std::fprintf(stderr, "bench_step: unknown argument %s\n"
-                   "usage: bench_step [--steps N] [--shape big|small|both] [--precision f32|bf16|both] "
-                   "[--only fused|composed] [--fusion all|add_layer_norm] [--op add_layer_norm]\n", argv[i]);
-      return 2;
-    }
+    else
+      hg::bench::exit_unknown_argument("bench_step", argv[i], kUsage);
   }
   if (precision == "fp32") precision = "f32";  // bench_train's spelling
   const auto usage_error = [](const char* flag, const std::string& value, const char* expected) {

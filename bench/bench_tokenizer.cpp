@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench_args.h"
 #include "json_line.h"
 #include "support/synthetic_text.h"
 #include "text/tokenizer.h"
@@ -98,6 +99,17 @@ void bench_encode(const hg::text::Tokenizer& tok, const std::string& kind, const
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_tokenizer [--quick] [--merges N] [--mb M] | --text FILE --tokenizer FILE [--tokenizer FILE ...]\n"
+    "The byte-level BPE tokenizer on one thread. Prints JSON lines to stdout: tokenizer_vocab (the\n"
+    "vocabulary learned on synthetic text), tokenizer_encode and tokenizer_decode (MB/s, tokens/s).\n"
+    "  --quick           a smaller vocabulary and text (smoke runs)\n"
+    "  --merges N        merges to learn (default 32000)\n"
+    "  --mb M            MB of synthetic text to encode (default 4)\n"
+    "  --text FILE       real text instead of synthetic (needs --tokenizer; nothing synthetic runs)\n"
+    "  --tokenizer FILE  a tokenizer.json, vocab.json or directory to encode --text with (repeatable)\n"
+    "  -h, --help        this text\n";
+
 int main(int argc, char** argv) {
   bool quick = false;
   size_t merges = 32000;
@@ -105,6 +117,7 @@ int main(int argc, char** argv) {
   std::string text_file;
   std::vector<std::string> tokenizer_files;
   for (int i = 1; i < argc; ++i) {
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (!std::strcmp(argv[i], "--text") && i + 1 < argc) {
       text_file = argv[++i];
     } else if (!std::strcmp(argv[i], "--tokenizer") && i + 1 < argc) {
@@ -116,10 +129,7 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--mb") && i + 1 < argc) {
       text_mb = std::strtod(argv[++i], nullptr);
     } else {
-      std::fprintf(stderr,
-                   "usage: bench_tokenizer [--quick] [--merges N] [--mb M] | --text FILE --tokenizer FILE [--tokenizer "
-                   "FILE ...]\n");
-      return 2;
+      hg::bench::exit_unknown_argument("bench_tokenizer", argv[i], kUsage);
     }
   }
   if (!text_file.empty() || !tokenizer_files.empty()) {

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
 #include "json_line.h"
@@ -197,12 +198,27 @@ void bench_mlp(int steps) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_train [--quick] [--steps N] [--device cpu|cuda] [--precision fp32|bf16|fp16]\n"
+    "                   [--threads N] [--models gpt256,gpt64,mlp]\n"
+    "Training-step speed (forward + backward + AdamW): (a) GPT L4 H4 C256 T256 B8, (b) GPT T64 B4,\n"
+    "(c) MLP 784-1024-1024-10 batch 256. Prints JSON lines to stdout: median ms/step, tokens/s,\n"
+    "FLOPs per step, GFLOP/s.\n"
+    "  --quick                      2 timed steps (smoke runs)\n"
+    "  --steps N                    timed steps (default 10)\n"
+    "  --device cpu|cuda            where it trains (default cpu)\n"
+    "  --precision fp32|bf16|fp16   mixed precision as train_gpt runs it (default fp32)\n"
+    "  --threads N                  OpenMP threads\n"
+    "  --models gpt256,gpt64,mlp    a comma-separated subset of the workloads (default all)\n"
+    "  -h, --help                   this text\n";
+
 int main(int argc, char** argv) {
   int steps = 10;
   std::string models = "gpt256,gpt64,mlp";
   try {
     for (int i = 1; i < argc; ++i) {
       const bool has_value = i + 1 < argc;
+      if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
       if (std::strcmp(argv[i], "--quick") == 0)
         steps = 2;
       else if (std::strcmp(argv[i], "--steps") == 0 && has_value)
@@ -216,9 +232,7 @@ int main(int argc, char** argv) {
       else if (std::strcmp(argv[i], "--models") == 0 && has_value)
         models = argv[++i];
       else
-        throw Error(std::string("bench_train: unknown or incomplete argument \"") + argv[i] +
-                    "\"; expected --quick, --steps N, --device cpu|cuda, --precision fp32|bf16|fp16, "
-                    "--threads N, --models gpt256,gpt64,mlp");
+        hg::bench::exit_unknown_argument("bench_train", argv[i], kUsage);
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

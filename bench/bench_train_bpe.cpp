@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "bench_args.h"
 #include "json_line.h"
 #include "support/synthetic_text.h"
 #include "text/pretokenize.h"
@@ -61,11 +62,21 @@ void run(const std::string& name, const std::string& corpus, uint32_t vocab_size
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_train_bpe [--quick] [--mb N] [--repeat N]\n"
+    "train_bpe's speed on one thread, on tests/data/text/corpus.txt and on synthetic text, at\n"
+    "vocabularies 2000 and 8000. Prints JSON lines to stdout (\"train_bpe\"): seconds, MB/s, merges/s.\n"
+    "  --quick      0.5 MB of synthetic text, one run (smoke runs)\n"
+    "  --mb N       MB of synthetic text (default 4)\n"
+    "  --repeat N   best of N runs (default 3)\n"
+    "  -h, --help   this text\n";
+
 int main(int argc, char** argv) {
   bool quick = false;
   double mb = 4;
   int repeat = 3;
   for (int i = 1; i < argc; ++i) {
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (!std::strcmp(argv[i], "--quick")) {
       quick = true;
     } else if (!std::strcmp(argv[i], "--mb") && i + 1 < argc) {
@@ -73,8 +84,7 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) {
       repeat = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_train_bpe [--quick] [--mb N] [--repeat N]\n");
-      return 2;
+      hg::bench::exit_unknown_argument("bench_train_bpe", argv[i], kUsage);
     }
   }
   if (quick) {

@@ -40,6 +40,7 @@
 #include <memory>
 #include <string>
 
+#include "bench_args.h"
 #include "json_line.h"
 #include "dist/bootstrap.h"
 #include "dist/communicator.h"
@@ -384,11 +385,22 @@ void zero_max_models(dist::Communicator& comm, int64_t budget) {
 }  // namespace
 }  // namespace hg::bench
 
+constexpr const char* kUsage =
+    "usage: bench_zero [--quick] [--budget-gib X] [--capacity-budget-mib X]   (mpirun -np N for N ranks)\n"
+    "ZeRO and optimizer offload. Prints JSON lines to stdout: host_bandwidth, cpu_adamw (GB/s per variant\n"
+    "against the STREAM-like state_stream), zero_stage (model-state MiB per rank and step time per stage),\n"
+    "zero_capacity (the largest model within --budget-gib per rank), zero_max_model (measured).\n"
+    "  --quick                  1M parameters instead of 10M, fewer repeats (smoke runs)\n"
+    "  --budget-gib X           per-rank budget of the zero_capacity lines, GiB (default 16)\n"
+    "  --capacity-budget-mib X  per-rank allocator budget of zero_max_model, MiB (default 32; --quick 16)\n"
+    "  -h, --help               this text\n";
+
 int main(int argc, char** argv) {
   bool quick = false;
   double budget_gib = 16.0;
   double capacity_budget_mib = 0;
   for (int i = 1; i < argc; ++i) {
+    if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (std::string(argv[i]) == "--quick") {
       quick = true;
     } else if (std::string(argv[i]) == "--budget-gib" && i + 1 < argc) {
@@ -396,8 +408,7 @@ int main(int argc, char** argv) {
     } else if (std::string(argv[i]) == "--capacity-budget-mib" && i + 1 < argc) {
       capacity_budget_mib = std::atof(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--budget-gib X] [--capacity-budget-mib X]\n", argv[0]);
-      return 2;
+      hg::bench::exit_unknown_argument("bench_zero", argv[i], kUsage);
     }
   }
   try {
