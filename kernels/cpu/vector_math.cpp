@@ -12,6 +12,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/convert_avx512.h"
@@ -64,9 +66,27 @@ VectorMath vector_math_best() {
   return convert_best_isa() == ConvertIsa::avx512 ? VectorMath::avx512 : VectorMath::portable;
 }
 
+// The tier when none is forced: vector_math_best(), or HG_VECTOR_MATH=portable|avx512|auto (read once;
+// like HG_CPU_GEMM, for A/B runs of a whole program on one CPU).
+VectorMath default_tier() {
+  static const VectorMath tier = [] {
+    const char* env = std::getenv("HG_VECTOR_MATH");
+    const std::string v = env != nullptr ? env : "";
+    if (v.empty() || v == "auto") return vector_math_best();
+    HG_CHECK(v == "portable" || v == "avx512", "[vector_math] HG_VECTOR_MATH=", v,
+             ": expected portable, avx512 or auto");
+    const VectorMath want = v == "avx512" ? VectorMath::avx512 : VectorMath::portable;
+    HG_CHECK(int(want) <= int(vector_math_best()), "[vector_math] HG_VECTOR_MATH=", v,
+             " but this CPU runs at most ", vector_math_name(vector_math_best()),
+             " (avx512 needs AVX-512 F/BW/VL and F16C)");
+    return want;
+  }();
+  return tier;
+}
+
 VectorMath vector_math_active() {
   const int forced = g_forced.load(std::memory_order_relaxed);
-  return forced >= 0 ? VectorMath(forced) : vector_math_best();
+  return forced >= 0 ? VectorMath(forced) : default_tier();
 }
 
 void vector_math_force(VectorMath tier) {

@@ -16,6 +16,11 @@ grep -q "summary: 60 steps" <<<"$out" || fail "no summary: $out"
 out=$("$bin" "${tiny[@]}" --steps 5 --load "$work/model.safetensors") || fail "reload run exited $?: $out"
 grep -q "GPT L1 H2 C32" <<<"$out" || fail "reloaded model has another shape: $out"
 
+# HG_VECTOR_MATH forces the row kernels' tier for a whole run (A/B on one CPU); a bad value is refused.
+out=$(HG_VECTOR_MATH=portable "$bin" "${tiny[@]}" --steps 5 --eval-every 0 --sample 0) || fail "portable-tier run exited $?: $out"
+out=$(HG_VECTOR_MATH=bogus "$bin" "${tiny[@]}" --steps 5 --eval-every 0 --sample 0 2>&1) && fail "HG_VECTOR_MATH=bogus was accepted: $out"
+grep -q "HG_VECTOR_MATH=bogus: expected portable, avx512 or auto" <<<"$out" || fail "no clear error for HG_VECTOR_MATH=bogus: $out"
+
 printf 'hello halfgrad, hello world. %.0s' {1..40} > "$work/text.txt"
 out=$("$bin" --data "$work/text.txt" --layers 1 --heads 2 --dim 32 --batch 8 --steps 20 --eval-every 10 --threads 1 --sample 16) \
   || fail "text run exited $?: $out"
