@@ -37,6 +37,7 @@
 #include "kernels/dtype.h"
 #include "kernels/half.h"
 #include "kernels/kernels.h"
+#include "support/half_values.h"
 
 namespace cpu = hg::kernels::cpu;
 using cpu::VectorMath;
@@ -64,59 +65,17 @@ struct WithThreads {
   ~WithThreads() { omp_set_num_threads(saved); }
 };
 
-template <class T>
-constexpr hg::DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>)
-    return hg::DType::f32;
-  else if constexpr (std::is_same_v<T, hg::bfloat16>)
-    return hg::DType::bf16;
-  else
-    return hg::DType::f16;
-}
-
-// Relative unit roundoff of a result rounded to T (0 for f32: the float bounds below cover it).
-template <class T>
-double roundoff() {
-  if constexpr (std::is_same_v<T, float>)
-    return 0;
-  else if constexpr (std::is_same_v<T, hg::bfloat16>)
-    return 0x1p-8;
-  else
-    return 0x1p-11;
-}
-template <class T>
-double subnormal_floor() {
-  return std::is_same_v<T, hg::half> ? 0x1p-25 : 0;
-}
-
-template <class T>
-std::vector<T> random_values(std::mt19937& rng, int64_t n, double lo, double hi) {
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<T> v(static_cast<size_t>(n));
-  for (T& e : v) e = T(float(dist(rng)));
-  return v;
-}
-
-template <class T>
-std::vector<T> poison(int64_t n) {
-  return std::vector<T>(static_cast<size_t>(n), T(kNaN));
-}
-
-template <class T>
-double d(T v) {
-  return double(float(v));
-}
+using hg::testing::d;
+using hg::testing::dtype_of;
+using hg::testing::poison;
+using hg::testing::random_values;
+using hg::testing::roundoff;
+using hg::testing::subnormal_floor;
+using hg::testing::widened;
 
 template <class T>
 bool same_bits(const T& a, const T& b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
-}
-
-template <class T>
-std::vector<float> widened(const std::vector<T>& v) {
-  std::vector<float> f(v.size());
-  for (size_t i = 0; i < v.size(); ++i) f[i] = float(v[i]);
-  return f;
 }
 
 // |got - ref| <= roundoff(T) |ref| + floor(T) + bound[i], elementwise; the first failure reported.
