@@ -4,8 +4,9 @@
 // shared machine is not counted), best of `repeats` with the dtypes interleaved inside each
 // repetition (f32, bf16, f16, f32, ...) so all see the same machine state. Then a second pass on
 // every core (omp_get_num_procs threads, wall clock; "threads" and "timer" say which pass a line is
-// from) over [2048, 1024] and [16384, 1024]: there the cores share one memory system, so the f32
-// kernels become bound by bytes, which is where halving the bytes must pay.
+// from; skipped when OMP_NUM_THREADS is set) over [2048, 1024] and [16384, 1024]: there the cores
+// share one memory system, so the f32 kernels become bound by bytes, which is where halving the
+// bytes must pay.
 //
 // Each line: elements/s and bytes/s (bytes read + written by one call, at the dtype's size), and for
 // the half dtypes the ratio to f32 measured in the same process: elements_ratio (2.0 means twice the
@@ -23,6 +24,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
@@ -264,9 +266,11 @@ void run_half_ops_bench(bool quick) {
   bench_shape(2048, 256, repeats);
   bench_shape(2048, 1024, repeats);
   if (!quick) bench_shape(16384, 1024, 5);  // out of cache: DRAM bandwidth
-  // Every core, wall clock: what a training step sees, where the cores share one memory system.
+  // Every core, wall clock: what a training step sees, where the cores share one memory system. Not
+  // when the caller chose a thread count (OMP_NUM_THREADS: scripts/bench-cpu-peers runs bench_ops
+  // once per count and would repeat the pass).
   const int cores = omp_get_num_procs();
-  if (cores > 1 && !quick) {
+  if (cores > 1 && !quick && std::getenv("OMP_NUM_THREADS") == nullptr) {
     g_pass = {cores, true};
     omp_set_num_threads(cores);
     print_setup();

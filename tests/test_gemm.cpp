@@ -424,14 +424,14 @@ TEST_CASE("a half-precision C is the half rounding of the fp32 result, bit for b
   // the same order, so the half C must equal hg::half / hg::bfloat16 of the f32 C exactly: one
   // rounding to nearest even, no matter how many slices were kept as fp32 partials. alpha 2^-20 and
   // 2^12 push results into the half types' subnormals and past f16's range (overflow to infinity).
-  // 460 rows with k over KC: the half C runs in row chunks of 448 (bounded partials), the f32 C not
+  // 460 rows with k over KC (2100 > 2048, the vdpbf16ps kernel's deepest KC): the half C runs in row chunks of 448 (bounded partials), the f32 C not
   // (one thread, so that the whole 460 rows are one thread's rectangle).
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(1);
   uint32_t seed = 7000;
   for (const HalfPath& path : available_half_paths())
     for (double alpha : {1.0, 0x1p-20, 0x1p12, 0x1p-130})
-      for (const Shape& shape : {Shape{30, 70, 3000}, Shape{45, 33, 700}, Shape{5, 200, 2}, Shape{460, 40, 1030}})
+      for (const Shape& shape : {Shape{30, 70, 3000}, Shape{45, 33, 700}, Shape{5, 200, 2}, Shape{460, 40, 2100}})
         for (bool trans_a : kTransposes) {
           const GemmCase g{path.input, trans_a, !trans_a, shape, alpha, 0.0, 2};
           INFO(std::string(path.name), " ", describe(g));
@@ -452,21 +452,22 @@ TEST_CASE("a half-precision C is the half rounding of the fp32 result, bit for b
 TEST_CASE("the half-precision GEMM paths give bit-identical results on 1 and 2 threads") {
   // Each element is computed by one thread with the same instruction sequence (the threads split C
   // into rectangles of whole tiles; the KC slicing does not depend on them), so the split must not
-  // change a bit. 300 x 200 x 1100 is large enough to be split and crosses a KC slice of both kernels.
+  // change a bit. 300 x 200 x 2100 is large enough to be split and crosses a KC slice of both kernels (the vdpbf16ps
+  // kernel's KC is 2048 wherever L2 is 1 MiB or more).
   const int saved_threads = omp_get_max_threads();
   uint32_t seed = 9000;
   for (const HalfPath& path : available_half_paths())
     for (DType c_dtype : {DType::f32, path.input})
       for (bool trans_b : kTransposes) {
-        const GemmCase g{path.input, false, trans_b, {300, 200, 1100}, 0.5, -1.0, 3};
+        const GemmCase g{path.input, false, trans_b, {300, 200, 2100}, 0.5, -1.0, 3};
         INFO(std::string(path.name), " C ", hg::dtype_name(c_dtype), " ", describe(g));
         const Operands in(g, seed++);
         Matrix one = in.c_initial.as(c_dtype), two = in.c_initial.as(c_dtype);
         omp_set_num_threads(1);
-        path.run(false, trans_b, 300, 200, 1100, 0.5f, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), -1.0f,
+        path.run(false, trans_b, 300, 200, 2100, 0.5f, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), -1.0f,
                  one.data(), one.ld(), c_dtype != DType::f32);
         omp_set_num_threads(2);
-        path.run(false, trans_b, 300, 200, 1100, 0.5f, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), -1.0f,
+        path.run(false, trans_b, 300, 200, 2100, 0.5f, in.a.data(), in.a.ld(), in.b.data(), in.b.ld(), -1.0f,
                  two.data(), two.ld(), c_dtype != DType::f32);
         CHECK(one.same_bytes(two));
         CHECK(!one.same_bytes(in.c_initial.as(c_dtype)));  // the GEMM did write C
@@ -702,7 +703,7 @@ TEST_CASE("the bf16 gemm_bias epilogues equal the same path's gemm onto bias row
       MESSAGE("this CPU cannot run the ", path.name, " bias epilogue: not tested here");
       continue;
     }
-    for (const Shape& shape : {Shape{30, 70, 600}, Shape{45, 33, 1100}, Shape{4, 8, 9}, Shape{460, 40, 1030}})
+    for (const Shape& shape : {Shape{30, 70, 600}, Shape{45, 33, 1100}, Shape{4, 8, 9}, Shape{460, 40, 2100}})
       for (bool trans_a : kTransposes)
         for (bool trans_b : kTransposes) {
           const GemmCase g{DType::bf16, trans_a, trans_b, shape, -0.75, 1.0, 3};

@@ -66,23 +66,22 @@ std::atomic<bool> g_lookup{true};
 #define HG_NO_VECTORIZE __attribute__((optimize("no-tree-vectorize")))
 #endif
 
-// out[i] = tab[in[i]].
-HG_NO_VECTORIZE void look_up(const uint16_t* __restrict tab, const uint16_t* __restrict in, uint16_t* __restrict out,
-                             int64_t n) {
+// out[i] = tab[in[i]] (out may be in: each element is read before it is written).
+HG_NO_VECTORIZE void look_up(const uint16_t* __restrict tab, const uint16_t* in, uint16_t* out, int64_t n) {
   HG_SCALAR_LOOP
   for (int64_t i = 0; i < n; ++i) out[i] = tab[in[i]];
 }
-HG_NO_VECTORIZE void look_up(const float* __restrict tab, const uint16_t* __restrict in, float* __restrict out,
-                             int64_t n) {
+HG_NO_VECTORIZE void look_up(const float* __restrict tab, const uint16_t* in, float* __restrict out, int64_t n) {
   HG_SCALAR_LOOP
   for (int64_t i = 0; i < n; ++i) out[i] = tab[in[i]];
 }
 
-// dx = T(dy * slope[x]) over 64-element blocks: the block's slopes looked up into a stack row first.
+// dx = T(dy * slope[x]) over 64-element blocks: the block's slopes looked up into a stack row first
+// (so dx may be x or dy: a block is read before it is written).
 template <class T>
 HG_SIMD512 void backward_blocks(const float* __restrict slope, const T* x, const T* dy, T* dx, int64_t n) {
   constexpr int64_t kBlock = 64;
-  const uint16_t* __restrict in = bits_of(x);
+  const uint16_t* in = bits_of(x);
   alignas(64) float s[kBlock];
   for (int64_t j = 0; j < n; j += kBlock) {
     const int64_t count = n - j < kBlock ? n - j : kBlock;

@@ -17,7 +17,7 @@ enum class VectorMath { portable, avx512 };
 // The widest tier this CPU runs (cached after the first call).
 VectorMath vector_math_best();
 // The tier the kernels use now: vector_math_best() unless forced, or unless the environment says
-// HG_VECTOR_MATH=portable (or avx512, auto) when the program starts (an hg::Error names a bad value).
+// HG_VECTOR_MATH=portable (or avx512, auto); read at the first call (an hg::Error names a bad value).
 VectorMath vector_math_active();
 // Forces a tier (hg::Error when the CPU cannot run it); not thread-safe against running kernels.
 void vector_math_force(VectorMath tier);

@@ -18,6 +18,7 @@ grep -q "GPT L1 H2 C32" <<<"$out" || fail "reloaded model has another shape: $ou
 
 # HG_VECTOR_MATH forces the row kernels' tier for a whole run (A/B on one CPU); a bad value is refused.
 out=$(HG_VECTOR_MATH=portable "$bin" "${tiny[@]}" --steps 5 --eval-every 0 --sample 0) || fail "portable-tier run exited $?: $out"
+grep -q "cpu row kernels: portable" <<<"$out" || fail "HG_VECTOR_MATH=portable did not choose the portable row kernels: $out"
 out=$(HG_VECTOR_MATH=bogus "$bin" "${tiny[@]}" --steps 5 --eval-every 0 --sample 0 2>&1) && fail "HG_VECTOR_MATH=bogus was accepted: $out"
 grep -q "HG_VECTOR_MATH=bogus: expected portable, avx512 or auto" <<<"$out" || fail "no clear error for HG_VECTOR_MATH=bogus: $out"
 
