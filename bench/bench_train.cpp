@@ -9,7 +9,9 @@
 // model.to(half dtype), fp32 master weights and moments in AdamW (set_mixed_precision), and for fp16
 // the dynamic loss scaler (scale, unscale, inf/NaN check and update inside the timed step); the MLP's
 // input is converted to the half dtype once, outside the timing. fp32 is the plain path above.
-// FLOPs are counted the same way for every precision. Every line carries "precision".
+// FLOPs are counted the same way for every precision. Every line carries "precision". On the CPU a
+// line also carries "phases_ms": the median wall ms of the step's forward, backward and optimizer
+// (unscale, clip, AdamW, update, zero_grad) phases.
 // bench/peers/pytorch_train.py runs the same workloads in PyTorch with the same keys.
 // Usage: bench_train [--quick] [--steps N] [--device cpu|cuda] [--precision fp32|bf16|fp16]
 //                    [--threads N] [--models gpt256,gpt64,mlp]
@@ -75,11 +77,47 @@ double process_cpu_ms() {
 }
 std::vector<double> g_cpu_ms;  // per timed step, filled by time_steps, cleared by each bench
 
+// Where a CPU step's time goes: forward (the loss), backward, optimizer (unscale, clip, step, update,
+// zero_grad), wall ms per timed step. Marked by PhaseClock inside the step; CPU only (on a CUDA
+// device the marks would need a synchronisation each, which changes the step being measured).
+enum Phase { kForward, kBackward, kOptimizer, kPhases };
+constexpr const char* kPhaseNames[kPhases] = {"forward", "backward", "optimizer"};
+std::vector<double> g_phase_ms[kPhases];
+bool g_recording_phases = false;  // true during the timed steps
+
+// Starts at construction; mark(phase) adds the time since the last mark to that phase.
+class PhaseClock {
+ public:
+  void mark(Phase phase) {
+    const auto now = Clock::now();
+    if (g_recording_phases && !g_device.is_cuda())
+      g_phase_ms[phase].push_back(std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+
+ private:
+  Clock::time_point last_ = Clock::now();
+};
+
+// {"forward": median ms, ...}, or an empty string when the phases were not recorded.
+std::string phase_json() {
+  if (g_phase_ms[kForward].empty()) return "";
+  std::string json = "{";
+  for (int p = 0; p < kPhases; ++p) {
+    char item[64];
+    std::snprintf(item, sizeof item, "%s\"%s\": %.4g", p ? ", " : "", kPhaseNames[p], median(g_phase_ms[p]));
+    json += item;
+  }
+  return json + "}";
+}
+
 template <class Step>
 std::vector<double> time_steps(int warmup, int steps, Step&& step) {
   for (int i = 0; i < warmup; ++i) step();
   sync_device();
   g_cpu_ms.clear();
+  for (auto& phase : g_phase_ms) phase.clear();
+  g_recording_phases = true;
   std::vector<double> ms;
   for (int i = 0; i < steps; ++i) {
     const auto start = Clock::now();
@@ -91,6 +129,7 @@ std::vector<double> time_steps(int warmup, int steps, Step&& step) {
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     g_cpu_ms.push_back(process_cpu_ms() - cpu_start);
   }
+  g_recording_phases = false;
   return ms;
 }
 
@@ -106,22 +145,32 @@ void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t
   std::vector<double> ms;
   if (g_precision == DType::f32) {
     ms = time_steps(2, steps, [&] {
-      model.loss(ids, targets).backward();
+      PhaseClock clock;
+      const Tensor loss = model.loss(ids, targets);
+      clock.mark(kForward);
+      loss.backward();
+      clock.mark(kBackward);
       optim::clip_grad_norm(model.parameters(), 1.0);
       optimizer.step();
       optimizer.zero_grad();
+      clock.mark(kOptimizer);
     });
   } else {
     // bench_precision's mixed-precision step: scale -> backward -> unscale -> clip -> step -> update.
     optimizer.set_mixed_precision(optim::MixedPrecisionOptions().master_weights(true));
     optim::LossScaler scaler = loss_scaler();
     ms = time_steps(2, steps, [&] {
-      scaler.scale(model.loss(ids, targets)).backward();
+      PhaseClock clock;
+      const Tensor loss = scaler.scale(model.loss(ids, targets));
+      clock.mark(kForward);
+      loss.backward();
+      clock.mark(kBackward);
       scaler.unscale_(optimizer);
       optimizer.clip_grad_norm(1.0);
       scaler.step(optimizer);
       scaler.update();
       optimizer.zero_grad();
+      clock.mark(kOptimizer);
     });
   }
   const double n = double(model.parameter_count());
@@ -143,6 +192,7 @@ void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t
       .add("device", g_device.str())
       .add("steps", steps)
       .add_raw("runtime", g_last_step.json())
+      .add_raw_if("phases_ms", phase_json())
       .print();
 }
 
@@ -160,19 +210,29 @@ void bench_mlp(int steps) {
   std::vector<double> ms;
   if (g_precision == DType::f32) {
     ms = time_steps(2, steps, [&] {
-      cross_entropy(model.forward(x), y).backward();
+      PhaseClock clock;
+      const Tensor loss = cross_entropy(model.forward(x), y);
+      clock.mark(kForward);
+      loss.backward();
+      clock.mark(kBackward);
       optimizer.step();
       optimizer.zero_grad();
+      clock.mark(kOptimizer);
     });
   } else {
     optimizer.set_mixed_precision(optim::MixedPrecisionOptions().master_weights(true));
     optim::LossScaler scaler = loss_scaler();
     ms = time_steps(2, steps, [&] {
-      scaler.scale(cross_entropy(model.forward(x), y)).backward();
+      PhaseClock clock;
+      const Tensor loss = scaler.scale(cross_entropy(model.forward(x), y));
+      clock.mark(kForward);
+      loss.backward();
+      clock.mark(kBackward);
       scaler.unscale_(optimizer);
       scaler.step(optimizer);
       scaler.update();
       optimizer.zero_grad();
+      clock.mark(kOptimizer);
     });
   }
   const double n = double(model.parameter_count());
@@ -193,6 +253,7 @@ void bench_mlp(int steps) {
       .add("device", g_device.str())
       .add("steps", steps)
       .add_raw("runtime", g_last_step.json())
+      .add_raw_if("phases_ms", phase_json())
       .print();
 }
 

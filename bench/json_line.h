@@ -41,6 +41,10 @@ class JsonLine {
     field(key) << json;
     return *this;
   }
+  // add_raw, or nothing when json is empty (a figure that this run did not measure).
+  JsonLine& add_raw_if(const std::string& key, const std::string& json) {
+    return json.empty() ? *this : add_raw(key, json);
+  }
   void print() const {
     std::printf("{%s}\n", body_.str().c_str());
     std::fflush(stdout);

@@ -11,7 +11,10 @@
 
 namespace hg::optim {
 
-double grad_norm(const std::vector<Tensor>& params) {
+namespace {
+
+// The sum of squares of every gradient, in parameter order (grad_norm's sum before the sqrt).
+double sum_of_squared_gradients(const std::vector<Tensor>& params) {
   double sum = 0.0;
   for (size_t i = 0; i < params.size(); ++i) {
     HG_CHECK(params[i].defined(), "[clip_grad_norm] parameter ", i, " is an undefined tensor");
@@ -22,17 +25,39 @@ double grad_norm(const std::vector<Tensor>& params) {
     const Tensor dense = grad.contiguous();
     sum += HG_KERNEL(dense.device(), sum_of_squares, dense.data_ptr(), dense.numel(), dense.dtype());
   }
-  return std::sqrt(sum);
+  return sum;
 }
+
+bool gradients_on_cpu(const std::vector<Tensor>& params) {
+  for (const Tensor& p : params)
+    if (p.grad().defined() && !p.grad().device().is_cpu()) return false;
+  return true;
+}
+
+}  // namespace
+
+double grad_norm(const std::vector<Tensor>& params) { return std::sqrt(sum_of_squared_gradients(params)); }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   HG_CHECK(std::isfinite(max_norm) && max_norm > 0.0, "[clip_grad_norm] invalid max_norm ", max_norm,
            ": expected a finite max_norm > 0");
   NoGradGuard no_grad;
-  const double norm = grad_norm(params);
+  const double sum = sum_of_squared_gradients(params);
+  const double norm = std::sqrt(sum);
   if (!std::isfinite(norm)) return norm;
   const double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return norm;
+  if (gradients_on_cpu(params)) {
+    // In place, one pass: the device form's kernel, which computes this coef from the same sum and
+    // scales as grad * coef does (kernels/unscale_math.h), without a temporary and a copy back.
+    const std::vector<kernels::TensorSpan> spans = gradient_spans(params, kCPU, "[clip_grad_norm]");
+    kernels::GradientMultiplier m;
+    m.kind = kernels::GradientMultiplier::clip;
+    m.sum_sq = &sum;
+    m.max_norm = max_norm;
+    HG_KERNEL(kCPU, scale_gradients, spans.data(), int64_t(spans.size()), m, nullptr);
+    return norm;
+  }
   for (const Tensor& p : params) {
     Tensor grad = p.grad();
     if (grad.defined()) grad.copy_(grad * coef);

@@ -1144,6 +1144,41 @@ TEST_CASE("invalid arguments throw hg::Error naming the op, the value and what w
       {"[layer_norm_forward]", "cols = 0"});
 }
 
+// ==== gradient norm: sum of squares ================================================================
+
+TEST_CASE("sum_of_squares: every floating dtype against a double sum, vector tails, no thread dependence") {
+  // Squares of f32/f16/bf16 values are exact in double, so only the additions round: relative error
+  // <= n 2^-53 in any order. Sizes around the 16- and 32-element vector steps and the 8192-element
+  // chunks; the stored values are summed in double here as the reference.
+  Rng rng(511);
+  for (DType t : kFloatingTypes) {
+    for (int64_t n : {int64_t(1), int64_t(15), int64_t(16), int64_t(17), int64_t(31), int64_t(33), int64_t(8191),
+                      int64_t(8193), int64_t(70001)}) {
+      const std::string dtype = hg::dtype_name(t);
+      CAPTURE(dtype);
+      CAPTURE(n);
+      Buffer x(t, n);
+      for (int64_t i = 0; i < n; ++i) x.set(i, rng.uniform(-3, 3));
+      double ref = 0;
+      for (int64_t i = 0; i < n; ++i) ref += x.get(i) * x.get(i);
+      const double got = cpu::sum_of_squares(x.data(), n, t);
+      CHECK(std::fabs(got - ref) <= double(n + 1) * 0x1p-53 * ref);
+      double one_thread = 0;
+      with_threads(1, [&] { one_thread = cpu::sum_of_squares(x.data(), n, t); });
+      CHECK(std::memcmp(&got, &one_thread, sizeof got) == 0);
+    }
+    // inf and NaN anywhere, the vector tail included, reach the result.
+    for (int64_t position : {int64_t(0), int64_t(20), int64_t(40)}) {
+      Buffer x(t, 41);
+      for (int64_t i = 0; i < 41; ++i) x.set(i, 0.5);
+      x.set(position, -kInf);
+      CHECK(cpu::sum_of_squares(x.data(), 41, t) == kInf);
+      x.set(position, kNaN);
+      CHECK(std::isnan(cpu::sum_of_squares(x.data(), 41, t)));
+    }
+  }
+}
+
 // ==== loss scaler: fused unscale and check ========================================================
 
 namespace {

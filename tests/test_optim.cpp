@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <random>
@@ -267,6 +268,69 @@ TEST_CASE("adamw_step kernel with an fp32 master copy matches the fp32 update") 
     if (std::abs(master[i] - theta32[i]) > tol || theta_b[i].bits != bfloat16(master[i]).bits) ++mismatches;
   }
   CHECK(mismatches == 0);
+}
+
+TEST_CASE("adamw_step gives an element the same bits wherever it sits and whatever the thread count") {
+  // ZeRO steps each rank's shard with adamw_step, so an element's update must not depend on the
+  // range it is part of (where vector tails fall) nor on the thread count: the whole array in one
+  // call, in uneven pieces and on one thread must agree bit for bit, for f32 and for half
+  // parameters with a master copy.
+  const int64_t n = 70001;  // over the parallel threshold
+  const int64_t cuts[] = {0, 17, 33, 1000, 40007, n};
+  std::mt19937_64 rng(21);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    const std::string dtype_str = dtype_name(dtype);
+    CAPTURE(dtype_str);
+    const bool master = dtype != DType::f32;
+    const size_t size = dtype_size(dtype);
+    std::vector<float> master0(n), m0(n), v0(n);
+    std::vector<unsigned char> grad(n * size), param0(n * size);
+    for (int64_t i = 0; i < n; ++i) {
+      master0[i] = normal(rng);
+      m0[i] = 0.1f * normal(rng);
+      v0[i] = 0.01f * std::abs(normal(rng));
+      const float g = normal(rng);
+      if (dtype == DType::f32) {
+        std::memcpy(&grad[i * size], &g, size);
+        std::memcpy(&param0[i * size], &master0[i], size);
+      } else if (dtype == DType::f16) {
+        const half h(g);
+        std::memcpy(&grad[i * size], &h, size);
+      } else {
+        const bfloat16 b(g);
+        std::memcpy(&grad[i * size], &b, size);
+      }
+    }
+    struct Run {
+      std::vector<float> master, m, v;
+      std::vector<unsigned char> param;
+    };
+    const auto run = [&](bool pieces, int threads) {
+      Run r{master0, m0, v0, param0};
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      for (int64_t step = 1; step <= 2; ++step) {
+        for (size_t c = 0; c + 1 < std::size(cuts); ++c) {
+          const int64_t begin = pieces ? cuts[c] : 0, count = pieces ? cuts[c + 1] - cuts[c] : n;
+          kernels::cpu::adamw_step(r.param.data() + begin * size, master ? r.master.data() + begin : nullptr,
+                                   grad.data() + begin * size, r.m.data() + begin, r.v.data() + begin, count, 1e-2,
+                                   0.9, 0.95, 1e-8, 0.1, step, dtype);
+          if (!pieces) break;
+        }
+      }
+      omp_set_num_threads(saved);
+      return r;
+    };
+    const Run whole = run(false, 2), split = run(true, 2), single = run(false, 1);
+    for (const Run* other : {&split, &single}) {
+      CHECK(std::memcmp(whole.m.data(), other->m.data(), n * sizeof(float)) == 0);
+      CHECK(std::memcmp(whole.v.data(), other->v.data(), n * sizeof(float)) == 0);
+      CHECK(whole.param == other->param);
+      if (master) CHECK(std::memcmp(whole.master.data(), other->master.data(), n * sizeof(float)) == 0);
+    }
+    CHECK(whole.param != param0);  // the step did something
+  }
 }
 
 // ---- SGD ---------------------------------------------------------------------------------------------
@@ -536,6 +600,36 @@ TEST_CASE("clip_grad_norm returns the global norm and scales gradients to max_no
     const double tol = dtype == DType::f64 ? 1e-6 : (dtype == DType::f32 ? 2e-6 : 1e-2);
     CHECK(std::sqrt(after) == doctest::Approx(max_norm).epsilon(tol));
     CHECK_FALSE(params[2].grad().defined());
+  }
+}
+
+// The values of t bit for bit (widened to double, which is exact for every floating dtype here, and
+// compared as bytes, so -0 differs from +0).
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
+}
+
+TEST_CASE("clip_grad_norm scales every gradient exactly as grad * coef, in place, for every dtype") {
+  // On the CPU the scaling is one in-place pass (the device form's kernel, vectorised for f16/bf16);
+  // it must give the bits of the out-of-place op it replaced. Sizes around the 16-lane vectors.
+  std::mt19937_64 rng(14);
+  for (const DType dtype : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    const std::string dtype_str = dtype_name(dtype);
+    CAPTURE(dtype_str);
+    std::vector<Tensor> params;
+    for (const int64_t n : {int64_t(1), int64_t(15), int64_t(17), int64_t(33), int64_t(16385)})
+      params.push_back(make_param(rng, {n}, dtype));
+    for (const Tensor& p : params) set_random_grad(rng, p, 2.0);
+    const double norm = grad_norm(params);
+    const double coef = 0.3 / (norm + 1e-6);
+    std::vector<Tensor> expected;
+    for (const Tensor& p : params) expected.push_back(p.grad() * coef);
+    CHECK(clip_grad_norm(params, 0.3) == norm);
+    for (size_t i = 0; i < params.size(); ++i) {
+      CAPTURE(i);
+      CHECK(same_bits(params[i].grad(), expected[i]));
+    }
   }
 }
 

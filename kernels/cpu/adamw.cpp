@@ -7,10 +7,13 @@
 // comes from the parameter (converted on load, rounded once on store) or, when a master copy is
 // given, from the master copy (the parameter then receives the master's rounding).
 //
-// Parallel strategy: the n elements are cut into chunks of kChunk and OpenMP spreads the chunks over
-// threads (above kParallelMinElements). Elements are independent, so the result is the same whatever
-// the thread count. Half types are staged through float buffers a chunk at a time, so the update
-// loop is a plain float loop the compiler vectorises (sqrt and division included).
+// Where the CPU has AVX2 or AVX-512, f32 parameters and half parameters with a master copy run
+// instead through adamw_offload_step's fused vector pass (the same math; see adamw_step below).
+//
+// Parallel strategy of the staged loop: the n elements are cut into chunks of kChunk and OpenMP
+// spreads the chunks over threads (above kParallelMinElements). Elements are independent, so the
+// result is the same whatever the thread count. Half types are staged through float buffers a chunk
+// at a time, so the update loop is a plain float loop the compiler vectorises (sqrt and division).
 #include <algorithm>
 #include <type_traits>
 
@@ -82,6 +85,20 @@ void adamw_step(void* param, void* master, const void* grad, void* exp_avg, void
   HG_CHECK(step >= 1, "[adamw_step] expected step >= 1 (the first update is step 1), got ", step);
   if (n == 0) return;
   HG_CHECK(param && grad && exp_avg && exp_avg_sq, "[adamw_step] null param, grad or moment pointer for n = ", n);
+  // f32 parameters, and half ones with a master copy, take the optimizer-offload kernel's one fused
+  // SIMD pass (adamw_offload.cpp) when the CPU has AVX2 or AVX-512: the gradient widened and the
+  // parameter rounded in registers. The staged loop below keeps f64, half parameters without a master
+  // copy and CPUs without those vectors. (Staged, a bf16 step took 1.9x the f32 step's time, for 4%
+  // more bytes: the conversion passes and the update pass took turns at the memory instead of
+  // overlapping.)
+  const bool fused = adamw_offload_best_isa() != AdamWIsa::scalar &&
+                     (dtype == DType::f32 || ((dtype == DType::f16 || dtype == DType::bf16) && master != nullptr));
+  if (fused) {
+    adamw_offload_step(master ? static_cast<float*>(master) : static_cast<float*>(param), grad, dtype,
+                       static_cast<float*>(exp_avg), static_cast<float*>(exp_avg_sq), master ? param : nullptr, dtype,
+                       n, lr, beta1, beta2, eps, weight_decay, step);
+    return;
+  }
   dispatch_floating(dtype, "adamw_step", [&]<class T>() {
     using A = acc_t<T>;
     const auto c = adamw_coefficients<A>(lr, beta1, beta2, eps, weight_decay, step);

@@ -15,12 +15,15 @@
 // separate parameter: 16 bytes read + 12 written = 28 bytes per element.
 // Parallel strategy: the n elements are cut into one contiguous range per OpenMP thread (multiples
 // of 64 elements, so vector loads stay aligned when the buffers are); each thread runs the widest
-// vector loop the CPU has (AVX-512: 16 lanes, AVX2+FMA+F16C: 8 lanes, chosen once at run time) and a
-// scalar tail.
+// vector loop the CPU has (AVX-512: 16 lanes, AVX2+FMA+F16C: 8 lanes, chosen once at run time); the
+// last partial vector runs the same vector code on zero-padded copies (vector_tail), so an element's
+// bits do not depend on where its range ends. adamw_step (adamw.cpp) runs its f32 and master-weight
+// updates through this pass too.
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/adamw_math.h"
 #include "kernels/error.h"
@@ -73,6 +76,35 @@ void scalar_range(const Args& a, int64_t begin, int64_t end) {
     a.v[i] = vi;
     if (a.param_out) store_scalar(a.param_out, a.param_dtype, i, theta);
   }
+}
+
+// The last (end - begin < kLanes) elements of a vector path: copied into zero-padded buffers of one
+// vector, run through the same vector code, and copied back. So every element takes the vector
+// path's operations whatever its position, and the result does not depend on where a range ends
+// (thread count, ZeRO shard size) -- the scalar code's contraction could differ by an ulp.
+template <int kLanes>
+void vector_tail(const Args& a, int64_t begin, int64_t end, void (*range)(const Args&, int64_t, int64_t)) {
+  const int64_t count = end - begin;
+  if (count <= 0) return;
+  const size_t grad_size = dtype_size(a.grad_dtype), param_size = dtype_size(a.param_dtype);
+  alignas(64) float master[kLanes] = {}, m[kLanes] = {}, v[kLanes] = {};
+  alignas(64) unsigned char grad[kLanes * 4] = {}, param[kLanes * 4] = {};
+  std::memcpy(master, a.master + begin, size_t(count) * sizeof(float));
+  std::memcpy(m, a.m + begin, size_t(count) * sizeof(float));
+  std::memcpy(v, a.v + begin, size_t(count) * sizeof(float));
+  std::memcpy(grad, static_cast<const unsigned char*>(a.grad) + size_t(begin) * grad_size, size_t(count) * grad_size);
+  Args padded = a;
+  padded.master = master;
+  padded.m = m;
+  padded.v = v;
+  padded.grad = grad;
+  padded.param_out = a.param_out ? param : nullptr;
+  range(padded, 0, kLanes);
+  std::memcpy(a.master + begin, master, size_t(count) * sizeof(float));
+  std::memcpy(a.m + begin, m, size_t(count) * sizeof(float));
+  std::memcpy(a.v + begin, v, size_t(count) * sizeof(float));
+  if (a.param_out)
+    std::memcpy(static_cast<unsigned char*>(a.param_out) + size_t(begin) * param_size, param, size_t(count) * param_size);
 }
 
 // ---- AVX-512: 16 lanes ---------------------------------------------------------------------------
@@ -133,7 +165,7 @@ HG_AVX512 void avx512_range(const Args& a, int64_t begin, int64_t end) {
     _mm512_storeu_ps(a.master + i, theta);
     if (a.param_out) store16(a.param_out, a.param_dtype, i, theta);
   }
-  scalar_range(a, i, end);
+  vector_tail<16>(a, i, end, avx512_range);
 }
 
 // ---- AVX2 + FMA + F16C: 8 lanes ------------------------------------------------------------------
@@ -197,7 +229,7 @@ HG_AVX2 void avx2_range(const Args& a, int64_t begin, int64_t end) {
     _mm256_storeu_ps(a.master + i, theta);
     if (a.param_out) store8(a.param_out, a.param_dtype, i, theta);
   }
-  scalar_range(a, i, end);
+  vector_tail<8>(a, i, end, avx2_range);
 }
 
 using RangeFn = void (*)(const Args&, int64_t, int64_t);
