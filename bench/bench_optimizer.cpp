@@ -14,6 +14,9 @@
 //                                       the bf16 gradient read, 2 B: 12 B, as f32's 8 + 4), and
 //                                       mparams_per_s, the figure to compare (the 8-bit step moves fewer
 //                                       bytes per parameter).
+//   {"bench":"cpu_gradient_pass", ...} the clip's sum of squares and scaling pass and the loss scaler's
+//                                       inf/NaN check over n gradient elements in f32, bf16 and f16
+//                                       (cpu_gradient_passes below), ms and GB/s.
 //   {"bench":"cuda_adamw_8bit", ...}    the same two kernels on a CUDA device, timed with events (best of
 //                                       --repeats); on a build without a device a line with "skipped" and
 //                                       why. The emulator is not timed (its figures would say nothing).
@@ -27,6 +30,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -38,6 +42,7 @@
 #include "kernels/adamw8bit_math.h"
 #include "kernels/cpu/adamw8bit_block.h"
 #include "kernels/half.h"
+#include "kernels/kernels.h"
 #include "kernels/step_kernels.h"
 #if defined(HALFGRAD_HAS_CUDA)
 #include "kernels/cuda/check.h"
@@ -193,6 +198,43 @@ void cpu_bench(int64_t n, int repeats) {
   }
 }
 
+// The gradient passes around the optimizer step, over one gradient of n elements per dtype (f32, bf16,
+// f16; CPU): the clip's sum of squares (reads n), its scaling pass (reads and writes n) and the loss
+// scaler's inf/NaN check (inv_scale 1: reads n). gbs = those bytes / time, so a half pass running at
+// f32's gbs does its elements in half the time.
+void cpu_gradient_passes(int64_t n, int repeats) {
+  HostArray grad(size_t(n) * 4, 0);
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    const double size = double(dtype_size(dtype));
+    if (dtype == DType::f16) {
+      fill_as(grad.get<half>(), n, grad_value);
+    } else {
+      fill_values(grad.get(), dtype, n, grad_value);
+    }
+    const kernels::TensorSpan span{grad.get(), n, dtype};
+    const auto line = [&](const char* pass, double bytes_per_element, double seconds) {
+      JsonLine("cpu_gradient_pass")
+          .add("pass", pass)
+          .add("dtype", dtype_name(dtype))
+          .add("elements", (long long)n)
+          .add("threads", omp_get_max_threads())
+          .add("ms", seconds * 1e3)
+          .add("gbs", bytes_per_element * size * double(n) / seconds / 1e9)
+          .print();
+    };
+    double sink = 0;
+    line("sum_of_squares", 1, best_seconds(repeats, [&] { sink += kernels::cpu::sum_of_squares(grad.get(), n, dtype); }));
+    double sum_sq = 4.0;  // a norm of 2 clipped to 1.999: every element *= ~0.9995, written
+    kernels::GradientMultiplier clip;
+    clip.kind = kernels::GradientMultiplier::clip;
+    clip.sum_sq = &sum_sq;
+    clip.max_norm = 1.999;
+    line("clip_scale", 2, best_seconds(repeats, [&] { kernels::cpu::scale_gradients(&span, 1, clip, nullptr); }));
+    line("inf_check", 1, best_seconds(repeats, [&] { sink += kernels::cpu::unscale_and_check(&span, 1, 1.0); }));
+    if (sink == -1) std::printf("%g\n", sink);  // keeps the results live
+  }
+}
+
 #if defined(HALFGRAD_HAS_CUDA) && !defined(HALFGRAD_EMULATED_CUDA)
 struct DeviceArray {
   void* p = nullptr;
@@ -287,7 +329,8 @@ void cuda_bench(int64_t, int) {
 constexpr const char* kUsage =
     "usage: bench_optimizer [--quick] [--repeats N]\n"
     "8-bit against 32-bit AdamW, kernels only, in the same run. Prints JSON lines to stdout:\n"
-    "adamw_state_bytes, cpu_adamw_8bit (GB/s, parameters/s per CPU path), cuda_adamw_8bit (or skipped).\n"
+    "adamw_state_bytes, cpu_adamw_8bit (GB/s, parameters/s per CPU path), cpu_gradient_pass (the clip's\n"
+    "and the loss scaler's passes over the gradients per dtype, GB/s), cuda_adamw_8bit (or skipped).\n"
     "  --quick      1M parameters instead of 16M (smoke runs)\n"
     "  --repeats N  best of N timed steps (default 5)\n"
     "  -h, --help   this text\n";
@@ -309,6 +352,7 @@ int main(int argc, char** argv) {
   const int64_t n = quick ? (int64_t(1) << 20) : (int64_t(1) << 24);
   hg::bench::state_bytes(n);
   hg::bench::cpu_bench(n, repeats);
+  hg::bench::cpu_gradient_passes(n, repeats);
   hg::bench::cuda_bench(quick ? n : (int64_t(1) << 28), repeats);
   return 0;
 }
