@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "dist/transport.h"
@@ -64,10 +65,29 @@ std::chrono::milliseconds default_timeout() {
   return std::chrono::seconds(300);
 }
 
+// Whether a host collective has failed or timed out, and the first such failure's message: every
+// later call names it, so the error a rank reports is the cause even when the first exception was
+// caught on its way out (a cleanup that issued another collective) and a later one reached main.
+struct BrokenState {
+  std::atomic<bool> flag{false};
+  std::mutex mutex;
+  std::string cause;
+
+  void mark(const std::string& why) {
+    std::lock_guard lock(mutex);
+    if (cause.empty()) cause = why;
+    flag.store(true);
+  }
+  std::string first_cause() {
+    std::lock_guard lock(mutex);
+    return cause;
+  }
+};
+
 // A host collective: done by the communication thread, waited on with the communicator's timeout.
 class HostWork final : public detail::WorkState {
  public:
-  HostWork(std::string what, std::chrono::milliseconds timeout, std::shared_ptr<std::atomic<bool>> broken)
+  HostWork(std::string what, std::chrono::milliseconds timeout, std::shared_ptr<BrokenState> broken)
       : what_(std::move(what)), timeout_(timeout), broken_(std::move(broken)) {}
 
   void finish(std::string error) {
@@ -82,14 +102,17 @@ class HostWork final : public detail::WorkState {
   void wait() override {
     std::unique_lock lock(mutex_);
     if (!cv_.wait_for(lock, timeout_, [&] { return done_; })) {
-      broken_->store(true);
-      HG_FAIL("[dist] ", what_, " did not complete within ", double(timeout_.count()) / 1000.0,
-              " s: another rank has died, hangs, or called a different collective (set HALFGRAD_DIST_TIMEOUT to "
-              "allow longer)");
+      const std::string message = hg::detail::concat(
+          "[dist] ", what_, " did not complete within ", double(timeout_.count()) / 1000.0,
+          " s: another rank has died, hangs, or called a different collective (set HALFGRAD_DIST_TIMEOUT to "
+          "allow longer)");
+      broken_->mark(message);
+      HG_FAIL(message);
     }
     if (!error_.empty()) {
-      broken_->store(true);
-      HG_FAIL("[dist] ", what_, " failed: ", error_);
+      const std::string message = hg::detail::concat("[dist] ", what_, " failed: ", error_);
+      broken_->mark(message);
+      HG_FAIL(message);
     }
   }
 
@@ -101,7 +124,7 @@ class HostWork final : public detail::WorkState {
  private:
   std::string what_;
   std::chrono::milliseconds timeout_;
-  std::shared_ptr<std::atomic<bool>> broken_;
+  std::shared_ptr<BrokenState> broken_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -121,7 +144,7 @@ struct Communicator::Stream {
   std::deque<std::function<void()>> queue;
   bool stop = false;
   uint64_t sequence = 0;
-  std::shared_ptr<std::atomic<bool>> broken = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<BrokenState> broken = std::make_shared<BrokenState>();
 
   void loop() {
     for (;;) {
@@ -176,7 +199,7 @@ void abort_failed_transports() {
 }  // namespace
 
 Communicator::~Communicator() {
-  if (stream_->broken->load()) {
+  if (stream_->broken->flag.load()) {
     if (device_) device_->abandon();  // its peers are unreachable too: abort, do not wait for them
     // A collective failed or timed out: the communication thread may be stuck inside the transport
     // waiting for a peer that will never answer, so it cannot be joined. Leave it (and the
@@ -206,7 +229,7 @@ std::string Communicator::backend() const {
   return name;
 }
 
-bool Communicator::broken() const { return stream_->broken->load() || (device_ && device_->broken()); }
+bool Communicator::broken() const { return stream_->broken->flag.load() || (device_ && device_->broken()); }
 
 bool Communicator::nccl_available() { return nccl_unavailable_reason().empty(); }
 
@@ -256,8 +279,11 @@ void Communicator::check_counts(const char* op, const std::vector<int64_t>& coun
 }
 
 Work Communicator::enqueue_host(const char* op, const Device& device, std::function<void(HostTransport&)> run) {
-  HG_CHECK(!broken(), "[dist] ", op, ": the communicator is broken by an earlier failed collective (rank ", rank_,
-           " of ", world_, ")");
+  if (broken()) {
+    const std::string cause = stream_->broken->first_cause();
+    HG_FAIL("[dist] ", op, ": the communicator is broken by an earlier failed collective (rank ", rank_, " of ",
+            world_, ")", cause.empty() ? "" : ": ", cause);
+  }
   // Emulated CUDA memory is host memory; the emulator finishes work before returning, but order
   // after the device's stream anyway.
   if (device.is_cuda()) cuda::synchronize(device.index);

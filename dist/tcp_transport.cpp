@@ -22,7 +22,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -242,7 +244,9 @@ class TcpTransport final : public HostTransport {
   template <class AtRoot, class AtLeaf>
   void run(TcpOp op, uint64_t detail, const void* payload, size_t nbytes, AtRoot at_root, AtLeaf at_leaf) {
     std::lock_guard lock(mutex_);
-    HG_CHECK(!failed_, "[dist] tcp: an earlier collective failed; the connections are closed");
+    // Names the first failure: the collective that failed may belong to a Work nobody waits on any
+    // more (an exception unwound past it), and then this is the error the rank reports.
+    HG_CHECK(!failed_, "[dist] tcp: an earlier collective failed (", failure_, "); the connections are closed");
     const auto deadline = Clock::now() + timeout_;
     Header mine;
     mine.op = uint32_t(op);
@@ -265,8 +269,14 @@ class TcpTransport final : public HostTransport {
         send_all(root().fd(), payload, nbytes, deadline, peer_name(0));
         at_leaf(deadline);
       }
+    } catch (const std::exception& e) {
+      failed_ = true;
+      failure_ = e.what();
+      abort_job();
+      throw;
     } catch (...) {
       failed_ = true;
+      failure_ = "an unknown exception";
       abort_job();
       throw;
     }
@@ -352,6 +362,7 @@ class TcpTransport final : public HostTransport {
   std::mutex mutex_;
   uint64_t sequence_ = 0;
   bool failed_ = false;
+  std::string failure_;  // the first failure's message
 };
 
 }  // namespace

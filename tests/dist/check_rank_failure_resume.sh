@@ -54,7 +54,8 @@ kill_mid_run() {
   # the collective's own timeout (the same length) may fire first and say only that it did not complete.
   local expected="rank $victim of 2 closed its connection"
   [[ $signal == STOP ]] && expected="timed out waiting for rank $victim of 2|did not complete within $HALFGRAD_DIST_TIMEOUT s"
-  grep -Eq "$expected" <<<"$error" || fail "$name: the survivor's error does not name rank $victim: $(tail -3 "$out")"
+  grep -Eq "$expected" <<<"$error" ||
+    fail "$name: the survivor's error does not name rank $victim: '${error:-no error line}'; its output ends: $(tail -3 "$out")"
   echo "ok: $name: rank $victim SIG$signal; rank $((1 - victim)) exited $code after ${elapsed} s: ${error:0:170}"
 }
 
