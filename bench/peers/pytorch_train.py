@@ -128,14 +128,17 @@ class GPT(nn.Module):
 # ---- timing -------------------------------------------------------------------------------------
 
 def time_steps(warmup, steps, step):
+    """(median wall ms, median process CPU ms) per step: bench_train's median_ms and median_cpu_ms."""
     for _ in range(warmup):
         step()
-    ms = []
+    ms, cpu_ms = [], []
     for _ in range(steps):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         step()
         ms.append((time.perf_counter() - start) * 1e3)
-    return statistics.median_high(ms)  # bench_train's median: v[n / 2] of the sorted times
+        cpu_ms.append((time.process_time() - cpu_start) * 1e3)
+    # bench_train's median: v[n / 2] of the sorted times
+    return statistics.median_high(ms), statistics.median_high(cpu_ms)
 
 
 def autocast(precision):
@@ -194,10 +197,11 @@ def bench_gpt(out, name, L, H, C, T, B, steps, precision):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    step_ms = time_steps(2, steps, step)
+    step_ms, cpu_ms = time_steps(2, steps, step)
     n = param_count(model)
     flops = 6.0 * n * B * T + 12.0 * L * C * T * B * T
     out.emit("train_step", precision=precision, model=name, params=n, batch=B, context=T, median_ms=step_ms,
+             median_cpu_ms=cpu_ms,
              tokens_per_s=B * T / (step_ms / 1e3), flops_per_step=flops, gflops=flops / (step_ms / 1e3) / 1e9,
              steps=steps)
 
@@ -217,10 +221,11 @@ def bench_mlp(out, steps, precision):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    step_ms = time_steps(2, steps, step)
+    step_ms, cpu_ms = time_steps(2, steps, step)
     n = param_count(model)
     flops = 6.0 * n * B
     out.emit("train_step", precision=precision, model="mlp_784_1024_1024_10", params=n, batch=B, median_ms=step_ms,
+             median_cpu_ms=cpu_ms,
              samples_per_s=B / (step_ms / 1e3), flops_per_step=flops, gflops=flops / (step_ms / 1e3) / 1e9,
              steps=steps)
 
