@@ -223,7 +223,8 @@ void cpu_gradient_passes(int64_t n, int repeats) {
           .print();
     };
     double sink = 0;
-    line("sum_of_squares", 1, best_seconds(repeats, [&] { sink += kernels::cpu::sum_of_squares(grad.get(), n, dtype); }));
+    line("sum_of_squares", 1,
+         best_seconds(repeats, [&] { sink += kernels::cpu::sum_of_squares(grad.get(), n, dtype); }));
     double sum_sq = 4.0;  // a norm of 2 clipped to 1.999: every element *= ~0.9995, written
     kernels::GradientMultiplier clip;
     clip.kind = kernels::GradientMultiplier::clip;

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "engine/autograd.h"
-#include "engine/ops.h"
 #include "engine/kernel_dispatch.h"
+#include "engine/ops.h"
 #include "kernels/step_kernels.h"
 #include "optim/unscale.h"
 
@@ -28,9 +28,13 @@ double sum_of_squared_gradients(const std::vector<Tensor>& params) {
   return sum;
 }
 
-bool gradients_on_cpu(const std::vector<Tensor>& params) {
-  for (const Tensor& p : params)
-    if (p.grad().defined() && !p.grad().device().is_cpu()) return false;
+// Every gradient on the CPU and contiguous: the in-place pass writes the storage each gradient views,
+// so a gradient that aliases a larger buffer (a data-parallel bucket) stays an alias of it.
+bool scalable_in_place(const std::vector<Tensor>& params) {
+  for (const Tensor& p : params) {
+    const Tensor grad = p.grad();
+    if (grad.defined() && (!grad.device().is_cpu() || !grad.is_contiguous())) return false;
+  }
   return true;
 }
 
@@ -47,7 +51,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   if (!std::isfinite(norm)) return norm;
   const double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return norm;
-  if (gradients_on_cpu(params)) {
+  if (scalable_in_place(params)) {
     // In place, one pass: the device form's kernel, which computes this coef from the same sum and
     // scales as grad * coef does (kernels/unscale_math.h), without a temporary and a copy back.
     const std::vector<kernels::TensorSpan> spans = gradient_spans(params, kCPU, "[clip_grad_norm]");

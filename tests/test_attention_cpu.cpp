@@ -407,46 +407,56 @@ TEST_CASE("attention cpu: a half forward is the f32 forward of the widened opera
   // The half path converts rows and then runs the f32 path's arithmetic, so O must be the f32 O
   // rounded and lse the f32 lse, bit for bit. This pins the conversions: the keys and values a thread
   // converted for one query tile are reused by the next tiles of that (b, h) -- with whole (b, h)s
-  // handed out (many heads) and with single tiles (one head over two threads) -- and a second
-  // forward on the same buffers with new keys must not see the first call's rows.
+  // handed out (many heads) and with single tiles (one head over two threads) -- and never by another
+  // call: a second round on the same buffers has new keys, and bf16 and f16 calls alternate (their
+  // converted rows share one float workspace per thread).
   const int saved = omp_get_max_threads();
-  for (DType dtype : {DType::bf16, DType::f16})
-    for (int64_t heads : {int64_t(1), int64_t(6)})
-      for (int threads : {1, 2}) {
-        omp_set_num_threads(threads);
-        Case c;
-        c.dtype = dtype, c.heads = heads, c.tq = c.tk = 200, c.d = 64, c.causal = true;
-        INFO(c.describe(), " threads ", threads);
-        std::mt19937 rng{uint32_t(heads * 10 + threads)};
-        const AttentionProblem p = c.problem(3);
-        Operand q(dtype, 1, heads, 200, 64, true), k(dtype, 1, heads, 200, 64, true), v(dtype, 1, heads, 200, 64, true);
-        Operand q32(DType::f32, 1, heads, 200, 64, true), k32(DType::f32, 1, heads, 200, 64, true),
-            v32(DType::f32, 1, heads, 200, 64, true);
-        const auto widen = [](const Operand& from, Operand& to) {
-          for (int64_t i = 0; i < from.buffer().size(); ++i) to.buffer_mut().set(i, from.buffer().get(i));
-        };
-        q.randomize(rng, 2.0);
-        v.randomize(rng, 1.0);
-        widen(q, q32);
-        widen(v, v32);
-        for (int round = 0; round < 2; ++round) {  // round 1: new keys in the same buffer
-          k.randomize(rng, 2.0);
-          widen(k, k32);
-          Operand o(dtype, 1, heads, 200, 64, true), o32(DType::f32, 1, heads, 200, 64, true);
+  const int64_t t = 200, d = 64;
+  for (int64_t heads : {int64_t(1), int64_t(6)})
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      std::mt19937 rng{uint32_t(heads * 10 + threads)};
+      const auto widen = [](const Operand& from, Operand& to) {
+        for (int64_t i = 0; i < from.buffer().size(); ++i) to.buffer_mut().set(i, from.buffer().get(i));
+      };
+      struct Operands {
+        Operand q, k, v, q32, k32, v32;
+      };
+      std::vector<Operands> by_dtype;
+      for (DType dtype : {DType::bf16, DType::f16}) {
+        by_dtype.push_back({Operand(dtype, 1, heads, t, d, true), Operand(dtype, 1, heads, t, d, true),
+                            Operand(dtype, 1, heads, t, d, true), Operand(DType::f32, 1, heads, t, d, true),
+                            Operand(DType::f32, 1, heads, t, d, true), Operand(DType::f32, 1, heads, t, d, true)});
+        Operands& x = by_dtype.back();
+        x.q.randomize(rng, 2.0);
+        x.v.randomize(rng, 1.0);
+        widen(x.q, x.q32);
+        widen(x.v, x.v32);
+      }
+      for (int round = 0; round < 2; ++round)  // round 1: new keys in the same buffers
+        for (size_t which = 0; which < by_dtype.size(); ++which) {
+          Operands& x = by_dtype[which];
+          const DType dtype = which == 0 ? DType::bf16 : DType::f16;
+          Case c;
+          c.dtype = dtype, c.heads = heads, c.tq = c.tk = t, c.d = d, c.causal = true;
+          INFO(c.describe(), " threads ", threads, " round ", round);
+          const AttentionProblem p = c.problem(3);
+          x.k.randomize(rng, 2.0);
+          widen(x.k, x.k32);
+          Operand o(dtype, 1, heads, t, d, true), o32(DType::f32, 1, heads, t, d, true),
+              rounded(dtype, 1, heads, t, d, true);
           HostBuffer lse(DType::f32, p.rows()), lse32(DType::f32, p.rows());
           o.poison();
           lse.poison_with_nan();
-          detail::attention_forward_on(AttentionPath::automatic, p, q.tensor(), k.tensor(), v.tensor(), o.tensor(),
-                                       lse.data(), dtype);
-          detail::attention_forward_on(AttentionPath::automatic, p, q32.tensor(), k32.tensor(), v32.tensor(),
+          detail::attention_forward_on(AttentionPath::automatic, p, x.q.tensor(), x.k.tensor(), x.v.tensor(),
+                                       o.tensor(), lse.data(), dtype);
+          detail::attention_forward_on(AttentionPath::automatic, p, x.q32.tensor(), x.k32.tensor(), x.v32.tensor(),
                                        o32.tensor(), lse32.data(), DType::f32);
-          Operand rounded(dtype, 1, heads, 200, 64, true);
           widen(o32, rounded);
-          CAPTURE(round);
           CHECK(o.buffer().bitwise_equal(rounded.buffer()));
           CHECK(lse.bitwise_equal(lse32));
         }
-      }
+    }
   omp_set_num_threads(saved);
 }
 

@@ -103,8 +103,10 @@ void vector_tail(const Args& a, int64_t begin, int64_t end, void (*range)(const 
   std::memcpy(a.master + begin, master, size_t(count) * sizeof(float));
   std::memcpy(a.m + begin, m, size_t(count) * sizeof(float));
   std::memcpy(a.v + begin, v, size_t(count) * sizeof(float));
-  if (a.param_out)
-    std::memcpy(static_cast<unsigned char*>(a.param_out) + size_t(begin) * param_size, param, size_t(count) * param_size);
+  if (a.param_out) {
+    auto* out = static_cast<unsigned char*>(a.param_out) + size_t(begin) * param_size;
+    std::memcpy(out, param, size_t(count) * param_size);
+  }
 }
 
 // ---- AVX-512: 16 lanes ---------------------------------------------------------------------------

@@ -116,7 +116,7 @@ detail::AttentionTileOps<Acc> choose_ops(detail::AttentionPath path, const char*
 struct ConvertedKeys {
   uint64_t call = 0;  // which forward call (forward_typed numbers them) the rows belong to
   int64_t group = -1;
-  int64_t rows = 0;   // rows [0, rows) of k and v are in the workspace
+  int64_t rows = 0;  // rows [0, rows) of k and v are in the workspace
 };
 
 // Grow-only, one set per thread and compute type: the tiles, the accumulators and the converted
@@ -151,11 +151,11 @@ struct Rows {
   int64_t ld;
 };
 
-// Converts rows [from, to) of one (b, h) of a half operand into buffer (row r at (r - buffer_row0) d). The rows
-// are d values a row stride apart (the q, k, v of a [B, T, 3, H, D] tensor: 3 C values apart), a
-// walk of two or three cache lines per row that the prefetchers do not run ahead of, so the lines of
-// the row kPrefetchRows ahead are asked for while this one converts (without it the conversions, at
-// ~3 cycles per element waiting on L3, were 6% of a bf16 GPT step at T = 256).
+// Converts rows [from, to) of one (b, h) of a half operand into buffer (row r at (r - buffer_row0) d).
+// The rows are d values a row stride apart (q, k, v of a [B, T, 3, H, D] tensor: 3 C values apart),
+// a walk of two or three cache lines per row that the prefetchers do not run ahead of, so the lines
+// of the row kPrefetchRows ahead are asked for while this one converts (without it the conversions,
+// at ~3 cycles per element waiting on L3, were 6% of a bf16 GPT step at T = 256).
 template <class T, class Acc>
 void convert_rows(AttentionTensor t, int64_t b, int64_t h, int64_t from, int64_t to, int64_t d, Acc* buffer,
                   int64_t buffer_row0) {
@@ -192,7 +192,6 @@ Rows<Acc> read_rows(AttentionTensor t, int64_t b, int64_t h, int64_t row0, int64
 // kept per thread and extended, so the query tiles of one (b, h) that a thread runs one after the
 // other (the tasks are handed out a whole (b, h) at a time when there are enough of them) convert
 // each key and value row once instead of once per query tile (T / 64 times at most).
-
 template <class T, class Acc>
 std::pair<Rows<Acc>, Rows<Acc>> read_keys_values(AttentionTensor k, AttentionTensor v, int64_t b, int64_t h,
                                                  int64_t group, int64_t rows, int64_t d, uint64_t call,
@@ -418,11 +417,17 @@ void forward_task(const AttentionProblem& p, const ForwardOperands& x, int64_t g
   }
 }
 
+// A number for each forward call, shared by every dtype (the converted rows of a bf16 call and an
+// f16 call live in the same float workspace), so no call mistakes another's rows for its own.
+uint64_t next_forward_call() {
+  static std::atomic<uint64_t> calls{0};
+  return ++calls;
+}
+
 template <class T, class Acc>
 void forward_typed(const AttentionProblem& p, const ForwardOperands& x, const detail::AttentionTileOps<Acc>& ops) {
   const int64_t groups = p.batch * p.heads, tiles = (p.tq + kQueryTile - 1) / kQueryTile;
-  static std::atomic<uint64_t> calls{0};
-  const uint64_t call = ++calls;
+  const uint64_t call = next_forward_call();
   // A whole (b, h) per hand-out when there are at least two per thread (its query tiles then reuse
   // the converted keys and values, and every (b, h) has the same work, so the balance holds), else
   // single query tiles, so a few long rows still spread over every thread.

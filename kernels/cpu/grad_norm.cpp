@@ -35,7 +35,6 @@ namespace {
 constexpr int64_t kChunk = 8192;
 constexpr int64_t kParallelMinElements = int64_t(1) << 16;
 
-// The AVX-512 chunk loop (header comment) for T = float, half, bfloat16.
 // v's 16 floats as doubles, squared into a (lanes 0..7) and b (lanes 8..15).
 HG_CVT512 inline void add_squares(__m512 v, __m512d& a, __m512d& b) {
   const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
