@@ -60,15 +60,10 @@ HG_CVT512 double chunk_sum_of_squares_avx512(const T* __restrict x, int64_t coun
   return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, b0), _mm512_add_pd(a1, b1)));
 }
 
-bool use_avx512() {
-  static const bool use = convert_best_isa() == ConvertIsa::avx512;
-  return use;
-}
-
 template <class T>
 double chunk_sum_of_squares(const T* __restrict x, int64_t count) {
   if constexpr (!std::is_same_v<T, double>) {
-    if (use_avx512()) return chunk_sum_of_squares_avx512(x, count);
+    if (convert_best_isa() == ConvertIsa::avx512) return chunk_sum_of_squares_avx512(x, count);
   }
   if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
     // Without AVX-512: widened through convert.h's SIMD conversions (exact), then summed as the f32

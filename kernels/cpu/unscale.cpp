@@ -46,11 +46,6 @@ struct Chunk {
   DType dtype;
 };
 
-bool use_avx512() {
-  static const bool use = convert_best_isa() == ConvertIsa::avx512;
-  return use;
-}
-
 // The f16/bf16 passes in registers, in place: the clip's x = round(fma(a, x, 0)) (the affine op's
 // a x + b with b = 0 as a native build contracts it; a product that underflows to -0 is where fma's
 // +0 differs from mul then add), the unscale's x = round(x * a); when `check`, whether a stored
@@ -81,7 +76,7 @@ void clip_chunk(T* __restrict x, int64_t n, double coef) {
   using A = acc_t<T>;
   const A a = A(coef), b = A(0);
   if constexpr (!std::is_same_v<T, A>) {
-    if (use_avx512()) {
+    if (convert_best_isa() == ConvertIsa::avx512) {
       scale_half_avx512<T, true>(x, n, a, /*write=*/true, /*check=*/false);
       return;
     }
@@ -134,7 +129,8 @@ int unscale_chunk(T* __restrict x, int64_t n, double inv_scale) {
     }
     return found;
   } else {
-    if (use_avx512()) return scale_half_avx512<T, false>(x, n, inv, /*write=*/inv_scale != 1.0, /*check=*/true);
+    if (convert_best_isa() == ConvertIsa::avx512)
+      return scale_half_avx512<T, false>(x, n, inv, /*write=*/inv_scale != 1.0, /*check=*/true);
     // f16/bf16, a chunk at a time through convert.h: widen, scale, narrow, and test the stored
     // values widened again (with inv_scale == 1, only the test; nothing is written).
     A staged[kStage];
