@@ -26,7 +26,7 @@ struct TrainGptConfig {
   int64_t& dim = flags.add_int("dim", 128, "model width", 1);
   int64_t& context = flags.add_int("context", 16, "context length in tokens (bytes for the byte-level tasks)", 1);
   int64_t& batch = flags.add_int("batch", 64, "sequences per micro-batch (x --grad-accum per optimizer step)", 1);
-  int64_t& steps = flags.add_int("steps", 3000, "optimizer steps", 0);
+  int64_t& steps = flags.add_int("steps", 4000, "optimizer steps", 0);
   double& lr = flags.add_double("lr", 2e-3, "peak learning rate", 0.0);
   int64_t& warmup = flags.add_int("warmup", 100, "linear warmup steps", 0);
   double& min_lr = flags.add_double("min-lr", 1e-4, "learning rate at the end of the cosine decay", 0.0);
