@@ -61,6 +61,20 @@ class FunctionNode final : public Node {
   std::vector<DType> input_dtypes_;
 };
 
+// True when `t` (held through `refs` references, the caller's among them) is the only way to reach
+// its bytes, so it can become a leaf's .grad without a copy: no other tensor or view shares its
+// impl or its storage, the storage is an ordinary allocator block of exactly its bytes (not memory
+// owned elsewhere, not lent out by ZeRO-3 or offload), it is contiguous from offset 0, and it has
+// no autograd state of its own.
+bool sole_owner_of_bytes(const Tensor& t, long refs) {
+  const TensorImpl& impl = *t.impl();
+  const Storage& storage = *impl.storage;
+  return t.impl_ptr().use_count() == refs && impl.storage.use_count() == 1 && storage.from_allocator() &&
+         storage.ready() && !storage.released() && impl.offset == 0 && t.is_contiguous() &&
+         storage.nbytes() == size_t(t.numel()) * dtype_size(impl.dtype) && !impl.requires_grad && !impl.grad_fn &&
+         !impl.grad && impl.post_accumulate_grad_hooks.empty();
+}
+
 // The sink for a leaf: sums incoming gradients into leaf.grad().
 class AccumulateGrad final : public Node {
  public:
@@ -70,12 +84,17 @@ class AccumulateGrad final : public Node {
     const Tensor& grad_output = grad_outputs[0];
     Tensor leaf(leaf_);
     const DType dtype = leaf.grad_dtype();
-    Tensor g = grad_output.dtype() == dtype ? grad_output : grad_output.to(dtype);
+    // References to the incoming gradient's impl beside the engine's slot: `g` below when it is the
+    // same tensor (a converted one is a new tensor that only `g` holds).
+    const bool converted = grad_output.dtype() != dtype;
+    Tensor g = converted ? grad_output.to(dtype) : grad_output;
     HG_CHECK(g.shape() == leaf_->shape, "[backward] gradient of shape ", shape_str(g.shape()),
              " reached a leaf of shape ", shape_str(leaf_->shape));
     if (leaf_->grad == nullptr) {
-      // Own the buffer: the incoming gradient may alias another tensor's memory.
-      leaf_->grad = g.clone().impl_ptr();
+      // The first gradient becomes .grad. It is adopted when nothing else can see its bytes (a
+      // weight gradient fresh from its GEMM: the usual case, no copy); otherwise copied, since it
+      // may alias another tensor's memory (a view, a gradient handed to two inputs, the caller's).
+      leaf_->grad = sole_owner_of_bytes(g, converted ? 1 : 2) ? g.impl_ptr() : g.clone().impl_ptr();
     } else {
       Tensor acc(leaf_->grad);
       acc.copy_(add(acc, g));

@@ -44,6 +44,7 @@ class Storage {
   void release_bytes();
   void acquire_bytes();
   bool released() const { return data_ == nullptr && nbytes_ > 0; }
+  bool from_allocator() const { return allocator_ != nullptr; }
   bool ready() const { return ready_; }
   void set_ready(bool ready) { ready_ = ready; }
   void set_on_demand(std::function<void()> make_ready) { on_demand_ = std::move(make_ready); }

@@ -1,9 +1,11 @@
 // The autograd engine: accumulation, shared inputs, diamonds, no_grad, detach, retain_graph and
 // the freed-graph error; multi-output nodes (both outputs used, one used, one used twice, either as the
-// root, retain_graph and the freed-graph error), checked against hand-computed gradients.
+// root, retain_graph and the freed-graph error), checked against hand-computed gradients; a leaf's
+// first gradient adopted without a copy only when nothing else can reach its bytes.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
@@ -281,4 +283,85 @@ TEST_CASE("record_op_multi refuses the same tensor as two outputs") {
   CHECK_THROWS_WITH_AS(record_op_multi("dup", {a}, {&u, &u},
                                        [](const std::vector<Tensor>&, const NeedsGrad&) { return std::vector<Tensor>{Tensor()}; }),
                        doctest::Contains("outputs 0 and 1 are the same tensor"), Error);
+}
+
+// ---- a leaf's first gradient: adopted when nothing else can see it, copied otherwise ----
+namespace {
+
+// y = a + b recorded with a backward that hands out what `give` returns for (a, b) given dy.
+using Give = std::function<std::vector<Tensor>(const Tensor& dy)>;
+Tensor add_with_backward(const Tensor& a, const Tensor& b, Give give) {
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = a + b;
+  }
+  record_op("add_with_backward", {a, b}, y, [give](const Tensor& dy, const NeedsGrad&) { return give(dy); });
+  return y;
+}
+
+Tensor fresh(std::vector<double> v) { return from_vector(v, {int64_t(v.size())}, f64); }
+
+}  // namespace
+
+TEST_CASE("a fresh gradient nothing else holds becomes leaf.grad without a copy") {
+  Tensor a = leaf({1, 2, 3}), b = leaf({4, 5, 6});
+  const void* handed_out = nullptr;
+  Tensor y = add_with_backward(a, b, [&](const Tensor&) {
+    Tensor ga = fresh({0.5, -1.5, 2.5});
+    handed_out = ga.data_ptr();
+    return std::vector<Tensor>{ga, fresh({7, 8, 9})};
+  });
+  sum(y).backward();
+  CHECK(a.grad().data_ptr() == handed_out);
+  CHECK(grad_of(a) == std::vector<double>{0.5, -1.5, 2.5});
+  CHECK(grad_of(b) == std::vector<double>{7, 8, 9});
+  // A second backward accumulates into the adopted buffer.
+  sum(add_with_backward(a, b, [](const Tensor&) { return std::vector<Tensor>{fresh({1, 1, 1}), fresh({1, 1, 1})}; }))
+      .backward();
+  CHECK(a.grad().data_ptr() == handed_out);
+  CHECK(grad_of(a) == std::vector<double>{1.5, -0.5, 3.5});
+}
+
+TEST_CASE("a gradient something else can see is copied into leaf.grad") {
+  SUBCASE("one tensor handed to two leaves: each gets its own buffer") {
+    Tensor a = leaf({1, 2}), b = leaf({3, 4});
+    sum(add_with_backward(a, b, [](const Tensor&) {
+          Tensor g = fresh({2, -3});
+          return std::vector<Tensor>{g, g};
+        }))
+        .backward();
+    CHECK(a.grad().storage() != b.grad().storage());
+    a.grad().copy_(fresh({0, 0}));
+    CHECK(grad_of(b) == std::vector<double>{2, -3});
+  }
+  SUBCASE("a tensor the backward also keeps") {
+    Tensor a = leaf({1, 2}), b = leaf({3, 4});
+    Tensor kept = fresh({5, 6});
+    sum(add_with_backward(a, b, [&](const Tensor&) { return std::vector<Tensor>{kept, Tensor()}; })).backward();
+    CHECK(a.grad().storage() != kept.storage());
+    kept.copy_(fresh({-1, -1}));
+    CHECK(grad_of(a) == std::vector<double>{5, 6});
+    CHECK_FALSE(b.grad().defined());
+  }
+  SUBCASE("the only view into a larger buffer (at its start or not): .grad holds only its own elements") {
+    for (int64_t start : {0, 1}) {
+      Tensor a = leaf({1, 2}), b = leaf({3, 4});
+      sum(add_with_backward(a, b, [start](const Tensor&) {
+            return std::vector<Tensor>{fresh({9, 8, 7, 6}).narrow(0, start, 2), Tensor()};
+          }))
+          .backward();
+      CHECK(grad_of(a) == (start == 0 ? std::vector<double>{9, 8} : std::vector<double>{8, 7}));
+      CHECK(a.grad().storage()->nbytes() == 2 * sizeof(double));
+      CHECK(a.grad().offset() == 0);
+    }
+  }
+  SUBCASE("the caller's seed gradient of a leaf root") {
+    Tensor x = leaf({1, 2, 3});
+    Tensor seed = fresh({0.25, 0.5, 0.75});
+    x.backward(seed);
+    CHECK(x.grad().storage() != seed.storage());
+    seed.copy_(fresh({0, 0, 0}));
+    CHECK(grad_of(x) == std::vector<double>{0.25, 0.5, 0.75});
+  }
 }
