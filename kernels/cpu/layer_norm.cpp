@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -293,13 +294,20 @@ void backward_typed(const T* x, const void* weight, const acc_t<T>* mean, const 
   const std::vector<A> w = param_as_acc<T>(weight, cols, A(1));
   const bool want_param_grads = dweight != nullptr || dbias != nullptr;
   const int64_t blocks = std::max<int64_t>(1, std::min(rows, kRowBlocks));
-  // partial[b] holds block b's dw row followed by its db row.
-  std::vector<A> partial(want_param_grads ? size_t(blocks * 2 * cols) : 0, A(0));
+  // partial[b] holds block b's dw row followed by its db row; the block's thread zeroes them (filled
+  // serially up front, they were 1% of the main thread's samples in a 2-thread GPT step, the other
+  // thread idle meanwhile).
+  const std::unique_ptr<A[]> partial(want_param_grads ? new A[size_t(blocks * 2 * cols)] : nullptr);
+  const auto partials_of = [&](int64_t blk) {
+    A* row = partial.get() + blk * 2 * cols;
+    std::fill(row, row + 2 * cols, A(0));
+    return row;
+  };
   const bool parallel = rows * cols >= kParallelMinElements;
   if (use_avx512_rows<T>()) {  // the same blocks and partials, rows from layer_norm_avx512.h
 #pragma omp parallel for schedule(static) if (parallel && blocks > 1)
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      A* dw_partial = want_param_grads ? partial.data() + blk * 2 * cols : nullptr;
+      A* dw_partial = want_param_grads ? partials_of(blk) : nullptr;
       A* db_partial = want_param_grads ? dw_partial + cols : nullptr;
       for (int64_t r = rows * blk / blocks; r < rows * (blk + 1) / blocks; ++r) {
         backward_row_avx512(x + r * cols, dy + r * cols, dh != nullptr ? dh + r * cols : nullptr, dx + r * cols,
@@ -312,7 +320,7 @@ void backward_typed(const T* x, const void* weight, const acc_t<T>* mean, const 
       BackwardScratch<T> scratch(cols);
 #pragma omp for schedule(static)
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        A* dw_partial = want_param_grads ? partial.data() + blk * 2 * cols : nullptr;
+        A* dw_partial = want_param_grads ? partials_of(blk) : nullptr;
         A* db_partial = want_param_grads ? dw_partial + cols : nullptr;
         for (int64_t r = rows * blk / blocks; r < rows * (blk + 1) / blocks; ++r) {
           backward_row(x + r * cols, dy + r * cols, dh != nullptr ? dh + r * cols : nullptr, dx + r * cols, w.data(),
