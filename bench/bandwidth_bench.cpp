@@ -9,6 +9,11 @@
 //   memcpy:             one std::memcpy of the f32 tensor (read + write), on one thread, and the same
 //                       bytes split into one memcpy per OpenMP thread; fraction_of_memcpy divides by the
 //                       faster of the two.
+//   copy:               copy_strided of the contiguous tensor (what a contiguous copy_ or clone runs)
+//   accumulate:         y += x in place (a leaf's later gradients): reads x and y, writes y -> 3 * bytes;
+//   add_then_copy:      the same sum as autograd made it before: binary_forward add into a temporary,
+//                       then copy_strided back into y; its GB/s counts accumulate's bytes, so the two
+//                       lines read as speeds of the same work.
 // Full size: rows = 16384, cols = 4096 (256 MiB per f32 tensor); --quick: 1/16 of the rows.
 #include <omp.h>
 
@@ -147,6 +152,32 @@ void bench_gelu(DType dtype, const Shape& shape, double memcpy_gbs) {
   print_line("gelu", dtype, shape, 2.0 * double(x.size), seconds, memcpy_gbs);
 }
 
+void bench_copy(DType dtype, const Shape& shape, double memcpy_gbs) {
+  const int64_t n = shape.rows * shape.cols;
+  const Bytes x = random_tensor(n, dtype, 6);
+  Bytes y(size_t(n) * dtype_size(dtype));
+  const int64_t dims[2] = {shape.rows, shape.cols}, strides[2] = {shape.cols, 1};
+  const double seconds = best_seconds(
+      shape.repeats, [&] { kernels::cpu::copy_strided(x.get(), strides, y.get(), strides, dims, 2, dtype); });
+  print_line("copy", dtype, shape, 2.0 * double(x.size), seconds, memcpy_gbs);
+}
+
+void bench_accumulate(DType dtype, const Shape& shape, double memcpy_gbs) {
+  const int64_t n = shape.rows * shape.cols;
+  const Bytes x = random_tensor(n, dtype, 7), y = random_tensor(n, dtype, 8);
+  Bytes sum(size_t(n) * dtype_size(dtype));
+  const int64_t dims[2] = {shape.rows, shape.cols}, strides[2] = {shape.cols, 1};
+  const double in_place =
+      best_seconds(shape.repeats, [&] { kernels::cpu::accumulate(y.get(), x.get(), n, dtype); });
+  const double add_then_copy = best_seconds(shape.repeats, [&] {
+    kernels::cpu::binary_forward(kernels::BinaryOp::Add, y.get(), strides, x.get(), strides, sum.get(), dims, 2,
+                                 dtype);
+    kernels::cpu::copy_strided(sum.get(), strides, y.get(), strides, dims, 2, dtype);
+  });
+  print_line("accumulate", dtype, shape, 3.0 * double(x.size), in_place, memcpy_gbs);
+  print_line("add_then_copy", dtype, shape, 3.0 * double(x.size), add_then_copy, memcpy_gbs);
+}
+
 }  // namespace
 
 void run_bandwidth_bench(bool quick) {
@@ -156,6 +187,8 @@ void run_bandwidth_bench(bool quick) {
     bench_softmax(dtype, shape, memcpy_gbs);
     bench_layer_norm(dtype, shape, memcpy_gbs);
     bench_gelu(dtype, shape, memcpy_gbs);
+    bench_copy(dtype, shape, memcpy_gbs);
+    bench_accumulate(dtype, shape, memcpy_gbs);
   }
 }
 

@@ -1,9 +1,9 @@
 // bench_ops: CPU kernel throughput, one JSON object per line.
 //   - the machine's fp32 FMA peak (measured here, same process) and GEMM GFLOP/s as a fraction of it;
-//   - memory-bound kernels (softmax, layer_norm, GELU) in GB/s at sizes far beyond cache;
+//   - memory-bound kernels (softmax, layer_norm, GELU, copy, accumulate) in GB/s at sizes far beyond cache;
 //   - f32 vs bf16 vs f16 kernels on the GPT activation shapes, one thread (half_ops lines).
-// Usage: bench_ops [--quick] [--half-only]   (--quick: smaller sizes, fewer repeats; for smoke runs;
-//        --half-only: only the half_ops lines)
+// Usage: bench_ops [--quick] [--half-only | --bandwidth-only]   (--quick: smaller sizes, fewer repeats;
+//        for smoke runs; --half-only: only the half_ops lines; --bandwidth-only: only the memory-bound ones)
 #include <cstdio>
 #include <cstring>
 
@@ -11,29 +11,35 @@
 #include "bench_sections.h"
 
 constexpr const char* kUsage =
-    "usage: bench_ops [--quick] [--half-only]\n"
+    "usage: bench_ops [--quick] [--half-only | --bandwidth-only]\n"
     "CPU kernel throughput. Prints JSON lines to stdout: the fp32 FMA peak and GEMM GFLOP/s against it,\n"
-    "memory-bound kernels (softmax, layer_norm, GELU) in GB/s, f32 vs bf16 vs f16 kernels (half_ops).\n"
-    "  --quick      smaller sizes, fewer repeats (smoke runs)\n"
-    "  --half-only  only the half_ops lines\n"
-    "  -h, --help   this text\n";
+    "memory-bound kernels (softmax, layer_norm, GELU, copy, accumulate) in GB/s against memcpy, f32 vs\n"
+    "bf16 vs f16 kernels (half_ops).\n"
+    "  --quick           smaller sizes, fewer repeats (smoke runs)\n"
+    "  --half-only       only the half_ops lines\n"
+    "  --bandwidth-only  only the memory-bound kernels and the memcpy baseline\n"
+    "  -h, --help        this text\n";
 
 int main(int argc, char** argv) {
-  bool quick = false, half_only = false;
+  bool quick = false, half_only = false, bandwidth_only = false;
   for (int i = 1; i < argc; ++i) {
     if (hg::bench::is_help(argv[i])) hg::bench::exit_with_usage(kUsage);
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--half-only") == 0) {
       half_only = true;
+    } else if (std::strcmp(argv[i], "--bandwidth-only") == 0) {
+      bandwidth_only = true;
     } else {
       hg::bench::exit_unknown_argument("bench_ops", argv[i], kUsage);
     }
   }
-  if (!half_only) {
-    hg::bench::run_gemm_bench(quick);
-    hg::bench::run_bandwidth_bench(quick);
+  if (half_only && bandwidth_only) {
+    std::fprintf(stderr, "bench_ops: --half-only and --bandwidth-only exclude each other; give one\n%s", kUsage);
+    return 2;
   }
-  hg::bench::run_half_ops_bench(quick);
+  if (!half_only && !bandwidth_only) hg::bench::run_gemm_bench(quick);
+  if (!half_only) hg::bench::run_bandwidth_bench(quick);
+  if (!bandwidth_only) hg::bench::run_half_ops_bench(quick);
   return 0;
 }

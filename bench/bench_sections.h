@@ -2,7 +2,8 @@
 namespace hg::bench {
 // Prints {"bench":"fma_peak",...} then {"bench":"gemm",...} lines (gemm_bench.cpp).
 void run_gemm_bench(bool quick);
-// Prints {"bench":"softmax"|"layer_norm"|"gelu",...} lines with GB/s (bandwidth_bench.cpp).
+// Prints {"bench":"memcpy"|"softmax"|"layer_norm"|"gelu"|"copy"|"accumulate"|"add_then_copy",...} lines
+// with GB/s (bandwidth_bench.cpp).
 void run_bandwidth_bench(bool quick);
 // Prints {"bench":"half_ops",...} lines: f32 vs bf16 vs f16 elementwise kernels and the conversions,
 // one thread, thread CPU time, ratios to f32 from the same process (half_ops_bench.cpp).

@@ -12,15 +12,20 @@
 // FLOPs are counted the same way for every precision. Every line carries "precision". On the CPU a
 // line also carries "phases_ms": the median wall ms of the step's forward, backward and optimizer
 // (unscale, clip, AdamW, update, zero_grad) phases.
+// --grad-accum N makes a step N micro-batches (forward and backward on the same batch, the loss
+// scaled by 1/N), their gradients summed in the parameters' .grad, then one optimizer phase: what
+// train_gpt --grad-accum runs. FLOPs and tokens per step count all N; the phases sum the micro-batches.
 // bench/peers/pytorch_train.py runs the same workloads in PyTorch with the same keys.
 // Usage: bench_train [--quick] [--steps N] [--device cpu|cuda] [--precision fp32|bf16|fp16]
-//                    [--threads N] [--models gpt256,gpt64,mlp]
+//                    [--threads N] [--models gpt256,gpt64,mlp] [--grad-accum N]
 #include <omp.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -46,6 +51,7 @@ double median(std::vector<double> v) {
 Device g_device = kCPU;
 DType g_precision = DType::f32;  // --precision: f32, or bf16 / f16 with fp32 master weights
 RuntimeCounters g_last_step;     // the runtime calls of the last timed step
+int g_grad_accum = 1;            // --grad-accum: micro-batches per optimizer step
 
 // Waits for the device's queued work, so a step's time includes it.
 void sync_device() {
@@ -58,6 +64,15 @@ DType parse_precision(const std::string& value) {
   if (value == "bf16") return DType::bf16;
   if (value == "fp16") return DType::f16;
   throw Error("bench_train: unknown --precision \"" + value + "\"; expected fp32, bf16 or fp16");
+}
+// --grad-accum's value: a whole number of micro-batches, 1 to 1024.
+int parse_grad_accum(const char* value) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(value, &end, 10);
+  if (errno != 0 || end == value || *end != '\0' || n < 1 || n > 1024)
+    throw Error(std::string("bench_train: --grad-accum \"") + value + "\"; expected a whole number from 1 to 1024");
+  return int(n);
 }
 const char* precision_name(DType dtype) {
   return dtype == DType::bf16 ? "bf16" : dtype == DType::f16 ? "fp16" : "fp32";
@@ -85,19 +100,32 @@ constexpr const char* kPhaseNames[kPhases] = {"forward", "backward", "optimizer"
 std::vector<double> g_phase_ms[kPhases];
 bool g_recording_phases = false;  // true during the timed steps
 
-// Starts at construction; mark(phase) adds the time since the last mark to that phase.
+// Starts at construction; mark(phase) adds the time since the last mark to that phase (several marks of
+// one phase in a step, one per micro-batch, add up); at destruction, the end of the step, each phase's
+// total becomes one sample.
 class PhaseClock {
  public:
+  PhaseClock() = default;
+  PhaseClock(const PhaseClock&) = delete;
+  PhaseClock& operator=(const PhaseClock&) = delete;
+  ~PhaseClock() {
+    if (!g_recording_phases || g_device.is_cuda()) return;
+    for (int p = 0; p < kPhases; ++p) g_phase_ms[p].push_back(total_ms_[p]);
+  }
   void mark(Phase phase) {
     const auto now = Clock::now();
-    if (g_recording_phases && !g_device.is_cuda())
-      g_phase_ms[phase].push_back(std::chrono::duration<double, std::milli>(now - last_).count());
+    total_ms_[phase] += std::chrono::duration<double, std::milli>(now - last_).count();
     last_ = now;
   }
 
  private:
   Clock::time_point last_ = Clock::now();
+  double total_ms_[kPhases] = {};
 };
+
+// The loss of one micro-batch of --grad-accum: the batch's mean loss / N, so the summed gradients are
+// those of the mean over the N micro-batches.
+Tensor micro_batch_loss(const Tensor& loss) { return g_grad_accum == 1 ? loss : loss * (1.0 / g_grad_accum); }
 
 // {"forward": median ms, ...}, or an empty string when the phases were not recorded.
 std::string phase_json() {
@@ -146,10 +174,12 @@ void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t
   if (g_precision == DType::f32) {
     ms = time_steps(2, steps, [&] {
       PhaseClock clock;
-      const Tensor loss = model.loss(ids, targets);
-      clock.mark(kForward);
-      loss.backward();
-      clock.mark(kBackward);
+      for (int micro = 0; micro < g_grad_accum; ++micro) {
+        const Tensor loss = micro_batch_loss(model.loss(ids, targets));
+        clock.mark(kForward);
+        loss.backward();
+        clock.mark(kBackward);
+      }
       optim::clip_grad_norm(model.parameters(), 1.0);
       optimizer.step();
       optimizer.zero_grad();
@@ -161,10 +191,12 @@ void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t
     optim::LossScaler scaler = loss_scaler();
     ms = time_steps(2, steps, [&] {
       PhaseClock clock;
-      const Tensor loss = scaler.scale(model.loss(ids, targets));
-      clock.mark(kForward);
-      loss.backward();
-      clock.mark(kBackward);
+      for (int micro = 0; micro < g_grad_accum; ++micro) {
+        const Tensor loss = scaler.scale(micro_batch_loss(model.loss(ids, targets)));
+        clock.mark(kForward);
+        loss.backward();
+        clock.mark(kBackward);
+      }
       scaler.unscale_(optimizer);
       optimizer.clip_grad_norm(1.0);
       scaler.step(optimizer);
@@ -174,7 +206,7 @@ void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t
     });
   }
   const double n = double(model.parameter_count());
-  const double flops = 6 * n * B * T + 12.0 * L * C * T * B * T;
+  const double flops = (6 * n * B * T + 12.0 * L * C * T * B * T) * g_grad_accum;
   const double step_ms = median(ms);
   bench::JsonLine("train_step")
       .add("impl", "halfgrad")
@@ -185,7 +217,8 @@ void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t
       .add("context", (long long)T)
       .add("median_ms", step_ms)
       .add("median_cpu_ms", median(g_cpu_ms))
-      .add("tokens_per_s", double(B * T) / (step_ms / 1e3))
+      .add("grad_accum", g_grad_accum)
+      .add("tokens_per_s", double(B * T * g_grad_accum) / (step_ms / 1e3))
       .add("flops_per_step", flops)
       .add("gflops", flops / (step_ms / 1e3) / 1e9)
       .add("threads", omp_get_max_threads())
@@ -211,10 +244,12 @@ void bench_mlp(int steps) {
   if (g_precision == DType::f32) {
     ms = time_steps(2, steps, [&] {
       PhaseClock clock;
-      const Tensor loss = cross_entropy(model.forward(x), y);
-      clock.mark(kForward);
-      loss.backward();
-      clock.mark(kBackward);
+      for (int micro = 0; micro < g_grad_accum; ++micro) {
+        const Tensor loss = micro_batch_loss(cross_entropy(model.forward(x), y));
+        clock.mark(kForward);
+        loss.backward();
+        clock.mark(kBackward);
+      }
       optimizer.step();
       optimizer.zero_grad();
       clock.mark(kOptimizer);
@@ -224,10 +259,12 @@ void bench_mlp(int steps) {
     optim::LossScaler scaler = loss_scaler();
     ms = time_steps(2, steps, [&] {
       PhaseClock clock;
-      const Tensor loss = scaler.scale(cross_entropy(model.forward(x), y));
-      clock.mark(kForward);
-      loss.backward();
-      clock.mark(kBackward);
+      for (int micro = 0; micro < g_grad_accum; ++micro) {
+        const Tensor loss = scaler.scale(micro_batch_loss(cross_entropy(model.forward(x), y)));
+        clock.mark(kForward);
+        loss.backward();
+        clock.mark(kBackward);
+      }
       scaler.unscale_(optimizer);
       scaler.step(optimizer);
       scaler.update();
@@ -236,7 +273,7 @@ void bench_mlp(int steps) {
     });
   }
   const double n = double(model.parameter_count());
-  const double flops = 6 * n * B;
+  const double flops = 6 * n * B * g_grad_accum;
   const double step_ms = median(ms);
   bench::JsonLine("train_step")
       .add("impl", "halfgrad")
@@ -246,7 +283,8 @@ void bench_mlp(int steps) {
       .add("batch", (long long)B)
       .add("median_ms", step_ms)
       .add("median_cpu_ms", median(g_cpu_ms))
-      .add("samples_per_s", double(B) / (step_ms / 1e3))
+      .add("grad_accum", g_grad_accum)
+      .add("samples_per_s", double(B * g_grad_accum) / (step_ms / 1e3))
       .add("flops_per_step", flops)
       .add("gflops", flops / (step_ms / 1e3) / 1e9)
       .add("threads", omp_get_max_threads())
@@ -261,7 +299,7 @@ void bench_mlp(int steps) {
 
 constexpr const char* kUsage =
     "usage: bench_train [--quick] [--steps N] [--device cpu|cuda] [--precision fp32|bf16|fp16]\n"
-    "                   [--threads N] [--models gpt256,gpt64,mlp]\n"
+    "                   [--threads N] [--models gpt256,gpt64,mlp] [--grad-accum N]\n"
     "Training-step speed (forward + backward + AdamW): (a) GPT L4 H4 C256 T256 B8, (b) GPT T64 B4,\n"
     "(c) MLP 784-1024-1024-10 batch 256. Prints JSON lines to stdout: median ms/step, tokens/s,\n"
     "FLOPs per step, GFLOP/s.\n"
@@ -271,6 +309,7 @@ constexpr const char* kUsage =
     "  --precision fp32|bf16|fp16   mixed precision as train_gpt runs it (default fp32)\n"
     "  --threads N                  OpenMP threads\n"
     "  --models gpt256,gpt64,mlp    a comma-separated subset of the workloads (default all)\n"
+    "  --grad-accum N               micro-batches per optimizer step, gradients summed (default 1)\n"
     "  -h, --help                   this text\n";
 
 int main(int argc, char** argv) {
@@ -292,6 +331,8 @@ int main(int argc, char** argv) {
         omp_set_num_threads(std::max(1, std::atoi(argv[++i])));
       else if (std::strcmp(argv[i], "--models") == 0 && has_value)
         models = argv[++i];
+      else if (std::strcmp(argv[i], "--grad-accum") == 0 && has_value)
+        g_grad_accum = parse_grad_accum(argv[++i]);
       else
         hg::bench::exit_unknown_argument("bench_train", argv[i], kUsage);
     }

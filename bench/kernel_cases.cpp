@@ -194,6 +194,13 @@ std::vector<KernelCase> make_cases() {
                          k::binary_forward(BinaryOp::Add, x, strides, b, strides, y, shape, 2, dt, st);
                        });
   });
+  // A leaf's gradient accumulation, y += x in place: y read and written, x read.
+  add("accumulate", kFloats, [](S s, DType dt, A a) {
+    void* y = a.uniform(s.n(), dt);
+    void* x = a.uniform(s.n(), dt);
+    return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] { k::accumulate(y, x, s.n(), dt, st); });
+  });
   // A bias over the rows: y[r, c] = x[r, c] + b[c] (the broadcast kernel).
   add("add_bias", kFloats, [](S s, DType dt, A a) {
     void* x = a.uniform(s.n(), dt);

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "engine/anomaly.h"
+#include "engine/kernel_dispatch.h"
 #include "engine/ops.h"
 #include "engine/profiler/profiler.h"
 
@@ -75,6 +76,20 @@ bool sole_owner_of_bytes(const Tensor& t, long refs) {
          !impl.grad && impl.post_accumulate_grad_hooks.empty();
 }
 
+// True when `g` can be added into `acc` (a leaf's .grad) in place by kernels::accumulate: same device
+// and dtype, both contiguous, neither with autograd state (a create_graph backward sums through
+// differentiable ops instead), and g's bytes either are acc's own or do not overlap them.
+bool accumulates_in_place(const Tensor& acc, const Tensor& g) {
+  if (acc.device() != g.device() || acc.dtype() != g.dtype() || !acc.is_contiguous() || !g.is_contiguous() ||
+      acc.requires_grad() || g.requires_grad() || acc.grad_fn() || g.grad_fn())
+    return false;
+  if (acc.storage() != g.storage()) return true;
+  const int64_t bytes = acc.numel() * int64_t(dtype_size(acc.dtype()));
+  const auto* a = static_cast<const char*>(acc.data_ptr());
+  const auto* b = static_cast<const char*>(g.data_ptr());
+  return a == b || a + bytes <= b || b + bytes <= a;
+}
+
 // The sink for a leaf: sums incoming gradients into leaf.grad().
 class AccumulateGrad final : public Node {
  public:
@@ -96,8 +111,15 @@ class AccumulateGrad final : public Node {
       // may alias another tensor's memory (a view, a gradient handed to two inputs, the caller's).
       leaf_->grad = sole_owner_of_bytes(g, converted ? 1 : 2) ? g.impl_ptr() : g.clone().impl_ptr();
     } else {
+      // Later gradients (gradient accumulation, a .grad kept from an earlier backward) are added in
+      // place: one pass reading both and writing .grad, where add-then-copy_ allocated a gradient-sized
+      // temporary and passed over it twice more; the same bits.
       Tensor acc(leaf_->grad);
-      acc.copy_(add(acc, g));
+      if (accumulates_in_place(acc, g)) {
+        HG_KERNEL(acc.device(), accumulate, acc.data_ptr(), g.data_ptr(), acc.numel(), acc.dtype());
+      } else {
+        acc.copy_(add(acc, g));
+      }
     }
     for (const auto& [handle, hook] : leaf_->post_accumulate_grad_hooks) hook();
     return {};

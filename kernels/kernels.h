@@ -68,6 +68,10 @@ HG_DECLARE_KERNEL(void, affine, (const void* x, void* y, int64_t n, double alpha
 HG_DECLARE_KERNEL(void, binary_forward,
                   (BinaryOp op, const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
                    void* y, const int64_t* shape, int rank, DType dtype));
+// y[i] = y[i] + x[i] over n contiguous elements, in place: computed in acc_t and rounded once, the bits
+// binary_forward(Add) writes for y + x, without its output buffer or the copy back (a leaf's gradient
+// accumulation). x may be y itself; it must not overlap y otherwise.
+HG_DECLARE_KERNEL(void, accumulate, (void* y, const void* x, int64_t n, DType dtype));
 
 // ---- reductions --------------------------------------------------------------------------------
 // x viewed as contiguous [outer, n, inner]; y[o, i] = reduce_j x[o, j, i], times `scale` for Sum

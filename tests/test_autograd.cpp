@@ -1,14 +1,17 @@
 // The autograd engine: accumulation, shared inputs, diamonds, no_grad, detach, retain_graph and
 // the freed-graph error; multi-output nodes (both outputs used, one used, one used twice, either as the
 // root, retain_graph and the freed-graph error), checked against hand-computed gradients; a leaf's
-// first gradient adopted without a copy only when nothing else can reach its bytes.
+// first gradient adopted without a copy only when nothing else can reach its bytes; later gradients
+// added into .grad in place (no temporary, the same bits), and out of place where the two overlap.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <functional>
 
+#include "engine/allocator.h"
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "engine/random.h"
 
 using namespace hg;
 
@@ -364,4 +367,44 @@ TEST_CASE("a gradient something else can see is copied into leaf.grad") {
     seed.copy_(fresh({0, 0, 0}));
     CHECK(grad_of(x) == std::vector<double>{0.25, 0.5, 0.75});
   }
+}
+
+// ---- later gradients: added into leaf.grad in place -------------------------------------------
+
+TEST_CASE("a later gradient is added into leaf.grad in place: no temporary, add's bits, every floating dtype") {
+  for (DType dtype : {f32, f64, bf16, f16}) {
+    CAPTURE(std::string(dtype_name(dtype)));
+    manual_seed(71);
+    // Past the CPU kernels' parallel threshold, with a vector tail.
+    const int64_t n = 40001;
+    Tensor a = randn({n}, dtype).requires_grad_(), b = randn({n}, dtype).requires_grad_();
+    const Tensor g1 = randn({n}, dtype), g2 = randn({n}, dtype);
+    auto backward_handing_out = [&](const Tensor& g) {
+      Tensor y = add_with_backward(a, b, [g](const Tensor&) { return std::vector<Tensor>{g.clone(), g.clone()}; });
+      Tensor loss = sum(y);
+      const int64_t before = memory_stats().allocation_count;
+      loss.backward();
+      return memory_stats().allocation_count - before;
+    };
+    const int64_t first = backward_handing_out(g1);  // adopted: .grad is the backward's own g1
+    const void* buffer = a.grad().data_ptr();
+    const int64_t second = backward_handing_out(g2);
+    // The same allocations as the first backward: none for the sums (add-then-copy_ took one each).
+    CHECK(second == first);
+    CHECK(a.grad().data_ptr() == buffer);
+    const Tensor expected = add(g1, g2);
+    CHECK(a.grad().to_vector<double>() == expected.to_vector<double>());
+    CHECK(b.grad().to_vector<double>() == expected.to_vector<double>());
+  }
+}
+
+TEST_CASE("a later gradient that overlaps leaf.grad's bytes is summed out of place") {
+  // .grad is elements 1..3 of a buffer and the incoming gradient elements 0..2 of the same buffer:
+  // added in place element by element, each sum would read the one written just before it.
+  Tensor a = leaf({0, 0, 0}), b = leaf({0, 0, 0});
+  Tensor flat = fresh({1, 10, 100, 1000});
+  a.set_grad(flat.narrow(0, 1, 3));
+  sum(add_with_backward(a, b, [&](const Tensor&) { return std::vector<Tensor>{flat.narrow(0, 0, 3), Tensor()}; }))
+      .backward();
+  CHECK(grad_of(a) == std::vector<double>{11, 110, 1100});
 }

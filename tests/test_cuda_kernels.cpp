@@ -7,7 +7,7 @@
 //
 // Where the math is exact the comparison is bitwise: copy_strided, scatter_along, Max and argmax,
 // embedding forward and backward (same additions in the same order), dropout, uniform_fill with a
-// power-of-two width. Elsewhere a result passes when |got - ref| <= atol + rtol * |ref| with
+// power-of-two width, accumulate (one addition). Elsewhere a result passes when |got - ref| <= atol + rtol * |ref| with
 //   rtol = ulps * u(acc) + ulp(out),   atol = ulps * u(acc) * scale,
 // where
 //   u(acc)   = 2^-24 for f32/f16/bf16 (fp32 accumulation), 2^-53 for f64: one rounding of acc_t;
@@ -49,6 +49,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/check.h"
@@ -388,6 +389,37 @@ TEST_CASE("cuda affine: y = alpha x + beta, every dtype, size, alignment") {
         DeviceBuffer d_x(x, offset), d_y(t, n, offset);
         gpu::affine(d_x.data(), d_y.data(), n, -1.5, 0.25, t, stream());
         check_close(d_y.download(), y, "affine", tolerance(t, 2, 8));
+      }
+    }
+  }
+}
+
+// ==== accumulate ==================================================================================
+
+TEST_CASE("cuda accumulate: y += x in place, the CPU's bits, every dtype, size and alignment, and x = y") {
+  SKIP_WITHOUT_DEVICE();
+  // One addition in acc_t rounded once: nothing to fuse or reorder, so bit for bit. The output is an
+  // input too, so it cannot be poisoned; an element the kernel skipped keeps y's value, not the sum.
+  Rng rng(37);
+  for (DType t : kFloatingTypes) {
+    for (int64_t n : kElementwiseSizes) {
+      // Both aligned, both offset by one element (packs after a scalar head), x alone offset (scalar).
+      for (auto [y_offset, x_offset] : {std::pair<int64_t, int64_t>{0, 0}, {1, 1}, {0, 1}}) {
+        CAPTURE(name_of(t));
+        CAPTURE(n);
+        CAPTURE(y_offset);
+        CAPTURE(x_offset);
+        const Buffer y0 = random_buffer(t, n, rng, -3, 3), x = random_buffer(t, n, rng, -3, 3);
+        Buffer y = y0;
+        cpu::accumulate(y.data(), x.data(), n, t);
+        DeviceBuffer d_y(y0, y_offset), d_x(x, x_offset);
+        gpu::accumulate(d_y.data(), d_x.data(), n, t, stream());
+        check_bitwise(d_y.download(), y, "accumulate");
+        Buffer twice = y0;
+        cpu::accumulate(twice.data(), twice.data(), n, t);
+        d_y.upload(y0);
+        gpu::accumulate(d_y.data(), d_y.data(), n, t, stream());
+        check_bitwise(d_y.download(), twice, "accumulate into itself");
       }
     }
   }

@@ -288,22 +288,33 @@ TEST_CASE("copy_strided: layouts (table), element sizes 2, 4 and 8") {
       {"rank 8", {2, 1, 3, 2, 1, 2, 3, 2}, {1, 1, 4, 2, 1, 12, 24, 72}, contiguous_strides({2, 1, 3, 2, 1, 2, 3, 2})},
       {"large transpose (parallel)", {300, 257}, {1, 300}, {257, 1}},
       {"large contiguous rows into gaps (parallel)", {400, 200}, {200, 1}, {256, 1}},
+      // A contiguous tensor of any rank collapses to one row: its columns are split over the threads.
+      {"one long contiguous row (parallel columns)", {100003}, {1}, {1}},
+      {"contiguous 3d, one long row once collapsed", {7, 97, 101}, contiguous_strides({7, 97, 101}),
+       contiguous_strides({7, 97, 101})},
+      {"one long strided row (parallel columns)", {70001}, {2}, {1}},
+      {"one long reversed row (parallel columns)", {70001}, {-1}, {1}, 70000},
       {"zero-size dim", {3, 0, 2}, {0, 2, 1}, {0, 2, 1}},
   };
   Rng rng(21);
   for (DType t : {DType::f16, DType::f32, DType::f64}) {
     for (const CopyCase& c : cases) {
-      CAPTURE(std::string(c.name));
-      CAPTURE(std::string(hg::dtype_name(t)));
-      Buffer src = random_buffer(t, view_extent(c.shape, c.src_strides, c.src_base), rng, -5, 5);
-      Buffer dst = poisoned(t, view_extent(c.shape, c.dst_strides, 0));
-      std::vector<double> ref = dst.values();
-      for_each_index(c.shape, c.src_strides, c.dst_strides,
-                     [&](int64_t, int64_t so, int64_t dof) { ref[dof] = src.get(c.src_base + so); });
-      const char* src_base = static_cast<const char*>(src.data()) + c.src_base * int64_t(hg::dtype_size(t));
-      cpu::copy_strided(src_base, c.src_strides.data(), dst.data(), c.dst_strides.data(), c.shape.data(),
-                        int(c.shape.size()), t);
-      check_exact(dst, ref, c.name);  // unwritten gaps must still hold the poison
+      for (int threads : {1, 3}) {
+        CAPTURE(std::string(c.name));
+        CAPTURE(std::string(hg::dtype_name(t)));
+        CAPTURE(threads);
+        Buffer src = random_buffer(t, view_extent(c.shape, c.src_strides, c.src_base), rng, -5, 5);
+        Buffer dst = poisoned(t, view_extent(c.shape, c.dst_strides, 0));
+        std::vector<double> ref = dst.values();
+        for_each_index(c.shape, c.src_strides, c.dst_strides,
+                       [&](int64_t, int64_t so, int64_t dof) { ref[dof] = src.get(c.src_base + so); });
+        const char* src_base = static_cast<const char*>(src.data()) + c.src_base * int64_t(hg::dtype_size(t));
+        with_threads(threads, [&] {
+          cpu::copy_strided(src_base, c.src_strides.data(), dst.data(), c.dst_strides.data(), c.shape.data(),
+                            int(c.shape.size()), t);
+        });
+        check_exact(dst, ref, c.name);  // unwritten gaps must still hold the poison
+      }
     }
   }
 }
@@ -484,6 +495,43 @@ TEST_CASE("binary_forward: broadcasting and strides (table), every op and dtype"
       }
     }
   }
+}
+
+TEST_CASE("accumulate: y += x in place, binary_forward(Add)'s bits for y + x, every dtype and 1 or 2 threads") {
+  Rng rng(53);
+  for (DType t : kFloatingTypes) {
+    // Vector tails, one chunk and a bit, and a size past the parallel threshold.
+    for (int64_t n : {int64_t(1), int64_t(15), int64_t(17), int64_t(2049), int64_t(40001)}) {
+      CAPTURE(std::string(hg::dtype_name(t)));
+      CAPTURE(n);
+      const Buffer y0 = random_buffer(t, n, rng, -3, 3);
+      const Buffer x = random_buffer(t, n, rng, -3, 3);
+      Buffer sum = poisoned(t, n);
+      const int64_t strides[] = {1};
+      cpu::binary_forward(hg::kernels::BinaryOp::Add, y0.data(), strides, x.data(), strides, sum.data(), &n, 1, t);
+      std::vector<double> ref(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) ref[i] = y0.get(i) + x.get(i);
+      check_close(sum, ref, "binary_forward add", eps(t), 1);
+      for (int threads : {1, 2}) {
+        CAPTURE(threads);
+        Buffer y = y0;
+        with_threads(threads, [&] { cpu::accumulate(y.data(), x.data(), n, t); });
+        CHECK(std::memcmp(y.data(), sum.data(), sum.bytes()) == 0);
+      }
+      // x is y itself: every element doubled (exact).
+      Buffer y = y0;
+      cpu::accumulate(y.data(), y.data(), n, t);
+      std::vector<double> doubled(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) doubled[i] = 2 * y0.get(i);
+      check_exact(y, doubled, "accumulate into itself");
+    }
+  }
+  Buffer y = random_buffer(DType::f32, 4, rng, -1, 1);
+  const Buffer before = y;
+  cpu::accumulate(y.data(), nullptr, 0, DType::f32);
+  CHECK(std::memcmp(y.data(), before.data(), before.bytes()) == 0);
+  check_error([&] { cpu::accumulate(y.data(), y.data(), -1, DType::f32); }, {"[accumulate]", "n = -1", "n >= 0"});
+  check_error([&] { cpu::accumulate(y.data(), y.data(), 4, DType::i32); }, {"[accumulate]", "floating", "i32"});
 }
 
 // ==== reduce ======================================================================================

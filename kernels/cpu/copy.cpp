@@ -9,8 +9,10 @@
 // What remains is [rows..., cols]: the last dimension is the inner loop (a memcpy when it is
 // unit-stride on both sides), the leading ones are walked with an odometer.
 //
-// Parallel strategy: the outer rows are cut into one contiguous range per thread (when the copy is
-// large enough); each range unravels its first row index once and then steps the odometer.
+// Parallel strategy (when the copy is large enough): the outer rows are cut into one contiguous range
+// per thread; each range unravels its first row index once and then steps the odometer. A layout of
+// one row -- what any contiguous tensor collapses to -- has its columns cut instead, at multiples of
+// 64 elements (one memcpy per thread).
 // Views must not overlap (the copy is not ordered).
 #include <cstring>
 
@@ -65,9 +67,21 @@ template <class E>
 void copy_layout(const E* src, E* dst, const PairLayout& layout) {
   int64_t rows = 1;
   for (int d = 0; d + 1 < layout.rank; ++d) rows *= layout.shape[d];
-  const int64_t total = rows * layout.shape[layout.rank - 1];
-  if (rows == 1 || total < kParallelMinElements) {
+  const int64_t cols = layout.shape[layout.rank - 1];
+  const int64_t total = rows * cols;
+  if (total < kParallelMinElements) {
     copy_rows(src, dst, layout, 0, rows);
+    return;
+  }
+  if (rows == 1) {
+    const int64_t src_stride = layout.first[layout.rank - 1], dst_stride = layout.second[layout.rank - 1];
+#pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+      const int64_t begin = cols * thread / threads / 64 * 64;
+      const int64_t end = thread + 1 == threads ? cols : cols * (thread + 1) / threads / 64 * 64;
+      if (end > begin) copy_row(src + begin * src_stride, src_stride, dst + begin * dst_stride, dst_stride, end - begin);
+    }
     return;
   }
 #pragma omp parallel

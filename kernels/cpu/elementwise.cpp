@@ -7,6 +7,7 @@
 //   affine:         y = alpha * x + beta
 //   binary_forward: y[idx] = a[idx . a_strides] op b[idx . b_strides], a stride of 0 broadcasts
 //                   (BinaryMath<op>::value, the op's row in binary_math.h).
+//   accumulate:     y += x in place (binary_forward(Add)'s bits for y + x).
 //
 // Speed: the op is resolved once per call into a compile-time constant (with_op, op_table.h: a
 // template argument), so the inner loops hold no switch and the compiler
@@ -327,6 +328,27 @@ void binary_typed(const T* a, const T* b, T* y, const PairLayout& layout, Op op)
   }
 }
 
+// y[i] = y[i] + x[i] in place, chunked and parallel as map_elements. No __restrict anywhere: y is an
+// input and the output, and x may be y. Each chunk reads all of its inputs before it writes (half types
+// through map_chunk_staged's float buffers), so the sum is BinaryFn<Add>'s, rounded once, as
+// binary_forward's.
+template <class T>
+void accumulate_typed(T* y, const T* x, int64_t n) {
+  BinaryFn<BinaryOp::Add> add;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, count = std::min(kChunk, n - begin);
+    T* out = y + begin;
+    const T* in = x + begin;
+    if constexpr (is_staged_v<T>) {
+      map_chunk_staged(count, add, out, std::index_sequence<0, 1>{}, static_cast<const T*>(out), in);
+    } else {
+      for (int64_t i = 0; i < count; ++i) out[i] = add(out[i], in[i]);
+    }
+  }
+}
+
 }  // namespace
 
 void unary_forward(UnaryOp op, const void* x, void* y, int64_t n, double scalar, DType dtype) {
@@ -380,6 +402,12 @@ void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const 
       binary_typed(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), layout, BinaryFn<kOp>{});
     });
   });
+}
+
+void accumulate(void* y, const void* x, int64_t n, DType dtype) {
+  HG_CHECK(n >= 0, "[accumulate] n = ", n, ", expected n >= 0");
+  dispatch_floating(dtype, "accumulate",
+                    [&]<class T>() { accumulate_typed(static_cast<T*>(y), static_cast<const T*>(x), n); });
 }
 
 }  // namespace hg::kernels::cpu

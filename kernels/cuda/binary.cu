@@ -13,6 +13,10 @@
 //   - anything else: a grid-stride loop with one output element per thread; the thread unravels its
 //     flat index into the simplified shape (innermost dimension fastest, so neighbouring threads read
 //     neighbouring elements of the inputs whose inner stride is 1) and gathers a and b.
+//
+// accumulate: y[i] = y[i] + x[i] in place, the bits binary_forward(Add) writes for y + x. The same
+// 16-byte packs as map_elements (map.h), one per thread of a grid-stride loop; each thread loads both
+// packs before it stores y's, and no pointer is __restrict__ (y is read and written, x may be y).
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/cuda/map.h"
 #include "kernels/kernels_cuda.h"
@@ -61,7 +65,33 @@ __global__ void scalar_kernel(const T* __restrict__ tensor, const T* __restrict_
   });
 }
 
+template <class T>
+__global__ void accumulate_kernel(T* y, const T* x, int64_t n, int64_t head) {
+  for_packs<kPack<T>>(n, head, flat_worker(), flat_workers(), [&](int64_t i, auto width) {
+    constexpr int W = decltype(width)::value;
+    const Pack<T, W> before = load_pack<W>(y + i), addend = load_pack<W>(x + i);
+    Pack<T, W> out;
+    HG_UNROLL
+    for (int k = 0; k < W; ++k) {
+      out.v[k] = from_acc<T>(BinaryMath<BinaryOp::Add>::value(to_acc(before.v[k]), to_acc(addend.v[k])));
+    }
+    store_pack<W>(y + i, out);
+  });
+}
+
 }  // namespace
+
+void accumulate(void* y, const void* x, int64_t n, DType dtype, Stream stream) {
+  HG_CHECK(n >= 0, "[accumulate] n = ", n, ", expected n >= 0");
+  if (n == 0) return;
+  dispatch_floating_cuda(dtype, "accumulate", [&]<class T>() {
+    T* yt = static_cast<T*>(y);
+    const T* xt = static_cast<const T*>(x);
+    const int64_t head = pack_head<T>(n, yt, xt);
+    const int64_t units = head < 0 ? n : (n + kPack<T> - 1) / kPack<T> + 1;
+    launch(accumulate_kernel<T>, flat_grid(units), dim3(kFlatThreads), 0, stream, yt, xt, n, head);
+  });
+}
 
 void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
                     void* y, const int64_t* shape, int rank, DType dtype, Stream stream) {
