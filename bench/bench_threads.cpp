@@ -13,7 +13,9 @@
 // One line per setting: median and p90 ms/step, the share of time the step waited for data (null
 // when a run of it outlived --run-timeout: a collapse, reported as such, never the best); then a
 // summary line per matrix (alone, then with --busy): the best setting by median, the default's
-// median over it (target: within 5%), the matrix's wall time.
+// median over it (target: within 5%), verdict_steady (both of those settings' p90 within 1.2x their
+// median: otherwise their steps straddled a change of the machine's speed, and the verdict is not to
+// be read; a warning on stderr says so), the matrix's wall time.
 // --busy N repeats the matrix with N competing processes, each spinning one thread (the samples
 // must no longer collapse when something else shares the cores).
 // Usage: bench_threads [--train-gpt PATH] [--steps 40] [--skip 8] [--rounds 2] [--busy 1] [--spin 300,3000]
@@ -27,6 +29,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -45,6 +48,9 @@ extern char** environ;
 using namespace hg;
 
 namespace {
+
+// A setting's steps count as steady when their p90 is at most this many times their median.
+constexpr double kSteadyP90OverMedian = 1.2;
 
 struct Setting {
   std::string name;  // "w0 t2 bounded" or "default"
@@ -223,15 +229,16 @@ void run_matrix(const std::string& train_gpt, const std::vector<Setting>& settin
   stop_busy(competitors);
   clock_gettime(CLOCK_MONOTONIC, &end);
   std::string best;
-  double best_median = INFINITY, default_median = NAN;
+  double best_median = INFINITY, default_median = NAN, best_p90 = NAN, default_p90 = NAN;
   for (const Setting& s : settings) {
     const Samples& r = results[s.name];
     // A setting with a run killed at the timeout has no honest median: null, never the best.
     const double median = r.timeouts > 0 ? NAN : quantile(r.step_ms, 0.5);
+    const double p90 = r.timeouts > 0 ? NAN : quantile(r.step_ms, 0.9);
     if (s.is_default)
-      default_median = median;
+      default_median = median, default_p90 = p90;
     else if (median < best_median)
-      best_median = median, best = s.name;
+      best_median = median, best = s.name, best_p90 = p90;
     bench::JsonLine line("threads");
     line.add("setting", s.name)
         .add("busy_processes", (long long)busy)
@@ -245,7 +252,7 @@ void run_matrix(const std::string& train_gpt, const std::vector<Setting>& settin
         .add("failed_runs", r.failures)
         .add("timed_out_runs", r.timeouts);
     add_number(line, "median_ms", median);
-    add_number(line, "p90_ms", r.timeouts > 0 ? NAN : quantile(r.step_ms, 0.9));
+    add_number(line, "p90_ms", p90);
     // What a collapse is at least: the whole timeout spread over the steps it did not finish.
     add_number(line, "timed_out_floor_ms", r.timeouts > 0 ? 1e3 * timeout_s / double(steps) : NAN);
     add_number(line, "data_wait_percent", quantile(r.data_wait_percent, 0.5));
@@ -256,11 +263,23 @@ void run_matrix(const std::string& train_gpt, const std::vector<Setting>& settin
   add_number(summary, "best_median_ms", best_median);
   add_number(summary, "default_median_ms", default_median);
   add_number(summary, "default_over_best", default_median / best_median);
+  // The verdict compares two medians; it holds only when neither setting's steps straddled a change of
+  // the machine's speed (a shared VM's can change for minutes at a time: docs/threads.md), which shows
+  // as a p90 far above the median.
+  const bool measured = std::isfinite(default_p90) && std::isfinite(best_p90);
+  const bool steady =
+      measured && default_p90 <= kSteadyP90OverMedian * default_median && best_p90 <= kSteadyP90OverMedian * best_median;
   summary.add("default_within_5_percent", default_median <= 1.05 * best_median)
+      .add("verdict_steady", steady)
       .add("settings", (long long)settings.size())
       .add("rounds", (long long)rounds)
       .add("wall_s", double(end.tv_sec - start.tv_sec) + 1e-9 * double(end.tv_nsec - start.tv_nsec))
       .print();
+  if (measured && !steady)
+    std::fprintf(stderr,
+                 "bench_threads: the default's or the best setting's p90 is over %.1fx its median: the machine's "
+                 "speed changed while they ran; rerun before reading default_over_best\n",
+                 kSteadyP90OverMedian);
 }
 
 }  // namespace
