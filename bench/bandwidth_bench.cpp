@@ -14,6 +14,9 @@
 //   add_then_copy:      the same sum as autograd made it before: binary_forward add into a temporary,
 //                       then copy_strided back into y; its GB/s counts accumulate's bytes, so the two
 //                       lines read as speeds of the same work.
+//   compare_lt:         y = x < b for b a row broadcast over the rows (an attention-style mask): reads x
+//                       and b, writes one bool per element
+//   where:              y = where(cond, x, z), cond a random bool mask: reads cond, x and z, writes y
 // Full size: rows = 16384, cols = 4096 (256 MiB per f32 tensor); --quick: 1/16 of the rows.
 #include <omp.h>
 
@@ -178,6 +181,34 @@ void bench_accumulate(DType dtype, const Shape& shape, double memcpy_gbs) {
   print_line("add_then_copy", dtype, shape, 3.0 * double(x.size), add_then_copy, memcpy_gbs);
 }
 
+void bench_compare(DType dtype, const Shape& shape, double memcpy_gbs) {
+  const int64_t n = shape.rows * shape.cols;
+  const Bytes x = random_tensor(n, dtype, 9), b = random_tensor(shape.cols, dtype, 10);
+  Bytes y{size_t(n)};
+  const int64_t dims[2] = {shape.rows, shape.cols}, xs[2] = {shape.cols, 1}, bs[2] = {0, 1};
+  const double seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::compare_forward(kernels::CompareOp::Lt, x.get(), xs, b.get(), bs, static_cast<bool*>(y.get()), dims,
+                                  2, dtype);
+  });
+  print_line("compare_lt", dtype, shape, double(x.size + b.size + y.size), seconds, memcpy_gbs);
+}
+
+void bench_where(DType dtype, const Shape& shape, double memcpy_gbs) {
+  const int64_t n = shape.rows * shape.cols;
+  const Bytes u = random_tensor(n, DType::f32, 11), zero(sizeof(float)), x = random_tensor(n, dtype, 12),
+              z = random_tensor(n, dtype, 13);
+  Bytes cond{size_t(n)}, y{size_t(n) * dtype_size(dtype)};
+  std::memset(zero.get(), 0, sizeof(float));
+  const int64_t dims[2] = {shape.rows, shape.cols}, strides[2] = {shape.cols, 1}, none[2] = {0, 0};
+  kernels::cpu::compare_forward(kernels::CompareOp::Gt, u.get(), strides, zero.get(), none,
+                                static_cast<bool*>(cond.get()), dims, 2, DType::f32);
+  const double seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::where_forward(static_cast<const bool*>(cond.get()), strides, x.get(), strides, z.get(), strides,
+                                y.get(), dims, 2, dtype);
+  });
+  print_line("where", dtype, shape, double(cond.size + x.size + z.size + y.size), seconds, memcpy_gbs);
+}
+
 }  // namespace
 
 void run_bandwidth_bench(bool quick) {
@@ -189,6 +220,8 @@ void run_bandwidth_bench(bool quick) {
     bench_gelu(dtype, shape, memcpy_gbs);
     bench_copy(dtype, shape, memcpy_gbs);
     bench_accumulate(dtype, shape, memcpy_gbs);
+    bench_compare(dtype, shape, memcpy_gbs);
+    bench_where(dtype, shape, memcpy_gbs);
   }
 }
 

@@ -1,6 +1,7 @@
 // bench_ops: CPU kernel throughput, one JSON object per line.
 //   - the machine's fp32 FMA peak (measured here, same process) and GEMM GFLOP/s as a fraction of it;
-//   - memory-bound kernels (softmax, layer_norm, GELU, copy, accumulate) in GB/s at sizes far beyond cache;
+//   - memory-bound kernels (softmax, layer_norm, GELU, copy, accumulate, compare, where) in GB/s at sizes far
+//     beyond cache;
 //   - f32 vs bf16 vs f16 kernels on the GPT activation shapes, one thread (half_ops lines).
 // Usage: bench_ops [--quick] [--half-only | --bandwidth-only]   (--quick: smaller sizes, fewer repeats;
 //        for smoke runs; --half-only: only the half_ops lines; --bandwidth-only: only the memory-bound ones)
@@ -13,8 +14,8 @@
 constexpr const char* kUsage =
     "usage: bench_ops [--quick] [--half-only | --bandwidth-only]\n"
     "CPU kernel throughput. Prints JSON lines to stdout: the fp32 FMA peak and GEMM GFLOP/s against it,\n"
-    "memory-bound kernels (softmax, layer_norm, GELU, copy, accumulate) in GB/s against memcpy, f32 vs\n"
-    "bf16 vs f16 kernels (half_ops).\n"
+    "memory-bound kernels (softmax, layer_norm, GELU, copy, accumulate, compare, where) in GB/s against\n"
+    "memcpy, f32 vs bf16 vs f16 kernels (half_ops).\n"
     "  --quick           smaller sizes, fewer repeats (smoke runs)\n"
     "  --half-only       only the half_ops lines\n"
     "  --bandwidth-only  only the memory-bound kernels and the memcpy baseline\n"

@@ -2,7 +2,8 @@
 namespace hg::bench {
 // Prints {"bench":"fma_peak",...} then {"bench":"gemm",...} lines (gemm_bench.cpp).
 void run_gemm_bench(bool quick);
-// Prints {"bench":"memcpy"|"softmax"|"layer_norm"|"gelu"|"copy"|"accumulate"|"add_then_copy",...} lines
+// Prints {"bench":"memcpy"|"softmax"|"layer_norm"|"gelu"|"copy"|"accumulate"|"add_then_copy"|"compare_lt"|
+// "where",...} lines
 // with GB/s (bandwidth_bench.cpp).
 void run_bandwidth_bench(bool quick);
 // Prints {"bench":"half_ops",...} lines: f32 vs bf16 vs f16 elementwise kernels and the conversions,

@@ -223,6 +223,39 @@ std::vector<KernelCase> make_cases() {
                        });
   });
 
+  // ---- masks: compare_forward, where_forward ----
+  // y[r, c] = x[r, c] < b[c] (an attention-mask style comparison against a broadcast row): bool out.
+  add("compare_lt", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* b = a.uniform(s.cols, dt);
+    void* y = a.zeros(size_t(s.n()));
+    return memory_case(dims({s.rows, s.cols}) + " < " + dims({s.cols}),
+                       io({bytes_of(s.n(), dt), bytes_of(s.cols, dt), bytes_of(s.n(), DType::b8)}),
+                       [=, st = a.stream()] {
+                         const int64_t shape[2] = {s.rows, s.cols}, xs[2] = {s.cols, 1}, bs[2] = {0, 1};
+                         k::compare_forward(kernels::CompareOp::Lt, x, xs, b, bs, static_cast<bool*>(y), shape, 2, dt,
+                                            st);
+                       });
+  });
+  // y = where(cond, a, b) over [rows, cols], cond random (half true): the mask made by compare_forward
+  // during setup.
+  add("where", kFloats, [](S s, DType dt, A a) {
+    void* u = a.uniform(s.n(), DType::f32, -1.0, 1.0);
+    void* zero = a.zeros(sizeof(float));
+    bool* cond = static_cast<bool*>(a.zeros(size_t(s.n())));
+    const int64_t flat[1] = {s.n()}, unit[1] = {1}, none[1] = {0};
+    k::compare_forward(kernels::CompareOp::Gt, u, unit, zero, none, cond, flat, 1, DType::f32, a.stream());
+    void* x = a.uniform(s.n(), dt);
+    void* b = a.uniform(s.n(), dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.rows, s.cols}),
+                       io({bytes_of(s.n(), DType::b8), bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] {
+                         const int64_t shape[2] = {s.rows, s.cols}, strides[2] = {s.cols, 1};
+                         k::where_forward(cond, strides, x, strides, b, strides, y, shape, 2, dt, st);
+                       });
+  });
+
   // ---- reductions ----
   add("reduce_sum_rows", kFloats, [](S s, DType dt, A a) {
     void* x = a.uniform(s.n(), dt);

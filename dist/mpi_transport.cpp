@@ -68,7 +68,8 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
-    case DType::u8: return MPI_UINT8_T;
+    case DType::u8:
+    case DType::b8: return MPI_UINT8_T;  // bool: one byte, 0 or 1
     case DType::f16:
     case DType::bf16: return MPI_UINT16_T;  // moved as bits; never reduced here (widened to f32 first)
   }

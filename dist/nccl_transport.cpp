@@ -79,7 +79,8 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::bf16: return ncclBfloat16;
     case DType::i32: return ncclInt32;
     case DType::i64: return ncclInt64;
-    case DType::u8: return ncclUint8;
+    case DType::u8:
+    case DType::b8: return ncclUint8;  // bool: one byte, 0 or 1
   }
   return ncclFloat32;
 }

@@ -7,6 +7,7 @@
 //
 // Binary ops need equal dtypes and devices and broadcast shapes NumPy-style.
 #include <array>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,36 @@ enum class GeluApproximation { Tanh, Erf };
 Tensor gelu(const Tensor& x, GeluApproximation approximation = GeluApproximation::Tanh);
 Tensor silu(const Tensor& x);
 Tensor abs(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor erf(const Tensor& x);
+// sign and floor: their gradient is zero (as PyTorch's). sign(NaN) = 0.
+Tensor sign(const Tensor& x);
+Tensor floor(const Tensor& x);
+// x > 0 ? x : negative_slope x
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+// x > 0 ? x : alpha (exp(x) - 1)
+Tensor elu(const Tensor& x, double alpha = 1.0);
+// log(1 + exp(beta x)) / beta, or x itself where beta x > threshold (PyTorch's softplus). beta = 1
+// is one pass; another beta scales before and after it (three passes).
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+// log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)), finite for every finite x.
+Tensor log_sigmoid(const Tensor& x);
+// x ^ exponent elementwise, with broadcasting; gradients to both (PyTorch's: the base's is 0 where the
+// exponent is 0, the exponent's is 0 where the base is 0 and the exponent >= 0).
+Tensor pow(const Tensor& x, const Tensor& exponent);
+// Elementwise maximum / minimum with broadcasting; NaN in either operand gives NaN. The gradient goes
+// to the larger (smaller) operand; at a tie each gets half (PyTorch's rule).
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+// min(max(x, min), max) with either bound optional (not both absent): the gradient passes where
+// min <= x <= max; NaN stays NaN. Scalar bounds are one pass per bound (clamp_min, clamp_max);
+// tensor bounds (undefined: absent) broadcast against x and receive gradients where they are chosen.
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
+Tensor clamp_min(const Tensor& x, double min);
+Tensor clamp_max(const Tensor& x, double max);
 // gelu(x + bias) for x [..., N], bias [N]: the MLP's activation after a GEMM without its bias
 // (engine/ops/bias_gelu.cpp). One pass forward; backward gives dx and the bias gradient in one pass.
 Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApproximation approximation = GeluApproximation::Tanh);
@@ -53,6 +84,57 @@ Tensor operator*(double s, const Tensor& a);
 Tensor operator/(const Tensor& a, double s);
 Tensor operator/(double s, const Tensor& a);
 
+// ---- comparisons, logic and masks: engine/ops/compare.cpp ----
+// Comparisons give bool (b8) tensors, with broadcasting. Both operands have one dtype (any: floating,
+// i32, i64, u8, bool) and device; a scalar compares in the tensor's dtype when it is floating or the
+// scalar is a whole number it holds, else both in f64 (PyTorch promotes to f32 there; f64 is exact for
+// every i32, u8 and bool). No gradient flows through them.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, double b);
+Tensor operator!=(const Tensor& a, double b);
+Tensor operator<(const Tensor& a, double b);
+Tensor operator<=(const Tensor& a, double b);
+Tensor operator>(const Tensor& a, double b);
+Tensor operator>=(const Tensor& a, double b);
+// Any dtype, nonzero (and NaN) is true; bool results, with broadcasting. Operands of different dtypes
+// are each cast to bool first.
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& x);
+Tensor operator&(const Tensor& a, const Tensor& b);  // bool operands: logical_and
+Tensor operator|(const Tensor& a, const Tensor& b);  // bool operands: logical_or
+Tensor operator^(const Tensor& a, const Tensor& b);  // bool operands: logical_xor
+// Whether any / all elements are nonzero, over `dims` (empty: all); bool results. Over no elements:
+// any is false, all is true.
+Tensor any(const Tensor& x, const std::vector<int>& dims = {}, bool keepdim = false);
+Tensor all(const Tensor& x, const std::vector<int>& dims = {}, bool keepdim = false);
+// cond ? a : b elementwise, cond bool, the three broadcast together; a and b share dtype and device.
+// Gradients: where(cond, g, 0) to a, where(cond, 0, g) to b (summed to their shapes). A NaN in the
+// operand not chosen does not reach the output or the gradient.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, double b);
+Tensor where(const Tensor& cond, double a, const Tensor& b);
+// x with `value` where mask (bool, broadcast to x's shape) is true; the gradient is zero there.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+
 // The shape a and b broadcast to; throws naming both shapes when they don't.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // Sums `grad` down to `shape` (the backward of broadcasting).
@@ -66,6 +148,22 @@ Tensor mean(const Tensor& x, const std::vector<int>& dims = {}, bool keepdim = f
 std::pair<Tensor, Tensor> max(const Tensor& x, int dim, bool keepdim = false);
 // Maximum of all elements (gradient to the first maximum).
 Tensor max(const Tensor& x);
+
+// ---- statistics over dimensions, composed from the reductions above: engine/ops/statistics.cpp ----
+// Minimum over one dimension: (values, indices i64), the first minimum; NaN is the minimum (propagates).
+std::pair<Tensor, Tensor> min(const Tensor& x, int dim, bool keepdim = false);
+// Minimum of all elements.
+Tensor min(const Tensor& x);
+// The index (i64) of the first maximum / minimum along dim; no gradient.
+Tensor argmax(const Tensor& x, int dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int dim, bool keepdim = false);
+// sum((x - mean)^2) / (N - correction) over `dims` (empty: all); correction 1 is the unbiased estimate.
+// N - correction <= 0 gives inf or NaN, as PyTorch.
+Tensor var(const Tensor& x, const std::vector<int>& dims = {}, double correction = 1.0, bool keepdim = false);
+Tensor std(const Tensor& x, const std::vector<int>& dims = {}, double correction = 1.0, bool keepdim = false);
+// log(sum(exp(x))) over `dims` (empty: all), shifted by the maximum (finite for any finite x; -inf
+// where every element is -inf). The gradient is softmax(x) over the reduced elements.
+Tensor logsumexp(const Tensor& x, const std::vector<int>& dims = {}, bool keepdim = false);
 
 // ---- linear algebra: engine/ops/matmul.cpp ----
 // [.., m, k] @ [.., k, n] with broadcasting batch dimensions; 1-D operands as in NumPy.
@@ -84,6 +182,59 @@ Tensor log_softmax(const Tensor& x, int dim = -1);
 // the error is raised LATER, at the next host read (.item(), .to(kCPU), cuda::synchronize), as CUDA
 // reports its own kernel errors (docs/cuda.md).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// ---- losses (PyTorch's torch.nn.functional names): engine/ops/losses.cpp ----
+// How a loss reduces its per-element values: None keeps them, Mean and Sum reduce to a scalar.
+// BatchMean (kl_div only) is the sum divided by the first dimension's size.
+enum class Reduction { None, Mean, Sum, BatchMean };
+const char* reduction_name(Reduction reduction);
+// input and target of one shape (no broadcasting: a mismatch is an error), floating, one dtype.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);  // (x - t)^2
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);   // |x - t|
+// |d| < beta ? 0.5 d^2 / beta : |d| - 0.5 beta  (beta = 0: l1_loss)
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+// |d| < delta ? 0.5 d^2 : delta (|d| - 0.5 delta)
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, double delta = 1.0);
+// -weight (t log(x) + (1 - t) log(1 - x)), each log clamped at >= -100 (PyTorch's), x in [0, 1]
+// (checked: an input outside it is an error). weight (optional) broadcasts to the input.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
+                            Reduction reduction = Reduction::Mean);
+// The stable form on logits: weight ((1 - t) x - (1 + (pos_weight - 1) t) log_sigmoid(x)); pos_weight
+// (optional) broadcasts over the last dimension (one per class), weight to the input.
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
+                                        const Tensor& pos_weight = Tensor(), Reduction reduction = Reduction::Mean);
+// Negative log-likelihood of log-probabilities input [N, C] (or [C], or [N, C, d1, ...]) at class
+// indices target [N] (or [], or [N, d1, ...]), i32/i64: loss_i = -weight[t_i] input[i, t_i], 0 where
+// t_i == ignore_index; Mean divides by the sum of weight[t_i] over the counted elements (NaN if none).
+// A target outside [0, C) that is not ignore_index is an error naming it (a host read, on any device).
+Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(), int64_t ignore_index = -100,
+                Reduction reduction = Reduction::Mean);
+// cross_entropy with PyTorch's options. Class-index targets (i32/i64, shapes as nll_loss) or class
+// probabilities (floating, the input's shape). label_smoothing mixes the target with the uniform
+// distribution; weight [C] scales each class. The default options on [N, C] or [C] logits with index
+// targets run the fused cross_entropy above; anything else is log_softmax and the nll / sum form.
+struct CrossEntropyOptions {
+  Tensor weight;
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::Mean;
+  double label_smoothing = 0.0;
+  CrossEntropyOptions& set_weight(const Tensor& w) { weight = w; return *this; }
+  CrossEntropyOptions& set_ignore_index(int64_t i) { ignore_index = i; return *this; }
+  CrossEntropyOptions& set_reduction(Reduction r) { reduction = r; return *this; }
+  CrossEntropyOptions& set_label_smoothing(double e) { label_smoothing = e; return *this; }
+};
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyOptions& options);
+// Kullback-Leibler divergence with input = log q: target (log p when log_target) * (log p - input),
+// 0 where p == 0. Reduction::BatchMean divides the sum by input.size(0) (the mathematically right one).
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, bool log_target = false);
+// sum(x1 x2, dim) / (max(||x1||, eps) max(||x2||, eps)), x1 and x2 broadcast together.
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int dim = 1, double eps = 1e-8);
+// ||x1 - x2 + eps||_p over the last dimension (PyTorch's pairwise_distance); p > 0, or infinity (max |.|).
+Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, double eps = 1e-6);
+// max(d(a, p) - d(a, n) + margin, 0) with d = pairwise_distance(., ., p, eps); swap uses
+// min(d(a, n), d(p, n)) as the negative distance.
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative, double margin = 1.0,
+                           double p = 2.0, double eps = 1e-6, bool swap = false, Reduction reduction = Reduction::Mean);
 // The fused classifier (engine/ops/linear_cross_entropy.cpp): cross_entropy(x weight^T, targets)
 // for x [N, C], weight [V, C] (a tied lm_head), targets [N] i32/i64, with the same loss, dtype,
 // NaN-when-nothing-counts and target errors, computed in chunks of chunk_rows rows (0: choose, see
@@ -164,6 +315,43 @@ Tensor squeeze(const Tensor& x, int dim);
 Tensor expand(const Tensor& x, const Shape& shape);
 Tensor contiguous(const Tensor& x);
 Tensor cat(const std::vector<Tensor>& tensors, int dim);
+
+// ---- shapes composed from views and cat: engine/ops/shape_compose.cpp ----
+// Joins tensors of one shape along a new dimension `dim` (unsqueeze each, then cat).
+Tensor stack(const std::vector<Tensor>& tensors, int dim = 0);
+// Views of consecutive pieces along dim: of split_size each (the last may be shorter), of the given
+// sizes (summing to the dimension), or `chunks` pieces of ceil(size / chunks) (fewer when it divides so).
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int dim = 0);
+// Dimensions start_dim..end_dim merged into one / dimension dim split into `sizes` (one may be -1).
+Tensor flatten(const Tensor& x, int start_dim, int end_dim = -1);
+Tensor unflatten(const Tensor& x, int dim, const Shape& sizes);
+// x tiled repeats[i] times along each dimension (repeats may add leading dimensions), a copy.
+Tensor repeat(const Tensor& x, const Shape& repeats);
+// Constant padding: `pad` holds (before, after) pairs starting from the LAST dimension, as
+// torch.nn.functional.pad: {left, right} pads the last dimension, {left, right, top, bottom} the last two.
+// Negative amounts crop.
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, double value = 0.0);
+// x with elements above (tril) / below (triu) the `diagonal`-th diagonal of the last two dimensions
+// set to 0; the gradient is masked the same way.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// ids (i32/i64, any shape) -> i64 [ids.shape, num_classes] with a 1 at each id. num_classes -1: the
+// largest id + 1 (a host read). An id outside [0, num_classes) is an error (a host read).
+Tensor one_hot(const Tensor& ids, int64_t num_classes = -1);
+
+// ---- factories beyond engine/tensor.h's: engine/ops/shape_compose.cpp ----
+// start, start + step, ... while below end (above, for a negative step): ceil((end - start) / step)
+// values in `dtype` (PyTorch infers i64 from integer arguments; here the dtype is given, f32 by default).
+Tensor arange(double start, double end, double step = 1.0, DType dtype = f32, const Device& device = kCPU);
+// `steps` values from start to end inclusive, evenly spaced.
+Tensor linspace(double start, double end, int64_t steps, DType dtype = f32, const Device& device = kCPU);
+// [n, m] (m = -1: n) with ones on the diagonal.
+Tensor eye(int64_t n, int64_t m = -1, DType dtype = f32, const Device& device = kCPU);
+Tensor full_like(const Tensor& t, double value);
+Tensor rand_like(const Tensor& t);
+Tensor randn_like(const Tensor& t);
 
 // ---- dtype and device: engine/ops/cast.cpp ----
 Tensor cast(const Tensor& x, DType dtype);

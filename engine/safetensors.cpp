@@ -52,19 +52,21 @@ const char* format_name(DType t) {
       return "I64";
     case DType::u8:
       return "U8";
+    case DType::b8:
+      return "BOOL";
   }
   return "?";
 }
 
 std::optional<DType> dtype_from_format(const std::string& name) {
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8})
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::b8})
     if (name == format_name(t)) return t;
   return std::nullopt;
 }
 
 // The format's dtypes that halfgrad has no tensor type for.
 bool is_known_unsupported(const std::string& name) {
-  static const std::set<std::string> names = {"BOOL",    "I8", "U16",     "I16",     "U32", "U64", "F8_E4M3",
+  static const std::set<std::string> names = {"I8", "U16",     "I16",     "U32", "U64", "F8_E4M3",
                                               "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64", "C128"};
   return names.count(name) != 0;
 }
@@ -189,8 +191,8 @@ Entry parse_entry(const LoadContext& file, const std::string& name, const Json& 
   const std::optional<DType> parsed_dtype = dtype_from_format(dtype_text);
   if (!parsed_dtype) {
     if (is_known_unsupported(dtype_text))
-      file.fail_tensor(name, "unsupported dtype '", dtype_text, "'; halfgrad reads F32, F64, F16, BF16, I32, I64");
-    file.fail_tensor(name, "unknown dtype '", dtype_text, "'; expected F32, F64, F16, BF16, I32 or I64");
+      file.fail_tensor(name, "unsupported dtype '", dtype_text, "'; halfgrad reads F32, F64, F16, BF16, I32, I64, U8, BOOL");
+    file.fail_tensor(name, "unknown dtype '", dtype_text, "'; expected F32, F64, F16, BF16, I32, I64, U8 or BOOL");
   }
   entry.dtype = *parsed_dtype;
 
@@ -235,6 +237,11 @@ Metadata parse_metadata(const LoadContext& file, const Json& value) {
 Tensor make_tensor(const Entry& entry, const std::shared_ptr<Mapping>& mapping, const unsigned char* data) {
   const size_t nbytes = size_t(entry.end - entry.begin);
   const unsigned char* source = data + entry.begin;
+  if (entry.dtype == DType::b8) {  // a bool byte other than 0 or 1 would be undefined behaviour to read
+    for (size_t i = 0; i < nbytes; ++i)
+      HG_CHECK(source[i] <= 1, "[safetensors] tensor '", entry.name, "': BOOL element ", i, " is byte ",
+               int(source[i]), "; expected 0 or 1");
+  }
   const size_t element = dtype_size(entry.dtype);
   if (nbytes == 0 || reinterpret_cast<uintptr_t>(source) % element != 0) {
     // Zero-size, or misaligned for its element type (header not padded by its writer): a fresh copy.

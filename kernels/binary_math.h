@@ -9,11 +9,27 @@
 // upstream gradient g, and whether those read the operands (the engine saves a and b for the
 // backward only then). The gradients are written once for any type with + - * / and unary minus:
 // the engine instantiates them with Tensor (before summing a broadcast gradient back to its
-// operand's shape).
+// operand's shape). The gradients of maximum, minimum and pow need more than arithmetic (PyTorch's
+// tie rule, pow's special cases); theirs are functions of Tensors that the engine defines
+// (engine/ops/binary_grads.h), found by argument-dependent lookup when the engine instantiates the row:
+//   maximum: at a == b each operand gets g / 2; a NaN operand passes g to both (PyTorch's rule)
+//   pow:     da = g b a^(b-1) (0 where b == 0),  db = g a^b log(a) (0 where a == 0 and b >= 0)
+#include <cmath>
+
 #include "kernels/host_device.h"
 #include "kernels/op_table.h"
 
 namespace hg::kernels {
+
+// NaN-propagating maximum and minimum (PyTorch's maximum / minimum: a NaN operand gives NaN).
+template <class A>
+HG_HOST_DEVICE inline A maximum_of(A a, A b) {
+  return a != a ? a : (b != b ? b : (a < b ? b : a));
+}
+template <class A>
+HG_HOST_DEVICE inline A minimum_of(A a, A b) {
+  return a != a ? a : (b != b ? b : (b < a ? b : a));
+}
 
 // clang-format off
 #define HG_BINARY_OPS(row)                                                                    \
@@ -21,7 +37,10 @@ namespace hg::kernels {
   row(Add,        "add", a + b,   g,      g,                   false)                         \
   row(Sub,        "sub", a - b,   g,      -g,                  false)                         \
   row(Mul,        "mul", a * b,   g * b,  g * a,               true)                          \
-  row(Div,        "div", a / b,   g / b,  -(g * a / (b * b)),  true)
+  row(Div,        "div", a / b,   g / b,  -(g * a / (b * b)),  true)                           \
+  row(Maximum,    "maximum", maximum_of(a, b), g * maximum_share(a, b), g * maximum_share(b, a), true) \
+  row(Minimum,    "minimum", minimum_of(a, b), g * minimum_share(a, b), g * minimum_share(b, a), true) \
+  row(Pow,        "pow", std::pow(a, b), pow_grad_base(g, a, b), pow_grad_exponent(g, a, b), true)
 // clang-format on
 
 // ---- generated from the table ----

@@ -2,7 +2,8 @@
 // Run-time dtype dispatch with a generic lambda: dispatch_floating(dt, [&]<class T>() { ... })
 // instantiates the body once per floating type and calls the one matching dt. acc_t<T> is the type
 // a kernel accumulates in: double for double, float for everything else. dispatch_all adds the
-// integer types (i32, i64 and the storage type u8) for the kernels that only convert (fill, cast).
+// integer types (i32, i64 and the storage type u8) and bool for the kernels that only convert (fill,
+// cast). dispatch_compare: every dtype whose values compare (floating, i32, i64, u8, bool).
 #include <type_traits>
 
 #include "kernels/dtype.h"
@@ -42,6 +43,7 @@ decltype(auto) dispatch_all(DType dt, const char* what, F&& body) {
     case DType::i32: return body.template operator()<int32_t>();
     case DType::i64: return body.template operator()<int64_t>();
     case DType::u8: return body.template operator()<uint8_t>();
+    case DType::b8: return body.template operator()<bool>();
     default: return dispatch_floating(dt, what, std::forward<F>(body));
   }
 }

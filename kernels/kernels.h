@@ -21,6 +21,7 @@
 #include "kernels/declare_kernel.h"
 #include "kernels/attention_problem.h"
 #include "kernels/binary_math.h"
+#include "kernels/compare_math.h"
 #include "kernels/conv_geometry.h"
 #include "kernels/dtype.h"
 #include "kernels/unary_math.h"
@@ -72,6 +73,21 @@ HG_DECLARE_KERNEL(void, binary_forward,
 // binary_forward(Add) writes for y + x, without its output buffer or the copy back (a leaf's gradient
 // accumulation). x may be y itself; it must not overlap y otherwise.
 HG_DECLARE_KERNEL(void, accumulate, (void* y, const void* x, int64_t n, DType dtype));
+
+// ---- comparisons, masks and selection -----------------------------------------------------------
+// y[idx] = a[idx . a_strides] op b[idx . b_strides] for every index of `shape` (CompareMath<op>, the
+// op's row in kernels/compare_math.h: eq ne lt le gt ge, logical and/or/xor); y is contiguous bool.
+// a and b share `dtype`, any dtype (floating, i32, i64, u8, bool). A stride of 0 broadcasts.
+HG_DECLARE_KERNEL(void, compare_forward,
+                  (CompareOp op, const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
+                   bool* y, const int64_t* shape, int rank, DType dtype));
+// y[idx] = cond[idx . cond_strides] ? a[idx . a_strides] : b[idx . b_strides] for every index of
+// `shape`; cond is bool, a, b and the contiguous y share `dtype` (any dtype). Only the selected
+// operand's value reaches y (a NaN in the other does not). The backward of where is where itself:
+// da = where(cond, g, 0), db = where(cond, 0, g).
+HG_DECLARE_KERNEL(void, where_forward,
+                  (const bool* cond, const int64_t* cond_strides, const void* a, const int64_t* a_strides,
+                   const void* b, const int64_t* b_strides, void* y, const int64_t* shape, int rank, DType dtype));
 
 // ---- reductions --------------------------------------------------------------------------------
 // x viewed as contiguous [outer, n, inner]; y[o, i] = reduce_j x[o, j, i], times `scale` for Sum

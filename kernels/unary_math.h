@@ -10,10 +10,16 @@
 // Columns: the enumerator, the name, what the derivative reads (X, Y or None: unary_backward
 // accepts x = nullptr unless it reads X, and recomputes y from x when y = nullptr), f(x, s), and
 // f'(x, y, s) with y = f(x, s) (some derivatives are cheaper from y). `s` is the op's scalar (the
-// exponent of Pow). The longer formulas are the functions above the table:
+// exponent of Pow, LeakyRelu's negative slope, Elu's alpha, Softplus's threshold, the bound of
+// ClampMin / ClampMax). Sign and Floor have a zero derivative (PyTorch's, too), and so has Pow with
+// exponent 0 (x^0 = 1 everywhere, also at x = 0, where s x^(s-1) would be 0 * inf). The longer formulas
+// are the functions above the table:
 //   gelu_tanh(x) = 0.5 x (1 + tanh(u)),   u = sqrt(2/pi) (x + 0.044715 x^3)
 //   gelu_erf(x)  = 0.5 x (1 + erf(x / sqrt 2))
 //   silu(x)      = x sigmoid(x)
+//   softplus(x)  = log(1 + exp(x)), or x itself above the threshold s (beta = 1; the engine scales
+//                  for other betas: softplus_beta(x) = softplus(beta x) / beta)
+//   log_sigmoid(x) = min(x, 0) - log(1 + exp(-|x|))   (= -softplus(-x), stable for every x)
 #include <cmath>
 
 #include "kernels/host_device.h"
@@ -60,6 +66,21 @@ HG_HOST_DEVICE inline A silu_derivative(A x) {
   return sg * (A(1) + x * (A(1) - sg));
 }
 
+template <class A>
+HG_HOST_DEVICE inline A softplus_of(A x, A threshold) {
+  return x > threshold ? x : std::log1p(std::exp(x));
+}
+
+template <class A>
+HG_HOST_DEVICE inline A log_sigmoid_of(A x) {
+  return (x < A(0) ? x : A(0)) - std::log1p(std::exp(-(x < A(0) ? -x : x)));
+}
+
+template <class A>
+HG_HOST_DEVICE inline A sign_of(A x) {
+  return A(A(0) < x) - A(x < A(0));  // 0 for 0 and NaN
+}
+
 // clang-format off
 #define HG_UNARY_OPS(row)                                                                                    \
   /*  enumerator  name         reads  f(x, s)                 f'(x, y, s)                                 */ \
@@ -73,8 +94,20 @@ HG_HOST_DEVICE inline A silu_derivative(A x) {
   row(GeluTanh,   "gelu_tanh", X,     gelu_tanh_of(x),        gelu_tanh_derivative(x))                       \
   row(GeluErf,    "gelu_erf",  X,     gelu_erf_of(x),         gelu_erf_derivative(x))                        \
   row(Silu,       "silu",      X,     x * sigmoid_of(x),      silu_derivative(x))                            \
-  row(Pow,        "pow",       X,     std::pow(x, s),         s * std::pow(x, s - A(1)))                     \
-  row(Abs,        "abs",       X,     x < A(0) ? -x : x,      x > A(0) ? A(1) : (x < A(0) ? A(-1) : A(0)))
+  row(Pow,        "pow",       X,     std::pow(x, s),         s == A(0) ? A(0) : s * std::pow(x, s - A(1)))  \
+  row(Abs,        "abs",       X,     x < A(0) ? -x : x,      x > A(0) ? A(1) : (x < A(0) ? A(-1) : A(0)))  \
+  row(Sin,        "sin",       X,     std::sin(x),            std::cos(x))                                   \
+  row(Cos,        "cos",       X,     std::cos(x),            -std::sin(x))                                  \
+  row(Rsqrt,      "rsqrt",     Y,     A(1) / std::sqrt(x),    A(-0.5) * y * y * y)                           \
+  row(Erf,        "erf",       X,     std::erf(x),            A(1.1283791670955126) * std::exp(-x * x))      \
+  row(Sign,       "sign",      None,  sign_of(x),             A(0))                                          \
+  row(Floor,      "floor",     None,  std::floor(x),          A(0))                                          \
+  row(LeakyRelu,  "leaky_relu", X,    x > A(0) ? x : x * s,   x > A(0) ? A(1) : s)                           \
+  row(Elu,        "elu",       X,     x > A(0) ? x : s * std::expm1(x), x > A(0) ? A(1) : s * std::exp(x))   \
+  row(Softplus,   "softplus",  X,     softplus_of(x, s),      x > s ? A(1) : sigmoid_of(x))                  \
+  row(LogSigmoid, "log_sigmoid", X,   log_sigmoid_of(x),      sigmoid_of(-x))                                \
+  row(ClampMin,   "clamp_min", X,     x < s ? s : x,          x >= s ? A(1) : A(0))                          \
+  row(ClampMax,   "clamp_max", X,     x > s ? s : x,          x <= s ? A(1) : A(0))
 // clang-format on
 
 // ---- generated from the table ----

@@ -450,8 +450,8 @@ TEST_CASE("cuda binary_forward: broadcasting and strides (table), every op and d
       {"zero-size dim", {4, 0}, {0, 1}, {0, 1}},
       {"rank 8", {2, 3, 1, 2, 2, 1, 3, 2}, contiguous_strides({2, 3, 1, 2, 2, 1, 3, 2}), {0, 1, 0, 0, 3, 0, 6, 0}},
   };
-  // 1 ulp: one IEEE operation, rounded once by both backends (the same bits unless a compiler
-  // reassociates, which neither may).
+  // 1 ulp: one IEEE operation (or a select: maximum, minimum), rounded once by both backends (the same
+  // bits unless a compiler reassociates, which neither may).
   Rng rng(41);
   for (DType t : kFloatingTypes) {
     for (const Case& c : cases) {
@@ -470,7 +470,8 @@ TEST_CASE("cuda binary_forward: broadcasting and strides (table), every op and d
         DeviceBuffer d_a(a, c.a_offset), d_b(b, c.b_offset), d_y(t, n, c.y_offset);
         gpu::binary_forward(op, d_a.data(), c.a_strides.data(), d_b.data(), c.b_strides.data(), d_y.data(),
                             c.shape.data(), int(c.shape.size()), t, stream());
-        check_close(d_y.download(), y, c.name, tolerance(t, 1));
+        // pow is a library call: CUDA's powf is within 2 ulp, not correctly rounded.
+        check_close(d_y.download(), y, c.name, tolerance(t, op == BinaryOp::Pow ? 4 : 1));
       }
     }
   }

@@ -4,7 +4,10 @@
 //           reduced back to each input's shape with sum_to (the backward of broadcasting);
 //   unary f: dx = g * f'(x, y) by the unary_backward kernel (f' from kernels/unary_math.h).
 // The front-end of a unary op is one line at the end of this file (docs/adding_an_op.md).
+#include <cmath>
+
 #include "engine/ops.h"
+#include "engine/ops/binary_grads.h"
 #include "engine/ops/op_support.h"
 
 namespace hg {
@@ -14,14 +17,6 @@ namespace {
 using kernels::BinaryOp;
 using kernels::UnaryOp;
 
-// Strides that read `t` at every index of `shape` (right-aligned; broadcast dimensions get 0).
-Shape broadcast_strides(const Tensor& t, const Shape& shape) {
-  Shape strides(shape.size(), 0);
-  const size_t lead = shape.size() - size_t(t.dim());
-  for (size_t i = 0; i < size_t(t.dim()); ++i) strides[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
-  return strides;
-}
-
 Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = kernels::op_name(op);
   ops::check_floating(a, name, "a");
@@ -30,7 +25,7 @@ Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b) {
   ops::check_backend(a, name);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = ops::empty_as(shape, a);
-  const Shape as = broadcast_strides(a, shape), bs = broadcast_strides(b, shape);
+  const Shape as = ops::broadcast_strides(a, shape), bs = ops::broadcast_strides(b, shape);
   HG_KERNEL(a.device(), binary_forward, op, a.data_ptr(), as.data(), b.data_ptr(), bs.data(), out.data_ptr(),
             shape.data(), int(shape.size()), a.dtype());
   return out;
@@ -136,6 +131,40 @@ Tensor gelu(const Tensor& x, GeluApproximation approximation) {
 }
 Tensor silu(const Tensor& x) { return unary(UnaryOp::Silu, x); }
 Tensor abs(const Tensor& x) { return unary(UnaryOp::Abs, x); }
+Tensor sin(const Tensor& x) { return unary(UnaryOp::Sin, x); }
+Tensor cos(const Tensor& x) { return unary(UnaryOp::Cos, x); }
+Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::Rsqrt, x); }
+Tensor erf(const Tensor& x) { return unary(UnaryOp::Erf, x); }
+Tensor sign(const Tensor& x) { return unary(UnaryOp::Sign, x); }
+Tensor floor(const Tensor& x) { return unary(UnaryOp::Floor, x); }
+Tensor leaky_relu(const Tensor& x, double negative_slope) { return unary(UnaryOp::LeakyRelu, x, negative_slope); }
+Tensor elu(const Tensor& x, double alpha) { return unary(UnaryOp::Elu, x, alpha); }
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  HG_CHECK(beta > 0 && std::isfinite(beta), "[softplus] beta = ", beta, "; expected a finite beta > 0");
+  if (beta == 1.0) return unary(UnaryOp::Softplus, x, threshold);
+  return affine(unary(UnaryOp::Softplus, affine(x, beta, 0.0), threshold), 1.0 / beta, 0.0);
+}
+Tensor log_sigmoid(const Tensor& x) { return unary(UnaryOp::LogSigmoid, x); }
+Tensor clamp_min(const Tensor& x, double min) { return unary(UnaryOp::ClampMin, x, min); }
+Tensor clamp_max(const Tensor& x, double max) { return unary(UnaryOp::ClampMax, x, max); }
+
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  HG_CHECK(min || max, "[clamp] got neither min nor max; expected at least one bound");
+  const Tensor low = min ? clamp_min(x, *min) : x;
+  return max ? clamp_max(low, *max) : low;
+}
+
+// where(x < min, min, x), then where(. > max, max, .): x passes its gradient where min <= x <= max,
+// each bound where it is chosen, and min > max gives max, as PyTorch's clamp.
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
+  HG_CHECK(min.defined() || max.defined(), "[clamp] got neither min nor max; expected at least one bound");
+  const Tensor low = min.defined() ? where(lt(x, min), min, x) : x;
+  return max.defined() ? where(gt(low, max), max, low) : low;
+}
+
+Tensor pow(const Tensor& x, const Tensor& exponent) { return binary(BinaryOp::Pow, x, exponent); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Minimum, a, b); }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

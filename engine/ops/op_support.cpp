@@ -40,4 +40,11 @@ void check_backend(const Tensor& t, const char* op) {
 
 Tensor empty_as(const Shape& shape, const Tensor& x) { return empty(shape, x.dtype(), x.device()); }
 
+Shape broadcast_strides(const Tensor& t, const Shape& shape) {
+  Shape strides(shape.size(), 0);
+  const size_t lead = shape.size() - size_t(t.dim());
+  for (size_t i = 0; i < size_t(t.dim()); ++i) strides[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+  return strides;
+}
+
 }  // namespace hg::ops

@@ -17,6 +17,9 @@ void check_index(const Tensor& t, const char* op, const char* what);
 void check_same(const std::vector<const Tensor*>& tensors, const std::vector<const char*>& names, const char* op);
 // The tensor's device has kernels in this build (a CUDA tensor exists only in a CUDA build).
 void check_backend(const Tensor& t, const char* op);
+// Strides that read `t` at every index of `shape`, which t broadcasts to (right-aligned; broadcast
+// dimensions get stride 0).
+Shape broadcast_strides(const Tensor& t, const Shape& shape);
 // An empty contiguous tensor with x's dtype and device.
 Tensor empty_as(const Shape& shape, const Tensor& x);
 

@@ -1,4 +1,4 @@
-// fill and cast between the seven dtypes (f32, f64, f16, bf16, i32, i64 and the storage type u8).
+// fill and cast between the eight dtypes (f32, f64, f16, bf16, i32, i64, the storage type u8 and bool).
 //
 // Math:
 //   floating -> floating rounds to nearest, ties to even, with a single rounding. f32/f16/bf16
@@ -9,6 +9,7 @@
 //   integer -> floating goes through double (exact for |v| <= 2^53).
 //   floating -> integer truncates toward zero (C semantics), saturates at the integer range and
 //     maps NaN to 0, so no input is undefined behaviour.
+//   anything -> bool is value != 0 (NaN is true, as in PyTorch); bool -> anything is 0 or 1.
 //
 // Parallel strategy: the element range is cut into fixed chunks; OpenMP splits the chunks over
 // threads once n is large enough to pay for the fork. Casts among f32, f16 and bf16 go through
@@ -67,6 +68,8 @@ Y from_double(double d) {
     return static_cast<float>(d);
   } else if constexpr (is_half_type_v<Y>) {
     return Y(round_to_odd_float(d));
+  } else if constexpr (std::is_same_v<Y, bool>) {
+    return d != 0.0;  // NaN != 0: true
   } else {
     return saturating_truncate<Y>(d);
   }
@@ -131,7 +134,7 @@ void fill(void* y, int64_t n, double value, DType dtype) {
   HG_CHECK(n >= 0, "[fill] n = ", n, ", expected n >= 0");
   dispatch_all(dtype, "fill", [&]<class T>() {
     const T v = from_double<T>(value);
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       HG_CHECK(to_double(v) == value, "[fill] value ", value, " cannot be stored exactly in ", dtype_name(dtype),
                ", expected a whole number within its range");
     }

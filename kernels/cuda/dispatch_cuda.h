@@ -3,9 +3,11 @@
 //   dispatch_floating_cuda(dt, "op", [&]<class T>() { ... })
 // instantiates the body for float, double, __half and __nv_bfloat16 and calls the one matching dt
 // (hg::half / hg::bfloat16 are the host types; kernels use CUDA's, whose conversion intrinsics
-// are bit-identical to them). dispatch_index_cuda does the same for i32/i64 index tensors, and
-// dispatch_bits_cuda for kernels that only move bits (by element size: 1, 2, 4 or 8 bytes).
+// are bit-identical to them). dispatch_index_cuda does the same for i32/i64 index tensors,
+// dispatch_all_cuda for every dtype (fill, cast, compare), and dispatch_bits_cuda for kernels that only
+// move bits (by element size: 1, 2, 4 or 8 bytes).
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cuda/platform.h"
 #include "kernels/dtype.h"
@@ -41,6 +43,23 @@ decltype(auto) dispatch_index_cuda(DType dt, const char* what, F&& body) {
       break;
   }
   HG_FAIL("[", what, "] expected an index dtype (i32, i64), got ", dtype_name(dt));
+}
+
+// The device types of all eight dtypes.
+template <class F>
+decltype(auto) dispatch_all_cuda(DType dt, const char* what, F&& body) {
+  switch (dt) {
+    case DType::u8:
+      return body.template operator()<uint8_t>();
+    case DType::b8:
+      return body.template operator()<bool>();
+    case DType::i32:
+      return body.template operator()<int32_t>();
+    case DType::i64:
+      return body.template operator()<int64_t>();
+    default:
+      return dispatch_floating_cuda(dt, what, std::forward<F>(body));
+  }
 }
 
 template <class F>

@@ -14,6 +14,7 @@
 //       round to nearest even gives the correctly rounded half (no double-rounding error);
 //     - integer -> f32/f64: through double, rounded once;
 //     - floating -> integer: truncation toward zero, saturating at the integer's range, NaN -> 0;
+//     - anything -> bool: value != 0 (NaN is true); bool -> anything: 0 or 1;
 //     - the same dtype: a device-to-device copy.
 //
 // Parallel strategy: a flat grid-stride loop (device_math.h: kFlatThreads threads per block, at most
@@ -87,6 +88,8 @@ HG_DEVICE Y from_double(double d) {
     return __float2half_rn(round_to_odd_float(d));
   } else if constexpr (std::is_same_v<Y, __nv_bfloat16>) {
     return __float2bfloat16_rn(round_to_odd_float(d));
+  } else if constexpr (std::is_same_v<Y, bool>) {
+    return d != 0.0;  // NaN != 0: true
   } else {
     return saturating_truncate<Y>(d);
   }
@@ -108,21 +111,6 @@ HG_DEVICE Y convert(X x) {
 template <class X, class Y>
 __global__ void cast_kernel(const X* __restrict__ x, Y* __restrict__ y, int64_t n) {
   for (int64_t i = flat_worker(); i < n; i += flat_workers()) y[i] = convert<X, Y>(x[i]);
-}
-
-// The device types of the seven dtypes.
-template <class F>
-decltype(auto) dispatch_all_cuda(DType dt, const char* what, F&& body) {
-  switch (dt) {
-    case DType::u8:
-      return body.template operator()<uint8_t>();
-    case DType::i32:
-      return body.template operator()<int32_t>();
-    case DType::i64:
-      return body.template operator()<int64_t>();
-    default:
-      return dispatch_floating_cuda(dt, what, std::forward<F>(body));
-  }
 }
 
 }  // namespace

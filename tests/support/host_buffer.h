@@ -39,6 +39,7 @@ class HostBuffer {
       case DType::i32: as<int32_t>()[i] = int32_t(v); break;
       case DType::i64: as<int64_t>()[i] = int64_t(v); break;
       case DType::u8: as<uint8_t>()[i] = uint8_t(v); break;
+      case DType::b8: as<uint8_t>()[i] = v != 0; break;  // a bool is one byte, 0 or 1
     }
   }
   double get(int64_t i) const {
@@ -50,7 +51,8 @@ class HostBuffer {
       case DType::bf16: return float(static_cast<const bfloat16*>(p)[i]);
       case DType::i32: return static_cast<const int32_t*>(p)[i];
       case DType::i64: return double(static_cast<const int64_t*>(p)[i]);
-      case DType::u8: return double(static_cast<const uint8_t*>(p)[i]);
+      case DType::u8:
+      case DType::b8: return double(static_cast<const uint8_t*>(p)[i]);
     }
     return std::numeric_limits<double>::quiet_NaN();
   }

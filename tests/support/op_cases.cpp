@@ -25,6 +25,11 @@ Tensor ids(const std::vector<int64_t>& values, const Shape& shape, const Tensor&
   return from_vector(values, shape, i64, like.device());
 }
 
+// A bool mask (nonzero values are true) on the device of `like`.
+Tensor mask(const std::vector<int32_t>& values, const Shape& shape, const Tensor& like) {
+  return ne(from_vector(values, shape, i32, like.device()), 0.0);
+}
+
 }  // namespace
 
 std::vector<double> domain_values(const Shape& shape, Domain domain) {
@@ -153,6 +158,74 @@ const std::vector<OpCase>& op_cases() {
       {"contiguous", {{3, 4}}, Domain::Any, [](V x) { return x[0].t().contiguous() * 2.0; }},
       {"cat", {{2, 3}, {2, 1}, {2, 2}}, Domain::Any, [](V x) { return exp(cat({x[0], x[1], x[2]}, 1)); }},
       {"clone", {{2, 2}}, Domain::Any, [](V x) { return x[0].clone() * x[0]; }},
+      // ---- maximum, minimum, pow with a tensor exponent, clamp ----
+      {"maximum broadcast", {{2, 3}, {3}}, Domain::Any, [](V x) { return maximum(x[0], x[1]); }},
+      {"minimum broadcast", {{2, 1}, {2, 3}}, Domain::Any, [](V x) { return minimum(x[0], x[1]); }},
+      {"pow tensor exponent", {{2, 3}, {2, 3}}, Domain::Positive, [](V x) { return pow(x[0], x[1]); }},
+      {"pow tensor exponent broadcast", {{3}, {2, 1}}, Domain::Positive, [](V x) { return pow(x[0], x[1]); }},
+      {"clamp scalars", {{3, 4}}, Domain::Any, [](V x) { return clamp(x[0], -0.5, 0.6); }},
+      {"clamp max only", {{3, 4}}, Domain::Any, [](V x) { return clamp(x[0], std::nullopt, 0.2); }},
+      {"clamp tensor bounds", {{3, 4}, {4}, {3, 1}}, Domain::Any,
+       [](V x) { return clamp(x[0], x[1], x[2] + 1.0); }},
+      {"softplus beta 2", {{3, 4}}, Domain::Any, [](V x) { return softplus(x[0], 2.0, 3.0); }},
+      // ---- statistics and shapes composed from other ops ----
+      {"min dim", {{3, 4}}, Domain::Any, [](V x) { return min(x[0], 1).first; }},
+      {"var dims", {{3, 4, 2}}, Domain::Any, [](V x) { return var(x[0], {0, 2}); }},
+      {"std keepdim", {{3, 4}}, Domain::Any, [](V x) { return std(x[0], {1}, 0.0, true); }},
+      {"logsumexp", {{3, 5}}, Domain::Any, [](V x) { return logsumexp(x[0], {1}); }},
+      {"stack", {{2, 3}, {2, 3}}, Domain::Any, [](V x) { return stack({x[0], x[1] * 2.0}, 1); }},
+      {"chunk", {{5, 2}}, Domain::Any, [](V x) { return chunk(x[0], 2, 0)[1] * 3.0; }},
+      {"repeat", {{2, 3}}, Domain::Any, [](V x) { return repeat(x[0], {2, 1, 2}) * repeat(x[0], {2, 1, 2}); }},
+      {"pad", {{2, 3}}, Domain::Any, [](V x) { return exp(pad(x[0], {1, 2, -1, 0}, 0.5)); }},
+      {"tril", {{3, 4}}, Domain::Any, [](V x) { return exp(tril(x[0], 1)); }},
+      // ---- masks ----
+      {"where", {{2, 3}, {2, 3}}, Domain::Any,
+       [](V x) { return where(mask({1, 0, 0, 1, 1, 0}, {2, 3}, x[0]), x[0], x[1]); }},
+      {"where broadcast", {{3}, {2, 1}}, Domain::Any,
+       [](V x) { return where(mask({1, 0}, {2, 1}, x[0]), x[0], x[1]); }},
+      {"where of comparison", {{3, 4}}, Domain::AwayFromZero, [](V x) { return where(x[0] > 0.0, x[0] * 2.0, -x[0]); }},
+      {"masked_fill", {{2, 3}}, Domain::Any,
+       [](V x) { return masked_fill(x[0].t(), mask({0, 1, 0}, {3, 1}, x[0]), -4.0) * x[0].t(); }},
+      // ---- losses (torch.nn.functional) ----
+      {"mse_loss", {{3, 4}, {3, 4}}, Domain::Any, [](V x) { return mse_loss(x[0], x[1]); }},
+      {"mse_loss sum", {{5}, {5}}, Domain::Any, [](V x) { return mse_loss(x[0], x[1], Reduction::Sum); }},
+      {"l1_loss none", {{2, 3}, {2, 3}}, Domain::Any, [](V x) { return l1_loss(x[0], x[1], Reduction::None); }},
+      {"smooth_l1_loss", {{3, 4}, {3, 4}}, Domain::Any,
+       [](V x) { return smooth_l1_loss(x[0], x[1], Reduction::Mean, 0.7); }},
+      {"huber_loss", {{3, 4}, {3, 4}}, Domain::Any, [](V x) { return huber_loss(x[0], x[1], Reduction::Sum, 0.6); }},
+      {"binary_cross_entropy", {{3, 4}, {3, 4}, {4}}, Domain::Any,
+       [](V x) { return binary_cross_entropy(sigmoid(x[0]), sigmoid(x[1]), x[2]); }},
+      {"binary_cross_entropy_with_logits", {{3, 4}, {3, 4}, {3, 4}, {4}}, Domain::Any,
+       [](V x) { return binary_cross_entropy_with_logits(x[0], sigmoid(x[1]), x[2], exp(x[3])); }},
+      {"nll_loss weighted", {{4, 5}, {5}}, Domain::Positive,
+       [](V x) { return nll_loss(x[0], ids({1, 0, 4, 1}, {4}, x[0]), x[1]); }},
+      {"nll_loss ignore_index none", {{4, 3}}, Domain::Any,
+       [](V x) { return nll_loss(x[0], ids({2, -100, 0, 1}, {4}, x[0]), Tensor(), -100, Reduction::None); }},
+      {"nll_loss spatial", {{2, 3, 2, 2}}, Domain::Any,
+       [](V x) { return nll_loss(x[0], ids({0, 2, 1, 1, 2, 0, 0, 1}, {2, 2, 2}, x[0])); }},
+      {"cross_entropy label smoothing weighted", {{4, 5}, {5}}, Domain::Positive,
+       [](V x) {
+         return cross_entropy(x[0], ids({1, 3, -100, 0}, {4}, x[0]),
+                              CrossEntropyOptions().set_weight(x[1]).set_label_smoothing(0.2));
+       }},
+      {"cross_entropy probabilities", {{3, 5}, {3, 5}}, Domain::Any,
+       [](V x) {
+         return cross_entropy(x[0], softmax(x[1], 1), CrossEntropyOptions().set_label_smoothing(0.1));
+       }},
+      {"cross_entropy spatial sum", {{2, 3, 2, 2}}, Domain::Any,
+       [](V x) {
+         return cross_entropy(x[0], ids({0, 2, 1, 1, 2, 0, 0, 1}, {2, 2, 2}, x[0]),
+                              CrossEntropyOptions().set_reduction(Reduction::Sum));
+       }},
+      {"kl_div", {{3, 4}, {3, 4}}, Domain::Any,
+       [](V x) { return kl_div(log_softmax(x[0], 1), softmax(x[1], 1), Reduction::BatchMean); }},
+      {"kl_div log_target", {{3, 4}, {3, 4}}, Domain::Any,
+       [](V x) { return kl_div(log_softmax(x[0], 1), log_softmax(x[1], 1), Reduction::Sum, true); }},
+      {"cosine_similarity", {{3, 5}, {3, 5}}, Domain::Any, [](V x) { return cosine_similarity(x[0], x[1]); }},
+      {"triplet_margin_loss swap", {{4, 3}, {4, 3}, {4, 3}}, Domain::Any,
+       [](V x) { return triplet_margin_loss(x[0], x[1], x[2], 3.0, 2.0, 1e-6, true); }},
+      {"triplet_margin_loss p 1", {{4, 3}, {4, 3}, {4, 3}}, Domain::Any,
+       [](V x) { return triplet_margin_loss(x[0], x[1], x[2], 3.0, 1.0, 1e-6, false, Reduction::Sum); }},
       // ---- composition: a tiny MLP layer with a loss ----
       {"mlp", {{4, 3}, {3, 5}, {5}}, Domain::Any,
        [](V x) { return cross_entropy(gelu(matmul(x[0], x[1]) + x[2]), ids({0, 4, 2, 1}, {4}, x[0])); }},
@@ -214,6 +287,36 @@ const std::vector<UnaryOpCase>& unary_op_cases() {
        [](T x, double s) { return pow(x, s); }},
       {UnaryOp::Abs, "abs", -3, 3, 0, [](double x, double) { return std::fabs(x); },
        [](double x, double) { return x > 0 ? 1.0 : -1.0; }, Domain::AwayFromZero, [](T x, double) { return abs(x); }},
+      {UnaryOp::Sin, "sin", -3, 3, 0, [](double x, double) { return std::sin(x); },
+       [](double x, double) { return std::cos(x); }, Domain::Any, [](T x, double) { return sin(x); }},
+      {UnaryOp::Cos, "cos", -3, 3, 0, [](double x, double) { return std::cos(x); },
+       [](double x, double) { return -std::sin(x); }, Domain::Any, [](T x, double) { return cos(x); }},
+      {UnaryOp::Rsqrt, "rsqrt", 0.2, 5, 0, [](double x, double) { return 1 / std::sqrt(x); },
+       [](double x, double) { return -0.5 / (x * std::sqrt(x)); }, Domain::Positive,
+       [](T x, double) { return rsqrt(x); }},
+      {UnaryOp::Erf, "erf", -3, 3, 0, [](double x, double) { return std::erf(x); },
+       [](double x, double) { return 2 / std::sqrt(kPi) * std::exp(-x * x); }, Domain::Any,
+       [](T x, double) { return erf(x); }},
+      {UnaryOp::Sign, "sign", -3, 3, 0, [](double x, double) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); },
+       [](double, double) { return 0.0; }, Domain::AwayFromZero, [](T x, double) { return sign(x); }},
+      {UnaryOp::Floor, "floor", -3, 3, 0, [](double x, double) { return std::floor(x); },
+       [](double, double) { return 0.0; }, Domain::Any, [](T x, double) { return floor(x); }},
+      {UnaryOp::LeakyRelu, "leaky_relu 0.1", -3, 3, 0.1, [](double x, double s) { return x > 0 ? x : s * x; },
+       [](double x, double s) { return x > 0 ? 1.0 : s; }, Domain::AwayFromZero,
+       [](T x, double s) { return leaky_relu(x, s); }},
+      {UnaryOp::Elu, "elu 0.7", -3, 3, 0.7, [](double x, double s) { return x > 0 ? x : s * (std::exp(x) - 1); },
+       [](double x, double s) { return x > 0 ? 1.0 : s * std::exp(x); }, Domain::AwayFromZero,
+       [](T x, double s) { return elu(x, s); }},
+      {UnaryOp::Softplus, "softplus threshold 2", -5, 5, 2,
+       [](double x, double s) { return x > s ? x : std::log(1 + std::exp(x)); },
+       [](double x, double s) { return x > s ? 1.0 : 1 / (1 + std::exp(-x)); }, Domain::Any,
+       [](T x, double s) { return softplus(x, 1.0, s); }},
+      {UnaryOp::LogSigmoid, "log_sigmoid", -6, 6, 0, [](double x, double) { return -std::log(1 + std::exp(-x)); },
+       [](double x, double) { return 1 / (1 + std::exp(x)); }, Domain::Any, [](T x, double) { return log_sigmoid(x); }},
+      {UnaryOp::ClampMin, "clamp_min 0.3", -3, 3, 0.3, [](double x, double s) { return std::max(x, s); },
+       [](double x, double s) { return x >= s ? 1.0 : 0.0; }, Domain::Any, [](T x, double s) { return clamp_min(x, s); }},
+      {UnaryOp::ClampMax, "clamp_max 0.3", -3, 3, 0.3, [](double x, double s) { return std::min(x, s); },
+       [](double x, double s) { return x <= s ? 1.0 : 0.0; }, Domain::Any, [](T x, double s) { return clamp_max(x, s); }},
   };
   return kCases;
 }
@@ -225,6 +328,9 @@ const std::vector<BinaryOpCase>& binary_op_cases() {
       {BinaryOp::Sub, [](double a, double b) { return a - b; }},
       {BinaryOp::Mul, [](double a, double b) { return a * b; }},
       {BinaryOp::Div, [](double a, double b) { return a / b; }},
+      {BinaryOp::Maximum, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }},
+      {BinaryOp::Minimum, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); }},
+      {BinaryOp::Pow, [](double a, double b) { return std::pow(a, b); }},
   };
   return kCases;
 }
