@@ -146,6 +146,7 @@ void fill(void* y, int64_t n, double value, DType dtype) {
 
 void cast(const void* x, DType x_dtype, void* y, DType y_dtype, int64_t n) {
   HG_CHECK(n >= 0, "[cast] n = ", n, ", expected n >= 0");
+  if (n == 0) return;  // x and y may be null then (an empty std::vector's data())
   dispatch_all(x_dtype, "cast", [&]<class X>() {
     dispatch_all(y_dtype, "cast", [&]<class Y>() { cast_typed(static_cast<const X*>(x), static_cast<Y*>(y), n); });
   });

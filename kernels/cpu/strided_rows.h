@@ -5,7 +5,8 @@
 // row(offsets, out_begin, cols, inner) is called per row with each operand's element offset of
 // the row's first element, the row's first output index, its length and each operand's inner
 // stride. Rows are split over the OpenMP threads once the walk has at least kParallelMinElements
-// elements; the split does not change any result (every output element is written by one row).
+// elements, and a single row (what contiguous operands collapse to) is cut into one piece per thread;
+// the split does not change any result (every output element is written once, by one call).
 #include <cstdint>
 
 #include <omp.h>
@@ -46,7 +47,22 @@ void for_each_strided_row(const StridedLayout<N>& layout, RowFn row) {
   int64_t rows = 1;
   for (int d = 0; d + 1 < layout.rank; ++d) rows *= layout.shape[d];
   const int64_t total = layout.numel();
-  if (rows == 1 || total < kStridedParallelMinElements) return strided_rows_range(layout, 0, rows, row);
+  if (total < kStridedParallelMinElements) return strided_rows_range(layout, 0, rows, row);
+  if (rows == 1) {  // one long row (contiguous operands collapse to it): each thread takes a piece of it
+    const int64_t cols = layout.shape[0];
+    int64_t inner[N];
+    for (int k = 0; k < N; ++k) inner[k] = layout.strides[k][0];
+#pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+      const int64_t begin = cols * thread / threads, end = cols * (thread + 1) / threads;
+      int64_t offsets[N];
+      for (int k = 0; k < N; ++k) offsets[k] = begin * inner[k];
+      RowFn mine = row;
+      if (end > begin) mine(static_cast<const int64_t*>(offsets), begin, end - begin, static_cast<const int64_t*>(inner));
+    }
+    return;
+  }
 #pragma omp parallel
   {
     const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();

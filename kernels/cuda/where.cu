@@ -9,7 +9,9 @@
 // with inner stride 1 and its writes are contiguous) and reads cond, a and b before it selects: every
 // lane of a warp loads both operands, so each load is one full coalesced request (a load of only the
 // selected operand would leave half the lanes of a random mask idle at each site and still touch every
-// sector of both), and the select itself does not diverge.
+// sector of both), and the select is a bit mask, not a branch, so each lane stores once from one
+// instruction (a conditional store compiled as two stores would make two half-empty requests; the
+// kernel audit caught it).
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
@@ -31,7 +33,8 @@ __global__ void where_kernel(const bool* __restrict__ cond, const E* __restrict_
       b_offset += index * layout.strides[2][d];
     }
     const E from_a = a[a_offset], from_b = b[b_offset];
-    y[i] = cond[c_offset] ? from_a : from_b;
+    const E take_a = E(0) - E(cond[c_offset]);  // every bit set where cond is true
+    y[i] = E((from_a & take_a) | (from_b & E(~take_a)));
   }
 }
 
