@@ -7,6 +7,7 @@
 // passed to kernels by value.
 #include <cstdint>
 
+#include "kernels/error.h"
 #include "kernels/kernels.h"
 
 namespace hg::kernels {
@@ -23,6 +24,18 @@ struct StridedLayout {
     return n;
   }
 };
+
+// Checks a kernel's rank and sizes (an hg::Error naming `op` otherwise); false when the shape holds no
+// element, so there is nothing to do.
+inline bool strided_shape_has_elements(const char* op, const int64_t* shape, int rank) {
+  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[", op, "] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
+  bool empty = false;
+  for (int d = 0; d < rank; ++d) {
+    HG_CHECK(shape[d] >= 0, "[", op, "] shape[", d, "] = ", shape[d], ", expected >= 0");
+    empty = empty || shape[d] == 0;
+  }
+  return !empty;
+}
 
 template <int kOperands>
 StridedLayout<kOperands> collapse_strided(const int64_t* shape, const int64_t* const (&strides)[kOperands], int rank) {

@@ -37,11 +37,7 @@ void compare_row(const T* __restrict a, int64_t sa, const T* __restrict b, int64
 
 void compare_forward(CompareOp op, const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
                      bool* y, const int64_t* shape, int rank, DType dtype) {
-  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[compare_forward] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
-  for (int d = 0; d < rank; ++d) {
-    HG_CHECK(shape[d] >= 0, "[compare_forward] shape[", d, "] = ", shape[d], ", expected >= 0");
-    if (shape[d] == 0) return;
-  }
+  if (!strided_shape_has_elements("compare_forward", shape, rank)) return;
   const int64_t* const strides[2] = {a_strides, b_strides};
   const StridedLayout<2> layout = collapse_strided<2>(shape, strides, rank);
   dispatch_all(dtype, "compare_forward", [&]<class T>() {

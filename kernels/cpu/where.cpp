@@ -47,11 +47,7 @@ void dispatch_element_size(DType dtype, F&& body) {
 
 void where_forward(const bool* cond, const int64_t* cond_strides, const void* a, const int64_t* a_strides,
                    const void* b, const int64_t* b_strides, void* y, const int64_t* shape, int rank, DType dtype) {
-  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[where_forward] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
-  for (int d = 0; d < rank; ++d) {
-    HG_CHECK(shape[d] >= 0, "[where_forward] shape[", d, "] = ", shape[d], ", expected >= 0");
-    if (shape[d] == 0) return;
-  }
+  if (!strided_shape_has_elements("where_forward", shape, rank)) return;
   const int64_t* const strides[3] = {cond_strides, a_strides, b_strides};
   const StridedLayout<3> layout = collapse_strided<3>(shape, strides, rank);
   const uint8_t* c = reinterpret_cast<const uint8_t*>(cond);  // bool storage: one byte, 0 or 1

@@ -47,11 +47,7 @@ __global__ void compare_kernel(const T* __restrict__ a, const T* __restrict__ b,
 
 void compare_forward(CompareOp op, const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
                      bool* y, const int64_t* shape, int rank, DType dtype, Stream stream) {
-  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[compare_forward] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
-  for (int d = 0; d < rank; ++d) {
-    HG_CHECK(shape[d] >= 0, "[compare_forward] shape[", d, "] = ", shape[d], ", expected >= 0");
-    if (shape[d] == 0) return;
-  }
+  if (!strided_shape_has_elements("compare_forward", shape, rank)) return;
   const int64_t* const strides[2] = {a_strides, b_strides};
   const StridedLayout<2> layout = collapse_strided<2>(shape, strides, rank);
   const int64_t total = layout.numel();

@@ -43,11 +43,7 @@ __global__ void where_kernel(const bool* __restrict__ cond, const E* __restrict_
 void where_forward(const bool* cond, const int64_t* cond_strides, const void* a, const int64_t* a_strides,
                    const void* b, const int64_t* b_strides, void* y, const int64_t* shape, int rank, DType dtype,
                    Stream stream) {
-  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[where_forward] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
-  for (int d = 0; d < rank; ++d) {
-    HG_CHECK(shape[d] >= 0, "[where_forward] shape[", d, "] = ", shape[d], ", expected >= 0");
-    if (shape[d] == 0) return;
-  }
+  if (!strided_shape_has_elements("where_forward", shape, rank)) return;
   const int64_t* const strides[3] = {cond_strides, a_strides, b_strides};
   const StridedLayout<3> layout = collapse_strided<3>(shape, strides, rank);
   const int64_t total = layout.numel();
