@@ -17,6 +17,18 @@
 //   compare_lt:         y = x < b for b a row broadcast over the rows (an attention-style mask): reads x
 //                       and b, writes one bool per element
 //   where:              y = where(cond, x, z), cond a random bool mask: reads cond, x and z, writes y
+//   index_select:       y = x[index] along dim 0, index [rows] random rows: reads index and one row of
+//                       x per index, writes y (its backward is index_add)
+//   index_add:          y = base + src added by rows at index [rows] into rows / 2 rows (a graph
+//                       network's aggregation): reads base, src, index, writes y
+//   gather:             y = gather(x, 1, index), index [rows, cols / 4] random columns: reads x (every
+//                       line holds picks), index, writes y
+//   scatter_add:        gather's backward: src [rows, cols / 4] added at index into zeros [rows, cols]:
+//                       reads src and index, writes y
+//   cumsum_rows / cumsum_columns: y = cumsum(x) along cols / along rows: reads x, writes y
+//   rms_norm_forward / _backward: over [rows, cols]; batch_norm_* and group_norm_* (8 groups) over
+//                       [rows / 64, 64 channels, cols] in training: forward reads x, writes y; backward reads
+//                       x and dy, writes dx (statistics and parameters are counted, a few KB)
 // Full size: rows = 16384, cols = 4096 (256 MiB per f32 tensor); --quick: 1/16 of the rows.
 #include <omp.h>
 
@@ -209,6 +221,99 @@ void bench_where(DType dtype, const Shape& shape, double memcpy_gbs) {
   print_line("where", dtype, shape, double(cond.size + x.size + z.size + y.size), seconds, memcpy_gbs);
 }
 
+void bench_indexing(DType dtype, const Shape& shape, double memcpy_gbs) {
+  const int64_t rows = shape.rows, cols = shape.cols, n = rows * cols, half_rows = rows / 2, picks = cols / 4;
+  const size_t size = dtype_size(dtype);
+  const Bytes x = random_tensor(n, dtype, 14), base = random_tensor(half_rows * cols, dtype, 15);
+  Bytes row_index{size_t(rows) * sizeof(int64_t)}, target_index{size_t(rows) * sizeof(int64_t)},
+      pick_index{size_t(rows * picks) * sizeof(int64_t)};
+  uint64_t state = 88172645463325252ull;
+  auto next = [&](int64_t bound) {  // xorshift64: random positions without a library generator
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return int64_t(state % uint64_t(bound));
+  };
+  for (int64_t i = 0; i < rows; ++i) static_cast<int64_t*>(row_index.get())[i] = next(rows);
+  for (int64_t i = 0; i < rows; ++i) static_cast<int64_t*>(target_index.get())[i] = next(half_rows);
+  for (int64_t i = 0; i < rows * picks; ++i) static_cast<int64_t*>(pick_index.get())[i] = next(cols);
+  Bytes y{size_t(n) * size}, small{size_t(rows * picks) * size};
+  const double index_bytes = double(rows) * sizeof(int64_t), pick_bytes = double(rows * picks) * sizeof(int64_t);
+
+  double seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::index_gather(x.get(), row_index.get(), DType::i64, y.get(), 1, rows, rows, cols, false, dtype);
+  });
+  print_line("index_select", dtype, shape, index_bytes + 2.0 * double(n * size), seconds, memcpy_gbs);
+  seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::index_scatter_add(base.get(), x.get(), target_index.get(), DType::i64, y.get(), 1, half_rows, rows,
+                                    cols, false, 1.0, dtype);
+  });
+  print_line("index_add", dtype, shape, index_bytes + double(n * size) + 2.0 * double(half_rows * cols * size), seconds,
+             memcpy_gbs);
+  seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::index_gather(x.get(), pick_index.get(), DType::i64, small.get(), rows, cols, picks, 1, true, dtype);
+  });
+  print_line("gather", dtype, shape, pick_bytes + double(n * size) + double(rows * picks * size), seconds, memcpy_gbs);
+  seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::index_scatter_add(nullptr, small.get(), pick_index.get(), DType::i64, y.get(), rows, cols, picks, 1,
+                                    true, 1.0, dtype);
+  });
+  print_line("scatter_add", dtype, shape, pick_bytes + double(rows * picks * size) + double(n * size), seconds,
+             memcpy_gbs);
+  for (const bool along_rows : {false, true}) {
+    seconds = best_seconds(shape.repeats, [&] {
+      if (along_rows) {
+        kernels::cpu::cumsum(x.get(), y.get(), 1, rows, cols, false, dtype);
+      } else {
+        kernels::cpu::cumsum(x.get(), y.get(), rows, cols, 1, false, dtype);
+      }
+    });
+    print_line(along_rows ? "cumsum_columns" : "cumsum_rows", dtype, shape, 2.0 * double(n * size), seconds,
+               memcpy_gbs);
+  }
+}
+
+void bench_normalization(DType dtype, const Shape& shape, double memcpy_gbs) {
+  const int64_t rows = shape.rows, cols = shape.cols, n = rows * cols;
+  const int64_t channels = 64, batch = rows / channels, groups = 8;
+  const DType acc = accumulate_dtype(dtype);
+  const Bytes x = random_tensor(n, dtype, 16), dy = random_tensor(n, dtype, 17), w = random_tensor(cols, dtype, 18),
+              b = random_tensor(cols, dtype, 19);
+  Bytes y{size_t(n) * dtype_size(dtype)}, dx{size_t(n) * dtype_size(dtype)}, dw{size_t(cols) * dtype_size(dtype)},
+      db{size_t(cols) * dtype_size(dtype)}, stat_a{size_t(rows) * dtype_size(acc)},
+      stat_b{size_t(rows) * dtype_size(acc)};
+  Bytes running_mean{size_t(channels) * dtype_size(acc)}, running_var{size_t(channels) * dtype_size(acc)};
+  std::memset(running_mean.get(), 0, running_mean.size);
+  kernels::cpu::fill(running_var.get(), channels, 1.0, acc);
+  const double tensor = double(n * dtype_size(dtype));
+  double seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::rms_norm_forward(x.get(), w.get(), y.get(), stat_a.get(), rows, cols, 1e-6, dtype);
+  });
+  print_line("rms_norm_forward", dtype, shape, 2.0 * tensor, seconds, memcpy_gbs);
+  seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::rms_norm_backward(x.get(), w.get(), stat_a.get(), dy.get(), dx.get(), dw.get(), rows, cols, dtype);
+  });
+  print_line("rms_norm_backward", dtype, shape, 3.0 * tensor, seconds, memcpy_gbs);
+  seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::batch_norm_forward(x.get(), w.get(), b.get(), running_mean.get(), running_var.get(), y.get(),
+                                     stat_a.get(), stat_b.get(), batch, channels, cols, true, 0.1, 1e-5, dtype);
+  });
+  print_line("batch_norm_forward", dtype, shape, 2.0 * tensor, seconds, memcpy_gbs);
+  seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::batch_norm_backward(x.get(), w.get(), stat_a.get(), stat_b.get(), dy.get(), dx.get(), dw.get(),
+                                      db.get(), batch, channels, cols, true, dtype);
+  });
+  print_line("batch_norm_backward", dtype, shape, 3.0 * tensor, seconds, memcpy_gbs);
+  seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::group_norm_forward(x.get(), w.get(), b.get(), y.get(), stat_a.get(), stat_b.get(), batch, channels,
+                                     cols, groups, 1e-5, dtype);
+  });
+  print_line("group_norm_forward", dtype, shape, 2.0 * tensor, seconds, memcpy_gbs);
+  seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::group_norm_backward(x.get(), w.get(), stat_a.get(), stat_b.get(), dy.get(), dx.get(), dw.get(),
+                                      db.get(), batch, channels, cols, groups, dtype);
+  });
+  print_line("group_norm_backward", dtype, shape, 3.0 * tensor, seconds, memcpy_gbs);
+}
+
 }  // namespace
 
 void run_bandwidth_bench(bool quick) {
@@ -222,6 +327,8 @@ void run_bandwidth_bench(bool quick) {
     bench_accumulate(dtype, shape, memcpy_gbs);
     bench_compare(dtype, shape, memcpy_gbs);
     bench_where(dtype, shape, memcpy_gbs);
+    bench_indexing(dtype, shape, memcpy_gbs);
+    bench_normalization(dtype, shape, memcpy_gbs);
   }
 }
 

@@ -456,6 +456,163 @@ std::vector<KernelCase> make_cases() {
                        });
   });
 
+  // ---- rms_norm over [rows, cols]; group_norm and batch_norm over [N, C, S] = [rows / 16, 16, cols] ----
+  add("rms_norm_forward", kFloats, [](S s, DType dt, A a) {
+    const DType acc = accumulate_dtype(dt);
+    void* x = a.uniform(s.n(), dt);
+    void* w = a.uniform(s.cols, dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    void* rstd = a.zeros(bytes_of(s.rows, acc));
+    return memory_case(dims({s.rows, s.cols}),
+                       io({bytes_of(s.n(), dt), bytes_of(s.cols, dt), bytes_of(s.n(), dt), bytes_of(s.rows, acc)}),
+                       [=, st = a.stream()] { k::rms_norm_forward(x, w, y, rstd, s.rows, s.cols, 1e-5, dt, st); });
+  });
+  add("rms_norm_backward", kFloats, [](S s, DType dt, A a) {
+    const DType acc = accumulate_dtype(dt);
+    void* x = a.uniform(s.n(), dt);
+    void* w = a.uniform(s.cols, dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    void* rstd = a.zeros(bytes_of(s.rows, acc));
+    k::rms_norm_forward(x, w, y, rstd, s.rows, s.cols, 1e-5, dt, a.stream());
+    void* dy = a.uniform(s.n(), dt);
+    void* dx = a.zeros(bytes_of(s.n(), dt));
+    void* dw = a.zeros(bytes_of(s.cols, dt));
+    return memory_case(dims({s.rows, s.cols}),
+                       io({bytes_of(s.n(), dt), bytes_of(s.cols, dt), bytes_of(s.rows, acc), bytes_of(s.n(), dt),
+                           bytes_of(s.n(), dt), bytes_of(s.cols, dt)}),
+                       [=, st = a.stream()] { k::rms_norm_backward(x, w, rstd, dy, dx, dw, s.rows, s.cols, dt, st); });
+  });
+  for (const bool backward : {false, true}) {
+    add(backward ? "group_norm_backward" : "group_norm_forward", kFloats, [backward](S s, DType dt, A a) {
+      const DType acc = accumulate_dtype(dt);
+      constexpr int64_t kChannels = 16, kGroups = 4;
+      const int64_t batch = std::max<int64_t>(1, s.rows / kChannels), spatial = s.cols, n = batch * kChannels * spatial;
+      void* x = a.uniform(n, dt);
+      void* w = a.uniform(kChannels, dt);
+      void* b = a.uniform(kChannels, dt);
+      void* y = a.zeros(bytes_of(n, dt));
+      void* mean = a.zeros(bytes_of(batch * kGroups, acc));
+      void* rstd = a.zeros(bytes_of(batch * kGroups, acc));
+      const std::string shape = dims({batch, kChannels, spatial}) + " in " + std::to_string(kGroups) + " groups";
+      const uint64_t params = 2 * bytes_of(kChannels, dt), stats = 2 * bytes_of(batch * kGroups, acc);
+      if (!backward) {
+        return memory_case(shape, io({bytes_of(n, dt), params, bytes_of(n, dt), stats}), [=, st = a.stream()] {
+          k::group_norm_forward(x, w, b, y, mean, rstd, batch, kChannels, spatial, kGroups, 1e-5, dt, st);
+        });
+      }
+      k::group_norm_forward(x, w, b, y, mean, rstd, batch, kChannels, spatial, kGroups, 1e-5, dt, a.stream());
+      void* dy = a.uniform(n, dt);
+      void* dx = a.zeros(bytes_of(n, dt));
+      void* dw = a.zeros(bytes_of(kChannels, dt));
+      void* db = a.zeros(bytes_of(kChannels, dt));
+      return memory_case(
+          shape, io({bytes_of(n, dt), bytes_of(n, dt), bytes_of(n, dt), params, stats, params}), [=, st = a.stream()] {
+            k::group_norm_backward(x, w, mean, rstd, dy, dx, dw, db, batch, kChannels, spatial, kGroups, dt, st);
+          });
+    });
+  }
+  // batch_norm in training, over feature maps ([rows / 16, 16, cols]: a block per channel) and over
+  // features ([rows, cols], S = 1: a thread per channel).
+  for (const bool maps : {true, false}) {
+    for (const bool backward : {false, true}) {
+      const std::string name = std::string("batch_norm_") + (maps ? "" : "1d_") + (backward ? "backward" : "forward");
+      add(name, kFloats, [maps, backward](S s, DType dt, A a) {
+        const DType acc = accumulate_dtype(dt);
+        const int64_t channels = maps ? 16 : s.cols, batch = maps ? std::max<int64_t>(1, s.rows / 16) : s.rows,
+                      spatial = maps ? s.cols : 1, n = batch * channels * spatial;
+        void* x = a.uniform(n, dt);
+        void* w = a.uniform(channels, dt);
+        void* b = a.uniform(channels, dt);
+        void* running_mean = a.zeros(bytes_of(channels, acc));
+        void* running_var = a.uniform(channels, acc, 0.5, 1.5);
+        void* y = a.zeros(bytes_of(n, dt));
+        void* save_mean = a.zeros(bytes_of(channels, acc));
+        void* save_rstd = a.zeros(bytes_of(channels, acc));
+        const std::string shape = maps ? dims({batch, channels, spatial}) : dims({batch, channels});
+        const uint64_t params = 2 * bytes_of(channels, dt), stats = 2 * bytes_of(channels, acc);
+        if (!backward) {
+          // x read, y written; the running statistics read and written, the saved ones written.
+          return memory_case(shape, io({bytes_of(n, dt), params, 2 * stats, bytes_of(n, dt), stats}),
+                             [=, st = a.stream()] {
+                               k::batch_norm_forward(x, w, b, running_mean, running_var, y, save_mean, save_rstd, batch,
+                                                     channels, spatial, true, 0.1, 1e-5, dt, st);
+                             });
+        }
+        k::batch_norm_forward(x, w, b, running_mean, running_var, y, save_mean, save_rstd, batch, channels, spatial,
+                              true, 0.1, 1e-5, dt, a.stream());
+        void* dy = a.uniform(n, dt);
+        void* dx = a.zeros(bytes_of(n, dt));
+        void* dw = a.zeros(bytes_of(channels, dt));
+        void* db = a.zeros(bytes_of(channels, dt));
+        return memory_case(shape, io({bytes_of(n, dt), bytes_of(n, dt), bytes_of(n, dt), params, stats, params}),
+                           [=, st = a.stream()] {
+                             k::batch_norm_backward(x, w, save_mean, save_rstd, dy, dx, dw, db, batch, channels,
+                                                    spatial, true, dt, st);
+                           });
+      });
+    }
+  }
+
+  // ---- indexing along a dimension: index_gather, index_scatter_add ----
+  // index_select of rows: x [rows, cols], index [rows] (random rows, repeats) -> y [rows, cols].
+  add("index_select", kFloats, [](S s, DType dt, A a) {
+    const std::vector<int64_t> index_host = random_indices(s.rows, s.rows, 13);
+    const int64_t distinct = int64_t(std::set<int64_t>(index_host.begin(), index_host.end()).size());
+    void* x = a.uniform(s.n(), dt);
+    void* index = a.upload(index_host);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(
+        dims({s.rows}) + " rows of " + dims({s.rows, s.cols}),
+        io({bytes_of(distinct * s.cols, dt), bytes_of(s.rows, DType::i64), bytes_of(s.n(), dt)}),
+        [=, st = a.stream()] { k::index_gather(x, index, DType::i64, y, 1, s.rows, s.rows, s.cols, false, dt, st); });
+  });
+  // index_add, a graph network's aggregation: rows messages of cols features summed into rows / 2
+  // nodes (random targets) on top of a base.
+  add("index_add", kFloats, [](S s, DType dt, A a) {
+    const int64_t nodes = std::max<int64_t>(1, s.rows / 2);
+    void* base = a.uniform(nodes * s.cols, dt);
+    void* src = a.uniform(s.n(), dt);
+    void* index = a.upload(random_indices(s.rows, nodes, 14));
+    void* y = a.zeros(bytes_of(nodes * s.cols, dt));
+    return memory_case(dims({s.rows, s.cols}) + " into " + dims({nodes, s.cols}),
+                       io({bytes_of(nodes * s.cols, dt), bytes_of(s.n(), dt), bytes_of(s.rows, DType::i64),
+                           bytes_of(nodes * s.cols, dt)}),
+                       [=, st = a.stream()] {
+                         k::index_scatter_add(base, src, index, DType::i64, y, 1, nodes, s.rows, s.cols, false, 1.0, dt,
+                                              st);
+                       });
+  });
+  // gather's backward along the last dimension: dy [rows, 8] picked from [rows, cols] (the
+  // gradient of a gather of 8 classes per row) scattered into a zero-based dx [rows, cols].
+  add("gather_backward", kFloats, [](S s, DType dt, A a) {
+    constexpr int64_t kPicked = 8;
+    void* dy = a.uniform(s.rows * kPicked, dt);
+    void* index = a.upload(random_indices(s.rows * kPicked, s.cols, 15));
+    void* dx = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(
+        dims({s.rows, kPicked}) + " into " + dims({s.rows, s.cols}),
+        io({bytes_of(s.rows * kPicked, dt), bytes_of(s.rows * kPicked, DType::i64), bytes_of(s.n(), dt)}),
+        [=, st = a.stream()] {
+          k::index_scatter_add(nullptr, dy, index, DType::i64, dx, s.rows, s.cols, kPicked, 1, true, 1.0, dt, st);
+        });
+  });
+
+  // ---- cumsum: along the rows' last dimension (the warp scan) and down the columns ----
+  for (const bool rows : {true, false}) {
+    add(rows ? "cumsum_rows" : "cumsum_columns", kFloats, [rows](S s, DType dt, A a) {
+      void* x = a.uniform(s.n(), dt);
+      void* y = a.zeros(bytes_of(s.n(), dt));
+      return memory_case(dims({s.rows, s.cols}) + (rows ? " along cols" : " along rows"),
+                         io({bytes_of(s.n(), dt), bytes_of(s.n(), dt)}), [=, st = a.stream()] {
+                           if (rows) {
+                             k::cumsum(x, y, s.rows, s.cols, 1, false, dt, st);
+                           } else {
+                             k::cumsum(x, y, 1, s.rows, s.cols, false, dt, st);
+                           }
+                         });
+    });
+  }
+
   // ---- dropout, random fill, stochastic rounding ----
   for (const bool backward : {false, true}) {
     add(backward ? "dropout_backward" : "dropout_forward", kFloats, [backward](S s, DType dt, A a) {

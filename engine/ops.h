@@ -165,6 +165,27 @@ Tensor std(const Tensor& x, const std::vector<int>& dims = {}, double correction
 // where every element is -inf). The gradient is softmax(x) over the reduced elements.
 Tensor logsumexp(const Tensor& x, const std::vector<int>& dims = {}, bool keepdim = false);
 
+// ---- indexing along one dimension, and the running sum: engine/ops/indexing.cpp ----
+// Indices are i32 or i64. An index outside its dimension is an hg::Error naming the op, the flat
+// position in the index and the bound; on CUDA it is raised at the next host read (as embedding).
+// For dim 0: y[i][j][k] = x[index[i][j][k]][j][k]; y has index's shape, and index has x's rank with
+// sizes at most x's beyond dim. Any dtype; floating x gets its gradient by a scatter_add.
+Tensor gather(const Tensor& x, int dim, const Tensor& index);
+// self with src[i][j][k] added at [index[i][j][k]][j][k] (for dim 0): PyTorch's out-of-place
+// Tensor.scatter_add. index has self's rank, sizes at most src's, and beyond dim at most self's.
+// Sums run in fp32 (f64 for f64) in increasing source position: the same bits on every run.
+Tensor scatter_add(const Tensor& self, int dim, const Tensor& index, const Tensor& src);
+// The slices index[0], index[1], ... of x along dim (index 1-D). Any dtype.
+Tensor index_select(const Tensor& x, int dim, const Tensor& index);
+// self with alpha * source's slice i added to slice index[i] along dim (out-of-place Tensor.index_add);
+// source is self's shape with dimension dim of index's length. Deterministic, as scatter_add.
+Tensor index_add(const Tensor& self, int dim, const Tensor& index, const Tensor& source, double alpha = 1.0);
+// x reversed along each of `dims` (a copy). Any dtype.
+Tensor flip(const Tensor& x, const std::vector<int>& dims);
+// The running sum along dim, kept in fp32 (f64 for f64); floating x only (PyTorch also sums integers
+// into i64). The gradient is the reversed running sum of the gradient.
+Tensor cumsum(const Tensor& x, int dim);
+
 // ---- linear algebra: engine/ops/matmul.cpp ----
 // [.., m, k] @ [.., k, n] with broadcasting batch dimensions; 1-D operands as in NumPy.
 Tensor matmul(const Tensor& a, const Tensor& b);
@@ -248,6 +269,29 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
 int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t features, int64_t classes, DType dtype);
 // Over the last dimension, statistics in fp32. weight/bias may be undefined.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// Over the trailing dimensions `normalized_shape` (PyTorch's F.layer_norm): x's last dimensions must
+// equal it, and weight/bias (either may be undefined) have that shape. The same kernels, on x seen as
+// [rows, prod(normalized_shape)].
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps = 1e-5);
+// ---- normalisations with fused kernels: engine/ops/normalization.cpp ----
+// RMSNorm over the trailing dimensions `normalized_shape` (PyTorch 2.4's F.rms_norm):
+// y = x / sqrt(mean(x^2) + eps) * weight; weight of normalized_shape or undefined; eps unset is the
+// dtype's machine epsilon (as PyTorch). Statistics in fp32.
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt);
+// GroupNorm of x [N, C, *] in num_groups groups of C / num_groups channels (F.group_norm); weight and
+// bias [C] or undefined.
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  double eps = 1e-5);
+// BatchNorm of x [N, C] or [N, C, *] over each channel (F.batch_norm). training: normalises by the
+// batch's statistics and, where running_mean / running_var are defined, updates them in place,
+// running = (1 - momentum) running + momentum * batch statistic (the unbiased variance for
+// running_var). Eval: normalises by the running statistics (required). Running statistics are
+// contiguous [C] buffers in fp32 (f64 for f64 inputs), without gradient; weight / bias [C] or undefined.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
+                  double momentum = 0.1, double eps = 1e-5);
 // The residual add fused with the LayerNorm after it (engine/ops/add_layer_norm.cpp): both outputs of
 // one op, sum = x + residual and normalized = layer_norm(sum, weight, bias, eps), bit-identical to the
 // composed forward. x and residual: equal shapes (no broadcasting), dtype and device; weight/bias may

@@ -103,6 +103,35 @@ HG_DECLARE_KERNEL(void, reduce,
 HG_DECLARE_KERNEL(void, scatter_along,
                   (const void* x, const int64_t* index, void* y, int64_t outer, int64_t n, int64_t inner, DType dtype));
 
+// ---- indexing along one dimension: gather, index_select, scatter_add, index_add ----------------
+// Contiguous tensors seen as [outer, size, inner] around the indexed dimension. The index (i32 or
+// i64, contiguous) is read as idx(o, i, k):
+//   per_element (gather, scatter_add): index [outer, m, inner],  idx(o, i, k) = index[(o m + i) inner + k]
+//   per slice (index_select, index_add): index [m],               idx(o, i, k) = index[i]
+// index_gather, x [outer, n, inner] -> y [outer, m, inner] (any dtype: a copy of bits):
+//   y[o, i, k] = x[o, idx(o, i, k), k]
+// index_scatter_add, src [outer, m, inner] -> y [outer, n, inner] (floating):
+//   y[o, j, k] = base[o, j, k] + alpha * (sum over i = 0, 1, ..., m - 1 with idx(o, i, k) == j of src[o, i, k])
+//   summed in acc_t in increasing i and rounded once (deterministic); base nullable (taken as 0).
+// The two are each other's backward: gather's dx is a scatter_add of dy, scatter_add's dsrc a gather.
+// An index outside [0, n) is an hg::Error naming the op (gather / index_select for index_gather,
+// scatter_add / index_add for index_scatter_add, by per_element), the flat position in the index and
+// the bound ("[gather] index 5 at position 3 is out of range, expected 0 <= index < 4"). CPU: thrown
+// by the call; CUDA: recorded on the device and thrown at the next host read (as embedding_forward).
+HG_DECLARE_KERNEL(void, index_gather,
+                  (const void* x, const void* index, DType index_dtype, void* y, int64_t outer, int64_t n, int64_t m,
+                   int64_t inner, bool per_element, DType dtype));
+HG_DECLARE_KERNEL(void, index_scatter_add,
+                  (const void* base, const void* src, const void* index, DType index_dtype, void* y, int64_t outer,
+                   int64_t n, int64_t m, int64_t inner, bool per_element, double alpha, DType dtype));
+
+// ---- cumulative sum ----------------------------------------------------------------------------
+// x viewed as contiguous [outer, n, inner]: y[o, i, k] = sum_{i' <= i} x[o, i', k] (reverse: over
+// i' >= i, which is cumsum's backward: dx = reverse cumsum of dy). The running sum is kept in acc_t
+// and each y rounded from it once; deterministic (a fixed order of additions on either backend).
+HG_DECLARE_KERNEL(void, cumsum,
+                  (const void* x, void* y, int64_t outer, int64_t n, int64_t inner, bool reverse, DType dtype));
+
 // ---- GEMM --------------------------------------------------------------------------------------
 // Row-major C[m, n] = alpha * op(A) op(B) + beta * C, op(A) = A^T when trans_a (A stored [k, m]).
 // lda/ldb/ldc are row strides in elements. When beta == 0, C is not read (NaN in C is ignored).
@@ -195,6 +224,61 @@ HG_DECLARE_KERNEL(void, layer_norm_forward,
 HG_DECLARE_KERNEL(void, layer_norm_backward,
                   (const void* x, const void* weight, const void* mean, const void* rstd, const void* dy, void* dx,
                    void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype));
+
+// ---- RMSNorm over the last dimension of contiguous [rows, cols] ---------------------------------
+// Forward, per row, in acc_t:  rstd = 1 / sqrt(sum_c x^2 / cols + eps),  y = x * rstd * w  (w = 1 when
+// weight is null); rstd [rows] (nullable, accumulate_dtype(dtype)) saved for the backward.
+HG_DECLARE_KERNEL(void, rms_norm_forward,
+                  (const void* x, const void* weight, void* y, void* rstd, int64_t rows, int64_t cols, double eps,
+                   DType dtype));
+// Backward, with xhat = x * rstd and g = dy * w:
+//   dx = rstd * (g - xhat * mean_c(g * xhat))      per row
+//   dw = sum_r dy * xhat                            summed over the rows in a fixed order (deterministic)
+// dx written (=); dweight nullable (and ignored when weight is null).
+HG_DECLARE_KERNEL(void, rms_norm_backward,
+                  (const void* x, const void* weight, const void* rstd, const void* dy, void* dx, void* dweight,
+                   int64_t rows, int64_t cols, DType dtype));
+
+// ---- GroupNorm over contiguous [N, C, S]: C split into G groups of C / G channels -----------------
+// (S: the spatial elements of a channel, 1 for [N, C].) Forward, per (n, group), over its (C / G) S
+// contiguous elements, in acc_t: mean, var = mean of (x - mean)^2 (biased, two passes), rstd =
+// 1 / sqrt(var + eps); then y = (x - mean) * rstd * w[c] + b[c] (weight / bias nullable: 1 / 0).
+// mean and rstd [N, G] (nullable, accumulate_dtype(dtype)) are saved for the backward.
+HG_DECLARE_KERNEL(void, group_norm_forward,
+                  (const void* x, const void* weight, const void* bias, void* y, void* mean, void* rstd,
+                   int64_t batch, int64_t channels, int64_t spatial, int64_t groups, double eps, DType dtype));
+// Backward, with xhat = (x - mean) * rstd and g = dy * w[c]:
+//   dx = rstd * (g - mean_group(g) - xhat * mean_group(g * xhat))    per (n, group)
+//   dw[c] = sum_{n, s} dy * xhat,  db[c] = sum_{n, s} dy                per channel, in a fixed order
+// dx written (=); dweight / dbias nullable (written = when given).
+HG_DECLARE_KERNEL(void, group_norm_backward,
+                  (const void* x, const void* weight, const void* mean, const void* rstd, const void* dy, void* dx,
+                   void* dweight, void* dbias, int64_t batch, int64_t channels, int64_t spatial, int64_t groups,
+                   DType dtype));
+
+// ---- BatchNorm over contiguous [N, C, S]: statistics per channel c over its N S elements ----------
+// Training (training = true), in acc_t:
+//   mean = sum x / (N S),  var = sum (x - mean)^2 / (N S)  (biased, two passes),  rstd = 1 / sqrt(var + eps)
+//   running_mean = (1 - momentum) * running_mean + momentum * mean
+//   running_var  = (1 - momentum) * running_var + momentum * var * (N S) / (N S - 1)
+// (PyTorch's momentum rule; the running variance takes the unbiased estimate; N S >= 2.) The running
+// statistics [C] are nullable (then not updated), in accumulate_dtype(dtype), updated in place.
+// Eval (training = false): mean = running_mean, rstd = 1 / sqrt(running_var + eps) (both required,
+// read only). Either way y = (x - mean) * rstd * w[c] + b[c] (weight / bias nullable: 1 / 0), and
+// save_mean / save_rstd [C] (accumulate_dtype(dtype), required) receive the mean and rstd used.
+HG_DECLARE_KERNEL(void, batch_norm_forward,
+                  (const void* x, const void* weight, const void* bias, void* running_mean, void* running_var,
+                   void* y, void* save_mean, void* save_rstd, int64_t batch, int64_t channels, int64_t spatial,
+                   bool training, double momentum, double eps, DType dtype));
+// Backward, with xhat = (x - mean) * rstd and g = dy * w[c], sums per channel over its N S elements:
+//   dw[c] = sum dy * xhat,  db[c] = sum dy
+//   training: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))  (the batch statistics depend on x)
+//   eval:     dx = rstd * g                                       (the running statistics do not)
+// dx, dweight and dbias are nullable (written = when given); the sums run in a fixed order (deterministic).
+HG_DECLARE_KERNEL(void, batch_norm_backward,
+                  (const void* x, const void* weight, const void* save_mean, const void* save_rstd, const void* dy,
+                   void* dx, void* dweight, void* dbias, int64_t batch, int64_t channels, int64_t spatial,
+                   bool training, DType dtype));
 
 // Residual add fused with LayerNorm: a pre-LN transformer's h = x + f(x) followed by ln(h), in one
 // pass per row (kernels/cpu/layer_norm.cpp, kernels/cuda/layer_norm.cu; the op: engine/ops/add_layer_norm.cpp).

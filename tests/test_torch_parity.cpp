@@ -175,6 +175,30 @@ const std::map<std::string, Op>& ops() {
        [](V x, A a) { return cosine_similarity(x[0], x[1], a.value("dim", 1), a.value("eps", 1e-8)); }},
       {"pairwise_distance",
        [](V x, A a) { return pairwise_distance(x[0], x[1], a.contains("p") ? number(a["p"]) : 2.0, a.value("eps", 1e-6)); }},
+      {"gather", [](V x, A a) { return gather(x[0], a["dim"], x[1]); }},
+      {"scatter_add", [](V x, A a) { return scatter_add(x[0], a["dim"], x[1], x[2]); }},
+      {"index_select", [](V x, A a) { return index_select(x[0], a["dim"], x[1]); }},
+      {"index_add", [](V x, A a) { return index_add(x[0], a["dim"], x[1], x[2], a.value("alpha", 1.0)); }},
+      {"flip", [](V x, A a) { return flip(x[0], a["dims"].get<std::vector<int>>()); }},
+      {"cumsum", [](V x, A a) { return cumsum(x[0], a["dim"]); }},
+      {"layer_norm",
+       [](V x, A a) {
+         return layer_norm(x[0], a["normalized_shape"].get<Shape>(), arg_or_none(x, 1), arg_or_none(x, 2),
+                           a.value("eps", 1e-5));
+       }},
+      {"batch_norm_stats",
+       [](V x, A a) {
+         // The running statistics are updated in place: the output carries them after y, as the vectors do.
+         const Tensor rm = x[1].clone(), rv = x[2].clone();
+         const Tensor y = batch_norm(x[0], rm, rv, x[3], x[4], a["training"], a["momentum"], 1e-5);
+         return cat({y.reshape({-1}), rm, rv}, 0);
+       }},
+      {"group_norm",
+       [](V x, A a) { return group_norm(x[0], a["num_groups"], arg_or_none(x, 1), arg_or_none(x, 2), a.value("eps", 1e-5)); }},
+      {"rms_norm",
+       [](V x, A a) {
+         return rms_norm(x[0], a["normalized_shape"].get<Shape>(), arg_or_none(x, 1), optional_arg(a, "eps"));
+       }},
       {"triplet_margin_loss",
        [](V x, A a) {
          return triplet_margin_loss(x[0], x[1], x[2], a.value("margin", 1.0), a.value("p", 2.0), a.value("eps", 1e-6),

@@ -1,6 +1,9 @@
-// layer_norm over the last dimension, the front-end of the layer_norm_forward / layer_norm_backward
-// kernels (their math, forward and backward: kernels/kernels.h). The statistics (mean, rstd) are in
+// layer_norm over the last dimension (and, reshaped, over several trailing ones), the front-end of
+// the layer_norm_forward / layer_norm_backward kernels (their math, forward and backward:
+// kernels/kernels.h). The statistics (mean, rstd) are in
 // fp32 (f64 for f64) and saved for the backward, which is one layer_norm_backward call.
+#include <string>
+
 #include "engine/ops.h"
 #include "engine/ops/op_support.h"
 
@@ -47,6 +50,29 @@ Tensor layer_norm(const Tensor& input, const Tensor& weight, const Tensor& bias,
               });
   }
   return y;
+}
+
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  const char* name = "layer_norm";
+  ops::check_defined(input, name, "input");
+  const int k = int(normalized_shape.size());
+  bool fits = k >= 1 && input.dim() >= k;
+  for (int d = 0; fits && d < k; ++d) fits = input.size(input.dim() - k + d) == normalized_shape[size_t(d)];
+  std::string wanted;
+  for (int64_t s : normalized_shape) wanted += (wanted.empty() ? "" : ", ") + std::to_string(s);
+  HG_CHECK(fits, "[", name, "] input ", input.describe(), " does not end in normalized_shape [", wanted,
+           "]; expected its last ", k, " dimension(s) to equal it (and normalized_shape not empty)");
+  for (const auto& [param, param_name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}})
+    HG_CHECK(!param->defined() || param->shape() == normalized_shape, "[", name, "] ", param_name, " is ",
+             param->describe(), "; expected the normalized_shape [", wanted, "]");
+  int64_t cols = 1;
+  for (int64_t s : normalized_shape) cols *= s;
+  Shape rows_shape(input.shape().begin(), input.shape().end() - k);
+  rows_shape.push_back(cols);
+  const Tensor w = weight.defined() ? weight.reshape({cols}) : Tensor();
+  const Tensor b = bias.defined() ? bias.reshape({cols}) : Tensor();
+  return layer_norm(input.reshape(rows_shape), w, b, eps).reshape(input.shape());
 }
 
 }  // namespace hg

@@ -77,6 +77,18 @@ std::string describe(const DeviceErrorRecord& r) {
       return std::string(DeviceErrorOp(r.op) == DeviceErrorOp::embedding_forward ? "[embedding_forward]"
                                                                                  : "[embedding_backward]") +
              " id " + value + " at position " + position + " is out of range, expected 0 <= id < " + bound;
+    case DeviceErrorOp::gather:
+    case DeviceErrorOp::index_select:
+    case DeviceErrorOp::scatter_add:
+    case DeviceErrorOp::index_add: {
+      const DeviceErrorOp op = DeviceErrorOp(r.op);
+      const char* name = op == DeviceErrorOp::gather         ? "gather"
+                         : op == DeviceErrorOp::index_select ? "index_select"
+                         : op == DeviceErrorOp::scatter_add  ? "scatter_add"
+                                                             : "index_add";
+      return std::string("[") + name + "] index " + value + " at position " + position +
+             " is out of range, expected 0 <= index < " + bound;
+    }
   }
   return "[cuda] a kernel recorded an error of unknown kind " + std::to_string(r.op) + " at position " + position;
 }

@@ -32,6 +32,10 @@ enum class DeviceErrorOp : int {
   cross_entropy_forward = 1,  // a target outside [0, bound) that is not ignore_index
   embedding_forward = 2,      // an id outside [0, bound)
   embedding_backward = 3,     // an id outside [0, bound)
+  gather = 4,                 // index_gather / index_scatter_add: an index outside [0, bound)
+  index_select = 5,
+  scatter_add = 6,
+  index_add = 7,
 };
 
 // The record in device memory. state: 0 empty, 1 a kernel is writing it, 2 it holds an error.

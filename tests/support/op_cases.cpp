@@ -178,6 +178,45 @@ const std::vector<OpCase>& op_cases() {
       {"repeat", {{2, 3}}, Domain::Any, [](V x) { return repeat(x[0], {2, 1, 2}) * repeat(x[0], {2, 1, 2}); }},
       {"pad", {{2, 3}}, Domain::Any, [](V x) { return exp(pad(x[0], {1, 2, -1, 0}, 0.5)); }},
       {"tril", {{3, 4}}, Domain::Any, [](V x) { return exp(tril(x[0], 1)); }},
+      // ---- indexing along a dimension, the running sum ----
+      {"gather", {{3, 4}}, Domain::Any, [](V x) { return gather(x[0], 1, ids({3, 0, 0, 2, 1, 1}, {2, 3}, x[0])); }},
+      {"gather dim 0 transposed", {{4, 3}}, Domain::Any,
+       [](V x) { return gather(x[0].t(), 0, ids({2, 0, 1, 2, 2, 0}, {2, 3}, x[0])); }},
+      {"scatter_add", {{3, 4}, {2, 5}}, Domain::Any,
+       [](V x) { return scatter_add(x[0], 1, ids({3, 0, 3, 1, 2, 2, 0, 1}, {2, 4}, x[0]), x[1]); }},
+      {"scatter_add corner", {{4, 3}, {2, 2}}, Domain::Any,
+       [](V x) { return scatter_add(x[0], 0, ids({3, 0, 3, 3}, {2, 2}, x[0]), x[1]) * x[0]; }},
+      {"index_select", {{4, 3}}, Domain::Any, [](V x) { return index_select(x[0], 0, ids({3, 1, 3}, {3}, x[0])); }},
+      {"index_select last dim", {{2, 3, 4}}, Domain::Any,
+       [](V x) { return index_select(x[0], -1, ids({0, 3, 3, 2, 0}, {5}, x[0])); }},
+      {"index_add", {{4, 3}, {5, 3}}, Domain::Any,
+       [](V x) { return index_add(x[0], 0, ids({1, 3, 1, 0, 1}, {5}, x[0]), x[1], 0.5); }},
+      {"index_add dim 1", {{2, 3, 2}, {2, 4, 2}}, Domain::Any,
+       [](V x) { return index_add(x[0], 1, ids({2, 2, 0, 1}, {4}, x[0]), x[1]) * x[0]; }},
+      {"flip", {{2, 3, 4}}, Domain::Any, [](V x) { return flip(x[0], {0, 2}) * x[0]; }},
+      {"cumsum", {{3, 4}}, Domain::Any, [](V x) { return cumsum(x[0], 1) * x[0]; }},
+      {"cumsum dim 0", {{5, 3}}, Domain::Any, [](V x) { return cumsum(x[0].t(), 1); }},
+      {"layer_norm two dims", {{2, 3, 4}, {3, 4}, {3, 4}}, Domain::Any,
+       [](V x) { return layer_norm(x[0], {3, 4}, x[1], x[2]); }},
+      // ---- normalisations (training-mode batch_norm: the output does not read the running stats it updates) ----
+      {"rms_norm", {{3, 5}, {5}}, Domain::Any, [](V x) { return rms_norm(x[0], {5}, x[1], 1e-5); }},
+      {"rms_norm two dims no weight", {{2, 3, 4}}, Domain::Any, [](V x) { return rms_norm(x[0], {3, 4}); }},
+      {"group_norm", {{2, 4, 3}, {4}, {4}}, Domain::Any, [](V x) { return group_norm(x[0], 2, x[1], x[2]); }},
+      {"group_norm one group 4d", {{2, 3, 2, 2}}, Domain::Any, [](V x) { return group_norm(x[0], 1); }},
+      {"batch_norm train", {{3, 2, 4}, {2}, {2}}, Domain::Any,
+       [](V x) {
+         const Tensor rm = zeros({2}, accumulate_dtype(x[0].dtype()), x[0].device());
+         const Tensor rv = ones({2}, accumulate_dtype(x[0].dtype()), x[0].device());
+         return batch_norm(x[0], rm, rv, x[1], x[2], true, 0.1, 1e-5);
+       }},
+      {"batch_norm train 2d", {{5, 3}}, Domain::Any,
+       [](V x) { return batch_norm(x[0], Tensor(), Tensor(), Tensor(), Tensor(), true); }},
+      {"batch_norm eval", {{2, 3, 2}, {3}, {3}}, Domain::Any,
+       [](V x) {
+         const Tensor rm = full({3}, 0.25, accumulate_dtype(x[0].dtype()), x[0].device());
+         const Tensor rv = full({3}, 1.5, accumulate_dtype(x[0].dtype()), x[0].device());
+         return batch_norm(x[0], rm, rv, x[1], x[2], false);
+       }},
       // ---- masks ----
       {"where", {{2, 3}, {2, 3}}, Domain::Any,
        [](V x) { return where(mask({1, 0, 0, 1, 1, 0}, {2, 3}, x[0]), x[0], x[1]); }},
