@@ -29,6 +29,10 @@
 //   rms_norm_forward / _backward: over [rows, cols]; batch_norm_* and group_norm_* (8 groups) over
 //                       [rows / 64, 64 channels, cols] in training: forward reads x, writes y; backward reads
 //                       x and dy, writes dx (statistics and parameters are counted, a few KB)
+//   upsample_nearest2x_forward, upsample_bilinear2x_forward / _backward, adaptive_avg_pool2d_forward:
+//                       resample2d over rows / 4 planes of 64x64 (to 128x128, back for the backward, to 7x7):
+//                       reads the input planes, writes the output planes
+//   topk:               the 8 largest of each row of [rows, cols]: reads x (the k outputs are negligible)
 // Full size: rows = 16384, cols = 4096 (256 MiB per f32 tensor); --quick: 1/16 of the rows.
 #include <omp.h>
 
@@ -42,6 +46,7 @@
 #include "bench_sections.h"
 #include "json_line.h"
 #include "kernels/kernels.h"
+#include "kernels/resample_tables.h"
 
 namespace hg::bench {
 namespace {
@@ -314,6 +319,50 @@ void bench_normalization(DType dtype, const Shape& shape, double memcpy_gbs) {
   print_line("group_norm_backward", dtype, shape, 3.0 * tensor, seconds, memcpy_gbs);
 }
 
+void bench_topk(DType dtype, const Shape& shape, double memcpy_gbs) {
+  constexpr int64_t kTop = 8;
+  const int64_t n = shape.rows * shape.cols;
+  const Bytes x = random_tensor(n, dtype, 22);
+  Bytes values{size_t(shape.rows * kTop) * dtype_size(dtype)}, indices{size_t(shape.rows * kTop) * sizeof(int64_t)};
+  const double seconds = best_seconds(shape.repeats, [&] {
+    kernels::cpu::topk(x.get(), values.get(), static_cast<int64_t*>(indices.get()), shape.rows, shape.cols, kTop, true,
+                       nullptr, 0, dtype);
+  });
+  print_line("topk", dtype, shape, double(n * dtype_size(dtype)), seconds, memcpy_gbs);
+}
+
+// The resample2d kernel on its host tables (kernels/resample_tables.h), pointers into the tables.
+kernels::ResampleAxis axis_of(const kernels::ResampleTable& t) {
+  kernels::ResampleAxis a;
+  a.in = t.in, a.out = t.out, a.offset = t.offset.data(), a.index = t.index.data(), a.weight = t.weight.data();
+  return a;
+}
+
+void bench_resample(DType dtype, const Shape& shape, double memcpy_gbs) {
+  const int64_t side = 64, planes = shape.rows / 4, in = planes * side * side;
+  const Bytes x = random_tensor(in, dtype, 20), big = random_tensor(4 * in, dtype, 21);
+  Bytes y{size_t(4 * in) * dtype_size(dtype)};
+  const double size = double(dtype_size(dtype));
+  struct Line {
+    const char* name;
+    kernels::ResampleTable table;
+    bool from_big;
+  };
+  const Line lines[] = {
+      {"upsample_nearest2x_forward", kernels::nearest_table(side, 2 * side, 2.0, false), false},
+      {"upsample_bilinear2x_forward", kernels::linear_table(side, 2 * side, 2.0, false), false},
+      {"upsample_bilinear2x_backward", kernels::transposed(kernels::linear_table(side, 2 * side, 2.0, false)), true},
+      {"adaptive_avg_pool2d_forward", kernels::adaptive_avg_table(side, 7), false},
+  };
+  for (const Line& line : lines) {
+    const kernels::ResampleAxis a = axis_of(line.table);
+    const void* source = line.from_big ? big.get() : x.get();
+    const double seconds = best_seconds(
+        shape.repeats, [&] { kernels::cpu::resample2d(source, y.get(), planes, a, a, dtype); });
+    print_line(line.name, dtype, shape, double(planes) * (a.in * a.in + a.out * a.out) * size, seconds, memcpy_gbs);
+  }
+}
+
 }  // namespace
 
 void run_bandwidth_bench(bool quick) {
@@ -329,6 +378,8 @@ void run_bandwidth_bench(bool quick) {
     bench_where(dtype, shape, memcpy_gbs);
     bench_indexing(dtype, shape, memcpy_gbs);
     bench_normalization(dtype, shape, memcpy_gbs);
+    bench_resample(dtype, shape, memcpy_gbs);
+    bench_topk(dtype, shape, memcpy_gbs);
   }
 }
 

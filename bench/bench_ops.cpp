@@ -1,7 +1,8 @@
 // bench_ops: CPU kernel throughput, one JSON object per line.
 //   - the machine's fp32 FMA peak (measured here, same process) and GEMM GFLOP/s as a fraction of it;
 //   - memory-bound kernels (softmax, layer_norm, GELU, copy, accumulate, compare, where, index_select,
-//     index_add, gather, scatter_add, cumsum, rms_norm, batch_norm, group_norm) in GB/s at sizes far
+//     index_add, gather, scatter_add, cumsum, rms_norm, batch_norm, group_norm, upsampling,
+//     adaptive_avg_pool2d, topk) in GB/s at sizes far
 //     beyond cache;
 //   - f32 vs bf16 vs f16 kernels on the GPT activation shapes, one thread (half_ops lines).
 // Usage: bench_ops [--quick] [--half-only | --bandwidth-only]   (--quick: smaller sizes, fewer repeats;
@@ -16,7 +17,8 @@ constexpr const char* kUsage =
     "usage: bench_ops [--quick] [--half-only | --bandwidth-only]\n"
     "CPU kernel throughput. Prints JSON lines to stdout: the fp32 FMA peak and GEMM GFLOP/s against it,\n"
     "memory-bound kernels (softmax, layer_norm, GELU, copy, accumulate, compare, where, index_select,\n"
-    "index_add, gather, scatter_add, cumsum, rms_norm, batch_norm, group_norm) in GB/s against\n"
+    "index_add, gather, scatter_add, cumsum, rms_norm, batch_norm, group_norm, upsampling,\n"
+    "adaptive_avg_pool2d, topk) in GB/s against\n"
     "memcpy, f32 vs bf16 vs f16 kernels (half_ops).\n"
     "  --quick           smaller sizes, fewer repeats (smoke runs)\n"
     "  --half-only       only the half_ops lines\n"

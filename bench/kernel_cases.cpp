@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/resample_tables.h"
 #include "kernels/step_kernels.h"
 
 namespace hg::bench {
@@ -613,6 +614,17 @@ std::vector<KernelCase> make_cases() {
     });
   }
 
+  // ---- topk: the 8 largest of each row (a classifier's top-k), rows sorted in shared memory ----
+  add("topk", kFloats, [](S s, DType dt, A a) {
+    constexpr int64_t kTop = 8;
+    void* x = a.uniform(s.n(), dt);
+    void* values = a.zeros(bytes_of(s.rows * kTop, dt));
+    auto* indices = static_cast<int64_t*>(a.zeros(bytes_of(s.rows * kTop, DType::i64)));
+    return memory_case(dims({s.rows, s.cols}) + " k 8",
+                       io({bytes_of(s.n(), dt), bytes_of(s.rows * kTop, dt), bytes_of(s.rows * kTop, DType::i64)}),
+                       [=, st = a.stream()] { k::topk(x, values, indices, s.rows, s.cols, kTop, true, nullptr, 0, dt, st); });
+  });
+
   // ---- dropout, random fill, stochastic rounding ----
   for (const bool backward : {false, true}) {
     add(backward ? "dropout_backward" : "dropout_forward", kFloats, [backward](S s, DType dt, A a) {
@@ -797,6 +809,35 @@ std::vector<KernelCase> make_cases() {
       return memory_case(dims({g.batch, g.channels, g.height, g.width}) + " 2x2/2",
                          io({bytes_of(out, dt), max ? bytes_of(out, DType::i32) : 0, bytes_of(in, dt)}),
                          [=, st = a.stream()] { k::pool2d_backward(mode, g, dy, argmax, dx, dt, st); });
+    });
+  }
+
+  // ---- resampling (resample2d): a U-Net's bilinear 2x upsampling, forward and backward (the
+  // transposed tables), and a ResNet-style adaptive average pooling of [N, C, side, side] to 7x7 ----
+  struct ResampleCase {
+    const char* name;
+    bool upsample, backward;
+  };
+  for (const ResampleCase rc : {ResampleCase{"bilinear2x_forward", true, false},
+                                ResampleCase{"bilinear2x_backward", true, true},
+                                ResampleCase{"adaptive_avg_pool2d_forward", false, false}}) {
+    add(rc.name, kFloats, [rc](S s, DType dt, A a) {
+      const int64_t side = int64_t(std::lround(std::sqrt(double(s.cols))));
+      const int64_t planes = s.rows, big = rc.upsample ? 2 * side : 7;
+      kernels::ResampleTable table = rc.upsample ? kernels::linear_table(side, big, 2.0, false)
+                                                 : kernels::adaptive_avg_table(side, big);
+      if (rc.backward) table = kernels::transposed(table);
+      kernels::ResampleAxis axis;
+      axis.in = table.in, axis.out = table.out;
+      axis.offset = a.upload(table.offset);
+      axis.index = a.upload(table.index);
+      axis.weight = a.upload(table.weight);
+      const int64_t in = planes * axis.in * axis.in, out = planes * axis.out * axis.out;
+      void* x = a.uniform(in, dt);
+      void* y = a.zeros(bytes_of(out, dt));
+      return memory_case(dims({planes, axis.in, axis.in}) + " to " + dims({axis.out, axis.out}),
+                         io({bytes_of(in, dt), bytes_of(out, dt)}),
+                         [=, st = a.stream()] { k::resample2d(x, y, planes, axis, axis, dt, st); });
     });
   }
 

@@ -186,6 +186,12 @@ Tensor flip(const Tensor& x, const std::vector<int>& dims);
 // into i64). The gradient is the reversed running sum of the gradient.
 Tensor cumsum(const Tensor& x, int dim);
 
+// The k largest (or smallest) elements along dim, as (values, indices i64), in order: descending for
+// largest, ascending otherwise, ties by increasing index; NaN counts as larger than any number (as
+// PyTorch). sorted = false is accepted and gives the same sorted order (PyTorch leaves it unspecified).
+// 0 <= k <= size(dim). The gradient scatters into the chosen positions (engine/ops/topk.cpp).
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int dim = -1, bool largest = true, bool sorted = true);
+
 // ---- linear algebra: engine/ops/matmul.cpp ----
 // [.., m, k] @ [.., k, n] with broadcasting batch dimensions; 1-D operands as in NumPy.
 Tensor matmul(const Tensor& a, const Tensor& b);
@@ -327,6 +333,14 @@ AttentionImpl parse_attention_impl(const std::string& name);
 // transpose, so merging the heads afterwards (transpose(1, 2).reshape) is a view.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
                                     double dropout_p = 0.0, AttentionImpl impl = AttentionImpl::Auto);
+// With attn_mask, which broadcasts to the scores [.., Tq, Tk]: bool (true: the key is seen; a query
+// that sees no key gets NaN, as PyTorch) or additive (q's dtype, added to the scores; -inf hides), on
+// top of `causal` (false by default here, as PyTorch's is_causal). A key-padding mask [B, Tk] is passed
+// as attn_mask.view({B, 1, 1, Tk}). Masked attention runs the composed path: the fused kernels take no
+// mask yet (AttentionImpl::Fused with a mask is an error).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                                    bool causal = false, double dropout_p = 0.0,
+                                    AttentionImpl impl = AttentionImpl::Auto);
 // Causal self-attention from the packed projection qkv [B, T, 3C] (q | k | v, n_head heads of
 // D = C / n_head) to y [B, T, C], heads merged: the fused kernels read q, k, v in place and write the
 // gradients of all three into one [B, T, 3C] tensor, with no head-split or merge copy either way
@@ -346,6 +360,46 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
 // padding at most half the kernel. avg_pool2d divides by KH KW (padding counts as zeros).
 Tensor max_pool2d(const Tensor& x, Size2d kernel, Size2d stride = {0, 0}, Size2d padding = {0, 0});
 Tensor avg_pool2d(const Tensor& x, Size2d kernel, Size2d stride = {0, 0}, Size2d padding = {0, 0});
+// x [N, C, L], weight [OC, C / groups, K] -> [N, OC, OL]: conv2d over [N, C, 1, L] (PyTorch's conv1d).
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1, int64_t padding = 0,
+              int64_t dilation = 1, int64_t groups = 1);
+// The transposed convolution (PyTorch's conv_transpose2d: the gradient of conv2d with respect to its
+// input, as a layer): x [N, C, H, W], weight [C, OC / groups, KH, KW], bias [OC] (may be undefined)
+// -> [N, OC, OH, OW] with OH = (H - 1) stride - 2 padding + dilation (KH - 1) + output_padding + 1.
+// It runs conv2d's backward-data kernel forward, and conv2d's forward and backward-filter kernels
+// backward (cuDNN on a GPU). output_padding must be below the stride (PyTorch also allows it below
+// the dilation; that is refused here).
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride = {1, 1},
+                        Size2d padding = {0, 0}, Size2d output_padding = {0, 0}, int64_t groups = 1,
+                        Size2d dilation = {1, 1});
+// x [N, C, L], weight [C, OC / groups, K] -> [N, OC, (L - 1) stride - 2 padding + dilation (K - 1) +
+// output_padding + 1]: conv_transpose2d over [N, C, 1, L].
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1,
+                        int64_t padding = 0, int64_t output_padding = 0, int64_t groups = 1, int64_t dilation = 1);
+
+// ---- resampling: engine/ops/resample.cpp (one separable-map kernel, kernels/resample_axis.h) ----
+// The mean over each of out_size windows of each plane of x [..., H, W] (PyTorch's adaptive_avg_pool2d):
+// output row i averages input rows floor(i H / OH) .. ceil((i + 1) H / OH) - 1, and likewise columns.
+Tensor adaptive_avg_pool2d(const Tensor& x, Size2d output_size);
+// x [..., L] -> [..., output_size], as above along one dimension.
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
+// PyTorch's interpolate modes. Nearest: source floor(i scale) (PyTorch's "nearest", with its float
+// arithmetic); NearestExact: floor((i + 0.5) scale); Linear (x [N, C, L]) and Bilinear (x [N, C, H, W]):
+// the two neighbours of the source position (i + 0.5) scale - 0.5 (clamped at 0), or i (in - 1) / (out - 1)
+// with align_corners. scale is in / out, or 1 / scale_factor when the size comes from a scale factor.
+enum class InterpolateMode { Nearest, NearestExact, Linear, Bilinear };
+struct InterpolateOptions {
+  std::vector<int64_t> size;        // the output's spatial size (one per spatial dimension), or
+  std::vector<double> scale_factor; // the output's size floor(in * scale_factor)
+  InterpolateMode mode = InterpolateMode::Nearest;
+  std::optional<bool> align_corners;  // linear modes only; false when unset
+  InterpolateOptions& set_size(std::vector<int64_t> s) { size = std::move(s); return *this; }
+  InterpolateOptions& set_scale_factor(std::vector<double> s) { scale_factor = std::move(s); return *this; }
+  InterpolateOptions& set_mode(InterpolateMode m) { mode = m; return *this; }
+  InterpolateOptions& set_align_corners(bool a) { align_corners = a; return *this; }
+};
+// x [N, C, L] (Nearest, NearestExact, Linear) or [N, C, H, W] (Nearest, NearestExact, Bilinear), resized.
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 
 // ---- shape: engine/ops/shape.cpp (the Tensor view methods are these) ----
 Tensor view(const Tensor& x, const Shape& shape);
@@ -377,6 +431,11 @@ Tensor repeat(const Tensor& x, const Shape& repeats);
 // torch.nn.functional.pad: {left, right} pads the last dimension, {left, right, top, bottom} the last two.
 // Negative amounts crop.
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, double value = 0.0);
+// Non-constant padding of the trailing dimensions (amounts as above, each >= 0): Reflect mirrors
+// without repeating the edge (amounts below the dimension's size), Replicate repeats the edge.
+// PyTorch allows these for the last 1 to 3 dimensions; here any number of trailing dimensions.
+enum class PadMode { Constant, Reflect, Replicate };
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, PadMode mode, double value = 0.0);
 // x with elements above (tril) / below (triu) the `diagonal`-th diagonal of the last two dimensions
 // set to 0; the gradient is masked the same way.
 Tensor tril(const Tensor& x, int64_t diagonal = 0);

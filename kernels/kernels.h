@@ -24,6 +24,7 @@
 #include "kernels/compare_math.h"
 #include "kernels/conv_geometry.h"
 #include "kernels/dtype.h"
+#include "kernels/resample_axis.h"
 #include "kernels/unary_math.h"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*, in the CUDA runtime and in the emulator alike
@@ -416,6 +417,25 @@ HG_DECLARE_KERNEL(void, pool2d_forward,
 HG_DECLARE_KERNEL(void, pool2d_backward,
                   (PoolMode mode, const Pool2dGeometry& g, const void* dy, const int32_t* argmax, void* dx,
                    DType dtype));
+// A separable linear map of each [H, W] plane of x [planes, h.in, w.in] into y [planes, h.out, w.out]
+// (kernels/resample_axis.h has the tables; nearest / linear interpolation, adaptive average pooling
+// and, with transposed tables, their backward passes):
+//   y[p, i, j] = sum_{a in taps(h, i)} sum_{b in taps(w, j)} h.weight[a] w.weight[b] x[p, h.index[a], w.index[b]]
+// summed in acc_t (the weights rounded to acc_t), each output written once, in a fixed order (no
+// atomics: the same bits on every run). An output with no taps is 0. CUDA: the tables are device
+// arrays like x and y.
+HG_DECLARE_KERNEL(void, resample2d,
+                  (const void* x, void* y, int64_t planes, ResampleAxis h, ResampleAxis w, DType dtype));
 
+// The k first elements of each row of contiguous x [rows, n] (0 <= k <= n) in topk's order
+// (kernels/topk_key.h: by value, descending for `largest` and ascending otherwise, NaN counted as the
+// largest value, ties by increasing index): values [rows, k] in x's dtype, indices [rows, k] (i64,
+// positions in the row). The output is always sorted (PyTorch's sorted = false leaves the order
+// unspecified). CUDA: rows of n <= 2048 are sorted in shared memory, one block per row; longer rows
+// by a bitonic network in `workspace` (topk_workspace_bytes; 0 for the CPU and for short rows).
+HG_DECLARE_KERNEL(size_t, topk_workspace_bytes, (int64_t rows, int64_t n));
+HG_DECLARE_KERNEL(void, topk,
+                  (const void* x, void* values, int64_t* indices, int64_t rows, int64_t n, int64_t k, bool largest,
+                   void* workspace, size_t workspace_bytes, DType dtype));
 
 }  // namespace hg::kernels

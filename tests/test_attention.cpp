@@ -202,6 +202,29 @@ TEST_CASE("attention rejects bad arguments with errors that name them") {
   CHECK_ERROR(out.backward(randn({2, 5, 4}, f64)), "gradient of the output is f64", "expected f32");
 }
 
+TEST_CASE("attention masks: a bool key-padding mask hides keys like dropping them; bad masks are named") {
+  // Keys hidden by a [B, Tk] key-padding mask (viewed [B, 1, 1, Tk]) count as absent: the result
+  // equals attention over the visible keys only, per batch row.
+  const Tensor q = randn({2, 2, 3, 4}, f64), k = randn({2, 2, 5, 4}, f64), v = randn({2, 2, 5, 3}, f64);
+  const Tensor keep = ne(from_vector(std::vector<int32_t>{1, 1, 1, 0, 0, 1, 1, 1, 1, 1}, {2, 5}, i32), 0.0);
+  const Tensor y = scaled_dot_product_attention(q, k, v, keep.view({2, 1, 1, 5}));
+  const Tensor first = scaled_dot_product_attention(q.narrow(0, 0, 1), k.narrow(0, 0, 1).narrow(2, 0, 3),
+                                                    v.narrow(0, 0, 1).narrow(2, 0, 3), false);
+  const Tensor second = scaled_dot_product_attention(q.narrow(0, 1, 1), k.narrow(0, 1, 1), v.narrow(0, 1, 1), false);
+  CHECK(max(abs(y - cat({first, second}, 0))).item() < 1e-12);
+  // An additive mask of -inf is the bool mask; of 0 it is no mask.
+  const Tensor additive = where(keep.view({2, 1, 1, 5}), scalar_tensor(0.0, f64), scalar_tensor(-INFINITY, f64));
+  CHECK(max(abs(scaled_dot_product_attention(q, k, v, additive) - y)).item() < 1e-12);
+  const Tensor none = scaled_dot_product_attention(q, k, v, zeros({3, 5}, f64));
+  CHECK(max(abs(none - scaled_dot_product_attention(q, k, v, false))).item() < 1e-12);
+
+  CHECK_ERROR(scaled_dot_product_attention(q, k, v, keep), "attn_mask", "does not broadcast to the scores",
+              "[2, 2, 3, 5]");
+  CHECK_ERROR(scaled_dot_product_attention(q, k, v, zeros({3, 5}, f32)), "attn_mask", "must be bool, or of q's dtype");
+  CHECK_ERROR(scaled_dot_product_attention(q, k, v, keep.view({2, 1, 1, 5}), false, 0.0, AttentionImpl::Fused),
+              "the fused kernels take no attn_mask yet");
+}
+
 TEST_CASE("fused attention keeps O(B H T D) for backward where the composed path keeps the B H T T probabilities") {
   const int64_t B = 2, H = 4, T = 256, D = 64;
   manual_seed(12);

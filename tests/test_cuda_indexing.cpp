@@ -1,4 +1,5 @@
-// The index_gather, index_scatter_add and cumsum CUDA kernels against the CPU backend's: gather and
+// The index_gather, index_scatter_add, cumsum and topk CUDA kernels against the CPU backend's (topk:
+// values and indices bit for bit, in both of its paths): gather and
 // scatter_add bit for bit (the same order of additions; alpha a power of two, so no fused multiply-add
 // can change a bit), cumsum's column path bit for bit and its warp-scan row path within the rounding
 // of a reordered sum. Every floating dtype, i32 and i64 indices, both index layouts, sizes that leave
@@ -188,4 +189,34 @@ TEST_CASE("cuda index_gather and index_scatter_add: a bad index is raised at the
     CHECK(raised.starts_with(c.message));
     gpu::synchronize_and_raise_device_errors(stream);  // raised once: the record is clear again
   }
+}
+
+TEST_CASE("cuda topk: the CPU's values and indices, in shared memory and through the global bitonic network") {
+  if (hg::testing::skip_without_cuda_device("cuda topk")) return;
+  std::mt19937_64 rng(43);
+  struct Case {
+    int64_t rows, n, k;
+  };
+  // n = 2048 is the last row sorted in shared memory; 3000 takes the workspace network.
+  for (DType t : kFloating)
+    for (const bool largest : {true, false})
+      for (const Case c : {Case{5, 37, 5}, Case{3, 9, 9}, Case{1, 1, 1}, Case{2, 2048, 40}, Case{2, 3000, 17}}) {
+        CAPTURE(std::string(hg::dtype_name(t)));
+        CAPTURE(largest);
+        CAPTURE(c.n);
+        const HostBuffer x = hg::testing::random_with_ties(t, c.rows, c.n, rng);
+        HostBuffer want_values(t, c.rows * c.k), want_indices(DType::i64, c.rows * c.k);
+        cpu::topk(x.data(), want_values.data(), static_cast<int64_t*>(want_indices.data()), c.rows, c.n, c.k, largest,
+                  nullptr, 0, t);
+        HostBuffer got_values(t, c.rows * c.k), got_indices(DType::i64, c.rows * c.k);
+        const size_t bytes = gpu::topk_workspace_bytes(c.rows, c.n, hg::testing::cuda_test_stream());
+        CHECK((bytes == 0) == (c.n <= 2048));
+        const DeviceBuffer dx(x), dv(got_values), di(got_indices), workspace(HostBuffer(DType::u8, int64_t(bytes)));
+        gpu::topk(dx.data, dv.data, static_cast<int64_t*>(di.data), c.rows, c.n, c.k, largest, workspace.data, bytes, t,
+                  hg::testing::cuda_test_stream());
+        dv.download(got_values);
+        di.download(got_indices);
+        CHECK(got_values.bitwise_equal(want_values));
+        CHECK(got_indices.bitwise_equal(want_indices));
+      }
 }

@@ -1,9 +1,10 @@
-// Indexing along a dimension (gather, scatter_add, index_select, index_add, flip) and cumsum on the
-// CPU: the kernels against double references over every dtype, both index layouts and index dtypes
+// Indexing along a dimension (gather, scatter_add, index_select, index_add, flip), cumsum and topk on
+// the CPU: the kernels against double references over every dtype, both index layouts and index dtypes
 // and edge sizes; the engine ops' errors; fp32 accumulation of half sums. (Gradients: the op-table
 // rows in tests/support/op_cases.cpp; PyTorch's values: tests/test_torch_parity.cpp.)
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -190,4 +191,55 @@ TEST_CASE("layer_norm over several trailing dimensions equals layer_norm over th
   CHECK(layer_norm(x, Shape{3, 4}, w, b).to_vector<double>() == want.to_vector<double>());
   CHECK(layer_norm(x, Shape{4}, Tensor(), Tensor()).to_vector<double>() ==
         layer_norm(x, Tensor(), Tensor()).to_vector<double>());
+}
+
+TEST_CASE("topk: by value, ties by index, NaN the largest; every dtype, both directions, edge sizes") {
+  std::mt19937_64 rng(41);
+  struct Case {
+    int64_t rows, n, k;
+  };
+  for (const DType t : kFloating)
+    for (const bool largest : {true, false})
+      for (const Case c : {Case{5, 37, 5}, Case{3, 9, 9}, Case{4, 6, 0}, Case{1, 1, 1}, Case{2, 3000, 17}}) {
+        CAPTURE(std::string(dtype_name(t)));
+        CAPTURE(largest);
+        CAPTURE(c.n);
+        const HostBuffer x = hg::testing::random_with_ties(t, c.rows, c.n, rng);
+        HostBuffer values(t, c.rows * c.k), indices(DType::i64, c.rows * c.k);
+        cpu::topk(x.data(), values.data(), static_cast<int64_t*>(indices.data()), c.rows, c.n, c.k, largest, nullptr,
+                  0, t);
+        for (int64_t r = 0; r < c.rows; ++r) {
+          // The definition: a stable sort of the positions, NaN before (largest) or after every number.
+          std::vector<int64_t> order(static_cast<size_t>(c.n));
+          for (int64_t i = 0; i < c.n; ++i) order[size_t(i)] = i;
+          std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+            const double va = x.get(r * c.n + a), vb = x.get(r * c.n + b);
+            if (std::isnan(va) || std::isnan(vb)) return largest ? std::isnan(va) && !std::isnan(vb)
+                                                                 : !std::isnan(va) && std::isnan(vb);
+            return largest ? va > vb : va < vb;
+          });
+          for (int64_t j = 0; j < c.k; ++j) {
+            const int64_t want = order[size_t(j)];
+            CHECK(indices.get(r * c.k + j) == double(want));
+            const double v = values.get(r * c.k + j), w = x.get(r * c.n + want);
+            CHECK(((std::isnan(v) && std::isnan(w)) || v == w));
+          }
+        }
+      }
+}
+
+TEST_CASE("topk along any dimension, its gradient and its errors") {
+  const Tensor x = from_vector(std::vector<double>{3, 1, 4, 1, 5, 9, 2, 6}, {2, 4}, f64).requires_grad_();
+  const auto [values, indices] = topk(x, 2, 0);
+  CHECK(values.shape() == Shape{2, 4});
+  CHECK(indices.to_vector<int64_t>() == std::vector<int64_t>{1, 1, 0, 1, 0, 0, 1, 0});
+  const auto [v1, i1] = topk(x, 3, -1, false);
+  CHECK(v1.to_vector<double>() == std::vector<double>{1, 1, 3, 2, 5, 6});
+  CHECK(i1.to_vector<int64_t>() == std::vector<int64_t>{1, 3, 0, 2, 0, 3});
+  sum(v1 * from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3}, f64)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 1, 0, 2, 5, 0, 4, 6});
+  CHECK(topk(randn({3, 0}), 0, 1).first.shape() == Shape{3, 0});
+  CHECK_ERROR(topk(randn({3, 4}), 5), "[topk]", "k = 5", "0 <= k <= 4");
+  CHECK_ERROR(topk(randn({3, 4}), 1, 2), "[topk]", "dim");
+  CHECK_ERROR(topk(from_vector(std::vector<int64_t>{1, 2}, {2}, i64), 1), "[topk]", "input");
 }

@@ -64,6 +64,27 @@ Tensor arg_or_none(const std::vector<Tensor>& x, size_t i) { return i < x.size()
 
 std::vector<int> dims_of(const json& args) { return args.value("dim", std::vector<int>{}); }
 
+// A (height, width) argument, `fallback` in both when absent.
+Size2d pair_arg(const json& args, const char* name, int64_t fallback) {
+  if (!args.contains(name)) return {fallback, fallback};
+  const auto v = args[name].get<std::vector<int64_t>>();
+  REQUIRE(v.size() == 2);
+  return {v[0], v[1]};
+}
+
+InterpolateOptions interpolate_options(const json& args) {
+  InterpolateOptions o;
+  const std::string mode = args["mode"];
+  o.mode = mode == "nearest"         ? InterpolateMode::Nearest
+           : mode == "nearest-exact" ? InterpolateMode::NearestExact
+           : mode == "linear"        ? InterpolateMode::Linear
+                                     : InterpolateMode::Bilinear;
+  if (args.contains("size")) o.set_size(args["size"].get<std::vector<int64_t>>());
+  if (args.contains("scale_factor")) o.set_scale_factor(args["scale_factor"].get<std::vector<double>>());
+  if (args.contains("align_corners")) o.set_align_corners(args["align_corners"]);
+  return o;
+}
+
 // The dtype and device of the run (for the factories, which take no input).
 DType g_dtype = f64;
 Device g_device = kCPU;
@@ -199,6 +220,34 @@ const std::map<std::string, Op>& ops() {
        [](V x, A a) {
          return rms_norm(x[0], a["normalized_shape"].get<Shape>(), arg_or_none(x, 1), optional_arg(a, "eps"));
        }},
+      {"conv1d",
+       [](V x, A a) {
+         return conv1d(x[0], x[1], arg_or_none(x, 2), a.value("stride", 1), a.value("padding", 0),
+                       a.value("dilation", 1), a.value("groups", 1));
+       }},
+      {"conv_transpose2d",
+       [](V x, A a) {
+         return conv_transpose2d(x[0], x[1], arg_or_none(x, 2), pair_arg(a, "stride", 1), pair_arg(a, "padding", 0),
+                                 pair_arg(a, "output_padding", 0), a.value("groups", 1), pair_arg(a, "dilation", 1));
+       }},
+      {"conv_transpose1d",
+       [](V x, A a) {
+         return conv_transpose1d(x[0], x[1], arg_or_none(x, 2), a.value("stride", 1), a.value("padding", 0),
+                                 a.value("output_padding", 0), a.value("groups", 1), a.value("dilation", 1));
+       }},
+      {"interpolate", [](V x, A a) { return interpolate(x[0], interpolate_options(a)); }},
+      {"adaptive_avg_pool2d", [](V x, A a) { return adaptive_avg_pool2d(x[0], pair_arg(a, "output_size", 1)); }},
+      {"adaptive_avg_pool1d", [](V x, A a) { return adaptive_avg_pool1d(x[0], a["output_size"]); }},
+      {"pad_mode",
+       [](V x, A a) {
+         const PadMode mode = a["mode"] == "reflect" ? PadMode::Reflect : PadMode::Replicate;
+         return pad(x[0], a["pad"].get<std::vector<int64_t>>(), mode);
+       }},
+      {"topk", [](V x, A a) { return topk(x[0], a["k"], a.value("dim", -1), a.value("largest", true)).first; }},
+      {"topk_indices",
+       [](V x, A a) { return topk(x[0], a["k"], a.value("dim", -1), a.value("largest", true)).second; }},
+      {"attention_mask",
+       [](V x, A a) { return scaled_dot_product_attention(x[0], x[1], x[2], x[3], a.value("causal", false)); }},
       {"triplet_margin_loss",
        [](V x, A a) {
          return triplet_margin_loss(x[0], x[1], x[2], a.value("margin", 1.0), a.value("p", 2.0), a.value("eps", 1e-6),

@@ -14,6 +14,10 @@ bytes, best_ms (best of `repeats` after one warm-up call), gbs, threads.
   rms_norm_*, batch_norm_*, group_norm_*: as bandwidth_bench.cpp's lines, forward under no_grad and
               backward as one torch.autograd.grad of a graph built once (PyTorch 1.13 has no F.rms_norm:
               its definition, composed, which is what a 1.13 user runs)
+  upsample_*, adaptive_avg_pool2d_forward: as bandwidth_bench.cpp's lines, x [rows / 256, 64, 64, 64] (its
+              rows / 4 planes), forward through the out= forms of F.interpolate's and F.adaptive_avg_pool2d's
+              kernels (torch._C._nn), backward as one torch.autograd.grad (which allocates dx)
+  topk:       torch.topk(x, 8, dim=1, out=(values, indices)), x [rows, cols]
 Tooling only (Debian's python3-torch): halfgrad's build and tests never run it.
 """
 import argparse
@@ -67,6 +71,13 @@ def main():
                           "bytes": moved, "best_ms": ms, "gbs": moved / ms / 1e6, "threads": torch.get_num_threads()}))
         indexing(rows, cols, repeats, x, dtype, name, size, gen)
         normalization(rows, cols, repeats, x, dtype, name, size, gen)
+        resample(rows, cols, repeats, dtype, name, size, gen)
+        values, indices = torch.empty(rows, 8, dtype=dtype), torch.empty(rows, 8, dtype=torch.int64)
+        try:
+            report("topk", name, rows, cols, rows * cols * size,
+                   best_ms(repeats, lambda: torch.topk(x, 8, dim=1, out=(values, indices))))
+        except RuntimeError as e:
+            print(json.dumps({"bench": "topk", "impl": "pytorch", "dtype": name, "error": str(e).splitlines()[0]}))
 
 
 def report(bench, name, rows, cols, moved, ms):
@@ -103,6 +114,37 @@ def normalization(rows, cols, repeats, x, dtype, name, size, gen):
             report(bench + "_backward", name, rows, cols, 3 * n * size, ms)
         except RuntimeError as e:  # an op PyTorch 1.13 lacks for this dtype on the CPU
             print(json.dumps({"bench": bench, "impl": "pytorch", "dtype": name, "error": str(e).splitlines()[0]}))
+
+
+def resample(rows, cols, repeats, dtype, name, size, gen):
+    F = torch.nn.functional
+    side, planes = 64, rows // 4
+    x = (torch.rand(planes // 64, 64, side, side, generator=gen) * 2 - 1).to(dtype)
+    n_in, n_big = x.numel(), 4 * x.numel()
+    up = torch.empty(x.shape[0], 64, 2 * side, 2 * side, dtype=dtype)
+    pooled = torch.empty(x.shape[0], 64, 7, 7, dtype=dtype)
+    nn = torch._C._nn  # the out= forms of F.interpolate's and F.adaptive_avg_pool2d's kernels
+    forms = [
+        ("upsample_nearest2x_forward", lambda: nn.upsample_nearest2d(x, [2 * side, 2 * side], out=up), n_in + n_big),
+        ("upsample_bilinear2x_forward", lambda: nn.upsample_bilinear2d(x, [2 * side, 2 * side], False, out=up),
+         n_in + n_big),
+        ("adaptive_avg_pool2d_forward", lambda: nn.adaptive_avg_pool2d(x, [7, 7], out=pooled), n_in + pooled.numel()),
+    ]
+    for bench, fn, moved in forms:
+        try:
+            with torch.no_grad():
+                report(bench, name, rows, cols, moved * size, best_ms(repeats, fn))
+        except RuntimeError as e:
+            print(json.dumps({"bench": bench, "impl": "pytorch", "dtype": name, "error": str(e).splitlines()[0]}))
+    try:
+        leaf = x.clone().requires_grad_(True)
+        y = F.interpolate(leaf, scale_factor=2, mode="bilinear", align_corners=False)
+        g = torch.rand(y.shape, generator=gen).to(dtype)
+        ms = best_ms(repeats, lambda: torch.autograd.grad(y, [leaf], g, retain_graph=True))
+        report("upsample_bilinear2x_backward", name, rows, cols, (n_in + n_big) * size, ms)
+    except RuntimeError as e:
+        print(json.dumps({"bench": "upsample_bilinear2x_backward", "impl": "pytorch", "dtype": name,
+                          "error": str(e).splitlines()[0]}))
 
 
 def indexing(rows, cols, repeats, x, dtype, name, size, gen):

@@ -1,10 +1,11 @@
 // scaled_dot_product_attention: the front (argument checks, the choice of implementation) and the
 // composed path, the reference the fused kernels are tested against:
-//   S = q k^T / sqrt(D),  P = softmax(S masked causally),  O = dropout(P) v
+//   S = q k^T / sqrt(D) (+ attn_mask),  P = softmax(S masked causally),  O = dropout(P) v
 // with q [.., Tq, D], k [.., Tk, D] and v [.., Tk, Dv]. Query row i attends to keys j <= i + (Tk - Tq),
 // so a query block at the end of a longer key sequence (a KV cache) sees its whole past. Its backward
 // is that of the composed ops, and it saves the probabilities: O(B H Tq Tk) memory. The fused path
-// (engine/ops/attention_fused.cpp) saves O and the row log-sum-exp only.
+// (engine/ops/attention_fused.cpp) saves O and the row log-sum-exp only; it takes no attn_mask yet, so a
+// masked call runs here.
 #include <cmath>
 
 #include "engine/ops.h"
@@ -32,9 +33,12 @@ AttentionImpl parse_attention_impl(const std::string& name) {
 
 namespace ops {
 
-Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p) {
+Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
+                          const Tensor& attn_mask) {
   const int64_t tq = q.size(-2), d = q.size(-1);
-  const Tensor scores = matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
+  Tensor scores = matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
+  if (attn_mask.defined())
+    scores = attn_mask.dtype() == b8 ? masked_fill(scores, logical_not(attn_mask), -INFINITY) : scores + attn_mask;
   const Tensor probabilities = softmax_last_dim(scores, false, causal ? tq : 0);
   return matmul(dropout_p > 0.0 ? dropout(probabilities, dropout_p, true) : probabilities, v);
 }
@@ -49,6 +53,11 @@ AttentionImpl attention_impl_for(const Tensor& q, const Tensor& k, const Tensor&
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
                                     AttentionImpl impl) {
+  return scaled_dot_product_attention(q, k, v, Tensor(), causal, dropout_p, impl);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                                    bool causal, double dropout_p, AttentionImpl impl) {
   const char* name = "scaled_dot_product_attention";
   ops::check_floating(q, name, "q");
   ops::check_same({&q, &k, &v}, {"q", "k", "v"}, name);
@@ -63,6 +72,23 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
            " and Tk = ", tk);
   HG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "[", name, "] dropout probability ", dropout_p,
            " is outside [0, 1)");
+  if (attn_mask.defined()) {
+    HG_CHECK(attn_mask.device() == q.device() && (attn_mask.dtype() == b8 || attn_mask.dtype() == q.dtype()), "[",
+             name, "] attn_mask ", attn_mask.describe(), " must be bool, or of q's dtype (an additive mask), on q's device; q is ",
+             q.describe());
+    Shape scores = q.shape();
+    scores.back() = tk;
+    bool broadcasts = attn_mask.dim() <= int(scores.size());
+    for (int d = 1; broadcasts && d <= attn_mask.dim(); ++d) {
+      const int64_t m = attn_mask.size(-d), s = scores[scores.size() - size_t(d)];
+      broadcasts = m == 1 || m == s;
+    }
+    HG_CHECK(broadcasts, "[", name, "] attn_mask ", attn_mask.describe(), " does not broadcast to the scores ",
+             shape_str(scores), " (q's leading dimensions, Tq = ", tq, ", Tk = ", tk, ")");
+    HG_CHECK(impl != AttentionImpl::Fused, "[", name,
+             "] the fused kernels take no attn_mask yet; use AttentionImpl::Auto or Composed");
+    return ops::attention_composed(q, k, v, causal, dropout_p, attn_mask);
+  }
   if (impl == AttentionImpl::Composed) return ops::attention_composed(q, k, v, causal, dropout_p);
   const std::string why = ops::attention_fused_refusal(q, k, v);
   if (why.empty()) return ops::attention_fused(q, k, v, causal, dropout_p);

@@ -7,8 +7,10 @@
 
 namespace hg::ops {
 
-// Batched GEMM, the (causal) softmax kernel, dropout, batched GEMM; saves the probabilities.
-Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p);
+// Batched GEMM, attn_mask (bool: false hides a key, masked_fill with -inf; else added), the (causal)
+// softmax kernel, dropout, batched GEMM; saves the probabilities.
+Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
+                          const Tensor& attn_mask = Tensor());
 // The FlashAttention-2 kernels; saves q, k, v, O and the row log-sum-exp (engine/ops/attention_fused.cpp).
 Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p);
 // Empty when attention_fused takes these operands, else why not ("head dimension 80: the CUDA kernels

@@ -1,4 +1,5 @@
-// conv2d, max_pool2d and avg_pool2d over NCHW tensors: input checks, workspace, dispatch, backward.
+// conv2d, conv_transpose2d (and their 1-D forms), max_pool2d and avg_pool2d over NCHW tensors: input
+// checks, workspace, dispatch, backward.
 //
 // conv2d: y = W * x + b (cross-correlation, kernels/kernels.h has the index math). Backward:
 //   dx = conv2d_backward_data(dy, W),  dW = conv2d_backward_filter(x, dy),  db = sum_{n, i, j} dy.
@@ -98,6 +99,85 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
     });
   }
   return y;
+}
+
+// conv_transpose2d(x, W) is conv2d's input gradient: with g the conv2d that maps the [N, OC, OH, OW]
+// output back to x's [N, C, H, W] (in_channels = OC, out_channels = C, the same weight layout),
+//   y = backward_data_g(x, W),  dx = forward_g(dy, W),  dW = backward_filter_g(dy, x),  db = sum dy.
+// output_padding < stride keeps g's output size at exactly H (floor division absorbs it).
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
+                        Size2d output_padding, int64_t groups, Size2d dilation) {
+  const char* name = "conv_transpose2d";
+  ops::check_floating(x, name, "x");
+  ops::check_floating(weight, name, "weight");
+  ops::check_same({&x, &weight}, {"x", "weight"}, name);
+  ops::check_backend(x, name);
+  HG_CHECK(x.dim() == 4, "[", name, "] x ", x.describe(), " must be 4-D [N, C, H, W]");
+  HG_CHECK(weight.dim() == 4, "[", name, "] weight ", weight.describe(),
+           " must be 4-D [in_channels, out_channels / groups, KH, KW]");
+  check_pair(stride, 1, name, "stride");
+  check_pair(padding, 0, name, "padding");
+  check_pair(dilation, 1, name, "dilation");
+  check_pair(output_padding, 0, name, "output_padding");
+  HG_CHECK(output_padding[0] < stride[0] && output_padding[1] < stride[1], "[", name, "] output_padding (",
+           output_padding[0], ", ", output_padding[1], ") must be below the stride (", stride[0], ", ", stride[1], ")");
+  HG_CHECK(groups >= 1 && weight.size(0) % groups == 0, "[", name, "] groups = ", groups,
+           " must be >= 1 and divide the weight's ", weight.size(0), " input channels");
+  HG_CHECK(x.size(1) == weight.size(0), "[", name, "] x ", x.describe(), " has ", x.size(1), " channels but weight ",
+           weight.describe(), " expects ", weight.size(0));
+  const int64_t out_channels = weight.size(1) * groups;
+  if (bias.defined()) {
+    ops::check_same({&x, &bias}, {"x", "bias"}, name);
+    HG_CHECK(bias.shape() == Shape{out_channels}, "[", name, "] bias ", bias.describe(), " does not match weight ",
+             weight.describe(), " with groups = ", groups, "; expected bias [", out_channels, "]");
+  }
+  const int64_t out_h = (x.size(2) - 1) * stride[0] - 2 * padding[0] + dilation[0] * (weight.size(2) - 1) +
+                        output_padding[0] + 1;
+  const int64_t out_w = (x.size(3) - 1) * stride[1] - 2 * padding[1] + dilation[1] * (weight.size(3) - 1) +
+                        output_padding[1] + 1;
+  HG_CHECK(x.size(2) > 0 && x.size(3) > 0 && out_h > 0 && out_w > 0, "[", name, "] x ", x.describe(),
+           " with weight ", weight.describe(), ", stride (", stride[0], ", ", stride[1], "), padding (", padding[0],
+           ", ", padding[1], ") gives an empty ", out_h, "x", out_w, " output; expected a positive size");
+  kernels::Conv2dGeometry g;  // the conv2d from the output y back to x
+  g.batch = x.size(0), g.in_channels = out_channels, g.height = out_h, g.width = out_w;
+  g.out_channels = x.size(1), g.kernel_h = weight.size(2), g.kernel_w = weight.size(3);
+  g.stride_h = stride[0], g.stride_w = stride[1], g.pad_h = padding[0], g.pad_w = padding[1];
+  g.dilation_h = dilation[0], g.dilation_w = dilation[1], g.groups = groups;
+  kernels::check_conv2d_geometry(g, name);
+  HG_CHECK(g.out_h() == x.size(2) && g.out_w() == x.size(3), "[", name, "] internal: the ", out_h, "x", out_w,
+           " output maps back to ", g.out_h(), "x", g.out_w(), ", not x's ", x.size(2), "x", x.size(3));
+
+  const Tensor xc = x.contiguous(), wc = weight.contiguous();
+  Tensor y = conv_pass(kernels::ConvPass::BackwardData, g, xc, wc, Tensor(), {g.batch, out_channels, out_h, out_w});
+  if (should_record({&x, &weight})) {
+    const Tensor sx = xc.detach(), sw = wc.detach();
+    record_op(name, {x, weight}, y, [sx, sw, g](const Tensor& grad, const NeedsGrad& needs) {
+      const Tensor dy = grad.contiguous();
+      Tensor dx, dw;
+      if (needs[0]) dx = conv_pass(kernels::ConvPass::Forward, g, dy, sw, Tensor(), sx.shape());
+      if (needs[1]) dw = conv_pass(kernels::ConvPass::BackwardFilter, g, dy, sx, Tensor(), sw.shape());
+      return std::vector<Tensor>{dx, dw};
+    });
+  }
+  return bias.defined() ? add(y, bias.view({1, out_channels, 1, 1})) : y;
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation, int64_t groups) {
+  HG_CHECK(x.defined() && x.dim() == 3, "[conv1d] x ", x.describe(), " must be 3-D [N, C, L]");
+  HG_CHECK(weight.defined() && weight.dim() == 3, "[conv1d] weight ", weight.describe(),
+           " must be 3-D [out_channels, in_channels / groups, K]");
+  return conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, {1, stride}, {0, padding}, {1, dilation}, groups).squeeze(2);
+}
+
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+                        int64_t output_padding, int64_t groups, int64_t dilation) {
+  HG_CHECK(x.defined() && x.dim() == 3, "[conv_transpose1d] x ", x.describe(), " must be 3-D [N, C, L]");
+  HG_CHECK(weight.defined() && weight.dim() == 3, "[conv_transpose1d] weight ", weight.describe(),
+           " must be 3-D [in_channels, out_channels / groups, K]");
+  return conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, {1, stride}, {0, padding}, {0, output_padding},
+                          groups, {1, dilation})
+      .squeeze(2);
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // Shape ops and factories composed from views, cat, comparisons and where (the math: engine/ops.h).
 // Views stay views (split, chunk, flatten and unflatten of contiguous tensors); the rest copy through
 // ops whose backwards are already written, so none of them needs a backward of its own.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -131,6 +132,36 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& amounts, double value) {
       parts.push_back(full(block, value, out.dtype(), out.device()));
     }
     if (parts.size() > 1) out = cat(parts, d);
+  }
+  return out;
+}
+
+// Reflect and replicate: an index_select per padded dimension, with the source of each output
+// position (its backward, index_add, sums the gradients of the copies of an edge).
+Tensor pad(const Tensor& x, const std::vector<int64_t>& amounts, PadMode mode, double value) {
+  if (mode == PadMode::Constant) return pad(x, amounts, value);
+  const char* op = mode == PadMode::Reflect ? "pad (reflect)" : "pad (replicate)";
+  ops::check_defined(x, op, "x");
+  HG_CHECK(amounts.size() % 2 == 0 && amounts.size() / 2 <= size_t(x.dim()), "[", op, "] ", amounts.size(),
+           " amounts for ", x.describe(), "; expected (before, after) pairs for at most ", x.dim(), " dimensions");
+  Tensor out = x;
+  for (size_t pair = 0; pair < amounts.size() / 2; ++pair) {
+    const int d = x.dim() - 1 - int(pair);
+    const int64_t before = amounts[2 * pair], after = amounts[2 * pair + 1], n = x.size(d);
+    HG_CHECK(before >= 0 && after >= 0, "[", op, "] amounts (", before, ", ", after, ") for dimension ", d,
+             " must be >= 0");
+    if (before == 0 && after == 0) continue;
+    HG_CHECK(n > 0, "[", op, "] cannot pad the empty dimension ", d, " of ", x.describe());
+    HG_CHECK(mode == PadMode::Replicate || (before < n && after < n), "[", op, "] amounts (", before, ", ", after,
+             ") for dimension ", d, " of ", x.describe(), " must be below its size ", n);
+    std::vector<int64_t> source;
+    for (int64_t k = -before; k < n + after; ++k) {
+      if (mode == PadMode::Reflect)
+        source.push_back(k < 0 ? -k : k >= n ? 2 * (n - 1) - k : k);
+      else
+        source.push_back(std::clamp<int64_t>(k, 0, n - 1));
+    }
+    out = index_select(out, d, from_vector(source, {int64_t(source.size())}, i64, x.device()));
   }
   return out;
 }

@@ -130,6 +130,13 @@ const std::vector<OpCase>& op_cases() {
        [](V x) { return scaled_dot_product_attention(x[0], x[1], x[2]); }},
       {"attention full", {{2, 3, 2}, {2, 4, 2}, {2, 4, 3}}, Domain::Any,
        [](V x) { return scaled_dot_product_attention(x[0], x[1], x[2], false); }},
+      {"attention key-padding mask, Tq != Tk", {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}}, Domain::Any,
+       [](V x) {
+         const Tensor keep = mask({1, 1, 1, 0, 0, 1, 1, 1, 1, 0}, {2, 1, 1, 5}, x[0]);
+         return scaled_dot_product_attention(x[0], x[1], x[2], keep);
+       }},
+      {"attention additive mask and causal", {{1, 2, 3, 4}, {1, 2, 4, 4}, {1, 2, 4, 4}, {3, 4}}, Domain::Any,
+       [](V x) { return scaled_dot_product_attention(x[0], x[1], x[2], x[3], true); }},
       // ---- convolution and pooling (NCHW) ----
       {"conv2d", {{2, 3, 5, 5}, {4, 3, 3, 3}, {4}}, Domain::Any, [](V x) { return conv2d(x[0], x[1], x[2]); }},
       {"conv2d stride padding", {{1, 2, 6, 5}, {3, 2, 3, 2}, {3}}, Domain::Any,
@@ -140,6 +147,32 @@ const std::vector<OpCase>& op_cases() {
        [](V x) { return conv2d(x[0], x[1], x[2], {1, 1}, {1, 1}, {1, 1}, 2); }},
       {"conv2d 1x1 of strided", {{3, 4, 2, 3}, {5, 3, 1, 1}, {5}}, Domain::Any,
        [](V x) { return conv2d(x[0].permute({2, 3, 0, 1}), x[1], x[2]); }},
+      {"conv1d", {{2, 3, 7}, {4, 3, 3}, {4}}, Domain::Any, [](V x) { return conv1d(x[0], x[1], x[2], 2, 1); }},
+      {"conv_transpose2d", {{2, 3, 3, 2}, {3, 2, 3, 3}, {2}}, Domain::Any,
+       [](V x) { return conv_transpose2d(x[0], x[1], x[2], {2, 2}, {1, 1}, {1, 1}); }},
+      {"conv_transpose2d groups dilation of strided", {{2, 4, 3, 3}, {4, 1, 2, 2}}, Domain::Any,
+       [](V x) { return conv_transpose2d(x[0].permute({0, 1, 3, 2}), x[1], Tensor(), {1, 2}, {0, 1}, {0, 1}, 2, {2, 1}); }},
+      {"conv_transpose1d", {{1, 2, 4}, {2, 3, 2}, {3}}, Domain::Any,
+       [](V x) { return conv_transpose1d(x[0], x[1], x[2], 3, 0, 1); }},
+      {"interpolate nearest", {{2, 2, 3, 2}}, Domain::Any,
+       [](V x) { return interpolate(x[0], InterpolateOptions().set_size({5, 4})); }},
+      {"interpolate bilinear", {{1, 2, 3, 4}}, Domain::Any,
+       [](V x) {
+         return interpolate(x[0], InterpolateOptions().set_size({5, 3}).set_mode(InterpolateMode::Bilinear));
+       }},
+      {"interpolate bilinear align_corners of strided", {{2, 3, 2, 2}}, Domain::Any,
+       [](V x) {
+         return interpolate(x[0].permute({3, 2, 1, 0}), InterpolateOptions()
+                                                            .set_scale_factor({2.0, 1.5})
+                                                            .set_mode(InterpolateMode::Bilinear)
+                                                            .set_align_corners(true));
+       }},
+      {"interpolate linear", {{2, 2, 5}}, Domain::Any,
+       [](V x) { return interpolate(x[0], InterpolateOptions().set_size({8}).set_mode(InterpolateMode::Linear)); }},
+      {"adaptive_avg_pool2d", {{2, 2, 5, 7}}, Domain::Any, [](V x) { return adaptive_avg_pool2d(x[0], {3, 2}); }},
+      {"adaptive_avg_pool1d", {{2, 3, 5}}, Domain::Any, [](V x) { return adaptive_avg_pool1d(x[0], 3); }},
+      {"pad reflect", {{2, 3, 4}}, Domain::Any, [](V x) { return pad(x[0], {2, 1, 1, 2}, PadMode::Reflect); }},
+      {"pad replicate", {{2, 3, 2}}, Domain::Any, [](V x) { return pad(x[0], {3, 1, 0, 2}, PadMode::Replicate); }},
       {"max_pool2d", {{2, 3, 4, 4}}, Domain::Any, [](V x) { return max_pool2d(x[0], {2, 2}); }},
       {"max_pool2d overlapping padded", {{1, 2, 5, 6}}, Domain::Any,
        [](V x) { return max_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}); }},
@@ -195,6 +228,8 @@ const std::vector<OpCase>& op_cases() {
        [](V x) { return index_add(x[0], 1, ids({2, 2, 0, 1}, {4}, x[0]), x[1]) * x[0]; }},
       {"flip", {{2, 3, 4}}, Domain::Any, [](V x) { return flip(x[0], {0, 2}) * x[0]; }},
       {"cumsum", {{3, 4}}, Domain::Any, [](V x) { return cumsum(x[0], 1) * x[0]; }},
+      {"topk", {{3, 5}}, Domain::Any, [](V x) { return topk(x[0], 2, 1).first; }},
+      {"topk smallest of strided", {{4, 3}}, Domain::Any, [](V x) { return topk(x[0].t(), 3, 0, false).first; }},
       {"cumsum dim 0", {{5, 3}}, Domain::Any, [](V x) { return cumsum(x[0].t(), 1); }},
       {"layer_norm two dims", {{2, 3, 4}, {3, 4}, {3, 4}}, Domain::Any,
        [](V x) { return layer_norm(x[0], {3, 4}, x[1], x[2]); }},

@@ -1,0 +1,67 @@
+// resample2d: a separable linear map of [H, W] planes (the math: kernels/kernels.h; the tables:
+// kernels/resample_axis.h).
+//
+// Parallel strategy: one OpenMP iteration per output row (p, i), static schedule. A row is made in two
+// passes through a per-thread acc_t buffer of one input row:
+//   1. rows: acc[w] = sum_{a in taps(h, i)} h.weight[a] x[p, h.index[a], w] over the whole input
+//      width (contiguous, vectorised; half types widened a row at a time);
+//   2. columns: y[p, i, j] = sum_{b in taps(w, j)} w.weight[b] acc[w.index[b]].
+// Each output is summed in the same order whatever the thread count, so the result is the same bits.
+#include <algorithm>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/convert.h"
+#include "kernels/dispatch.h"
+#include "kernels/kernels.h"
+
+namespace hg::kernels::cpu {
+namespace {
+
+constexpr int64_t kParallelMinWork = int64_t(1) << 15;
+
+}  // namespace
+
+void resample2d(const void* x, void* y, int64_t planes, ResampleAxis h, ResampleAxis w, DType dtype) {
+  HG_CHECK(planes >= 0 && h.in >= 0 && h.out >= 0 && w.in >= 0 && w.out >= 0, "[resample2d] planes = ", planes,
+           ", input ", h.in, "x", w.in, ", output ", h.out, "x", w.out, ", expected all >= 0");
+  if (planes * h.out * w.out == 0) return;
+  dispatch_floating(dtype, "resample2d", [&]<class T>() {
+    using A = acc_t<T>;
+    constexpr bool widened = !std::is_same_v<T, A>;
+    const T* src = static_cast<const T*>(x);
+    T* dst = static_cast<T*>(y);
+    const int64_t rows = planes * h.out;
+    const int64_t taps_per_row = h.offset[h.out] / std::max<int64_t>(h.out, 1) + 1;
+#pragma omp parallel if (rows * taps_per_row * (w.in + w.out) >= kParallelMinWork)
+    {
+      std::vector<A> acc(static_cast<size_t>(w.in)), in_row(widened ? static_cast<size_t>(w.in) : 0),
+          out_row(widened ? static_cast<size_t>(w.out) : 0);
+#pragma omp for schedule(static)
+      for (int64_t row = 0; row < rows; ++row) {
+        const int64_t p = row / h.out, i = row % h.out;
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (int64_t a = h.offset[i]; a < h.offset[i + 1]; ++a) {
+          const A weight = A(h.weight[a]);
+          const T* in = src + (p * h.in + h.index[a]) * w.in;
+          const A* values = reinterpret_cast<const A*>(in);
+          if constexpr (widened) {
+            to_float(in, in_row.data(), w.in);
+            values = in_row.data();
+          }
+          for (int64_t c = 0; c < w.in; ++c) acc[size_t(c)] += weight * values[c];
+        }
+        T* out = dst + row * w.out;
+        A* sums = widened ? out_row.data() : reinterpret_cast<A*>(out);
+        for (int64_t j = 0; j < w.out; ++j) {
+          A sum = 0;
+          for (int64_t b = w.offset[j]; b < w.offset[j + 1]; ++b) sum += A(w.weight[b]) * acc[size_t(w.index[b])];
+          sums[j] = sum;
+        }
+        if constexpr (widened) from_float(out_row.data(), out, w.out);
+      }
+    }
+  });
+}
+
+}  // namespace hg::kernels::cpu
