@@ -336,8 +336,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // With attn_mask, which broadcasts to the scores [.., Tq, Tk]: bool (true: the key is seen; a query
 // that sees no key gets NaN, as PyTorch) or additive (q's dtype, added to the scores; -inf hides), on
 // top of `causal` (false by default here, as PyTorch's is_causal). A key-padding mask [B, Tk] is passed
-// as attn_mask.view({B, 1, 1, Tk}). Masked attention runs the composed path: the fused kernels take no
-// mask yet (AttentionImpl::Fused with a mask is an error).
+// as attn_mask.view({B, 1, 1, Tk}), read through stride-0 broadcasting (no [B, H, Tq, Tk] mask is built).
+// The fused CPU kernels apply the mask inside their tiles; the CUDA kernels take none yet, nor a mask
+// that requires a gradient: Auto then runs the composed path (AttentionImpl::Fused is an error).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     bool causal = false, double dropout_p = 0.0,
                                     AttentionImpl impl = AttentionImpl::Auto);

@@ -4,10 +4,10 @@
 //
 // batch x heads independent attentions of tq queries over tk keys, head dimension d. For one
 // (b, h), with q [tq, d], k [tk, d], v [tk, d] and o [tq, d]:
-//   S[i, j] = scale * sum_c q[i, c] k[j, c]                 for the visible (i, j); masked S = -inf
+//   S[i, j] = scale * sum_c q[i, c] k[j, c] (+ mask[i, j])  for the visible (i, j); masked S = -inf
 //   causal: query i sees keys j <= i + (tk - tq)            (tk >= tq; a query block at the end of a
 //                                                             longer key sequence sees its whole past)
-//   lse[i]  = log sum_j exp(S[i, j])                        (every row sees key 0, so lse is finite)
+//   lse[i]  = log sum_j exp(S[i, j])                        (finite unless a mask hides every key)
 //   P[i, j] = exp(S[i, j] - lse[i])
 //   Z[i, j] = dropout_keep(seed, offset, ((b * heads + h) * tq + i) * tk + j, dropout_p)   (philox.h)
 //   O[i, :] = sum_j P[i, j] Z[i, j] / (1 - dropout_p) v[j, :]       (Z = 1 when dropout_p = 0)
@@ -27,8 +27,23 @@
 
 namespace hg::kernels {
 
+// An attention mask over [batch, heads, tq, tk], read through element strides (0 along a dimension
+// it broadcasts over). Bool (b8: false hides the key, S = -inf) or additive (the operands' dtype, added
+// to the scaled scores). A query that sees no key gets O = NaN and lse = -inf (PyTorch's NaN row).
+// The CPU kernels apply it inside the tiles; the CUDA kernels take none yet (data must be null).
+struct AttentionMask {
+  const void* data = nullptr;  // null: no mask
+  bool additive = false;
+  int64_t batch_stride = 0, head_stride = 0, row_stride = 0, key_stride = 0;
+
+  HG_HOST_DEVICE int64_t offset(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return b * batch_stride + h * head_stride + i * row_stride + j * key_stride;
+  }
+};
+
 struct AttentionProblem {
   int64_t batch = 0, heads = 0, tq = 0, tk = 0, d = 0;
+  AttentionMask mask;
   double scale = 1.0;  // usually 1 / sqrt(d)
   bool causal = false;
   double dropout_p = 0.0;  // on the probabilities, in [0, 1); 0: no dropout, seed and offset unused

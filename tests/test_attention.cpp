@@ -221,8 +221,60 @@ TEST_CASE("attention masks: a bool key-padding mask hides keys like dropping the
   CHECK_ERROR(scaled_dot_product_attention(q, k, v, keep), "attn_mask", "does not broadcast to the scores",
               "[2, 2, 3, 5]");
   CHECK_ERROR(scaled_dot_product_attention(q, k, v, zeros({3, 5}, f32)), "attn_mask", "must be bool, or of q's dtype");
-  CHECK_ERROR(scaled_dot_product_attention(q, k, v, keep.view({2, 1, 1, 5}), false, 0.0, AttentionImpl::Fused),
-              "the fused kernels take no attn_mask yet");
+  const Tensor needs_grad = zeros({3, 5}, f64).requires_grad_();
+  CHECK_ERROR(scaled_dot_product_attention(q, k, v, needs_grad, false, 0.0, AttentionImpl::Fused),
+              "requires a gradient, which the fused kernels do not compute");
+}
+
+TEST_CASE("fused CPU attention applies bool and additive masks in its tiles: the composed path's values and gradients") {
+  // Sizes across several 64 x 64 tiles, Tq != Tk, with and without causal; a key-padding mask whose
+  // first row hides every key of the first key tile (the online softmax starts from no key seen) and a
+  // per-query additive mask; f64 and f32 (a half operand goes through the same tile code).
+  struct Case {
+    int64_t tq, tk;
+    bool causal;
+  };
+  for (const DType t : {f64, f32})
+    for (const Case c : {Case{70, 130, false}, Case{70, 130, true}, Case{5, 3, false}})
+      for (const bool additive : {false, true}) {
+        CAPTURE(std::string(dtype_name(t)));
+        CAPTURE(c.tq);
+        CAPTURE(c.causal);
+        CAPTURE(additive);
+        const Tensor q0 = randn({2, 3, c.tq, 16}, t), k0 = randn({2, 3, c.tk, 16}, t), v0 = randn({2, 3, c.tk, 16}, t);
+        const Tensor g = randn({2, 3, c.tq, 16}, t);
+        // Batch 0 sees keys [first, tk) (without causal: all of the first key tile hidden), batch 1 every
+        // key but the first.
+        const double first = c.causal ? 30.0 : double(std::min<int64_t>(64, c.tk - 1));
+        const Tensor key = arange(0.0, double(c.tk), 1.0, f64, kCPU).view({1, c.tk});
+        Tensor mask = ge(key, from_vector(std::vector<double>{first, 1.0}, {2, 1}, f64)).view({2, 1, 1, c.tk});
+        if (additive)
+          mask = cast(randn({c.tq, c.tk}, f64) + masked_fill(zeros({2, 1, 1, c.tk}, f64), logical_not(mask), -INFINITY),
+                      t);
+        std::vector<Tensor> results[2];
+        for (int path = 0; path < 2; ++path) {
+          const Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_();
+          const Tensor y = scaled_dot_product_attention(q, k, v, mask, c.causal, 0.0,
+                                                        path == 0 ? AttentionImpl::Fused : AttentionImpl::Composed);
+          y.backward(g);
+          results[path] = {y, q.grad(), k.grad(), v.grad()};
+        }
+        for (size_t i = 0; i < 4; ++i) {
+          CAPTURE(i);
+          const double err = max(abs(results[0][i] - results[1][i])).item();
+          CHECK(err < (t == f64 ? 1e-12 : 2e-5));
+        }
+      }
+  // A query that sees no key: NaN on both paths (PyTorch's), the other rows unaffected.
+  const Tensor q = randn({1, 1, 2, 4}, f64), k = randn({1, 1, 3, 4}, f64), v = randn({1, 1, 3, 4}, f64);
+  const Tensor keep = ne(from_vector(std::vector<int32_t>{0, 0, 0, 1, 0, 1}, {2, 3}, i32), 0.0);
+  const Tensor fused = scaled_dot_product_attention(q, k, v, keep, false, 0.0, AttentionImpl::Fused);
+  const Tensor composed = scaled_dot_product_attention(q, k, v, keep, false, 0.0, AttentionImpl::Composed);
+  for (const Tensor& y : {fused, composed}) {
+    const std::vector<double> values = y.to_vector<double>();
+    CHECK(std::all_of(values.begin(), values.begin() + 4, [](double x) { return std::isnan(x); }));
+  }
+  CHECK(max(abs(fused.narrow(2, 1, 1) - composed.narrow(2, 1, 1))).item() < 1e-12);
 }
 
 TEST_CASE("fused attention keeps O(B H T D) for backward where the composed path keeps the B H T T probabilities") {

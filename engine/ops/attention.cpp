@@ -4,8 +4,8 @@
 // with q [.., Tq, D], k [.., Tk, D] and v [.., Tk, Dv]. Query row i attends to keys j <= i + (Tk - Tq),
 // so a query block at the end of a longer key sequence (a KV cache) sees its whole past. Its backward
 // is that of the composed ops, and it saves the probabilities: O(B H Tq Tk) memory. The fused path
-// (engine/ops/attention_fused.cpp) saves O and the row log-sum-exp only; it takes no attn_mask yet, so a
-// masked call runs here.
+// (engine/ops/attention_fused.cpp) saves O and the row log-sum-exp only; on CUDA it takes no attn_mask
+// yet: a masked call on CUDA runs here.
 #include <cmath>
 
 #include "engine/ops.h"
@@ -85,16 +85,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     }
     HG_CHECK(broadcasts, "[", name, "] attn_mask ", attn_mask.describe(), " does not broadcast to the scores ",
              shape_str(scores), " (q's leading dimensions, Tq = ", tq, ", Tk = ", tk, ")");
-    HG_CHECK(impl != AttentionImpl::Fused, "[", name,
-             "] the fused kernels take no attn_mask yet; use AttentionImpl::Auto or Composed");
-    return ops::attention_composed(q, k, v, causal, dropout_p, attn_mask);
   }
-  if (impl == AttentionImpl::Composed) return ops::attention_composed(q, k, v, causal, dropout_p);
-  const std::string why = ops::attention_fused_refusal(q, k, v);
-  if (why.empty()) return ops::attention_fused(q, k, v, causal, dropout_p);
+  if (impl == AttentionImpl::Composed) return ops::attention_composed(q, k, v, causal, dropout_p, attn_mask);
+  const std::string why = ops::attention_fused_refusal(q, k, v, attn_mask);
+  if (why.empty()) return ops::attention_fused(q, k, v, causal, dropout_p, attn_mask);
   HG_CHECK(impl == AttentionImpl::Auto, "[", name, "] the fused kernels do not take q ", q.describe(), ", k ",
            k.describe(), ", v ", v.describe(), ": ", why, " (AttentionImpl::Auto falls back to the composed path)");
-  return ops::attention_composed(q, k, v, causal, dropout_p);
+  return ops::attention_composed(q, k, v, causal, dropout_p, attn_mask);
 }
 
 }  // namespace hg

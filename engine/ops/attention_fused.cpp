@@ -7,8 +7,9 @@
 // returned through a transpose: the heads merge back into [B, Tq, H D] as a view.
 //
 // Saved for backward: q, k, v, O and the row log-sum-exp (B H Tq values in fp32): O(B H T D), where the
-// composed path keeps the B H Tq Tk probabilities. Dropout saves only its Philox state; the backward
-// kernels regenerate the mask.
+// composed path keeps the B H Tq Tk probabilities; an attn_mask is read through broadcast strides by the
+// CPU kernels (the CUDA kernels refuse one) and kept as given. Dropout saves only its Philox state; the
+// backward kernels regenerate the mask.
 #include <cmath>
 
 #include "engine/ops.h"
@@ -38,10 +39,36 @@ kernels::AttentionTensor operand(const Tensor& heads) {
 
 Shape leading(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
 
+// attn_mask broadcast to the scores q.shape()[:-1] + [Tk] and seen as [batch, heads, Tq, Tk] the way
+// as_heads sees q (broadcast dimensions keep stride 0: nothing is materialised unless rank > 4 needs a
+// reshape), as the kernels' mask descriptor. `view` keeps the viewed tensor alive.
+kernels::AttentionMask mask_operand(const Tensor& attn_mask, const Tensor& q_in, int64_t tk, Tensor& view) {
+  kernels::AttentionMask m;
+  if (!attn_mask.defined()) return m;
+  Shape scores = q_in.shape();
+  scores.back() = tk;
+  Tensor t = attn_mask.detach().expand(scores);
+  switch (t.dim()) {
+    case 2: t = t.unsqueeze(0).unsqueeze(0); break;
+    case 3: t = t.unsqueeze(1); break;
+    case 4: break;
+    default: t = t.reshape({-1, 1, t.size(-2), t.size(-1)}); break;
+  }
+  view = t;
+  m.data = t.data_ptr();
+  m.additive = t.dtype() != b8;
+  m.batch_stride = t.strides()[0], m.head_stride = t.strides()[1];
+  m.row_stride = t.strides()[2], m.key_stride = t.strides()[3];
+  return m;
+}
+
 }  // namespace
 
-std::string attention_fused_refusal(const Tensor& q, const Tensor& k, const Tensor& v) {
+std::string attention_fused_refusal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask) {
   const int64_t d = q.size(-1);
+  if (attn_mask.defined() && q.device().is_cuda()) return "the CUDA kernels take no attn_mask yet";
+  if (attn_mask.defined() && attn_mask.requires_grad())
+    return "the additive attn_mask requires a gradient, which the fused kernels do not compute";
   if (v.size(-1) != d) {
     return "the value head dimension Dv = " + std::to_string(v.size(-1)) + " differs from D = " + std::to_string(d) +
            "; the fused kernels need Dv == D";
@@ -57,7 +84,8 @@ std::string attention_fused_refusal(const Tensor& q, const Tensor& k, const Tens
   return {};
 }
 
-Tensor attention_fused(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double dropout_p) {
+Tensor attention_fused(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double dropout_p,
+                       const Tensor& attn_mask) {
   const Tensor q = as_heads(q_in.detach()), k = as_heads(k_in.detach()), v = as_heads(v_in.detach());
   kernels::AttentionProblem p;
   p.batch = q.size(0);
@@ -67,6 +95,8 @@ Tensor attention_fused(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   p.d = q.size(3);
   p.scale = 1.0 / std::sqrt(double(p.d));
   p.causal = causal;
+  Tensor mask_view;  // alive while the kernels read it: saved for backward below
+  p.mask = mask_operand(attn_mask, q_in, p.tk, mask_view);
   p.dropout_p = dropout_p;
   if (dropout_p > 0.0) {
     const GeneratorState state = default_generator().reserve(philox_blocks(uint64_t(p.rows() * p.tk)));
@@ -90,7 +120,7 @@ Tensor attention_fused(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   if (should_record({&q_in, &k_in, &v_in})) {
     const SavedTensor saved_q(q_in), saved_k(k_in), saved_v(v_in), saved_o(out), saved_lse(lse);
     record_op("scaled_dot_product_attention", {q_in, k_in, v_in}, out,
-              [p, saved_q, saved_k, saved_v, saved_o, saved_lse](const Tensor& g, const NeedsGrad&) {
+              [p, saved_q, saved_k, saved_v, saved_o, saved_lse, mask_view](const Tensor& g, const NeedsGrad&) {
                 const Tensor q_full = saved_q.unpack(), k_full = saved_k.unpack(), v_full = saved_v.unpack();
                 const Tensor q = as_heads(q_full), k = as_heads(k_full), v = as_heads(v_full);
                 HG_CHECK(g.dtype() == q.dtype() && g.device() == q.device(), "[scaled_dot_product_attention] the "

@@ -12,9 +12,11 @@ namespace hg::ops {
 Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
                           const Tensor& attn_mask = Tensor());
 // The FlashAttention-2 kernels; saves q, k, v, O and the row log-sum-exp (engine/ops/attention_fused.cpp).
-Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p);
+Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
+                       const Tensor& attn_mask = Tensor());
 // Empty when attention_fused takes these operands, else why not ("head dimension 80: the CUDA kernels
 // take 64 or 128").
-std::string attention_fused_refusal(const Tensor& q, const Tensor& k, const Tensor& v);
+std::string attention_fused_refusal(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask = Tensor());
 
 }  // namespace hg::ops

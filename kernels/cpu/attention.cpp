@@ -15,7 +15,9 @@
 // set to -inf):
 //   S^T = K_j (scale Q_i)^T,  m' = max(m, colmax S^T),  P^T = exp(S^T - m'),  l = l e^(m - m') + colsum P^T,
 //   O = O e^(m - m') + (P Z / (1 - p)) V_j                  (Z: the dropout keep bits, when p > 0)
-// and at the end O /= l, lse = m + log l.
+// and at the end O /= l, lse = m + log l. An attention mask (kernels/attention_problem.h) is added to
+// each score tile (bool: -inf where hidden), read through its broadcast strides; a query that has
+// seen no key yet keeps m = -inf and shifts its tile by 0 (so its O and l stay exactly 0).
 // Backward, one batch * head per task (so every dQ, dK, dV row has one writer, and the sums run in
 // one fixed order: the bits do not depend on the thread count). Q^T and dO^T are packed once, per tile;
 // D = rowsum(dO O) is written to `delta`. Outer loop over key tiles j (dK_j, dV_j accumulate in a
@@ -273,6 +275,25 @@ void fill_hidden(const TileMask& mask, Acc* tile, Acc value) {
     std::fill(tile + jj * kQueryTile, tile + jj * kQueryTile + mask.hidden_queries(jj), value);
 }
 
+// Applies the problem's attention mask (kernels/attention_problem.h) to a transposed score tile of
+// keys j0.., queries i0.. of (b, h): + the additive mask's value, or -inf where a bool mask hides the
+// key. (Called before fill_hidden, which then overwrites a diagonal tile's causally hidden entries.)
+template <class T, class Acc>
+void apply_attention_mask(const AttentionMask& mask, int64_t b, int64_t h, int64_t i0, int64_t br, int64_t j0,
+                          int64_t bc, Acc* tile) {
+  if (mask.data == nullptr) return;
+  for (int64_t jj = 0; jj < bc; ++jj) {
+    Acc* row = tile + jj * kQueryTile;
+    for (int64_t ii = 0; ii < br; ++ii) {
+      const int64_t at = mask.offset(b, h, i0 + ii, j0 + jj);
+      if (mask.additive)
+        row[ii] += Acc(static_cast<const T*>(mask.data)[at]);
+      else if (static_cast<const uint8_t*>(mask.data)[at] == 0)
+        row[ii] = -std::numeric_limits<Acc>::infinity();
+    }
+  }
+}
+
 // The three shapes of product a tile pair needs, each skipping the hidden part of a diagonal tile in
 // strips of kStrip rows (the entries skipped are hidden scores, filled afterwards, or exact zeros of
 // P and dS, so nothing changes but the work: about half of each diagonal tile).
@@ -374,21 +395,24 @@ void forward_task(const AttentionProblem& p, const ForwardOperands& x, int64_t g
     const int64_t bc = std::min(kKeyTile, key_end - j0);
     const TileMask mask = tile_mask(p, j0, bc, i0, br);
     keys_by_queries(ops, mask, d, k.data + j0 * k.ld, k.ld, qt, kQueryTile, s);
+    apply_attention_mask<T, Acc>(p.mask, b, h, i0, br, j0, bc, s);
     if (mask.partial) fill_hidden(mask, s, -std::numeric_limits<Acc>::infinity());
-    // Key 0 is in the first tile and every query sees it, so m' is finite from the first tile on.
     std::copy(m, m + br, m_new);
     for (int64_t jj = 0; jj < bc; ++jj)
       for (int64_t ii = 0; ii < br; ++ii) m_new[ii] = std::max(m_new[ii], s[jj * kQueryTile + ii]);
+    // Without a mask every query sees key 0, so m' is finite from the first tile on. A masked query may
+    // have seen no key yet (m' = -inf): its scores are all -inf, shifted by 0 to exact zeros, and O and l
+    // stay 0 (alpha 1). One that never sees a key ends with l = 0: lse = -inf and O = 0 / 0 = NaN.
     bool rescale = false;
     for (int64_t ii = 0; ii < br; ++ii) {
-      alpha[ii] = vexp(m[ii] - m_new[ii]);  // 0 on the first tile (m = -inf), where O and l are 0
+      const bool none_seen = m_new[ii] == -std::numeric_limits<Acc>::infinity();
+      alpha[ii] = none_seen ? Acc(1) : vexp(m[ii] - m_new[ii]);  // 0 on a query's first keys (m = -inf)
       rescale |= alpha[ii] != Acc(1);
+      m[ii] = m_new[ii];
+      if (none_seen) m_new[ii] = 0;  // the shift of this tile's exponentials
     }
     ops.exp_shifted(s, bc, br, kQueryTile, m_new, sums);
-    for (int64_t ii = 0; ii < br; ++ii) {
-      l[ii] = l[ii] * alpha[ii] + sums[ii];
-      m[ii] = m_new[ii];
-    }
+    for (int64_t ii = 0; ii < br; ++ii) l[ii] = l[ii] * alpha[ii] + sums[ii];
     if (rescale && j0 > 0)
       for (int64_t ii = 0; ii < br; ++ii)
         for (int64_t c = 0; c < d; ++c) acc[ii * d + c] *= alpha[ii];
@@ -498,6 +522,7 @@ void backward_group(const AttentionProblem& p, const BackwardOperands& x, int64_
       const int64_t br = std::min(kQueryTile, tq - i0);
       const TileMask mask = tile_mask(p, j0, bc, i0, br);
       keys_by_queries(ops, mask, d, k_tile, k.ld, qt + i0 * d, kQueryTile, s);
+      apply_attention_mask<T, Acc>(p.mask, b, h, i0, br, j0, bc, s);
       if (mask.partial) fill_hidden(mask, s, -std::numeric_limits<Acc>::infinity());
       ops.exp_shifted(s, bc, br, kQueryTile, lse + i0, nullptr);  // P^T
       const Acc* p_kept = s;

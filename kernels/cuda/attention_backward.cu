@@ -535,6 +535,8 @@ void attention_backward(const AttentionProblem& p, AttentionTensor q, AttentionT
                         AttentionTensor dk, AttentionTensor dv, DType dtype, Stream stream) {
   HG_CHECK(cuda_attention_supports(p.d, dtype), "[attention_backward] the CUDA kernels take head dimension 64 or 128 "
            "in f16, bf16 or f32; got head dimension ", p.d, " and dtype ", dtype_name(dtype));
+  HG_CHECK(p.mask.data == nullptr, "[attention_backward] the CUDA kernels take no attention mask yet (masked attention "
+           "takes the composed path on CUDA)");
   HG_CHECK(p.batch >= 0 && p.heads >= 0 && p.tq >= 0 && p.tk >= 0, "[attention_backward] batch = ", p.batch,
            ", heads = ", p.heads, ", tq = ", p.tq, ", tk = ", p.tk, ", expected all >= 0");
   HG_CHECK(p.tq == 0 || p.tk > 0, "[attention_backward] tq = ", p.tq, " queries over tk = 0 keys: expected tk >= 1");

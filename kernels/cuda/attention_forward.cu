@@ -329,6 +329,8 @@ void attention_forward(const AttentionProblem& p, AttentionTensor q, AttentionTe
   HG_CHECK(cuda_attention_supports(p.d, dtype), "[attention_forward] the CUDA kernel takes head dimension 64 or 128 ",
            "in f16, bf16 or f32, got head dimension ", p.d, " in ", dtype_name(dtype),
            " (other shapes take the composed path)");
+  HG_CHECK(p.mask.data == nullptr, "[attention_forward] the CUDA kernels take no attention mask yet (masked attention "
+           "takes the composed path on CUDA)");
   HG_CHECK(p.batch >= 0 && p.heads >= 0 && p.tq >= 0 && p.tk >= 0, "[attention_forward] batch = ", p.batch,
            ", heads = ", p.heads, ", tq = ", p.tq, ", tk = ", p.tk, ", expected all >= 0");
   HG_CHECK(p.tq == 0 || p.tk > 0, "[attention_forward] tq = ", p.tq, " queries over tk = 0 keys, expected tk >= 1");
