@@ -200,7 +200,8 @@ TEST_CASE("topk: by value, ties by index, NaN the largest; every dtype, both dir
   };
   for (const DType t : kFloating)
     for (const bool largest : {true, false})
-      for (const Case c : {Case{5, 37, 5}, Case{3, 9, 9}, Case{4, 6, 0}, Case{1, 1, 1}, Case{2, 3000, 17}}) {
+      for (const Case c : {Case{5, 37, 5}, Case{3, 9, 9}, Case{4, 6, 0}, Case{1, 1, 1}, Case{2, 3000, 17},
+                           Case{2, 300, 40}}) {  // k > 32: the partial_sort path
         CAPTURE(std::string(dtype_name(t)));
         CAPTURE(largest);
         CAPTURE(c.n);

@@ -5,7 +5,8 @@
 // passes through a per-thread acc_t buffer of one input row:
 //   1. rows: acc[w] = sum_{a in taps(h, i)} h.weight[a] x[p, h.index[a], w] over the whole input
 //      width (contiguous, vectorised; half types widened a row at a time);
-//   2. columns: y[p, i, j] = sum_{b in taps(w, j)} w.weight[b] acc[w.index[b]].
+//   2. columns: y[p, i, j] = sum_{b in taps(w, j)} w.weight[b] acc[w.index[b]], with the weights in
+//      acc_t once per call and, when every column has 1 or 2 taps (nearest, linear), without the offsets.
 // Each output is summed in the same order whatever the thread count, so the result is the same bits.
 #include <algorithm>
 #include <type_traits>
@@ -33,6 +34,15 @@ void resample2d(const void* x, void* y, int64_t planes, ResampleAxis h, Resample
     T* dst = static_cast<T*>(y);
     const int64_t rows = planes * h.out;
     const int64_t taps_per_row = h.offset[h.out] / std::max<int64_t>(h.out, 1) + 1;
+    // The column taps' weights in acc_t, once; and whether every output column has the same number of
+    // taps (1: nearest, 2: linear), so the column pass can index the taps without the offsets.
+    std::vector<A> column_weight(static_cast<size_t>(w.offset[w.out]));
+    for (size_t t = 0; t < column_weight.size(); ++t) column_weight[t] = A(w.weight[t]);
+    int64_t fixed_taps = w.out > 0 ? w.offset[1] - w.offset[0] : 0;
+    for (int64_t j = 1; j < w.out && fixed_taps > 0; ++j)
+      if (w.offset[j + 1] - w.offset[j] != fixed_taps) fixed_taps = 0;
+    const A* cw = column_weight.data();
+    const int64_t* ci = w.index;
 #pragma omp parallel if (rows * taps_per_row * (w.in + w.out) >= kParallelMinWork)
     {
       std::vector<A> acc(static_cast<size_t>(w.in)), in_row(widened ? static_cast<size_t>(w.in) : 0),
@@ -53,10 +63,18 @@ void resample2d(const void* x, void* y, int64_t planes, ResampleAxis h, Resample
         }
         T* out = dst + row * w.out;
         A* sums = widened ? out_row.data() : reinterpret_cast<A*>(out);
-        for (int64_t j = 0; j < w.out; ++j) {
-          A sum = 0;
-          for (int64_t b = w.offset[j]; b < w.offset[j + 1]; ++b) sum += A(w.weight[b]) * acc[size_t(w.index[b])];
-          sums[j] = sum;
+        const A* a_row = acc.data();
+        if (fixed_taps == 1) {
+          for (int64_t j = 0; j < w.out; ++j) sums[j] = A(0) + cw[j] * a_row[ci[j]];
+        } else if (fixed_taps == 2) {
+          for (int64_t j = 0; j < w.out; ++j)
+            sums[j] = (A(0) + cw[2 * j] * a_row[ci[2 * j]]) + cw[2 * j + 1] * a_row[ci[2 * j + 1]];
+        } else {
+          for (int64_t j = 0; j < w.out; ++j) {
+            A sum = 0;
+            for (int64_t b = w.offset[j]; b < w.offset[j + 1]; ++b) sum += cw[b] * a_row[ci[b]];
+            sums[j] = sum;
+          }
         }
         if constexpr (widened) from_float(out_row.data(), out, w.out);
       }

@@ -8,6 +8,11 @@
 //   y = sum_b w.weight[b] (sum_a h.weight[a] x[p, h.index[a], w.index[b]])
 // -- the CPU kernel's order of sums -- in acc_t, and writes its output once: no atomics, no shared
 // memory, the same bits on every run. The tables are small and stay in L1.
+// Audit exemption (audit/exemptions.cpp, load efficiency): a gather by design. A tap table's lanes read
+// every other 8-byte entry (two taps per output), and a transposed (backward) or pooling window's lanes
+// read inputs 2 or more elements apart, so a warp request fills half its sectors; the neighbouring taps
+// read the other half from L1, and DRAM stays within 1.2x the minimum. Planned: fixed-width (ELL) tables
+// read tap by tap across the lanes, and input tiles staged in shared memory.
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
