@@ -160,10 +160,27 @@ TEST_CASE("interpolate and the adaptive pools meet their definitions") {
           1e-15);
     CHECK(adaptive_avg_pool2d(randn({0, 3, 4, 4}), {2, 2}).shape() == Shape{0, 3, 2, 2});
   }
-  SUBCASE("conv1d is conv2d over a height of 1") {
-    const Tensor s = randn({2, 4, 11}, f64), w = randn({6, 2, 3}, f64), b = randn({6}, f64);
-    const Tensor want = conv2d(s.unsqueeze(2), w.unsqueeze(2), b, {1, 2}, {0, 1}, {1, 2}, 2).squeeze(2);
-    CHECK(max_relative_error(conv1d(s, w, b, 2, 1, 2, 2), want) == 0.0);
+  SUBCASE("conv1d meets its definition: stride 2, padding 1, dilation 2, 2 groups") {
+    const int64_t N = 2, C = 4, L = 11, OC = 6, K = 3, stride = 2, padding = 1, dilation = 2, groups = 2;
+    const Tensor s = randn({N, C, L}, f64), w = randn({OC, C / groups, K}, f64), b = randn({OC}, f64);
+    const Tensor y = conv1d(s, w, b, stride, padding, dilation, groups);
+    const int64_t OL = (L + 2 * padding - dilation * (K - 1) - 1) / stride + 1;
+    REQUIRE(y.shape() == Shape{N, OC, OL});
+    const std::vector<double> sv = s.to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>();
+    std::vector<double> want(static_cast<size_t>(N * OC * OL));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < OC; ++o)
+        for (int64_t l = 0; l < OL; ++l) {
+          double acc = bv[size_t(o)];
+          for (int64_t c = 0; c < C / groups; ++c)
+            for (int64_t k = 0; k < K; ++k) {
+              const int64_t at = l * stride - padding + k * dilation, channel = (o / (OC / groups)) * (C / groups) + c;
+              if (at >= 0 && at < L)
+                acc += wv[size_t((o * (C / groups) + c) * K + k)] * sv[size_t((n * C + channel) * L + at)];
+            }
+          want[size_t((n * OC + o) * OL + l)] = acc;
+        }
+    CHECK(max_relative_error(y, from_vector(want, y.shape(), f64)) < 1e-13);
   }
 }
 
