@@ -226,7 +226,7 @@ TEST_CASE("attention masks: a bool key-padding mask hides keys like dropping the
               "requires a gradient, which the fused kernels do not compute");
 }
 
-TEST_CASE("fused CPU attention applies bool and additive masks in its tiles: the composed path's values and gradients") {
+TEST_CASE("fused CPU attention applies bool and additive masks in its tiles: the composed path's values, gradients") {
   // Sizes across several 64 x 64 tiles, Tq != Tk, with and without causal; a key-padding mask whose
   // first row hides every key of the first key tile (the online softmax starts from no key seen) and a
   // per-query additive mask; f64 and f32 (a half operand goes through the same tile code).
@@ -253,7 +253,8 @@ TEST_CASE("fused CPU attention applies bool and additive masks in its tiles: the
                       t);
         std::vector<Tensor> results[2];
         for (int path = 0; path < 2; ++path) {
-          const Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_();
+          const Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_();
+          const Tensor v = v0.clone().requires_grad_();
           const Tensor y = scaled_dot_product_attention(q, k, v, mask, c.causal, 0.0,
                                                         path == 0 ? AttentionImpl::Fused : AttentionImpl::Composed);
           y.backward(g);

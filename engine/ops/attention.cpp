@@ -74,8 +74,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
            " is outside [0, 1)");
   if (attn_mask.defined()) {
     HG_CHECK(attn_mask.device() == q.device() && (attn_mask.dtype() == b8 || attn_mask.dtype() == q.dtype()), "[",
-             name, "] attn_mask ", attn_mask.describe(), " must be bool, or of q's dtype (an additive mask), on q's device; q is ",
-             q.describe());
+             name, "] attn_mask ", attn_mask.describe(),
+             " must be bool, or of q's dtype (an additive mask), on q's device; q is ", q.describe());
     Shape scores = q.shape();
     scores.back() = tk;
     bool broadcasts = attn_mask.dim() <= int(scores.size());
