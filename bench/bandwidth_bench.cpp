@@ -45,13 +45,13 @@
 
 #include "bench_sections.h"
 #include "json_line.h"
+#include "timing.h"
 #include "kernels/kernels.h"
 #include "kernels/resample_tables.h"
 
 namespace hg::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 struct Shape {
   int64_t rows, cols;
@@ -72,19 +72,6 @@ struct Bytes {
   }
   void* get() const { return memory.get(); }
 };
-
-// Best wall time in seconds of `repeats` calls of fn, after one warm-up call.
-template <class F>
-double best_seconds(int repeats, F&& fn) {
-  fn();
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
-}
 
 Bytes random_tensor(int64_t n, DType dtype, uint64_t seed) {
   Bytes b(size_t(n) * dtype_size(dtype));

@@ -28,11 +28,13 @@
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
 #include "json_line.h"
+#include "timing.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
 
 using namespace hg;
-using Clock = std::chrono::steady_clock;
+using hg::bench::Clock;
+using hg::bench::median;
 
 namespace {
 
@@ -41,11 +43,6 @@ bool g_quick = false;
 
 void sync_device() {
   if (g_device.is_cuda()) cuda::synchronize(g_device.index);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Median milliseconds of `reps` runs of fn after one warm-up.

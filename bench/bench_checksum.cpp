@@ -26,22 +26,13 @@
 #include "engine/crc32c.h"
 #include "engine/safetensors.h"
 #include "json_line.h"
+#include "timing.h"
 
 using namespace hg;
-using Clock = std::chrono::steady_clock;
+using hg::bench::Clock;
+using hg::bench::best_seconds;
 
 namespace {
-
-template <class Fn>
-double best_seconds(int repeats, Fn&& fn) {
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
-}
 
 volatile uint32_t sink;
 

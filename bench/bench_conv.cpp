@@ -12,6 +12,7 @@
 
 #include "bench_args.h"
 #include "json_line.h"
+#include "timing.h"
 #include "kernels/kernels.h"
 
 using namespace hg;
@@ -20,21 +21,8 @@ using hg::kernels::ConvPass;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// The median time of `reps` runs of fn (after one warm-up run), in seconds.
-template <class F>
-double median_seconds(int reps, F&& fn) {
-  fn();
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = Clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using hg::bench::Clock;
+using hg::bench::median_seconds;
 
 // ---- the baseline: direct loops (groups = 1, dilation 1) ----
 

@@ -25,18 +25,19 @@
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
 #include "json_line.h"
+#include "timing.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "samples/gpt_datasets.h"
 
 using namespace hg;
-using Clock = std::chrono::steady_clock;
+using hg::bench::Clock;
+using hg::bench::seconds_since;
 
 namespace {
 
 Device g_device = kCPU;
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Drains `batches` batches (after 3 warmup batches) and reports batches/s.
 double drain(const std::shared_ptr<data::Dataset>& dataset, int64_t batch, int workers, int batches) {

@@ -31,12 +31,15 @@
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
 #include "json_line.h"
+#include "timing.h"
 #include "layers/generate.h"
 #include "layers/kv_cache.h"
 #include "layers/nn.h"
 
 using namespace hg;
-using Clock = std::chrono::steady_clock;
+using hg::bench::Clock;
+using hg::bench::median;
+using hg::bench::seconds_since;
 
 namespace {
 
@@ -50,13 +53,6 @@ struct Settings {
 
 void sync(const Device& device) {
   if (device.is_cuda()) cuda::synchronize(device.index);
-}
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 int64_t argmax_of_last_row(const Tensor& logits) { return nn::greedy_token(logits.select(1, -1).to_vector<float>()); }

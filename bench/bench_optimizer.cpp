@@ -39,6 +39,7 @@
 
 #include "bench_args.h"
 #include "json_line.h"
+#include "timing.h"
 #include "kernels/adamw8bit_math.h"
 #include "kernels/cpu/adamw8bit_block.h"
 #include "kernels/half.h"
@@ -51,7 +52,6 @@
 namespace hg::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using kernels::AdamWStepScalars;
 using kernels::QuantizedMoments;
 using kernels::cpu::AdamWIsa;
@@ -89,18 +89,6 @@ void fill_values(void* p, DType dtype, int64_t n, double (*value)(int64_t)) {
   } else {
     fill_as(static_cast<float*>(p), n, value);
   }
-}
-
-template <class F>
-double best_seconds(int repeats, F&& fn) {
-  for (int w = 0; w < kWarmupSteps; ++w) fn();
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
 }
 
 // 64-byte aligned host memory, first touched by the OpenMP threads (as the kernels will touch it).
@@ -182,7 +170,7 @@ void cpu_bench(int64_t n, int repeats) {
              kernels::cpu::adamw_step_device(param.get(), master_ptr, grad.get(), m32.get(), v32.get(), n, s, kBeta1,
                                              kBeta2, kEps, kDecay, dtype);
              count[0] = count[1];
-           }));
+           }, kWarmupSteps));
     for (const AdamWIsa isa : {AdamWIsa::scalar, AdamWIsa::avx512}) {
       if (int(isa) > int(kernels::cpu::adamw8bit_best_isa())) continue;
       const AdamWIsa previous = kernels::cpu::set_adamw8bit_isa(isa);
@@ -192,7 +180,7 @@ void cpu_bench(int64_t n, int repeats) {
                kernels::cpu::adamw8bit_step_device(param.get(), master_ptr, grad.get(), q, n, s, kBeta1, kBeta2, kEps,
                                                    kDecay, dtype);
                count[0] = count[1];
-             }));
+             }, kWarmupSteps));
       kernels::cpu::set_adamw8bit_isa(previous);
     }
   }
@@ -224,14 +212,14 @@ void cpu_gradient_passes(int64_t n, int repeats) {
     };
     double sink = 0;
     line("sum_of_squares", 1,
-         best_seconds(repeats, [&] { sink += kernels::cpu::sum_of_squares(grad.get(), n, dtype); }));
+         best_seconds(repeats, [&] { sink += kernels::cpu::sum_of_squares(grad.get(), n, dtype); }, kWarmupSteps));
     double sum_sq = 4.0;  // a norm of 2 clipped to 1.999: every element *= ~0.9995, written
     kernels::GradientMultiplier clip;
     clip.kind = kernels::GradientMultiplier::clip;
     clip.sum_sq = &sum_sq;
     clip.max_norm = 1.999;
-    line("clip_scale", 2, best_seconds(repeats, [&] { kernels::cpu::scale_gradients(&span, 1, clip, nullptr); }));
-    line("inf_check", 1, best_seconds(repeats, [&] { sink += kernels::cpu::unscale_and_check(&span, 1, 1.0); }));
+    line("clip_scale", 2, best_seconds(repeats, [&] { kernels::cpu::scale_gradients(&span, 1, clip, nullptr); }, kWarmupSteps));
+    line("inf_check", 1, best_seconds(repeats, [&] { sink += kernels::cpu::unscale_and_check(&span, 1, 1.0); }, kWarmupSteps));
     if (sink == -1) std::printf("%g\n", sink);  // keeps the results live
   }
 }

@@ -24,11 +24,13 @@
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
 #include "json_line.h"
+#include "timing.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
 
 using namespace hg;
-using Clock = std::chrono::steady_clock;
+using hg::bench::Clock;
+using hg::bench::median;
 
 namespace {
 
@@ -47,11 +49,6 @@ struct Result {
 Device g_device = kCPU;
 
 double bytes_of(const Tensor& t) { return t.defined() ? double(t.numel()) * double(t.element_size()) : 0.0; }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 void sync_device() {
   if (g_device.is_cuda()) cuda::synchronize(g_device.index);

@@ -21,18 +21,15 @@
 #include "engine/profiler/profiler.h"
 #include "engine/random.h"
 #include "json_line.h"
+#include "timing.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
 
 using namespace hg;
-using Clock = std::chrono::steady_clock;
+using hg::bench::Clock;
+using hg::bench::median;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // ns per call of `call` in one round of `calls` calls.
 template <class Call>

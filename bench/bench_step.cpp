@@ -26,17 +26,14 @@
 #include "engine/ops.h"
 #include "engine/random.h"
 #include "json_line.h"
+#include "timing.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
 
 using namespace hg;
+using hg::bench::median;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double cpu_ms() {
   timespec ts{};

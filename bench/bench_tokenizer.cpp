@@ -33,14 +33,15 @@
 
 #include "bench_args.h"
 #include "json_line.h"
+#include "timing.h"
 #include "support/synthetic_text.h"
 #include "text/tokenizer.h"
 
-using Clock = std::chrono::steady_clock;
+using hg::bench::Clock;
+using hg::bench::seconds_since;
 
 namespace {
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 // This thread's CPU time: the figure that stays meaningful when the machine is shared.
 double thread_cpu_seconds() {
   timespec t{};

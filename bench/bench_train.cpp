@@ -34,19 +34,16 @@
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
 #include "json_line.h"
+#include "timing.h"
 #include "kernels/runtime_counters.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
 
 using namespace hg;
-using Clock = std::chrono::steady_clock;
+using hg::bench::Clock;
+using hg::bench::median;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 Device g_device = kCPU;
 DType g_precision = DType::f32;  // --precision: f32, or bf16 / f16 with fp32 master weights

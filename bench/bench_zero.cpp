@@ -42,6 +42,7 @@
 
 #include "bench_args.h"
 #include "json_line.h"
+#include "timing.h"
 #include "dist/bootstrap.h"
 #include "dist/communicator.h"
 #include "dist/zero_optimizer.h"
@@ -54,7 +55,6 @@
 namespace hg::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 struct Buffer {
   struct Free {
@@ -72,18 +72,6 @@ struct Buffer {
     return static_cast<T*>(memory.get());
   }
 };
-
-template <class F>
-double best_seconds(int repeats, F&& fn) {
-  fn();
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
-}
 
 void host_bandwidth(int64_t n, int repeats) {
   const size_t bytes = size_t(n) * sizeof(float);

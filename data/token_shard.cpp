@@ -13,8 +13,6 @@ namespace hg::data {
 
 namespace {
 
-std::string errno_text(int error) { return std::strerror(error); }
-
 struct Header {
   char magic[8];
   uint32_t version;

@@ -71,10 +71,6 @@ bool is_known_unsupported(const std::string& name) {
   return names.count(name) != 0;
 }
 
-std::string errno_text(int error) {
-  return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")";
-}
-
 // ---- load ----
 
 // One read-only-file, copy-on-write mapping shared by every tensor loaded from it.

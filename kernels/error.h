@@ -1,6 +1,7 @@
 #pragma once
 // The one error type of the project. Library code throws hg::Error with a message that names the
 // operation, what it was given and what it expected; it never calls exit() or abort().
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,12 @@ std::string concat(const Parts&... parts) {
   return out.str();
 }
 }  // namespace detail
+
+// A failed system call's reason with its number, "No such file or directory (errno 2)". The number is
+// what marks an I/O failure in a message (train/checkpoint_directory.cpp's is_io_failure).
+inline std::string errno_text(int error) {
+  return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")";
+}
 
 }  // namespace hg
 

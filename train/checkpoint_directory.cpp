@@ -50,7 +50,7 @@ long long writer_pid(const std::string& name) {
 }
 
 // The system's reason with its number: "(errno N)" is what marks an I/O failure (is_io_failure).
-std::string errno_text(int error) { return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")"; }
+using hg::errno_text;
 std::string errno_text(const std::error_code& error) {
   if (error.category() == std::generic_category() || error.category() == std::system_category())
     return errno_text(error.value());
