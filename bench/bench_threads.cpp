@@ -7,7 +7,7 @@
 // (OMP_WAIT_POLICY; spin 0), bounded (GOMP_SPINCOUNT=N for each N of --spin: 300 and 3000, the
 // samples' value)} -- 17 settings on 2 cores, sized so the full run (two rounds, alone and with
 // --busy) takes about 6 minutes on a quiet 2-core VM -- plus "default": train_gpt with no thread
-// flag and a clean environment, what a user gets (samples/thread_defaults.h). The step times come
+// flag and a clean environment, what a user gets (app/thread_defaults.h). The step times come
 // from the run's --metrics-log (step_ms), the first --skip steps dropped; the settings run in
 // --rounds interleaved rounds and each setting's steps are pooled, so drift hits all of them alike.
 // One line per setting: median and p90 ms/step, the share of time the step waited for data (null
@@ -39,9 +39,9 @@
 #include <string>
 #include <vector>
 
+#include "app/cli.h"
+#include "app/thread_defaults.h"
 #include "json_line.h"
-#include "samples/cli.h"
-#include "samples/thread_defaults.h"
 
 extern char** environ;
 
@@ -285,7 +285,7 @@ void run_matrix(const std::string& train_gpt, const std::vector<Setting>& settin
 }  // namespace
 
 int main(int argc, char** argv) {
-  samples::Flags flags("bench_threads", "train_gpt's step time over thread settings (JSON lines)");
+  app::Flags flags("bench_threads", "train_gpt's step time over thread settings (JSON lines)");
   std::string& train_gpt = flags.add_string("train-gpt", HG_TRAIN_GPT, "the train_gpt binary to run");
   int64_t& steps = flags.add_int("steps", 40, "steps per run", 2);
   int64_t& skip = flags.add_int("skip", 8, "leading steps of each run left out of the statistics", 0);
@@ -298,11 +298,11 @@ int main(int argc, char** argv) {
   bool& quick = flags.add_bool("quick", false, "a smoke run: 12 steps, 3 skipped, one round (same matrix)");
   flags.parse(argc, argv);
   if (quick) steps = std::min<int64_t>(steps, 12), skip = std::min<int64_t>(skip, 3), rounds = 1;
-  if (skip >= steps) samples::exit_with_usage_error("bench_threads", "--skip must be below --steps");
+  if (skip >= steps) app::exit_with_usage_error("bench_threads", "--skip must be below --steps");
   char dir_template[] = "/tmp/bench_threads.XXXXXX";
   const char* dir = mkdtemp(dir_template);
-  if (dir == nullptr) samples::exit_with_usage_error("bench_threads", "cannot create a directory in /tmp");
-  const int cores = samples::usable_cores();
+  if (dir == nullptr) app::exit_with_usage_error("bench_threads", "cannot create a directory in /tmp");
+  const int cores = app::usable_cores();
   std::vector<int64_t> spins;
   for (std::stringstream list(spin_list); list.good();) {
     std::string item;
@@ -310,7 +310,7 @@ int main(int argc, char** argv) {
     char* end = nullptr;
     const long long spin = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || spin < 0)
-      samples::exit_with_usage_error("bench_threads",
+      app::exit_with_usage_error("bench_threads",
                                      "--spin " + spin_list + ": expected integers >= 0, comma-separated");
     spins.push_back(spin);
   }

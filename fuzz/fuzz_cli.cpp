@@ -1,4 +1,4 @@
-// Fuzz target: the samples' flag parser (samples/cli.h Flags) and their shared flag validation
+// Fuzz target: the samples' flag parser (app/cli.h Flags) and their shared flag validation
 // (train/precision.h, Device::parse), on an argv cut from the input at '\n' bytes -- or, when the
 // input starts with '{', on the input as a run config file (Flags::apply_json, as --config reads it;
 // and Flags::restore, as --resume reads a checkpoint's, into a fresh set of flags of which some were
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "app/cli.h"
 #include "engine/device.h"
-#include "samples/cli.h"
 #include "train/precision.h"
 
 namespace {
@@ -43,9 +43,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 
-  hg::samples::ThrowUsageExits throw_instead_of_exit;
+  hg::app::ThrowUsageExits throw_instead_of_exit;
   struct Declared {
-    hg::samples::Flags flags{"train_gpt", "fuzzed"};
+    hg::app::Flags flags{"train_gpt", "fuzzed"};
     std::string& device = flags.add_string("device", "cpu", "device");
     int64_t& layers = flags.add_int("layers", 2, "blocks", 1, 1024);
     int64_t& heads = flags.add_int("heads", 4, "heads", 1, 1 << 16);
@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   };
   Declared declared;
-  hg::samples::Flags& flags = declared.flags;
+  hg::app::Flags& flags = declared.flags;
   const auto& [flags_, device, layers, heads, dim, context, batch, lr, dropout, seed, precision, loss_scale,
                grad_accum, batch_tokens, resume, load] = declared;  // the values, by name
   (void)flags_;
@@ -89,7 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (std::string& a : given) given_argv.push_back(a.data());
       resumed.flags.parse(int(given.size()), given_argv.data());
       resumed.flags.restore(text, "entry",
-                            hg::samples::ResumeRules{{"layers", "dim", "precision", "load"}, {"resume"}, {"load"}});
+                            hg::app::ResumeRules{{"layers", "dim", "precision", "load"}, {"resume"}, {"load"}});
       require(resumed.in_bounds(), "restore accepted a value outside its bounds");
       require(resumed.layers == 2 && resumed.lr == 0.5 && resumed.precision == "bf16" &&
                   resumed.load == "fuzz.safetensors" && resumed.resume,
@@ -105,7 +105,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t micro = hg::train::accumulation_steps(grad_accum, batch_tokens, batch * context);
     require(micro >= 1, "accumulation_steps returned no micro-batch");
     (void)hg::Device::parse(device);
-  } catch (const hg::samples::UsageExit& e) {
+  } catch (const hg::app::UsageExit& e) {
     require(e.status == 0 || e.status == 2, "a usage exit with another status");
     require(e.status == 0 || e.message.rfind("train_gpt: error: ", 0) == 0, "a usage error without its prefix");
   } catch (const hg::Error& e) {

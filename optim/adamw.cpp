@@ -1,4 +1,4 @@
-// AdamW (math in optim/adamw.h): options, state creation and the fused adamw_step kernel call of the
+// AdamW (math in optim/adamw.h): options, state creation and the fused adamw_step_device kernel call of the
 // parameter's device; the 8-bit state's layout, kernel call and checks are in optim/adamw8bit_state.cpp.
 #include "optim/adamw.h"
 

@@ -8,7 +8,7 @@
 //   theta <- theta - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 //
 // m and v start at zero and are kept in fp32 (f64 for f64 parameters); the update is one fused
-// kernel (kernels::{cpu,cuda}::adamw_step, per-element math in kernels/adamw_math.h) that computes in that
+// kernel (kernels::{cpu,cuda}::adamw_step_device, per-element math in kernels/adamw_math.h) that computes in that
 // precision and rounds the parameter once on store. decay_only_matrices(true) applies weight decay
 // only to tensors of rank >= 2 (weights of linear layers and embeddings), not to biases and norm
 // gains: the usual GPT recipe, without building two groups by hand.
@@ -80,7 +80,7 @@ class AdamW : public LocalOptimizer {
 
  private:
   void check_options() const;
-  // One adamw_step kernel call; master is null or the fp32 master copy of a half param.
+  // One adamw_step_device kernel call; master is null or the fp32 master copy of a half param.
   void fused_step(const ParamGroup& group, const Tensor& param, void* master, const Tensor& grad, ParamState& state);
   // Zero moments: fp32 zeros, or the maps' zero codes with zero block scales (adamw8bit_state.cpp).
   void init_moments(const Tensor& param, ParamState& state) const;

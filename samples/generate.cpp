@@ -20,10 +20,10 @@
 #include <filesystem>
 #include <optional>
 
+#include "app/cli.h"
+#include "app/thread_defaults.h"
 #include "layers/generate.h"
 #include "layers/gpt.h"
-#include "samples/cli.h"
-#include "samples/thread_defaults.h"
 #include "text/tokenizer.h"
 #include "train/precision.h"
 
@@ -41,9 +41,9 @@ void write_bytes(const std::string& bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  samples::bound_openmp_spin(argv);  // before libgomp's threads or anything else exists
-  return samples::guarded_main(kProgram, [&] {
-    samples::Flags flags(kProgram,
+  app::bound_openmp_spin(argv);  // before libgomp's threads or anything else exists
+  return app::guarded_main(kProgram, [&] {
+    app::Flags flags(kProgram,
                          "Writes text with a trained GPT, streaming each token to stdout as it is drawn (the prompt\n"
                          "first). Byte-level models (vocabulary 256) need no tokenizer." HG_THREADS_HELP);
     auto& model_path =
@@ -72,32 +72,32 @@ int main(int argc, char** argv) {
     auto& threads =
         flags.add_int("threads", 0, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores)", 0, 4096);
     flags.after_parse([&] {
-      if (model_path.empty()) samples::exit_with_usage_error(kProgram, "--model FILE is required");
+      if (model_path.empty()) app::exit_with_usage_error(kProgram, "--model FILE is required");
       std::error_code not_a_directory;  // a directory is GPT::load's to judge (its model.safetensors)
       if (!std::filesystem::is_directory(model_path, not_a_directory))
-        samples::check_readable_file(kProgram, "model", model_path);
-      if (top_p <= 0) samples::exit_with_usage_error(kProgram, "--top-p 0 is invalid; expected a value in (0, 1]");
-      samples::or_usage_error(kProgram, [&] { return train::parse_precision(precision); });
+        app::check_readable_file(kProgram, "model", model_path);
+      if (top_p <= 0) app::exit_with_usage_error(kProgram, "--top-p 0 is invalid; expected a value in (0, 1]");
+      app::or_usage_error(kProgram, [&] { return train::parse_precision(precision); });
     });
     flags.parse(argc, argv);
-    // The thread count and wait policy in force (samples/thread_defaults.h), named in the summary line.
-    const samples::ThreadSettings thread_settings = samples::apply_thread_settings(threads, std::nullopt, false, false);
-    const Device device = samples::checked_device(kProgram, device_name);
+    // The thread count and wait policy in force (app/thread_defaults.h), named in the summary line.
+    const app::ThreadSettings thread_settings = app::apply_thread_settings(threads, std::nullopt, false, false);
+    const Device device = app::checked_device(kProgram, device_name);
 
     std::shared_ptr<nn::GPT> model =
-        samples::or_usage_error(kProgram, "--model " + model_path, [&] { return nn::GPT::load(model_path); });
+        app::or_usage_error(kProgram, "--model " + model_path, [&] { return nn::GPT::load(model_path); });
     const int64_t vocab = model->config.vocab_size(), context = model->config.context();
     std::optional<text::Tokenizer> tokenizer;
     if (!tokenizer_path.empty()) {
-      tokenizer = samples::or_usage_error(kProgram, "--tokenizer " + tokenizer_path,
+      tokenizer = app::or_usage_error(kProgram, "--tokenizer " + tokenizer_path,
                                           [&] { return text::Tokenizer::load(tokenizer_path); });
       if (int64_t(tokenizer->vocab_size()) > vocab)
-        samples::exit_with_usage_error(kProgram, "--tokenizer " + tokenizer_path + " has " +
+        app::exit_with_usage_error(kProgram, "--tokenizer " + tokenizer_path + " has " +
                                                      std::to_string(tokenizer->vocab_size()) + " tokens; --model " +
                                                      model_path + " has a vocabulary of " + std::to_string(vocab) +
                                                      "; expected a tokenizer of at most the model's vocabulary");
     } else if (vocab != 256) {
-      samples::exit_with_usage_error(kProgram, "--model " + model_path + " has a vocabulary of " +
+      app::exit_with_usage_error(kProgram, "--model " + model_path + " has a vocabulary of " +
                                                    std::to_string(vocab) +
                                                    "; without --tokenizer the model must be byte-level (256)");
     }
@@ -121,9 +121,9 @@ int main(int argc, char** argv) {
       for (unsigned char byte : prompt_text) prompt.push_back(byte);
     }
     if (prompt.empty())
-      samples::exit_with_usage_error(kProgram, "--prompt is empty; expected at least one token to continue");
+      app::exit_with_usage_error(kProgram, "--prompt is empty; expected at least one token to continue");
     if (int64_t(prompt.size()) > context)
-      samples::exit_with_usage_error(kProgram, "--prompt is " + std::to_string(prompt.size()) +
+      app::exit_with_usage_error(kProgram, "--prompt is " + std::to_string(prompt.size()) +
                                                    " tokens; the model's context is " + std::to_string(context) +
                                                    " tokens");
 
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
             .stop_at(tokenizer && stop_at_eot && tokenizer->end_of_text() ? int64_t(*tokenizer->end_of_text()) : -1)
             .vocab_limit(tokenizer ? int64_t(tokenizer->vocab_size()) : 0)
             .banned(holes);
-    samples::or_usage_error(kProgram, [&] { options.validate(); });
+    app::or_usage_error(kProgram, [&] { options.validate(); });
 
     write_bytes(prompt_text);
     // The first token comes after the prompt's forward (the prefill) and dominates short runs; the

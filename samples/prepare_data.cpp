@@ -15,8 +15,8 @@
 #include <fstream>
 #include <optional>
 
+#include "app/cli.h"
 #include "data/token_shard.h"
-#include "samples/cli.h"
 #include "samples/text_cuts.h"
 #include "text/tokenizer.h"
 
@@ -65,7 +65,7 @@ class ShardWriter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  samples::Flags flags("prepare_data",
+  app::Flags flags("prepare_data",
                        "Turns a text file into token shards for train_gpt --data: byte-level (one token per byte,\n"
                        "vocabulary 256), or encoded by a BPE tokenizer with --tokenizer. Writes PREFIX_000000.bin, ...");
   auto& input = flags.add_string("input", "", "the text file to tokenize (required)");
@@ -78,30 +78,30 @@ int main(int argc, char** argv) {
                                           "text/tokenizer.h) instead of one token per byte");
   // The checks parse() cannot make, run by parse() before --print-config prints.
   flags.after_parse([&] {
-    if (input.empty()) samples::exit_with_usage_error("prepare_data", "--input FILE is required");
-    if (output.empty()) samples::exit_with_usage_error("prepare_data", "--output PREFIX is required");
+    if (input.empty()) app::exit_with_usage_error("prepare_data", "--input FILE is required");
+    if (output.empty()) app::exit_with_usage_error("prepare_data", "--output PREFIX is required");
     if (dtype_name != "u16" && dtype_name != "u32" && dtype_name != "auto")
-      samples::exit_with_usage_error("prepare_data",
+      app::exit_with_usage_error("prepare_data",
                                      "unknown --dtype \"" + dtype_name +
                                                          "\"; expected u16 or u32, or auto (u16 when the ids fit)");
-    samples::check_readable_file("prepare_data", "input", input);
+    app::check_readable_file("prepare_data", "input", input);
     const std::string output_dir =
         output.find('/') == std::string::npos ? "." : output.substr(0, output.rfind('/') + 1);
     if (::access(output_dir.c_str(), W_OK) != 0)
-      samples::exit_with_usage_error("prepare_data", "--output " + output + ": the directory \"" + output_dir +
+      app::exit_with_usage_error("prepare_data", "--output " + output + ": the directory \"" + output_dir +
                                                          "\" is not writable (" + std::strerror(errno) +
                                                          "); expected an existing, writable directory");
   });
   flags.parse(argc, argv);
 
-  return samples::guarded_main("prepare_data", [&] {
+  return app::guarded_main("prepare_data", [&] {
     std::optional<text::Tokenizer> tokenizer;
     if (!tokenizer_path.empty())
-      tokenizer = samples::or_usage_error("prepare_data", "--tokenizer " + tokenizer_path,
+      tokenizer = app::or_usage_error("prepare_data", "--tokenizer " + tokenizer_path,
                                           [&] { return text::Tokenizer::load(tokenizer_path); });
     const uint64_t vocab = tokenizer ? tokenizer->vocab_size() : 256;
     if (dtype_name == "u16" && vocab > kU16Vocab)
-      samples::exit_with_usage_error("prepare_data", "--dtype u16 cannot hold the ids of --tokenizer " +
+      app::exit_with_usage_error("prepare_data", "--dtype u16 cannot hold the ids of --tokenizer " +
                                                          tokenizer_path + " (a vocabulary of " +
                                                          std::to_string(vocab) + " ids, u16 holds at most " +
                                                          std::to_string(kU16Vocab) + "); use --dtype u32 or auto");
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
 
     std::ifstream file(input, std::ios::binary);
     if (!file.good())
-      samples::exit_with_usage_error("prepare_data", "cannot read --input \"" + input + "\": " + std::strerror(errno));
+      app::exit_with_usage_error("prepare_data", "cannot read --input \"" + input + "\": " + std::strerror(errno));
     std::vector<std::string> specials;
     if (tokenizer)
       for (const text::SpecialToken& s : tokenizer->special_tokens()) specials.push_back(s.content);
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
       }
     };
     const uint64_t bytes = samples::for_each_chunk(file, input, kBlockBytes, tokenizer ? &cuts : nullptr, encode);
-    if (bytes == 0) samples::exit_with_usage_error("prepare_data", "--input \"" + input + "\" is empty");
+    if (bytes == 0) app::exit_with_usage_error("prepare_data", "--input \"" + input + "\" is empty");
     shards.flush();
     const std::string scheme = tokenizer ? "BPE tokenizer " + tokenizer_path : std::string("byte-level tokens");
     std::printf("prepare_data: %llu bytes of %s -> %llu tokens (%.3f bytes/token), %lld %s shard(s), %s "

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "samples/cli.h"
+#include "app/cli.h"
 #include "text/tokenizer.h"
 
 using namespace hg;
@@ -55,11 +55,11 @@ std::vector<uint32_t> parse_ids(const std::string& text, uint32_t vocab_size) {
     uint64_t value = 0;
     const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
     if (ec == std::errc::result_out_of_range || (ec == std::errc() && ptr == item.data() + item.size() && value >= vocab_size))
-      samples::exit_with_usage_error(kProgram, "--decode: id " + item + " at " + where + " is not in the vocabulary (" +
+      app::exit_with_usage_error(kProgram, "--decode: id " + item + " at " + where + " is not in the vocabulary (" +
                                                    std::to_string(vocab_size) + " tokens: ids 0.." +
                                                    std::to_string(vocab_size - 1) + ")");
     if (ec != std::errc() || ptr != item.data() + item.size())
-      samples::exit_with_usage_error(kProgram, "--decode: \"" + item.substr(0, 40) + "\" at " + where +
+      app::exit_with_usage_error(kProgram, "--decode: \"" + item.substr(0, 40) + "\" at " + where +
                                                    " is not a token id; expected whitespace-separated decimal ids");
     ids.push_back(uint32_t(value));
     pos = end;
@@ -85,7 +85,7 @@ std::vector<std::string> split_specials(const std::string& list) {
   size_t start = 0;
   while (start <= list.size() && !list.empty()) {
     const size_t comma = std::min(list.find(',', start), list.size());
-    if (comma == start) samples::exit_with_usage_error(kProgram, "--special \"" + list + "\" has an empty token");
+    if (comma == start) app::exit_with_usage_error(kProgram, "--special \"" + list + "\" has an empty token");
     out.push_back(list.substr(start, comma - start));
     start = comma + 1;
   }
@@ -99,18 +99,18 @@ int train(const std::string& corpus_path, const std::string& output, int64_t voc
   options.min_frequency = uint64_t(min_frequency);
   options.special_tokens = split_specials(specials);
   if (uint64_t(vocab_size) < 256 + options.special_tokens.size())
-    samples::exit_with_usage_error(kProgram, "--vocab-size " + std::to_string(vocab_size) + " is below 256 bytes + " +
+    app::exit_with_usage_error(kProgram, "--vocab-size " + std::to_string(vocab_size) + " is below 256 bytes + " +
                                                  std::to_string(options.special_tokens.size()) +
                                                  " special token(s); expected at least " +
                                                  std::to_string(256 + options.special_tokens.size()));
   std::ifstream file(corpus_path, std::ios::binary);
-  if (!file.good()) samples::exit_with_usage_error(kProgram, "cannot read --train \"" + corpus_path + "\"");
+  if (!file.good()) app::exit_with_usage_error(kProgram, "cannot read --train \"" + corpus_path + "\"");
   const std::string corpus((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   const auto start = std::chrono::steady_clock::now();
-  const text::Tokenizer tok = samples::or_usage_error(kProgram, [&] { return text::train_bpe(corpus, options); });
+  const text::Tokenizer tok = app::or_usage_error(kProgram, [&] { return text::train_bpe(corpus, options); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::string wrote;
-  samples::or_usage_error(kProgram, "-o " + output, [&] {
+  app::or_usage_error(kProgram, "-o " + output, [&] {
     if (std::filesystem::is_directory(output)) {
       const std::string vocab = (std::filesystem::path(output) / "vocab.json").string();
       const std::string merges = (std::filesystem::path(output) / "merges.txt").string();
@@ -159,8 +159,8 @@ std::vector<std::string> normalize_args(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return samples::guarded_main(kProgram, [&] {
-    samples::Flags flags(kProgram,
+  return app::guarded_main(kProgram, [&] {
+    app::Flags flags(kProgram,
                          "Byte-level BPE tokens from the command line (GPT-2's scheme; text/tokenizer.h).\n"
                          "  tokenize --tokenizer FILE < text.txt          prints the ids, space-separated, on one line\n"
                          "  tokenize --tokenizer FILE --decode < ids.txt  writes the bytes of the ids (whitespace-separated)\n"
@@ -182,15 +182,15 @@ int main(int argc, char** argv) {
     flags.after_parse([&] {
       const bool training = !corpus.empty();
       if (training && !tokenizer_path.empty())
-        samples::exit_with_usage_error(kProgram, "--train and --tokenizer exclude each other; expected one mode");
-      if (training && decode) samples::exit_with_usage_error(kProgram, "--decode needs --tokenizer, not --train");
+        app::exit_with_usage_error(kProgram, "--train and --tokenizer exclude each other; expected one mode");
+      if (training && decode) app::exit_with_usage_error(kProgram, "--decode needs --tokenizer, not --train");
       if (!training && tokenizer_path.empty())
-        samples::exit_with_usage_error(kProgram, "expected --tokenizer FILE (encode, --decode) or --train CORPUS");
-      if (training && output.empty()) samples::exit_with_usage_error(kProgram, "--train needs -o OUT (file or directory)");
+        app::exit_with_usage_error(kProgram, "expected --tokenizer FILE (encode, --decode) or --train CORPUS");
+      if (training && output.empty()) app::exit_with_usage_error(kProgram, "--train needs -o OUT (file or directory)");
       if (!training && (flags.given("output") || flags.given("vocab-size") || flags.given("min-frequency") ||
                         flags.given("special")))
-        samples::exit_with_usage_error(kProgram, "-o, --vocab-size, --min-frequency and --special go with --train");
-      if (training) samples::check_readable_file(kProgram, "train", corpus);
+        app::exit_with_usage_error(kProgram, "-o, --vocab-size, --min-frequency and --special go with --train");
+      if (training) app::check_readable_file(kProgram, "train", corpus);
     });
     std::vector<std::string> args = normalize_args(argc, argv);
     std::vector<char*> arg_pointers;
@@ -199,11 +199,11 @@ int main(int argc, char** argv) {
 
     if (!corpus.empty()) return train(corpus, output, vocab_size, min_frequency, specials);
     const text::Tokenizer tok =
-        samples::or_usage_error(kProgram, "--tokenizer " + tokenizer_path, [&] { return text::Tokenizer::load(tokenizer_path); });
+        app::or_usage_error(kProgram, "--tokenizer " + tokenizer_path, [&] { return text::Tokenizer::load(tokenizer_path); });
     const std::string input = read_stdin();
     if (decode) {
       const std::vector<uint32_t> ids = parse_ids(input, tok.vocab_size());
-      write_stdout(samples::or_usage_error(kProgram, "--decode", [&] { return tok.decode(ids); }));
+      write_stdout(app::or_usage_error(kProgram, "--decode", [&] { return tok.decode(ids); }));
     } else {
       write_stdout(join_ids(tok.encode(input)));
     }

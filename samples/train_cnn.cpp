@@ -9,13 +9,13 @@
 #include <cstdio>
 #include <string>
 
+#include "app/cli.h"
+#include "app/thread_defaults.h"
 #include "engine/allocator.h"
 #include "engine/random.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
-#include "samples/cli.h"
 #include "samples/drawn_digits.h"
-#include "samples/thread_defaults.h"
 #include "train/trainer.h"
 
 using namespace hg;
@@ -24,7 +24,7 @@ namespace {
 
 // Every flag, bound by name to the member that holds its value.
 struct Config {
-  samples::Flags flags{"train_cnn",
+  app::Flags flags{"train_cnn",
                        "Trains a small CNN (conv-relu-pool x2, linear) on procedurally drawn digits and reports "
                        "held-out accuracy." HG_THREADS_HELP};
   std::string& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
@@ -50,14 +50,14 @@ struct Config {
     // The checks parse() cannot make, run by parse() before --print-config prints.
     flags.after_parse([this] {
       if (size % 4 != 0 || size > 256)
-        samples::exit_with_usage_error(
+        app::exit_with_usage_error(
             "train_cnn", "--size " + std::to_string(size) + " must be a multiple of 4 in [8, 256] (two 2x2 poolings)");
-      samples::check_at_most("train_cnn", {{"channels", channels, 4096},
+      app::check_at_most("train_cnn", {{"channels", channels, 4096},
                                            {"batch", batch, 1 << 20},
                                            {"eval-images", eval_images, 1 << 24},
                                            {"threads", threads, 4096},
                                            {"show", show, 1000}});
-      samples::checked_device("train_cnn", device);
+      app::checked_device("train_cnn", device);
     });
     flags.parse(argc, argv);
   }
@@ -111,8 +111,8 @@ void show_images(nn::Sequential& model, const samples::DrawnDigits& held_out, in
 }
 
 int run(const Config& o) {
-  // The thread count and wait policy in force (samples/thread_defaults.h); no loader workers here.
-  const samples::ThreadSettings threads = samples::apply_thread_settings(o.threads, std::nullopt, false, false, 1);
+  // The thread count and wait policy in force (app/thread_defaults.h); no loader workers here.
+  const app::ThreadSettings threads = app::apply_thread_settings(o.threads, std::nullopt, false, false, 1);
   manual_seed(uint64_t(o.seed));
   const Device device = Device::parse(o.device);
   // Training images stream from one seed (batch k is images k*B..k*B+B-1, never repeated), the
@@ -155,10 +155,10 @@ int run(const Config& o) {
 
 }  // namespace
 
-// Nothing escapes: a usage or input error exits 2, any other error 1, on one line (samples/cli.h).
+// Nothing escapes: a usage or input error exits 2, any other error 1, on one line (app/cli.h).
 int main(int argc, char** argv) {
-  samples::bound_openmp_spin(argv);  // before libgomp's threads or anything else exists
-  return samples::guarded_main("train_cnn", [&] {
+  app::bound_openmp_spin(argv);  // before libgomp's threads or anything else exists
+  return app::guarded_main("train_cnn", [&] {
     const Config config(argc, argv);
     return run(config);
   });

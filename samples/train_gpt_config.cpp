@@ -20,20 +20,20 @@ int64_t model_vocab(const TrainGptConfig& c) {
   // vocabulary): --vocab.
   if (c.data.empty() || !data::is_token_shard(c.data.substr(0, c.data.find(',')))) return c.vocab;
   // The shards' headers are read here first: a bad one is an error of the flag ("--data <paths>: ...").
-  return or_usage_error(kProgram, "--data " + c.data, [&] {
+  return app::or_usage_error(kProgram, "--data " + c.data, [&] {
     return fresh_model_vocab(token_data_vocab(c.data), c.flags.given("vocab") ? std::optional(c.vocab) : std::nullopt,
                              c.data);
   });
 }
 
-const ResumeRules& train_gpt_resume_rules() {
+const app::ResumeRules& train_gpt_resume_rules() {
   // The ZeRO stage and optimizer offload may change: a checkpoint re-partitions its optimizer shards
   // at any world size and stage (train/checkpoint_directory.h); its layout (ZeRO or not) is checked
   // when the trainer resumes. The output files a run opens anew ("w": the metrics log, the profile's
   // trace) belong to each invocation: restored, they would overwrite the earlier segment's. So do
   // the loader workers: chosen for this machine and device (-1: thread_defaults.h chooses), and
   // checkpoints written before that choice existed stored the old default 1 as if a user set it.
-  static const ResumeRules rules{
+  static const app::ResumeRules rules{
       {"data", "digits", "eval-problems", "layers", "heads", "dim", "context", "dropout", "load", "seed", "batch",
        "grad-accum", "batch-tokens", "curriculum", "curriculum-steps", "seq-warmup-steps", "seq-warmup-start",
        "precision", "loss-scale", "fp32-grads", "stochastic-rounding", "master-weights", "optimizer-state-bits",
@@ -61,12 +61,12 @@ void restore_run_config(TrainGptConfig& c) {
       dist::detect_process().world_size > 1)
     sharded = writes_sharded(c);
   const auto stored =
-      or_usage_error(kProgram, "--resume", [&] { return train::read_run_config(c.checkpoint_dir, sharded); });
+      app::or_usage_error(kProgram, "--resume", [&] { return train::read_run_config(c.checkpoint_dir, sharded); });
   if (!stored) return;
   c.resume_entry = stored->entry;
   c.flags.restore(stored->json, stored->entry, train_gpt_resume_rules());
   if (writes_sharded(c) != stored->sharded)
-    exit_with_usage_error(
+    app::exit_with_usage_error(
         kProgram, "--resume: the run config of " + stored->entry + " (a " +
                       (stored->sharded ? "sharded" : "single-file") + " checkpoint) gives a " +
                       (writes_sharded(c) ? "sharded" : "single-file") + " run (--zero " + std::to_string(c.zero) +
@@ -79,12 +79,12 @@ void restore_run_config(TrainGptConfig& c) {
 // restore and before --print-config prints.
 void check_settings(const TrainGptConfig& c) {
 
-  auto fail = [](const std::string& message) { exit_with_usage_error(kProgram, message); };
+  auto fail = [](const std::string& message) { app::exit_with_usage_error(kProgram, message); };
   if (c.zero > 3) fail("--zero " + std::to_string(c.zero) + " is not a ZeRO stage; expected 0, 1, 2 or 3");
-  or_usage_error(kProgram, [&] { return train::parse_offload_activations(c.offload); });
+  app::or_usage_error(kProgram, [&] { return train::parse_offload_activations(c.offload); });
   if (c.offload == "inputs" && c.recompute_every == 0)
     fail("--offload-activations inputs offloads checkpoint inputs; it needs --checkpoint-every K");
-  or_usage_error(kProgram, [&] { return train::parse_loss_scale(c.loss_scale, train::parse_precision(c.precision)); });
+  app::or_usage_error(kProgram, [&] { return train::parse_loss_scale(c.loss_scale, train::parse_precision(c.precision)); });
   if (c.stochastic_rounding && (c.zero >= 0 || c.offload_optimizer || dist::detect_process().world_size > 1))
     fail(
         "--stochastic-rounding is not implemented under ZeRO or data parallelism (the sharded update rounds to "
@@ -102,7 +102,7 @@ void check_settings(const TrainGptConfig& c) {
       fail("--checkpoint-dir \"" + c.checkpoint_dir + "\" exists and is not a directory; expected a directory "
            "(created when missing)");
   }
-  or_usage_error(kProgram, [&] { return parse_attention_impl(c.attention); });
+  app::or_usage_error(kProgram, [&] { return parse_attention_impl(c.attention); });
   if (c.profile_ops && c.profile.empty()) fail("--profile-ops needs --profile FILE");
   if (c.dim % c.heads != 0)
     fail("--heads " + std::to_string(c.heads) + " does not divide --dim " + std::to_string(c.dim) +
@@ -119,7 +119,7 @@ void check_settings(const TrainGptConfig& c) {
   if (c.curriculum != "none" && !c.data.empty())
     fail("--curriculum easy-to-hard needs the addition task's difficulty score; it does not apply to --data");
   // Sizes within bounds (no overflow in batch x context x dim), input files readable.
-  check_at_most(kProgram, {{"layers", c.layers, 1024},
+  app::check_at_most(kProgram, {{"layers", c.layers, 1024},
                            {"dim", c.dim, 65536},
                            {"context", c.context, 1 << 20},
                            {"batch", c.batch, 1 << 20},
@@ -132,18 +132,18 @@ void check_settings(const TrainGptConfig& c) {
   // A directory is GPT::load's to judge (a published model: its model.safetensors + config.json).
   std::error_code not_a_directory;
   if (!c.load.empty() && !std::filesystem::is_directory(c.load, not_a_directory))
-    check_readable_file(kProgram, "load", c.load);
+    app::check_readable_file(kProgram, "load", c.load);
   if (!c.tokenizer.empty() && !std::filesystem::is_directory(c.tokenizer, not_a_directory))
-    check_readable_file(kProgram, "tokenizer", c.tokenizer);
+    app::check_readable_file(kProgram, "tokenizer", c.tokenizer);
   for (size_t start = 0; !c.data.empty() && start <= c.data.size();) {
     const size_t comma = std::min(c.data.find(',', start), c.data.size());
-    check_readable_file(kProgram, "data", c.data.substr(start, comma - start));
+    app::check_readable_file(kProgram, "data", c.data.substr(start, comma - start));
     start = comma + 1;
   }
   if (c.plan)  // planning for a device need not run on one: --plan --device cuda works without a GPU
-    or_usage_error(kProgram, "--device " + c.device, [&] { return Device::parse(c.device); });
+    app::or_usage_error(kProgram, "--device " + c.device, [&] { return Device::parse(c.device); });
   else
-    checked_device(kProgram, c.device);
+    app::checked_device(kProgram, c.device);
 }
 
 }  // namespace

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "samples/cli.h"
-#include "samples/thread_defaults.h"
+#include "app/cli.h"
+#include "app/thread_defaults.h"
 
 namespace hg::samples {
 
@@ -13,7 +13,7 @@ inline constexpr const char* kProgram = "train_gpt";
 
 // Every flag, bound by name to the member that holds its value.
 struct TrainGptConfig {
-  Flags flags{kProgram,
+  app::Flags flags{kProgram,
               "Trains a GPT on the CPU or a CUDA device. By default it learns 3-digit addition (byte-level)\n"
               "and reports exact-match accuracy on held-out problems; --data trains on a text file\n"
               "(byte-level) or on token shards (prepare_data, BPE with --tokenizer) instead." HG_THREADS_HELP};
@@ -151,7 +151,7 @@ struct TrainGptConfig {
 // token shards, their header's, which --vocab, when given, must equal (a usage error otherwise).
 int64_t model_vocab(const TrainGptConfig& c);
 
-// train_gpt --resume (samples/cli.h ResumeRules): the keys that cannot change mid-run -- the model,
+// train_gpt --resume (app/cli.h ResumeRules): the keys that cannot change mid-run -- the model,
 // the data and its order (data, load and tokenizer compared as files), the numerics and the optimizer state's
 // layout -- and those each invocation sets anew (resume, checkpoint-dir, stop-after-steps, the
 // files a run opens anew: metrics-log, profile, profile-ops; a bare --resume writes neither, so the
@@ -160,6 +160,6 @@ int64_t model_vocab(const TrainGptConfig& c);
 // keep-checkpoints, on-checkpoint-error, sample, save, threads, device, zero, ...) takes the
 // value given now, or the checkpoint's when not given (a run resumed with a bare --resume keeps the
 // policy it was started with).
-const ResumeRules& train_gpt_resume_rules();
+const app::ResumeRules& train_gpt_resume_rules();
 
 }  // namespace hg::samples

@@ -21,8 +21,8 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The ranked configurations that fit; nothing fits: a usage error saying what would have to change.
 std::vector<plan::Candidate> ranked_or_exit(const plan::PlanRequest& request) {
-  std::vector<plan::Candidate> ranked = or_usage_error(kProgram, [&] { return plan::plan(request); });
-  if (ranked.empty()) exit_with_usage_error(kProgram, plan::nothing_fits_message(request));
+  std::vector<plan::Candidate> ranked = app::or_usage_error(kProgram, [&] { return plan::plan(request); });
+  if (ranked.empty()) app::exit_with_usage_error(kProgram, plan::nothing_fits_message(request));
   return ranked;
 }
 
@@ -46,7 +46,7 @@ void write_file(const std::string& path, const std::string& text) {
   out << text;
   out.close();
   if (!out || std::rename(temp.c_str(), path.c_str()) != 0)
-    exit_with_usage_error(kProgram, "--write-config \"" + path + "\": cannot write it; expected a writable path");
+    app::exit_with_usage_error(kProgram, "--write-config \"" + path + "\": cannot write it; expected a writable path");
 }
 
 }  // namespace
@@ -73,14 +73,14 @@ int64_t trained_sequence_length(const TrainGptConfig& c, int64_t model_context) 
 
 plan::PlanRequest plan_request(const TrainGptConfig& c) {
   if (c.threads > 0) omp_set_num_threads(int(c.threads));  // calibrate with the run's threads
-  check_at_most(kProgram, {{"world", c.plan_world, 1 << 16}});
+  app::check_at_most(kProgram, {{"world", c.plan_world, 1 << 16}});
   for (const auto& [flag, gib] : {std::pair{"memory-budget", c.memory_budget_gib}, {"host-memory", c.host_memory_gib}})
     if (gib > double(1 << 20))
-      exit_with_usage_error(kProgram, std::string("--") + flag + " " + std::to_string(gib) +
+      app::exit_with_usage_error(kProgram, std::string("--") + flag + " " + std::to_string(gib) +
                                           " GiB is too large; expected at most 1048576 GiB");
   plan::PlanRequest request;
   if (!c.load.empty()) {  // the loaded model's shape and dropout (train_gpt trains it as saved)
-    const auto model = or_usage_error(kProgram, "--load " + c.load, [&] { return nn::GPT::load(c.load); });
+    const auto model = app::or_usage_error(kProgram, "--load " + c.load, [&] { return nn::GPT::load(c.load); });
     request.model = plan::ModelShape::of(model->config);
   } else {
     request.model.vocab = model_vocab(c);  // --data: the shards' vocabulary
@@ -92,7 +92,7 @@ plan::PlanRequest plan_request(const TrainGptConfig& c) {
   }
   request.model.fused_attention = c.attention != "composed";
   request.world =
-      c.plan_world > 0 ? int(c.plan_world) : or_usage_error(kProgram, [] { return dist::detect_process().world_size; });
+      c.plan_world > 0 ? int(c.plan_world) : app::or_usage_error(kProgram, [] { return dist::detect_process().world_size; });
   // Sequences per optimizer step as train_gpt counts them (--batch-tokens over the trained sequence
   // length), as tokens of the model's context (the planner's unit).
   const int64_t length = trained_sequence_length(c, request.model.context);
@@ -150,7 +150,7 @@ std::string config_json(int argc, char** argv, const plan::Candidate& chosen) {
 
 int print_plan(const TrainGptConfig& c, int argc, char** argv) {
   if (c.memory_budget_gib <= 0)
-    exit_with_usage_error(kProgram, "--plan needs --memory-budget GiB (device memory per rank)");
+    app::exit_with_usage_error(kProgram, "--plan needs --memory-budget GiB (device memory per rank)");
   const plan::PlanRequest request = plan_request(c);
   const std::vector<plan::Candidate> ranked = ranked_or_exit(request);
   std::fputs(plan::format_table(request, ranked, 10).c_str(), stdout);
@@ -162,21 +162,21 @@ int print_plan(const TrainGptConfig& c, int argc, char** argv) {
 }
 
 std::vector<std::string> planned_arguments(const TrainGptConfig& c, int argc, char** argv) {
-  const int run_world = or_usage_error(kProgram, [] { return dist::detect_process().world_size; });
+  const int run_world = app::or_usage_error(kProgram, [] { return dist::detect_process().world_size; });
   if (c.plan_world > 0 && c.plan_world != run_world)
-    exit_with_usage_error(kProgram, "--world " + std::to_string(c.plan_world) +
+    app::exit_with_usage_error(kProgram, "--world " + std::to_string(c.plan_world) +
                                         " plans for another world than this run's " + std::to_string(run_world) +
                                         " process(es); expected --world only with --plan");
   for (const char* flag : kPlannedFlags)
     if (c.flags.given(flag))
-      exit_with_usage_error(kProgram,
+      app::exit_with_usage_error(kProgram,
                             std::string("--") + flag +
                                 " is chosen by --memory-budget's plan; expected "
                                 "--memory-budget without it, or --plan --memory-budget to see the choices and "
                                 "the flags without --memory-budget");
   for (const char* flag : kUnplannedFlags)
     if (c.flags.given(flag))
-      exit_with_usage_error(kProgram, std::string("--") + flag + " is not part of --memory-budget's plan (it may " +
+      app::exit_with_usage_error(kProgram, std::string("--") + flag + " is not part of --memory-budget's plan (it may " +
                                           "pick --zero, or count other gradient bytes); expected --memory-budget " +
                                           "without it, or the plan's flags (--plan) with it");
   const plan::PlanRequest request = plan_request(c);

@@ -12,12 +12,12 @@
 #include <random>
 #include <string>
 
+#include "app/cli.h"
+#include "app/thread_defaults.h"
 #include "engine/allocator.h"
 #include "engine/random.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
-#include "samples/cli.h"
-#include "samples/thread_defaults.h"
 #include "train/trainer.h"
 
 using namespace hg;
@@ -26,7 +26,7 @@ namespace {
 
 // Every flag, bound by name to the member that holds its value.
 struct Config {
-  samples::Flags flags{
+  app::Flags flags{
       "train_mlp",
       "Trains an MLP to tell interleaved 2-D spiral arms apart and reports held-out accuracy." HG_THREADS_HELP};
   std::string& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
@@ -52,13 +52,13 @@ struct Config {
   Config(int argc, char** argv) {
     // The checks parse() cannot make, run by parse() before --print-config prints.
     flags.after_parse([this] {
-      if (classes > 1000) samples::exit_with_usage_error("train_mlp", "--classes must be at most 1000");
-      samples::check_at_most("train_mlp", {{"points", points, 1 << 26},
+      if (classes > 1000) app::exit_with_usage_error("train_mlp", "--classes must be at most 1000");
+      app::check_at_most("train_mlp", {{"points", points, 1 << 26},
                                            {"width", width, 1 << 16},
                                            {"depth", depth, 1024},
                                            {"batch", batch, 1 << 20},
                                            {"threads", threads, 4096}});
-      samples::checked_device("train_mlp", device);
+      app::checked_device("train_mlp", device);
     });
     flags.parse(argc, argv);
   }
@@ -116,8 +116,8 @@ double accuracy(nn::Sequential& model, const Points& data, const Device& device)
 }
 
 int run(const Config& o) {
-  // The thread count and wait policy in force (samples/thread_defaults.h); no loader workers here.
-  const samples::ThreadSettings threads = samples::apply_thread_settings(o.threads, std::nullopt, false, false, 1);
+  // The thread count and wait policy in force (app/thread_defaults.h); no loader workers here.
+  const app::ThreadSettings threads = app::apply_thread_settings(o.threads, std::nullopt, false, false, 1);
   manual_seed(uint64_t(o.seed));
   const Device device = Device::parse(o.device);
   const auto train = spirals(o, o.points, uint64_t(o.seed) * 2 + 1),
@@ -162,10 +162,10 @@ int run(const Config& o) {
 
 }  // namespace
 
-// Nothing escapes: a usage or input error exits 2, any other error 1, on one line (samples/cli.h).
+// Nothing escapes: a usage or input error exits 2, any other error 1, on one line (app/cli.h).
 int main(int argc, char** argv) {
-  samples::bound_openmp_spin(argv);  // before libgomp's threads or anything else exists
-  return samples::guarded_main("train_mlp", [&] {
+  app::bound_openmp_spin(argv);  // before libgomp's threads or anything else exists
+  return app::guarded_main("train_mlp", [&] {
     const Config config(argc, argv);
     return run(config);
   });

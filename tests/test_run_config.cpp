@@ -1,4 +1,4 @@
-// Run config files (samples/cli.h RUN CONFIG FILES, samples/run_config.cpp) and the run config in
+// Run config files (app/cli.h RUN CONFIG FILES, app/run_config.cpp) and the run config in
 // training checkpoints (train/checkpoint.h, read_run_config in train/checkpoint_directory.h):
 // --print-config round-trips random settings exactly; --config files combine with flags (flags win
 // wherever --config stands, a partial file keeps the other defaults, explicit keys are recorded);
@@ -19,19 +19,19 @@
 #include <string>
 #include <vector>
 
+#include "app/cli.h"
 #include "data/data_loader.h"
 #include "engine/random.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
-#include "samples/cli.h"
 #include "support/check_error.h"
+#include "support/temp_dir.h"
 #include "train/checkpoint_directory.h"
 #include "train/trainer.h"
-#include "support/temp_dir.h"
 
 using namespace hg;
-using samples::Flags;
-using samples::UsageExit;
+using app::Flags;
+using app::UsageExit;
 
 namespace {
 
@@ -54,7 +54,7 @@ struct Settings {
   int64_t& stop_after = flags.add_int("stop-after-steps", 0, "stop after", 0);
 };
 
-const samples::ResumeRules kRules{{"dim", "grad-accum", "precision", "fp32-grads", "dropout", "data"},
+const app::ResumeRules kRules{{"dim", "grad-accum", "precision", "fp32-grads", "dropout", "data"},
                                   {"resume", "checkpoint-dir", "stop-after-steps"},
                                   {"data"}};
 
@@ -90,7 +90,7 @@ std::string quoted(const std::string& path) { return "\"" + path + "\""; }
 
 // Runs parse() on argv (program name first); returns the UsageExit it threw, or status -1 when none.
 UsageExit parse(Flags& flags, std::vector<std::string> args) {
-  samples::ThrowUsageExits throw_instead;
+  app::ThrowUsageExits throw_instead;
   args.insert(args.begin(), "train_gpt");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -106,7 +106,7 @@ UsageExit parse(Flags& flags, std::vector<std::string> args) {
 // The usage error `fn` raises (status 2), or "" with a failed check.
 template <class Fn>
 std::string usage_error(Fn&& fn) {
-  samples::ThrowUsageExits throw_instead;
+  app::ThrowUsageExits throw_instead;
   try {
     fn();
   } catch (const UsageExit& e) {
@@ -198,7 +198,7 @@ TEST_CASE("a config file and flags combine: flags win wherever --config stands, 
   // A program's check in a hook refuses settings before --print-config prints them.
   Settings checked;
   checked.flags.after_parse([&] {
-    if (checked.dim % 3 != 0) samples::exit_with_usage_error("train_gpt", "--dim must be a multiple of 3");
+    if (checked.dim % 3 != 0) app::exit_with_usage_error("train_gpt", "--dim must be a multiple of 3");
   });
   CHECK(parse_error(checked.flags, {"--dim", "16", "--print-config"}) ==
         "train_gpt: error: --dim must be a multiple of 3");
@@ -206,14 +206,14 @@ TEST_CASE("a config file and flags combine: flags win wherever --config stands, 
 }
 
 TEST_CASE("text values are UTF-8: a flag's value that is not is a usage error naming the flag and the byte") {
-  CHECK(samples::utf8_error_offset("") == std::string::npos);
-  CHECK(samples::utf8_error_offset("cpu \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80") == std::string::npos);  // e-acute, euro, emoji
-  CHECK(samples::utf8_error_offset("ab\xff") == 2);
-  CHECK(samples::utf8_error_offset("a\x80") == 1);              // a continuation byte alone
-  CHECK(samples::utf8_error_offset("ab\xc3") == 2);             // cut short
-  CHECK(samples::utf8_error_offset("\xc0\xaf") == 0);           // overlong '/'
-  CHECK(samples::utf8_error_offset("x\xed\xa0\x80") == 1);       // a UTF-16 surrogate
-  CHECK(samples::utf8_error_offset("\xf4\x90\x80\x80") == 0);   // beyond U+10FFFF
+  CHECK(app::utf8_error_offset("") == std::string::npos);
+  CHECK(app::utf8_error_offset("cpu \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80") == std::string::npos);  // e-acute, euro, emoji
+  CHECK(app::utf8_error_offset("ab\xff") == 2);
+  CHECK(app::utf8_error_offset("a\x80") == 1);              // a continuation byte alone
+  CHECK(app::utf8_error_offset("ab\xc3") == 2);             // cut short
+  CHECK(app::utf8_error_offset("\xc0\xaf") == 0);           // overlong '/'
+  CHECK(app::utf8_error_offset("x\xed\xa0\x80") == 1);       // a UTF-16 surrogate
+  CHECK(app::utf8_error_offset("\xf4\x90\x80\x80") == 0);   // beyond U+10FFFF
   Settings s;
   CHECK(parse_error(s.flags, {"--device", "cu\xff"}) ==
         "train_gpt: error: --device must be UTF-8 text (its value goes into --print-config and run configs as "
@@ -389,9 +389,9 @@ TEST_CASE("--resume restores the checkpoint's run config under the keys given no
         "train_gpt: warning: run config of ck/step_1: ignoring unknown key \"heads\"\n"
         "train_gpt: warning: run config of ck/step_1: ignoring unknown key \"old\\nname\"\n");
   CHECK(older.dim == 64);
-  CHECK_ERROR(s.flags.restore("{}", "entry", samples::ResumeRules{{"heads"}, {}, {}}), "ResumeRules name 'heads'");
-  CHECK_ERROR(s.flags.restore("{}", "entry", samples::ResumeRules{{}, {}, {"load"}}), "ResumeRules name 'load'");
-  CHECK_ERROR(s.flags.restore("{}", "entry", samples::ResumeRules{{"dim"}, {}, {"dim"}}),
+  CHECK_ERROR(s.flags.restore("{}", "entry", app::ResumeRules{{"heads"}, {}, {}}), "ResumeRules name 'heads'");
+  CHECK_ERROR(s.flags.restore("{}", "entry", app::ResumeRules{{}, {}, {"load"}}), "ResumeRules name 'load'");
+  CHECK_ERROR(s.flags.restore("{}", "entry", app::ResumeRules{{"dim"}, {}, {"dim"}}),
               "ResumeRules paths name 'dim', which is not a text flag");
 }
 

@@ -1,4 +1,4 @@
-// The samples' thread defaults (samples/thread_defaults.h) as a pure function: cores, device, flags
+// The samples' thread defaults (app/thread_defaults.h) as a pure function: cores, device, flags
 // and environment in, OpenMP threads, loader workers and the wait policy out -- every rule and
 // every way the user's settings win, plus the parsers of OMP_NUM_THREADS and cgroup cpu.max.
 #include <doctest/doctest.h>
@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "samples/thread_defaults.h"
+#include "app/thread_defaults.h"
 
-using namespace hg::samples;
+using namespace hg::app;
 
 namespace {
 

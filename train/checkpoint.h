@@ -21,7 +21,7 @@
 // before checksums, loaded unverified), "step" and
 // the names of the registered parts, so a model-only safetensors file or another program's file is
 // refused with a message that says so; and, when the state has one, "run_config": the program's
-// settings as JSON text (samples/cli.h RUN CONFIG FILES), which --resume reads back before it builds
+// settings as JSON text (app/cli.h RUN CONFIG FILES), which --resume reads back before it builds
 // the model (read_run_config, train/checkpoint_directory.h). Loading ignores it.
 //
 // CONVENTION

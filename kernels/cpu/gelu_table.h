@@ -11,7 +11,7 @@
 // units of 0, so the bf16 entries a tensor touches (7 mantissa bits: ~2.5k values in [-6, 6]) are a
 // few KiB and stay in L1. f16 is not looked up: its 10 mantissa bits make the same range ~20k
 // entries (40 KiB of outputs, 80 KiB of slopes), past a 32 KiB L1, and on Zen 4 the lookup measured
-// no faster forward and 10-20% slower backward than evaluating (docs/precision.md); the templates
+// no faster forward and 10-20% slower backward than evaluating (docs/cpu_kernels.md); the templates
 // would take it (instantiated for bfloat16 only).
 //
 // The loops: forward is a scalar lookup per element (two loads and a store: bound by the load/store

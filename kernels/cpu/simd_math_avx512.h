@@ -7,7 +7,7 @@
 //
 // Math (coefficients: weighted least-squares fits iterated toward minimax, made in double with
 // mpmath references by scripts/fit_vector_math.py; max ulp errors against float64 std:: are measured
-// by test_vector_math on a dense sweep and stated in docs/precision.md):
+// by test_vector_math on a dense sweep and stated in docs/cpu_kernels.md):
 //   exp(x)  = 2^n e^r, n = round(x log2 e), r = x - n ln2 (ln2 in two parts, |r| <= ln2 / 2),
 //             e^r = 1 + r + r^2 P5(r); 2^n applied by vscalefps, which rounds once, so overflow
 //             gives +inf and underflow gives subnormals or 0. x is clamped to [-104, 89] first

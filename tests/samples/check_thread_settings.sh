@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The samples' thread settings end to end (samples/thread_defaults.h; no timing): the start-up line
+# The samples' thread settings end to end (app/thread_defaults.h; no timing): the start-up line
 # names the defaults (one OpenMP thread per usable core, no loader worker on the CPU, the bounded
 # spin that libgomp really read after the one-time re-exec), and every explicit setting wins over
 # them -- --threads, OMP_NUM_THREADS, --workers, OMP_WAIT_POLICY, GOMP_SPINCOUNT, HALFGRAD_NO_REEXEC

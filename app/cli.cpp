@@ -1,4 +1,4 @@
-#include "samples/cli.h"
+#include "app/cli.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 
 #include "engine/cuda/cuda_context.h"
 
-namespace hg::samples {
+namespace hg::app {
 
 Flags::Flags(std::string program, std::string description)
     : program_(std::move(program)), description_(std::move(description)) {}
@@ -304,4 +304,4 @@ int guarded_main(const std::string& program, const std::function<int()>& body) {
   }
 }
 
-}  // namespace hg::samples
+}  // namespace hg::app

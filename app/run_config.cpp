@@ -1,4 +1,4 @@
-// The JSON side of the samples' Flags (samples/cli.h, RUN CONFIG FILES): a config file applied under
+// The JSON side of the samples' Flags (app/cli.h, RUN CONFIG FILES): a config file applied under
 // the command line, the effective settings printed, and a checkpoint's run config restored on
 // --resume. Every bad input is a usage error (exit 2) that names the source, the key, what was
 // expected and what was found; nlohmann's own message (with its line and column) for malformed JSON.
@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "samples/cli.h"
+#include "app/cli.h"
 
-namespace hg::samples {
+namespace hg::app {
 
 using Json = nlohmann::ordered_json;  // keeps the file's key order (and declaration order when printing)
 
@@ -251,4 +251,4 @@ void Flags::restore(const std::string& text, const std::string& source, const Re
   }
 }
 
-}  // namespace hg::samples
+}  // namespace hg::app

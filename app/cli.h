@@ -1,11 +1,12 @@
 #pragma once
-// A small command-line flag parser for the samples: flags are declared once with a default and a
-// help line, `--help` prints them, and a bad flag or value is a one-line error (exit code 2).
+// The command-line flag parser of every program (samples, plot_metrics, benchmarks that take flags):
+// flags are declared once with a default and a help line, `--help` prints them, and a bad flag or value
+// is a one-line error (exit code 2).
 //   Flags flags("train_gpt", "Trains a byte-level GPT.");
 //   int64_t& steps = flags.add_int("steps", 1000, "optimizer steps");
 //   flags.parse(argc, argv);   // exits 0 after --help, 2 on a bad flag
 //
-// RUN CONFIG FILES (every program with Flags; the JSON side is samples/run_config.cpp)
+// RUN CONFIG FILES (every program with Flags; the JSON side is app/run_config.cpp)
 //   --config FILE   a JSON object whose keys are flag names ("grad-accum": 4): int flags take JSON
 //                   integers, float flags any JSON number, text flags strings, bool flags true/false,
 //                   each within the flag's [min, max]. Keys absent keep their defaults (a partial file
@@ -34,7 +35,7 @@
 #include "engine/device.h"
 #include "kernels/error.h"
 
-namespace hg::samples {
+namespace hg::app {
 
 // How the run config stored in a training checkpoint combines with this invocation's on --resume
 // (Flags::restore): keys not given now take the checkpoint's value; a `fixed` key given now with
@@ -74,7 +75,7 @@ class Flags {
   // Whether `name` was given on the command line or in a config file (or restored from a checkpoint).
   bool given(const std::string& name) const;
 
-  // ---- JSON (samples/run_config.cpp) ----
+  // ---- JSON (app/run_config.cpp) ----
   // The settings as one pretty-printed JSON object, every key in declaration order but `omit`.
   std::string to_json(const std::vector<std::string>& omit = {}) const;
   // Applies a JSON object of settings read from `source` (a file name, in messages): every key is
@@ -96,7 +97,7 @@ class Flags {
     int64_t int_min = 0, int_max = 0;
     bool given = false;
   };
-  friend struct FlagsJson;  // samples/run_config.cpp: the JSON side, kept out of this header
+  friend struct FlagsJson;  // app/run_config.cpp: the JSON side, kept out of this header
   Flag* find(const std::string& name);
   const Flag* find(const std::string& name) const;
   [[noreturn]] void fail(const std::string& message) const;
@@ -184,4 +185,4 @@ auto or_usage_error(const std::string& program, Fn&& fn) -> decltype(fn()) {
 // other std::exception: its what()).
 int guarded_main(const std::string& program, const std::function<int()>& body);
 
-}  // namespace hg::samples
+}  // namespace hg::app

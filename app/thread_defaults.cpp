@@ -1,7 +1,7 @@
 // Thread defaults for the samples (the rules and the reasons are in thread_defaults.h): a pure
 // chooser, the few system reads it needs (affinity, cgroup quota, environment), and the one-time
 // re-exec that gives libgomp a bounded spin before its constructor reads the environment.
-#include "samples/thread_defaults.h"
+#include "app/thread_defaults.h"
 
 #include <omp.h>
 #include <sched.h>
@@ -17,7 +17,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace hg::samples {
+namespace hg::app {
 
 bool openmp_runtime_is_libgomp() {
 #if defined(_LIBGOMP_OMP_LOCK_DEFINED)  // libgomp's omp.h (GCC's runtime, or clang -fopenmp=libgomp)
@@ -333,4 +333,4 @@ ThreadSettings apply_thread_settings(int64_t threads_flag, std::optional<int64_t
   return s;
 }
 
-}  // namespace hg::samples
+}  // namespace hg::app

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "app/cli.h"
 #include "kernels/error.h"
 #include "metrics/metrics_plot.h"
 #include "metrics/raster.h"
 #include "metrics/svg.h"
-#include "samples/cli.h"
 
 namespace {
 
@@ -51,7 +51,7 @@ int run(int argc, char** argv) {
     if (!ends_with(output, ".svg") && !ends_with(output, ".png"))
       return usage(("output \"" + output + "\" must end in .svg or .png").c_str());
   // The log is the user's input: anything wrong with it is a usage error (exit 2) naming it.
-  const auto records = hg::samples::or_usage_error("plot_metrics", "input " + input, [&] {
+  const auto records = hg::app::or_usage_error("plot_metrics", "input " + input, [&] {
     auto read = hg::metrics::read_metrics(input);
     HG_CHECK(!read.empty(), "[plot_metrics] the log \"", input, "\" has no records");
     return read;
@@ -77,5 +77,5 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-// Nothing escapes: a usage or input error exits 2, any other error 1, on one line (samples/cli.h).
-int main(int argc, char** argv) { return hg::samples::guarded_main("plot_metrics", [&] { return run(argc, argv); }); }
+// Nothing escapes: a usage or input error exits 2, any other error 1, on one line (app/cli.h).
+int main(int argc, char** argv) { return hg::app::guarded_main("plot_metrics", [&] { return run(argc, argv); }); }

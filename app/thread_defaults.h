@@ -4,9 +4,9 @@
 // or the other work on the machine (docs/threads.md has the measurements and the reasoning).
 //
 //   int main(int argc, char** argv) {
-//     samples::bound_openmp_spin(argv);     // first line: may re-exec once (see below)
+//     app::bound_openmp_spin(argv);     // first line: may re-exec once (see below)
 //     ... parse flags ...
-//     const ThreadSettings t = samples::apply_thread_settings(threads_flag, workers_flag, cuda);
+//     const ThreadSettings t = app::apply_thread_settings(threads_flag, workers_flag, cuda);
 //     std::printf("... | %s\n", t.describe().c_str());
 //
 // The rules (choose_thread_settings, a pure function so tests can check every case):
@@ -46,7 +46,7 @@
 #include <string>
 #include <vector>
 
-namespace hg::samples {
+namespace hg::app {
 
 // Pause iterations an idle OpenMP thread spins before sleeping, unless the user chose a policy.
 inline constexpr int64_t kBoundedSpinCount = 3000;
@@ -155,4 +155,4 @@ void bound_openmp_spin(char** argv);
 ThreadSettings apply_thread_settings(int64_t threads_flag, std::optional<int64_t> workers_flag, bool cuda,
                                      bool has_loader = true, int default_threads = 0);
 
-}  // namespace hg::samples
+}  // namespace hg::app
