@@ -27,7 +27,7 @@ void write_all(int fd, const void* data, size_t bytes, const std::string& path) 
   while (bytes > 0) {
     const ssize_t n = ::write(fd, p, bytes);
     if (n < 0 && errno == EINTR) continue;
-    HG_CHECK(n > 0, "[write_token_shard] writing '", path, "' failed: ", errno_text(errno));
+    HG_INPUT_CHECK(n > 0, "[write_token_shard] writing '", path, "' failed: ", errno_text(errno));
     p += n;
     bytes -= size_t(n);
   }
@@ -49,13 +49,13 @@ const char* token_dtype_name(TokenDType dtype) { return dtype == TokenDType::u16
 
 void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens, TokenDType dtype,
                        uint64_t vocab_size) {
-  HG_CHECK(dtype == TokenDType::u16 || dtype == TokenDType::u32, "[write_token_shard] unknown token dtype code ",
+  HG_INPUT_CHECK(dtype == TokenDType::u16 || dtype == TokenDType::u32, "[write_token_shard] unknown token dtype code ",
            uint32_t(dtype), "; expected u16 (2) or u32 (4)");
   const uint64_t limit = dtype == TokenDType::u16 ? 65536ull : 4294967296ull;
-  HG_CHECK(vocab_size >= 1 && vocab_size <= limit, "[write_token_shard] vocab_size ", vocab_size, " does not fit ",
+  HG_INPUT_CHECK(vocab_size >= 1 && vocab_size <= limit, "[write_token_shard] vocab_size ", vocab_size, " does not fit ",
            token_dtype_name(dtype), "; expected 1..", limit);
   for (size_t i = 0; i < tokens.size(); ++i)
-    HG_CHECK(tokens[i] < vocab_size, "[write_token_shard] token ", i, " is ", tokens[i], ", not below vocab_size ",
+    HG_INPUT_CHECK(tokens[i] < vocab_size, "[write_token_shard] token ", i, " is ", tokens[i], ", not below vocab_size ",
              vocab_size);
   Header header{};
   std::memcpy(header.magic, kTokenShardMagic, 8);
@@ -66,7 +66,7 @@ void write_token_shard(const std::string& path, const std::vector<uint32_t>& tok
 
   const std::string temp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  HG_CHECK(fd >= 0, "[write_token_shard] cannot create '", temp, "': ", errno_text(errno));
+  HG_INPUT_CHECK(fd >= 0, "[write_token_shard] cannot create '", temp, "': ", errno_text(errno));
   try {
     write_all(fd, &header, sizeof header, temp);
     if (dtype == TokenDType::u32) {
@@ -75,9 +75,9 @@ void write_token_shard(const std::string& path, const std::vector<uint32_t>& tok
       std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
       write_all(fd, narrow.data(), narrow.size() * 2, temp);
     }
-    HG_CHECK(::fsync(fd) == 0, "[write_token_shard] fsync of '", temp, "' failed: ", errno_text(errno));
-    HG_CHECK(::close(fd) == 0, "[write_token_shard] close of '", temp, "' failed: ", errno_text(errno));
-    HG_CHECK(::rename(temp.c_str(), path.c_str()) == 0, "[write_token_shard] rename of '", temp, "' to '", path,
+    HG_INPUT_CHECK(::fsync(fd) == 0, "[write_token_shard] fsync of '", temp, "' failed: ", errno_text(errno));
+    HG_INPUT_CHECK(::close(fd) == 0, "[write_token_shard] close of '", temp, "' failed: ", errno_text(errno));
+    HG_INPUT_CHECK(::rename(temp.c_str(), path.c_str()) == 0, "[write_token_shard] rename of '", temp, "' to '", path,
              "' failed: ", errno_text(errno));
   } catch (...) {
     ::close(fd);  // harmless when already closed (EBADF)
@@ -98,20 +98,20 @@ bool is_token_shard(const std::string& path) {
 TokenShard::TokenShard(const std::string& path, const TokenDType* expected) : path_(path) {
   const std::string where = "[TokenShard] '" + path + "': ";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  HG_CHECK(fd >= 0, where, "cannot open: ", errno_text(errno));
+  HG_INPUT_CHECK(fd >= 0, where, "cannot open: ", errno_text(errno));
   struct stat info {};
   const bool stat_ok = ::fstat(fd, &info) == 0;
   const int stat_errno = errno;
   if (!stat_ok || !S_ISREG(info.st_mode)) ::close(fd);
-  HG_CHECK(stat_ok, where, "cannot stat: ", errno_text(stat_errno));
-  HG_CHECK(S_ISREG(info.st_mode), where, "not a regular file");
+  HG_INPUT_CHECK(stat_ok, where, "cannot stat: ", errno_text(stat_errno));
+  HG_INPUT_CHECK(S_ISREG(info.st_mode), where, "not a regular file");
   const uint64_t file_bytes = uint64_t(info.st_size);
   if (file_bytes < kTokenShardHeaderBytes) {
     unsigned char start[8] = {};
     const ssize_t got = ::read(fd, start, 8);
     ::close(fd);
     const bool has_magic = got == 8 && std::memcmp(start, kTokenShardMagic, 8) == 0;
-    HG_FAIL(where, "truncated: ", file_bytes, " bytes, shorter than the ", kTokenShardHeaderBytes, "-byte header",
+    HG_INPUT_FAIL(where, "truncated: ", file_bytes, " bytes, shorter than the ", kTokenShardHeaderBytes, "-byte header",
             has_magic ? "" : " (and not a halfgrad token shard: no HGTOKENS magic)");
   }
   mapping_bytes_ = size_t(file_bytes);
@@ -120,31 +120,31 @@ TokenShard::TokenShard(const std::string& path, const TokenDType* expected) : pa
   ::close(fd);
   if (mapping_ == MAP_FAILED) {
     mapping_ = nullptr;
-    HG_FAIL(where, "mmap of ", file_bytes, " bytes failed: ", errno_text(map_errno));
+    HG_INPUT_FAIL(where, "mmap of ", file_bytes, " bytes failed: ", errno_text(map_errno));
   }
   try {
     Header header;
     std::memcpy(&header, mapping_, sizeof header);
-    HG_CHECK(std::memcmp(header.magic, kTokenShardMagic, 8) == 0, where,
+    HG_INPUT_CHECK(std::memcmp(header.magic, kTokenShardMagic, 8) == 0, where,
              "not a halfgrad token shard: the file starts with bytes ",
              hex_bytes(reinterpret_cast<const unsigned char*>(header.magic), 8),
              ", expected the magic \"HGTOKENS\" (write shards with build/bin/prepare_data)");
-    HG_CHECK(header.version == kTokenShardVersion, where, "format version ", header.version,
+    HG_INPUT_CHECK(header.version == kTokenShardVersion, where, "format version ", header.version,
              "; this build reads version ", kTokenShardVersion);
-    HG_CHECK(header.dtype == uint32_t(TokenDType::u16) || header.dtype == uint32_t(TokenDType::u32), where,
+    HG_INPUT_CHECK(header.dtype == uint32_t(TokenDType::u16) || header.dtype == uint32_t(TokenDType::u32), where,
              "unknown token dtype code ", header.dtype, "; expected 2 (u16) or 4 (u32)");
     dtype_ = TokenDType(header.dtype);
     if (expected)
-      HG_CHECK(dtype_ == *expected, where, "holds ", token_dtype_name(dtype_), " tokens, expected ",
+      HG_INPUT_CHECK(dtype_ == *expected, where, "holds ", token_dtype_name(dtype_), " tokens, expected ",
                token_dtype_name(*expected));
     const uint64_t width = header.dtype;
-    HG_CHECK(header.count <= (file_bytes - kTokenShardHeaderBytes) / width, where, "truncated: the header promises ",
+    HG_INPUT_CHECK(header.count <= (file_bytes - kTokenShardHeaderBytes) / width, where, "truncated: the header promises ",
              header.count, " ", token_dtype_name(dtype_), " tokens (", kTokenShardHeaderBytes + header.count * width,
              " bytes), the file has ", file_bytes, " bytes");
-    HG_CHECK(kTokenShardHeaderBytes + header.count * width == file_bytes, where, "has ",
+    HG_INPUT_CHECK(kTokenShardHeaderBytes + header.count * width == file_bytes, where, "has ",
              file_bytes - kTokenShardHeaderBytes - header.count * width, " trailing bytes after its ", header.count,
              " tokens; expected exactly ", kTokenShardHeaderBytes + header.count * width, " bytes");
-    HG_CHECK(header.vocab_size >= 1 && header.vocab_size <= (dtype_ == TokenDType::u16 ? 65536ull : 4294967296ull),
+    HG_INPUT_CHECK(header.vocab_size >= 1 && header.vocab_size <= (dtype_ == TokenDType::u16 ? 65536ull : 4294967296ull),
              where, "vocabulary size ", header.vocab_size, " does not fit its ", token_dtype_name(dtype_), " tokens");
     count_ = int64_t(header.count);
     vocab_size_ = header.vocab_size;
@@ -158,7 +158,7 @@ TokenShard::TokenShard(const std::string& path, const TokenDType* expected) : pa
 
 void TokenShard::check_tokens() const {
   for (int64_t i = 0; i < count_; ++i)
-    HG_CHECK((*this)[i] < vocab_size_, "[TokenShard] '", path_, "': token ", i, " is ", (*this)[i],
+    HG_INPUT_CHECK((*this)[i] < vocab_size_, "[TokenShard] '", path_, "': token ", i, " is ", (*this)[i],
              ", not below the header's vocabulary size ", vocab_size_, " (a damaged or foreign shard)");
 }
 

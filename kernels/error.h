@@ -39,3 +39,14 @@ inline std::string errno_text(int error) {
   } while (0)
 
 #define HG_FAIL(...) throw ::hg::Error(::hg::detail::concat(__VA_ARGS__, " [", __FILE__, ":", __LINE__, "]"))
+
+// HG_INPUT_CHECK / HG_INPUT_FAIL: the same for what a user supplied -- a file, a flag's value, a
+// config -- whose message alone names the input and what was expected: no source location, which
+// would only point into the library. Internal invariants and API misuse keep HG_CHECK's location
+// (relative to the repository root).
+#define HG_INPUT_CHECK(cond, ...)                                      \
+  do {                                                                 \
+    if (!(cond)) throw ::hg::Error(::hg::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
+#define HG_INPUT_FAIL(...) throw ::hg::Error(::hg::detail::concat(__VA_ARGS__))

@@ -68,7 +68,7 @@ int64_t block_index(const std::string& name, const std::string& path) {
     ok = ok && ch >= '0' && ch <= '9';
     if (ok) index = index * 10 + (ch - '0');
   }
-  HG_CHECK(ok && index < kMaxBlocks, "[GPT::load] ", path, ": tensor \"", printable(name), "\" has block index \"",
+  HG_INPUT_CHECK(ok && index < kMaxBlocks, "[GPT::load] ", path, ": tensor \"", printable(name), "\" has block index \"",
            printable(digits), "\"; expected h.<i>.<parameter> with <i> a decimal number below ", kMaxBlocks,
            " without leading zeros");
   return index;
@@ -77,7 +77,7 @@ int64_t block_index(const std::string& name, const std::string& path) {
 // A metadata value of a native file: a decimal integer in [1, 2^31).
 int64_t metadata_int(const safetensors::Metadata& metadata, const std::string& key, const std::string& path) {
   auto it = metadata.find(key);
-  HG_CHECK(it != metadata.end(), "[GPT::load] ", path, ": metadata \"", key,
+  HG_INPUT_CHECK(it != metadata.end(), "[GPT::load] ", path, ": metadata \"", key,
            "\" is missing; expected a file written by GPT::save (format \"", kFormat, "\")");
   const std::string& text = it->second;
   bool ok = !text.empty() && text.size() <= 10 && text[0] != '0';
@@ -86,7 +86,7 @@ int64_t metadata_int(const safetensors::Metadata& metadata, const std::string& k
     ok = ok && ch >= '0' && ch <= '9';
     if (ok) value = value * 10 + (ch - '0');
   }
-  HG_CHECK(ok && value < (int64_t(1) << 31), "[GPT::load] ", path, ": metadata \"", key, "\" = \"", printable(text),
+  HG_INPUT_CHECK(ok && value < (int64_t(1) << 31), "[GPT::load] ", path, ": metadata \"", key, "\" = \"", printable(text),
            "\"; expected a positive decimal integer below 2^31");
   return value;
 }
@@ -96,7 +96,7 @@ double metadata_eps(const safetensors::Metadata& metadata, const std::string& pa
   if (it == metadata.end()) return 1e-5;  // files from before the key existed
   char* end = nullptr;
   const double eps = std::strtod(it->second.c_str(), &end);
-  HG_CHECK(!it->second.empty() && end == it->second.c_str() + it->second.size() && std::isfinite(eps) && eps > 0,
+  HG_INPUT_CHECK(!it->second.empty() && end == it->second.c_str() + it->second.size() && std::isfinite(eps) && eps > 0,
            "[GPT::load] ", path, ": metadata \"layer_norm_eps\" = \"", printable(it->second),
            "\"; expected a positive number");
   return eps;
@@ -140,7 +140,7 @@ int64_t hf_integer(const HfGpt2Config& hf, const std::string& key) {
 void check_metadata_against_config(const safetensors::Metadata& m, const std::string& path, const HfGpt2Config& hf,
                                    const std::string& config_path) {
   auto disagree = [&](const std::string& key, const std::string& in_file, const std::string& in_config) {
-    HG_FAIL("[GPT::load] ", path, ": metadata \"", key, "\" = ", printable(in_file), " disagrees with ", config_path,
+    HG_INPUT_FAIL("[GPT::load] ", path, ": metadata \"", key, "\" = ", printable(in_file), " disagrees with ", config_path,
             ": \"", key, "\" = ", in_config,
             "; the two files describe different models (expected the config.json written with these weights)");
   };
@@ -162,7 +162,7 @@ void check_metadata_against_config(const safetensors::Metadata& m, const std::st
 Architecture hf_architecture(const std::string& path, const safetensors::Metadata& metadata) {
   const std::filesystem::path config_path = std::filesystem::path(path).parent_path() / "config.json";
   std::error_code error;
-  HG_CHECK(std::filesystem::is_regular_file(config_path, error), "[GPT::load] ", path,
+  HG_INPUT_CHECK(std::filesystem::is_regular_file(config_path, error), "[GPT::load] ", path,
            " has no GPT::save metadata and there is no config.json beside it (", config_path.string(),
            "); a GPT-2 file's head count is in none of its tensors: put the model's config.json (n_head, n_layer, "
            "n_embd, n_positions, vocab_size) in the file's directory");
@@ -207,7 +207,7 @@ std::vector<std::pair<std::string, Shape>> expected_tensors(const GPTConfig& c, 
 bool floating(DType dtype) { return dtype == f32 || dtype == f64 || dtype == f16 || dtype == bf16; }
 
 void check_floating(const std::string& name, const Tensor& t, const std::string& path) {
-  HG_CHECK(floating(t.dtype()), "[GPT::load] ", path, ": tensor \"", name, "\" is ", dtype_name(t.dtype()),
+  HG_INPUT_CHECK(floating(t.dtype()), "[GPT::load] ", path, ": tensor \"", name, "\" is ", dtype_name(t.dtype()),
            "; expected a floating-point dtype (F32, F16, BF16 or F64)");
 }
 
@@ -223,12 +223,12 @@ std::string name_list(const std::vector<std::string>& names) {
 void check_against_tensors(const Architecture& a, const std::map<std::string, Tensor>& tensors,
                            const std::set<int64_t>& blocks, const std::string& path) {
   const GPTConfig& c = a.config;
-  HG_CHECK(c.n_embd() % c.n_head() == 0, "[GPT::load] ", a.source, ": n_head = ", c.n_head(),
+  HG_INPUT_CHECK(c.n_embd() % c.n_head() == 0, "[GPT::load] ", a.source, ": n_head = ", c.n_head(),
            " does not divide n_embd = ", c.n_embd(), "; expected heads of equal width");
   auto agree = [&](const char* tensor, int64_t dim, const char* key, int64_t value) {
     auto it = tensors.find(tensor);
     if (it == tensors.end() || it->second.dim() != 2) return;  // named by the shape check
-    HG_CHECK(it->second.size(dim) == value, "[GPT::load] ", a.source, ": ", key, " = ", value, " disagrees with ", path,
+    HG_INPUT_CHECK(it->second.size(dim) == value, "[GPT::load] ", a.source, ": ", key, " = ", value, " disagrees with ", path,
              ": tensor \"", tensor, "\" ", shape_text(it->second.shape()));
   };
   agree("wte.weight", 0, "vocab_size", c.vocab_size());
@@ -236,14 +236,14 @@ void check_against_tensors(const Architecture& a, const std::map<std::string, Te
   agree("wpe.weight", 0, "n_positions (context)", c.context());
   agree("wpe.weight", 1, "n_embd", c.n_embd());
   const int64_t found = blocks.empty() ? 0 : *blocks.rbegin() + 1;
-  HG_CHECK(found == c.n_layer(), "[GPT::load] ", a.source, ": n_layer = ", c.n_layer(), " disagrees with ", path,
+  HG_INPUT_CHECK(found == c.n_layer(), "[GPT::load] ", a.source, ": n_layer = ", c.n_layer(), " disagrees with ", path,
            ", whose blocks are ", found == 0 ? std::string("absent") : "h.0 ... h." + std::to_string(found - 1));
 }
 
 // The tied head: absent, or equal to wte.
 void check_lm_head(const Tensor& lm_head, const Tensor& wte, const std::string& path) {
   check_floating("lm_head.weight", lm_head, path);
-  HG_CHECK(lm_head.shape() == wte.shape(), "[GPT::load] ", path, ": tensor \"lm_head.weight\" ",
+  HG_INPUT_CHECK(lm_head.shape() == wte.shape(), "[GPT::load] ", path, ": tensor \"lm_head.weight\" ",
            shape_text(lm_head.shape()), " is not wte's shape ", shape_text(wte.shape()),
            "; this GPT ties its output head to wte");
   const Tensor a = lm_head.to(f32).contiguous(), b = wte.to(f32).contiguous();
@@ -256,7 +256,7 @@ void check_lm_head(const Tensor& lm_head, const Tensor& wte, const std::string& 
     ++differ;
     worst = std::max(worst, std::fabs(double(x[i]) - double(y[i])));
   }
-  HG_CHECK(differ == 0, "[GPT::load] ", path, ": tensor \"lm_head.weight\" differs from \"wte.weight\" in ", differ,
+  HG_INPUT_CHECK(differ == 0, "[GPT::load] ", path, ": tensor \"lm_head.weight\" differs from \"wte.weight\" in ", differ,
            " of ", a.numel(), " values (max |difference| ", worst,
            "); this GPT ties its output head to wte, so a file with its own lm_head cannot load");
 }
@@ -302,7 +302,7 @@ std::shared_ptr<GPT> GPT::load(const std::string& given) {
     if (!native && (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) &&
         name.rfind("h.", 0) == 0 && std::count(name.begin(), name.end(), '.') == 3)
       continue;
-    HG_CHECK(tensors.emplace(name, tensor).second, "[GPT::load] ", path, ": tensor \"", printable(name),
+    HG_INPUT_CHECK(tensors.emplace(name, tensor).second, "[GPT::load] ", path, ": tensor \"", printable(name),
              "\" appears both with and without the \"transformer.\" prefix; expected it once");
   }
 
@@ -320,14 +320,14 @@ std::shared_ptr<GPT> GPT::load(const std::string& given) {
       continue;
     }
     check_floating(name, it->second, path);
-    HG_CHECK(it->second.shape() == shape, "[GPT::load] ", path, ": tensor \"", name, "\" has shape ",
+    HG_INPUT_CHECK(it->second.shape() == shape, "[GPT::load] ", path, ": tensor \"", name, "\" has shape ",
              shape_text(it->second.shape()), "; expected ", shape_text(shape), " (n_embd ", config.n_embd(),
              native ? "" : ", GPT-2's Conv1D weights are [in, out]", ")");
   }
   std::vector<std::string> unexpected;
   for (const auto& [name, tensor] : tensors)
     if (!expected_names.count(name)) unexpected.push_back(name);
-  HG_CHECK(missing.empty() && unexpected.empty(), "[GPT::load] ", path, ": ",
+  HG_INPUT_CHECK(missing.empty() && unexpected.empty(), "[GPT::load] ", path, ": ",
            missing.empty() ? "" : "missing tensors " + name_list(missing),
            missing.empty() || unexpected.empty() ? "" : "; ",
            unexpected.empty() ? "" : "unexpected tensors " + name_list(unexpected), "; expected a GPT-2 checkpoint of ",
@@ -351,7 +351,7 @@ std::shared_ptr<GPT> GPT::load(const std::string& given) {
 void GPT::save_hf(const std::string& directory) const {
   std::error_code error;
   std::filesystem::create_directories(directory, error);
-  HG_CHECK(!error, "[GPT::save_hf] cannot create the directory ", directory, ": ", error.message());
+  HG_INPUT_CHECK(!error, "[GPT::save_hf] cannot create the directory ", directory, ": ", error.message());
   safetensors::NamedTensors tensors;
   NoGradGuard no_grad;
   for (const auto& [name, tensor] : state_dict()) {

@@ -37,7 +37,7 @@ struct ConfigFile {
   Json json;
 
   [[noreturn]] void fail_key(const std::string& key, const Json& value, const std::string& expected) const {
-    HG_FAIL("[GPT::load] ", path, ": key \"", key, "\" is ", value.type_name(), " ", shown(value), "; expected ",
+    HG_INPUT_FAIL("[GPT::load] ", path, ": key \"", key, "\" is ", value.type_name(), " ", shown(value), "; expected ",
             expected);
   }
 
@@ -60,14 +60,14 @@ struct ConfigFile {
   // given must agree.
   std::optional<int64_t> aliased_integer(const std::string& key, const std::string& alias) const {
     const std::optional<int64_t> value = integer(key), aliased = integer(alias);
-    HG_CHECK(!value || !aliased || *value == *aliased, "[GPT::load] ", path, ": key \"", key, "\" = ", *value,
+    HG_INPUT_CHECK(!value || !aliased || *value == *aliased, "[GPT::load] ", path, ": key \"", key, "\" = ", *value,
              " and its alias \"", alias, "\" = ", *aliased, " disagree; expected one value");
     return value ? value : aliased;
   }
 
   int64_t required_integer(const std::string& key, const std::string& alias) const {
     const std::optional<int64_t> value = aliased_integer(key, alias);
-    HG_CHECK(value.has_value(), "[GPT::load] ", path, ": key \"", key, "\" (or its alias \"", alias,
+    HG_INPUT_CHECK(value.has_value(), "[GPT::load] ", path, ": key \"", key, "\" (or its alias \"", alias,
              "\") is missing; expected a GPT-2 config.json with n_head, n_layer, n_embd, vocab_size and n_positions");
     return *value;
   }
@@ -97,15 +97,15 @@ struct DuplicateKey {
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  HG_CHECK(in.good(), "[GPT::load] cannot read ", path, ": ", std::strerror(errno));
+  HG_INPUT_CHECK(in.good(), "[GPT::load] cannot read ", path, ": ", std::strerror(errno));
   std::string text;
   char buffer[65536];
   while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
     text.append(buffer, size_t(in.gcount()));
-    HG_CHECK(text.size() <= kMaxConfigBytes, "[GPT::load] ", path, " is larger than ", kMaxConfigBytes,
+    HG_INPUT_CHECK(text.size() <= kMaxConfigBytes, "[GPT::load] ", path, " is larger than ", kMaxConfigBytes,
              " bytes; expected a GPT-2 config.json (about 1 KB)");
   }
-  HG_CHECK(!in.bad(), "[GPT::load] cannot read ", path, ": ", std::strerror(errno));
+  HG_INPUT_CHECK(!in.bad(), "[GPT::load] cannot read ", path, ": ", std::strerror(errno));
   return text;
 }
 
@@ -124,7 +124,7 @@ std::string activation_name(GeluApproximation activation) {
 GeluApproximation parse_activation(const std::string& name, const std::string& where) {
   if (name == "gelu_new" || name == "gelu_pytorch_tanh") return GeluApproximation::Tanh;
   if (name == "gelu") return GeluApproximation::Erf;
-  HG_FAIL("[GPT::load] ", where, " is \"", printable(name),
+  HG_INPUT_FAIL("[GPT::load] ", where, " is \"", printable(name),
           "\"; expected \"gelu_new\" or \"gelu_pytorch_tanh\" (GELU's tanh approximation) or \"gelu\" (exact)");
 }
 
@@ -135,11 +135,11 @@ HfGpt2Config read_hf_config(const std::string& path) {
   try {
     file.json = Json::parse(text, std::ref(duplicates), /*allow_exceptions=*/true);
   } catch (const Json::exception& e) {
-    HG_FAIL("[GPT::load] ", path, " is not valid JSON: ", e.what());
+    HG_INPUT_FAIL("[GPT::load] ", path, " is not valid JSON: ", e.what());
   }
-  HG_CHECK(file.json.is_object(), "[GPT::load] ", path, " is a JSON ", file.json.type_name(),
+  HG_INPUT_CHECK(file.json.is_object(), "[GPT::load] ", path, " is a JSON ", file.json.type_name(),
            "; expected a JSON object (GPT-2's config.json)");
-  HG_CHECK(!duplicates.duplicate, "[GPT::load] ", path, ": key \"", printable(*duplicates.duplicate),
+  HG_INPUT_CHECK(!duplicates.duplicate, "[GPT::load] ", path, ": key \"", printable(*duplicates.duplicate),
            "\" appears twice; expected each key once");
 
   if (const Json* type = file.find("model_type"); type && (!type->is_string() || type->get<std::string>() != "gpt2"))
@@ -154,7 +154,7 @@ HfGpt2Config read_hf_config(const std::string& path) {
   // (and its alias) is absent, as old configs had only n_ctx.
   const std::optional<int64_t> positions = file.aliased_integer("n_positions", "max_position_embeddings");
   const std::optional<int64_t> ctx = positions ? std::nullopt : file.integer("n_ctx");
-  HG_CHECK(positions || ctx, "[GPT::load] ", path,
+  HG_INPUT_CHECK(positions || ctx, "[GPT::load] ", path,
            ": key \"n_positions\" is missing (and no \"max_position_embeddings\" or \"n_ctx\"); expected the "
            "model's context length");
   c.n_positions = positions ? *positions : *ctx;
@@ -206,7 +206,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   auto fail = [&](const char* what) {
     const int error = errno;
     ::unlink(tmp.c_str());
-    HG_FAIL("cannot write ", path, ": ", what, " failed: ", std::strerror(error));
+    HG_INPUT_FAIL("cannot write ", path, ": ", what, " failed: ", std::strerror(error));
   };
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("open");

@@ -376,6 +376,23 @@ TEST_CASE("malformed token shards are rejected with what was wrong") {
   CHECK_ERROR(TokenShard(good, &want), "holds u16 tokens, expected u32");
   CHECK_FALSE(is_token_shard(dir.file("foreign.bin")));
   CHECK(TokenShard(good).size() == 6);
+  // A user's bad file: the message names the file and ends with what was wrong, never a source location
+  // in the library. API misuse keeps HG_CHECK's location, relative to the repository root.
+  std::string file_message, misuse_message;
+  try {
+    TokenShard shard(variant("located.bin", std::string(64, 'a')));
+  } catch (const Error& e) {
+    file_message = e.what();
+  }
+  CHECK(file_message.find("located.bin") != std::string::npos);
+  CHECK(file_message.find(".cpp:") == std::string::npos);
+  try {
+    TokenWindowDataset dataset({whole(std::make_shared<const TokenShard>(good))}, 0, 1);
+  } catch (const Error& e) {
+    misuse_message = e.what();
+  }
+  CHECK(misuse_message.find("context must be >= 1") != std::string::npos);
+  CHECK(misuse_message.find(" [data/token_shard.cpp:") != std::string::npos);
 }
 
 TEST_CASE("sequence-length warmup grows linearly to the full length") {

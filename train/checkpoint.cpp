@@ -73,13 +73,13 @@ std::string metadata_value(const safetensors::File& file, const std::string& key
 
 void check_format(const safetensors::File& file, const std::string& source) {
   const std::string format = metadata_value(file, "format"), version = metadata_value(file, "version");
-  HG_CHECK(format == kFormat, "[load_checkpoint] '", source,
+  HG_INPUT_CHECK(format == kFormat, "[load_checkpoint] '", source,
            "': is not a halfgrad training checkpoint (metadata format '", format, "', expected '", kFormat,
            "'); a model-only file loads with GPT::load or --load");
-  HG_CHECK(version == kVersion || version == kUncheckedVersion, "[load_checkpoint] '", source,
+  HG_INPUT_CHECK(version == kVersion || version == kUncheckedVersion, "[load_checkpoint] '", source,
            "': has checkpoint version '", version, "'; this build reads ", kVersion, " and ", kUncheckedVersion);
   // A flipped bit in a checksum key's name makes the file look unverified: version 2 refuses that.
-  HG_CHECK(!safetensors::lacks_promised_checksums(file, "version", kVersion),
+  HG_INPUT_CHECK(!safetensors::lacks_promised_checksums(file, "version", kVersion),
            "[load_checkpoint] '", source, "': a version-", kVersion,
            " checkpoint without its checksums (the header's 'halfgrad.crc32c.' keys are missing or misspelt); "
            "the header is damaged");
@@ -182,7 +182,7 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
   std::map<std::string, safetensors::NamedTensors> by_kind;
   for (const auto& [key, t] : file.tensors) {
     const size_t dot = key.find('.');
-    HG_CHECK(dot != std::string::npos && dot > 0 && dot + 1 < key.size(), where, " entry '", key,
+    HG_INPUT_CHECK(dot != std::string::npos && dot > 0 && dot + 1 < key.size(), where, " entry '", key,
              "' is not named '<kind>.<name>'");
     by_kind[key.substr(0, dot)].emplace_back(key.substr(dot + 1), t);
   }
@@ -193,9 +193,9 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
       {"extra", !extras_.empty()}};
   for (const auto& [kind, entries] : by_kind) {
     const auto it = registered.find(kind);
-    HG_CHECK(it != registered.end(), where, " entry '", kind, ".", entries.front().first, "' is of unknown kind '",
+    HG_INPUT_CHECK(it != registered.end(), where, " entry '", kind, ".", entries.front().first, "' is of unknown kind '",
              kind, "'");
-    HG_CHECK(it->second, where, " holds ", kind, " state ('", kind, ".", entries.front().first,
+    HG_INPUT_CHECK(it->second, where, " holds ", kind, " state ('", kind, ".", entries.front().first,
              "', ...) but this run registers no ", kind, "; the checkpoint holds: ", meta("contents"));
   }
   auto lookup = [&](const std::string& kind) -> std::map<std::string, Tensor> {
@@ -210,15 +210,15 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
     std::vector<Tensor> out;
     for (size_t i = 0; i < names.size(); ++i) {
       const auto it = present.find(names[i]);
-      HG_CHECK(it != present.end(), where, " has no '", kind, ".", names[i],
+      HG_INPUT_CHECK(it != present.end(), where, " has no '", kind, ".", names[i],
                "'; the checkpoint holds: ", meta("contents"));
       const Tensor& t = it->second;
-      HG_CHECK(t.dtype() == dtype && t.dim() == 1 && t.numel() == numels[i], where, " entry '", kind, ".", names[i],
+      HG_INPUT_CHECK(t.dtype() == dtype && t.dim() == 1 && t.numel() == numels[i], where, " entry '", kind, ".", names[i],
                "' is ", describe_tensor(t), "; expected ", dtype_name(dtype), "[", numels[i], "]");
       out.push_back(t);
       present.erase(it);
     }
-    HG_CHECK(present.empty(), where, " entry '", kind, ".", present.empty() ? "" : present.begin()->first,
+    HG_INPUT_CHECK(present.empty(), where, " entry '", kind, ".", present.empty() ? "" : present.begin()->first,
              "' is not registered in this run");
     return out;
   };
@@ -234,7 +234,7 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
         missing.push_back(name);
         continue;
       }
-      HG_CHECK(it->second.shape() == live.shape() && it->second.dtype() == live.dtype(), where, " tensor 'model.", name,
+      HG_INPUT_CHECK(it->second.shape() == live.shape() && it->second.dtype() == live.dtype(), where, " tensor 'model.", name,
                "' is ", describe_tensor(it->second), " but the model's is ", describe_tensor(live),
                "; the checkpoint was written for another model configuration or precision");
       model_copies.emplace_back(live, it->second);
@@ -242,9 +242,9 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
     }
     std::string names;
     for (size_t i = 0; i < missing.size() && i < 5; ++i) names += (i ? ", " : "") + missing[i];
-    HG_CHECK(missing.empty(), where, " lacks ", missing.size(), " tensor(s) of the model (", names,
+    HG_INPUT_CHECK(missing.empty(), where, " lacks ", missing.size(), " tensor(s) of the model (", names,
              missing.size() > 5 ? ", ..." : "", "); the checkpoint was written for another model");
-    HG_CHECK(saved.empty(), where, " holds 'model.", saved.empty() ? "" : saved.begin()->first, "' (and ",
+    HG_INPUT_CHECK(saved.empty(), where, " holds 'model.", saved.empty() ? "" : saved.begin()->first, "' (and ",
              saved.size() > 0 ? saved.size() - 1 : 0,
              " more) that this model does not have; the checkpoint was written for another model");
   }
@@ -275,7 +275,7 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
     std::mt19937_64 engine;
     std::istringstream in(text.str());
     in >> engine;
-    HG_CHECK(!in.fail(), where, " entry 'mt19937_64.", engines_[i].first, "' is not a valid mt19937_64 state");
+    HG_INPUT_CHECK(!in.fail(), where, " entry 'mt19937_64.", engines_[i].first, "' is not a valid mt19937_64 state");
     engines.push_back(engine);
   }
   std::vector<Tensor> extras;
@@ -284,8 +284,8 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
     for (size_t i = 0; i < extras_.size(); ++i) {
       const auto& [name, live] = extras_[i];
       const auto it = present.find(name);
-      HG_CHECK(it != present.end(), where, " has no 'extra.", name, "'; the checkpoint holds: ", meta("contents"));
-      HG_CHECK(it->second.shape() == live->shape() && it->second.dtype() == live->dtype(), where, " entry 'extra.",
+      HG_INPUT_CHECK(it != present.end(), where, " has no 'extra.", name, "'; the checkpoint holds: ", meta("contents"));
+      HG_INPUT_CHECK(it->second.shape() == live->shape() && it->second.dtype() == live->dtype(), where, " entry 'extra.",
                name, "' is ", describe_tensor(it->second), "; expected ", describe_tensor(*live));
       if (extra_checks_[i]) {
         try {
@@ -297,7 +297,7 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
       extras.push_back(it->second);
       present.erase(it);
     }
-    HG_CHECK(present.empty(), where, " entry 'extra.", present.empty() ? "" : present.begin()->first,
+    HG_INPUT_CHECK(present.empty(), where, " entry 'extra.", present.empty() ? "" : present.begin()->first,
              "' is not registered in this run");
   }
 
@@ -364,7 +364,7 @@ int64_t load_checkpoint(const std::string& path, const TrainingState& state) {
     if (parsed.ec != std::errc() || parsed.ptr != it->second.data() + it->second.size()) step = -1;
   }
   check_format(file, path);
-  HG_CHECK(step >= 0, "[load_checkpoint] '", path, "' has no valid 'step' in its metadata");
+  HG_INPUT_CHECK(step >= 0, "[load_checkpoint] '", path, "' has no valid 'step' in its metadata");
   state.restore(file, path);
   return step;
 }
