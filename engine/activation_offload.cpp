@@ -208,15 +208,33 @@ std::shared_ptr<PackedTensor> ActivationOffload::Hooks::pack(const Tensor& t, Sa
 }
 
 OffloadMode parse_offload_mode(const std::string& text) {
+  if (text == "off") return OffloadMode::off;
   if (text == "inputs") return OffloadMode::checkpoint_inputs;
   if (text == "all") return OffloadMode::all;
-  HG_FAIL("[offload] unknown activation offload mode \"", text,
-          "\"; expected \"inputs\" (checkpoint inputs only) or \"all\" (every saved activation)");
+  HG_INPUT_FAIL("[offload] unknown activation offload mode \"", text,
+                "\"; expected \"off\", \"inputs\" (checkpoint inputs only) or \"all\" (every saved activation)");
 }
 
-const char* offload_mode_name(OffloadMode mode) { return mode == OffloadMode::all ? "all" : "inputs"; }
+const char* offload_mode_name(OffloadMode mode) {
+  switch (mode) {
+    case OffloadMode::off:
+      return "off";
+    case OffloadMode::checkpoint_inputs:
+      return "inputs";
+    case OffloadMode::all:
+      return "all";
+  }
+  return "?";
+}
 
-ActivationOffload::ActivationOffload(OffloadMode mode) : hooks_(std::make_shared<Hooks>(mode)), guard_(hooks_) {}
+namespace {
+std::shared_ptr<ActivationOffload::Hooks> offload_hooks(OffloadMode mode) {
+  HG_CHECK(mode != OffloadMode::off, "[ActivationOffload] mode off offloads nothing: install no ActivationOffload");
+  return std::make_shared<ActivationOffload::Hooks>(mode);
+}
+}  // namespace
+
+ActivationOffload::ActivationOffload(OffloadMode mode) : hooks_(offload_hooks(mode)), guard_(hooks_) {}
 ActivationOffload::~ActivationOffload() = default;
 OffloadStats ActivationOffload::stats() const { return hooks_->stats; }
 

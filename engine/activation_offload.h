@@ -36,8 +36,11 @@
 
 namespace hg {
 
-enum class OffloadMode { checkpoint_inputs, all };
-// "inputs" or "all"; throws naming the accepted values.
+// What moves to host memory during a forward: nothing (off, the trainer's and the planner's default;
+// an ActivationOffload refuses it), the inputs of checkpointed regions, or every saved activation.
+// train_gpt --offload-activations off|inputs|all.
+enum class OffloadMode { off, checkpoint_inputs, all };
+// "off", "inputs" or "all"; throws naming the accepted values.
 OffloadMode parse_offload_mode(const std::string& text);
 const char* offload_mode_name(OffloadMode mode);
 

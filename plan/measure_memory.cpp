@@ -110,8 +110,7 @@ MeasuredMemory measure_memory(const ModelShape& shape, const TrainingConfig& con
         Tensor loss;
         {
           std::optional<hg::ActivationOffload> offload;
-          if (config.offload_activations == ActivationOffload::inputs) offload.emplace(OffloadMode::checkpoint_inputs);
-          if (config.offload_activations == ActivationOffload::all) offload.emplace(OffloadMode::all);
+          if (config.offload_activations != OffloadMode::off) offload.emplace(config.offload_activations);
           loss = model->loss(ids, targets) * (1.0 / double(config.grad_accum));
         }
         loss.backward();

@@ -41,18 +41,6 @@ const char* name(Precision p) {
   return "?";
 }
 
-const char* name(ActivationOffload o) {
-  switch (o) {
-    case ActivationOffload::off:
-      return "off";
-    case ActivationOffload::inputs:
-      return "inputs";
-    case ActivationOffload::all:
-      return "all";
-  }
-  return "?";
-}
-
 ModelShape ModelShape::of(const nn::GPTConfig& config) {
   ModelShape s;
   s.vocab = config.vocab_size();

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/activation_offload.h"
+
 namespace hg::nn {
 struct GPTConfig;
 }
@@ -43,11 +45,9 @@ struct ModelShape {
 };
 
 enum class Precision { fp32, bf16, fp16 };
-enum class ActivationOffload { off, inputs, all };  // train_gpt --offload-activations off|inputs|all
 enum class DeviceKind { cpu, cuda };
 
 const char* name(Precision p);          // "fp32", "bf16", "fp16" (train_gpt --precision)
-const char* name(ActivationOffload o);  // "off", "inputs", "all"
 
 // One training configuration: what train_gpt's flags select (Candidate::flags gives them).
 struct TrainingConfig {
@@ -57,7 +57,7 @@ struct TrainingConfig {
   int64_t micro_batch = 1;     // sequences per micro-batch on each rank (--batch is the global one: x world)
   int64_t grad_accum = 1;      // micro-batches per optimizer step (--grad-accum)
   int64_t checkpoint_every = 0;                             // --checkpoint-every (0: off)
-  ActivationOffload offload_activations = ActivationOffload::off;
+  OffloadMode offload_activations = OffloadMode::off;  // --offload-activations (offload_mode_name)
   int zero_stage = -1;             // -1: one process, no ZeRO; 0..3 (--zero)
   bool offload_optimizer = false;  // --offload-optimizer (ZeRO-Offload)
   int state_bits = 32;             // 32 or 8 (--optimizer-state-bits)

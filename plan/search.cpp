@@ -99,15 +99,15 @@ std::vector<TrainingConfig> enumerate(const PlanRequest& request) {
     for (bool master : {true, false})
       for (int64_t micro : micro_batches)
         for (int64_t every : checkpoint_choices(request.model.layers))
-          for (ActivationOffload offload : {ActivationOffload::off, ActivationOffload::inputs, ActivationOffload::all})
+          for (OffloadMode offload : {OffloadMode::off, OffloadMode::checkpoint_inputs, OffloadMode::all})
             for (int zero = -1; zero <= 3; ++zero)
               for (bool offload_optimizer : {false, true})
                 for (int bits : {32, 8}) {
                   if (!master && (precision == Precision::fp32 || zero >= 0)) continue;
-                  if (offload == ActivationOffload::inputs && every == 0) continue;
+                  if (offload == OffloadMode::checkpoint_inputs && every == 0) continue;
                   if (zero < 0 && (request.world > 1 || offload_optimizer)) continue;
                   if (zero >= 1 && request.world == 1) continue;
-                  if (host_is_device && (offload != ActivationOffload::off || offload_optimizer)) continue;
+                  if (host_is_device && (offload != OffloadMode::off || offload_optimizer)) continue;
                   TrainingConfig c;
                   c.precision = precision;
                   c.master_weights = master;
@@ -215,7 +215,7 @@ std::vector<std::string> Candidate::flags() const {
   add("--batch", std::to_string(c.micro_batch * world));
   if (c.grad_accum != 1) add("--grad-accum", std::to_string(c.grad_accum));
   if (c.checkpoint_every != 0) add("--checkpoint-every", std::to_string(c.checkpoint_every));
-  if (c.offload_activations != ActivationOffload::off) add("--offload-activations", name(c.offload_activations));
+  if (c.offload_activations != OffloadMode::off) add("--offload-activations", offload_mode_name(c.offload_activations));
   if (c.zero_stage != -1) add("--zero", std::to_string(c.zero_stage));
   if (c.offload_optimizer) add("--offload-optimizer", "");
   if (c.state_bits != 32) add("--optimizer-state-bits", std::to_string(c.state_bits));

@@ -405,7 +405,7 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
   // Host link, per micro-batch (activations) and per step (optimizer offload).
   // What one micro-batch's forward offloads (one way): the memory model's host bytes of the offloaded
   // activations at the end of the forward.
-  const double activation_bytes = config.offload_activations == ActivationOffload::off
+  const double activation_bytes = config.offload_activations == OffloadMode::off
                                       ? 0.0
                                       : double(detail::offloaded_activation_bytes(model, config));
   const double offload_per_micro = 2 * activation_bytes / machine.host_link_bandwidth;

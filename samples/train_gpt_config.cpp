@@ -81,7 +81,8 @@ void check_settings(const TrainGptConfig& c) {
 
   auto fail = [](const std::string& message) { app::exit_with_usage_error(kProgram, message); };
   if (c.zero > 3) fail("--zero " + std::to_string(c.zero) + " is not a ZeRO stage; expected 0, 1, 2 or 3");
-  app::or_usage_error(kProgram, [&] { return train::parse_offload_activations(c.offload); });
+  if (c.offload != "off" && c.offload != "inputs" && c.offload != "all")
+    fail("unknown --offload-activations \"" + c.offload + "\"; expected off, inputs or all");
   if (c.offload == "inputs" && c.recompute_every == 0)
     fail("--offload-activations inputs offloads checkpoint inputs; it needs --checkpoint-every K");
   app::or_usage_error(kProgram, [&] { return train::parse_loss_scale(c.loss_scale, train::parse_precision(c.precision)); });

@@ -127,7 +127,7 @@ std::vector<std::string> planned_flags(const plan::Candidate& chosen) {
           std::string("--checkpoint-every"),
           std::to_string(t.checkpoint_every),
           std::string("--offload-activations"),
-          std::string(plan::name(t.offload_activations)),
+          std::string(offload_mode_name(t.offload_activations)),
           std::string("--zero"),
           std::to_string(t.zero_stage),
           "--offload-optimizer=" + yes_no(t.offload_optimizer),

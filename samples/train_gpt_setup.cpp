@@ -159,7 +159,7 @@ train::TrainerOptions trainer_options(const TrainGptConfig& c, const samples::Gp
       .metric_mode(task.metric_mode())
       .seq_warmup_steps(c.seq_warmup_steps)
       .seq_warmup_start(c.seq_warmup_start > 0 ? c.seq_warmup_start : task.shortest_length())
-      .offload_activations(train::parse_offload_activations(c.offload))
+      .offload_activations(parse_offload_mode(c.offload))
       .checkpoint_dir(c.checkpoint_dir)
       .checkpoint_every(c.checkpoint_every)
       .keep_checkpoints(c.keep_checkpoints)

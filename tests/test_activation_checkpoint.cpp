@@ -265,7 +265,9 @@ TEST_CASE("saved-tensor hooks see activations but not parameters and restore vie
 TEST_CASE("an offload mode parses from its name") {
   CHECK(parse_offload_mode("inputs") == OffloadMode::checkpoint_inputs);
   CHECK(parse_offload_mode("all") == OffloadMode::all);
-  CHECK_ERROR(parse_offload_mode("some"), "expected \"inputs\"");
+  CHECK(parse_offload_mode("off") == OffloadMode::off);
+  CHECK_ERROR(parse_offload_mode("some"), "expected \"off\", \"inputs\"");
+  CHECK_ERROR(ActivationOffload(OffloadMode::off), "[ActivationOffload] mode off offloads nothing");
 }
 
 TEST_CASE("memory_summary lists every allocator and an out-of-memory error carries it with advice") {

@@ -45,7 +45,7 @@ TEST_CASE("plan: ModelShape is nn::GPT's shape and parameter count") {
     CHECK(shape.dropout == config.dropout());
   }
   CHECK(std::string(plan::name(plan::Precision::bf16)) == "bf16");
-  CHECK(std::string(plan::name(plan::ActivationOffload::inputs)) == "inputs");
+  CHECK(std::string(offload_mode_name(OffloadMode::checkpoint_inputs)) == "inputs");
 }
 
 TEST_CASE("plan: what each technique changes, and bad requests named") {

@@ -74,10 +74,10 @@ TrainingConfig parse_flags(const std::vector<std::string>& flags, int world) {
       c.checkpoint_every = std::stoll(value());
     } else if (f == "--offload-activations") {
       const std::string v = value();
-      c.offload_activations = v == "all"      ? ActivationOffload::all
-                              : v == "inputs" ? ActivationOffload::inputs
-                                              : ActivationOffload::off;
-      CHECK(name(c.offload_activations) == v);
+      c.offload_activations = v == "all"      ? OffloadMode::all
+                              : v == "inputs" ? OffloadMode::checkpoint_inputs
+                                              : OffloadMode::off;
+      CHECK(offload_mode_name(c.offload_activations) == v);
     } else if (f == "--zero") {
       c.zero_stage = std::stoi(value());
     } else if (f == "--offload-optimizer") {
@@ -113,7 +113,7 @@ TEST_CASE("plan: the enumeration covers the stated space and only valid configur
     std::set<int64_t> micro, every;
     std::set<int> zero, bits;
     std::set<Precision> precisions;
-    std::set<ActivationOffload> offloads;
+    std::set<OffloadMode> offloads;
     bool masterless = false, optimizer_offload = false;
     for (const TrainingConfig& c : configs) {
       unique.insert(key(c));
@@ -127,7 +127,7 @@ TEST_CASE("plan: the enumeration covers the stated space and only valid configur
       masterless = masterless || !c.master_weights;
       optimizer_offload = optimizer_offload || c.offload_optimizer;
       if (!c.master_weights) CHECK((c.precision != Precision::fp32 && c.zero_stage == -1));
-      if (c.offload_activations == ActivationOffload::inputs) CHECK(c.checkpoint_every > 0);
+      if (c.offload_activations == OffloadMode::checkpoint_inputs) CHECK(c.checkpoint_every > 0);
       if (c.offload_optimizer) CHECK(c.zero_stage >= 0);
     }
     CHECK(unique.size() == configs.size());
@@ -152,7 +152,7 @@ TEST_CASE("plan: the enumeration covers the stated space and only valid configur
   PlanRequest cpu = random_request(rng, 1);
   cpu.machine.kind = DeviceKind::cpu;
   for (const TrainingConfig& c : enumerate(cpu))
-    CHECK((c.offload_activations == ActivationOffload::off && !c.offload_optimizer));
+    CHECK((c.offload_activations == OffloadMode::off && !c.offload_optimizer));
 }
 
 TEST_CASE("plan: budgets are respected, the ranking is monotone in step time, nothing fits is empty") {
@@ -277,7 +277,7 @@ TEST_CASE("plan: step-time terms respond to the techniques that cause them") {
 
   // Offload adds host-link time: activations (both ways), optimizer offload (gradients down, parameters up).
   TrainingConfig act = base;
-  act.offload_activations = ActivationOffload::all;
+  act.offload_activations = OffloadMode::all;
   CHECK(predict_step_time(r.model, act, 8, tokens, h200).offload > 0);
   TrainingConfig opt = base;
   opt.offload_optimizer = true;

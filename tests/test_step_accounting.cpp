@@ -80,7 +80,7 @@ struct Config {
   int64_t grad_accum = 1;
   bool clip_and_schedule = false;
   int64_t recompute_every = 0;  // activation checkpointing
-  train::OffloadActivations offload = train::OffloadActivations::off;
+  OffloadMode offload = OffloadMode::off;
   bool cuda_graph = false;
   int64_t poisoned_from = -1, poisoned_to = -1;  // examples whose loss is inf (no shuffle: step = row / batch)
 };
@@ -210,8 +210,8 @@ TEST_CASE("a steady-state GPT step: no allocation, free or device sync; one host
       {"f32, 2 micro-batches, clip, warmup-cosine", DType::f32, false, 2, true},
       {"bf16, activation checkpointing", DType::bf16, false, 1, false, 1},
       {"f32, checkpointing + offload of its inputs", DType::f32, false, 1, false, 1,
-       train::OffloadActivations::checkpoint_inputs},
-      {"bf16, offload of every activation", DType::bf16, false, 1, false, 0, train::OffloadActivations::all},
+       OffloadMode::checkpoint_inputs},
+      {"bf16, offload of every activation", DType::bf16, false, 1, false, 0, OffloadMode::all},
   };
   for (const Config& c : configs) {
     const std::string name = c.name;
@@ -227,7 +227,7 @@ TEST_CASE("a GPT step captured into a CUDA graph and replayed equals the eager s
       {"bf16, 2 micro-batches, clip, warmup-cosine", DType::bf16, false, 2, true},
       // Rows 20-23 are step 6's batch: the overflow happens inside a replay, which must skip it.
       {"fp16 + dynamic loss scale, overflow planted at step 6", DType::f16, true, 1, false, 0,
-       train::OffloadActivations::off, false, 20, 24},
+       OffloadMode::off, false, 20, 24},
       {"f32, activation checkpointing", DType::f32, false, 1, false, 1},
   };
   for (Config c : configs) {

@@ -205,7 +205,7 @@ TEST_CASE("bad trainer options are refused") {
   CHECK_ERROR(make(train::TrainerOptions().clip(-1)), "[Trainer]", "clip -1");
   CHECK_ERROR(make(train::TrainerOptions().resume(true)), "[Trainer]", "need a checkpoint_dir");
   CHECK_ERROR(make(train::TrainerOptions().seq_warmup_start(0)), "[Trainer]", "seq_warmup_start 0");
-  CHECK_THROWS_WITH_AS(train::parse_offload_activations("gpu"), doctest::Contains("expected off, inputs or all"),
+  CHECK_THROWS_WITH_AS(parse_offload_mode("gpu"), doctest::Contains("expected \"off\", \"inputs\""),
                        hg::Error);
 }
 

@@ -58,13 +58,6 @@ int64_t bytes_on_disk(const std::string& path) {
 
 }  // namespace
 
-OffloadActivations parse_offload_activations(const std::string& text) {
-  if (text == "off") return OffloadActivations::off;
-  if (text == "inputs") return OffloadActivations::checkpoint_inputs;
-  if (text == "all") return OffloadActivations::all;
-  throw Error("unknown --offload-activations \"" + text + "\"; expected off, inputs or all");
-}
-
 Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, data::DataLoader& loader, LossFn loss,
                  TrainerOptions options)
     : model_(model), optimizer_(optimizer), loader_(loader), loss_(std::move(loss)), options_(std::move(options)) {
@@ -166,9 +159,7 @@ data::Batch Trainer::narrowed(const data::Batch& batch, int64_t step) const {
 
 Tensor Trainer::micro_batch_loss(const data::Batch& batch, int64_t micro_batches) {
   std::optional<ActivationOffload> offload;
-  if (options_.offload_activations() == OffloadActivations::checkpoint_inputs)
-    offload.emplace(OffloadMode::checkpoint_inputs);
-  if (options_.offload_activations() == OffloadActivations::all) offload.emplace(OffloadMode::all);
+  if (options_.offload_activations() != OffloadMode::off) offload.emplace(options_.offload_activations());
   return loss_(batch) * (1.0 / double(micro_batches));
 }
 
@@ -271,7 +262,7 @@ void Trainer::check_graph_preconditions() const {
           "ZeRO without optimizer offload, not SGD -- and a schedule with a device form)";
   else if ((o.communicator() != nullptr && o.communicator()->world_size() > 1) || optimizer_.is_sharded())
     why = "data parallelism or a sharded (ZeRO) optimizer is on (capturing their collectives is not supported yet)";
-  else if (o.offload_activations() != OffloadActivations::off)
+  else if (o.offload_activations() != OffloadMode::off)
     why = "activation offload is on (its host copies are not captured)";
   else if (o.seq_warmup_steps() > 0)
     why = "the sequence-length warmup changes the batch shapes during the run";

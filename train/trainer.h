@@ -91,9 +91,6 @@ class CheckpointDirectory;
 class Progress;
 
 // What activation offload moves to host memory during the forward (engine/activation_offload.h).
-enum class OffloadActivations { off, checkpoint_inputs, all };
-// "off", "inputs" or "all" (an hg::Error names the value otherwise).
-OffloadActivations parse_offload_activations(const std::string& text);
 
 // TrainerOptions().steps(3000).grad_accum(2).clip(1.0).eval_every(500).checkpoint_dir("ckpt")
 struct TrainerOptions {
@@ -113,7 +110,7 @@ struct TrainerOptions {
   // field of rank >= 2 is narrowed along dim 1 from `start` to its full length (0: off).
   HG_OPTION(TrainerOptions, int64_t, seq_warmup_steps, 0);
   HG_OPTION(TrainerOptions, int64_t, seq_warmup_start, 1);
-  HG_OPTION(TrainerOptions, OffloadActivations, offload_activations, OffloadActivations::off);
+  HG_OPTION(TrainerOptions, OffloadMode, offload_activations, OffloadMode::off);
   // Checkpoints: a directory (train/checkpoint_directory.h), every N steps and at the last.
   HG_OPTION(TrainerOptions, std::string, checkpoint_dir, "");
   HG_OPTION(TrainerOptions, int64_t, checkpoint_every, 0);

@@ -36,8 +36,8 @@ inline std::string plan_case_label(const PlanCase& c) {
   if (t.fp32_grads) s += " fp32-grads";
   if (t.grad_accum > 1) s += " accum" + std::to_string(t.grad_accum);
   if (t.checkpoint_every > 0) s += " ckpt" + std::to_string(t.checkpoint_every);
-  if (t.offload_activations != plan::ActivationOffload::off)
-    s += std::string(" act-off-") + plan::name(t.offload_activations);
+  if (t.offload_activations != OffloadMode::off)
+    s += std::string(" act-off-") + offload_mode_name(t.offload_activations);
   if (t.zero_stage >= 0) s += " zero" + std::to_string(t.zero_stage);
   if (t.offload_optimizer) s += " opt-off";
   if (t.state_bits != 32) s += " state" + std::to_string(t.state_bits);
@@ -55,7 +55,6 @@ inline std::string plan_case_label(const PlanCase& c) {
 // On `base` (the default model above, or bench/bench_plan.cpp's larger ones); `scale` divides the
 // micro-batches (the emulated CUDA device runs the grid at scale 2 on L2: about a minute).
 inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_model(), int64_t scale = 1) {
-  using plan::ActivationOffload;
   using plan::Precision;
   std::vector<PlanCase> grid;
   auto add = [&](auto&& edit) {
@@ -75,9 +74,9 @@ inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_
   add([](PlanCase& c) { c.config.checkpoint_every = 1; });
   add([](PlanCase& c) { c.config.checkpoint_every = 2, c.config.micro_batch = 8; });
   add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.checkpoint_every = 1; });
-  add([](PlanCase& c) { c.config.checkpoint_every = 1, c.config.offload_activations = ActivationOffload::inputs; });
-  add([](PlanCase& c) { c.config.offload_activations = ActivationOffload::all; });
-  add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.offload_activations = ActivationOffload::all; });
+  add([](PlanCase& c) { c.config.checkpoint_every = 1, c.config.offload_activations = OffloadMode::checkpoint_inputs; });
+  add([](PlanCase& c) { c.config.offload_activations = OffloadMode::all; });
+  add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.offload_activations = OffloadMode::all; });
   // Stages 0, 1 and 2 predict the same bytes at world 1: one row of the three, and ZeRO with
   // accumulation instead, whose gradients persist across micro-batches (stage 2's reduced buckets,
   // stage 3's shards); test_dist_plan measures all stages at world > 1.
