@@ -29,6 +29,7 @@
 #include "optim/optim.h"
 #include "support/check_error.h"
 #include "support/test_seed.h"
+#include "support/uniform_tensor.h"
 
 using namespace hg;
 
@@ -36,16 +37,8 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-Tensor uniform(std::mt19937& rng, const Shape& shape, double lo, double hi, DType dtype) {
-  std::uniform_real_distribution<double> dist(lo, hi);
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<double> v(static_cast<size_t>(n));
-  for (double& e : v) e = dist(rng);
-  return cast(from_vector(v, shape), dtype);
-}
-
-std::vector<double> values(const Tensor& t) { return cast(t, f64).to_vector<double>(); }
+using hg::testing::uniform;
+using hg::testing::values;
 
 // Bit for bit, NaN never equal (a poisoned element left unwritten fails).
 int count_bit_differences(const Tensor& a, const Tensor& b) {

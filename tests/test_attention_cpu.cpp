@@ -39,6 +39,7 @@
 #include "kernels/philox.h"
 #include "support/attention_reference.h"
 #include "support/host_buffer.h"
+#include "support/roundoff.h"
 
 namespace {
 
@@ -51,21 +52,9 @@ namespace detail = hg::kernels::cpu::detail;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kSentinel = 768.0;  // in the gaps of strided operands, exact in every dtype
-const DType kFloatingTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
-double unit_roundoff(DType t) {
-  switch (t) {
-    case DType::f64:
-      return 0x1p-53;
-    case DType::f16:
-      return 0x1p-11;
-    case DType::bf16:
-      return 0x1p-8;
-    default:
-      return 0x1p-24;
-  }
-}
-double accumulate_roundoff(DType t) { return t == DType::f64 ? 0x1p-53 : 0x1p-24; }
+using hg::testing::accumulate_roundoff;
+using hg::testing::kFloatingTypes;
+using hg::testing::unit_roundoff;
 // Half the spacing of the dtype's subnormals: the absolute rounding error of a tiny result.
 double subnormal_rounding(DType t) {
   switch (t) {

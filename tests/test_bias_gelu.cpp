@@ -23,7 +23,10 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "support/check_error.h"
+#include "support/gelu_reference.h"
+#include "support/roundoff.h"
 #include "support/test_seed.h"
+#include "support/uniform_tensor.h"
 
 using namespace hg;
 
@@ -31,33 +34,12 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-double gelu_ref(double v, bool erf) {
-  if (erf) return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
-  const double c = std::sqrt(2 / M_PI);
-  return 0.5 * v * (1 + std::tanh(c * (v + 0.044715 * v * v * v)));
-}
+using hg::testing::gelu_ref;
+using hg::testing::gelu_slope_ref;
 
-double gelu_slope_ref(double v, bool erf) {
-  if (erf) return 0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
-  const double c = std::sqrt(2 / M_PI), t = std::tanh(c * (v + 0.044715 * v * v * v));
-  return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * 0.044715 * v * v);
-}
-
-// A tensor of uniform [lo, hi) values rounded to dtype.
-Tensor uniform(std::mt19937& rng, const Shape& shape, double lo, double hi, DType dtype) {
-  std::uniform_real_distribution<double> dist(lo, hi);
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<double> v(static_cast<size_t>(n));
-  for (double& e : v) e = dist(rng);
-  return cast(from_vector(v, shape), dtype);
-}
-
-std::vector<double> values(const Tensor& t) { return cast(t, f64).to_vector<double>(); }
-
-double unit_roundoff(DType t) {
-  return t == f64 ? 0x1p-53 : t == f32 ? 0x1p-24 : t == f16 ? 0x1p-11 : 0x1p-8;
-}
+using hg::testing::uniform;
+using hg::testing::unit_roundoff;
+using hg::testing::values;
 
 struct Outputs {
   Tensor y, dx, db;

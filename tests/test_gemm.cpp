@@ -6,7 +6,7 @@
 // with row strides larger than their rows (the gap holds a sentinel that must survive), and fills
 // C with NaN when beta == 0 (proving C is not read) or with random values otherwise. The tolerance
 // per element is
-//     tol = 4 * eps(accumulate) * sqrt(k + 1) * bound + 2 * eps(dtype) * |ref| + tiny,
+//     tol = 4 * u(accumulate) * sqrt(k + 1) * bound + 2 * u(dtype) * |ref| + tiny,
 //     bound = |alpha| * sum_p |op(A)[i, p] op(B)[p, j]| + |beta * C[i, j]|,
 // i.e. the usual error of a k-term float sum relative to the size of its terms (a cancelled sum
 // is not held to a relative error), plus one ulp of the dtype: both sides round their fp32 sum to
@@ -27,6 +27,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
+#include "support/roundoff.h"
 
 namespace {
 
@@ -35,22 +36,9 @@ namespace cpu = hg::kernels::cpu;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kSentinel = 768.0;  // written into the gaps between rows, exact in every dtype
-const DType kFloatingTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
-// Unit roundoff of a dtype: half the distance from 1 to the next representable value.
-double eps(DType t) {
-  switch (t) {
-    case DType::f64:
-      return 0x1p-53;
-    case DType::f16:
-      return 0x1p-11;
-    case DType::bf16:
-      return 0x1p-8;
-    default:
-      return 0x1p-24;
-  }
-}
-double accumulate_eps(DType t) { return t == DType::f64 ? 0x1p-53 : 0x1p-24; }
+using hg::testing::accumulate_roundoff;
+using hg::testing::kFloatingTypes;
+using hg::testing::unit_roundoff;
 
 // A row-major matrix of any floating dtype with a row stride, read and written as double.
 class Matrix {
@@ -195,8 +183,8 @@ void check_against_reference(const GemmCase& g, GemmFunction gemm_under_test, ui
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       const double ref = c_ref.get(i, j), got = c.get(i, j);
-      const double tol = 4.0 * accumulate_eps(g.dtype) * std::sqrt(double(k + 1)) * in.bound(g, i, j) +
-                         2.0 * eps(g.dtype) * std::abs(ref) + 1e-30;
+      const double tol = 4.0 * accumulate_roundoff(g.dtype) * std::sqrt(double(k + 1)) * in.bound(g, i, j) +
+                         2.0 * unit_roundoff(g.dtype) * std::abs(ref) + 1e-30;
       if (!(std::abs(got - ref) <= tol) && failures++ == 0)
         first_failure = "C[" + std::to_string(i) + ", " + std::to_string(j) + "] = " + std::to_string(got) +
                         ", reference " + std::to_string(ref) + ", tolerance " + std::to_string(tol);
@@ -379,7 +367,7 @@ void check_half_path(const HalfPath& path, const GemmCase& g, DType c_dtype, uin
   cpu::gemm_reference(g.trans_a, g.trans_b, m, n, k, g.alpha, a64.data(), a64.ld(), b64.data(), b64.ld(), g.beta,
                       c_ref.data(), c_ref.ld(), DType::f64);
 
-  const double eps_out = eps(c_dtype);
+  const double eps_out = unit_roundoff(c_dtype);
   // Half the spacing of the output type's subnormals: where relative rounding stops.
   const double tiny = c_dtype == DType::f16 ? 0x1p-25 : c_dtype == DType::bf16 ? 0x1p-134 : 0x1p-150;
   int64_t failures = 0;

@@ -33,6 +33,7 @@
 #include "kernels/dtype.h"
 #include "kernels/half.h"
 #include "kernels/kernels.h"
+#include "support/gelu_reference.h"
 #include "support/half_values.h"
 
 namespace cpu = hg::kernels::cpu;
@@ -164,21 +165,8 @@ TEST_CASE("vector math: special inputs") {
   }
 }
 
-namespace {
-
-double gelu_ref(double v, bool erf) {
-  if (erf) return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
-  const double c = std::sqrt(2 / M_PI);
-  return 0.5 * v * (1 + std::tanh(c * (v + 0.044715 * v * v * v)));
-}
-
-double gelu_slope_ref(double v, bool erf) {
-  if (erf) return 0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
-  const double c = std::sqrt(2 / M_PI), t = std::tanh(c * (v + 0.044715 * v * v * v));
-  return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * 0.044715 * v * v);
-}
-
-}  // namespace
+using hg::testing::gelu_ref;
+using hg::testing::gelu_slope_ref;
 
 TEST_CASE("vector math: GELU and its slope against float64, tanh and erf forms") {
   // Relative error; GELU's values relative down to 1e-6 (the rewritten formulas do not cancel in

@@ -3,7 +3,7 @@
 # above chance, draws held-out images, and answers bad flags with a one-line error and exit code 2.
 set -uo pipefail
 bin=$1
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/expect_usage_error.sh"  # fail, expect_usage_error
 
 out=$("$bin" --channels 4 --batch 32 --lr 1e-2 --steps 80 --eval-every 40 --eval-images 300 --threads 1 --show 1) \
   || fail "run exited $?: $out"
@@ -13,16 +13,6 @@ grep -q "held-out image 0: label [0-9], model says [0-9]" <<<"$out" || fail "no 
 accuracy=$(grep -o "summary:.*held-out accuracy [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
 awk -v a="$accuracy" 'BEGIN { exit !(a != "" && a >= 60) }' || fail "held-out accuracy $accuracy% < 60% (chance: 10%): $out"
 
-expect_usage_error() {
-  local expected=$1
-  shift
-  local err
-  err=$("$bin" "$@" 2>&1 >/dev/null)
-  local code=$?
-  [[ $code -eq 2 ]] || fail "'$*' exited $code, expected 2 ($err)"
-  [[ $(wc -l <<<"$err") -eq 1 ]] || fail "'$*' printed more than one line: $err"
-  grep -q -- "$expected" <<<"$err" || fail "'$*' said '$err', expected '$expected'"
-}
 expect_usage_error "must be a multiple of 4" --size 18
 expect_usage_error "--channels must be >= 1" --channels 0
 expect_usage_error "unknown flag --bogus" --bogus 1

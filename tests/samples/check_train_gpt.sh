@@ -5,7 +5,7 @@ set -uo pipefail
 bin=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/expect_usage_error.sh"  # fail, expect_usage_error
 
 tiny=(--layers 1 --heads 2 --dim 32 --batch 16 --eval-problems 50 --threads 1)
 out=$("$bin" "${tiny[@]}" --steps 60 --eval-every 30 --save "$work/model.safetensors" --sample 2) || fail "training run exited $?: $out"
@@ -74,16 +74,6 @@ help=$("$prepare" --help); grep -q -- "--shard-tokens" <<<"$help" || fail "prepa
 "$prepare" --input "$work/none.txt" --output "$work/x" 2>/dev/null; [[ $? -eq 2 ]] || fail "prepare_data: missing input not exit 2"
 "$prepare" --input "$work/text.txt" --output "$work/x" --dtype u8 2>/dev/null; [[ $? -eq 2 ]] || fail "prepare_data: --dtype u8 not exit 2"
 
-expect_usage_error() {
-  local expected=$1
-  shift
-  local err
-  err=$("$bin" "$@" 2>&1 >/dev/null)
-  local code=$?
-  [[ $code -eq 2 ]] || fail "'$*' exited $code, expected 2 ($err)"
-  [[ $(wc -l <<<"$err") -eq 1 ]] || fail "'$*' printed more than one line: $err"
-  grep -q -- "$expected" <<<"$err" || fail "'$*' said '$err', expected '$expected'"
-}
 expect_usage_error "does not divide --dim" --heads 3 --dim 128
 expect_usage_error "--layers must be >= 1" --layers 0
 expect_usage_error "unknown flag --bogus" --bogus 1

@@ -3,7 +3,7 @@
 # answers bad flags with a one-line error and exit code 2.
 set -uo pipefail
 bin=$1
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/expect_usage_error.sh"  # fail, expect_usage_error
 
 out=$("$bin" --classes 3 --turns 0.5 --points 600 --width 32 --lr 1e-2 --steps 300 --eval-every 150 --threads 1) || fail "run exited $?: $out"
 grep -q "eval  step 150 | train accuracy" <<<"$out" || fail "no evaluation line: $out"
@@ -11,16 +11,6 @@ grep -q "summary: 300 steps" <<<"$out" || fail "no summary: $out"
 accuracy=$(grep -o "summary:.*held-out accuracy [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
 awk -v a="$accuracy" 'BEGIN { exit !(a != "" && a >= 95) }' || fail "held-out accuracy $accuracy% < 95% (chance: 33%): $out"
 
-expect_usage_error() {
-  local expected=$1
-  shift
-  local err
-  err=$("$bin" "$@" 2>&1 >/dev/null)
-  local code=$?
-  [[ $code -eq 2 ]] || fail "'$*' exited $code, expected 2 ($err)"
-  [[ $(wc -l <<<"$err") -eq 1 ]] || fail "'$*' printed more than one line: $err"
-  grep -q -- "$expected" <<<"$err" || fail "'$*' said '$err', expected '$expected'"
-}
 expect_usage_error "--classes must be >= 2" --classes 1
 expect_usage_error "unknown flag --bogus" --bogus 1
 expect_usage_error "expects an integer" --steps ten
