@@ -69,6 +69,11 @@ Tensor clamp_max(const Tensor& x, double max);
 // gelu(x + bias) for x [..., N], bias [N]: the MLP's activation after a GEMM without its bias
 // (engine/ops/bias_gelu.cpp). One pass forward; backward gives dx and the bias gradient in one pass.
 Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApproximation approximation = GeluApproximation::Tanh);
+// gelu(linear(x, weight, bias)), the MLP's first layer and its activation, fused the way the device
+// runs it fastest (engine/ops/bias_gelu.cpp): on the CPU the GEMM without its bias, then bias_gelu (one
+// pass each way); on CUDA cuBLASLt's bias epilogue, then the GELU kernel. The same values either way.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   GeluApproximation approximation = GeluApproximation::Tanh);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

@@ -40,8 +40,9 @@ class MLP : public UnaryModule {
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<Dropout> drop;
   const GeluApproximation activation;
-  // true: on the CPU, c_fc's GEMM without bias, then bias_gelu (one pass each way); false, and always on
-  // CUDA: Linear (bias epilogue) then gelu, the composed reference (tests and bench_step compare the two).
+  // true: c_fc and the GELU as one op, linear_gelu, which picks the device's fastest form (the CPU: the
+  // GEMM without bias, then bias_gelu); false: Linear then gelu, the composed reference (tests and
+  // bench_step compare the two).
   bool fuse_bias_gelu = true;
 };
 

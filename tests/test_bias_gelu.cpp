@@ -24,6 +24,7 @@
 #include "optim/optim.h"
 #include "support/check_error.h"
 #include "support/gelu_reference.h"
+#include "support/gradcheck.h"
 #include "support/roundoff.h"
 #include "support/test_seed.h"
 #include "support/uniform_tensor.h"
@@ -102,6 +103,33 @@ TEST_CASE("bias_gelu kernels equal a double reference in every dtype, and 1 and 
         }
         CHECK(bad == 0);
       }
+}
+
+TEST_CASE("linear_gelu: gelu(linear(x, W, b)) with and without a bias, its gradients in float64, every dtype") {
+  std::mt19937 rng = testing::seeded_rng();
+  for (GeluApproximation act : {GeluApproximation::Tanh, GeluApproximation::Erf}) {
+    const Tensor x = uniform(rng, {2, 3, 5}, -2, 2, f64).requires_grad_();
+    const Tensor w = uniform(rng, {4, 5}, -1, 1, f64).requires_grad_();
+    const Tensor b = uniform(rng, {4}, -1, 1, f64).requires_grad_();
+    CHECK(testing::gradcheck("linear_gelu",
+                             [&](const std::vector<Tensor>& in) { return linear_gelu(in[0], in[1], in[2], act); },
+                             {x, w, b}) == "");
+    CHECK(testing::gradcheck("linear_gelu without bias",
+                             [&](const std::vector<Tensor>& in) { return linear_gelu(in[0], in[1], Tensor(), act); },
+                             {x, w}) == "");
+    for (DType dtype : {f64, f32, bf16}) {
+      const std::string dtype_text = dtype_name(dtype);
+      CAPTURE(dtype_text);
+      const Tensor xd = cast(x.detach(), dtype), wd = cast(w.detach(), dtype), bd = cast(b.detach(), dtype);
+      const std::vector<double> fused = values(linear_gelu(xd, wd, bd, act));
+      const std::vector<double> composed = values(gelu(linear(xd, wd, bd), act));
+      // The composed path rounds x W^T + b to the dtype before GELU, the fused one adds b in fp32.
+      const double tol = dtype == f64 ? 1e-14 : 4 * unit_roundoff(dtype);
+      REQUIRE(fused.size() == composed.size());
+      for (size_t i = 0; i < fused.size(); ++i)
+        CHECK(std::abs(fused[i] - composed[i]) <= tol * (1 + std::abs(composed[i])));
+    }
+  }
 }
 
 namespace {

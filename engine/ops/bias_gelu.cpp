@@ -85,4 +85,9 @@ Tensor bias_gelu(const Tensor& input, const Tensor& bias, GeluApproximation appr
   return y;
 }
 
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, GeluApproximation approximation) {
+  if (x.device().is_cpu() && bias.defined()) return bias_gelu(linear(x, weight, Tensor()), bias, approximation);
+  return gelu(linear(x, weight, bias), approximation);
+}
+
 }  // namespace hg
