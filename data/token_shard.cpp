@@ -50,13 +50,13 @@ const char* token_dtype_name(TokenDType dtype) { return dtype == TokenDType::u16
 void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens, TokenDType dtype,
                        uint64_t vocab_size) {
   HG_INPUT_CHECK(dtype == TokenDType::u16 || dtype == TokenDType::u32, "[write_token_shard] unknown token dtype code ",
-           uint32_t(dtype), "; expected u16 (2) or u32 (4)");
+                 uint32_t(dtype), "; expected u16 (2) or u32 (4)");
   const uint64_t limit = dtype == TokenDType::u16 ? 65536ull : 4294967296ull;
-  HG_INPUT_CHECK(vocab_size >= 1 && vocab_size <= limit, "[write_token_shard] vocab_size ", vocab_size, " does not fit ",
-           token_dtype_name(dtype), "; expected 1..", limit);
+  HG_INPUT_CHECK(vocab_size >= 1 && vocab_size <= limit, "[write_token_shard] vocab_size ", vocab_size,
+                 " does not fit ", token_dtype_name(dtype), "; expected 1..", limit);
   for (size_t i = 0; i < tokens.size(); ++i)
-    HG_INPUT_CHECK(tokens[i] < vocab_size, "[write_token_shard] token ", i, " is ", tokens[i], ", not below vocab_size ",
-             vocab_size);
+    HG_INPUT_CHECK(tokens[i] < vocab_size, "[write_token_shard] token ", i, " is ", tokens[i],
+                   ", not below vocab_size ", vocab_size);
   Header header{};
   std::memcpy(header.magic, kTokenShardMagic, 8);
   header.version = kTokenShardVersion;
@@ -78,7 +78,7 @@ void write_token_shard(const std::string& path, const std::vector<uint32_t>& tok
     HG_INPUT_CHECK(::fsync(fd) == 0, "[write_token_shard] fsync of '", temp, "' failed: ", errno_text(errno));
     HG_INPUT_CHECK(::close(fd) == 0, "[write_token_shard] close of '", temp, "' failed: ", errno_text(errno));
     HG_INPUT_CHECK(::rename(temp.c_str(), path.c_str()) == 0, "[write_token_shard] rename of '", temp, "' to '", path,
-             "' failed: ", errno_text(errno));
+                   "' failed: ", errno_text(errno));
   } catch (...) {
     ::close(fd);  // harmless when already closed (EBADF)
     ::unlink(temp.c_str());
@@ -112,7 +112,7 @@ TokenShard::TokenShard(const std::string& path, const TokenDType* expected) : pa
     ::close(fd);
     const bool has_magic = got == 8 && std::memcmp(start, kTokenShardMagic, 8) == 0;
     HG_INPUT_FAIL(where, "truncated: ", file_bytes, " bytes, shorter than the ", kTokenShardHeaderBytes, "-byte header",
-            has_magic ? "" : " (and not a halfgrad token shard: no HGTOKENS magic)");
+                  has_magic ? "" : " (and not a halfgrad token shard: no HGTOKENS magic)");
   }
   mapping_bytes_ = size_t(file_bytes);
   mapping_ = ::mmap(nullptr, mapping_bytes_, PROT_READ, MAP_SHARED, fd, 0);
@@ -126,26 +126,27 @@ TokenShard::TokenShard(const std::string& path, const TokenDType* expected) : pa
     Header header;
     std::memcpy(&header, mapping_, sizeof header);
     HG_INPUT_CHECK(std::memcmp(header.magic, kTokenShardMagic, 8) == 0, where,
-             "not a halfgrad token shard: the file starts with bytes ",
-             hex_bytes(reinterpret_cast<const unsigned char*>(header.magic), 8),
-             ", expected the magic \"HGTOKENS\" (write shards with build/bin/prepare_data)");
+                   "not a halfgrad token shard: the file starts with bytes ",
+                   hex_bytes(reinterpret_cast<const unsigned char*>(header.magic), 8),
+                   ", expected the magic \"HGTOKENS\" (write shards with build/bin/prepare_data)");
     HG_INPUT_CHECK(header.version == kTokenShardVersion, where, "format version ", header.version,
-             "; this build reads version ", kTokenShardVersion);
+                   "; this build reads version ", kTokenShardVersion);
     HG_INPUT_CHECK(header.dtype == uint32_t(TokenDType::u16) || header.dtype == uint32_t(TokenDType::u32), where,
-             "unknown token dtype code ", header.dtype, "; expected 2 (u16) or 4 (u32)");
+                   "unknown token dtype code ", header.dtype, "; expected 2 (u16) or 4 (u32)");
     dtype_ = TokenDType(header.dtype);
     if (expected)
       HG_INPUT_CHECK(dtype_ == *expected, where, "holds ", token_dtype_name(dtype_), " tokens, expected ",
-               token_dtype_name(*expected));
+                     token_dtype_name(*expected));
     const uint64_t width = header.dtype;
-    HG_INPUT_CHECK(header.count <= (file_bytes - kTokenShardHeaderBytes) / width, where, "truncated: the header promises ",
-             header.count, " ", token_dtype_name(dtype_), " tokens (", kTokenShardHeaderBytes + header.count * width,
-             " bytes), the file has ", file_bytes, " bytes");
+    HG_INPUT_CHECK(header.count <= (file_bytes - kTokenShardHeaderBytes) / width, where,
+                   "truncated: the header promises ", header.count, " ", token_dtype_name(dtype_), " tokens (",
+                   kTokenShardHeaderBytes + header.count * width, " bytes), the file has ", file_bytes, " bytes");
     HG_INPUT_CHECK(kTokenShardHeaderBytes + header.count * width == file_bytes, where, "has ",
-             file_bytes - kTokenShardHeaderBytes - header.count * width, " trailing bytes after its ", header.count,
-             " tokens; expected exactly ", kTokenShardHeaderBytes + header.count * width, " bytes");
-    HG_INPUT_CHECK(header.vocab_size >= 1 && header.vocab_size <= (dtype_ == TokenDType::u16 ? 65536ull : 4294967296ull),
-             where, "vocabulary size ", header.vocab_size, " does not fit its ", token_dtype_name(dtype_), " tokens");
+                   file_bytes - kTokenShardHeaderBytes - header.count * width, " trailing bytes after its ",
+                   header.count, " tokens; expected exactly ", kTokenShardHeaderBytes + header.count * width, " bytes");
+    HG_INPUT_CHECK(
+        header.vocab_size >= 1 && header.vocab_size <= (dtype_ == TokenDType::u16 ? 65536ull : 4294967296ull), where,
+        "vocabulary size ", header.vocab_size, " does not fit its ", token_dtype_name(dtype_), " tokens");
     count_ = int64_t(header.count);
     vocab_size_ = header.vocab_size;
     tokens_ = static_cast<const char*>(mapping_) + kTokenShardHeaderBytes;
@@ -159,7 +160,7 @@ TokenShard::TokenShard(const std::string& path, const TokenDType* expected) : pa
 void TokenShard::check_tokens() const {
   for (int64_t i = 0; i < count_; ++i)
     HG_INPUT_CHECK((*this)[i] < vocab_size_, "[TokenShard] '", path_, "': token ", i, " is ", (*this)[i],
-             ", not below the header's vocabulary size ", vocab_size_, " (a damaged or foreign shard)");
+                   ", not below the header's vocabulary size ", vocab_size_, " (a damaged or foreign shard)");
 }
 
 TokenShard::~TokenShard() {

@@ -68,9 +68,10 @@ int64_t block_index(const std::string& name, const std::string& path) {
     ok = ok && ch >= '0' && ch <= '9';
     if (ok) index = index * 10 + (ch - '0');
   }
-  HG_INPUT_CHECK(ok && index < kMaxBlocks, "[GPT::load] ", path, ": tensor \"", printable(name), "\" has block index \"",
-           printable(digits), "\"; expected h.<i>.<parameter> with <i> a decimal number below ", kMaxBlocks,
-           " without leading zeros");
+  HG_INPUT_CHECK(ok && index < kMaxBlocks, "[GPT::load] ", path, ": tensor \"", printable(name),
+                 "\" has block index \"", printable(digits),
+                 "\"; expected h.<i>.<parameter> with <i> a decimal number below ", kMaxBlocks,
+                 " without leading zeros");
   return index;
 }
 
@@ -78,7 +79,7 @@ int64_t block_index(const std::string& name, const std::string& path) {
 int64_t metadata_int(const safetensors::Metadata& metadata, const std::string& key, const std::string& path) {
   auto it = metadata.find(key);
   HG_INPUT_CHECK(it != metadata.end(), "[GPT::load] ", path, ": metadata \"", key,
-           "\" is missing; expected a file written by GPT::save (format \"", kFormat, "\")");
+                 "\" is missing; expected a file written by GPT::save (format \"", kFormat, "\")");
   const std::string& text = it->second;
   bool ok = !text.empty() && text.size() <= 10 && text[0] != '0';
   int64_t value = 0;
@@ -86,8 +87,8 @@ int64_t metadata_int(const safetensors::Metadata& metadata, const std::string& k
     ok = ok && ch >= '0' && ch <= '9';
     if (ok) value = value * 10 + (ch - '0');
   }
-  HG_INPUT_CHECK(ok && value < (int64_t(1) << 31), "[GPT::load] ", path, ": metadata \"", key, "\" = \"", printable(text),
-           "\"; expected a positive decimal integer below 2^31");
+  HG_INPUT_CHECK(ok && value < (int64_t(1) << 31), "[GPT::load] ", path, ": metadata \"", key, "\" = \"",
+                 printable(text), "\"; expected a positive decimal integer below 2^31");
   return value;
 }
 
@@ -97,8 +98,8 @@ double metadata_eps(const safetensors::Metadata& metadata, const std::string& pa
   char* end = nullptr;
   const double eps = std::strtod(it->second.c_str(), &end);
   HG_INPUT_CHECK(!it->second.empty() && end == it->second.c_str() + it->second.size() && std::isfinite(eps) && eps > 0,
-           "[GPT::load] ", path, ": metadata \"layer_norm_eps\" = \"", printable(it->second),
-           "\"; expected a positive number");
+                 "[GPT::load] ", path, ": metadata \"layer_norm_eps\" = \"", printable(it->second),
+                 "\"; expected a positive number");
   return eps;
 }
 
@@ -140,9 +141,9 @@ int64_t hf_integer(const HfGpt2Config& hf, const std::string& key) {
 void check_metadata_against_config(const safetensors::Metadata& m, const std::string& path, const HfGpt2Config& hf,
                                    const std::string& config_path) {
   auto disagree = [&](const std::string& key, const std::string& in_file, const std::string& in_config) {
-    HG_INPUT_FAIL("[GPT::load] ", path, ": metadata \"", key, "\" = ", printable(in_file), " disagrees with ", config_path,
-            ": \"", key, "\" = ", in_config,
-            "; the two files describe different models (expected the config.json written with these weights)");
+    HG_INPUT_FAIL("[GPT::load] ", path, ": metadata \"", key, "\" = ", printable(in_file), " disagrees with ",
+                  config_path, ": \"", key, "\" = ", in_config,
+                  "; the two files describe different models (expected the config.json written with these weights)");
   };
   for (const char* key : kHfIntegerKeys) {
     if (!m.count(key)) continue;
@@ -162,10 +163,11 @@ void check_metadata_against_config(const safetensors::Metadata& m, const std::st
 Architecture hf_architecture(const std::string& path, const safetensors::Metadata& metadata) {
   const std::filesystem::path config_path = std::filesystem::path(path).parent_path() / "config.json";
   std::error_code error;
-  HG_INPUT_CHECK(std::filesystem::is_regular_file(config_path, error), "[GPT::load] ", path,
-           " has no GPT::save metadata and there is no config.json beside it (", config_path.string(),
-           "); a GPT-2 file's head count is in none of its tensors: put the model's config.json (n_head, n_layer, "
-           "n_embd, n_positions, vocab_size) in the file's directory");
+  HG_INPUT_CHECK(
+      std::filesystem::is_regular_file(config_path, error), "[GPT::load] ", path,
+      " has no GPT::save metadata and there is no config.json beside it (", config_path.string(),
+      "); a GPT-2 file's head count is in none of its tensors: put the model's config.json (n_head, n_layer, "
+      "n_embd, n_positions, vocab_size) in the file's directory");
   const HfGpt2Config hf = read_hf_config(config_path.string());
   check_metadata_against_config(metadata, path, hf, config_path.string());
   GPTConfig c;
@@ -208,7 +210,7 @@ bool floating(DType dtype) { return dtype == f32 || dtype == f64 || dtype == f16
 
 void check_floating(const std::string& name, const Tensor& t, const std::string& path) {
   HG_INPUT_CHECK(floating(t.dtype()), "[GPT::load] ", path, ": tensor \"", name, "\" is ", dtype_name(t.dtype()),
-           "; expected a floating-point dtype (F32, F16, BF16 or F64)");
+                 "; expected a floating-point dtype (F32, F16, BF16 or F64)");
 }
 
 // Up to 6 names, then how many more.
@@ -224,12 +226,12 @@ void check_against_tensors(const Architecture& a, const std::map<std::string, Te
                            const std::set<int64_t>& blocks, const std::string& path) {
   const GPTConfig& c = a.config;
   HG_INPUT_CHECK(c.n_embd() % c.n_head() == 0, "[GPT::load] ", a.source, ": n_head = ", c.n_head(),
-           " does not divide n_embd = ", c.n_embd(), "; expected heads of equal width");
+                 " does not divide n_embd = ", c.n_embd(), "; expected heads of equal width");
   auto agree = [&](const char* tensor, int64_t dim, const char* key, int64_t value) {
     auto it = tensors.find(tensor);
     if (it == tensors.end() || it->second.dim() != 2) return;  // named by the shape check
-    HG_INPUT_CHECK(it->second.size(dim) == value, "[GPT::load] ", a.source, ": ", key, " = ", value, " disagrees with ", path,
-             ": tensor \"", tensor, "\" ", shape_text(it->second.shape()));
+    HG_INPUT_CHECK(it->second.size(dim) == value, "[GPT::load] ", a.source, ": ", key, " = ", value, " disagrees with ",
+                   path, ": tensor \"", tensor, "\" ", shape_text(it->second.shape()));
   };
   agree("wte.weight", 0, "vocab_size", c.vocab_size());
   agree("wte.weight", 1, "n_embd", c.n_embd());
@@ -237,15 +239,15 @@ void check_against_tensors(const Architecture& a, const std::map<std::string, Te
   agree("wpe.weight", 1, "n_embd", c.n_embd());
   const int64_t found = blocks.empty() ? 0 : *blocks.rbegin() + 1;
   HG_INPUT_CHECK(found == c.n_layer(), "[GPT::load] ", a.source, ": n_layer = ", c.n_layer(), " disagrees with ", path,
-           ", whose blocks are ", found == 0 ? std::string("absent") : "h.0 ... h." + std::to_string(found - 1));
+                 ", whose blocks are ", found == 0 ? std::string("absent") : "h.0 ... h." + std::to_string(found - 1));
 }
 
 // The tied head: absent, or equal to wte.
 void check_lm_head(const Tensor& lm_head, const Tensor& wte, const std::string& path) {
   check_floating("lm_head.weight", lm_head, path);
   HG_INPUT_CHECK(lm_head.shape() == wte.shape(), "[GPT::load] ", path, ": tensor \"lm_head.weight\" ",
-           shape_text(lm_head.shape()), " is not wte's shape ", shape_text(wte.shape()),
-           "; this GPT ties its output head to wte");
+                 shape_text(lm_head.shape()), " is not wte's shape ", shape_text(wte.shape()),
+                 "; this GPT ties its output head to wte");
   const Tensor a = lm_head.to(f32).contiguous(), b = wte.to(f32).contiguous();
   const float* x = a.data<float>();
   const float* y = b.data<float>();
@@ -256,9 +258,9 @@ void check_lm_head(const Tensor& lm_head, const Tensor& wte, const std::string& 
     ++differ;
     worst = std::max(worst, std::fabs(double(x[i]) - double(y[i])));
   }
-  HG_INPUT_CHECK(differ == 0, "[GPT::load] ", path, ": tensor \"lm_head.weight\" differs from \"wte.weight\" in ", differ,
-           " of ", a.numel(), " values (max |difference| ", worst,
-           "); this GPT ties its output head to wte, so a file with its own lm_head cannot load");
+  HG_INPUT_CHECK(differ == 0, "[GPT::load] ", path, ": tensor \"lm_head.weight\" differs from \"wte.weight\" in ",
+                 differ, " of ", a.numel(), " values (max |difference| ", worst,
+                 "); this GPT ties its output head to wte, so a file with its own lm_head cannot load");
 }
 
 }  // namespace
@@ -303,7 +305,7 @@ std::shared_ptr<GPT> GPT::load(const std::string& given) {
         name.rfind("h.", 0) == 0 && std::count(name.begin(), name.end(), '.') == 3)
       continue;
     HG_INPUT_CHECK(tensors.emplace(name, tensor).second, "[GPT::load] ", path, ": tensor \"", printable(name),
-             "\" appears both with and without the \"transformer.\" prefix; expected it once");
+                   "\" appears both with and without the \"transformer.\" prefix; expected it once");
   }
 
   const Architecture architecture = native ? native_architecture(file, path) : hf_architecture(path, file.metadata);
@@ -321,19 +323,19 @@ std::shared_ptr<GPT> GPT::load(const std::string& given) {
     }
     check_floating(name, it->second, path);
     HG_INPUT_CHECK(it->second.shape() == shape, "[GPT::load] ", path, ": tensor \"", name, "\" has shape ",
-             shape_text(it->second.shape()), "; expected ", shape_text(shape), " (n_embd ", config.n_embd(),
-             native ? "" : ", GPT-2's Conv1D weights are [in, out]", ")");
+                   shape_text(it->second.shape()), "; expected ", shape_text(shape), " (n_embd ", config.n_embd(),
+                   native ? "" : ", GPT-2's Conv1D weights are [in, out]", ")");
   }
   std::vector<std::string> unexpected;
   for (const auto& [name, tensor] : tensors)
     if (!expected_names.count(name)) unexpected.push_back(name);
-  HG_INPUT_CHECK(missing.empty() && unexpected.empty(), "[GPT::load] ", path, ": ",
-           missing.empty() ? "" : "missing tensors " + name_list(missing),
-           missing.empty() || unexpected.empty() ? "" : "; ",
-           unexpected.empty() ? "" : "unexpected tensors " + name_list(unexpected), "; expected a GPT-2 checkpoint of ",
-           config.n_layer(),
-           " blocks (wte.weight, wpe.weight, h.<i>.ln_1 / attn.c_attn / attn.c_proj / ln_2 / mlp.c_fc / mlp.c_proj, "
-           "ln_f)");
+  HG_INPUT_CHECK(
+      missing.empty() && unexpected.empty(), "[GPT::load] ", path, ": ",
+      missing.empty() ? "" : "missing tensors " + name_list(missing), missing.empty() || unexpected.empty() ? "" : "; ",
+      unexpected.empty() ? "" : "unexpected tensors " + name_list(unexpected), "; expected a GPT-2 checkpoint of ",
+      config.n_layer(),
+      " blocks (wte.weight, wpe.weight, h.<i>.ln_1 / attn.c_attn / attn.c_proj / ln_2 / mlp.c_fc / mlp.c_proj, "
+      "ln_f)");
   if (lm_head) check_lm_head(*lm_head, tensors.at("wte.weight"), path);
 
   std::shared_ptr<GPT> model(new GPT(config, Uninitialised{}));

@@ -38,7 +38,7 @@ struct ConfigFile {
 
   [[noreturn]] void fail_key(const std::string& key, const Json& value, const std::string& expected) const {
     HG_INPUT_FAIL("[GPT::load] ", path, ": key \"", key, "\" is ", value.type_name(), " ", shown(value), "; expected ",
-            expected);
+                  expected);
   }
 
   const Json* find(const std::string& key) const {
@@ -61,14 +61,15 @@ struct ConfigFile {
   std::optional<int64_t> aliased_integer(const std::string& key, const std::string& alias) const {
     const std::optional<int64_t> value = integer(key), aliased = integer(alias);
     HG_INPUT_CHECK(!value || !aliased || *value == *aliased, "[GPT::load] ", path, ": key \"", key, "\" = ", *value,
-             " and its alias \"", alias, "\" = ", *aliased, " disagree; expected one value");
+                   " and its alias \"", alias, "\" = ", *aliased, " disagree; expected one value");
     return value ? value : aliased;
   }
 
   int64_t required_integer(const std::string& key, const std::string& alias) const {
     const std::optional<int64_t> value = aliased_integer(key, alias);
-    HG_INPUT_CHECK(value.has_value(), "[GPT::load] ", path, ": key \"", key, "\" (or its alias \"", alias,
-             "\") is missing; expected a GPT-2 config.json with n_head, n_layer, n_embd, vocab_size and n_positions");
+    HG_INPUT_CHECK(
+        value.has_value(), "[GPT::load] ", path, ": key \"", key, "\" (or its alias \"", alias,
+        "\") is missing; expected a GPT-2 config.json with n_head, n_layer, n_embd, vocab_size and n_positions");
     return *value;
   }
 
@@ -103,7 +104,7 @@ std::string read_text(const std::string& path) {
   while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
     text.append(buffer, size_t(in.gcount()));
     HG_INPUT_CHECK(text.size() <= kMaxConfigBytes, "[GPT::load] ", path, " is larger than ", kMaxConfigBytes,
-             " bytes; expected a GPT-2 config.json (about 1 KB)");
+                   " bytes; expected a GPT-2 config.json (about 1 KB)");
   }
   HG_INPUT_CHECK(!in.bad(), "[GPT::load] cannot read ", path, ": ", std::strerror(errno));
   return text;
@@ -125,7 +126,7 @@ GeluApproximation parse_activation(const std::string& name, const std::string& w
   if (name == "gelu_new" || name == "gelu_pytorch_tanh") return GeluApproximation::Tanh;
   if (name == "gelu") return GeluApproximation::Erf;
   HG_INPUT_FAIL("[GPT::load] ", where, " is \"", printable(name),
-          "\"; expected \"gelu_new\" or \"gelu_pytorch_tanh\" (GELU's tanh approximation) or \"gelu\" (exact)");
+                "\"; expected \"gelu_new\" or \"gelu_pytorch_tanh\" (GELU's tanh approximation) or \"gelu\" (exact)");
 }
 
 HfGpt2Config read_hf_config(const std::string& path) {
@@ -138,9 +139,9 @@ HfGpt2Config read_hf_config(const std::string& path) {
     HG_INPUT_FAIL("[GPT::load] ", path, " is not valid JSON: ", e.what());
   }
   HG_INPUT_CHECK(file.json.is_object(), "[GPT::load] ", path, " is a JSON ", file.json.type_name(),
-           "; expected a JSON object (GPT-2's config.json)");
+                 "; expected a JSON object (GPT-2's config.json)");
   HG_INPUT_CHECK(!duplicates.duplicate, "[GPT::load] ", path, ": key \"", printable(*duplicates.duplicate),
-           "\" appears twice; expected each key once");
+                 "\" appears twice; expected each key once");
 
   if (const Json* type = file.find("model_type"); type && (!type->is_string() || type->get<std::string>() != "gpt2"))
     file.fail_key("model_type", *type, "\"gpt2\"");
@@ -155,8 +156,8 @@ HfGpt2Config read_hf_config(const std::string& path) {
   const std::optional<int64_t> positions = file.aliased_integer("n_positions", "max_position_embeddings");
   const std::optional<int64_t> ctx = positions ? std::nullopt : file.integer("n_ctx");
   HG_INPUT_CHECK(positions || ctx, "[GPT::load] ", path,
-           ": key \"n_positions\" is missing (and no \"max_position_embeddings\" or \"n_ctx\"); expected the "
-           "model's context length");
+                 ": key \"n_positions\" is missing (and no \"max_position_embeddings\" or \"n_ctx\"); expected the "
+                 "model's context length");
   c.n_positions = positions ? *positions : *ctx;
 
   if (const Json* inner = file.find("n_inner"); inner && !inner->is_null()) {

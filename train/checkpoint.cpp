@@ -74,15 +74,15 @@ std::string metadata_value(const safetensors::File& file, const std::string& key
 void check_format(const safetensors::File& file, const std::string& source) {
   const std::string format = metadata_value(file, "format"), version = metadata_value(file, "version");
   HG_INPUT_CHECK(format == kFormat, "[load_checkpoint] '", source,
-           "': is not a halfgrad training checkpoint (metadata format '", format, "', expected '", kFormat,
-           "'); a model-only file loads with GPT::load or --load");
+                 "': is not a halfgrad training checkpoint (metadata format '", format, "', expected '", kFormat,
+                 "'); a model-only file loads with GPT::load or --load");
   HG_INPUT_CHECK(version == kVersion || version == kUncheckedVersion, "[load_checkpoint] '", source,
-           "': has checkpoint version '", version, "'; this build reads ", kVersion, " and ", kUncheckedVersion);
+                 "': has checkpoint version '", version, "'; this build reads ", kVersion, " and ", kUncheckedVersion);
   // A flipped bit in a checksum key's name makes the file look unverified: version 2 refuses that.
-  HG_INPUT_CHECK(!safetensors::lacks_promised_checksums(file, "version", kVersion),
-           "[load_checkpoint] '", source, "': a version-", kVersion,
-           " checkpoint without its checksums (the header's 'halfgrad.crc32c.' keys are missing or misspelt); "
-           "the header is damaged");
+  HG_INPUT_CHECK(!safetensors::lacks_promised_checksums(file, "version", kVersion), "[load_checkpoint] '", source,
+                 "': a version-", kVersion,
+                 " checkpoint without its checksums (the header's 'halfgrad.crc32c.' keys are missing or misspelt); "
+                 "the header is damaged");
 }
 
 std::string describe_tensor(const Tensor& t) { return std::string(dtype_name(t.dtype())) + shape_str(t.shape()); }
@@ -183,7 +183,7 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
   for (const auto& [key, t] : file.tensors) {
     const size_t dot = key.find('.');
     HG_INPUT_CHECK(dot != std::string::npos && dot > 0 && dot + 1 < key.size(), where, " entry '", key,
-             "' is not named '<kind>.<name>'");
+                   "' is not named '<kind>.<name>'");
     by_kind[key.substr(0, dot)].emplace_back(key.substr(dot + 1), t);
   }
   const std::map<std::string, bool> registered = {
@@ -193,10 +193,10 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
       {"extra", !extras_.empty()}};
   for (const auto& [kind, entries] : by_kind) {
     const auto it = registered.find(kind);
-    HG_INPUT_CHECK(it != registered.end(), where, " entry '", kind, ".", entries.front().first, "' is of unknown kind '",
-             kind, "'");
+    HG_INPUT_CHECK(it != registered.end(), where, " entry '", kind, ".", entries.front().first,
+                   "' is of unknown kind '", kind, "'");
     HG_INPUT_CHECK(it->second, where, " holds ", kind, " state ('", kind, ".", entries.front().first,
-             "', ...) but this run registers no ", kind, "; the checkpoint holds: ", meta("contents"));
+                   "', ...) but this run registers no ", kind, "; the checkpoint holds: ", meta("contents"));
   }
   auto lookup = [&](const std::string& kind) -> std::map<std::string, Tensor> {
     std::map<std::string, Tensor> out;
@@ -211,15 +211,15 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
     for (size_t i = 0; i < names.size(); ++i) {
       const auto it = present.find(names[i]);
       HG_INPUT_CHECK(it != present.end(), where, " has no '", kind, ".", names[i],
-               "'; the checkpoint holds: ", meta("contents"));
+                     "'; the checkpoint holds: ", meta("contents"));
       const Tensor& t = it->second;
-      HG_INPUT_CHECK(t.dtype() == dtype && t.dim() == 1 && t.numel() == numels[i], where, " entry '", kind, ".", names[i],
-               "' is ", describe_tensor(t), "; expected ", dtype_name(dtype), "[", numels[i], "]");
+      HG_INPUT_CHECK(t.dtype() == dtype && t.dim() == 1 && t.numel() == numels[i], where, " entry '", kind, ".",
+                     names[i], "' is ", describe_tensor(t), "; expected ", dtype_name(dtype), "[", numels[i], "]");
       out.push_back(t);
       present.erase(it);
     }
     HG_INPUT_CHECK(present.empty(), where, " entry '", kind, ".", present.empty() ? "" : present.begin()->first,
-             "' is not registered in this run");
+                   "' is not registered in this run");
     return out;
   };
 
@@ -234,19 +234,19 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
         missing.push_back(name);
         continue;
       }
-      HG_INPUT_CHECK(it->second.shape() == live.shape() && it->second.dtype() == live.dtype(), where, " tensor 'model.", name,
-               "' is ", describe_tensor(it->second), " but the model's is ", describe_tensor(live),
-               "; the checkpoint was written for another model configuration or precision");
+      HG_INPUT_CHECK(it->second.shape() == live.shape() && it->second.dtype() == live.dtype(), where, " tensor 'model.",
+                     name, "' is ", describe_tensor(it->second), " but the model's is ", describe_tensor(live),
+                     "; the checkpoint was written for another model configuration or precision");
       model_copies.emplace_back(live, it->second);
       saved.erase(it);
     }
     std::string names;
     for (size_t i = 0; i < missing.size() && i < 5; ++i) names += (i ? ", " : "") + missing[i];
     HG_INPUT_CHECK(missing.empty(), where, " lacks ", missing.size(), " tensor(s) of the model (", names,
-             missing.size() > 5 ? ", ..." : "", "); the checkpoint was written for another model");
+                   missing.size() > 5 ? ", ..." : "", "); the checkpoint was written for another model");
     HG_INPUT_CHECK(saved.empty(), where, " holds 'model.", saved.empty() ? "" : saved.begin()->first, "' (and ",
-             saved.size() > 0 ? saved.size() - 1 : 0,
-             " more) that this model does not have; the checkpoint was written for another model");
+                   saved.size() > 0 ? saved.size() - 1 : 0,
+                   " more) that this model does not have; the checkpoint was written for another model");
   }
   std::optional<optim::LossScaler> scaler;
   if (scaler_) {
@@ -284,9 +284,11 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
     for (size_t i = 0; i < extras_.size(); ++i) {
       const auto& [name, live] = extras_[i];
       const auto it = present.find(name);
-      HG_INPUT_CHECK(it != present.end(), where, " has no 'extra.", name, "'; the checkpoint holds: ", meta("contents"));
-      HG_INPUT_CHECK(it->second.shape() == live->shape() && it->second.dtype() == live->dtype(), where, " entry 'extra.",
-               name, "' is ", describe_tensor(it->second), "; expected ", describe_tensor(*live));
+      HG_INPUT_CHECK(it != present.end(), where, " has no 'extra.", name,
+                     "'; the checkpoint holds: ", meta("contents"));
+      HG_INPUT_CHECK(it->second.shape() == live->shape() && it->second.dtype() == live->dtype(), where,
+                     " entry 'extra.", name, "' is ", describe_tensor(it->second), "; expected ",
+                     describe_tensor(*live));
       if (extra_checks_[i]) {
         try {
           extra_checks_[i](it->second);
@@ -298,7 +300,7 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
       present.erase(it);
     }
     HG_INPUT_CHECK(present.empty(), where, " entry 'extra.", present.empty() ? "" : present.begin()->first,
-             "' is not registered in this run");
+                   "' is not registered in this run");
   }
 
   // ---- apply: the optimizer first (its load checks everything before it changes anything), then
