@@ -218,8 +218,12 @@ void cpu_gradient_passes(int64_t n, int repeats) {
     clip.kind = kernels::GradientMultiplier::clip;
     clip.sum_sq = &sum_sq;
     clip.max_norm = 1.999;
-    line("clip_scale", 2, best_seconds(repeats, [&] { kernels::cpu::scale_gradients(&span, 1, clip, nullptr); }, kWarmupSteps));
-    line("inf_check", 1, best_seconds(repeats, [&] { sink += kernels::cpu::unscale_and_check(&span, 1, 1.0); }, kWarmupSteps));
+    line("clip_scale", 2,
+         best_seconds(
+             repeats, [&] { kernels::cpu::scale_gradients(&span, 1, clip, nullptr); }, kWarmupSteps));
+    line("inf_check", 1,
+         best_seconds(
+             repeats, [&] { sink += kernels::cpu::unscale_and_check(&span, 1, 1.0); }, kWarmupSteps));
     if (sink == -1) std::printf("%g\n", sink);  // keeps the results live
   }
 }

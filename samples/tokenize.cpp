@@ -198,8 +198,8 @@ int main(int argc, char** argv) {
     flags.parse(int(arg_pointers.size()), arg_pointers.data());
 
     if (!corpus.empty()) return train(corpus, output, vocab_size, min_frequency, specials);
-    const text::Tokenizer tok =
-        app::or_usage_error(kProgram, "--tokenizer " + tokenizer_path, [&] { return text::Tokenizer::load(tokenizer_path); });
+    const text::Tokenizer tok = app::or_usage_error(kProgram, "--tokenizer " + tokenizer_path,
+                                                    [&] { return text::Tokenizer::load(tokenizer_path); });
     const std::string input = read_stdin();
     if (decode) {
       const std::vector<uint32_t> ids = parse_ids(input, tok.vocab_size());

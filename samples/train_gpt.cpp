@@ -69,7 +69,8 @@ int run(const TrainGptConfig& c) {
           .stochastic_rounding(c.stochastic_rounding)
           .rounding_seed(uint64_t(c.seed)));
   if (!c.load.empty() && optimizer->has_saved_state(c.load))  // ZeRO shards beside it: the user's files too
-    app::or_usage_error(kProgram, "--load " + c.load + " (its optimizer shards)", [&] { optimizer->load_state(c.load); });
+    app::or_usage_error(kProgram, "--load " + c.load + " (its optimizer shards)",
+                        [&] { optimizer->load_state(c.load); });
   const std::unique_ptr<data::DataLoader> loader = make_loader(c, *task, parallel, threads.workers);
   const int64_t tokens_per_micro_batch = c.batch * task->sequence_length();
   const int64_t micro_batches = app::or_usage_error(

@@ -85,7 +85,8 @@ void check_settings(const TrainGptConfig& c) {
     fail("unknown --offload-activations \"" + c.offload + "\"; expected off, inputs or all");
   if (c.offload == "inputs" && c.recompute_every == 0)
     fail("--offload-activations inputs offloads checkpoint inputs; it needs --checkpoint-every K");
-  app::or_usage_error(kProgram, [&] { return train::parse_loss_scale(c.loss_scale, train::parse_precision(c.precision)); });
+  app::or_usage_error(kProgram,
+                      [&] { return train::parse_loss_scale(c.loss_scale, train::parse_precision(c.precision)); });
   if (c.stochastic_rounding && (c.zero >= 0 || c.offload_optimizer || dist::detect_process().world_size > 1))
     fail(
         "--stochastic-rounding is not implemented under ZeRO or data parallelism (the sharded update rounds to "

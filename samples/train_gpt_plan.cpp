@@ -91,8 +91,8 @@ plan::PlanRequest plan_request(const TrainGptConfig& c) {
     request.model.dropout = c.dropout;
   }
   request.model.fused_attention = c.attention != "composed";
-  request.world =
-      c.plan_world > 0 ? int(c.plan_world) : app::or_usage_error(kProgram, [] { return dist::detect_process().world_size; });
+  request.world = c.plan_world > 0 ? int(c.plan_world)
+                                   : app::or_usage_error(kProgram, [] { return dist::detect_process().world_size; });
   // Sequences per optimizer step as train_gpt counts them (--batch-tokens over the trained sequence
   // length), as tokens of the model's context (the planner's unit).
   const int64_t length = trained_sequence_length(c, request.model.context);
@@ -176,9 +176,10 @@ std::vector<std::string> planned_arguments(const TrainGptConfig& c, int argc, ch
                                 "the flags without --memory-budget");
   for (const char* flag : kUnplannedFlags)
     if (c.flags.given(flag))
-      app::exit_with_usage_error(kProgram, std::string("--") + flag + " is not part of --memory-budget's plan (it may " +
-                                          "pick --zero, or count other gradient bytes); expected --memory-budget " +
-                                          "without it, or the plan's flags (--plan) with it");
+      app::exit_with_usage_error(kProgram,
+                                 std::string("--") + flag + " is not part of --memory-budget's plan (it may " +
+                                     "pick --zero, or count other gradient bytes); expected --memory-budget " +
+                                     "without it, or the plan's flags (--plan) with it");
   const plan::PlanRequest request = plan_request(c);
   const plan::Candidate chosen = ranked_or_exit(request).front();
   std::printf("plan: %s (predicted %s GiB of %s GiB per rank)\n", joined(chosen.flags()).c_str(),

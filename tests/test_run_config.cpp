@@ -207,7 +207,8 @@ TEST_CASE("a config file and flags combine: flags win wherever --config stands, 
 
 TEST_CASE("text values are UTF-8: a flag's value that is not is a usage error naming the flag and the byte") {
   CHECK(app::utf8_error_offset("") == std::string::npos);
-  CHECK(app::utf8_error_offset("cpu \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80") == std::string::npos);  // e-acute, euro, emoji
+  CHECK(app::utf8_error_offset("cpu \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80") ==
+        std::string::npos);  // e-acute, euro, emoji
   CHECK(app::utf8_error_offset("ab\xff") == 2);
   CHECK(app::utf8_error_offset("a\x80") == 1);              // a continuation byte alone
   CHECK(app::utf8_error_offset("ab\xc3") == 2);             // cut short

@@ -74,7 +74,9 @@ inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_
   add([](PlanCase& c) { c.config.checkpoint_every = 1; });
   add([](PlanCase& c) { c.config.checkpoint_every = 2, c.config.micro_batch = 8; });
   add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.checkpoint_every = 1; });
-  add([](PlanCase& c) { c.config.checkpoint_every = 1, c.config.offload_activations = OffloadMode::checkpoint_inputs; });
+  add([](PlanCase& c) {
+    c.config.checkpoint_every = 1, c.config.offload_activations = OffloadMode::checkpoint_inputs;
+  });
   add([](PlanCase& c) { c.config.offload_activations = OffloadMode::all; });
   add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.offload_activations = OffloadMode::all; });
   // Stages 0, 1 and 2 predict the same bytes at world 1: one row of the three, and ZeRO with
