@@ -56,15 +56,28 @@ bool& Flags::add_bool(const std::string& name, bool value, const std::string& he
 }
 
 Flags::Flag* Flags::find(const std::string& name) {
-  for (Flag& f : flags_)
-    if (f.name == name) return &f;
-  return nullptr;
+  return const_cast<Flag*>(static_cast<const Flags&>(*this).find(name));
 }
 
 const Flags::Flag* Flags::find(const std::string& name) const {
+  const std::string* renamed = renamed_to(name);
+  const std::string& current = renamed ? *renamed : name;
   for (const Flag& f : flags_)
-    if (f.name == name) return &f;
+    if (f.name == current) return &f;
   return nullptr;
+}
+
+const std::string* Flags::renamed_to(const std::string& old_name) const {
+  for (const auto& [old, now] : renamed_)
+    if (old == old_name) return &now;
+  return nullptr;
+}
+
+Flags& Flags::rename(const std::string& old_name, const std::string& new_name) {
+  check_new_name(program_, old_name, find(old_name) != nullptr);
+  HG_CHECK(find(new_name) != nullptr, "[Flags] rename: '", new_name, "' is not a flag of ", program_);
+  renamed_.emplace_back(old_name, new_name);
+  return *this;
 }
 
 Flags& Flags::after_parse(std::function<void()> hook) {
@@ -189,6 +202,9 @@ void Flags::parse(int argc, char** argv) {
       config_path = value;
       continue;
     }
+    if (const std::string* renamed = renamed_to(name))
+      std::fprintf(stderr, "%s: note: --%s is now --%s (the old name still works)\n", program_.c_str(), name.c_str(),
+                   renamed->c_str());
     Flag* flag = find(name);
     if (flag == nullptr && name.rfind("no-", 0) == 0 && find(name.substr(3)) && find(name.substr(3))->kind == "bool") {
       *static_cast<bool*>(find(name.substr(3))->target) = false;

@@ -74,6 +74,10 @@ class Flags {
   Flags& after_parse(std::function<void()> hook);
   // Whether `name` was given on the command line or in a config file (or restored from a checkpoint).
   bool given(const std::string& name) const;
+  // A flag's former name: --old_name on the command line (with a one-line note on stderr naming the
+  // new one) and an "old_name" key in a config file or a checkpoint's run config set new_name's flag.
+  // --help, --print-config and run configs use the new name; both names in one config is a usage error.
+  Flags& rename(const std::string& old_name, const std::string& new_name);
 
   // ---- JSON (app/run_config.cpp) ----
   // The settings as one pretty-printed JSON object, every key in declaration order but `omit`.
@@ -98,8 +102,11 @@ class Flags {
     bool given = false;
   };
   friend struct FlagsJson;  // app/run_config.cpp: the JSON side, kept out of this header
+  // The flag of `name`, or of the name it was renamed to (rename); null when neither.
   Flag* find(const std::string& name);
   const Flag* find(const std::string& name) const;
+  // The new name of a former one, or null.
+  const std::string* renamed_to(const std::string& old_name) const;
   [[noreturn]] void fail(const std::string& message) const;
   std::string program_, description_;
   std::deque<Flag> flags_;
@@ -108,6 +115,7 @@ class Flags {
   std::deque<std::string> strings_;
   std::deque<bool> bools_;
   std::vector<std::function<void()>> after_parse_;
+  std::vector<std::pair<std::string, std::string>> renamed_;  // (old name, new name)
 };
 
 // The offset of the first byte of `text` that does not start a well-formed UTF-8 character (no

@@ -197,11 +197,18 @@ std::string Flags::to_json(const std::vector<std::string>& omit) const {
 void Flags::apply_json(const std::string& text, const std::string& source) {
   const Json object = FlagsJson::parse_object(*this, text, source);
   std::vector<std::pair<Flag*, const Json*>> settings;
+  std::vector<std::string> keys;
   for (const auto& [key, v] : object.items()) {
     Flag* flag = find(key);
     if (flag == nullptr) FlagsJson::fail(*this, source, FlagsJson::unknown_key(*this, key));
+    for (size_t i = 0; i < settings.size(); ++i)
+      if (settings[i].first == flag)  // a flag's name and its former name (rename)
+        FlagsJson::fail(*this, source,
+                        "keys " + FlagsJson::quoted(keys[i]) + " and " + FlagsJson::quoted(key) +
+                            " set the same flag (one is its former name); expected one of them");
     FlagsJson::set(*this, *flag, v, source, false);  // every key checked, also those the command line overrides
     settings.emplace_back(flag, &v);
+    keys.push_back(key);
   }
   for (const auto& [flag, v] : settings) {
     if (flag->given) continue;
@@ -229,20 +236,21 @@ void Flags::restore(const std::string& text, const std::string& source, const Re
                    source.c_str(), FlagsJson::quoted(key).c_str());
       continue;
     }
-    if (listed(rules.per_invocation, key)) continue;
+    const std::string& name = flag->name;  // an older run config may hold a flag's former name (rename)
+    if (listed(rules.per_invocation, name)) continue;
     if (!flag->given) {
       FlagsJson::set(*this, *flag, v, source, true);
       flag->given = true;
       continue;
     }
-    if (!listed(rules.fixed, key)) continue;  // given now, may change: the stored value is not used
+    if (!listed(rules.fixed, name)) continue;  // given now, may change: the stored value is not used
     FlagsJson::set(*this, *flag, v, source, false);
     const Json now = FlagsJson::value(*flag);
     bool same = flag->kind == "float" ? now.get<double>() == v.get<double>() : now == v;
-    const bool as_files = listed(rules.paths, key);
+    const bool as_files = listed(rules.paths, name);
     if (as_files && !same) same = FlagsJson::same_files(v.get<std::string>(), now.get<std::string>());
     if (!same)
-      exit_with_usage_error(program_, "--resume: \"" + key + "\" is " + FlagsJson::text(v) +
+      exit_with_usage_error(program_, "--resume: \"" + name + "\" is " + FlagsJson::text(v) +
                                           " in the checkpoint's run config, " + FlagsJson::text(now) + " now" +
                                           (as_files ? " (compared file by file: the same file where both exist, "
                                                       "the same text otherwise)"

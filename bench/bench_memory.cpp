@@ -2,7 +2,7 @@
 // per line. A GPT whose activations dominate its parameters trains (forward + backward + AdamW) under
 // four memory strategies:
 //   none          every activation kept
-//   ckpt_K1       hg::checkpoint around every block (GPT checkpoint_every = 1)
+//   ckpt_K1       hg::recompute around every block (GPT recompute_every = 1)
 //   ckpt_K2       segments of two blocks
 //   offload_all   every saved activation moved to host memory (hg::ActivationOffload, mode all)
 //   ckpt_K1_offload_inputs   K = 1 with the kept block inputs moved to host memory
@@ -41,7 +41,7 @@ namespace {
 
 struct Strategy {
   const char* name;
-  int64_t checkpoint_every;
+  int64_t recompute_every;
   bool offload;
   OffloadMode mode;
 };
@@ -63,8 +63,8 @@ class Trainer {
   Trainer(const Setup& s, const Strategy& strategy) : s_(s), strategy_(strategy) {
     manual_seed(1);
     const auto config =
-        nn::GPTConfig().vocab_size(s.V).context(s.T).n_layer(s.L).n_head(s.H).n_embd(s.C).dropout(0.1).checkpoint_every(
-            strategy.checkpoint_every);
+        nn::GPTConfig().vocab_size(s.V).context(s.T).n_layer(s.L).n_head(s.H).n_embd(s.C).dropout(0.1).recompute_every(
+            strategy.recompute_every);
     model_ = std::make_shared<nn::GPT>(config);
     model_->to(s.device);
     model_->train();
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
       {"ckpt_K1", 1, false, OffloadMode::all},
       {"ckpt_K2", 2, false, OffloadMode::all},
       {"offload_all", 0, true, OffloadMode::all},
-      {"ckpt_K1_offload_inputs", 1, true, OffloadMode::checkpoint_inputs},
+      {"ckpt_K1_offload_inputs", 1, true, OffloadMode::recompute_inputs},
   };
   try {
     // All trainers first, so their step times can be measured interleaved (round-robin): load from

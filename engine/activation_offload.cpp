@@ -189,7 +189,7 @@ class OffloadedView final : public PackedTensor {
 }  // namespace
 
 std::shared_ptr<PackedTensor> ActivationOffload::Hooks::pack(const Tensor& t, SavedRole role) {
-  if (mode_ == OffloadMode::checkpoint_inputs && role != SavedRole::checkpoint_input) return nullptr;
+  if (mode_ == OffloadMode::recompute_inputs && role != SavedRole::recompute_input) return nullptr;
   const std::shared_ptr<Storage>& source = t.storage();
   if (source->nbytes() == 0) return nullptr;
   std::shared_ptr<OffloadedStorage> offloaded;
@@ -209,17 +209,17 @@ std::shared_ptr<PackedTensor> ActivationOffload::Hooks::pack(const Tensor& t, Sa
 
 OffloadMode parse_offload_mode(const std::string& text) {
   if (text == "off") return OffloadMode::off;
-  if (text == "inputs") return OffloadMode::checkpoint_inputs;
+  if (text == "inputs") return OffloadMode::recompute_inputs;
   if (text == "all") return OffloadMode::all;
   HG_INPUT_FAIL("[offload] unknown activation offload mode \"", text,
-                "\"; expected \"off\", \"inputs\" (checkpoint inputs only) or \"all\" (every saved activation)");
+                "\"; expected \"off\", \"inputs\" (the inputs of recompute regions only) or \"all\" (every saved activation)");
 }
 
 const char* offload_mode_name(OffloadMode mode) {
   switch (mode) {
     case OffloadMode::off:
       return "off";
-    case OffloadMode::checkpoint_inputs:
+    case OffloadMode::recompute_inputs:
       return "inputs";
     case OffloadMode::all:
       return "all";

@@ -3,7 +3,7 @@
 // the backward, one group (a transformer block) ahead of their use.
 //
 //   {
-//     hg::ActivationOffload offload(hg::OffloadMode::all);   // or checkpoint_inputs
+//     hg::ActivationOffload offload(hg::OffloadMode::all);   // or recompute_inputs
 //     loss = model.loss(ids, targets);                       // forward: saves are copied out
 //   }
 //   loss.backward();                                         // backward: saves come back
@@ -12,7 +12,7 @@
 // tensor to host memory -- once per Storage, however many views of it are saved -- and keeps only
 // that copy, so the device memory is freed as soon as the forward lets go of it. unpack() brings the
 // Storage back and rebuilds the view (shape, strides, offset). Groups come from
-// begin_saved_tensor_group() (GPT calls it per block, hg::checkpoint per region): the first unpack
+// begin_saved_tensor_group() (GPT calls it per block, hg::recompute per region): the first unpack
 // in group g brings back the whole of group g and starts bringing back group g - 1.
 //
 // On a CUDA device: copies run on the copy stream into pinned memory. Device -> host waits for the
@@ -26,7 +26,7 @@
 // the CPU allocator: the same data flow, with the split visible in the statistics (a CPU has no
 // faster memory to relieve, so this is for tests and measurements).
 //
-// Modes: checkpoint_inputs offloads only what hg::checkpoint saves (DeepSpeed's CPU checkpointing);
+// Modes: recompute_inputs offloads only what hg::recompute saves (DeepSpeed's CPU checkpointing);
 // all offloads every saved activation (PyTorch's save_on_cpu). Parameters are never offloaded.
 #include <cstdint>
 #include <memory>
@@ -37,9 +37,9 @@
 namespace hg {
 
 // What moves to host memory during a forward: nothing (off, the trainer's and the planner's default;
-// an ActivationOffload refuses it), the inputs of checkpointed regions, or every saved activation.
+// an ActivationOffload refuses it), the inputs of recompute regions, or every saved activation.
 // train_gpt --offload-activations off|inputs|all.
-enum class OffloadMode { off, checkpoint_inputs, all };
+enum class OffloadMode { off, recompute_inputs, all };
 // "off", "inputs" or "all"; throws naming the accepted values.
 OffloadMode parse_offload_mode(const std::string& text);
 const char* offload_mode_name(OffloadMode mode);

@@ -46,7 +46,7 @@ class NoGradGuard {
   bool previous_;
 };
 
-// Sets grad mode to `enabled` in its scope (hg::checkpoint turns it on to recompute inside backward).
+// Sets grad mode to `enabled` in its scope (hg::recompute turns it on to recompute inside backward).
 class GradModeGuard {
  public:
   explicit GradModeGuard(bool enabled);

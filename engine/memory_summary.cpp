@@ -44,8 +44,8 @@ std::string memory_summary() {
 
 std::string out_of_memory_advice() {
   return "ways to need less memory (train_gpt flags): a smaller --batch with gradient accumulation (--grad-accum N); "
-         "half-precision activations and weights (--precision bf16); activation checkpointing "
-         "(--checkpoint-every K, hg::checkpoint); activation offload to host memory (--offload-activations "
+         "half-precision activations and weights (--precision bf16); activation recompute "
+         "(--recompute-every K, hg::recompute); activation offload to host memory (--offload-activations "
          "inputs|all, hg::ActivationOffload); sharded optimizer state (--zero); optimizer state in host memory "
          "(--offload-optimizer)";
 }

@@ -18,9 +18,9 @@
 
 namespace hg {
 
-// Why a tensor is saved: by an op for its backward, or by hg::checkpoint (its inputs, the only
-// activations a checkpointed region keeps).
-enum class SavedRole { activation, checkpoint_input };
+// Why a tensor is saved: by an op for its backward, or by hg::recompute (its inputs, the only
+// activations a recompute region keeps).
+enum class SavedRole { activation, recompute_input };
 
 // A saved value in whatever form the hooks chose.
 class PackedTensor {
@@ -68,7 +68,7 @@ class SavedTensorHooksGuard {
 // The innermost hooks of this thread (nullptr: none).
 SavedTensorHooks* current_saved_tensor_hooks();
 
-// Marks the start of a new group of saves -- a transformer block, a checkpointed region -- so that
+// Marks the start of a new group of saves -- a transformer block, a recompute region -- so that
 // hooks which move saved tensors away can bring a whole group back, one group ahead of its use in
 // backward. A no-op without hooks.
 void begin_saved_tensor_group();

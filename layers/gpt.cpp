@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/checkpoint.h"
+#include "engine/recompute.h"
 #include "engine/saved_tensor.h"
 
 #include "layers/init.h"
@@ -14,8 +14,8 @@ void GPTConfig::validate() const {
   HG_CHECK(vocab_size_ > 0, "[GPT] expected vocab_size > 0, got ", vocab_size_);
   HG_CHECK(context_ > 0, "[GPT] expected context > 0, got ", context_);
   HG_CHECK(n_layer_ > 0, "[GPT] expected n_layer > 0, got ", n_layer_);
-  HG_CHECK(checkpoint_every_ >= 0, "[GPT] expected checkpoint_every >= 0 (0: off, K: segments of K blocks), got ",
-           checkpoint_every_);
+  HG_CHECK(recompute_every_ >= 0, "[GPT] expected recompute_every >= 0 (0: off, K: segments of K blocks), got ",
+           recompute_every_);
   block_options().validate();
 }
 
@@ -29,7 +29,7 @@ TransformerOptions GPTConfig::block_options() const {
       .attention(attention_);
 }
 
-GPT::GPT(const GPTConfig& c, Uninitialised) : config(c), checkpoint_every_(c.checkpoint_every()) {
+GPT::GPT(const GPTConfig& c, Uninitialised) : config(c), recompute_every_(c.recompute_every()) {
   c.validate();
   wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size(), c.n_embd()));
   wpe = register_module("wpe", std::make_shared<Embedding>(c.context(), c.n_embd()));
@@ -70,12 +70,12 @@ Tensor GPT::final_hidden(const Tensor& ids) {
            config.context(), " positions");
   const Tensor positions = arange(T, i64, ids.device());
   const Tensor x = wte->forward(ids) + wpe->forward(positions);
-  if (checkpoint_every_ > 0) {
-    // A checkpoint region is a function of one tensor: within a segment of K blocks the K - 1 block
+  if (recompute_every_ > 0) {
+    // A recompute region is a function of one tensor: within a segment of K blocks the K - 1 block
     // boundaries run fused (forward_pair), the segment's last add is plain, and its output -- the one
     // tensor the region keeps -- goes to the next segment's first ln_1 (or ln_f) unfused. Each segment
     // starts a group of saved tensors (activation offload brings groups back one ahead of use).
-    const size_t segment = size_t(checkpoint_every_);
+    const size_t segment = size_t(recompute_every_);
     Tensor stream = x;
     for (size_t first = 0; first < h.size(); first += segment) {
       const size_t last = std::min(h.size(), first + segment);
@@ -85,11 +85,11 @@ Tensor GPT::final_hidden(const Tensor& ids) {
         return pair.base + pair.delta;
       };
       begin_saved_tensor_group();
-      stream = checkpoint(run_segment, stream);
+      stream = recompute(run_segment, stream);
     }
     return ln_f->forward(stream);
   }
-  // Without checkpointing the stream goes from block to block as base + delta, so every block's last
+  // Without recompute the stream goes from block to block as base + delta, so every block's last
   // add runs fused with the next block's ln_1 (in that block's scope), and the last one's with ln_f.
   // Each block starts a group of saved tensors.
   ResidualPair pair{x, Tensor()};
@@ -104,9 +104,9 @@ void GPT::set_attention(AttentionImpl impl) {
   for (const auto& block : h) block->attn->attention = impl;
 }
 
-void GPT::set_checkpoint_every(int64_t k) {
-  HG_CHECK(k >= 0, "[GPT] expected checkpoint_every >= 0 (0: off, K: segments of K blocks), got ", k);
-  checkpoint_every_ = k;
+void GPT::set_recompute_every(int64_t k) {
+  HG_CHECK(k >= 0, "[GPT] expected recompute_every >= 0 (0: off, K: segments of K blocks), got ", k);
+  recompute_every_ = k;
 }
 
 Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {

@@ -28,10 +28,10 @@ struct GPTConfig {
   HG_OPTION(GPTConfig, GeluApproximation, activation, GeluApproximation::Tanh);
   // The attention implementation of every block (engine/ops.h; Composed: the reference path).
   HG_OPTION(GPTConfig, AttentionImpl, attention, AttentionImpl::Auto);
-  // Activation checkpointing (engine/checkpoint.h): 0 keeps every activation; K >= 1 runs the blocks
-  // in segments of K consecutive blocks, each one hg::checkpoint region (K = 1: every block), so the
+  // Activation recompute (engine/recompute.h): 0 keeps every activation; K >= 1 runs the blocks
+  // in segments of K consecutive blocks, each one hg::recompute region (K = 1: every block), so the
   // forward keeps only the segments' inputs and the backward recomputes one segment at a time.
-  HG_OPTION(GPTConfig, int64_t, checkpoint_every, 0);
+  HG_OPTION(GPTConfig, int64_t, recompute_every, 0);
   // loss() through the fused classifier (linear_cross_entropy: the head and the cross-entropy in
   // chunks of rows, never storing the [B T, vocab] logits or their gradient); false: the composed
   // cross_entropy(forward(ids)), kept for comparison and benchmarks. forward() returns logits either way.
@@ -74,12 +74,12 @@ class GPT : public Module {
   // "transformer."-less names as published, lm_head omitted: tied) and `directory`/config.json.
   void save_hf(const std::string& directory) const;
 
-  // Activation checkpointing from now on (starts at config.checkpoint_every(); also for loaded models).
-  void set_checkpoint_every(int64_t k);
+  // Activation recompute from now on (starts at config.recompute_every(); also for loaded models).
+  void set_recompute_every(int64_t k);
   // The attention implementation of every block (config.attention() at construction), e.g. after load().
   void set_attention(AttentionImpl impl);
   AttentionImpl attention() const { return h.empty() ? config.attention() : h.front()->attn->attention; }
-  int64_t checkpoint_every() const { return checkpoint_every_; }
+  int64_t recompute_every() const { return recompute_every_; }
 
   const GPTConfig config;
   std::shared_ptr<Embedding> wte, wpe;
@@ -96,7 +96,7 @@ class GPT : public Module {
   // forward(ids, cache) and forward_last (layers/gpt_cached_forward.cpp).
   Tensor cached_step(const Tensor& ids, KVCache& cache, bool last_only);
 
-  int64_t checkpoint_every_ = 0;
+  int64_t recompute_every_ = 0;
 };
 
 }  // namespace hg::nn

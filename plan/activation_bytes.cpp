@@ -71,9 +71,9 @@ std::vector<Phase> step_phases(const ModelShape& m, const TrainingConfig& c, Dev
   Bytes one_a;
   one_a.add(a, kind);
   const Bytes saved = block_saved(m, s, kind);
-  const int64_t K = c.checkpoint_every;
+  const int64_t K = c.recompute_every;
   const bool offload_all = c.offload_activations == OffloadMode::all;
-  const bool offload_inputs = c.offload_activations == OffloadMode::checkpoint_inputs;
+  const bool offload_inputs = c.offload_activations == OffloadMode::recompute_inputs;
 
   Bytes batch;  // ids and targets of the micro-batch
   batch.add(s.N * 8, kind, 2);
@@ -221,9 +221,9 @@ int64_t offloaded_activation_bytes(const ModelShape& m, const TrainingConfig& c)
   Shape s{c.micro_batch, m.context, m.dim, m.heads, m.vocab, m.layers, 0, element_bytes(c.precision)};
   s.N = s.B * s.T;
   const int64_t a = s.N * s.C * s.e;
-  const int64_t K = c.checkpoint_every;
+  const int64_t K = c.recompute_every;
   Bytes b;
-  if (c.offload_activations == OffloadMode::checkpoint_inputs) {
+  if (c.offload_activations == OffloadMode::recompute_inputs) {
     if (K > 0) b.add(a, host, (s.L + K - 1) / K);  // the segments' inputs
     return b.booked;
   }

@@ -72,7 +72,7 @@ MeasuredMemory measure_memory(const ModelShape& shape, const TrainingConfig& con
                                 .dropout(shape.dropout)
                                 .attention(shape.fused_attention ? AttentionImpl::Auto : AttentionImpl::Composed)
                                 .fused_classifier(shape.fused_classifier)
-                                .checkpoint_every(config.checkpoint_every);
+                                .recompute_every(config.recompute_every);
     auto model = std::make_shared<nn::GPT>(gpt_config);
     model->to(dtype_of(config.precision));
     model->to(device);

@@ -6,7 +6,7 @@
 //   double error = double(predict_memory(shape, config, 1, DeviceKind::cuda).device_peak()) / m.device_peak - 1;
 //
 // The model and the optimizer are built as samples/train_gpt.cpp builds them (GPT in the precision on
-// the device, fp32 gradients when asked, checkpoint_every, a local AdamW with the master-weights setting,
+// the device, fp32 gradients when asked, recompute_every, a local AdamW with the master-weights setting,
 // or dist::ZeroOptimizer of the stage at world 1 with persistence threshold 4 C), then one warm-up step
 // (grad_accum micro-batches of random tokens, forward under the activation offload, backward, clip to
 // norm 1, AdamW step, zero_grad) creates the optimizer state and fills the caches; the peak is reset and

@@ -1,7 +1,7 @@
 #pragma once
 // hg::plan -- which combination of memory techniques fits a GPT into a memory budget, and how fast
 // each one trains. The planner enumerates
-//   precision x master weights x micro-batch / accumulation x checkpoint_every x activation offload
+//   precision x master weights x micro-batch / accumulation x recompute_every x activation offload
 //   x ZeRO stage x optimizer offload x optimizer state width (32 or 8 bits)
 // for a model shape, a batch (tokens per optimizer step) and a world size; predicts for each
 // configuration the per-rank device bytes (parameters, gradients, optimizer state, activations
@@ -47,19 +47,19 @@ struct ModelShape {
 enum class Precision { fp32, bf16, fp16 };
 enum class DeviceKind { cpu, cuda };
 
-const char* name(Precision p);          // "fp32", "bf16", "fp16" (train_gpt --precision)
+const char* name(Precision p);  // "fp32", "bf16", "fp16" (train_gpt --precision)
 
 // One training configuration: what train_gpt's flags select (Candidate::flags gives them).
 struct TrainingConfig {
   Precision precision = Precision::fp32;
-  bool master_weights = true;  // half precision: fp32 master copy in the optimizer (--master-weights)
-  bool fp32_grads = false;     // half precision: fp32 gradient buffers (--fp32-grads)
-  int64_t micro_batch = 1;     // sequences per micro-batch on each rank (--batch is the global one: x world)
-  int64_t grad_accum = 1;      // micro-batches per optimizer step (--grad-accum)
-  int64_t checkpoint_every = 0;                             // --checkpoint-every (0: off)
+  bool master_weights = true;   // half precision: fp32 master copy in the optimizer (--master-weights)
+  bool fp32_grads = false;      // half precision: fp32 gradient buffers (--fp32-grads)
+  int64_t micro_batch = 1;      // sequences per micro-batch on each rank (--batch is the global one: x world)
+  int64_t grad_accum = 1;       // micro-batches per optimizer step (--grad-accum)
+  int64_t recompute_every = 0;  // --recompute-every (0: off)
   OffloadMode offload_activations = OffloadMode::off;  // --offload-activations (offload_mode_name)
-  int zero_stage = -1;             // -1: one process, no ZeRO; 0..3 (--zero)
-  bool offload_optimizer = false;  // --offload-optimizer (ZeRO-Offload)
+  int zero_stage = -1;                                 // -1: one process, no ZeRO; 0..3 (--zero)
+  bool offload_optimizer = false;                      // --offload-optimizer (ZeRO-Offload)
   int state_bits = 32;             // 32 or 8 (--optimizer-state-bits)
 };
 

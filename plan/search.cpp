@@ -6,7 +6,7 @@
 //   master weights       half precision: with or without (without: only at ZeRO -1, as ZeRO keeps an
 //                        fp32 master of what it shards)
 //   micro-batch          every power of two b dividing S, and S itself; grad_accum = S / b
-//   checkpoint_every     0, and K = 1, 2, 4, ... up to L / 2, and L / 2 itself
+//   recompute_every     0, and K = 1, 2, 4, ... up to L / 2, and L / 2 itself
 //   offload activations  off, all; inputs with checkpointing
 //   ZeRO stage           -1 and 0 at world 1 (stages 1-3 would shard over one rank: stage 0's
 //                        memory, more work); 0, 1, 2, 3 at world > 1
@@ -99,12 +99,12 @@ std::vector<TrainingConfig> enumerate(const PlanRequest& request) {
     for (bool master : {true, false})
       for (int64_t micro : micro_batches)
         for (int64_t every : checkpoint_choices(request.model.layers))
-          for (OffloadMode offload : {OffloadMode::off, OffloadMode::checkpoint_inputs, OffloadMode::all})
+          for (OffloadMode offload : {OffloadMode::off, OffloadMode::recompute_inputs, OffloadMode::all})
             for (int zero = -1; zero <= 3; ++zero)
               for (bool offload_optimizer : {false, true})
                 for (int bits : {32, 8}) {
                   if (!master && (precision == Precision::fp32 || zero >= 0)) continue;
-                  if (offload == OffloadMode::checkpoint_inputs && every == 0) continue;
+                  if (offload == OffloadMode::recompute_inputs && every == 0) continue;
                   if (zero < 0 && (request.world > 1 || offload_optimizer)) continue;
                   if (zero >= 1 && request.world == 1) continue;
                   if (host_is_device && (offload != OffloadMode::off || offload_optimizer)) continue;
@@ -113,7 +113,7 @@ std::vector<TrainingConfig> enumerate(const PlanRequest& request) {
                   c.master_weights = master;
                   c.micro_batch = micro;
                   c.grad_accum = sequences / micro;
-                  c.checkpoint_every = every;
+                  c.recompute_every = every;
                   c.offload_activations = offload;
                   c.zero_stage = zero;
                   c.offload_optimizer = offload_optimizer;
@@ -214,7 +214,7 @@ std::vector<std::string> Candidate::flags() const {
   if (c.precision != Precision::fp32 && !c.master_weights) add("--no-master-weights", "");
   add("--batch", std::to_string(c.micro_batch * world));
   if (c.grad_accum != 1) add("--grad-accum", std::to_string(c.grad_accum));
-  if (c.checkpoint_every != 0) add("--checkpoint-every", std::to_string(c.checkpoint_every));
+  if (c.recompute_every != 0) add("--recompute-every", std::to_string(c.recompute_every));
   if (c.offload_activations != OffloadMode::off) add("--offload-activations", offload_mode_name(c.offload_activations));
   if (c.zero_stage != -1) add("--zero", std::to_string(c.zero_stage));
   if (c.offload_optimizer) add("--offload-optimizer", "");

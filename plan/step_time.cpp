@@ -10,7 +10,7 @@
 //                                                  twice their forward, FlashAttention-2's backward
 //                                                  ~2.5x its forward (it recomputes the scores):
 //                                                  10 L T C; composed attention: 12 L T C in all)
-//   recompute FLOPs     R = (24 L C^2 + 4 L T C) n when checkpoint_every > 0 (GPT checkpoints every
+//   recompute FLOPs     R = (24 L C^2 + 4 L T C) n when recompute_every > 0 (GPT checkpoints every
 //                                                  block in segments of K, so backward reruns the
 //                                                  forward of all L blocks; the head is not rerun)
 //   time                each GEMM's FLOPs at flops x its wave-quantisation efficiency for the
@@ -398,9 +398,9 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
   const double attention_backward = model.fused_attention ? 2.5 : 2.0;
   t.compute =
       (3 * (L * block_gemm_flops + head_flops) + (1 + attention_backward) * L * attention_flops) * tokens / flops;
-  if (config.checkpoint_every > 0) t.recompute = L * (block_gemm_flops + attention_flops) * tokens / flops;
+  if (config.recompute_every > 0) t.recompute = L * (block_gemm_flops + attention_flops) * tokens / flops;
   // A micro-batch takes at least the host's time to issue its ops (eager dispatch).
-  const double launch_floor = (L * (config.checkpoint_every > 0 ? 4.0 / 3.0 : 1.0) + 1) * machine.block_seconds;
+  const double launch_floor = (L * (config.recompute_every > 0 ? 4.0 / 3.0 : 1.0) + 1) * machine.block_seconds;
 
   // Host link, per micro-batch (activations) and per step (optimizer offload).
   // What one micro-batch's forward offloads (one way): the memory model's host bytes of the offloaded
@@ -423,7 +423,7 @@ StepTime predict_step_time(const ModelShape& model, const TrainingConfig& config
     if (stage == 1 || stage == 2) param_gather = P * param_bytes * ring;
     // Stage 3 gathers each unit's parameters in its forward and in its backward; with checkpointing
     // also in the backward's rerun of the forward: 3 gathers per micro-batch.
-    if (stage == 3) stage3_gathers_per_micro = (config.checkpoint_every > 0 ? 3 : 2) * P * param_bytes * ring;
+    if (stage == 3) stage3_gathers_per_micro = (config.recompute_every > 0 ? 3 : 2) * P * param_bytes * ring;
   }
   t.collectives = grad_collective + param_gather + a * stage3_gathers_per_micro;
 

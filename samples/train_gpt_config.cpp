@@ -84,7 +84,7 @@ void check_settings(const TrainGptConfig& c) {
   if (c.offload != "off" && c.offload != "inputs" && c.offload != "all")
     fail("unknown --offload-activations \"" + c.offload + "\"; expected off, inputs or all");
   if (c.offload == "inputs" && c.recompute_every == 0)
-    fail("--offload-activations inputs offloads checkpoint inputs; it needs --checkpoint-every K");
+    fail("--offload-activations inputs offloads the inputs of recompute regions; it needs --recompute-every K");
   app::or_usage_error(kProgram,
                       [&] { return train::parse_loss_scale(c.loss_scale, train::parse_precision(c.precision)); });
   if (c.stochastic_rounding && (c.zero >= 0 || c.offload_optimizer || dist::detect_process().world_size > 1))
@@ -151,6 +151,8 @@ void check_settings(const TrainGptConfig& c) {
 }  // namespace
 
 TrainGptConfig::TrainGptConfig(int argc, char** argv) {
+  // Activation recompute's flag was --checkpoint-every; "checkpoint" now means saved training state only.
+  flags.rename("checkpoint-every", "recompute-every");
   // --resume restores the checkpoint's run config before anything is checked or printed
   // (--print-config shows the resumed settings, and only settings that pass the checks).
   flags.after_parse([this] { restore_run_config(*this); });

@@ -68,9 +68,12 @@ struct TrainGptConfig {
   bool& stochastic_rounding =
       flags.add_bool("stochastic-rounding", false, "round updated half weights stochastically (seeded)");
   int64_t& recompute_every = flags.add_int(
-      "checkpoint-every", 0, "activation checkpointing: recompute segments of K blocks in backward (0: off)", 0);
+      "recompute-every", 0,
+      "activation recompute (\"checkpointing\"): keep only the inputs of segments of K blocks, recompute the rest "
+      "in backward (0: off; formerly --checkpoint-every)",
+      0);
   std::string& offload = flags.add_string(
-      "offload-activations", "off", "move saved activations to host memory: off, inputs (checkpoint inputs) or all");
+      "offload-activations", "off", "move saved activations to host memory: off, inputs (of recompute regions) or all");
   int64_t& workers = flags.add_int(
       "workers", -1,
       "data loader threads (0: build batches on the training thread; -1: choose, 0 on a CPU device and 1 on CUDA; "

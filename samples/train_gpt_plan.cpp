@@ -56,7 +56,7 @@ namespace {
 // The flags the planner chooses (and --memory-budget sets): given explicitly besides --memory-budget,
 // they would either be overridden by the plan or contradict it. (--batch, --grad-accum and
 // --batch-tokens are not among them: they give the batch the plan is for.)
-constexpr const char* kPlannedFlags[] = {"precision", "master-weights",    "checkpoint-every",    "offload-activations",
+constexpr const char* kPlannedFlags[] = {"precision", "master-weights",    "recompute-every",     "offload-activations",
                                          "zero",      "offload-optimizer", "optimizer-state-bits"};
 // Settings the plan does not model that conflict with one it may pick (--stochastic-rounding needs
 // a run without --zero; --fp32-grads changes the gradients' bytes the plan counted).
@@ -124,8 +124,8 @@ std::vector<std::string> planned_flags(const plan::Candidate& chosen) {
           std::to_string(t.grad_accum),
           std::string("--batch-tokens"),
           std::string("0"),
-          std::string("--checkpoint-every"),
-          std::to_string(t.checkpoint_every),
+          std::string("--recompute-every"),
+          std::to_string(t.recompute_every),
           std::string("--offload-activations"),
           std::string(offload_mode_name(t.offload_activations)),
           std::string("--zero"),

@@ -113,7 +113,7 @@ std::shared_ptr<nn::GPT> make_model(const TrainGptConfig& c) {
   model->to(train::parse_precision(c.precision));
   model->to(Device::parse(c.device));
   if (c.fp32_grads) model->set_grad_dtype(DType::f32);
-  model->set_checkpoint_every(c.recompute_every);
+  model->set_recompute_every(c.recompute_every);
   model->set_attention(parse_attention_impl(c.attention));
   return model;
 }

@@ -8,7 +8,7 @@
 
 #include "engine/activation_offload.h"
 #include "engine/allocator.h"
-#include "engine/checkpoint.h"
+#include "engine/recompute.h"
 #include "engine/ops.h"
 #include "engine/random.h"
 #include "engine/saved_tensor.h"
@@ -40,7 +40,7 @@ TEST_CASE("checkpointed GPT blocks give bitwise-equal loss and gradients in f32 
   for (int64_t k : {1, 2, 3}) {
     auto model = make_memory_model(s, k, f32, kCPU);
     const StepResult r = memory_model_step(*model, s);
-    INFO("checkpoint_every = ", k);
+    INFO("recompute_every = ", k);
     check_same_gradients(reference, r, "checkpointed vs plain");
     // The backward's replay leaves the generator where the forward left it.
     CHECK(r.generator_after == reference.generator_after);
@@ -74,7 +74,7 @@ TEST_CASE("checkpoint replays dropout masks and leaves the generator where the f
   w.set_grad(Tensor());
 
   manual_seed(11);
-  const Tensor y = checkpoint(fn, x0);
+  const Tensor y = recompute(fn, x0);
   CHECK(y.requires_grad());
   const GeneratorState after_forward = default_generator().state();
   sum(y).backward();
@@ -90,7 +90,7 @@ TEST_CASE("nested checkpoints equal the plain computation") {
   const Tensor x0 = randn({6, 12}).requires_grad_();
   auto inner = [&](const Tensor& x) { return dropout(tanh(matmul(x, w2)), 0.25, true); };
   auto outer_plain = [&](const Tensor& x) { return inner(gelu(matmul(x, w1))) + x; };
-  auto outer_nested = [&](const Tensor& x) { return checkpoint(inner, gelu(matmul(x, w1))) + x; };
+  auto outer_nested = [&](const Tensor& x) { return recompute(inner, gelu(matmul(x, w1))) + x; };
 
   // One region, used twice: two uses of separate regions would sum x0's gradient contributions in
   // another order (floating-point addition is not associative), which is not what is tested here.
@@ -102,7 +102,7 @@ TEST_CASE("nested checkpoints equal the plain computation") {
   for (const Tensor* t : {&x0, &w1, &w2}) t->set_grad(Tensor());
 
   manual_seed(21);
-  const Tensor nested = checkpoint(outer_nested, x0);
+  const Tensor nested = recompute(outer_nested, x0);
   sum(nested * nested).backward();
   CHECK(x0.grad().to_vector<float>() == gx);
   CHECK(w1.grad().to_vector<float>() == g1);
@@ -117,7 +117,7 @@ TEST_CASE("checkpoint with several inputs returns each input's gradient") {
   const std::vector<float> ga = a.grad().to_vector<float>(), gb = b.grad().to_vector<float>();
   a.set_grad(Tensor());
   b.set_grad(Tensor());
-  sum(checkpoint(fn, std::vector<Tensor>{a, b, c})).backward();
+  sum(recompute(fn, std::vector<Tensor>{a, b, c})).backward();
   CHECK(a.grad().to_vector<float>() == ga);
   CHECK(b.grad().to_vector<float>() == gb);
   CHECK_FALSE(c.grad().defined());
@@ -127,7 +127,7 @@ TEST_CASE("checkpoint without grad mode just runs the function") {
   const Tensor x = randn({3, 3}).requires_grad_();
   NoGradGuard no_grad;
   int calls = 0;
-  const Tensor y = checkpoint(
+  const Tensor y = recompute(
       [&](const Tensor& t) {
         ++calls;
         return t * 2.0;
@@ -140,12 +140,12 @@ TEST_CASE("checkpoint without grad mode just runs the function") {
 TEST_CASE("checkpoint rejects an empty function and undefined inputs") {
   Tensor x = randn({2});
   x.requires_grad_();
-  CHECK_ERROR(checkpoint(std::function<Tensor(const Tensor&)>(), x), "expected a function to run");
-  CHECK_ERROR(checkpoint([](const std::vector<Tensor>& in) { return in[0]; }, {x, Tensor()}),
+  CHECK_ERROR(recompute(std::function<Tensor(const Tensor&)>(), x), "expected a function to run");
+  CHECK_ERROR(recompute([](const std::vector<Tensor>& in) { return in[0]; }, {x, Tensor()}),
               "input 1 is an undefined tensor");
-  CHECK_ERROR(checkpoint([](const Tensor&) { return Tensor(); }, x), "returned an undefined tensor");
-  const auto config = nn::GPTConfig().checkpoint_every(-1);
-  CHECK_ERROR(nn::GPT{config}, "expected checkpoint_every >= 0");
+  CHECK_ERROR(recompute([](const Tensor&) { return Tensor(); }, x), "returned an undefined tensor");
+  const auto config = nn::GPTConfig().recompute_every(-1);
+  CHECK_ERROR(nn::GPT{config}, "expected recompute_every >= 0");
 }
 
 TEST_CASE("checkpointed GPT blocks give bitwise-equal gradients in bf16 and f16") {
@@ -158,9 +158,9 @@ TEST_CASE("checkpointed GPT blocks give bitwise-equal gradients in bf16 and f16"
     const StepResult reference = memory_model_step(*plain, s);
     for (const auto& [name, g] : reference.grad_tensors) CHECK(g.dtype() == dtype);
     auto model = make_memory_model(s, 1, dtype, kCPU);
-    check_same_gradients(reference, memory_model_step(*model, s), "checkpoint_every = 1");
-    check_same_gradients(reference, memory_model_step(*model, s, true, OffloadMode::checkpoint_inputs),
-                         "checkpoint_every = 1 with offloaded inputs");
+    check_same_gradients(reference, memory_model_step(*model, s), "recompute_every = 1");
+    check_same_gradients(reference, memory_model_step(*model, s, true, OffloadMode::recompute_inputs),
+                         "recompute_every = 1 with offloaded inputs");
     auto offloaded = make_memory_model(s, 0, dtype, kCPU);
     check_same_gradients(reference, memory_model_step(*offloaded, s, true, OffloadMode::all), "offload all");
   }
@@ -179,12 +179,12 @@ TEST_CASE("offloaded activations give bitwise-equal gradients in both modes") {
   CHECK(all.offload.storages_offloaded < all.offload.tensors_packed);
 
   auto checkpointed = make_memory_model(s, 1, f32, kCPU);
-  const StepResult inputs = memory_model_step(*checkpointed, s, true, OffloadMode::checkpoint_inputs);
-  check_same_gradients(reference, inputs, "checkpoint_every = 1 with offloaded inputs");
+  const StepResult inputs = memory_model_step(*checkpointed, s, true, OffloadMode::recompute_inputs);
+  check_same_gradients(reference, inputs, "recompute_every = 1 with offloaded inputs");
   CHECK(inputs.offload.tensors_packed == s.L);  // one input per block, nothing else
   CHECK(inputs.offload.bytes_offloaded == s.L * block_input_bytes(s, 4));
   // Outside a checkpoint the inputs mode keeps every saved tensor where it is.
-  const StepResult nothing = memory_model_step(*plain, s, true, OffloadMode::checkpoint_inputs);
+  const StepResult nothing = memory_model_step(*plain, s, true, OffloadMode::recompute_inputs);
   CHECK(nothing.offload.tensors_packed == 0);
   check_same_gradients(reference, nothing, "inputs mode without checkpoints");
 }
@@ -218,7 +218,7 @@ TEST_CASE("peak memory falls as the model's sizes say with checkpointing and off
   const int64_t all = peak(0, true, OffloadMode::all);
   CHECK(none - all >= (s.L - 2) * (a + x) - head);
   // Offloading the checkpoint inputs: all but the two groups in flight leave the device.
-  const int64_t inputs = peak(1, true, OffloadMode::checkpoint_inputs);
+  const int64_t inputs = peak(1, true, OffloadMode::recompute_inputs);
   CHECK(k1 - inputs >= (s.L - 2) * x);
   MESSAGE("peak above parameters and gradients: none ", none, " B, K=1 ", k1, " B, K=2 ", k2, " B, offload all ", all,
           " B, K=1 + offloaded inputs ", inputs, " B (one block's activations >= ", a, " B, its input ", x, " B)");
@@ -263,7 +263,7 @@ TEST_CASE("saved-tensor hooks see activations but not parameters and restore vie
 }
 
 TEST_CASE("an offload mode parses from its name") {
-  CHECK(parse_offload_mode("inputs") == OffloadMode::checkpoint_inputs);
+  CHECK(parse_offload_mode("inputs") == OffloadMode::recompute_inputs);
   CHECK(parse_offload_mode("all") == OffloadMode::all);
   CHECK(parse_offload_mode("off") == OffloadMode::off);
   CHECK_ERROR(parse_offload_mode("some"), "expected \"off\", \"inputs\"");
@@ -294,7 +294,7 @@ TEST_CASE("memory_summary lists every allocator and an out-of-memory error carri
       const std::string message = e.what();
       CHECK(message.find("limit") != std::string::npos);
       CHECK(message.find("peak alloc") != std::string::npos);  // the summary table
-      for (const char* flag : {"--precision bf16", "--grad-accum", "--checkpoint-every", "--offload-activations",
+      for (const char* flag : {"--precision bf16", "--grad-accum", "--recompute-every", "--offload-activations",
                                "--zero", "--offload-optimizer"})
         CHECK(message.find(flag) != std::string::npos);
     }

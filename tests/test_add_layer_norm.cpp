@@ -199,13 +199,13 @@ nn::GPTConfig small_gpt() { return nn::GPTConfig().vocab_size(64).context(16).n_
 // gradients are compared at the same trained weights (LayerNorm weights no longer 1, biases no longer
 // 0) even if the first step's gradients differed (AdamW's first update, lr * g / |g|, would turn a
 // rounding-level sign change of a near-zero gradient into a 2 lr weight difference).
-std::pair<StepResult, StepResult> gpt_steps(DType dtype, int64_t checkpoint_every, const Tensor& ids,
+std::pair<StepResult, StepResult> gpt_steps(DType dtype, int64_t recompute_every, const Tensor& ids,
                                             const Tensor& targets) {
   std::unique_ptr<nn::GPT> models[2];
   std::unique_ptr<optim::AdamW> optimizers[2];
   for (int k = 0; k < 2; ++k) {
     manual_seed(5);
-    models[k] = std::make_unique<nn::GPT>(small_gpt().checkpoint_every(checkpoint_every));
+    models[k] = std::make_unique<nn::GPT>(small_gpt().recompute_every(recompute_every));
     models[k]->to(dtype);
     for (auto& block : models[k]->h) block->fuse_add_layer_norm = k == 0;
     optimizers[k] = std::make_unique<optim::AdamW>(models[k]->parameters(),
@@ -237,11 +237,11 @@ TEST_CASE("GPT with fused add_layer_norm equals the composed blocks: loss and ev
   manual_seed(rng());
   const Tensor ids = randint(0, 64, {3, 16}, i64), targets = randint(0, 64, {3, 16}, i64);
   for (DType dtype : {f32, bf16})
-    for (int64_t checkpoint_every : {0, 1, 2}) {
+    for (int64_t recompute_every : {0, 1, 2}) {
       const std::string dtype_text = dtype_name(dtype);
       CAPTURE(dtype_text);
-      CAPTURE(checkpoint_every);
-      const auto [fused, composed] = gpt_steps(dtype, checkpoint_every, ids, targets);
+      CAPTURE(recompute_every);
+      const auto [fused, composed] = gpt_steps(dtype, recompute_every, ids, targets);
       // Bit for bit: the forward rounds the sum before the statistics, the backward rounds LayerNorm's
       // dx before adding dh, as the composed ops do; only the passes over memory differ. (Within a
       // checkpointed segment the block boundaries are fused, at its ends they are not: equal bits
@@ -267,7 +267,7 @@ TEST_CASE("GPT with fused add_layer_norm equals the composed blocks: loss and ev
         CHECK(norm > 0);
         worst[step] = std::max(worst[step], std::sqrt(diff / norm));
       }
-      MESSAGE(dtype_text, " checkpoint_every ", checkpoint_every, ": largest relative gradient difference ", worst[0],
+      MESSAGE(dtype_text, " recompute_every ", recompute_every, ": largest relative gradient difference ", worst[0],
               " at step 0, ", worst[1], " at step 1");
     }
 }

@@ -67,7 +67,7 @@ TEST_CASE("cuda checkpointed GPT blocks give the plain gradients with dropout in
     INFO("dtype ", dtype_name(dtype));
     const StepResult reference = memory_model_step(*make_memory_model(s, 0, dtype, kGPU), s);
     for (int64_t k : {1, 2}) {
-      INFO("checkpoint_every = ", k);
+      INFO("recompute_every = ", k);
       const StepResult r = memory_model_step(*make_memory_model(s, k, dtype, kGPU), s);
       check_same_gradients(reference, r, "checkpointed vs plain");
       CHECK(r.generator_after == reference.generator_after);
@@ -96,8 +96,8 @@ TEST_CASE("cuda activation offload goes through pinned memory and gives the plai
   CHECK(all.offload.bytes_offloaded >= s.L * block_activation_bytes(s, 4));
 
   auto checkpointed = make_memory_model(s, 1, f32, kGPU);
-  const StepResult inputs = memory_model_step(*checkpointed, s, true, OffloadMode::checkpoint_inputs);
-  check_same_gradients(reference, inputs, "checkpoint_every = 1 with offloaded inputs");
+  const StepResult inputs = memory_model_step(*checkpointed, s, true, OffloadMode::recompute_inputs);
+  check_same_gradients(reference, inputs, "recompute_every = 1 with offloaded inputs");
   CHECK(inputs.offload.tensors_packed == s.L);
   CHECK(inputs.offload.bytes_offloaded == s.L * block_input_bytes(s, 4));
 }
@@ -118,7 +118,7 @@ TEST_CASE("cuda device peak memory falls as the model's sizes say with checkpoin
   CHECK(k1 <= none / s.L + s.L * x + 2 * a + head);
   const int64_t all = peak(0, true, OffloadMode::all);
   CHECK(none - all >= (s.L - 2) * (a + x) - head);
-  const int64_t inputs = peak(1, true, OffloadMode::checkpoint_inputs);
+  const int64_t inputs = peak(1, true, OffloadMode::recompute_inputs);
   CHECK(k1 - inputs >= (s.L - 2) * x);
   MESSAGE("cuda peak: none ", none, " B, K=1 ", k1, " B, offload all ", all, " B, K=1 + offloaded inputs ", inputs,
           " B (a block >= ", a, " B, its input ", x, " B)");
@@ -139,7 +139,7 @@ TEST_CASE("cuda memory limit: out of memory carries the summary and the advice")
   CHECK(message.find("out of memory on cuda:0") != std::string::npos);
   CHECK(message.find("limit") != std::string::npos);
   CHECK(message.find("pinned host") != std::string::npos);
-  CHECK(message.find("--checkpoint-every") != std::string::npos);
+  CHECK(message.find("--recompute-every") != std::string::npos);
   CHECK(message.find("--offload-activations") != std::string::npos);
   const MemoryStats after = memory_stats(kGPU);
   CHECK(after.oom_count == before.oom_count + 1);

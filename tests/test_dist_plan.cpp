@@ -18,13 +18,13 @@ TEST_CASE("plan: per-rank prediction within 10% under ZeRO at the launch's world
   static dist::Communicator comm(dist::CommunicatorOptions().timeout(std::chrono::seconds(60)));
   const int world = comm.world_size();
   std::vector<test::PlanCase> grid;
-  auto add = [&](int stage, plan::Precision precision, bool offload, int64_t checkpoint_every, int64_t accum = 1) {
+  auto add = [&](int stage, plan::Precision precision, bool offload, int64_t recompute_every, int64_t accum = 1) {
     test::PlanCase c{test::plan_grid_model(), plan::TrainingConfig()};
     c.config.micro_batch = 4;
     c.config.zero_stage = stage;
     c.config.precision = precision;
     c.config.offload_optimizer = offload;
-    c.config.checkpoint_every = checkpoint_every;
+    c.config.recompute_every = recompute_every;
     c.config.grad_accum = accum;
     grid.push_back(c);
   };

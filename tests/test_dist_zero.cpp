@@ -133,7 +133,7 @@ struct Plan {
   // stage 3
   int64_t persistence_threshold = 0;
   bool prefetch = true;
-  int64_t checkpoint_every = 0;  // activation checkpointing: the recompute runs the units' forward hooks in backward
+  int64_t recompute_every = 0;  // activation checkpointing: the recompute runs the units' forward hooks in backward
   double loss_scale = 1.0;       // backward of loss * loss_scale, set_grad_scale(1 / loss_scale)
   double clip = 0.0;             // clip_grad_norm(clip) before each step (0: none); the norm must exceed it
   optim::AdamWOptions adamw = adamw_options();
@@ -173,7 +173,7 @@ Run zero_run(const Plan& plan) {
     for (size_t i = 0; i < params.size(); ++i) params[i].copy_(file.tensors.at(i).second);
   }
   model.to(plan.device);
-  model.set_checkpoint_every(plan.checkpoint_every);
+  model.set_recompute_every(plan.recompute_every);
   const ZeroOptions options = ZeroOptions()
                                   .stage(plan.stage)
                                   .offload_optimizer(plan.offload)
@@ -300,7 +300,7 @@ TEST_CASE("ZeRO stage 3 trains like one process on the global batch") {
     const char* name;
     int64_t threshold;
     bool prefetch, offload;
-    int64_t checkpoint_every;
+    int64_t recompute_every;
   };
   for (const Variant& v : {Variant{"every parameter sharded", 0, true, false, 0},
                            Variant{"persistent LayerNorms and biases + offload", 64, true, true, 0},
@@ -312,7 +312,7 @@ TEST_CASE("ZeRO stage 3 trains like one process on the global batch") {
     plan.persistence_threshold = v.threshold;
     plan.prefetch = v.prefetch;
     plan.offload = v.offload;
-    plan.checkpoint_every = v.checkpoint_every;
+    plan.recompute_every = v.recompute_every;
     check_equal_runs(zero_run(plan), want);
   }
 }
@@ -1128,7 +1128,7 @@ void check_stage3_accumulation_with_checkpointing(const Device& device) {
     plan.offload = offload;
     plan.device = device;
     plan.persistence_threshold = 64;
-    plan.checkpoint_every = 1;
+    plan.recompute_every = 1;
     check_equal_runs(zero_run(plan), want, device.is_cpu() ? 3e-4 : 5e-4);
   }
 }
@@ -1167,7 +1167,7 @@ TEST_CASE("ZeRO stage 3 releases its units after a forward that throws an eval f
   const Run want = reference_run();
   manual_seed(7);
   nn::GPT model(tiny_config());
-  model.set_checkpoint_every(1);
+  model.set_recompute_every(1);
   ZeroOptimizer opt(model, comm(), ZeroOptions().stage(3).adamw(adamw_options()));
   const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, comm().world_size(), comm().rank());
   Run run;
@@ -1208,7 +1208,7 @@ TEST_CASE("ZeRO stage 3 with dropout and checkpointing draws the masks of stage 
       manual_seed(7);
       nn::GPTConfig config = tiny_config().dropout(0.2);
       nn::GPT model(config);
-      model.set_checkpoint_every(k);
+      model.set_recompute_every(k);
       ZeroOptimizer opt(model, comm(), ZeroOptions().stage(stage).adamw(adamw_options()));
       const std::vector<int64_t> rows = rows_of_rank(kGlobalBatch, comm().world_size(), comm().rank());
       for (int s = 0; s < 3; ++s) {

@@ -45,7 +45,7 @@ TEST_CASE("plan: ModelShape is nn::GPT's shape and parameter count") {
     CHECK(shape.dropout == config.dropout());
   }
   CHECK(std::string(plan::name(plan::Precision::bf16)) == "bf16");
-  CHECK(std::string(offload_mode_name(OffloadMode::checkpoint_inputs)) == "inputs");
+  CHECK(std::string(offload_mode_name(OffloadMode::recompute_inputs)) == "inputs");
 }
 
 TEST_CASE("plan: what each technique changes, and bad requests named") {
@@ -62,7 +62,7 @@ TEST_CASE("plan: what each technique changes, and bad requests named") {
     edit(c);
     return plan::predict_memory(m, c, world, plan::DeviceKind::cpu);
   };
-  CHECK(with([](plan::TrainingConfig& c) { c.checkpoint_every = 1; }).activations < p.activations);
+  CHECK(with([](plan::TrainingConfig& c) { c.recompute_every = 1; }).activations < p.activations);
   CHECK(with([](plan::TrainingConfig& c) { c.precision = plan::Precision::bf16; }).device_peak() < p.device_peak());
   CHECK(with([](plan::TrainingConfig& c) { c.state_bits = 8; }).optimizer_state < p.optimizer_state / 2);
   const auto offloaded = with([](plan::TrainingConfig& c) { c.zero_stage = 2, c.offload_optimizer = true; });

@@ -70,12 +70,12 @@ TrainingConfig parse_flags(const std::vector<std::string>& flags, int world) {
       c.micro_batch = global / world;
     } else if (f == "--grad-accum") {
       c.grad_accum = std::stoll(value());
-    } else if (f == "--checkpoint-every") {
-      c.checkpoint_every = std::stoll(value());
+    } else if (f == "--recompute-every") {
+      c.recompute_every = std::stoll(value());
     } else if (f == "--offload-activations") {
       const std::string v = value();
       c.offload_activations = v == "all"      ? OffloadMode::all
-                              : v == "inputs" ? OffloadMode::checkpoint_inputs
+                              : v == "inputs" ? OffloadMode::recompute_inputs
                                               : OffloadMode::off;
       CHECK(offload_mode_name(c.offload_activations) == v);
     } else if (f == "--zero") {
@@ -95,7 +95,7 @@ TrainingConfig parse_flags(const std::vector<std::string>& flags, int world) {
 
 auto key(const TrainingConfig& c) {
   return std::make_tuple(int(c.precision), c.master_weights, c.fp32_grads, c.micro_batch, c.grad_accum,
-                         c.checkpoint_every, int(c.offload_activations), c.zero_stage, c.offload_optimizer,
+                         c.recompute_every, int(c.offload_activations), c.zero_stage, c.offload_optimizer,
                          c.state_bits);
 }
 
@@ -119,7 +119,7 @@ TEST_CASE("plan: the enumeration covers the stated space and only valid configur
       unique.insert(key(c));
       CHECK(c.micro_batch * c.grad_accum == 12);
       micro.insert(c.micro_batch);
-      every.insert(c.checkpoint_every);
+      every.insert(c.recompute_every);
       zero.insert(c.zero_stage);
       bits.insert(c.state_bits);
       precisions.insert(c.precision);
@@ -127,7 +127,7 @@ TEST_CASE("plan: the enumeration covers the stated space and only valid configur
       masterless = masterless || !c.master_weights;
       optimizer_offload = optimizer_offload || c.offload_optimizer;
       if (!c.master_weights) CHECK((c.precision != Precision::fp32 && c.zero_stage == -1));
-      if (c.offload_activations == OffloadMode::checkpoint_inputs) CHECK(c.checkpoint_every > 0);
+      if (c.offload_activations == OffloadMode::recompute_inputs) CHECK(c.recompute_every > 0);
       if (c.offload_optimizer) CHECK(c.zero_stage >= 0);
     }
     CHECK(unique.size() == configs.size());
@@ -269,7 +269,7 @@ TEST_CASE("plan: step-time terms respond to the techniques that cause them") {
 
   // Checkpointing adds the recomputed forward of every block: about a third of the blocks' compute.
   TrainingConfig ckpt = base;
-  ckpt.checkpoint_every = 2;
+  ckpt.recompute_every = 2;
   const StepTime t1 = predict_step_time(r.model, ckpt, 8, tokens, h200);
   CHECK(t1.recompute > 0.2 * t0.compute);
   CHECK(t1.recompute < 0.34 * t0.compute);
@@ -303,7 +303,7 @@ TEST_CASE("plan: step-time terms respond to the techniques that cause them") {
   CHECK(predict_step_time(r.model, base, 1, tokens / 8, h200).collectives == 0);
   // Stage 3 with checkpointing gathers a third time per micro-batch (the backward reruns the forward).
   TrainingConfig z3_ckpt = z3;
-  z3_ckpt.checkpoint_every = 1;
+  z3_ckpt.recompute_every = 1;
   CHECK(predict_step_time(r.model, z3_ckpt, 8, tokens, h200).collectives ==
         doctest::Approx(P * 2 * ring + 2 * 3 * P * 2 * ring));
   // The node's CPU AdamW is shared by its ranks: stage 0 offloaded (the whole state on each rank) at 8

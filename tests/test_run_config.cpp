@@ -303,6 +303,58 @@ TEST_CASE("a bad config file is one usage error naming the file, the key, what w
   CHECK_ERROR(s.flags.add_bool("steps", true, "clash"), "declares the flag 'steps' twice");
 }
 
+TEST_CASE(
+    "a renamed flag: its former name still sets it on the command line (with a note), in a config file and in "
+    "a checkpoint's run config; the new name is what is printed and compared") {
+  TempDir dir;
+  auto renamed = [] {
+    auto s = std::make_unique<Settings>();
+    s->flags.rename("width", "dim");
+    return s;
+  };
+  {
+    auto s = renamed();
+    CapturedStderr err((dir.path / "stderr.txt").string());
+    CHECK(parse(s->flags, {"--width", "256"}).status == -1);
+    CHECK(err.text() == "train_gpt: note: --width is now --dim (the old name still works)\n");
+    CHECK(s->dim == 256);
+    CHECK(s->flags.given("dim"));
+    CHECK(s->flags.given("width"));
+  }
+  {
+    auto s = renamed();
+    CapturedStderr quiet((dir.path / "quiet.txt").string());
+    const std::string shown = printed_config(s->flags, {"--width", "64", "--print-config"});
+    CHECK(quiet.text().find("--width is now --dim") != std::string::npos);
+    CHECK(shown.find("\"dim\": 64,") != std::string::npos);
+    CHECK(shown.find("width") == std::string::npos);
+  }
+  {
+    auto s = renamed();
+    CHECK(parse(s->flags, {"--config", dir.write("old.json", R"({"width": 32})")}).status == -1);
+    CHECK(s->dim == 32);
+    auto both = renamed();
+    CHECK(parse_error(both->flags, {"--config", dir.write("both.json", R"({"dim": 64, "width": 32})")})
+              .find("keys \"dim\" and \"width\" set the same flag (one is its former name); expected one of them") !=
+          std::string::npos);
+  }
+  {
+    // An older checkpoint's run config holds the former name: restored, and compared as the fixed key it is.
+    auto fresh = renamed();
+    REQUIRE(parse(fresh->flags, {"--resume"}).status == -1);
+    fresh->flags.restore(R"({"width": 512})", "entry", kRules);
+    CHECK(fresh->dim == 512);
+    auto changed = renamed();
+    REQUIRE(parse(changed->flags, {"--dim", "256"}).status == -1);
+    CHECK(usage_error([&] { changed->flags.restore(R"({"width": 512})", "entry", kRules); }) ==
+          "train_gpt: error: --resume: \"dim\" is 512 in the checkpoint's run config, 256 now; it cannot change "
+          "mid-run");
+  }
+  Settings s;
+  CHECK_ERROR(s.flags.rename("steps", "dim"), "declares the flag 'steps' twice");
+  CHECK_ERROR(s.flags.rename("width", "height"), "rename: 'height' is not a flag of train_gpt");
+}
+
 TEST_CASE("--resume restores the checkpoint's run config under the keys given now") {
   Settings original;
   REQUIRE(parse(original.flags, {"--dim", "256", "--steps", "40", "--lr", "0.25", "--precision", "bf16",

@@ -115,7 +115,7 @@ Outcome train_gpt(const Config& c) {
       nn::GPTConfig().vocab_size(kVocab).context(kContext).n_layer(2).n_head(2).n_embd(32).dropout(0.0));
   model->to(c.dtype);
   model->to(device);
-  model->set_checkpoint_every(c.recompute_every);
+  model->set_recompute_every(c.recompute_every);
   optim::AdamW optimizer(model->parameters(), optim::AdamWOptions().lr(3e-3));
   data::DataLoader loader(std::make_shared<Tokens>(c.poisoned_from, c.poisoned_to),
                           data::DataLoaderOptions().batch_size(kBatch).shuffle(false).device(device));
@@ -210,7 +210,7 @@ TEST_CASE("a steady-state GPT step: no allocation, free or device sync; one host
       {"f32, 2 micro-batches, clip, warmup-cosine", DType::f32, false, 2, true},
       {"bf16, activation checkpointing", DType::bf16, false, 1, false, 1},
       {"f32, checkpointing + offload of its inputs", DType::f32, false, 1, false, 1,
-       OffloadMode::checkpoint_inputs},
+       OffloadMode::recompute_inputs},
       {"bf16, offload of every activation", DType::bf16, false, 1, false, 0, OffloadMode::all},
   };
   for (const Config& c : configs) {

@@ -68,7 +68,7 @@ if [[ $# -gt 0 ]]; then
   for stage in 0 1 2 3; do check "mpirun x2 zero $stage" "$@" -np 2 "$bin" "${tiny[@]}" --zero $stage; done
   check "mpirun x2 zero 2 offload" "$@" -np 2 "$bin" "${tiny[@]}" --zero 2 --offload-optimizer
   check "mpirun x2 zero 3 offload" "$@" -np 2 "$bin" "${tiny[@]}" --zero 3 --offload-optimizer
-  check "mpirun x2 zero 3 recompute" "$@" -np 2 "$bin" "${tiny[@]}" --zero 3 --checkpoint-every 1
+  check "mpirun x2 zero 3 recompute" "$@" -np 2 "$bin" "${tiny[@]}" --zero 3 --recompute-every 1
   check "mpirun x4 zero 2" "$@" -np 4 "$bin" "${tiny[@]}" --zero 2
   check "mpirun x4 zero 3" "$@" -np 4 "$bin" "${tiny[@]}" --zero 3
   # Checkpoint at 2 ranks (weights + optimizer shards), resumed at 4 ranks and in one process: same run.

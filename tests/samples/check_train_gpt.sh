@@ -35,12 +35,13 @@ grep -q "skipped steps" <<<"$out" || fail "no skipped-step count in the fp16 sum
 out=$("$bin" "${tiny[@]}" --steps 10 --eval-every 0 --sample 0 --precision bf16 --batch-tokens 768 --fp32-grads \
   --stochastic-rounding) || fail "bf16 run exited $?: $out"
 grep -q "batch 16 x 4 (768 tokens) | bf16 |" <<<"$out" || fail "--batch-tokens 768 did not give 4 micro-batches: $out"
-# Checkpointing and activation offload change memory, not the run: the same seed gives the same losses.
+# Recompute and activation offload change memory, not the run: the same seed gives the same losses.
 final_loss() { "$bin" --layers 2 --heads 2 --dim 32 --batch 8 --dropout 0.1 --steps 12 --eval-every 0 --eval-problems 20 \
   --threads 1 --sample 0 "$@" | grep -o "final loss [0-9.]*"; }
 plain=$(final_loss) || fail "plain run failed"
 [[ -n "$plain" ]] || fail "no final loss in the plain run"
-for savers in "--checkpoint-every 1" "--checkpoint-every 2 --offload-activations inputs" "--offload-activations all"; do
+# (--checkpoint-every is recompute's former name: it still works, with a note.)
+for savers in "--recompute-every 1" "--checkpoint-every 2 --offload-activations inputs" "--offload-activations all"; do
   # shellcheck disable=SC2086
   [[ $(final_loss $savers) == "$plain" ]] || fail "$savers changed the run: $(final_loss $savers) vs $plain"
 done
@@ -86,7 +87,7 @@ expect_usage_error "unknown --loss-scale" --loss-scale sometimes
 expect_usage_error "is not a multiple of the micro-batch's 768 tokens" --batch-tokens 1000
 expect_usage_error "either --grad-accum or --batch-tokens" --grad-accum 2 --batch-tokens 1536
 expect_usage_error "unknown --offload-activations" --offload-activations gpu
-expect_usage_error "it needs --checkpoint-every" --offload-activations inputs
+expect_usage_error "it needs --recompute-every" --offload-activations inputs
 expect_usage_error "unknown --curriculum" --curriculum hardest-first
 expect_usage_error "does not apply to --data" --curriculum easy-to-hard --data "$work/text.txt"
 help=$("$bin" --help); grep -q -- "--weight-decay" <<<"$help" || fail "--help does not list the flags"

@@ -10,7 +10,7 @@ tiny=(--layers 1 --heads 2 --dim 32 --batch 16 --eval-problems 10 --eval-every 0
 err=$("$bin" "${tiny[@]}" --steps 2 --memory-limit-mib 1 2>&1 >/dev/null); code=$?
 [[ $code -eq 1 ]] || fail "out of memory exited $code: $err"
 for part in "train_gpt: error: [CpuCachingAllocator] out of host memory" "(limit 1048576 bytes)" "peak alloc" "OOMs" \
-            "--grad-accum N" "--precision bf16" "--checkpoint-every K" "--offload-activations"; do
+            "--grad-accum N" "--precision bf16" "--recompute-every K" "--offload-activations"; do
   grep -qF -- "$part" <<<"$err" || fail "the out-of-memory error lacks '$part': $err"
 done
 grep -q "Segmentation\|Aborted\|terminate called" <<<"$err" && fail "out of memory crashed: $err"

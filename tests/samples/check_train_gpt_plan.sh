@@ -24,7 +24,7 @@ if command -v python3 >/dev/null; then
 import json, sys
 c = json.load(open(sys.argv[1]))
 assert isinstance(c, dict), c
-for key, kind in {"precision": str, "batch": int, "grad-accum": int, "checkpoint-every": int,
+for key, kind in {"precision": str, "batch": int, "grad-accum": int, "recompute-every": int,
                   "offload-activations": str, "zero": int, "offload-optimizer": bool,
                   "optimizer-state-bits": int}.items():
     assert isinstance(c[key], kind), (key, c)
@@ -41,7 +41,7 @@ fi
 
 # The written config fed back: --print-config shows the plan's values, and it trains with nothing else.
 shown=$("$bin" --config "$work/plan.json" --print-config) || fail "--config plan.json --print-config: $shown"
-for key in precision batch grad-accum zero checkpoint-every optimizer-state-bits layers dim; do
+for key in precision batch grad-accum zero recompute-every optimizer-state-bits layers dim; do
   want=$(grep "\"$key\":" "$work/plan.json")
   grep -qF -- "$want" <<<"$shown" || fail "--config plan.json shows another $key (want $want): $shown"
 done

@@ -33,7 +33,7 @@ inline int64_t block_activation_bytes(const MemoryModelShape& s, int64_t e) {
 // Bytes of one block's input (what a checkpoint keeps): N C elements.
 inline int64_t block_input_bytes(const MemoryModelShape& s, int64_t e) { return e * s.B * s.T * s.C; }
 
-inline std::shared_ptr<nn::GPT> make_memory_model(const MemoryModelShape& s, int64_t checkpoint_every, DType dtype,
+inline std::shared_ptr<nn::GPT> make_memory_model(const MemoryModelShape& s, int64_t recompute_every, DType dtype,
                                                   const Device& device) {
   manual_seed(1234);
   const auto config = nn::GPTConfig()
@@ -44,7 +44,7 @@ inline std::shared_ptr<nn::GPT> make_memory_model(const MemoryModelShape& s, int
                           .n_embd(s.C)
                           .dropout(s.dropout)
                           .attention(s.attention)
-                          .checkpoint_every(checkpoint_every);
+                          .recompute_every(recompute_every);
   auto model = std::make_shared<nn::GPT>(config);
   model->to(dtype);
   model->to(device);

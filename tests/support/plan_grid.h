@@ -35,7 +35,7 @@ inline std::string plan_case_label(const PlanCase& c) {
   if (t.precision != plan::Precision::fp32 && !t.master_weights) s += " no-master";
   if (t.fp32_grads) s += " fp32-grads";
   if (t.grad_accum > 1) s += " accum" + std::to_string(t.grad_accum);
-  if (t.checkpoint_every > 0) s += " ckpt" + std::to_string(t.checkpoint_every);
+  if (t.recompute_every > 0) s += " ckpt" + std::to_string(t.recompute_every);
   if (t.offload_activations != OffloadMode::off)
     s += std::string(" act-off-") + offload_mode_name(t.offload_activations);
   if (t.zero_stage >= 0) s += " zero" + std::to_string(t.zero_stage);
@@ -71,11 +71,11 @@ inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_
   add([](PlanCase& c) { c.config.precision = Precision::fp16; });
   add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.fp32_grads = true; });
   add([](PlanCase& c) { c.config.grad_accum = 2; });
-  add([](PlanCase& c) { c.config.checkpoint_every = 1; });
-  add([](PlanCase& c) { c.config.checkpoint_every = 2, c.config.micro_batch = 8; });
-  add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.checkpoint_every = 1; });
+  add([](PlanCase& c) { c.config.recompute_every = 1; });
+  add([](PlanCase& c) { c.config.recompute_every = 2, c.config.micro_batch = 8; });
+  add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.recompute_every = 1; });
   add([](PlanCase& c) {
-    c.config.checkpoint_every = 1, c.config.offload_activations = OffloadMode::checkpoint_inputs;
+    c.config.recompute_every = 1, c.config.offload_activations = OffloadMode::recompute_inputs;
   });
   add([](PlanCase& c) { c.config.offload_activations = OffloadMode::all; });
   add([](PlanCase& c) { c.config.precision = Precision::bf16, c.config.offload_activations = OffloadMode::all; });
@@ -101,7 +101,7 @@ inline std::vector<PlanCase> plan_grid(const plan::ModelShape& base = plan_grid_
   add([](PlanCase& c) { c.model.dropout = 0.1; });
   add([](PlanCase& c) { c.model.dropout = 0.1, c.model.fused_attention = false; });
   add([](PlanCase& c) { c.model.fused_classifier = false; });
-  add([](PlanCase& c) { c.config.zero_stage = 3, c.config.checkpoint_every = 2, c.config.micro_batch = 8; });
+  add([](PlanCase& c) { c.config.zero_stage = 3, c.config.recompute_every = 2, c.config.micro_batch = 8; });
   add([](PlanCase& c) { c.config.state_bits = 8; });
   add([](PlanCase& c) { c.config.state_bits = 8, c.config.precision = Precision::bf16; });
   add([](PlanCase& c) {

@@ -1,4 +1,4 @@
-#include "engine/checkpoint.h"
+#include "engine/recompute.h"
 
 #include "engine/autograd.h"
 #include "engine/random.h"
@@ -25,10 +25,10 @@ class GeneratorReplay {
 
 }  // namespace
 
-Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
-  HG_CHECK(fn != nullptr, "[checkpoint] expected a function to run, got an empty std::function");
+Tensor recompute(const RecomputeFn& fn, const std::vector<Tensor>& inputs) {
+  HG_CHECK(fn != nullptr, "[recompute] expected a function to run, got an empty std::function");
   for (size_t i = 0; i < inputs.size(); ++i)
-    HG_CHECK(inputs[i].defined(), "[checkpoint] input ", i, " is an undefined tensor; expected defined inputs");
+    HG_CHECK(inputs[i].defined(), "[recompute] input ", i, " is an undefined tensor; expected defined inputs");
   if (!grad_mode_enabled()) return fn(inputs);
 
   const GeneratorState rng = default_generator().state();
@@ -40,8 +40,8 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
     NoGradGuard no_grad;
     out = fn(detached);
   }
-  HG_CHECK(out.defined(), "[checkpoint] the function returned an undefined tensor; expected its output");
-  HG_CHECK(is_floating(out.dtype()), "[checkpoint] the function returned ", out.describe(),
+  HG_CHECK(out.defined(), "[recompute] the function returned an undefined tensor; expected its output");
+  HG_CHECK(is_floating(out.dtype()), "[recompute] the function returned ", out.describe(),
            "; expected a floating-point output to differentiate");
   // A fresh handle: the output may be one of the detached inputs (or share its TensorImpl).
   out = out.detach();
@@ -49,9 +49,9 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
   begin_saved_tensor_group();
   std::vector<SavedTensor> saved;
   saved.reserve(inputs.size());
-  for (const Tensor& input : inputs) saved.emplace_back(input, SavedRole::checkpoint_input);
+  for (const Tensor& input : inputs) saved.emplace_back(input, SavedRole::recompute_input);
 
-  record_op("checkpoint", inputs, out, [fn, saved, rng](const Tensor& grad, const NeedsGrad& needs) {
+  record_op("recompute", inputs, out, [fn, saved, rng](const Tensor& grad, const NeedsGrad& needs) {
     std::vector<Tensor> replay;
     replay.reserve(saved.size());
     for (size_t i = 0; i < saved.size(); ++i) {
@@ -65,7 +65,7 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
       GradModeGuard grad_on(true);
       recomputed = fn(replay);
     }
-    HG_CHECK(recomputed.defined() && recomputed.shape() == grad.shape(), "[checkpoint] the recomputed output ",
+    HG_CHECK(recomputed.defined() && recomputed.shape() == grad.shape(), "[recompute] the recomputed output ",
              recomputed.defined() ? recomputed.describe() : std::string("(undefined)"),
              " differs in shape from the forward's ", shape_str(grad.shape()),
              "; expected fn to be deterministic given its inputs and the generator state");
@@ -78,9 +78,9 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
   return out;
 }
 
-Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input) {
-  HG_CHECK(fn != nullptr, "[checkpoint] expected a function to run, got an empty std::function");
-  return checkpoint([fn](const std::vector<Tensor>& in) { return fn(in[0]); }, std::vector<Tensor>{input});
+Tensor recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input) {
+  HG_CHECK(fn != nullptr, "[recompute] expected a function to run, got an empty std::function");
+  return recompute([fn](const std::vector<Tensor>& in) { return fn(in[0]); }, std::vector<Tensor>{input});
 }
 
 }  // namespace hg

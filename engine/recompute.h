@@ -1,22 +1,23 @@
 #pragma once
-// Activation checkpointing: trade compute for memory.
+// Activation recompute (PyTorch's torch.utils.checkpoint, "activation checkpointing"; here
+// "checkpoint" means saved training state only): trade compute for memory.
 //
-//   y = checkpoint(fn, inputs)
+//   y = recompute(fn, inputs)
 //
 // Forward: runs fn(inputs) without recording the graph, so none of the activations inside fn are
-// kept; only the inputs are saved (through the saved-tensor hooks, as SavedRole::checkpoint_input,
+// kept; only the inputs are saved (through the saved-tensor hooks, as SavedRole::recompute_input,
 // so activation offload can move them to host memory). Backward: restores the Philox generator's
 // (seed, offset) to what it was when the forward ran -- dropout draws the very same masks -- reruns
 // fn with the graph on over the saved inputs, back-propagates the incoming gradient through that
 // graph (parameter gradients accumulate into the parameters' grad() as they would without
-// checkpointing) and returns the gradients of the inputs. The generator's state is put back
+// recompute) and returns the gradients of the inputs. The generator's state is put back
 // afterwards, so a backward never changes what later forwards draw.
 //
 // CONVENTION
 //   - fn must be a function of its inputs and of parameters only (no other tensor that requires grad
 //     from outside: its gradient would be lost), and deterministic given the generator state.
-//   - Nests: a checkpoint inside fn runs plainly during the outer forward (grad mode is off) and is
-//     itself checkpointed when the outer region is recomputed.
+//   - Nests: a recompute inside fn runs plainly during the outer forward (grad mode is off) and is
+//     itself a recompute region when the outer region is recomputed.
 //   - With grad mode off it is just fn(inputs). With grad mode on the output requires grad even when
 //     no input does, as fn may use parameters.
 //   - Memory: the inputs are kept; during backward one region's activations exist at a time.
@@ -28,10 +29,10 @@
 
 namespace hg {
 
-using CheckpointFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
+using RecomputeFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
 
-Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
+Tensor recompute(const RecomputeFn& fn, const std::vector<Tensor>& inputs);
 // One input.
-Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
+Tensor recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
 
 }  // namespace hg
