@@ -29,25 +29,22 @@ int64_t DataParallel::rows_per_rank(int64_t global_batch) const {
   return global_batch / world_size();
 }
 
-std::unique_ptr<optim::Optimizer> DataParallel::adamw(nn::Module& model, const optim::AdamWOptions& options,
-                                                      const optim::MixedPrecisionOptions& mixed) const {
-  if (!comm_) {
-    auto local = std::make_unique<optim::AdamW>(model.parameters(), options);
-    local->set_mixed_precision(mixed);
-    return local;
-  }
-  HG_CHECK(!mixed.stochastic_rounding(),
-           "[DataParallel] stochastic rounding is not implemented under ZeRO (its "
-           "fused update rounds to nearest even); train without --stochastic-rounding or without --zero");
-  HG_CHECK(mixed.master_weights(),
-           "[DataParallel] ZeRO keeps fp32 master weights for half parameters (they are "
-           "what it shards); master_weights(false) is a local optimizer's setting");
-  return std::make_unique<ZeroOptimizer>(model, *comm_,
+std::unique_ptr<optim::Optimizer> DataParallel::wrap(nn::Module& model,
+                                                     std::unique_ptr<optim::LocalOptimizer> optimizer) const {
+  HG_CHECK(optimizer != nullptr, "[DataParallel] wrap: no optimizer (a null pointer)");
+  if (!comm_) return optimizer;
+  return std::make_unique<ZeroOptimizer>(std::move(optimizer), model, *comm_,
                                          ZeroOptions()
                                              .stage(options_.zero_stage())
                                              .offload_optimizer(options_.offload_optimizer())
-                                             .persistence_threshold(options_.persistence_threshold())
-                                             .adamw(options));
+                                             .persistence_threshold(options_.persistence_threshold()));
+}
+
+std::unique_ptr<optim::Optimizer> DataParallel::adamw(nn::Module& model, const optim::AdamWOptions& options,
+                                                      const optim::MixedPrecisionOptions& mixed) const {
+  auto local = std::make_unique<optim::AdamW>(model.parameters(), options);
+  local->set_mixed_precision(mixed);
+  return wrap(model, std::move(local));
 }
 
 }  // namespace hg::dist

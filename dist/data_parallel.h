@@ -1,13 +1,15 @@
 #pragma once
 // DataParallel: the data-parallel side of a training run, decided in one place so that a training
 // program has no branch on it. From the launcher's environment (dist/bootstrap.h: mpirun, or
-// RANK/WORLD_SIZE) and the ZeRO settings it joins a Communicator when one is needed, and builds the
-// run's AdamW: a local optim::AdamW in a single process without ZeRO, otherwise a ZeroOptimizer of
-// the stage asked for (dist/zero_optimizer.h) across the ranks. Both are an optim::Optimizer, which
-// is all the training loop (train/trainer.h) sees.
+// RANK/WORLD_SIZE) and the ZeRO settings it joins a Communicator when one is needed, and wraps the
+// optimizer the program built: in a single process without ZeRO it is used as it is, otherwise a
+// ZeroOptimizer of the stage asked for (dist/zero_optimizer.h) shards its state across the ranks (AdamW,
+// SGD, or any element-wise optimizer). Both are an optim::Optimizer, which is all the training loop
+// (train/trainer.h) sees.
 //
 //   dist::DataParallel parallel(dist::DataParallelOptions().zero_stage(2));
-//   std::unique_ptr<optim::Optimizer> optimizer = parallel.adamw(model, optim::AdamWOptions().lr(3e-4));
+//   std::unique_ptr<optim::Optimizer> optimizer = parallel.wrap(
+//       model, std::make_unique<optim::SGD>(model.parameters(), optim::SGDOptions().lr(0.1).momentum(0.9)));
 //   train::TrainerOptions().communicator(parallel.communicator());
 //
 // CONVENTION
@@ -48,10 +50,13 @@ class DataParallel {
   // batch does not divide among the ranks.
   int64_t rows_per_rank(int64_t global_batch) const;
 
-  // AdamW over model.parameters() (see the header comment). Build it after Module::to: a
-  // ZeroOptimizer lays the parameters out in flat buffers of their dtype and device. `mixed`
-  // configures a local AdamW; ZeRO keeps fp32 master weights for half models and rounds to nearest
-  // (stochastic rounding is refused under ZeRO with a message that says so).
+  // The run's optimizer over model.parameters(): `optimizer` itself in a single process without
+  // ZeRO, otherwise a ZeroOptimizer sharding its state (see the header comment). Build the optimizer
+  // after Module::to (a ZeroOptimizer lays the parameters out in flat buffers of their dtype and
+  // device) and do not step it before. ZeRO keeps fp32 master weights for half models and rounds to
+  // nearest (stochastic rounding is refused under ZeRO with a message that says so).
+  std::unique_ptr<optim::Optimizer> wrap(nn::Module& model, std::unique_ptr<optim::LocalOptimizer> optimizer) const;
+  // wrap() of an AdamW over model.parameters(); `mixed` is its mixed precision.
   std::unique_ptr<optim::Optimizer> adamw(nn::Module& model, const optim::AdamWOptions& options,
                                           const optim::MixedPrecisionOptions& mixed = {}) const;
 

@@ -146,8 +146,7 @@ void ZeroOptimizer::update_on_device() {
   const Tensor params = owned_params(), grads = owned_grads();
   bool counted = false;
   for (const StateSlice& slice : slices_) {
-    const Tensor& p = params_[slice.param];
-    const double weight_decay = o.decay_only_matrices() && p.dim() < 2 ? 0.0 : o.weight_decay();
+    const double weight_decay = weight_decay_of(slice.param);
     float* master = master_.defined() ? master_.data<float>() + slice.local : nullptr;
     void* param = params.narrow(0, slice.local, slice.count).data_ptr();
     const void* grad = grads.narrow(0, slice.local, slice.count).data_ptr();

@@ -32,13 +32,39 @@ ZeroOptimizer::ZeroOptimizer(std::vector<Tensor> params, Communicator& comm, Zer
            "[ZeroOptimizer] stage 3 gathers each module's parameters around its forward and "
            "backward, so it needs the model: construct it as ZeroOptimizer(model, comm, options)");
   validate_params();
+  adopt_update_rule(std::make_unique<optim::AdamW>(params_, options_.adamw()));
   layout_flat();
   init_state_and_buckets();
 }
 
 ZeroOptimizer::ZeroOptimizer(nn::Module& model, Communicator& comm, ZeroOptions options, ShardUnitPolicy units)
-    : comm_(comm), options_(options), lr_(options.adamw().lr()), params_(model.parameters()) {
+    : ZeroOptimizer(nullptr, model, comm, options, std::move(units)) {}
+
+namespace {
+std::vector<Tensor> parameters_of(const optim::LocalOptimizer* optimizer) {
+  HG_CHECK(optimizer != nullptr, "[ZeroOptimizer] no optimizer to shard (a null pointer)");
+  return optimizer->parameters();
+}
+}  // namespace
+
+ZeroOptimizer::ZeroOptimizer(std::unique_ptr<optim::LocalOptimizer> optimizer, Communicator& comm,
+                             ZeroOptions options)
+    : comm_(comm), options_(options), lr_(0.0), params_(parameters_of(optimizer.get())) {
+  HG_CHECK(options_.stage() != 3,
+           "[ZeroOptimizer] stage 3 gathers each module's parameters around its forward and "
+           "backward, so it needs the model: construct it as ZeroOptimizer(optimizer, model, comm, options)");
   validate_params();
+  adopt_update_rule(std::move(optimizer));
+  layout_flat();
+  init_state_and_buckets();
+}
+
+// (A null optimizer: AdamW with options.adamw(), the constructor above without one.)
+ZeroOptimizer::ZeroOptimizer(std::unique_ptr<optim::LocalOptimizer> optimizer, nn::Module& model, Communicator& comm,
+                             ZeroOptions options, ShardUnitPolicy units)
+    : comm_(comm), options_(options), lr_(0.0), params_(model.parameters()) {
+  validate_params();
+  adopt_update_rule(optimizer ? std::move(optimizer) : std::make_unique<optim::AdamW>(params_, options_.adamw()));
   if (options_.stage() == 3) {
     HG_CHECK(units != nullptr, "[ZeroOptimizer] stage 3 needs a unit policy (which modules to gather as one)");
     layout_units(model, units);
@@ -57,7 +83,6 @@ void ZeroOptimizer::validate_params() {
   HG_CHECK(options_.persistence_threshold() >= 0, who, " persistence_threshold must be >= 0, got ",
            options_.persistence_threshold());
   HG_CHECK(!params_.empty(), who, " no parameters to optimize");
-  { optim::AdamW validate({params_[0]}, options_.adamw()); }  // the AdamW options' own checks
   dtype_ = params_[0].dtype();
   device_ = params_[0].device();
   HG_CHECK(dtype_ == DType::f32 || is_half(dtype_), who, " parameters must be f32, f16 or bf16, got ",
@@ -141,7 +166,7 @@ void ZeroOptimizer::init_state_and_buckets() {
     master_ = new_state(opt_count_);
     master_.copy_(owned_params());
   }
-  if (!options_.offload_optimizer()) step_count_ = zeros({2}, DType::i64, device_);  // the device step's count
+  if (fused_adamw() && !options_.offload_optimizer()) step_count_ = zeros({2}, DType::i64, device_);  // the device count
   allocate_offload_staging();
   for (Bucket& b : buckets_) b.pending = int(b.params.size());
   ready_.assign(params_.size(), false);
@@ -366,7 +391,10 @@ bool ZeroOptimizer::step() {
       const Tensor g = owned_grads();
       g.copy_(g * grad_scale_);
     }
-    update_on_device();
+    if (fused_adamw())
+      update_on_device();
+    else
+      update_elementwise(owned_params(), owned_grads(), 1.0);
   } else {
     offload_update();
   }
@@ -386,15 +414,19 @@ bool ZeroOptimizer::step() {
 }
 
 void ZeroOptimizer::offload_update() {
-  ++step_;
-  const optim::AdamWOptions& o = options_.adamw();
   // This rank's gradients and updated parameters cross to and from host memory once.
   Tensor grads_host, params_host;
   std::tie(grads_host, params_host) = offload_buffers();
+  if (!fused_adamw()) {
+    update_elementwise(params_host, grads_host, grad_scale_ * clip_coef_);
+    upload_offloaded_params();
+    return;
+  }
+  ++step_;
+  const optim::AdamWOptions& o = options_.adamw();
   const size_t element = dtype_size(dtype_);
   for (const StateSlice& slice : slices_) {
-    const Tensor& p = params_[slice.param];
-    const double weight_decay = o.decay_only_matrices() && p.dim() < 2 ? 0.0 : o.weight_decay();
+    const double weight_decay = weight_decay_of(slice.param);
     float* master = master_.data<float>() + slice.local;
     const char* grad = static_cast<const char*>(grads_host.data_ptr()) + slice.local * element;
     char* param = static_cast<char*>(params_host.data_ptr()) + slice.local * element;
@@ -438,12 +470,17 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
   b.grads = bytes(flat_grads_) + bytes(grad_shard_);
   b.optimizer = bytes(master_) + bytes(exp_avg_) + bytes(exp_avg_sq_) + bytes(q8_.exp_avg) + bytes(q8_.exp_avg_sq) +
                 bytes(q8_.exp_avg_absmax) + bytes(q8_.exp_avg_sq_absmax);
+  for (const auto& [name, buffer] : rule_state_) b.optimizer += bytes(buffer);
   return b;
 }
 
 std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::shard_buffers() const {
   std::vector<std::pair<std::string, Tensor>> out;
   if (master_.defined()) out.emplace_back("master", master_);
+  if (!fused_adamw()) {
+    out.insert(out.end(), rule_state_.begin(), rule_state_.end());
+    return out;
+  }
   if (state_bits() == 8) {
     out.emplace_back("exp_avg", q8_.exp_avg);
     out.emplace_back("exp_avg_sq", q8_.exp_avg_sq);
@@ -482,6 +519,7 @@ const std::string& ZeroOptimizer::name() const {
 void ZeroOptimizer::set_lr(double lr) {
   HG_CHECK(std::isfinite(lr) && lr >= 0.0, "[ZeroOptimizer] invalid learning rate ", lr, ": expected lr >= 0");
   lr_ = lr;
+  for (optim::ParamGroup& group : groups_) group.lr = lr;
 }
 
 bool ZeroOptimizer::unscale_and_check(double scale) {
@@ -573,6 +611,7 @@ void ZeroOptimizer::save_state(const std::string& prefix) {
                                       {"numel", std::to_string(total_)},
                                       {"step", std::to_string(step_count())},
                                       {"world", std::to_string(world)},
+                                      {"optimizer", rule_->name()},
                                       {"shard_version", "2"}};  // 2: checksummed (read_shards requires it)
     if (state_bits() == 8) {  // dist/zero_quantized_state.cpp
       tensors = quantized_file_tensors(pieces);
@@ -646,6 +685,10 @@ std::vector<ZeroOptimizer::SavedShard> ZeroOptimizer::read_shards(const std::str
              " holds the state of ", metadata_int(shard.file, "numel", path), " parameters but this optimizer has ",
              total_);
     *step = metadata_int(shard.file, "step", path);
+    const auto saved_optimizer = shard.file.metadata.find("optimizer");  // none: written before ZeRO took others
+    const std::string optimizer = saved_optimizer == shard.file.metadata.end() ? "AdamW" : saved_optimizer->second;
+    HG_CHECK(optimizer == rule_->name(), "[ZeroOptimizer] load_state: ", path, " holds the state of ", optimizer,
+             " but this optimizer shards ", rule_->name(), "'s: resume with the optimizer the run was saved with");
     shard.ranges = saved_ranges(shard.file, path, total_);
     const int64_t saved_bits = shard.file.metadata.count("state_bits") ? metadata_int(shard.file, "state_bits", path) : 32;
     HG_CHECK(saved_bits == state_bits(), "[ZeroOptimizer] load_state: ", path, " holds ", saved_bits,
@@ -709,6 +752,7 @@ void ZeroOptimizer::load_state(const std::string& prefix) {
     }
   }
   step_ = step;
+  if (!fused_adamw()) bind_slice_states();  // the loaded buffers, from the next update on
   if (step_count_.defined()) {  // both slots: whichever the next update reads
     Tensor count = zeros({2}, DType::i64, kCPU);
     count.data<int64_t>()[0] = count.data<int64_t>()[1] = step;

@@ -1,6 +1,7 @@
 #pragma once
-// ZeroOptimizer: data-parallel AdamW with the ZeRO stages of DeepSpeed (Rajbhandari et al. 2020),
-// for N ranks that each run the same model on their own part of the global batch.
+// ZeroOptimizer: data-parallel training with the ZeRO stages of DeepSpeed (Rajbhandari et al. 2020),
+// for N ranks that each run the same model on their own part of the global batch, sharding the state
+// of AdamW (fused kernels, 8-bit state, offload) or of any element-wise optim::LocalOptimizer (SGD, ...).
 //
 //   stage 0  (DDP)           every rank keeps all parameters, gradients and optimizer state; gradients
 //                            are averaged with all-reduce.                    bytes/param: 2 + 2 + 12
@@ -40,7 +41,14 @@
 // micro-steps — the hooks do nothing and gradients accumulate locally; the backward of the last
 // micro-step (sync on) communicates once.
 //
-// Optimizer. AdamW with PyTorch's semantics over this rank's partition (stage 0: everything), one
+// Any element-wise optimizer (dist/zero_elementwise_update.cpp; optim/optimizer.h
+// LocalOptimizer::elementwise): the one the user built is the update rule. Its state buffers become
+// flat fp32 tensors over this rank's partition, and each owned slice of a parameter is updated by its
+// update_elements with views of them (the slice of the fp32 master copy for half parameters, then
+// rounded to nearest even; with offload the same on the host copies). The step is decided on the host
+// (decides_on_device false); per-group lr and weight decay are the optimizer's groups'.
+//
+// AdamW. AdamW with PyTorch's semantics over this rank's partition (stage 0: everything), one
 // kernel call per parameter slice (weight decay may differ per parameter): kernels::adamw_step_device on
 // the parameters' device with the master copy and a device step count (the step ON THE DEVICE below),
 // or, with offload_optimizer (ZeRO-Offload), the master and
@@ -130,11 +138,18 @@ class ZeroOptimizer final : public optim::Optimizer {
  public:
   static constexpr int64_t kAlignElements = 32;
 
-  // Stages 0-2 over `params`.
+  // Stages 0-2 over `params`, AdamW with options.adamw().
   ZeroOptimizer(std::vector<Tensor> params, Communicator& comm, ZeroOptions options = {});
   // Any stage over model.parameters(); stage 3 installs forward hooks on the units' modules.
   ZeroOptimizer(nn::Module& model, Communicator& comm, ZeroOptions options = {},
                 ShardUnitPolicy units = transformer_blocks);
+  // The same sharding the state of `optimizer` (built over the same parameters, not stepped yet):
+  // AdamW (its options replace options.adamw()) or any element-wise LocalOptimizer. Its groups' lr and
+  // weight decay apply per parameter (AdamW: one lr for every group); half parameters keep an fp32
+  // master (its mixed precision must be master_weights without stochastic rounding).
+  ZeroOptimizer(std::unique_ptr<optim::LocalOptimizer> optimizer, Communicator& comm, ZeroOptions options = {});
+  ZeroOptimizer(std::unique_ptr<optim::LocalOptimizer> optimizer, nn::Module& model, Communicator& comm,
+                ZeroOptions options = {}, ShardUnitPolicy units = transformer_blocks);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -163,9 +178,9 @@ class ZeroOptimizer final : public optim::Optimizer {
   void zero_grad(bool set_to_none = true) override;
 
   // ---- the device-resident step (optim/optimizer.h; dist/zero_device_step.cpp) ----
-  // Stages 0-3 decide on the device; the optimizer-offload variant (whose update runs on the CPU)
-  // keeps the host path above.
-  bool decides_on_device() const override { return !options_.offload_optimizer(); }
+  // Stages 0-3 with AdamW decide on the device; the optimizer-offload variant (whose update runs on
+  // the CPU) and the element-wise optimizers (engine ops, which cannot skip) keep the host path above.
+  bool decides_on_device() const override { return !options_.offload_optimizer() && fused_adamw(); }
   // Waits for the gradient collectives (stream order: no host wait over NCCL), unscales this rank's
   // gradients (stage 0: all of them) with found_inf[0] = 1 on an inf/NaN, then all-reduces found_inf
   // with MAX on the device, so every rank skips the same steps.
@@ -190,6 +205,8 @@ class ZeroOptimizer final : public optim::Optimizer {
   Tensor host_gradients();
 
   int stage() const { return options_.stage(); }
+  // The optimizer whose update this one applies to its shards (its own state is never used).
+  const optim::LocalOptimizer& update_rule() const { return *rule_; }
   // 8 (block-wise quantised moments for parameters of >= kAdamW8BitMinElements elements) or 32.
   int state_bits() const { return options_.adamw().state_bits(); }
   // Updates applied so far (a read of the device count, except under offload).
@@ -226,8 +243,8 @@ class ZeroOptimizer final : public optim::Optimizer {
   int64_t gathered_unit_count() const;
   int64_t prefetching_unit_count() const;  // all-gathers started ahead of use, not yet waited for
 
-  // This rank's optimizer state (checkpoints): "master" (when separate), "exp_avg", "exp_avg_sq" —
-  // flat fp32 tensors over the elements this rank owns (stages 0-2: [state_offset(), + numel) of the
+  // This rank's optimizer state (checkpoints): "master" (when separate), "exp_avg", "exp_avg_sq" (an
+  // element-wise optimizer: its own buffers' names, "momentum_buffer", ...) — flat fp32 tensors over the elements this rank owns (stages 0-2: [state_offset(), + numel) of the
   // flat parameter buffer; stage 3: its shard of every unit, in unit order). 8-bit state: "exp_avg",
   // "exp_avg_sq" are the u8 codes of the quantised slices, "exp_avg_absmax", "exp_avg_sq_absmax" their
   // block scales, "exp_avg_fp32", "exp_avg_sq_fp32" the
@@ -244,7 +261,7 @@ class ZeroOptimizer final : public optim::Optimizer {
   // Checkpoints of the optimizer state, one file per rank: `prefix`.rank{r}-of-{N}.safetensors holds
   // flat fp32 "exp_avg", "exp_avg_sq" (and "master" when kept) over the elements rank r owns, as
   // ranges of the parameters concatenated in order without padding (so any stage reads any other's),
-  // with metadata {ranges "offset:count,...", numel, step, world} (8-bit state: state_bits 8, block 2048,
+  // with metadata {ranges "offset:count,...", numel, step, world, optimizer} (8-bit state: state_bits 8, block 2048,
   // and the tensors of dist/zero_quantized_state.cpp). The parameters themselves are saved
   // whole by the model (stage 3: inside gather_parameters()).
   // save_state is collective: it returns on every rank once every file is written.
@@ -323,6 +340,19 @@ class ZeroOptimizer final : public optim::Optimizer {
   };
   mutable std::optional<CheckedShards> checked_;
   void validate_params();
+  // ---- the update rule (dist/zero_elementwise_update.cpp) ----
+  // Takes `rule` as this optimizer's update: checks it (its parameters, its state, its precision)
+  // and copies its groups' lr and weight decay.
+  void adopt_update_rule(std::unique_ptr<optim::LocalOptimizer> rule);
+  bool fused_adamw() const { return fused_adamw_; }
+  // The weight decay of parameter `param` (AdamW's decay_only_matrices applied).
+  double weight_decay_of(size_t param) const;
+  // An element-wise optimizer's flat state buffers, and each slice's ParamState viewing them.
+  void init_rule_state();
+  void bind_slice_states();
+  // One update of every owned slice with the rule's update_elements: `params` and `grads` are this
+  // rank's (on the device, or the host copies under offload), grads multiplied by `grad_multiplier`.
+  void update_elementwise(const Tensor& params, const Tensor& grads, double grad_multiplier);
   // "master" (when separate), "exp_avg", "exp_avg_sq": this rank's flat fp32 state (8-bit state:
   // "master", "exp_avg" and "exp_avg_sq" as u8 codes, "exp_avg_absmax", "exp_avg_sq_absmax", and the
   // small parameters' fp32 "exp_avg_fp32", "exp_avg_sq_fp32").
@@ -393,6 +423,12 @@ class ZeroOptimizer final : public optim::Optimizer {
 
   Communicator& comm_;
   ZeroOptions options_;
+  std::unique_ptr<optim::LocalOptimizer> rule_;
+  bool fused_adamw_ = false;
+  std::vector<optim::ParamGroup> groups_;  // the rule's lr and weight decay (params empty)
+  std::vector<size_t> group_of_;           // parameter -> its group
+  std::vector<std::pair<std::string, Tensor>> rule_state_;  // element-wise: flat buffers over the owned elements
+  std::vector<optim::ParamState> slice_states_;              // element-wise: one per slices_ entry
   double lr_;
   double grad_scale_ = 1.0;
   std::vector<Tensor> params_;

@@ -63,6 +63,7 @@ void ZeroOptimizer::init_moments() {
       HG_CHECK(slice_of(i, s.first) == nullptr, "[ZeroOptimizer] internal: parameter ", i, " owned twice");
       slices_.push_back(s);
     }
+  if (!fused_adamw()) return init_rule_state();  // dist/zero_elementwise_update.cpp
   if (!eight) {
     exp_avg_ = new_state(opt_count_);
     exp_avg_sq_ = new_state(opt_count_);

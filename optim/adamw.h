@@ -66,14 +66,18 @@ class AdamW : public LocalOptimizer {
   // Checks that the entries' moments have this optimizer's width (an error naming the entry when a
   // 32-bit state meets an 8-bit optimizer or the reverse), then LocalOptimizer's load.
   void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) override;
+  // Element-wise with 32-bit state and without decay_only_matrices (which reads the parameter's rank;
+  // 8-bit state quantises blocks of a parameter). ZeRO needs neither: it runs AdamW through its own
+  // fused kernels, placing the blocks itself (dist/zero_layout.h).
+  bool elementwise() const override { return options_.state_bits() == 32 && !options_.decay_only_matrices(); }
+  std::vector<std::string> state_buffer_names() const override;
+  DType state_dtype(const Tensor& param) const override;
 
  protected:
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) override;
   // The fused kernel's master-copy path: one pass reads and writes param, master, m and v.
   bool update_with_master(const ParamGroup& group, const Tensor& param, const Tensor& master, const Tensor& grad,
                           ParamState& state) override;
-  std::vector<std::string> state_buffer_names() const override;
-  DType state_dtype(const Tensor& param) const override;
   std::vector<std::string> state_buffer_names_for(const Tensor& param) const override;
   std::pair<Shape, DType> state_buffer_layout(const Tensor& param, const std::string& buffer) const override;
   bool skips_on_device() const override { return true; }

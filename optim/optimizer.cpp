@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "engine/kernel_dispatch.h"
+#include "engine/ops.h"
 #include "kernels/philox.h"
 #include "optim/clip.h"
 #include "optim/unscale.h"
@@ -84,6 +85,19 @@ void LocalOptimizer::check_lr(double lr) const {
 void LocalOptimizer::check_weight_decay(double weight_decay) const {
   HG_CHECK(std::isfinite(weight_decay) && weight_decay >= 0.0, "[", name_, "] invalid weight_decay ", weight_decay,
            ": expected weight_decay >= 0");
+}
+
+void LocalOptimizer::check_range(const char* option, double value, double lo, double hi, bool hi_open) const {
+  const bool inside = std::isfinite(value) && value >= lo && (hi_open ? value < hi : value <= hi);
+  HG_CHECK(inside, "[", name_, "] invalid ", option, " ", value, ": expected ", lo, " <= ", option,
+           hi_open ? " < " : " <= ", hi);
+}
+
+Tensor& LocalOptimizer::state_buffer(ParamState& state, const std::string& name, const Tensor& param,
+                                     double initial) const {
+  auto it = state.buffers.find(name);
+  if (it == state.buffers.end()) it = state.buffers.emplace(name, full_like(param, initial).to(state_dtype(param))).first;
+  return it->second;
 }
 
 void LocalOptimizer::check_param(const Tensor& p, size_t group, size_t index_in_group) const {
@@ -182,6 +196,21 @@ void LocalOptimizer::set_mixed_precision(const MixedPrecisionOptions& options) {
     }
   }
   mixed_precision_ = options;
+}
+
+void LocalOptimizer::update_elements(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                                     ParamState& state) {
+  HG_CHECK(elementwise(), "[", name_, "] update_elements: this optimizer's update is not element-wise");
+  HG_CHECK(param.defined() && grad.defined() && param.is_contiguous() && grad.is_contiguous() &&
+               !is_half(param.dtype()) && grad.shape() == param.shape() && grad.dtype() == param.dtype() &&
+               grad.device() == param.device(),
+           "[", name_, "] update_elements: got elements ", param.defined() ? param.describe() : std::string("undefined"),
+           " and gradient ", grad.defined() ? grad.describe() : std::string("undefined"),
+           "; expected contiguous f32 or f64 tensors of one shape, dtype and device");
+  HG_CHECK(state.step >= 1, "[", name_, "] update_elements: the state's step is ", state.step,
+           "; count this update first (1 at the first one)");
+  NoGradGuard no_grad;
+  update(group, param, grad, state);
 }
 
 bool LocalOptimizer::step() {

@@ -204,6 +204,22 @@ class LocalOptimizer : public Optimizer {
   // Whether parameter p is updated through a stored fp32 master copy.
   bool keeps_master(const Tensor& p) const { return mixed_precision_.master_weights() && is_half(p.dtype()); }
 
+  // ---- the sharding capability (dist::ZeroOptimizer shards the state of any such optimizer) ----
+  // Whether update() is element-wise: each element moves by a function of its own value, gradient
+  // and state (and of the group's lr and weight decay and the step count) only, so that the update of
+  // any contiguous run of a parameter's elements, its state buffers cut the same way, is that run of
+  // the whole parameter's update. True for SGD and AdamW; an optimizer with a per-tensor reduction
+  // (LAMB's trust ratio, Adafactor's factored moments) would say false, and ZeRO refuses it.
+  virtual bool elementwise() const { return false; }
+  // update() on `param` (a contiguous f32/f64 run of a parameter's elements, or of its fp32 master
+  // copy), `grad` (the same run, its dtype) and `state` (step already counted; buffers: views of the
+  // same run of each state buffer, or none before the first update, which creates them).
+  void update_elements(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state);
+  // The buffers an initialised parameter has (e.g. {"exp_avg", "exp_avg_sq"}), and their dtype for
+  // `param` (without the fp32 "master" of a half parameter).
+  virtual std::vector<std::string> state_buffer_names() const = 0;
+  virtual DType state_dtype(const Tensor& param) const = 0;
+
   // Read-only: parameters are added through add_param_group, which keeps the state in step.
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // Number of parameters over all groups.
@@ -239,10 +255,6 @@ class LocalOptimizer : public Optimizer {
                                   const Tensor& grad, ParamState& state) {
     return false;
   }
-  // The buffers an initialised parameter has (e.g. {"exp_avg", "exp_avg_sq"}).
-  virtual std::vector<std::string> state_buffer_names() const = 0;
-  // The dtype of those buffers for `param`.
-  virtual DType state_dtype(const Tensor& param) const = 0;
   // The buffers `param` keeps once initialised, and the shape and dtype of each: by default
   // state_buffer_names(), each with the parameter's shape and state_dtype(param). An optimizer whose
   // buffers depend on the parameter (AdamW with 8-bit state: codes and per-block scales for large
@@ -254,6 +266,12 @@ class LocalOptimizer : public Optimizer {
 
   void check_lr(double lr) const;
   void check_weight_decay(double weight_decay) const;
+  // Checks that `value` of option `option` is finite and within [lo, hi] (hi_open: [lo, hi)), with a
+  // message naming both.
+  void check_range(const char* option, double value, double lo, double hi, bool hi_open = false) const;
+  // State buffer `name` of `state`, created at the parameter's first update filled with `initial`,
+  // with `param`'s shape and state_dtype(param).
+  Tensor& state_buffer(ParamState& state, const std::string& name, const Tensor& param, double initial = 0.0) const;
   // Whether update() honours the skip flag and the device lr in its kernels (AdamW).
   virtual bool skips_on_device() const { return false; }
   // What set_device_lr / set_skip_flag set (undefined when not set), for update().

@@ -32,11 +32,12 @@ class SGD : public LocalOptimizer {
   SGD(std::vector<ParamGroup> groups, SGDOptions options);
 
   const SGDOptions& options() const { return options_; }
+  bool elementwise() const override { return true; }
+  std::vector<std::string> state_buffer_names() const override;
+  DType state_dtype(const Tensor& param) const override;
 
  protected:
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) override;
-  std::vector<std::string> state_buffer_names() const override;
-  DType state_dtype(const Tensor& param) const override;
 
  private:
   void check_options() const;

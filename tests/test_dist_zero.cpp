@@ -45,9 +45,11 @@
 #include "optim/loss_scaler.h"
 #include "train/checkpoint_directory.h"
 #include "train/trainer.h"
+#include "support/shared_temp_dir.h"
 
 using namespace hg;
 using namespace hg::dist;
+using hg::test::SharedTempDir;
 
 namespace {
 
@@ -137,29 +139,6 @@ struct Plan {
   double loss_scale = 1.0;       // backward of loss * loss_scale, set_grad_scale(1 / loss_scale)
   double clip = 0.0;             // clip_grad_norm(clip) before each step (0: none); the norm must exceed it
   optim::AdamWOptions adamw = adamw_options();
-};
-
-// A fresh directory every rank sees (created by rank 0, named by a tag rank 0 draws), removed by
-// rank 0 once every rank is done with it.
-struct SharedTempDir {
-  std::filesystem::path path;
-  explicit SharedTempDir(const std::string& stem) {
-    uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
-    comm().broadcast(&tag, 1, DType::i64, 0).wait();
-    path = std::filesystem::temp_directory_path() / (stem + std::to_string(tag));
-    if (comm().rank() == 0) std::filesystem::create_directories(path);
-    comm().barrier().wait();
-  }
-  ~SharedTempDir() {
-    try {
-      comm().barrier().wait();
-    } catch (...) {  // a failed test's broken communicator: remove what is ours regardless
-    }
-    std::error_code ignored;
-    if (comm().rank() == 0) std::filesystem::remove_all(path, ignored);
-  }
-  SharedTempDir(const SharedTempDir&) = delete;
-  SharedTempDir& operator=(const SharedTempDir&) = delete;
 };
 
 Run zero_run(const Plan& plan) {
@@ -423,7 +402,7 @@ TEST_CASE("gradient accumulation communicates once and equals the full batch") {
 }
 
 TEST_CASE("optimizer shards saved at N ranks resume at N with another stage and in one process") {
-  const SharedTempDir dir("hg_zero_ckpt_");
+  const SharedTempDir dir(comm(), "hg_zero_ckpt_");
   const std::string prefix = (dir.path / "ckpt").string();
 
   Plan first;
@@ -809,7 +788,7 @@ TEST_CASE("an inf gradient on one rank makes every rank skip the step and the sc
 
 TEST_CASE(
     "checkpoint directory entries of a ZeroOptimizer keep the last K and resume in one process at another stage") {
-  const SharedTempDir scratch("hg_zero_dir_");
+  const SharedTempDir scratch(comm(), "hg_zero_dir_");
   const std::string dir = scratch.path.string();
   manual_seed(7);
   nn::GPT model(tiny_config());
@@ -883,12 +862,12 @@ TEST_CASE(
   with_adamw.model(model).optimizer(adamw);
   CHECK_THROWS_WITH_AS(reader.load(*reader.latest(), with_adamw), doctest::Contains("holds ZeRO"), hg::Error);
   CHECK_THROWS_WITH_AS(reader.latest_for(with_adamw), doctest::Contains("holds ZeRO"), hg::Error);
-  const SharedTempDir empty_entry("hg_zero_entry_");
+  const SharedTempDir empty_entry(comm(), "hg_zero_entry_");
   CHECK_THROWS_WITH_AS(reader.load(empty_entry.path.string(), fresh_state),
                        doctest::Contains("holds no optimizer shards"), hg::Error);
 
   // An entry whose shard lacks a moment is refused before anything changes: weights, counters, state.
-  const SharedTempDir broken("hg_zero_broken_");
+  const SharedTempDir broken(comm(), "hg_zero_broken_");
   const std::filesystem::path copy = broken.path / "step_0000000003";
   if (comm().rank() == 0) {
     std::filesystem::copy(*reader.latest(), copy);
@@ -999,7 +978,7 @@ TEST_CASE("a ZeroOptimizer removes only its own gradient hooks") {
 }
 
 TEST_CASE("save_state removes shards a larger world left under the prefix") {
-  const SharedTempDir dir("hg_zero_stale_");
+  const SharedTempDir dir(comm(), "hg_zero_stale_");
   const std::string prefix = (dir.path / "ckpt").string();
   const int stale_world = comm().world_size() + 3;
   if (comm().rank() == 0)  // what an earlier save at more ranks left (any bytes: never read)
@@ -1021,7 +1000,7 @@ TEST_CASE("save_state removes shards a larger world left under the prefix") {
 }
 
 TEST_CASE("load_state rejects malformed shard metadata with a clear error") {
-  const SharedTempDir dir("hg_zero_bad_");
+  const SharedTempDir dir(comm(), "hg_zero_bad_");
   const std::string prefix = (dir.path / "ckpt").string();
   manual_seed(7);
   nn::GPT model(tiny_config());
@@ -1232,7 +1211,7 @@ TEST_CASE("ZeRO stage 3 with dropout and checkpointing draws the masks of stage 
 }
 
 TEST_CASE("stage 3 shards resume in one process with other units and stages and back") {
-  const SharedTempDir dir("hg_zero_units_");
+  const SharedTempDir dir(comm(), "hg_zero_units_");
   const std::string prefix = (dir.path / "ckpt").string();
   const Run want = reference_run();
   // N ranks, stage 3 with the biases and LayerNorms persistent (another unit layout than below).

@@ -33,9 +33,11 @@
 #include "kernels/adamw8bit_math.h"
 #include "layers/gpt.h"
 #include "optim/adamw.h"
+#include "support/shared_temp_dir.h"
 
 using namespace hg;
 using namespace hg::dist;
+using hg::test::SharedTempDir;
 
 namespace {
 
@@ -219,26 +221,6 @@ double largest_param_difference(const Run& got, const Run& want, std::string* wh
   return worst;
 }
 
-// A fresh directory every rank sees (created and removed by rank 0).
-struct SharedTempDir {
-  std::filesystem::path path;
-  explicit SharedTempDir(const std::string& stem) {
-    uint64_t tag = comm().rank() == 0 ? std::random_device{}() : 0;
-    comm().broadcast(&tag, 1, DType::i64, 0).wait();
-    path = std::filesystem::temp_directory_path() / (stem + std::to_string(tag));
-    if (comm().rank() == 0) std::filesystem::create_directories(path);
-    comm().barrier().wait();
-  }
-  ~SharedTempDir() {
-    try {
-      comm().barrier().wait();
-    } catch (...) {
-    }
-    std::error_code ignored;
-    if (comm().rank() == 0) std::filesystem::remove_all(path, ignored);
-  }
-};
-
 void check_whole_batch_bits(const Device& device, DType dtype) {
   const Run want = reference_run(dtype, kSteps, 8, 1e-8, device);  // on the same device: the same kernels
   // Stage 3 twice: every parameter in a sharded unit, and with the persistent unit holding an 8-bit
@@ -367,7 +349,7 @@ TEST_CASE("8-bit ZeRO stages 0-3 train like one process on the global batch on t
 }
 
 TEST_CASE("8-bit shards saved at N ranks resume in one process, and one process's at N ranks, bit for bit") {
-  const SharedTempDir dir("hg_zero8_ckpt_");
+  const SharedTempDir dir(comm(), "hg_zero8_ckpt_");
   const std::string prefix = (dir.path / "ckpt").string();
   const Run want = reference_run(DType::bf16);
   Communicator alone(CommunicatorOptions().timeout(std::chrono::seconds(60)).this_process_only(true));
@@ -495,7 +477,7 @@ TEST_CASE("8-bit optimizer state per rank against 32-bit") {
 }
 
 TEST_CASE("8-bit ZeRO refuses shards of the other state width with a clear error") {
-  const SharedTempDir dir("hg_zero8_bad_");
+  const SharedTempDir dir(comm(), "hg_zero8_bad_");
   const std::string prefix = (dir.path / "ckpt").string();
   for (int saved_bits : {32, 8}) {
     const int loaded_bits = saved_bits == 32 ? 8 : 32;
