@@ -166,7 +166,8 @@ void ZeroOptimizer::init_state_and_buckets() {
     master_ = new_state(opt_count_);
     master_.copy_(owned_params());
   }
-  if (fused_adamw() && !options_.offload_optimizer()) step_count_ = zeros({2}, DType::i64, device_);  // the device count
+  // AdamW's device step keeps its count on the device; the others (and offload) count in step_.
+  if (fused_adamw() && !options_.offload_optimizer()) step_count_ = zeros({2}, DType::i64, device_);
   allocate_offload_staging();
   for (Bucket& b : buckets_) b.pending = int(b.params.size());
   ready_.assign(params_.size(), false);

@@ -244,11 +244,11 @@ class ZeroOptimizer final : public optim::Optimizer {
   int64_t prefetching_unit_count() const;  // all-gathers started ahead of use, not yet waited for
 
   // This rank's optimizer state (checkpoints): "master" (when separate), "exp_avg", "exp_avg_sq" (an
-  // element-wise optimizer: its own buffers' names, "momentum_buffer", ...) — flat fp32 tensors over the elements this rank owns (stages 0-2: [state_offset(), + numel) of the
-  // flat parameter buffer; stage 3: its shard of every unit, in unit order). 8-bit state: "exp_avg",
-  // "exp_avg_sq" are the u8 codes of the quantised slices, "exp_avg_absmax", "exp_avg_sq_absmax" their
-  // block scales, "exp_avg_fp32", "exp_avg_sq_fp32" the
-  // other parameters' moments.
+  // element-wise optimizer: its own buffers' names, "momentum_buffer", ...) — flat fp32 tensors over
+  // the elements this rank owns (stages 0-2: [state_offset(), + numel) of the flat parameter buffer;
+  // stage 3: its shard of every unit, in unit order). 8-bit state: "exp_avg", "exp_avg_sq" are the u8
+  // codes of the quantised slices, "exp_avg_absmax", "exp_avg_sq_absmax" their block scales,
+  // "exp_avg_fp32", "exp_avg_sq_fp32" the other parameters' moments.
   // Names are rank-qualified: "rank<r>-of-<N>.exp_avg", ...
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
   // Refused with a message that names load_state: a shard alone cannot be re-partitioned.
@@ -261,8 +261,8 @@ class ZeroOptimizer final : public optim::Optimizer {
   // Checkpoints of the optimizer state, one file per rank: `prefix`.rank{r}-of-{N}.safetensors holds
   // flat fp32 "exp_avg", "exp_avg_sq" (and "master" when kept) over the elements rank r owns, as
   // ranges of the parameters concatenated in order without padding (so any stage reads any other's),
-  // with metadata {ranges "offset:count,...", numel, step, world, optimizer} (8-bit state: state_bits 8, block 2048,
-  // and the tensors of dist/zero_quantized_state.cpp). The parameters themselves are saved
+  // with metadata {ranges "offset:count,...", numel, step, world, optimizer} (8-bit state: state_bits 8,
+  // block 2048, and the tensors of dist/zero_quantized_state.cpp). The parameters themselves are saved
   // whole by the model (stage 3: inside gather_parameters()).
   // save_state is collective: it returns on every rank once every file is written.
   void save_state(const std::string& prefix) override;

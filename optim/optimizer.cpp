@@ -96,7 +96,8 @@ void LocalOptimizer::check_range(const char* option, double value, double lo, do
 Tensor& LocalOptimizer::state_buffer(ParamState& state, const std::string& name, const Tensor& param,
                                      double initial) const {
   auto it = state.buffers.find(name);
-  if (it == state.buffers.end()) it = state.buffers.emplace(name, full_like(param, initial).to(state_dtype(param))).first;
+  if (it == state.buffers.end())
+    it = state.buffers.emplace(name, full_like(param, initial).to(state_dtype(param))).first;
   return it->second;
 }
 
@@ -204,8 +205,9 @@ void LocalOptimizer::update_elements(const ParamGroup& group, const Tensor& para
   HG_CHECK(param.defined() && grad.defined() && param.is_contiguous() && grad.is_contiguous() &&
                !is_half(param.dtype()) && grad.shape() == param.shape() && grad.dtype() == param.dtype() &&
                grad.device() == param.device(),
-           "[", name_, "] update_elements: got elements ", param.defined() ? param.describe() : std::string("undefined"),
-           " and gradient ", grad.defined() ? grad.describe() : std::string("undefined"),
+           "[", name_, "] update_elements: got elements ",
+           param.defined() ? param.describe() : std::string("undefined"), " and gradient ",
+           grad.defined() ? grad.describe() : std::string("undefined"),
            "; expected contiguous f32 or f64 tensors of one shape, dtype and device");
   HG_CHECK(state.step >= 1, "[", name_, "] update_elements: the state's step is ", state.step,
            "; count this update first (1 at the first one)");
