@@ -5,7 +5,9 @@
 #include <cmath>
 #include <numbers>
 
+#include "engine/kernel_dispatch.h"
 #include "kernels/error.h"
+#include "kernels/step_kernels.h"
 
 namespace hg::optim {
 namespace {
@@ -139,5 +141,14 @@ std::optional<kernels::LrScheduleDesc> Sequential::device_form() const {
 WarmupCosine::WarmupCosine(double base_lr, int64_t warmup_steps, int64_t total_steps, double min_lr)
     : Sequential(warmup_cosine_pieces(base_lr, warmup_steps, total_steps, min_lr),
                  warmup_cosine_milestones(warmup_steps)) {}
+
+void write_lr_on_device(const kernels::LrScheduleDesc& form, const Tensor& step_count, const Tensor& lr) {
+  HG_CHECK(step_count.numel() == 1 && step_count.dtype() == DType::i64 && lr.numel() == 1 && lr.dtype() == DType::f64 &&
+               step_count.is_contiguous() && lr.is_contiguous() && step_count.device() == lr.device(),
+           "write_lr_on_device: expected an i64 step count and an f64 lr, one element each on one device, got ",
+           step_count.describe(), " and ", lr.describe());
+  HG_KERNEL(lr.device(), lr_schedule_eval, form, static_cast<const int64_t*>(step_count.data_ptr()),
+            static_cast<double*>(lr.data_ptr()));
+}
 
 }  // namespace hg::optim

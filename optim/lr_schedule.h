@@ -26,6 +26,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/tensor.h"
 #include "kernels/lr_schedule_math.h"
 
 namespace hg::optim {
@@ -40,6 +41,11 @@ class LrSchedule {
 };
 
 using LrSchedulePtr = std::shared_ptr<const LrSchedule>;
+
+// lr[0] = the schedule `form` (a device_form()) at the step count step_count[0], evaluated on their
+// device by the lr_schedule_eval kernel: lr an f64 and step_count an i64 one-element tensor, on one
+// device. No host read.
+void write_lr_on_device(const kernels::LrScheduleDesc& form, const Tensor& step_count, const Tensor& lr);
 
 class ConstantLr : public LrSchedule {
  public:

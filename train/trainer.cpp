@@ -11,13 +11,10 @@
 #include "dist/rank0.h"
 #include "engine/allocator.h"
 #include "engine/autograd.h"
-#include "engine/cuda/cuda_graph.h"
 #include "engine/profiler/profiler.h"
 #include "engine/random.h"
 #include "engine/host_reads.h"
-#include "engine/kernel_dispatch.h"
 #include "engine/safetensors.h"
-#include "kernels/step_kernels.h"
 #include "train/checkpoint_directory.h"
 #include "train/progress.h"
 
@@ -182,13 +179,17 @@ Trainer::StepFigures Trainer::run_step(int64_t step, bool read) {
   }
   {
     std::optional<HostReadGuard> no_reads;
-    if (device_step_ && !read && options_.forbid_host_reads()) no_reads.emplace("a training step that is not logged");
-    if (graph_)
-      graph_step(step, batches, f);
-    else
+    if (step_state_ && !read && options_.forbid_host_reads()) no_reads.emplace("a training step that is not logged");
+    if (captured_) {
+      captured_->run(step, batches, [&](const std::vector<data::Batch>& step_batches, bool eager) {
+        StepFigures unused;  // a captured step reads nothing (its figures stay on the device)
+        step_body(step_batches, /*read=*/false, /*ranges=*/eager, eager ? f : unused);
+      });
+    } else {
       step_body(batches, read, /*ranges=*/true, f);
+    }
   }
-  if (device_step_ && read) read_device_figures(f);
+  if (step_state_ && read) read_device_figures(f);
   if (dist::Communicator* comm = options_.communicator()) {
     if (read) comm->all_reduce(&f.loss, 1, DType::f64, dist::ReduceOp::avg).wait();  // same steps on every rank
     f.items *= comm->world_size();
@@ -201,7 +202,7 @@ Trainer::StepFigures Trainer::run_step(int64_t step, bool read) {
 void Trainer::step_body(const std::vector<data::Batch>& batches, bool read, bool ranges, StepFigures& f) {
   using profiler::Category;
   const int64_t micro_batches = int64_t(batches.size());
-  const bool on_device = device_step_.has_value();
+  const bool on_device = step_state_.has_value();
   std::optional<profiler::ScopedRange> phase;
   auto enter = [&](const char* name, Category category, const Device* device) {
     if (!ranges) return;
@@ -210,7 +211,7 @@ void Trainer::step_body(const std::vector<data::Batch>& batches, bool read, bool
     else
       phase.emplace(name, category);
   };
-  if (on_device) device_step_->figures.narrow(0, 0, 1).zero_();
+  if (on_device) step_state_->loss_sum.zero_();
   // Each micro-batch's loss is divided by their number, so the summed gradients are those of the
   // mean over all of them; the scaler multiplies it by S for fp16 (1 otherwise). Only the last
   // micro-batch's backward communicates.
@@ -224,10 +225,7 @@ void Trainer::step_body(const std::vector<data::Batch>& batches, bool read, bool
     scaler_.scale(loss).backward();
     phase.reset();
     if (on_device) {  // summed in double in micro-batch order, as the host sum was: no read
-      NoGradGuard no_grad;
-      const Tensor sum = device_step_->figures.narrow(0, 0, 1);
-      device_step_->scratch.copy_(loss.detach().reshape({1}));
-      sum.copy_(sum + device_step_->scratch);
+      step_state_->add_loss(loss);
     } else {
       f.loss += loss.item();
     }
@@ -257,7 +255,7 @@ void Trainer::check_graph_preconditions() const {
   const char* why = nullptr;
   if (!device_.is_cuda())
     why = "the model is not on a CUDA device";
-  else if (!device_step_)
+  else if (!step_state_)
     why = "the step is not taken on the device (it needs an optimizer that decides on the device -- AdamW or "
           "ZeRO without optimizer offload, not SGD -- and a schedule with a device form)";
   else if ((o.communicator() != nullptr && o.communicator()->world_size() > 1) || optimizer_.is_sharded())
@@ -271,91 +269,38 @@ void Trainer::check_graph_preconditions() const {
   HG_CHECK(why == nullptr, kWho, " cuda_graph: ", why, "; expected a single-process run ON THE DEVICE on a CUDA device");
 }
 
-void Trainer::graph_step(int64_t step, const std::vector<data::Batch>& batches, StepFigures& f) {
-  if (step - graph_first_step_ < options_.graph_warmup()) {  // eager warm-up
-    step_body(batches, /*read=*/false, /*ranges=*/true, f);
-    return;
-  }
-  NoGradGuard no_grad;
-  if (!graph_->captured()) {
-    profiler::ScopedRange capture_range("capture", profiler::Category::other);
-    graph_batches_.clear();
-    for (const data::Batch& batch : batches) {
-      data::Batch copy = batch;
-      for (Tensor& t : copy.tensors) t = t.clone();
-      graph_batches_.push_back(std::move(copy));
-    }
-    const GeneratorState before = default_generator().state();
-    graph_->capture(cuda::compute_stream(device_.index), [&] {
-      GradModeGuard grad_mode(true);  // the step's forward records its graph for backward
-      StepFigures unused;
-      step_body(graph_batches_, /*read=*/false, /*ranges=*/false, unused);
-    });
-    HG_CHECK(default_generator().state() == before, kWho,
-             " cuda_graph: the step draws random numbers (dropout): every replay of the captured step would draw "
-             "the same ones; expected a step without random ops (e.g. dropout 0)");
-  } else {
-    for (size_t m = 0; m < batches.size(); ++m) {
-      const data::Batch& batch = batches[m];
-      data::Batch& into = graph_batches_[m];
-      HG_CHECK(batch.tensors.size() == into.tensors.size(), kWho, " cuda_graph: micro-batch ", m, " has ",
-               batch.tensors.size(), " fields; the captured step has ", into.tensors.size());
-      for (size_t i = 0; i < batch.tensors.size(); ++i) {
-        HG_CHECK(batch[i].shape() == into[i].shape() && batch[i].dtype() == into[i].dtype(), kWho,
-                 " cuda_graph: field ", i, " of micro-batch ", m, " is ", batch[i].describe(),
-                 "; the captured step was recorded for ", into[i].describe(),
-                 " (a CUDA graph replays fixed shapes: make every batch the same size, e.g. drop_last)");
-        into.tensors[i].copy_(batch[i]);
-      }
-    }
-  }
-  profiler::ScopedRange replay_range("replay", profiler::Category::other);
-  graph_->replay();
-}
-
 void Trainer::optimizer_step_on_device() {
-  DeviceStep& d = *device_step_;
-  const Device device = d.figures.device();
+  StepState& state = *step_state_;
   NoGradGuard no_grad;
   scaler_.unscale_on_device(optimizer_);
   // A sharded optimizer checks inf/NaN itself when no scaler does (it skips such a step): here on the
   // device, as the scaler would -- an unscale pass by 1 (the gradients keep their bits) writing a flag
   // that its step's kernels read -- instead of from its norm on the host.
   const bool own_check = !scaler_.enabled() && optimizer_.is_sharded();
-  if (own_check) optimizer_.unscale_on_device(d.one, d.found_inf);
-  if (options_.clip() > 0) optimizer_.clip_grad_norm_on_device(options_.clip(), d.figures.narrow(0, 1, 1));
+  if (own_check) optimizer_.unscale_on_device(state.one, state.found_inf);
+  if (options_.clip() > 0) optimizer_.clip_grad_norm_on_device(options_.clip(), state.sum_of_squares);
   if (device_schedule_) {
-    HG_KERNEL(device, lr_schedule_eval, *device_schedule_, static_cast<const int64_t*>(d.steps.data_ptr()),
-              static_cast<double*>(d.figures.narrow(0, 2, 1).data_ptr()));
-    optimizer_.set_device_lr(d.figures.narrow(0, 2, 1));
+    optim::write_lr_on_device(*device_schedule_, state.step_count, state.lr);
+    optimizer_.set_device_lr(state.lr);
   }
-  if (own_check) optimizer_.set_skip_flag(d.found_inf);
+  if (own_check) optimizer_.set_skip_flag(state.found_inf);
   const bool stepped = scaler_.step_on_device(optimizer_);
   if (own_check) optimizer_.set_skip_flag(Tensor());
-  const Tensor found_inf = own_check ? d.found_inf : scaler_.found_inf_tensor();
   if (stepped)  // t advances unless the device found inf/NaN
-    HG_KERNEL(device, step_count_advance, static_cast<int64_t*>(d.steps.data_ptr()),
-              found_inf.defined() ? static_cast<const float*>(found_inf.data_ptr()) : nullptr);
+    state.count_step(own_check ? state.found_inf : scaler_.found_inf_tensor());
   else
     ++unscaled_skips_;
   scaler_.update();
 }
 
 void Trainer::read_device_figures(StepFigures& f) {
-  DeviceStep& d = *device_step_;
-  NoGradGuard no_grad;
-  if (scaler_.enabled()) {
-    d.figures.narrow(0, 3, 1).copy_(scaler_.scale_tensor().reshape({1}));
-    d.figures.narrow(0, 4, 1).copy_(scaler_.skipped_steps_tensor().reshape({1}));
-  }
-  d.figures.narrow(0, 5, 1).copy_(d.steps);
-  const std::vector<double> v = d.figures.to_vector<double>();  // the step's one read
-  f.loss = v[0];
-  f.grad_norm = options_.clip() > 0 ? std::sqrt(v[1]) : NAN;
-  f.lr = schedule_ ? v[2] : NAN;
-  f.scale = scaler_.enabled() ? v[3] : 1.0;
-  f.skipped = int64_t(v[4]);
-  optimizer_steps_ = int64_t(v[5]);
+  const StepState::Figures v = step_state_->read(scaler_);  // the step's one read
+  f.loss = v.loss_sum;
+  f.grad_norm = options_.clip() > 0 ? std::sqrt(v.sum_of_squares) : NAN;
+  f.lr = schedule_ ? v.lr : NAN;
+  f.scale = v.loss_scale;
+  f.skipped = v.skipped;
+  optimizer_steps_ = v.steps;
   // Without a scaler, the steps a sharded optimizer skipped on its own inf/NaN check are the steps run
   // that t did not count.
   if (!scaler_.enabled() && optimizer_.is_sharded()) unscaled_skips_ = completed_steps_ + 1 - optimizer_steps_;
@@ -494,25 +439,16 @@ TrainResult Trainer::fit() {
   result.first_step = completed_steps_ + 1;
   double last_loss = NAN;
   model_.train();
-  device_step_.reset();
+  step_state_.reset();
   device_schedule_.reset();
   if (steps_on_device() && !parameters.empty()) {  // the step's scalars, made once (see ON THE DEVICE)
-    const Device device = parameters.front().device();
-    DeviceStep d;
-    d.figures = zeros({6}, DType::f64, device);
-    d.scratch = zeros({1}, DType::f64, device);
-    d.one = ones({1}, DType::f32, device);
-    d.found_inf = zeros({1}, DType::f32, device);
-    d.steps = scalar_tensor(double(optimizer_steps_), DType::i64).reshape({1}).to(device);
-    device_step_ = d;
+    step_state_.emplace(parameters.front().device(), optimizer_steps_);
     if (schedule_) device_schedule_ = schedule_->device_form();
   }
-  graph_.reset();
-  graph_batches_.clear();
+  captured_.reset();
   if (o.cuda_graph()) {
     check_graph_preconditions();
-    graph_ = std::make_unique<cuda::Graph>();
-    graph_first_step_ = completed_steps_ + 1;
+    captured_ = std::make_unique<CapturedStep>(device_, completed_steps_ + 1, o.graph_warmup());
   }
   const auto start = Clock::now();
   for (int64_t step = completed_steps_ + 1; step <= last_step; ++step) {

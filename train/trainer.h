@@ -25,31 +25,32 @@
 // under ZeRO), the loss scaler, the step and the optimizer-step counters, the default Philox
 // generator (dropout) and the loader's position; and options.run_config, the program's settings.
 //
-// ON THE DEVICE. When the optimizer decides_on_device() (AdamW, ZeRO stages 0-3 without optimizer
-// offload; optim/optimizer.h) and the schedule,
-// if any, has a device_form(), a step reads nothing from the device: the micro-batch losses are
-// summed into a device scalar (loss.detach()), the scaler's found_inf decides the skip in the
-// optimizer's kernels, the gradient norm is a device sum of squares, t (the steps taken) is a device
-// count advanced by a kernel unless found_inf is set, and the schedule's lr is evaluated from it by
-// a kernel into the device scalar the optimizer reads. Only a step that is logged (every log_every,
-// evaluated, checkpointed, or the last) reads its figures -- loss, norm, lr, scale, skipped count,
-// t -- with ONE copy to the host. (On the CPU, where that copy costs nothing, every step reads them,
-// so the metrics log keeps a loss per step; forbid_host_reads turns that off.) Without a loss scaler a
-// sharded optimizer, which skips inf/NaN steps by itself, checks on the device too: an unscale pass
-// by 1 writes the skip flag its kernels read. Otherwise (SGD, ZeRO-Offload, a host-only schedule) each
+// ON THE DEVICE. When the optimizer decides_on_device() (AdamW, ZeRO stages 0-3 over AdamW without
+// optimizer offload; optim/optimizer.h) and the schedule, if any, has a device_form(), a step reads
+// nothing from the device. Its scalars are a StepState (train/step_state.h), each written by its owner
+// and read where needed: the micro-batch losses are summed into a device scalar (loss.detach()), the
+// scaler's found_inf decides the skip in the optimizer's kernels, the gradient norm is a device sum of
+// squares, t (the steps taken) is a device count advanced by a kernel unless found_inf is set, and the
+// schedule's lr is evaluated from it by a kernel into the device scalar the optimizer reads. Only a
+// step that is logged (every log_every, evaluated, checkpointed, or the last) reads its figures --
+// loss, norm, lr, scale, skipped count, t -- with ONE copy to the host. (On the CPU, where that copy
+// costs nothing, every step reads them, so the metrics log keeps a loss per step; forbid_host_reads
+// turns that off.) Without a loss scaler a sharded optimizer, which skips inf/NaN steps by itself,
+// checks on the device too: an unscale pass by 1 writes the skip flag its kernels read. Otherwise
+// (SGD and the other composed optimizers, ZeRO over them or with offload, a host-only schedule) each
 // decision is read on the host as it is taken.
 //
-// CUDA GRAPHS (cuda_graph). A step ON THE DEVICE reads nothing from the host and makes no allocation
-// once warm, so it can be captured (engine/cuda/cuda_graph.h): the first `graph_warmup` steps of
-// fit() run eagerly (lazy state: Adam moments, plan caches, workspaces, the allocator's pools), the
-// next one is captured -- its batches cloned into the graph's input tensors -- and every step from
-// then on copies its batches into those tensors (device-to-device) and replays the graph: one
-// cudaGraphLaunch per step. Logged steps read the figures after the replay as before. Refused, with
-// an hg::Error saying why: a model not on a CUDA device, a step not ON THE DEVICE (SGD,
+// CUDA GRAPHS (cuda_graph; train/captured_step.h). A step ON THE DEVICE reads nothing from the host
+// and makes no allocation once warm, so it can be captured (engine/cuda/cuda_graph.h): the first
+// `graph_warmup` steps of fit() run eagerly (lazy state: Adam moments, plan caches, workspaces, the
+// allocator's pools), the next one is captured -- its batches cloned into the graph's input tensors --
+// and every step from then on copies its batches into those tensors (device-to-device) and replays
+// the graph: one cudaGraphLaunch per step. Logged steps read the figures after the replay as before.
+// Refused, with an hg::Error saying why: a model not on a CUDA device, a step not ON THE DEVICE (SGD,
 // ZeRO-Offload, a host-only schedule), data parallelism or a sharded optimizer (capturing their
-// collectives is not done yet), activation offload, the
-// sequence-length warmup (its shapes change), and random ops inside the step (dropout: the captured
-// Philox offsets would repeat every replay; found by the default generator moving during capture).
+// collectives is not done yet), activation offload, the sequence-length warmup (its shapes change),
+// and random ops inside the step (dropout: the captured Philox offsets would repeat every replay;
+// found by the default generator moving during capture).
 // Evaluation and checkpoints run eagerly between replays. A batch whose shapes differ from the
 // captured ones is an hg::Error.
 //
@@ -78,12 +79,10 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "train/captured_step.h"
 #include "train/checkpoint.h"
 #include "train/monitor.h"
-
-namespace hg::cuda {
-class Graph;
-}
+#include "train/step_state.h"
 
 namespace hg::train {
 
@@ -208,22 +207,12 @@ class Trainer {
     int64_t skipped = 0;      // the scaler's skipped steps so far
     RuntimeCounters runtime;  // the CUDA runtime calls the step made (kernels/runtime_counters.h)
   };
-  // The device scalars of a step taken on the device (see ON THE DEVICE); one f64 buffer, so the
-  // figures of a logged step come back in one copy.
-  struct DeviceStep {
-    Tensor figures;  // f64[6]: loss sum, sum of squares, lr, scale, skipped steps, t
-    Tensor steps;    // i64[1]: t, the optimizer steps taken
-    Tensor scratch;  // f64[1]: staging for the loss sum
-    Tensor one, found_inf;  // f32[1]: a sharded optimizer's own inf/NaN check without a scaler
-  };
   data::Batch narrowed(const data::Batch& batch, int64_t step) const;
   // Micro-batches, backward and the optimizer; the figures are read (`read`) or left on the device.
   StepFigures run_step(int64_t step, bool read);
   // What run_step does after fetching the batches: forward and backward of each micro-batch, then
   // the optimizer. `ranges`: profiler phase ranges (not while a CUDA graph is being captured).
   void step_body(const std::vector<data::Batch>& batches, bool read, bool ranges, StepFigures& f);
-  // The same step through the CUDA graph (captured at the first step after the warm-up).
-  void graph_step(int64_t step, const std::vector<data::Batch>& batches, StepFigures& f);
   // Refuses cuda_graph where a captured step could not equal the eager one (an hg::Error says why).
   void check_graph_preconditions() const;
   // Whether this run's steps stay on the device (see ON THE DEVICE).
@@ -255,11 +244,9 @@ class Trainer {
   int64_t completed_steps_ = 0, optimizer_steps_ = 0;
   bool resumed_ = false;
   int64_t unscaled_skips_ = 0;  // steps a self-checking optimizer skipped without a loss scaler
-  std::optional<DeviceStep> device_step_;  // when steps_on_device(), from the first step of fit()
+  std::optional<StepState> step_state_;  // when steps_on_device(), from the first step of fit()
   std::optional<kernels::LrScheduleDesc> device_schedule_;
-  std::unique_ptr<cuda::Graph> graph_;       // cuda_graph: the captured step
-  std::vector<data::Batch> graph_batches_;   // the graph's inputs: each step's batches are copied here
-  int64_t graph_first_step_ = 0;             // the first step of this fit() (warm-up counts from it)
+  std::unique_ptr<CapturedStep> captured_;  // cuda_graph, from the first step of fit()
   Tensor loader_position_;
   TrainingState state_;
   std::unique_ptr<CheckpointDirectory> checkpoints_;
