@@ -31,6 +31,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<Tensor> params, Communicator& comm, Zer
   HG_CHECK(options_.stage() != 3,
            "[ZeroOptimizer] stage 3 gathers each module's parameters around its forward and "
            "backward, so it needs the model: construct it as ZeroOptimizer(model, comm, options)");
+  set_sharded_state(this);
   validate_params();
   adopt_update_rule(std::make_unique<optim::AdamW>(params_, options_.adamw()));
   layout_flat();
@@ -53,6 +54,7 @@ ZeroOptimizer::ZeroOptimizer(std::unique_ptr<optim::LocalOptimizer> optimizer, C
   HG_CHECK(options_.stage() != 3,
            "[ZeroOptimizer] stage 3 gathers each module's parameters around its forward and "
            "backward, so it needs the model: construct it as ZeroOptimizer(optimizer, model, comm, options)");
+  set_sharded_state(this);
   validate_params();
   adopt_update_rule(std::move(optimizer));
   layout_flat();
@@ -63,6 +65,7 @@ ZeroOptimizer::ZeroOptimizer(std::unique_ptr<optim::LocalOptimizer> optimizer, C
 ZeroOptimizer::ZeroOptimizer(std::unique_ptr<optim::LocalOptimizer> optimizer, nn::Module& model, Communicator& comm,
                              ZeroOptions options, ShardUnitPolicy units)
     : comm_(comm), options_(options), lr_(0.0), params_(model.parameters()) {
+  set_sharded_state(this);
   validate_params();
   adopt_update_rule(optimizer ? std::move(optimizer) : std::make_unique<optim::AdamW>(params_, options_.adamw()));
   if (options_.stage() == 3) {

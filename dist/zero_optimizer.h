@@ -134,7 +134,7 @@ struct ModelStateBytes {
   int64_t total() const { return params + grads + optimizer; }
 };
 
-class ZeroOptimizer final : public optim::Optimizer {
+class ZeroOptimizer final : public optim::Optimizer, public optim::ShardedState {
  public:
   static constexpr int64_t kAlignElements = 32;
 
@@ -253,12 +253,12 @@ class ZeroOptimizer final : public optim::Optimizer {
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
   // Refused with a message that names load_state: a shard alone cannot be re-partitioned.
   void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) override;
-  bool is_sharded() const override { return true; }
   // "zero <stage> x<N>: state <MiB> MiB/rank": this rank's model-state bytes.
   std::string state_summary() const override;
   int64_t state_offset() const { return opt_begin_; }
 
-  // Checkpoints of the optimizer state, one file per rank: `prefix`.rank{r}-of-{N}.safetensors holds
+  // The sharding capability (optim::ShardedState; sharded_state() is this optimizer). Checkpoints of
+  // the optimizer state, one file per rank: `prefix`.rank{r}-of-{N}.safetensors holds
   // flat fp32 "exp_avg", "exp_avg_sq" (and "master" when kept) over the elements rank r owns, as
   // ranges of the parameters concatenated in order without padding (so any stage reads any other's),
   // with metadata {ranges "offset:count,...", numel, step, world, optimizer} (8-bit state: state_bits 8,

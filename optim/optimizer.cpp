@@ -41,16 +41,6 @@ void Optimizer::set_skip_flag(const Tensor& found_inf) {
            "(decides_on_device() is false); read the flag and do not call step()");
 }
 
-void Optimizer::throw_not_sharded(const char* what, const std::string& prefix) const {
-  HG_FAIL("[", name(), "] ", what, "('", prefix,
-          "'): this optimizer keeps its whole state in this process; its "
-          "state_tensors() go into the training checkpoint (train/checkpoint.h)");
-}
-
-void Optimizer::save_state(const std::string& prefix) { throw_not_sharded("save_state", prefix); }
-
-void Optimizer::load_state(const std::string& prefix) { throw_not_sharded("load_state", prefix); }
-
 // ---- LocalOptimizer --------------------------------------------------------------------------------
 
 std::unique_ptr<Optimizer::WholeParameters> LocalOptimizer::whole_parameters() {

@@ -41,6 +41,7 @@
 #include "engine/autograd.h"
 #include "engine/tensor.h"
 #include "kernels/options.h"
+#include "optim/sharded_state.h"
 
 namespace hg::optim {
 
@@ -86,8 +87,8 @@ struct ParamState {
 //   - A found inf/NaN is the same on every rank of a sharded optimizer (it is decided from the
 //     all-reduced norm), so every rank skips the same steps.
 //   - state_tensors() is what this process keeps: all of it for a local optimizer (the training
-//     checkpoint holds it), this rank's shard for a sharded one (is_sharded(): its shards are saved by
-//     save_state(prefix) into files of their own, one per rank, which load_state re-partitions).
+//     checkpoint holds it), this rank's shard for a sharded one (is_sharded(): its sharded_state()
+//     saves the shards into files of their own, one per rank, which its load_state re-partitions).
 //   - whole_parameters() makes every parameter readable and writable in this process while the guard
 //     lives (a sharded optimizer gathers them, collectively); commit() makes values written in its
 //     scope the optimizer's own (shards, fp32 master copies).
@@ -147,18 +148,10 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
   virtual void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) = 0;
 
-  // Sharded state (see CONVENTION). Collective for a sharded optimizer; a local one refuses.
-  virtual bool is_sharded() const { return false; }
-  virtual void save_state(const std::string& prefix);
-  virtual void load_state(const std::string& prefix);
-  // Whether files written by save_state exist under `prefix`; and a check of them that load_state
-  // would pass, changing nothing (a local optimizer refuses both save_state and load_state).
-  virtual bool has_saved_state(const std::string& prefix) const { return false; }
-  virtual void check_saved_state(const std::string& prefix) const { throw_not_sharded("check_saved_state", prefix); }
-  // Drops what check_saved_state kept for load_state (a sharded optimizer keeps the files it read, mapped):
-  // called when the load it was for is abandoned, so that no later load_state of the same prefix uses
-  // files that have since been rewritten. Nothing to drop for a local optimizer.
-  virtual void forget_checked_state() const {}
+  // The sharding capability (see CONVENTION): null for an optimizer whose whole state is in this
+  // process (its state_tensors() go into the training checkpoint).
+  ShardedState* sharded_state() const { return sharded_; }
+  bool is_sharded() const { return sharded_ != nullptr; }
 
   // The guard of whole_parameters(). A local optimizer's parameters are always whole; its commit()
   // copies parameters written in the guard's scope into their fp32 master copies.
@@ -173,8 +166,12 @@ class Optimizer {
   // One line about the memory it keeps, for a progress line ("" when there is nothing to add).
   virtual std::string state_summary() const { return ""; }
 
+ protected:
+  // A sharded optimizer hands its capability over in its constructor.
+  void set_sharded_state(ShardedState* state) { sharded_ = state; }
+
  private:
-  [[noreturn]] void throw_not_sharded(const char* what, const std::string& prefix) const;
+  ShardedState* sharded_ = nullptr;
 };
 
 // An optimizer whose whole state lives in this process: parameter groups, per-parameter state and

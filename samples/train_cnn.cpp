@@ -5,6 +5,7 @@
 // comes from another. Model: two conv 3x3 (padding 1) + ReLU + 2x2 max-pool stages, then a linear
 // classifier. Reports held-out accuracy. Written only against halfgrad's public headers.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -14,6 +15,7 @@
 #include "engine/allocator.h"
 #include "engine/random.h"
 #include "layers/nn.h"
+#include "optim/by_name.h"
 #include "optim/optim.h"
 #include "samples/drawn_digits.h"
 #include "train/trainer.h"
@@ -32,9 +34,12 @@ struct Config {
   int64_t& channels = flags.add_int("channels", 16, "channels of the first conv (the second has twice as many)", 1);
   int64_t& batch = flags.add_int("batch", 64, "images per step", 1);
   int64_t& steps = flags.add_int("steps", 400, "optimizer steps", 0);
-  double& lr = flags.add_double("lr", 3e-3, "peak learning rate (AdamW)", 0.0);
+  std::string& optimizer =
+      flags.add_string("optimizer", "adamw", "the optimizer: " + optim::optimizer_name_list() + " (optim/by_name.h)");
+  double& lr = flags.add_double("lr", 3e-3, "peak learning rate", 0.0);
   int64_t& warmup = flags.add_int("warmup", 50, "linear warmup steps", 0);
-  double& weight_decay = flags.add_double("weight-decay", 0.01, "AdamW decoupled weight decay", 0.0);
+  double& weight_decay =
+      flags.add_double("weight-decay", 0.01, "weight decay (decoupled for adamw and lion, L2 for the others)", 0.0);
   int64_t& eval_every = flags.add_int("eval-every", 200, "evaluate every N steps (0: only at the end)", 0);
   int64_t& eval_images = flags.add_int("eval-images", 2000, "held-out images per evaluation", 1);
   int64_t& seed =
@@ -58,6 +63,10 @@ struct Config {
                                            {"threads", threads, 4096},
                                            {"show", show, 1000}});
       app::checked_device("train_cnn", device);
+      const std::vector<std::string>& names = optim::optimizer_names();
+      if (std::find(names.begin(), names.end(), optimizer) == names.end())
+        app::exit_with_usage_error(
+            "train_cnn", "unknown --optimizer \"" + optimizer + "\"; expected " + optim::optimizer_name_list());
     });
     flags.parse(argc, argv);
   }
@@ -122,10 +131,11 @@ int run(const Config& o) {
   const samples::DrawnDigits held_out(o.size, uint64_t(o.seed) + 1);
   auto model = make_model(o);
   model->to(device);
-  optim::AdamW optimizer(model->parameters(), optim::AdamWOptions().lr(o.lr).weight_decay(o.weight_decay));
+  const std::unique_ptr<optim::LocalOptimizer> optimizer =
+      optim::make_optimizer(o.optimizer, model->parameters(), o.lr, o.weight_decay);
   data::DataLoader loader(train_digits, data::DataLoaderOptions().batch_size(o.batch).shuffle(false).device(device));
   train::Trainer trainer(
-      *model, optimizer, loader, [&](const data::Batch& b) { return cross_entropy((*model)(b[0]), b[1]); },
+      *model, *optimizer, loader, [&](const data::Batch& b) { return cross_entropy((*model)(b[0]), b[1]); },
       train::TrainerOptions()
           .steps(o.steps)
           .eval_every(o.eval_every)

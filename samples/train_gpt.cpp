@@ -68,9 +68,9 @@ int run(const TrainGptConfig& c) {
           .master_weights(c.master_weights)
           .stochastic_rounding(c.stochastic_rounding)
           .rounding_seed(uint64_t(c.seed)));
-  if (!c.load.empty() && optimizer->has_saved_state(c.load))  // ZeRO shards beside it: the user's files too
-    app::or_usage_error(kProgram, "--load " + c.load + " (its optimizer shards)",
-                        [&] { optimizer->load_state(c.load); });
+  optim::ShardedState* shards = optimizer->sharded_state();
+  if (shards && !c.load.empty() && shards->has_saved_state(c.load))  // ZeRO shards beside it: the user's files too
+    app::or_usage_error(kProgram, "--load " + c.load + " (its optimizer shards)", [&] { shards->load_state(c.load); });
   const std::unique_ptr<data::DataLoader> loader = make_loader(c, *task, parallel, threads.workers);
   const int64_t tokens_per_micro_batch = c.batch * task->sequence_length();
   const int64_t micro_batches = app::or_usage_error(

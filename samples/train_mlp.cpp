@@ -17,6 +17,7 @@
 #include "engine/allocator.h"
 #include "engine/random.h"
 #include "layers/nn.h"
+#include "optim/by_name.h"
 #include "optim/optim.h"
 #include "train/trainer.h"
 
@@ -38,9 +39,12 @@ struct Config {
   int64_t& depth = flags.add_int("depth", 2, "hidden layers", 1);
   int64_t& batch = flags.add_int("batch", 128, "points per step", 1);
   int64_t& steps = flags.add_int("steps", 2000, "optimizer steps", 0);
-  double& lr = flags.add_double("lr", 3e-3, "peak learning rate (AdamW)", 0.0);
+  std::string& optimizer =
+      flags.add_string("optimizer", "adamw", "the optimizer: " + optim::optimizer_name_list() + " (optim/by_name.h)");
+  double& lr = flags.add_double("lr", 3e-3, "peak learning rate", 0.0);
   int64_t& warmup = flags.add_int("warmup", 100, "linear warmup steps", 0);
-  double& weight_decay = flags.add_double("weight-decay", 0.0, "AdamW decoupled weight decay", 0.0);
+  double& weight_decay =
+      flags.add_double("weight-decay", 0.0, "weight decay (decoupled for adamw and lion, L2 for the others)", 0.0);
   int64_t& eval_every = flags.add_int("eval-every", 500, "evaluate every N steps (0: only at the end)", 0);
   int64_t& seed = flags.add_int("seed", 1337, "random seed (weights, data, batches)", 0);
   int64_t& threads = flags.add_int(
@@ -59,6 +63,10 @@ struct Config {
                                            {"batch", batch, 1 << 20},
                                            {"threads", threads, 4096}});
       app::checked_device("train_mlp", device);
+      const std::vector<std::string>& names = optim::optimizer_names();
+      if (std::find(names.begin(), names.end(), optimizer) == names.end())
+        app::exit_with_usage_error(
+            "train_mlp", "unknown --optimizer \"" + optimizer + "\"; expected " + optim::optimizer_name_list());
     });
     flags.parse(argc, argv);
   }
@@ -124,7 +132,8 @@ int run(const Config& o) {
              held_out = spirals(o, o.points, uint64_t(o.seed) * 2 + 2);
   auto model = make_model(o);
   model->to(device);
-  optim::AdamW optimizer(model->parameters(), optim::AdamWOptions().lr(o.lr).weight_decay(o.weight_decay));
+  const std::unique_ptr<optim::LocalOptimizer> optimizer =
+      optim::make_optimizer(o.optimizer, model->parameters(), o.lr, o.weight_decay);
   // Minibatches of a fresh permutation of the points every epoch (the last, short batch dropped).
   data::DataLoader loader(train, data::DataLoaderOptions()
                                      .batch_size(std::min(o.batch, o.points))
@@ -133,7 +142,7 @@ int run(const Config& o) {
                                      .seed(uint64_t(o.seed) * 31 + 7)
                                      .device(device));
   train::Trainer trainer(
-      *model, optimizer, loader, [&](const data::Batch& b) { return cross_entropy((*model)(b[0]), b[1]); },
+      *model, *optimizer, loader, [&](const data::Batch& b) { return cross_entropy((*model)(b[0]), b[1]); },
       train::TrainerOptions()
           .steps(o.steps)
           .eval_every(o.eval_every)

@@ -16,18 +16,15 @@
 #include "engine/ops.h"
 #include "kernels/runtime_counters.h"
 #include "support/check_error.h"
+#include "support/dist_world.h"
 #include "support/host_buffer.h"
 
 using namespace hg;
 using namespace hg::dist;
+using hg::test::comm;
 using hg::testing::HostBuffer;
 
 namespace {
-
-Communicator& comm() {
-  static Communicator instance(CommunicatorOptions().timeout(std::chrono::seconds(60)));
-  return instance;
-}
 
 uint64_t shared_seed() {
   uint64_t seed = comm().rank() == 0 ? std::random_device{}() : 0;

@@ -13,15 +13,12 @@
 #include "data/curriculum.h"
 #include "data/data_loader.h"
 #include "dist/communicator.h"
+#include "support/dist_world.h"
 
 using namespace hg;
+using hg::test::comm;
 
 namespace {
-
-dist::Communicator& comm() {
-  static dist::Communicator instance(dist::CommunicatorOptions().timeout(std::chrono::seconds(60)));
-  return instance;
-}
 
 // Example i: "x" i64 [3] = {i, 7i + 1, i * i}; 103 examples (no multiple of any batch here).
 struct Numbers final : data::Dataset {

@@ -43,12 +43,14 @@
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/loss_scaler.h"
+#include "support/dist_world.h"
+#include "support/shared_temp_dir.h"
 #include "train/checkpoint_directory.h"
 #include "train/trainer.h"
-#include "support/shared_temp_dir.h"
 
 using namespace hg;
 using namespace hg::dist;
+using hg::test::comm;
 using hg::test::SharedTempDir;
 
 namespace {
@@ -65,16 +67,6 @@ std::vector<int64_t> rows_of_rank(int64_t global_batch, int world, int rank, boo
 }  // namespace
 
 namespace {
-
-Communicator& comm() {
-  static Communicator instance(CommunicatorOptions().timeout(std::chrono::seconds(60)));
-  return instance;
-}
-
-// The emulator has one device, which every rank may use (its memory is host memory).
-Device test_cuda_device() {
-  return Device::cuda(cuda::is_emulated() ? comm().local_rank() % cuda::device_count() : comm().local_rank());
-}
 
 nn::GPTConfig tiny_config() { return nn::GPTConfig().vocab_size(16).context(8).n_layer(2).n_head(2).n_embd(16); }
 
@@ -385,7 +377,7 @@ TEST_CASE("ZeRO stages on the CUDA device train like one process on the CPU" * d
       Plan plan;
       plan.stage = stage;
       plan.offload = offload;
-      plan.device = test_cuda_device();
+      plan.device = hg::test::rank_cuda_device();
       // The device's own kernels (reductions in another order than the CPU's) add to the rounding
       // noise that Adam amplifies on zero-gradient elements (see check_equal_runs): 5e-4 of the scale.
       check_equal_runs(zero_run(plan), want, 5e-4);
@@ -519,7 +511,7 @@ TEST_CASE("offload with clipping and a loss scale updates like the device optimi
     MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
     return;
   }
-  check_offload_clipping(test_cuda_device());
+  check_offload_clipping(hg::test::rank_cuda_device());
 }
 
 TEST_CASE("offload streams the averaged gradients into pinned host memory during backward" * doctest::test_suite("cuda")) {
@@ -527,7 +519,7 @@ TEST_CASE("offload streams the averaged gradients into pinned host memory during
     MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
     return;
   }
-  const Device device = test_cuda_device();
+  const Device device = hg::test::rank_cuda_device();
   const auto [ids, targets] = global_batch(0);
   for (DType dtype : {DType::f32, DType::bf16})
     for (int stage : {0, 1, 2}) {
@@ -1123,7 +1115,7 @@ TEST_CASE("ZeRO stage 3 accumulation with checkpointing persistent units and off
     MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
     return;
   }
-  check_stage3_accumulation_with_checkpointing(test_cuda_device());
+  check_stage3_accumulation_with_checkpointing(hg::test::rank_cuda_device());
 }
 
 TEST_CASE("ZeRO stage 3 holds the same bytes after every step") {
@@ -1393,7 +1385,7 @@ TEST_CASE("ZeRO stages decided on the device step bit for bit like the host deci
     MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
     return;
   }
-  check_protocols_agree(test_cuda_device());
+  check_protocols_agree(hg::test::rank_cuda_device());
 }
 
 // ---- the step on the device: what a steady-state step asks of the CUDA runtime ------------------------
@@ -1427,7 +1419,7 @@ constexpr int64_t kAccountingSteps = 8, kAccountingLogEvery = 4;
 
 DeviceStepRun device_step_run(int stage, bool loss_scale = true) {
   DataParallel parallel(DataParallelOptions().zero_stage(stage).quiet_other_ranks(false));
-  const Device device = test_cuda_device();
+  const Device device = hg::test::rank_cuda_device();
   manual_seed(11);
   auto model = std::make_shared<nn::GPT>(tiny_config());
   model->to(device);

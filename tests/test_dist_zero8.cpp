@@ -33,22 +33,18 @@
 #include "kernels/adamw8bit_math.h"
 #include "layers/gpt.h"
 #include "optim/adamw.h"
+#include "support/dist_world.h"
 #include "support/shared_temp_dir.h"
+#include "support/skip_cuda.h"
+#include "support/tensor_bytes.h"
 
 using namespace hg;
 using namespace hg::dist;
+using hg::test::comm;
+using hg::test::bytes_of;
 using hg::test::SharedTempDir;
 
 namespace {
-
-Communicator& comm() {
-  static Communicator instance(CommunicatorOptions().timeout(std::chrono::seconds(60)));
-  return instance;
-}
-
-Device test_cuda_device() {
-  return Device::cuda(cuda::is_emulated() ? comm().local_rank() % cuda::device_count() : comm().local_rank());
-}
 
 constexpr int64_t kVocab = 96, kContext = 8, kGlobalBatch = 8;
 constexpr int kSteps = 5;
@@ -86,12 +82,6 @@ struct Run {
   std::vector<std::vector<float>> params;     // at the end, widened
   std::vector<std::vector<uint8_t>> bytes;    // at the end, the parameters' own bytes
 };
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const Tensor host = t.to(kCPU).contiguous();
-  const auto* b = static_cast<const uint8_t*>(host.data_ptr());
-  return std::vector<uint8_t>(b, b + host.numel() * int64_t(host.element_size()));
-}
 
 void record_params(Run& run, const std::vector<Tensor>& params) {
   for (const Tensor& p : params) {
@@ -313,12 +303,6 @@ void check_sharded_batch(const Device& device, double param_tol) {
     }
 }
 
-bool cuda_or_skip() {
-  if (cuda::is_available()) return true;
-  MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
-  return false;
-}
-
 }  // namespace
 
 TEST_CASE("8-bit ZeRO stages 0-3 on the whole batch are the single-process 8-bit AdamW bit for bit") {
@@ -327,7 +311,7 @@ TEST_CASE("8-bit ZeRO stages 0-3 on the whole batch are the single-process 8-bit
 
 TEST_CASE("8-bit ZeRO stages 0-3 on the whole batch are the single-process 8-bit AdamW bit for bit on the CUDA device" *
           doctest::test_suite("cuda")) {
-  if (cuda_or_skip()) check_whole_batch_bits(test_cuda_device(), DType::f32);
+  if (!testing::skip_without_cuda("test_dist_zero8")) check_whole_batch_bits(hg::test::rank_cuda_device(), DType::f32);
 }
 
 TEST_CASE("8-bit ZeRO with the optimizer offloaded updates like the device optimizer") {
@@ -336,7 +320,7 @@ TEST_CASE("8-bit ZeRO with the optimizer offloaded updates like the device optim
 
 TEST_CASE("8-bit ZeRO with the optimizer offloaded updates like the device optimizer on the CUDA device" *
           doctest::test_suite("cuda")) {
-  if (cuda_or_skip()) check_offload_like_device(test_cuda_device());
+  if (!testing::skip_without_cuda("test_dist_zero8")) check_offload_like_device(hg::test::rank_cuda_device());
 }
 
 TEST_CASE("8-bit ZeRO stages 0-3 with and without offload train like one process on the global batch") {
@@ -345,7 +329,7 @@ TEST_CASE("8-bit ZeRO stages 0-3 with and without offload train like one process
 
 TEST_CASE("8-bit ZeRO stages 0-3 train like one process on the global batch on the CUDA device" *
           doctest::test_suite("cuda")) {
-  if (cuda_or_skip()) check_sharded_batch(test_cuda_device(), 5e-4);
+  if (!testing::skip_without_cuda("test_dist_zero8")) check_sharded_batch(hg::test::rank_cuda_device(), 5e-4);
 }
 
 TEST_CASE("8-bit shards saved at N ranks resume in one process, and one process's at N ranks, bit for bit") {

@@ -28,18 +28,18 @@
 #include "engine/safetensors.h"
 #include "layers/gpt.h"
 #include "optim/optim.h"
+#include "support/dist_world.h"
 #include "support/shared_temp_dir.h"
+#include "support/skip_cuda.h"
+#include "support/tensor_bytes.h"
 
 using namespace hg;
 using namespace hg::dist;
+using hg::test::comm;
+using hg::test::bytes_of;
 using hg::test::SharedTempDir;
 
 namespace {
-
-Communicator& comm() {
-  static Communicator instance(CommunicatorOptions().timeout(std::chrono::seconds(60)));
-  return instance;
-}
 
 constexpr int64_t kVocab = 16, kContext = 8, kGlobalBatch = 8;
 constexpr int kSteps = 5;
@@ -60,17 +60,6 @@ std::unique_ptr<nn::GPT> make_model(DType dtype, const Device& device = kCPU) {
   model->to(dtype);
   model->to(device);
   return model;
-}
-
-// The emulator has one device, which every rank may use (its memory is host memory).
-Device test_cuda_device() {
-  return Device::cuda(cuda::is_emulated() ? comm().local_rank() % cuda::device_count() : comm().local_rank());
-}
-
-bool cuda_or_skip() {
-  if (cuda::is_available()) return true;
-  MESSAGE("SKIPPED: no CUDA device (" << cuda::unavailable_reason() << ")");
-  return false;
 }
 
 // Which optimizer: SGD with momentum and dampening, or Nesterov; Adam with L2 and AMSGrad; RMSprop
@@ -112,12 +101,6 @@ struct Run {
   std::vector<double> losses;
   std::vector<std::vector<uint8_t>> bytes;  // each parameter's own bytes at the end
 };
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const Tensor host = t.to(kCPU).contiguous();
-  const auto* b = static_cast<const uint8_t*>(host.data_ptr());
-  return std::vector<uint8_t>(b, b + host.numel() * int64_t(host.element_size()));
-}
 
 // Steps [first, last) of `model` with `opt` on the whole global batch; the loss of each.
 void train(nn::GPT& model, optim::Optimizer& opt, int first, int last, Run& run, const Device& device = kCPU) {
@@ -241,10 +224,10 @@ TEST_CASE("each optimizer under ZeRO stages 0-3 with and without offload is its 
 // bf16, with and without offload.
 TEST_CASE("each optimizer under ZeRO stages 1 and 3 is its single-process run bit for bit on the CUDA device" *
           doctest::test_suite("cuda")) {
-  if (!cuda_or_skip()) return;
+  if (!!testing::skip_without_cuda("test_dist_zero_optimizers")) return;
   const std::vector<Rule> every(std::begin(kRules), std::end(kRules));
-  check_whole_batch_bits(test_cuda_device(), {DType::f32}, every, {1, 3});
-  check_whole_batch_bits(test_cuda_device(), {DType::bf16}, {Rule::adam}, {1, 3});
+  check_whole_batch_bits(hg::test::rank_cuda_device(), {DType::f32}, every, {1, 3});
+  check_whole_batch_bits(hg::test::rank_cuda_device(), {DType::bf16}, {Rule::adam}, {1, 3});
 }
 
 TEST_CASE("Adam and RMSprop shards saved at N ranks resume at N with another stage and in one process bit for bit") {

@@ -372,7 +372,7 @@ std::string CheckpointDirectory::save_sharded(const TrainingState& state, optim:
       fs::create_directory(temporary, error);
       HG_CHECK(!error, kWho, " cannot create '", temporary.string(), "': ", errno_text(error));
     });
-    optimizer.save_state((temporary / "optimizer").string());  // every rank's shard; every rank fails alike
+    optimizer.sharded_state()->save_state((temporary / "optimizer").string());  // every rank fails alike
     // ZeRO stage 3: the weights whole for rank 0. A rank that cannot (memory) fails every rank alike.
     std::unique_ptr<optim::Optimizer::WholeParameters> whole;
     std::string whole_error;
@@ -442,24 +442,25 @@ int64_t CheckpointDirectory::load(const std::string& entry, const TrainingState&
            sharded ? "is sharded across ranks" : "keeps its whole state in one process");
   if (!sharded) return load_checkpoint(entry, state);
   optim::Optimizer& optimizer = *state.registered_optimizer();
+  optim::ShardedState& shards = *optimizer.sharded_state();
   const std::string prefix = (fs::path(entry) / "optimizer").string();
-  HG_CHECK(optimizer.has_saved_state(prefix), kWho, " '", entry, "' holds no optimizer shards ", prefix,
+  HG_CHECK(shards.has_saved_state(prefix), kWho, " '", entry, "' holds no optimizer shards ", prefix,
            ".rank0-of-N.safetensors; expected an entry written by CheckpointDirectory::save");
   // Every shard checked before the weights change; the optimizer keeps them (mapped) for load_state.
   // Should the weights' load throw, the guard drops them: held on, they would pin the files' mappings
   // and serve a later load_state of the same prefix from files rewritten since.
   struct ForgetChecked {
-    const optim::Optimizer& optimizer;
-    ~ForgetChecked() { optimizer.forget_checked_state(); }
-  } forget_checked{optimizer};
-  optimizer.check_saved_state(prefix);
+    const optim::ShardedState& shards;
+    ~ForgetChecked() { shards.forget_checked_state(); }
+  } forget_checked{shards};
+  shards.check_saved_state(prefix);
   int64_t step = 0;
   {  // the weights first (into stage 3's whole units, then its shards): a master the files lack comes from them
     const auto whole = optimizer.whole_parameters();
     step = load_checkpoint((fs::path(entry) / "state.safetensors").string(), state);
     whole->commit();
   }
-  optimizer.load_state(prefix);
+  shards.load_state(prefix);
   return step;
 }
 

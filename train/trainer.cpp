@@ -545,7 +545,7 @@ void Trainer::save_model(const std::string& path, const std::function<void(const
         safetensors::save(path, model_.state_dict());
     });
   }
-  if (optimizer_.is_sharded()) optimizer_.save_state(path);  // + each rank's optimizer shard
+  if (optim::ShardedState* shards = optimizer_.sharded_state()) shards->save_state(path);  // + each rank's shard
 }
 
 }  // namespace hg::train
