@@ -31,9 +31,9 @@ void* compute_stream_of(const Device& device) {
 }
 
 void check_scalar(const Tensor& t, DType dtype, const Device& device, const char* what, const char* call) {
-  HG_CHECK(t.numel() == 1 && t.dtype() == dtype && t.is_contiguous() && t.device() == device, "[ZeroOptimizer] ", call,
-           ": expected ", what, " as a contiguous ", dtype_name(dtype), " scalar on ", device.str(), ", got ",
-           t.describe());
+  HG_CHECK(t.numel() == 1 && t.dtype() == dtype && t.is_contiguous() && t.device() == device,
+           "[ZeroOptimizer] device step ", call, ": expected ", what, " as a contiguous ", dtype_name(dtype),
+           " scalar on ", device.str(), ", got ", t.describe());
 }
 }  // namespace
 
@@ -47,12 +47,29 @@ Tensor ZeroOptimizer::norm_share() const {
 
 Tensor ZeroOptimizer::clipped_grads() const { return options_.stage() < 2 ? flat_grads_ : grad_shard_; }
 
+class ZeroOptimizer::ZeroDeviceStep final : public optim::DeviceStep {
+ public:
+  explicit ZeroDeviceStep(ZeroOptimizer& owner) : owner_(owner) {}
+  void unscale(const Tensor& scale, const Tensor& found_inf) override { owner_.unscale_on_device(scale, found_inf); }
+  void clip_grad_norm(double max_norm, const Tensor& sum_sq) override {
+    owner_.clip_grad_norm_on_device(max_norm, sum_sq);
+  }
+  bool step(const Tensor& lr, const Tensor& found_inf) override { return owner_.step_on_device(lr, found_inf); }
+
+ private:
+  ZeroOptimizer& owner_;
+};
+
+void ZeroOptimizer::enable_device_step() {
+  if (!fused_adamw() || options_.offload_optimizer()) return;
+  device_step_impl_ = std::make_unique<ZeroDeviceStep>(*this);
+  set_device_step(device_step_impl_.get());
+}
+
 void ZeroOptimizer::unscale_on_device(const Tensor& scale, const Tensor& found_inf) {
-  HG_CHECK(decides_on_device(), "[ZeroOptimizer] unscale_on_device: the offload optimizer decides on the host; "
-           "use unscale_and_check(scale)");
-  HG_CHECK(scale.defined() && found_inf.defined(), "[ZeroOptimizer] unscale_on_device: undefined scale or found_inf");
-  check_scalar(scale, DType::f32, device_, "the loss scale", "unscale_on_device");
-  check_scalar(found_inf, DType::f32, device_, "found_inf", "unscale_on_device");
+  HG_CHECK(scale.defined() && found_inf.defined(), "[ZeroOptimizer] device step unscale: undefined scale or found_inf");
+  check_scalar(scale, DType::f32, device_, "the loss scale", "unscale");
+  check_scalar(found_inf, DType::f32, device_, "found_inf", "unscale");
   NoGradGuard no_grad;
   finish_gradient_sync();
   grad_scale_ = 1.0;  // the gradients themselves are unscaled here
@@ -91,14 +108,12 @@ void ZeroOptimizer::sum_of_squares_on_device(const Tensor& sum_sq) {
 }
 
 void ZeroOptimizer::clip_grad_norm_on_device(double max_norm, const Tensor& sum_sq) {
-  HG_CHECK(decides_on_device(), "[ZeroOptimizer] clip_grad_norm_on_device: the offload optimizer decides on the "
-           "host; use clip_grad_norm(max_norm)");
-  HG_CHECK(std::isfinite(max_norm) && max_norm > 0.0, "[ZeroOptimizer] clip_grad_norm_on_device: invalid max_norm ",
+  HG_CHECK(std::isfinite(max_norm) && max_norm > 0.0, "[ZeroOptimizer] device step clip_grad_norm: invalid max_norm ",
            max_norm, ": expected a finite max_norm > 0");
-  HG_CHECK(sum_sq.defined(), "[ZeroOptimizer] clip_grad_norm_on_device: undefined sum_sq");
-  check_scalar(sum_sq, DType::f64, device_, "the sum of squares", "clip_grad_norm_on_device");
-  HG_CHECK(grad_scale_ == 1.0, "[ZeroOptimizer] clip_grad_norm_on_device after unscale_and_check: the gradients are "
-           "still scaled; unscale with unscale_on_device");
+  HG_CHECK(sum_sq.defined(), "[ZeroOptimizer] device step clip_grad_norm: undefined sum_sq");
+  check_scalar(sum_sq, DType::f64, device_, "the sum of squares", "clip_grad_norm");
+  HG_CHECK(grad_scale_ == 1.0, "[ZeroOptimizer] device step clip_grad_norm after unscale_and_check: the gradients are "
+           "still scaled; unscale with the device step's unscale");
   NoGradGuard no_grad;
   finish_gradient_sync();
   norm_ = -1.0;
@@ -113,26 +128,16 @@ void ZeroOptimizer::clip_grad_norm_on_device(double max_norm, const Tensor& sum_
   HG_KERNEL(device_, scale_gradients, &span, 1, m, nullptr);
 }
 
-void ZeroOptimizer::set_device_lr(const Tensor& lr) {
-  if (!lr.defined()) {
-    device_lr_ = Tensor();
-    return;
-  }
-  HG_CHECK(decides_on_device(), "[ZeroOptimizer] set_device_lr: the offload optimizer reads its learning rate on "
-           "the host; call set_lr(double)");
-  check_scalar(lr, DType::f64, device_, "the learning rate", "set_device_lr");
+bool ZeroOptimizer::step_on_device(const Tensor& lr, const Tensor& found_inf) {
+  if (lr.defined()) check_scalar(lr, DType::f64, device_, "the learning rate", "step");
+  if (found_inf.defined()) check_scalar(found_inf, DType::f32, device_, "found_inf", "step");
+  struct Bound {
+    ZeroOptimizer& o;
+    ~Bound() { o.device_lr_ = o.skip_flag_ = Tensor(); }
+  } bound{*this};
   device_lr_ = lr;
-}
-
-void ZeroOptimizer::set_skip_flag(const Tensor& found_inf) {
-  if (!found_inf.defined()) {
-    skip_flag_ = Tensor();
-    return;
-  }
-  HG_CHECK(decides_on_device(), "[ZeroOptimizer] set_skip_flag: the offload optimizer cannot skip a step on the "
-           "device; read the flag and do not call step()");
-  check_scalar(found_inf, DType::f32, device_, "found_inf", "set_skip_flag");
   skip_flag_ = found_inf;
+  return step();
 }
 
 void ZeroOptimizer::update_on_device() {

@@ -29,6 +29,7 @@ void ZeroOptimizer::adopt_update_rule(std::unique_ptr<optim::LocalOptimizer> rul
            ": its update is not element-wise (LocalOptimizer::elementwise), so a rank could not update its part "
            "of a parameter alone");
   if (adamw) options_.adamw(adamw->options());
+  enable_device_step();
   for (int64_t i = 0; i < rule->num_params(); ++i)
     HG_CHECK(!rule->state(i).initialized(), who, " ", rule->name(), " has already updated its parameter ", i,
              ": shard a fresh optimizer (a saved state is restored with ZeroOptimizer::load_state)");

@@ -72,15 +72,15 @@
 // blocks one process would (bit for bit given the same gradients), and checkpoints re-partition by
 // copying whole blocks. Optimizer state per element: 2 bytes + 8 per 2048 (+ the fp32 master).
 //
-// ON THE DEVICE (dist/zero_device_step.cpp; optim/optimizer.h decides_on_device). Stages 0-3 without
-// offload take the loss scaler's and the trainer's decisions in device memory: unscale_on_device
-// writes this rank's inf/NaN flag and all-reduces it (MAX) on the device, clip_grad_norm_on_device
-// all-reduces the sum of squares (SUM) on the device and clips, and step() with a skip flag set reads
-// nothing on the host (the update kernels skip; the lr may come from set_device_lr). Over NCCL the
-// collectives are ordered on the streams: an unlogged Trainer step waits for nothing (the host
-// transports wait on the host, as for every collective). Without a skip flag step() decides on the
-// host from the all-reduced norm, as the host protocol (unscale_and_check, clip_grad_norm) always
-// did; both give the same bits. The offload variant keeps the host path (decides_on_device false).
+// ON THE DEVICE (dist/zero_device_step.cpp; optim/device_step.h). Stages 0-3 over AdamW without
+// offload have the device step and take the loss scaler's and the trainer's decisions in device
+// memory: its unscale writes this rank's inf/NaN flag and all-reduces it (MAX) on the device, its
+// clip_grad_norm all-reduces the sum of squares (SUM) on the device and clips, and its step(lr,
+// found_inf) reads nothing on the host (the update kernels skip; lr read from device memory). Over
+// NCCL the collectives are ordered on the streams: an unlogged Trainer step waits for nothing (the
+// host transports wait on the host, as for every collective). Plain step() decides on the host from
+// the all-reduced norm, as the host protocol (unscale_and_check, clip_grad_norm) always did; both give
+// the same bits. The offload variant keeps the host path (device_step() is null).
 //
 // CONVENTION
 //   - Every rank constructs it over the same parameters in the same order; rank 0's values are
@@ -177,23 +177,15 @@ class ZeroOptimizer final : public optim::Optimizer, public optim::ShardedState 
   // it first waits for that backward's collectives, so the next backward starts afresh.
   void zero_grad(bool set_to_none = true) override;
 
-  // ---- the device-resident step (optim/optimizer.h; dist/zero_device_step.cpp) ----
-  // Stages 0-3 with AdamW decide on the device; the optimizer-offload variant (whose update runs on
-  // the CPU) and the element-wise optimizers (engine ops, which cannot skip) keep the host path above.
-  bool decides_on_device() const override { return !options_.offload_optimizer() && fused_adamw(); }
-  // Waits for the gradient collectives (stream order: no host wait over NCCL), unscales this rank's
-  // gradients (stage 0: all of them) with found_inf[0] = 1 on an inf/NaN, then all-reduces found_inf
-  // with MAX on the device, so every rank skips the same steps.
-  void unscale_on_device(const Tensor& scale, const Tensor& found_inf) override;
-  // sum_sq[0] = the global sum of squares of the (unscaled) gradients: this rank's share, all-reduced
-  // (SUM) on the device; then the clip pass over this rank's gradients (stages 0/1: the flat buffer).
-  void clip_grad_norm_on_device(double max_norm, const Tensor& sum_sq) override;
-  // step() reads lr[0] (an f64 scalar on the parameters' device) instead of set_lr's value.
-  void set_device_lr(const Tensor& lr) override;
-  // While set, step() makes no host read: it updates unless found_inf[0] != 0 (then parameters and
-  // state stay bit for bit, and the step is not counted) and returns true. Unset, step() decides on
-  // the host from the all-reduced norm, as before.
-  void set_skip_flag(const Tensor& found_inf) override;
+  // The device-resident step (optim/device_step.h; dist/zero_device_step.cpp): stages 0-3 with AdamW
+  // have it; the optimizer-offload variant (whose update runs on the CPU) and the element-wise
+  // optimizers (engine ops, which cannot skip) keep the host path above. Its unscale waits for the
+  // gradient collectives (stream order: no host wait over NCCL), unscales this rank's gradients (stage
+  // 0: all of them) and all-reduces found_inf with MAX on the device, so every rank skips the same
+  // steps; its clip_grad_norm all-reduces this rank's share of the sum of squares (SUM) on the device,
+  // then clips this rank's gradients (stages 0/1: the flat buffer); its step reads lr[0] and makes no
+  // host read: it updates unless found_inf[0] != 0 (then parameters and state stay bit for bit, and
+  // the step is not counted).
 
   void set_lr(double lr) override;
   double lr() const { return lr_; }
@@ -400,8 +392,15 @@ class ZeroOptimizer final : public optim::Optimizer, public optim::ShardedState 
   double local_sum_of_squares();
   double global_sum_of_squares();  // over the ranks; on CUDA the same reduction as the device decision's
   // sum_sq (an f64 scalar on the device) = the sum over the ranks, without a host read: one reduction,
-  // shared by clip_grad_norm_on_device and grad_norm, so the two agree bit for bit.
+  // shared by the device step's clip_grad_norm and grad_norm, so the two agree bit for bit.
   void sum_of_squares_on_device(const Tensor& sum_sq);
+  // The device step's three calls (dist/zero_device_step.cpp; the capability forwards to them).
+  class ZeroDeviceStep;
+  void unscale_on_device(const Tensor& scale, const Tensor& found_inf);
+  void clip_grad_norm_on_device(double max_norm, const Tensor& sum_sq);
+  bool step_on_device(const Tensor& lr, const Tensor& found_inf);
+  // Hands the capability over when the update rule has it (AdamW, not offload); from adopt_update_rule.
+  void enable_device_step();
   // The gradients this rank adds to the global sum of squares (stage 0: its 1/N share of the flat
   // buffer), and the ones its clip pass scales (stages 0/1: the whole flat buffer, as clip_grad_norm).
   Tensor norm_share() const;
@@ -461,9 +460,10 @@ class ZeroOptimizer final : public optim::Optimizer, public optim::ShardedState 
   double norm_ = -1.0;   // global norm of this step, once computed
   int64_t step_ = 0;  // offload: updates applied (otherwise step_count_ counts them)
   // The device step (not offload): updates applied, i64[2] on the parameters' device (slot 0 current;
-  // adamw_step_device writes slot 1, copied back in stream order), and what set_device_lr /
-  // set_skip_flag set (undefined: lr_ / the host decision).
+  // adamw_step_device writes slot 1, copied back in stream order), and the lr and skip flag of the
+  // device step running now (undefined: lr_ / the host decision).
   Tensor step_count_, device_lr_, skip_flag_;
+  std::unique_ptr<optim::DeviceStep> device_step_impl_;
   // ZeRO-Offload from a CUDA device: pinned host copies of this rank's gradients and parameters, the
   // next in-flight bucket to stream, and the copy-stream events of the last gradient and parameter copies.
   double clip_coef_ = 1.0;  // clip_grad_norm's factor with offload, applied by the CPU update

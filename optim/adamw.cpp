@@ -18,6 +18,7 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : LocalOptimizer("AdamW"), options_(options) {
   check_options();
   init_groups(std::move(groups));
+  enable_device_step();
 }
 
 void AdamW::check_options() const {

@@ -13,10 +13,10 @@
 // only to tensors of rank >= 2 (weights of linear layers and embeddings), not to biases and norm
 // gains: the usual GPT recipe, without building two groups by hand.
 //
-// The kernel is the capturable form (kernels::*::adamw_step_device): lr (set_device_lr, else the
-// group's), the skip flag (set_skip_flag) and each parameter's update count t live in memory the
-// kernel reads when it runs, so AdamW decides_on_device(): a skipped step leaves parameters, masters
-// and moments bit for bit and t where it was, with no host read.
+// The kernel is the capturable form (kernels::*::adamw_step_device): lr (device_step()->step's, else
+// the group's), the skip flag (device_step()->step's found_inf) and each parameter's update count t
+// live in memory the kernel reads when it runs, so AdamW has the device step (optim/device_step.h): a
+// skipped step leaves parameters, masters and moments bit for bit and t where it was, with no host read.
 //
 // 8-BIT STATE (state_bits(8); optim/adamw8bit_state.cpp, kernels/adamw8bit_math.h): an f32/f16/bf16
 // parameter with at least kernels::kAdamW8BitMinElements elements keeps m and v as one byte per
@@ -80,7 +80,6 @@ class AdamW : public LocalOptimizer {
                           ParamState& state) override;
   std::vector<std::string> state_buffer_names_for(const Tensor& param) const override;
   std::pair<Shape, DType> state_buffer_layout(const Tensor& param, const std::string& buffer) const override;
-  bool skips_on_device() const override { return true; }
 
  private:
   void check_options() const;

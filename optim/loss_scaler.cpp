@@ -165,8 +165,8 @@ void LossScaler::unscale_on_device(Optimizer& optimizer) {
   HG_CHECK(!params.empty() || !optimizer.decides_on_device(), kOp, " unscale_: the optimizer ", optimizer.name(),
            " has no parameters");
   ensure_state(params.empty() ? kCPU : params.front().device());
-  if (optimizer.decides_on_device()) {
-    optimizer.unscale_on_device(scale_tensor(), found_inf_tensor());
+  if (DeviceStep* device = optimizer.device_step()) {
+    device->unscale(scale_tensor(), found_inf_tensor());
   } else {  // the optimizer decides on the host: S read, its verdict written back (no read)
     const bool found = optimizer.unscale_and_check(scale_value());
     found_inf_tensor().fill_(found ? 1.0 : 0.0);
@@ -193,19 +193,15 @@ bool LossScaler::step(Optimizer& optimizer) {
   return false;
 }
 
-bool LossScaler::step_on_device(Optimizer& optimizer) {
-  if (mode_ == LossScaleMode::None) return optimizer.step();
+bool LossScaler::step_on_device(Optimizer& optimizer, const Tensor& lr) {
+  DeviceStep* device = optimizer.device_step();
+  HG_CHECK(device != nullptr || !lr.defined(), kOp, " step: ", optimizer.name(),
+           " reads its learning rate on the host (it has no device step); set it with set_lr");
+  if (mode_ == LossScaleMode::None) return device ? device->step(lr, Tensor()) : optimizer.step();
   HG_CHECK(!stepped_, kOp, " step() called twice in one step; call update() after each step()");
   unscale_on_device(optimizer);
   stepped_ = true;
-  if (optimizer.decides_on_device()) {  // the kernels skip the update when found_inf is set
-    optimizer.set_skip_flag(found_inf_tensor());
-    struct Clear {
-      Optimizer& o;
-      ~Clear() { o.set_skip_flag(Tensor()); }
-    } clear{optimizer};
-    return optimizer.step();
-  }
+  if (device) return device->step(lr, found_inf_tensor());  // the kernels skip the update when found_inf is set
   if (found_inf()) {  // one host read: this optimizer cannot skip by itself
     optimizer.zero_grad(/*set_to_none=*/false);
     return true;

@@ -30,9 +30,10 @@
 //   The scaler's state -- S (f32), found_inf (f32), the growth tracker, the hysteresis budget and the
 //   skipped-step count -- is one kernels::LossScaleState in the memory of the device it is first used
 //   on (the loss's or the parameters'). scale(loss) multiplies by S read from there; unscale_on_device
-//   has the optimizer's kernels divide by S and set found_inf; step_on_device hands found_inf to the
-//   optimizer, whose kernels skip the update when it is set (an optimizer that decides_on_device();
-//   for the others found_inf is read on the host, one wait, and the step is skipped there); update()
+//   has the optimizer's kernels divide by S and set found_inf; step_on_device hands found_inf (and
+//   the step's lr) to the optimizer's device step (optim/device_step.h), whose kernels skip the update
+//   when it is set (for an optimizer without one, found_inf is read on the host, one wait, and the
+//   step is skipped there); update()
 //   applies the policy in a one-thread kernel. Nothing is read back until scale_value(),
 //   skipped_steps(), ... or state_tensors() is called (one read each). The bool-returning unscale_ and
 //   step are the device forms followed by that read.
@@ -113,9 +114,11 @@ class LossScaler {
   // The device forms (see ON THE DEVICE): no host read when the optimizer decides_on_device() and no
   // overflow reducer is set. step_on_device returns the optimizer's own host verdict (false: a
   // host-checking optimizer skipped); a skip decided on the device is counted there. The gradients
-  // of a skipped step are left as they are (the caller zeroes them).
+  // of a skipped step are left as they are (the caller zeroes them). `lr` is the device step's
+  // learning rate (an f64 scalar; undefined: the optimizer's set_lr value); an optimizer without a
+  // device step needs it undefined.
   void unscale_on_device(Optimizer& optimizer);
-  bool step_on_device(Optimizer& optimizer);
+  bool step_on_device(Optimizer& optimizer, const Tensor& lr = Tensor());
   // The dynamic policy on this step's result; ends the step. No-op in mode none.
   void update();
 

@@ -23,24 +23,6 @@ double Optimizer::grad_norm() { return optim::grad_norm(parameters()); }
 
 double Optimizer::clip_grad_norm(double max_norm) { return optim::clip_grad_norm(parameters(), max_norm); }
 
-void Optimizer::unscale_on_device(const Tensor& scale, const Tensor& found_inf) {
-  unscale_gradients_on_device(parameters(), scale, found_inf);
-}
-
-void Optimizer::clip_grad_norm_on_device(double max_norm, const Tensor& sum_sq) {
-  optim::clip_grad_norm_on_device(parameters(), max_norm, sum_sq);
-}
-
-void Optimizer::set_device_lr(const Tensor& lr) {
-  HG_CHECK(!lr.defined(), "[", name(), "] set_device_lr: this optimizer reads its learning rate on the host "
-           "(decides_on_device() is false); call set_lr(double)");
-}
-
-void Optimizer::set_skip_flag(const Tensor& found_inf) {
-  HG_CHECK(!found_inf.defined(), "[", name(), "] set_skip_flag: this optimizer cannot skip a step on the device "
-           "(decides_on_device() is false); read the flag and do not call step()");
-}
-
 // ---- LocalOptimizer --------------------------------------------------------------------------------
 
 std::unique_ptr<Optimizer::WholeParameters> LocalOptimizer::whole_parameters() {
@@ -131,25 +113,43 @@ void LocalOptimizer::add_param_group(ParamGroup group) {
 
 void LocalOptimizer::set_lr(double lr) {
   check_lr(lr);
-  device_lr_ = Tensor();
   for (ParamGroup& g : groups_) g.lr = lr;
 }
 
-void LocalOptimizer::set_device_lr(const Tensor& lr) {
-  if (!lr.defined() || !skips_on_device()) return Optimizer::set_device_lr(lr);
-  HG_CHECK(lr.numel() == 1 && lr.dtype() == DType::f64 && lr.is_contiguous(), "[", name_,
-           "] set_device_lr: expected an f64 scalar, got ", lr.describe());
-  device_lr_ = lr;
-}
-
-void LocalOptimizer::set_skip_flag(const Tensor& found_inf) {
-  if (!found_inf.defined() || !skips_on_device()) {
-    if (!found_inf.defined()) skip_flag_ = Tensor();
-    return Optimizer::set_skip_flag(found_inf);
+// The device step of an optimizer whose update() reads device_lr() and skip_flag() (AdamW): the fused
+// unscale and clip passes over its gradients, and step() with the two scalars bound for its duration.
+class LocalOptimizer::LocalDeviceStep final : public DeviceStep {
+ public:
+  explicit LocalDeviceStep(LocalOptimizer& owner) : owner_(owner) {}
+  void unscale(const Tensor& scale, const Tensor& found_inf) override {
+    unscale_gradients_on_device(owner_.parameters(), scale, found_inf);
   }
-  HG_CHECK(found_inf.numel() == 1 && found_inf.dtype() == DType::f32 && found_inf.is_contiguous(), "[", name_,
-           "] set_skip_flag: expected an f32 scalar, got ", found_inf.describe());
-  skip_flag_ = found_inf;
+  void clip_grad_norm(double max_norm, const Tensor& sum_sq) override {
+    clip_grad_norm_on_device(owner_.parameters(), max_norm, sum_sq);
+  }
+  bool step(const Tensor& lr, const Tensor& found_inf) override {
+    check_scalar(lr, DType::f64, "the learning rate");
+    check_scalar(found_inf, DType::f32, "found_inf");
+    struct Bound {
+      LocalOptimizer& o;
+      ~Bound() { o.device_lr_ = o.skip_flag_ = Tensor(); }
+    } bound{owner_};
+    owner_.device_lr_ = lr;
+    owner_.skip_flag_ = found_inf;
+    return owner_.step();
+  }
+
+ private:
+  void check_scalar(const Tensor& t, DType dtype, const char* what) const {
+    HG_CHECK(!t.defined() || (t.numel() == 1 && t.dtype() == dtype && t.is_contiguous()), "[", owner_.name(),
+             "] device step: expected ", what, " as a contiguous ", dtype_name(dtype), " scalar, got ", t.describe());
+  }
+  LocalOptimizer& owner_;
+};
+
+void LocalOptimizer::enable_device_step() {
+  device_step_impl_ = std::make_unique<LocalDeviceStep>(*this);
+  set_device_step(device_step_impl_.get());
 }
 
 void LocalOptimizer::set_lr(size_t group, double lr) {

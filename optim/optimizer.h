@@ -41,6 +41,7 @@
 #include "engine/autograd.h"
 #include "engine/tensor.h"
 #include "kernels/options.h"
+#include "optim/device_step.h"
 #include "optim/sharded_state.h"
 
 namespace hg::optim {
@@ -125,23 +126,10 @@ class Optimizer {
   virtual double grad_norm();
   virtual double clip_grad_norm(double max_norm);
 
-  // ---- the device-resident step (optim/loss_scaler.h ON THE DEVICE; train/trainer.h) ----
-  // Whether the step's decisions can be taken on the device: the four calls below are supported and
-  // step() reads what they set without a host wait. False for an optimizer that checks on the host
-  // (ZeRO's inf check comes from its all-reduced norm; SGD composes engine ops that cannot skip):
-  // the scaler and the trainer then use the host forms above (a read per decision).
-  virtual bool decides_on_device() const { return false; }
-  // grads /= scale[0]; found_inf[0] = 1 when some gradient is inf/NaN, else 0 (f32 scalars on the
-  // gradients' device). Default: one fused pass over parameters()' gradients (optim/unscale.h).
-  virtual void unscale_on_device(const Tensor& scale, const Tensor& found_inf);
-  // sum_sq[0] = the gradients' sum of squares, and clipping to max_norm, on the device (optim/clip.h).
-  virtual void clip_grad_norm_on_device(double max_norm, const Tensor& sum_sq);
-  // The learning rate of the next step() of every group read from lr[0] (an f64 scalar on the
-  // parameters' device) when step() runs; an undefined tensor returns to set_lr's value.
-  virtual void set_device_lr(const Tensor& lr);
-  // While set, step() leaves every parameter and its state untouched (bit for bit) and counts no
-  // update when found_inf[0] != 0 (an f32 scalar on the parameters' device); undefined: never skip.
-  virtual void set_skip_flag(const Tensor& found_inf);
+  // The device-resident step capability (optim/device_step.h): null for an optimizer that decides on
+  // the host (the forms above, a read per decision).
+  DeviceStep* device_step() const { return device_step_; }
+  bool decides_on_device() const { return device_step_ != nullptr; }
 
   // This process's optimizer state as named tensors (see CONVENTION), and its restoration (checked
   // before anything changes).
@@ -167,11 +155,13 @@ class Optimizer {
   virtual std::string state_summary() const { return ""; }
 
  protected:
-  // A sharded optimizer hands its capability over in its constructor.
+  // An optimizer hands its capabilities over in its constructor.
   void set_sharded_state(ShardedState* state) { sharded_ = state; }
+  void set_device_step(DeviceStep* step) { device_step_ = step; }
 
  private:
   ShardedState* sharded_ = nullptr;
+  DeviceStep* device_step_ = nullptr;
 };
 
 // An optimizer whose whole state lives in this process: parameter groups, per-parameter state and
@@ -180,12 +170,8 @@ class LocalOptimizer : public Optimizer {
  public:
   const std::string& name() const override { return name_; }
   std::vector<Tensor> parameters() const override;
-  // Applies one update to every parameter that has a gradient (under NoGradGuard); returns true
-  // (a skip decided on the device by set_skip_flag is not seen here).
+  // Applies one update to every parameter that has a gradient (under NoGradGuard); returns true.
   bool step() override;
-  bool decides_on_device() const override { return skips_on_device(); }
-  void set_device_lr(const Tensor& lr) override;
-  void set_skip_flag(const Tensor& found_inf) override;
   void zero_grad(bool set_to_none = true) override;
 
   // Sets the learning rate of every group (what a schedule drives each step), or of one group.
@@ -269,9 +255,10 @@ class LocalOptimizer : public Optimizer {
   // State buffer `name` of `state`, created at the parameter's first update filled with `initial`,
   // with `param`'s shape and state_dtype(param).
   Tensor& state_buffer(ParamState& state, const std::string& name, const Tensor& param, double initial = 0.0) const;
-  // Whether update() honours the skip flag and the device lr in its kernels (AdamW).
-  virtual bool skips_on_device() const { return false; }
-  // What set_device_lr / set_skip_flag set (undefined when not set), for update().
+  // Called from the constructor of an optimizer whose update() honours device_lr() and skip_flag() in
+  // its kernels (AdamW): device_step() then unscales and clips with the fused passes and steps with them.
+  void enable_device_step();
+  // The learning rate and skip flag of the DeviceStep::step running now (undefined otherwise), for update().
   const Tensor& device_lr() const { return device_lr_; }
   const Tensor& skip_flag() const { return skip_flag_; }
 
@@ -287,6 +274,8 @@ class LocalOptimizer : public Optimizer {
   std::vector<std::string> buffers_of(const Tensor& p) const;
   std::string name_;
   MixedPrecisionOptions mixed_precision_;
+  class LocalDeviceStep;  // optimizer.cpp
+  std::unique_ptr<DeviceStep> device_step_impl_;
   Tensor device_lr_, skip_flag_;
 };
 

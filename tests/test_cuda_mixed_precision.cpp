@@ -155,7 +155,7 @@ TEST_CASE("cuda: an fp16 step with a planted overflow, on the device, leaves the
   optim::LossScaler scaler = optim::LossScaler::dynamic(optim::DynamicLossScaleOptions().init_scale(1024));
   const Tensor lr = scalar_tensor(1e-2, DType::f64).reshape({1}).to(kGpu);
   const Tensor x = randn({8, 40}).to(DType::f16).to(kGpu);
-  adamw.set_device_lr(lr);
+  REQUIRE(adamw.device_step() != nullptr);
   auto step = [&](bool overflow) {
     HostReadGuard no_reads("a test's device step");
     const RuntimeCounters before = runtime_counters();
@@ -163,8 +163,8 @@ TEST_CASE("cuda: an fp16 step with a planted overflow, on the device, leaves the
     if (overflow) loss = loss * std::numeric_limits<double>::infinity();
     scaler.scale(loss).backward();
     scaler.unscale_on_device(adamw);
-    adamw.clip_grad_norm_on_device(1.0, zeros({1}, DType::f64, kGpu));
-    scaler.step_on_device(adamw);
+    adamw.device_step()->clip_grad_norm(1.0, zeros({1}, DType::f64, kGpu));
+    scaler.step_on_device(adamw, lr);
     scaler.update();
     adamw.zero_grad();
     CHECK((runtime_counters() - before).host_waits() == 0);

@@ -13,8 +13,8 @@
 // forward or backward that throws, an eval forward and a retained graph between forward and backward,
 // dropout masks, bytes held across steps, shards re-partitioned across unit layouts and world sizes,
 // malformed shard metadata.
-// The step decided on the device (unscale_on_device, clip_grad_norm_on_device, set_device_lr,
-// set_skip_flag) equals the host decision bit for bit at every stage, a planted inf skipped alike; a
+// The step decided on the device (the device step's unscale, clip_grad_norm and step(lr, found_inf))
+// equals the host decision bit for bit at every stage, a planted inf skipped alike; a
 // GPT trained by train::Trainer under dist::DataParallel at stages 1-3 on the CUDA device makes no
 // allocation, free or device synchronisation per steady-state step, and over NCCL no host wait on an
 // unlogged step.
@@ -1302,8 +1302,8 @@ struct ProtocolRun {
 
 // One ZeroOptimizer trained for kSteps with a loss scale of 2^10, clipping that bites and a learning
 // rate that changes every step; at step 2 the last rank's loss is multiplied by inf (every rank must
-// skip). Host protocol: unscale_and_check, clip_grad_norm, set_lr, step. Device protocol:
-// unscale_on_device, clip_grad_norm_on_device, set_device_lr, set_skip_flag, step (no host read).
+// skip). Host protocol: unscale_and_check, clip_grad_norm, set_lr, step. Device protocol: the device
+// step's unscale, clip_grad_norm and step(lr, found_inf) (no host read).
 ProtocolRun protocol_run(int stage, const Device& device, bool on_device) {
   Communicator& c = comm();
   manual_seed(7);
@@ -1327,13 +1327,11 @@ ProtocolRun protocol_run(int stage, const Device& device, bool on_device) {
     if (s == kPlant && c.rank() == c.world_size() - 1) loss = loss * std::numeric_limits<double>::infinity();
     (loss * kScale).backward();
     if (on_device) {
-      opt.unscale_on_device(scale, found_inf);
-      opt.clip_grad_norm_on_device(kPlantClip, sum_sq);
+      optim::DeviceStep& device_step = *opt.device_step();
+      device_step.unscale(scale, found_inf);
+      device_step.clip_grad_norm(kPlantClip, sum_sq);
       lr.fill_(step_lr);
-      opt.set_device_lr(lr);
-      opt.set_skip_flag(found_inf);
-      CHECK(opt.step());
-      opt.set_skip_flag(Tensor());
+      CHECK(device_step.step(lr, found_inf));
       CHECK(found_inf.item() == (s == kPlant ? 1.0 : 0.0));
       run.norms.push_back(std::sqrt(sum_sq.item()));
     } else {

@@ -4,9 +4,9 @@
 // one buffer, so a logged step reads them all back with one copy (read()). Who writes each:
 //
 //   loss_sum        the trainer: each micro-batch's loss added on the device (add_loss)
-//   sum_of_squares  the optimizer's clip_grad_norm_on_device (the gradients' sum of squares)
+//   sum_of_squares  the optimizer's device step clip_grad_norm (the gradients' sum of squares)
 //   lr              the schedule: optim::write_lr_on_device, from step_count
-//   found_inf       without a loss scaler, a sharded optimizer's own check (unscale_on_device by
+//   found_inf       without a loss scaler, a sharded optimizer's own check (device step unscale by
 //                   `one`); with one, the scaler keeps its own flag (LossScaler::found_inf_tensor)
 //   step_count      t, the optimizer steps taken: count_step adds 1 unless the step's found_inf is set
 //   loss_scale, skipped: the scaler's, copied in by read()

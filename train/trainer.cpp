@@ -271,21 +271,22 @@ void Trainer::check_graph_preconditions() const {
 
 void Trainer::optimizer_step_on_device() {
   StepState& state = *step_state_;
+  optim::DeviceStep& device = *optimizer_.device_step();
   NoGradGuard no_grad;
   scaler_.unscale_on_device(optimizer_);
   // A sharded optimizer checks inf/NaN itself when no scaler does (it skips such a step): here on the
   // device, as the scaler would -- an unscale pass by 1 (the gradients keep their bits) writing a flag
   // that its step's kernels read -- instead of from its norm on the host.
   const bool own_check = !scaler_.enabled() && optimizer_.is_sharded();
-  if (own_check) optimizer_.unscale_on_device(state.one, state.found_inf);
-  if (options_.clip() > 0) optimizer_.clip_grad_norm_on_device(options_.clip(), state.sum_of_squares);
+  if (own_check) device.unscale(state.one, state.found_inf);
+  if (options_.clip() > 0) device.clip_grad_norm(options_.clip(), state.sum_of_squares);
+  Tensor lr;  // undefined without a schedule: the optimizer's own
   if (device_schedule_) {
     optim::write_lr_on_device(*device_schedule_, state.step_count, state.lr);
-    optimizer_.set_device_lr(state.lr);
+    lr = state.lr;
   }
-  if (own_check) optimizer_.set_skip_flag(state.found_inf);
-  const bool stepped = scaler_.step_on_device(optimizer_);
-  if (own_check) optimizer_.set_skip_flag(Tensor());
+  const bool stepped = scaler_.enabled() ? scaler_.step_on_device(optimizer_, lr)
+                                         : device.step(lr, own_check ? state.found_inf : Tensor());
   if (stepped)  // t advances unless the device found inf/NaN
     state.count_step(own_check ? state.found_inf : scaler_.found_inf_tensor());
   else

@@ -25,8 +25,8 @@
 // under ZeRO), the loss scaler, the step and the optimizer-step counters, the default Philox
 // generator (dropout) and the loader's position; and options.run_config, the program's settings.
 //
-// ON THE DEVICE. When the optimizer decides_on_device() (AdamW, ZeRO stages 0-3 over AdamW without
-// optimizer offload; optim/optimizer.h) and the schedule, if any, has a device_form(), a step reads
+// ON THE DEVICE. When the optimizer has a device step (AdamW, ZeRO stages 0-3 over AdamW without
+// optimizer offload; optim/device_step.h) and the schedule, if any, has a device_form(), a step reads
 // nothing from the device. Its scalars are a StepState (train/step_state.h), each written by its owner
 // and read where needed: the micro-batch losses are summed into a device scalar (loss.detach()), the
 // scaler's found_inf decides the skip in the optimizer's kernels, the gradient norm is a device sum of
