@@ -93,9 +93,11 @@ void ZeroOptimizer::validate_params() {
   std::set<const TensorImpl*> seen;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
-    HG_CHECK(p.defined() && p.is_leaf() && p.requires_grad() && p.is_contiguous(), who, " parameter ", i,
-             " must be a contiguous leaf that requires grad, got ",
-             p.defined() ? p.describe() : std::string("undefined"));
+    HG_CHECK(p.defined() && p.is_leaf() && p.is_contiguous(), who, " parameter ", i,
+             " must be a contiguous leaf that requires grad, got ", p.defined() ? p.describe() : std::string("undefined"));
+    HG_CHECK(p.requires_grad(), who, " parameter ", i, " (", p.describe(), ") is frozen (requires_grad is off): data "
+             "parallelism and ZeRO reduce every parameter's gradient, so they need a model without frozen parameters "
+             "(unfreeze it, or keep the frozen part out of the model)");
     HG_CHECK(p.dtype() == dtype_ && p.device() == device_, who, " parameter ", i, " is ", p.describe(),
              " but parameter 0 is ", dtype_name(dtype_), " on ", device_.str(), ": one dtype and device expected");
     HG_CHECK(seen.insert(p.impl()).second, who, " parameter ", i, " appears twice");

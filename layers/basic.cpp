@@ -38,7 +38,7 @@ Tensor Embedding::forward(const Tensor& ids) {
   return embedding(weight, ids);
 }
 
-LayerNorm::LayerNorm(int64_t dim, double eps_, bool affine) : eps(eps_) {
+LayerNorm::LayerNorm(int64_t dim_, double eps_, bool affine) : eps(eps_), dim(dim_) {
   HG_CHECK(dim > 0, "[LayerNorm] expected a positive dim, got ", dim);
   HG_CHECK(eps_ > 0, "[LayerNorm] expected eps > 0, got ", eps_);
   if (affine) {
@@ -57,6 +57,17 @@ Dropout::Dropout(double p_) : p(p_) {
 }
 
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); }
+
+std::string Linear::extra_repr() const {
+  return detail::concat("in_features=", options.in_features(), ", out_features=", options.out_features(),
+                        ", bias=", repr_bool(options.bias()));
+}
+
+std::string Embedding::extra_repr() const { return detail::concat(weight.size(0), ", ", weight.size(1)); }
+
+std::string LayerNorm::extra_repr() const {
+  return detail::concat("(", dim, ",), eps=", repr_float(eps), ", elementwise_affine=", repr_bool(weight.defined()));
+}
 
 Sequential::Sequential(std::vector<std::shared_ptr<UnaryModule>> layers) {
   for (auto& layer : layers) push_back(std::move(layer));

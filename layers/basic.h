@@ -21,16 +21,17 @@ class Linear : public UnaryModule {
   explicit Linear(const LinearOptions& options);
   Linear(int64_t in, int64_t out, bool bias = true) : Linear(LinearOptions(in, out).bias(bias)) {}
   Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
   Tensor weight, bias;  // bias undefined without bias
   const LinearOptions options;
 };
 
 // y[..., :] = weight[ids[...], :], weight [num, dim] initialised N(0, 1).
-class Embedding : public Module {
+class Embedding : public UnaryModule {
  public:
   Embedding(int64_t num_embeddings, int64_t dim);
-  Tensor forward(const Tensor& ids);
-  Tensor operator()(const Tensor& ids) { return forward(ids); }
+  Tensor forward(const Tensor& ids) override;
+  std::string extra_repr() const override;
   Tensor weight;
 };
 
@@ -39,8 +40,10 @@ class LayerNorm : public UnaryModule {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5, bool affine = true);
   Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
   Tensor weight, bias;
   const double eps;
+  const int64_t dim;
 };
 
 // Active only in training mode.
@@ -48,6 +51,7 @@ class Dropout : public UnaryModule {
  public:
   explicit Dropout(double p);
   Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override { return "p=" + repr_float(p) + ", inplace=False"; }
   const double p;
 };
 
@@ -55,6 +59,9 @@ class GELU : public UnaryModule {
  public:
   explicit GELU(GeluApproximation approximation = GeluApproximation::Tanh) : approximation(approximation) {}
   Tensor forward(const Tensor& x) override { return gelu(x, approximation); }
+  std::string extra_repr() const override {
+    return approximation == GeluApproximation::Tanh ? "approximate='tanh'" : "approximate='none'";
+  }
   const GeluApproximation approximation;
 };
 

@@ -53,6 +53,34 @@ AvgPool2d::AvgPool2d(Size2d kernel_, Size2d stride_, Size2d padding_)
   check_window("AvgPool2d", kernel, stride, padding);
 }
 
+namespace {
+// "(3, 3)" as PyTorch prints a pair; "2" for a pool's square window (PyTorch prints what it was given).
+std::string pair_repr(Size2d v) { return detail::concat("(", v[0], ", ", v[1], ")"); }
+std::string window_repr(Size2d v) { return v[0] == v[1] ? std::to_string(v[0]) : pair_repr(v); }
+std::string pool_repr(Size2d kernel, Size2d stride, Size2d padding) {
+  const Size2d step = stride[0] == 0 && stride[1] == 0 ? kernel : stride;
+  return "kernel_size=" + window_repr(kernel) + ", stride=" + window_repr(step) + ", padding=" + window_repr(padding);
+}
+}  // namespace
+
+// PyTorch's Conv2d.extra_repr: padding, dilation, groups and bias only when not the default.
+std::string Conv2d::extra_repr() const {
+  const Conv2dOptions& o = options;
+  std::string out = detail::concat(o.in_channels(), ", ", o.out_channels(),
+                                   ", kernel_size=", pair_repr(o.kernel_size()), ", stride=", pair_repr(o.stride()));
+  if (o.padding() != Size2d{0, 0}) out += ", padding=" + pair_repr(o.padding());
+  if (o.dilation() != Size2d{1, 1}) out += ", dilation=" + pair_repr(o.dilation());
+  if (o.groups() != 1) out += ", groups=" + std::to_string(o.groups());
+  if (!o.bias()) out += ", bias=False";
+  return out;
+}
+
+std::string MaxPool2d::extra_repr() const {
+  return pool_repr(kernel, stride, padding) + ", dilation=1, ceil_mode=False";
+}
+
+std::string AvgPool2d::extra_repr() const { return pool_repr(kernel, stride, padding); }
+
 Tensor Flatten::forward(const Tensor& x) {
   HG_CHECK(x.dim() >= 1, "[Flatten] expected at least a batch dimension, got ", x.describe());
   return x.reshape({x.size(0), -1});

@@ -32,6 +32,7 @@ class Conv2d : public UnaryModule {
  public:
   explicit Conv2d(const Conv2dOptions& options);
   Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
   Tensor weight, bias;  // bias undefined without bias
   const Conv2dOptions options;
 };
@@ -42,6 +43,7 @@ class MaxPool2d : public UnaryModule {
   explicit MaxPool2d(Size2d kernel, Size2d stride = {0, 0}, Size2d padding = {0, 0});
   explicit MaxPool2d(int64_t kernel) : MaxPool2d(Size2d{kernel, kernel}) {}
   Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel, stride, padding); }
+  std::string extra_repr() const override;
   const Size2d kernel, stride, padding;
 };
 
@@ -50,6 +52,7 @@ class AvgPool2d : public UnaryModule {
   explicit AvgPool2d(Size2d kernel, Size2d stride = {0, 0}, Size2d padding = {0, 0});
   explicit AvgPool2d(int64_t kernel) : AvgPool2d(Size2d{kernel, kernel}) {}
   Tensor forward(const Tensor& x) override { return avg_pool2d(x, kernel, stride, padding); }
+  std::string extra_repr() const override;
   const Size2d kernel, stride, padding;
 };
 
@@ -57,6 +60,7 @@ class AvgPool2d : public UnaryModule {
 class Flatten : public UnaryModule {
  public:
   Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override { return "start_dim=1, end_dim=-1"; }
 };
 
 }  // namespace hg::nn

@@ -7,7 +7,19 @@
 #include <typeinfo>
 #include <map>
 
+#include "engine/safetensors.h"
+
 namespace hg::nn {
+
+// "GPT" for hg::nn::GPT (the demangled class name without namespaces).
+std::string Module::type_name() const {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(typeid(*this).name(), nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : typeid(*this).name();
+  std::free(demangled);
+  const size_t colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
+}
 
 void Module::check_name(const std::string& name) const {
   HG_CHECK(!name.empty() && name.find('.') == std::string::npos, "[Module] invalid name \"", name,
@@ -136,36 +148,108 @@ NamedTensors Module::state_dict() const {
   return out;
 }
 
-void Module::load_state_dict(const NamedTensors& state, bool strict) {
+namespace {
+std::string joined(const std::vector<std::string>& parts, const char* separator) {
+  std::string out;
+  for (const std::string& part : parts) out += (out.empty() ? "" : separator) + part;
+  return out;
+}
+}  // namespace
+
+Module::LoadReport Module::load_state_dict(const NamedTensors& state, bool strict) {
   std::map<std::string, const Tensor*> given;
-  for (const auto& [name, tensor] : state) given[name] = &tensor;
-  NoGradGuard no_grad;
-  std::vector<std::string> missing;
+  for (const auto& [name, tensor] : state) {
+    HG_CHECK(given.emplace(name, &tensor).second, "[load_state_dict] the state names \"", name, "\" twice");
+    HG_CHECK(tensor.defined(), "[load_state_dict] \"", name, "\" is an undefined tensor in the state");
+  }
+  LoadReport report;
+  std::vector<std::string> mismatched;
+  std::vector<std::pair<Tensor, const Tensor*>> copies;  // (model tensor, its value), once all is checked
   for (auto& [name, target] : state_dict()) {
     auto it = given.find(name);
     if (it == given.end()) {
-      missing.push_back(name);
+      report.missing.push_back(name);
       continue;
     }
     const Tensor& source = *it->second;
-    HG_CHECK(source.shape() == target.shape(), "[load_state_dict] \"", name, "\" has shape ",
-             shape_str(source.shape()), " in the state but ", shape_str(target.shape()), " in the model");
-    HG_CHECK(source.dtype() == target.dtype(), "[load_state_dict] \"", name, "\" is ", dtype_name(source.dtype()),
-             " in the state but ", dtype_name(target.dtype()), " in the model; convert one with to(dtype)");
-    target.copy_(source);
+    if (source.shape() != target.shape())
+      mismatched.push_back(detail::concat("\"", name, "\" has shape ", shape_str(source.shape()), " in the state but ",
+                                          shape_str(target.shape()), " in the model"));
+    else if (source.dtype() != target.dtype())
+      mismatched.push_back(detail::concat("\"", name, "\" is ", dtype_name(source.dtype()), " in the state but ",
+                                          dtype_name(target.dtype()), " in the model; convert one with to(dtype)"));
+    else
+      copies.emplace_back(target, &source);
     given.erase(it);
   }
-  if (!strict) return;
-  if (!missing.empty()) {
-    std::string names;
-    for (const auto& n : missing) names += (names.empty() ? "" : ", ") + n;
-    HG_FAIL("[load_state_dict] missing from the state: ", names);
+  for (const auto& [name, tensor] : given) report.unexpected.push_back(name);
+  HG_INPUT_CHECK(mismatched.empty(), "[load_state_dict] ", joined(mismatched, "; "));
+  if (strict && !(report.missing.empty() && report.unexpected.empty())) {
+    std::vector<std::string> parts;
+    if (!report.missing.empty()) parts.push_back("missing from the state: " + joined(report.missing, ", "));
+    if (!report.unexpected.empty()) parts.push_back("not in the model: " + joined(report.unexpected, ", "));
+    HG_INPUT_FAIL("[load_state_dict] ", joined(parts, "; "), " (strict; load with strict = false to skip them)");
   }
-  if (!given.empty()) {
-    std::string names;
-    for (const auto& [n, t] : given) names += (names.empty() ? "" : ", ") + n;
-    HG_FAIL("[load_state_dict] not in the model: ", names);
+  NoGradGuard no_grad;
+  for (auto& [target, source] : copies)
+    target.copy_(source->device() == target.device() ? *source : source->to(target.device()));
+  return report;
+}
+
+Module::LoadReport Module::load_state_dict(const std::string& path, bool strict) {
+  const safetensors::File file = safetensors::load(path);
+  try {
+    return load_state_dict(file.tensors, strict);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
   }
+}
+
+// ---- the tree ----
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  std::vector<std::pair<std::string, Module*>> stack{{"", this}};
+  while (!stack.empty()) {
+    auto [path, module] = stack.back();
+    stack.pop_back();
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const auto& entry) { return entry.second == module; });
+    if (seen) continue;
+    out.emplace_back(path, module);
+    for (auto it = module->children_.rbegin(); it != module->children_.rend(); ++it)
+      stack.emplace_back(path.empty() ? it->first : path + "." + it->first, it->second.get());
+  }
+  return out;
+}
+
+std::vector<Module*> Module::modules() {
+  std::vector<Module*> out;
+  for (auto& [path, module] : named_modules()) out.push_back(module);
+  return out;
+}
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& [name, child] : children_) child->apply(fn);
+  fn(*this);
+  return *this;
+}
+
+void Module::freeze() {
+  for (Tensor p : parameters()) {
+    p.set_grad(Tensor());
+    p.requires_grad_(false);
+  }
+}
+
+void Module::unfreeze() {
+  for (Tensor p : parameters()) p.requires_grad_(true);
+}
+
+int64_t Module::trainable_parameter_count() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters())
+    if (p.requires_grad()) n += p.numel();
+  return n;
 }
 
 // ---- anomaly-mode module stack ----
@@ -174,15 +258,7 @@ namespace {
 
 thread_local std::vector<const Module*> t_modules;  // parallel to engine/anomaly.h's name stack
 
-// "GPT" for hg::nn::GPT (the demangled class name without namespaces).
-std::string class_name(const Module& module) {
-  int status = 0;
-  char* demangled = abi::__cxa_demangle(typeid(module).name(), nullptr, nullptr, &status);
-  std::string name = status == 0 && demangled ? demangled : typeid(module).name();
-  std::free(demangled);
-  const size_t colon = name.rfind("::");
-  return colon == std::string::npos ? name : name.substr(colon + 2);
-}
+std::string class_name(const Module& module) { return module.type_name(); }
 
 // The dotted path from `from` down to `target` through registered children, or "" if none.
 bool find_path(const Module& from, const Module* target, std::string& path) {

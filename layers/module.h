@@ -9,6 +9,8 @@
 //   - to(dtype) / to(device) and load_state_dict change tensors in place (the TensorImpl every
 //     handle points to is updated), so layers keep using their members and optimizers built later
 //     see the new tensors. Build the optimizer after converting the model.
+//   - A frozen parameter (freeze()) is still a parameter (listed, saved, loaded, converted) whose
+//     requires_grad is off: backward gives it no gradient, and an optimizer over it skips it.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,12 +32,52 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
+  // ---- building (what a layer's constructor calls; public so that a model can be assembled from outside) ----
+  // Registers `tensor` as parameter `name` (a floating leaf; made to require grad) and returns it.
+  Tensor register_parameter(const std::string& name, Tensor tensor);
+  // Registers state that is saved and converted but not trained (BatchNorm's running statistics).
+  Tensor register_buffer(const std::string& name, Tensor tensor);
+  // Registers `module` as child `name` and returns it (typed, for the caller's member).
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    check_name(name);
+    HG_CHECK(module != nullptr, "[Module] register_module: child \"", name, "\" is a null pointer");
+    children_.emplace_back(name, module);
+    return module;
+  }
+
   // ---- traversal (recursive, in registration order) ----
   NamedTensors named_parameters() const;
   std::vector<Tensor> parameters() const;
   NamedTensors named_buffers() const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
   int64_t parameter_count() const;
+  // Every module of the tree, this one first ("" names it), then depth-first in registration order
+  // ("features", "features.0", ...); a module registered twice is listed once, under its first path.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  std::vector<Module*> modules();
+  // fn(m) for every module of the tree, each child's subtree before its parent (PyTorch's order):
+  // model.apply([](nn::Module& m) { if (auto* l = dynamic_cast<nn::Linear*>(&m)) init::constant_(l->bias, 0.0); }).
+  Module& apply(const std::function<void(Module&)>& fn);
+
+  // ---- freezing ----
+  // Stops training every parameter of this subtree: requires_grad off and the gradient dropped (unfreeze
+  // turns requires_grad back on). Call it before backward; an optimizer skips a parameter without a
+  // gradient, so one built over the whole model trains the rest.
+  void freeze();
+  void unfreeze();
+  int64_t trainable_parameter_count() const;
+
+  // ---- printing ----
+  // The class name as printed ("Linear").
+  std::string type_name() const;
+  // The constructor arguments as PyTorch's extra_repr prints them ("in_features=4, out_features=8,
+  // bias=True"); "" for a module that has none.
+  virtual std::string extra_repr() const { return ""; }
+  // The tree as PyTorch's repr prints it, each line followed by "# " and the shapes of the module's own
+  // parameters ("(frozen)" after a frozen one) and the parameter count of its subtree; the top line
+  // counts the whole model (a tied parameter once) and says how many are trainable.
+  std::string repr() const;
 
   // ---- mode, dtype, device ----
   void train(bool on = true);
@@ -52,9 +94,18 @@ class Module {
   // ---- state ----
   // Parameters then buffers, by full name.
   NamedTensors state_dict() const;
-  // Copies values in by name. Shapes and dtypes must match exactly (the error names the tensor and
-  // both shapes/dtypes); with strict, missing and unexpected names are errors too.
-  void load_state_dict(const NamedTensors& state, bool strict = true);
+  // What load_state_dict did not load: the model's names the state lacks, and the state's names the
+  // model lacks (PyTorch's missing_keys and unexpected_keys).
+  struct LoadReport {
+    std::vector<std::string> missing, unexpected;
+  };
+  // Copies values in by name, checked before anything changes. A shape or dtype that differs is an
+  // error (one message listing every such tensor with both shapes or dtypes); with strict, missing and
+  // unexpected names are errors too (listed), otherwise they are returned.
+  LoadReport load_state_dict(const NamedTensors& state, bool strict = true);
+  // load_state_dict from a safetensors file (PyTorch's names, as safetensors.torch.save_file writes them
+  // from model.state_dict()); errors name the file.
+  LoadReport load_state_dict(const std::string& path, bool strict = true);
 
   // ---- forward hooks ----
   // `pre` runs when a forward of this module begins and `post` when it ends (returning or throwing),
@@ -67,16 +118,6 @@ class Module {
   void run_pre_forward() const { pre_forward_(); }
   void run_post_forward() const noexcept {
     if (post_forward_) post_forward_();
-  }
-
- protected:
-  Tensor register_parameter(const std::string& name, Tensor tensor);
-  Tensor register_buffer(const std::string& name, Tensor tensor);
-  template <class M>
-  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
-    check_name(name);
-    children_.emplace_back(name, module);
-    return module;
   }
 
  private:
@@ -140,6 +181,11 @@ class EvalModeScope {
  private:
   std::vector<std::pair<Module*, bool>> recorded_;  // every module of the tree, pre-order, and its flag
 };
+
+// A double as Python's repr prints it (0.1, 1e-05, 1.0: the shortest form that reads back), and a
+// bool as "True" / "False": what extra_repr needs to print like PyTorch.
+std::string repr_float(double value);
+inline const char* repr_bool(bool value) { return value ? "True" : "False"; }
 
 // Replaces the contents of `target` (every handle to it) with `source`'s storage, layout and dtype.
 void assign_in_place(const Tensor& target, const Tensor& source);

@@ -80,7 +80,6 @@ void LocalOptimizer::check_param(const Tensor& p, size_t group, size_t index_in_
   HG_CHECK(is_floating(p.dtype()), where, " is not floating; expected a f32, f64, f16 or bf16 tensor");
   HG_CHECK(p.is_leaf(), where, " is not a leaf: it is the output of '", p.grad_fn()->name(),
            "'; pass the leaf tensor it was computed from");
-  HG_CHECK(p.requires_grad(), where, " does not require grad; call requires_grad_() on it or leave it out");
   HG_CHECK(p.is_contiguous(), where,
            " is not contiguous; parameters are updated in place and must be contiguous (make the leaf from a "
            "contiguous() copy)");

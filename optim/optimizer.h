@@ -9,8 +9,10 @@
 // (optim/sgd.h) and AdamW (optim/adamw.h) — and zero_grad() clears the gradients for the next one.
 //
 // CONVENTION (LocalOptimizer)
-//   - Parameters are defined, contiguous, floating leaf tensors that require grad, each in exactly
-//     one group. Checked when added, with an hg::Error naming the optimizer, the group and index.
+//   - Parameters are defined, contiguous, floating leaf tensors, each in exactly one group. Checked
+//     when added, with an hg::Error naming the optimizer, the group and index. One that does not
+//     require grad (a frozen module's, nn::Module::freeze) is accepted: it gets no gradient, so step()
+//     skips it (PyTorch's rule), until it is unfrozen.
 //   - A parameter's index is its position counting through the groups in order (group 0's
 //     parameters first); indices name state in state_tensors() ("3.exp_avg", "3.step").
 //   - step() runs under NoGradGuard, skips parameters whose grad() is undefined (their state is

@@ -487,11 +487,20 @@ TEST_CASE("bad hyperparameters are refused with a clear message") {
   CHECK_ERROR(opt.add_param_group({{zeros({2}).requires_grad_()}, 0.1, -1.0}), "[SGD]", "invalid weight_decay -1");
 }
 
-TEST_CASE("parameters must be floating leaves that require grad") {
+TEST_CASE("parameters must be floating leaves; one that does not require grad (frozen) is skipped") {
   Tensor ok = zeros({3}).requires_grad_();
   Tensor leaf = ones({2, 2}).requires_grad_();
-  CHECK_ERROR(AdamW({ok, zeros({2, 3})}), "[AdamW] parameter 1 of group 0 (f32[2, 3] cpu)", "does not require grad",
-              "requires_grad_()");
+  {
+    const Tensor frozen = randn({2, 3});
+    const std::vector<float> frozen_before = frozen.to_vector<float>();
+    AdamW opt({ok, frozen});
+    ok.set_grad(randn({3}));
+    opt.step();
+    CHECK(frozen.to_vector<float>() == frozen_before);
+    CHECK(!opt.state(1).initialized());
+    CHECK(opt.state(0).initialized());
+    ok.set_grad(Tensor());
+  }
   CHECK_ERROR(AdamW({ok, arange(4)}), "[AdamW] parameter 1 of group 0 (i64[4] cpu)", "is not floating");
   CHECK_ERROR(AdamW({leaf * 2.0}), "[AdamW] parameter 0 of group 0", "is not a leaf", "output of", "leaf tensor");
   CHECK_ERROR(AdamW({ok, Tensor()}), "[AdamW] parameter 1 of group 0 is an undefined tensor");

@@ -20,16 +20,21 @@ struct Quadrants : data::Dataset {
   }
 };
 
+// A module of your own: it registers its layers, whose parameters become "hidden.weight", "out.bias", ...
+struct Classifier : nn::Module {
+  std::shared_ptr<nn::Linear> hidden = register_module("hidden", std::make_shared<nn::Linear>(2, 32));
+  std::shared_ptr<nn::Linear> out = register_module("out", std::make_shared<nn::Linear>(32, 2));
+  Tensor forward(const Tensor& xy) { return out->forward(gelu(hidden->forward(xy))); }
+};
+
 int main() {
   manual_seed(0);
-  auto model = std::make_shared<nn::Sequential>();
-  model->push_back(std::make_shared<nn::Linear>(2, 32));
-  model->push_back(std::make_shared<nn::GELU>());
-  model->push_back(std::make_shared<nn::Linear>(32, 2));
+  auto model = std::make_shared<Classifier>();
+  std::printf("%s\n", model->repr().c_str());  // PyTorch's printed tree, with shapes and parameter counts
   optim::AdamW optimizer(model->parameters(), optim::AdamWOptions().lr(1e-2));
   data::DataLoader loader(std::make_shared<Quadrants>(), data::DataLoaderOptions().batch_size(64).shuffle(true));
   train::Trainer trainer(
-      *model, optimizer, loader, [&](const data::Batch& b) { return cross_entropy((*model)(b[0]), b[1]); },
+      *model, optimizer, loader, [&](const data::Batch& b) { return cross_entropy(model->forward(b[0]), b[1]); },
       train::TrainerOptions().steps(400).clip(1.0).checkpoint_dir("checkpoints").resume(true));
   trainer.schedule(std::make_shared<optim::WarmupCosine>(1e-2, 20, 400, 1e-4));
   trainer.fit();  // progress lines, a summary, checkpoints/step_*.safetensors; run it again: it resumes
