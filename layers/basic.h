@@ -1,5 +1,7 @@
 #pragma once
 // The elementary layers: Linear, Embedding, LayerNorm, Dropout, GELU and Sequential.
+#include <optional>
+
 #include "kernels/options.h"
 #include "layers/module.h"
 
@@ -26,24 +28,29 @@ class Linear : public UnaryModule {
   const LinearOptions options;
 };
 
-// y[..., :] = weight[ids[...], :], weight [num, dim] initialised N(0, 1).
+// y[..., :] = weight[ids[...], :], weight [num, dim] initialised N(0, 1). With padding_idx (negative:
+// counted from the end), that row starts at zeros and gets no gradient from this layer (PyTorch's rule).
 class Embedding : public UnaryModule {
  public:
-  Embedding(int64_t num_embeddings, int64_t dim);
+  Embedding(int64_t num_embeddings, int64_t dim, std::optional<int64_t> padding_idx = std::nullopt);
   Tensor forward(const Tensor& ids) override;
   std::string extra_repr() const override;
   Tensor weight;
+  const std::optional<int64_t> padding_idx;  // in [0, num_embeddings) once constructed
 };
 
-// Normalises the last dimension: weight ones, bias zeros.
+// Normalises the trailing dimensions normalized_shape (PyTorch's nn.LayerNorm): weight ones and bias
+// zeros of that shape (none without elementwise_affine; no bias without `bias`, as PyTorch 2.1's).
+// LayerNorm(dim) normalises the last dimension.
 class LayerNorm : public UnaryModule {
  public:
-  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool affine = true);
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool affine = true) : LayerNorm(Shape{dim}, eps, affine) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Tensor weight, bias;
   const double eps;
-  const int64_t dim;
+  const Shape normalized_shape;
 };
 
 // Active only in training mode.

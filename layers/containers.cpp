@@ -16,8 +16,8 @@ ModuleList& ModuleList::push_back(std::shared_ptr<Module> module) {
 }
 
 const std::shared_ptr<Module>& ModuleList::operator[](size_t index) const {
-  HG_CHECK(index < modules_.size(), "[ModuleList] index ", index, " is out of range: the list holds ",
-           modules_.size(), " modules");
+  HG_CHECK(index < modules_.size(), "[ModuleList] index ", index, " is out of range: the list holds ", modules_.size(),
+           " modules");
   return modules_[index];
 }
 

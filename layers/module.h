@@ -186,6 +186,8 @@ class EvalModeScope {
 // bool as "True" / "False": what extra_repr needs to print like PyTorch.
 std::string repr_float(double value);
 inline const char* repr_bool(bool value) { return value ? "True" : "False"; }
+// "(4, 5)" or "(5,)": a shape as Python prints a tuple.
+std::string tuple_repr(const Shape& shape);
 
 // Replaces the contents of `target` (every handle to it) with `source`'s storage, layout and dtype.
 void assign_in_place(const Tensor& target, const Tensor& source);

@@ -12,6 +12,7 @@
 //     (fc): Linear(in_features=128, out_features=10, bias=True)  # weight [10, 128], bias [10]: 1290 parameters
 //   )
 #include <charconv>
+#include <cmath>
 #include <sstream>
 
 #include "layers/module.h"
@@ -64,13 +65,35 @@ void print(std::ostringstream& out, const Module& module, const std::string& ind
 
 }  // namespace
 
+// Python's repr: the shortest digits that read back, in fixed notation when the decimal exponent is in
+// [-4, 16), else as d.ddde-XX (at least two exponent digits).
 std::string repr_float(double value) {
+  if (!std::isfinite(value)) return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
   char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
-  std::string text(buffer, result.ptr);
-  // Python writes a whole float with ".0" (1.0, 2.0) and keeps the exponent form as it is (1e-05).
-  if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
-  return text;
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::scientific);
+  const std::string sci(buffer, result.ptr);  // "-1.2345e-05"
+  const size_t e = sci.find('e');
+  const bool negative = sci[0] == '-';
+  std::string digits;
+  for (size_t i = negative ? 1 : 0; i < e; ++i)
+    if (sci[i] != '.') digits += sci[i];
+  const int exponent = std::stoi(sci.substr(e + 1));
+  std::string out = negative ? "-" : "";
+  if (exponent < -4 || exponent >= 16) {
+    out += digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "");
+    const std::string magnitude = std::to_string(std::abs(exponent));
+    return out + "e" + (exponent < 0 ? "-" : "+") + (magnitude.size() < 2 ? "0" : "") + magnitude;
+  }
+  if (exponent < 0) return out + "0." + std::string(size_t(-exponent - 1), '0') + digits;
+  const size_t whole = size_t(exponent) + 1;
+  if (digits.size() <= whole) return out + digits + std::string(whole - digits.size(), '0') + ".0";
+  return out + digits.substr(0, whole) + "." + digits.substr(whole);
+}
+
+std::string tuple_repr(const Shape& shape) {
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + (shape.size() == 1 ? ",)" : ")");
 }
 
 std::string Module::repr() const {

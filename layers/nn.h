@@ -1,9 +1,15 @@
 #pragma once
 // Everything in layers/: include this to build models.
+#include "layers/activation.h"
 #include "layers/basic.h"
 #include "layers/containers.h"
 #include "layers/conv.h"
+#include "layers/conv_variants.h"
 #include "layers/gpt.h"
 #include "layers/init.h"
 #include "layers/module.h"
+#include "layers/multihead_attention.h"
+#include "layers/norm.h"
+#include "layers/resample.h"
 #include "layers/transformer.h"
+#include "layers/transformer_layers.h"

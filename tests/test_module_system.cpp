@@ -32,10 +32,10 @@ struct Net : Module {
   std::shared_ptr<Embedding> embed;
 
   Net() {
-    features = register_module("features", std::make_shared<Sequential>(std::vector<std::shared_ptr<UnaryModule>>{
-                                               std::make_shared<Conv2d>(Conv2dOptions(1, 4, 3).padding(1)),
-                                               std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
-                                               std::make_shared<Flatten>()}));
+    features = register_module(
+        "features", std::make_shared<Sequential>(std::vector<std::shared_ptr<UnaryModule>>{
+                        std::make_shared<Conv2d>(Conv2dOptions(1, 4, 3).padding(1)), std::make_shared<ReLU>(),
+                        std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>()}));
     blocks = register_module("blocks", std::make_shared<ModuleList>());
     blocks->push_back(std::make_shared<Linear>(64, 64))
         .push_back(std::make_shared<GELU>(GeluApproximation::Tanh))
@@ -115,7 +115,8 @@ TEST_CASE("load_state_dict reports missing and unexpected names, and lists every
   NamedTensors partial(state.begin() + 2, state.end());  // without features.0.*
   partial.emplace_back("extra.weight", zeros({3}));
   const auto before = net.features->named_parameters().front().second.to_vector<float>();
-  CHECK_ERROR(net.load_state_dict(partial), "[load_state_dict] missing from the state: features.0.weight, "
+  CHECK_ERROR(net.load_state_dict(partial),
+              "[load_state_dict] missing from the state: features.0.weight, "
               "features.0.bias; not in the model: extra.weight (strict");
   CHECK(net.features->named_parameters().front().second.to_vector<float>() == before);  // nothing changed
   const Module::LoadReport report = net.load_state_dict(partial, /*strict=*/false);
@@ -231,4 +232,10 @@ TEST_CASE("a model assembled from outside through the public register calls") {
   CHECK(repr_float(0.1) == "0.1");
   CHECK(repr_float(1e-5) == "1e-05");
   CHECK(repr_float(2.0) == "2.0");
+  CHECK(repr_float(1e-4) == "0.0001");
+  CHECK(repr_float(-0.001) == "-0.001");
+  CHECK(repr_float(123.25) == "123.25");
+  CHECK(repr_float(1e16) == "1e+16");
+  CHECK(repr_float(1.5e-7) == "1.5e-07");
+  CHECK(repr_float(100.0) == "100.0");
 }
