@@ -43,6 +43,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/pair_layout.h"
+#include "kernels/strided_layout.h"
 
 #include <omp.h>
 
@@ -389,13 +390,7 @@ void affine(const void* x, void* y, int64_t n, double alpha, double beta, DType 
 
 void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
                     void* y, const int64_t* shape, int rank, DType dtype) {
-  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[binary_forward] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
-  for (int d = 0; d < rank; ++d) {
-    HG_CHECK(shape[d] >= 0, "[binary_forward] shape[", d, "] = ", shape[d], ", expected >= 0");
-  }
-  for (int d = 0; d < rank; ++d) {
-    if (shape[d] == 0) return;
-  }
+  if (!strided_shape_has_elements("binary_forward", shape, rank)) return;
   const PairLayout layout = collapse_dimensions(shape, a_strides, b_strides, rank);
   dispatch_floating(dtype, "binary_forward", [&]<class T>() {
     with_op(op, [&]<BinaryOp kOp>() {
