@@ -23,8 +23,7 @@ class DeviceBuffer {
     HG_CUDA_CHECK(cudaMalloc(&base_, allocated_));
     poison();
   }
-  explicit DeviceBuffer(const HostBuffer& host, int64_t offset = 0)
-      : DeviceBuffer(host.dtype(), host.size(), offset) {
+  explicit DeviceBuffer(const HostBuffer& host, int64_t offset = 0) : DeviceBuffer(host.dtype(), host.size(), offset) {
     upload(host);
   }
   ~DeviceBuffer() { (void)cudaFree(base_); }
