@@ -6,13 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
-#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "app/cli.h"
+#include "engine/json_duplicate_key.h"
 
 namespace hg::app {
 
@@ -20,21 +19,6 @@ using Json = nlohmann::ordered_json;  // keeps the file's key order (and declara
 
 struct FlagsJson {
   using Flag = Flags::Flag;
-
-  // Records the first key that appears twice in the top-level object (nlohmann keeps only the last).
-  struct DuplicateKey {
-    int depth = 0;
-    std::set<std::string> seen;
-    std::optional<std::string> duplicate;
-    bool operator()(int, nlohmann::detail::parse_event_t event, Json& parsed) {
-      using Event = nlohmann::detail::parse_event_t;
-      if (event == Event::object_start || event == Event::array_start) ++depth;
-      if (event == Event::object_end || event == Event::array_end) --depth;
-      if (event == Event::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second && !duplicate)
-        duplicate = parsed.get<std::string>();
-      return true;
-    }
-  };
 
   [[noreturn]] static void fail(const Flags& flags, const std::string& source, const std::string& message) {
     exit_with_usage_error(flags.program_, source + ": " + message);
@@ -104,7 +88,7 @@ struct FlagsJson {
   }
 
   static Json parse_object(const Flags& flags, const std::string& text, const std::string& source) {
-    DuplicateKey duplicates;
+    TopLevelDuplicateKey duplicates;
     Json parsed;
     try {
       parsed = Json::parse(text, std::ref(duplicates));

@@ -31,10 +31,13 @@
 #include "timing.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
+#include "support/attention_grads.h"
 
 using namespace hg;
 using hg::bench::Clock;
 using hg::bench::median;
+using hg::testing::max_abs;
+using hg::testing::max_abs_diff;
 
 namespace {
 
@@ -59,19 +62,6 @@ double time_ms(int reps, const std::function<void()>& fn) {
   return median(ms);
 }
 
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (double x : t.to_vector<double>()) m = std::max(m, std::abs(x));
-  return m;
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::isnan(x[i] - y[i]) ? INFINITY : std::abs(x[i] - y[i]));
-  return m;
-}
-
 double tolerance(DType dtype) {
   switch (dtype) {
     case f16: return 6 * std::ldexp(1.0, -10);
@@ -81,21 +71,12 @@ double tolerance(DType dtype) {
   }
 }
 
-struct Grads {
-  Tensor out, dq, dk, dv;
-};
+using Grads = hg::testing::AttentionGrads;
 
-Grads forward_backward(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& dout, double p,
+// One causal forward + backward (dropout masks from seed 5).
+Grads forward_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, double p,
                        AttentionImpl impl) {
-  Tensor q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
-  manual_seed(5);
-  Grads g;
-  g.out = scaled_dot_product_attention(q, k, v, true, p, impl);
-  g.out.backward(dout);
-  g.dq = q.grad();
-  g.dk = k.grad();
-  g.dv = v.grad();
-  return g;
+  return hg::testing::attention_forward_backward(q, k, v, dout, /*causal=*/true, p, impl);
 }
 
 void parity() {

@@ -26,6 +26,22 @@ using hg::bench::median_seconds;
 
 // ---- the baseline: direct loops (groups = 1, dilation 1) ----
 
+// Calls tap(c, p, q, h, v) for each filter tap (p, q) of every input channel c that output position (i, j)
+// reads, with (h, v) the input row and column it reads; taps that fall on the padding are skipped.
+template <class Tap>
+inline void for_each_tap(const Conv2dGeometry& g, int64_t i, int64_t j, Tap&& tap) {
+  for (int64_t c = 0; c < g.in_channels; ++c)
+    for (int64_t p = 0; p < g.kernel_h; ++p) {
+      const int64_t h = i * g.stride_h - g.pad_h + p;
+      if (h < 0 || h >= g.height) continue;
+      for (int64_t q = 0; q < g.kernel_w; ++q) {
+        const int64_t v = j * g.stride_w - g.pad_w + q;
+        if (v < 0 || v >= g.width) continue;
+        tap(c, p, q, h, v);
+      }
+    }
+}
+
 void direct_forward(const Conv2dGeometry& g, const float* x, const float* w, float* y) {
   const int64_t oh = g.out_h(), ow = g.out_w();
 #pragma omp parallel for collapse(2) schedule(static)
@@ -34,17 +50,10 @@ void direct_forward(const Conv2dGeometry& g, const float* x, const float* w, flo
       for (int64_t i = 0; i < oh; ++i)
         for (int64_t j = 0; j < ow; ++j) {
           float sum = 0;
-          for (int64_t c = 0; c < g.in_channels; ++c)
-            for (int64_t p = 0; p < g.kernel_h; ++p) {
-              const int64_t h = i * g.stride_h - g.pad_h + p;
-              if (h < 0 || h >= g.height) continue;
-              for (int64_t q = 0; q < g.kernel_w; ++q) {
-                const int64_t v = j * g.stride_w - g.pad_w + q;
-                if (v < 0 || v >= g.width) continue;
-                sum += w[((o * g.in_channels + c) * g.kernel_h + p) * g.kernel_w + q] *
-                       x[((n * g.in_channels + c) * g.height + h) * g.width + v];
-              }
-            }
+          for_each_tap(g, i, j, [&](int64_t c, int64_t p, int64_t q, int64_t h, int64_t v) {
+            sum += w[((o * g.in_channels + c) * g.kernel_h + p) * g.kernel_w + q] *
+                   x[((n * g.in_channels + c) * g.height + h) * g.width + v];
+          });
           y[((n * g.out_channels + o) * oh + i) * ow + j] = sum;
         }
 }
@@ -58,17 +67,10 @@ void direct_backward(const Conv2dGeometry& g, const float* x, const float* w, co
       for (int64_t i = 0; i < oh; ++i)
         for (int64_t j = 0; j < ow; ++j) {
           const float d = dy[((n * g.out_channels + o) * oh + i) * ow + j];
-          for (int64_t c = 0; c < g.in_channels; ++c)
-            for (int64_t p = 0; p < g.kernel_h; ++p) {
-              const int64_t h = i * g.stride_h - g.pad_h + p;
-              if (h < 0 || h >= g.height) continue;
-              for (int64_t q = 0; q < g.kernel_w; ++q) {
-                const int64_t v = j * g.stride_w - g.pad_w + q;
-                if (v < 0 || v >= g.width) continue;
-                dx[((n * g.in_channels + c) * g.height + h) * g.width + v] +=
-                    d * w[((o * g.in_channels + c) * g.kernel_h + p) * g.kernel_w + q];
-              }
-            }
+          for_each_tap(g, i, j, [&](int64_t c, int64_t p, int64_t q, int64_t h, int64_t v) {
+            dx[((n * g.in_channels + c) * g.height + h) * g.width + v] +=
+                d * w[((o * g.in_channels + c) * g.kernel_h + p) * g.kernel_w + q];
+          });
         }
 #pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < g.out_channels; ++o)  // dw: each output channel's filters are one thread's

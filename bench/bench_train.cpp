@@ -158,6 +158,72 @@ std::vector<double> time_steps(int warmup, int steps, Step&& step) {
   return ms;
 }
 
+// Times `steps` optimizer steps (after 2 warm-up steps) of g_grad_accum micro-batches, each micro-batch's loss
+// from loss(): in fp32 backward -> [clip] -> step; in a half precision bench_precision's mixed-precision step,
+// scale -> backward -> unscale -> [clip] -> step -> update. clip: the gradients' norm clipped to 1 first.
+template <class Model, class Loss>
+std::vector<double> time_training_steps(int steps, Model& model, optim::AdamW& optimizer, bool clip, Loss&& loss) {
+  if (g_precision == DType::f32) {
+    return time_steps(2, steps, [&] {
+      PhaseClock clock;
+      for (int micro = 0; micro < g_grad_accum; ++micro) {
+        const Tensor micro_loss = micro_batch_loss(loss());
+        clock.mark(kForward);
+        micro_loss.backward();
+        clock.mark(kBackward);
+      }
+      if (clip) optim::clip_grad_norm(model.parameters(), 1.0);
+      optimizer.step();
+      optimizer.zero_grad();
+      clock.mark(kOptimizer);
+    });
+  }
+  optimizer.set_mixed_precision(optim::MixedPrecisionOptions().master_weights(true));
+  optim::LossScaler scaler = loss_scaler();
+  return time_steps(2, steps, [&] {
+    PhaseClock clock;
+    for (int micro = 0; micro < g_grad_accum; ++micro) {
+      const Tensor micro_loss = scaler.scale(micro_batch_loss(loss()));
+      clock.mark(kForward);
+      micro_loss.backward();
+      clock.mark(kBackward);
+    }
+    scaler.unscale_(optimizer);
+    if (clip) optimizer.clip_grad_norm(1.0);
+    scaler.step(optimizer);
+    scaler.update();
+    optimizer.zero_grad();
+    clock.mark(kOptimizer);
+  });
+}
+
+// Prints a workload's train_step line. context: a sequence model's (0: none, and no "context" field);
+// throughput_key: tokens_per_s or samples_per_s, of items_per_step per step.
+void print_train_step(const std::string& model_name, int64_t params, int64_t batch, int64_t context,
+                      const std::vector<double>& ms, const char* throughput_key, double items_per_step, double flops,
+                      int steps) {
+  const double step_ms = median(ms);
+  bench::JsonLine line("train_step");
+  line.add("impl", "halfgrad")
+      .add("precision", precision_name(g_precision))
+      .add("model", model_name)
+      .add("params", (long long)params)
+      .add("batch", (long long)batch);
+  if (context > 0) line.add("context", (long long)context);
+  line.add("median_ms", step_ms)
+      .add("median_cpu_ms", median(g_cpu_ms))
+      .add("grad_accum", g_grad_accum)
+      .add(throughput_key, items_per_step / (step_ms / 1e3))
+      .add("flops_per_step", flops)
+      .add("gflops", flops / (step_ms / 1e3) / 1e9)
+      .add("threads", omp_get_max_threads())
+      .add("device", g_device.str())
+      .add("steps", steps)
+      .add_raw("runtime", g_last_step.json())
+      .add_raw_if("phases_ms", phase_json())
+      .print();
+}
+
 void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t T, int64_t B, int steps) {
   manual_seed(1);
   const auto config = nn::GPTConfig().vocab_size(256).context(T).n_layer(L).n_head(H).n_embd(C);
@@ -167,63 +233,11 @@ void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t
   optim::AdamW optimizer(model.parameters(), optim::AdamWOptions().lr(3e-4).weight_decay(0.1));
   const Tensor ids = randint(0, 256, {B, T}, i64, g_device);
   const Tensor targets = randint(0, 256, {B, T}, i64, g_device);
-  std::vector<double> ms;
-  if (g_precision == DType::f32) {
-    ms = time_steps(2, steps, [&] {
-      PhaseClock clock;
-      for (int micro = 0; micro < g_grad_accum; ++micro) {
-        const Tensor loss = micro_batch_loss(model.loss(ids, targets));
-        clock.mark(kForward);
-        loss.backward();
-        clock.mark(kBackward);
-      }
-      optim::clip_grad_norm(model.parameters(), 1.0);
-      optimizer.step();
-      optimizer.zero_grad();
-      clock.mark(kOptimizer);
-    });
-  } else {
-    // bench_precision's mixed-precision step: scale -> backward -> unscale -> clip -> step -> update.
-    optimizer.set_mixed_precision(optim::MixedPrecisionOptions().master_weights(true));
-    optim::LossScaler scaler = loss_scaler();
-    ms = time_steps(2, steps, [&] {
-      PhaseClock clock;
-      for (int micro = 0; micro < g_grad_accum; ++micro) {
-        const Tensor loss = scaler.scale(micro_batch_loss(model.loss(ids, targets)));
-        clock.mark(kForward);
-        loss.backward();
-        clock.mark(kBackward);
-      }
-      scaler.unscale_(optimizer);
-      optimizer.clip_grad_norm(1.0);
-      scaler.step(optimizer);
-      scaler.update();
-      optimizer.zero_grad();
-      clock.mark(kOptimizer);
-    });
-  }
+  const std::vector<double> ms =
+      time_training_steps(steps, model, optimizer, /*clip=*/true, [&] { return model.loss(ids, targets); });
   const double n = double(model.parameter_count());
   const double flops = (6 * n * B * T + 12.0 * L * C * T * B * T) * g_grad_accum;
-  const double step_ms = median(ms);
-  bench::JsonLine("train_step")
-      .add("impl", "halfgrad")
-      .add("precision", precision_name(g_precision))
-      .add("model", name)
-      .add("params", (long long)model.parameter_count())
-      .add("batch", (long long)B)
-      .add("context", (long long)T)
-      .add("median_ms", step_ms)
-      .add("median_cpu_ms", median(g_cpu_ms))
-      .add("grad_accum", g_grad_accum)
-      .add("tokens_per_s", double(B * T * g_grad_accum) / (step_ms / 1e3))
-      .add("flops_per_step", flops)
-      .add("gflops", flops / (step_ms / 1e3) / 1e9)
-      .add("threads", omp_get_max_threads())
-      .add("device", g_device.str())
-      .add("steps", steps)
-      .add_raw("runtime", g_last_step.json())
-      .add_raw_if("phases_ms", phase_json())
-      .print();
+  print_train_step(name, model.parameter_count(), B, T, ms, "tokens_per_s", double(B * T * g_grad_accum), flops, steps);
 }
 
 void bench_mlp(int steps) {
@@ -237,59 +251,12 @@ void bench_mlp(int steps) {
   const int64_t B = 256;
   const Tensor x = randn({B, 784}, f32, g_device).to(g_precision);
   const Tensor y = randint(0, 10, {B}, i64, g_device);
-  std::vector<double> ms;
-  if (g_precision == DType::f32) {
-    ms = time_steps(2, steps, [&] {
-      PhaseClock clock;
-      for (int micro = 0; micro < g_grad_accum; ++micro) {
-        const Tensor loss = micro_batch_loss(cross_entropy(model.forward(x), y));
-        clock.mark(kForward);
-        loss.backward();
-        clock.mark(kBackward);
-      }
-      optimizer.step();
-      optimizer.zero_grad();
-      clock.mark(kOptimizer);
-    });
-  } else {
-    optimizer.set_mixed_precision(optim::MixedPrecisionOptions().master_weights(true));
-    optim::LossScaler scaler = loss_scaler();
-    ms = time_steps(2, steps, [&] {
-      PhaseClock clock;
-      for (int micro = 0; micro < g_grad_accum; ++micro) {
-        const Tensor loss = scaler.scale(micro_batch_loss(cross_entropy(model.forward(x), y)));
-        clock.mark(kForward);
-        loss.backward();
-        clock.mark(kBackward);
-      }
-      scaler.unscale_(optimizer);
-      scaler.step(optimizer);
-      scaler.update();
-      optimizer.zero_grad();
-      clock.mark(kOptimizer);
-    });
-  }
+  const std::vector<double> ms = time_training_steps(steps, model, optimizer, /*clip=*/false,
+                                                     [&] { return cross_entropy(model.forward(x), y); });
   const double n = double(model.parameter_count());
   const double flops = 6 * n * B * g_grad_accum;
-  const double step_ms = median(ms);
-  bench::JsonLine("train_step")
-      .add("impl", "halfgrad")
-      .add("precision", precision_name(g_precision))
-      .add("model", "mlp_784_1024_1024_10")
-      .add("params", (long long)model.parameter_count())
-      .add("batch", (long long)B)
-      .add("median_ms", step_ms)
-      .add("median_cpu_ms", median(g_cpu_ms))
-      .add("grad_accum", g_grad_accum)
-      .add("samples_per_s", double(B * g_grad_accum) / (step_ms / 1e3))
-      .add("flops_per_step", flops)
-      .add("gflops", flops / (step_ms / 1e3) / 1e9)
-      .add("threads", omp_get_max_threads())
-      .add("device", g_device.str())
-      .add("steps", steps)
-      .add_raw("runtime", g_last_step.json())
-      .add_raw_if("phases_ms", phase_json())
-      .print();
+  print_train_step("mlp_784_1024_1024_10", model.parameter_count(), B, /*context=*/0, ms, "samples_per_s",
+                   double(B * g_grad_accum), flops, steps);
 }
 
 }  // namespace

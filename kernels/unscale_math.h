@@ -23,7 +23,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/error.h"
 #include "kernels/host_device.h"
+#include "kernels/kernels.h"
 
 namespace hg::kernels {
 
@@ -97,6 +99,23 @@ HG_HOST_DEVICE inline void update_loss_scale(LossScaleState& s, const LossScaleP
     s.scale = float(grown < p.max_scale ? grown : p.max_scale);
     s.good_steps = 0;
     s.hysteresis_left = p.hysteresis;
+  }
+}
+
+// The host side of both backends' multi-tensor calls: validates the `count` spans (an hg::Error names `op`,
+// the tensor and the rule broken) and calls each_span(span) for every span that holds elements, in order.
+template <class EachSpan>
+void for_each_checked_span(const TensorSpan* tensors, int64_t count, const char* op, EachSpan&& each_span) {
+  HG_CHECK(count >= 0, "[", op, "] expected count >= 0 tensors, got ", count);
+  HG_CHECK(count == 0 || tensors != nullptr, "[", op, "] null tensor list for count = ", count);
+  for (int64_t t = 0; t < count; ++t) {
+    const TensorSpan& s = tensors[t];
+    HG_CHECK(s.n >= 0, "[", op, "] tensor ", t, " has n = ", s.n, "; expected n >= 0");
+    HG_CHECK(is_floating(s.dtype), "[", op, "] tensor ", t, " is ", dtype_name(s.dtype),
+             "; expected a floating dtype (f32, f64, f16, bf16)");
+    if (s.n == 0) continue;
+    HG_CHECK(s.data != nullptr, "[", op, "] tensor ", t, " is null with n = ", s.n);
+    each_span(s);
   }
 }
 

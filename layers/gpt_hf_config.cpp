@@ -13,9 +13,10 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <set>
 
 #include <nlohmann/json.hpp>
+
+#include "engine/json_duplicate_key.h"
 
 namespace hg::nn {
 
@@ -81,21 +82,6 @@ struct ConfigFile {
   }
 };
 
-// Records the first top-level key given twice.
-struct DuplicateKey {
-  int depth = 0;
-  std::set<std::string> seen;
-  std::optional<std::string> duplicate;
-  bool operator()(int, nlohmann::detail::parse_event_t event, Json& parsed) {
-    using Event = nlohmann::detail::parse_event_t;
-    if (event == Event::object_start || event == Event::array_start) ++depth;
-    if (event == Event::object_end || event == Event::array_end) --depth;
-    if (event == Event::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second && !duplicate)
-      duplicate = parsed.get<std::string>();
-    return true;
-  }
-};
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   HG_INPUT_CHECK(in.good(), "[GPT::load] cannot read ", path, ": ", std::strerror(errno));
@@ -132,7 +118,7 @@ GeluApproximation parse_activation(const std::string& name, const std::string& w
 HfGpt2Config read_hf_config(const std::string& path) {
   const std::string text = read_text(path);
   ConfigFile file{path, {}};
-  DuplicateKey duplicates;
+  TopLevelDuplicateKey duplicates;
   try {
     file.json = Json::parse(text, std::ref(duplicates), /*allow_exceptions=*/true);
   } catch (const Json::exception& e) {

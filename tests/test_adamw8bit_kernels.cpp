@@ -23,6 +23,7 @@
 #include "kernels/cpu/adamw8bit_block.h"
 #include "kernels/error.h"
 #include "kernels/step_kernels.h"
+#include "support/adamw8bit_state.h"
 #include "support/check_error.h"
 #include "support/host_buffer.h"
 #include "support/test_seed.h"
@@ -30,7 +31,8 @@
 using namespace hg;
 using namespace hg::kernels;
 using hg::kernels::cpu::AdamWIsa;
-using hg::testing::HostBuffer;
+using namespace hg::testing;
+using State8 = AdamW8BitState;
 
 namespace {
 
@@ -92,37 +94,6 @@ bool code_acceptable(int code, int ref, double x, const float* map) {
   // x = m / absmax: the kernel's fp32 moment carries an error of a few ulp of the block's largest
   // terms, so near zero (where the map's entries are 1e-7 apart) a tie is judged in absolute terms.
   return std::abs(x - mid) <= 4e-6 * std::abs(mid) + 4e-7;
-}
-
-struct State8 {
-  std::vector<uint8_t> m, v;
-  std::vector<float> absmax_m, absmax_v;
-  explicit State8(int64_t n)
-      : m(size_t(n), kAdamW8BitSignedZeroCode),
-        v(size_t(n), kAdamW8BitUnsignedZeroCode),
-        absmax_m(size_t(adamw8bit_blocks(n)), 0.0f),
-        absmax_v(size_t(adamw8bit_blocks(n)), 0.0f) {}
-  QuantizedMoments view() { return {m.data(), v.data(), absmax_m.data(), absmax_v.data()}; }
-  bool operator==(const State8& o) const {
-    return m == o.m && v == o.v && std::memcmp(absmax_m.data(), o.absmax_m.data(), absmax_m.size() * 4) == 0 &&
-           std::memcmp(absmax_v.data(), o.absmax_v.data(), absmax_v.size() * 4) == 0;
-  }
-};
-
-// Gradients over several orders of magnitude, so that the blocks' values spread over the map's decades.
-HostBuffer random_grad(DType dtype, int64_t n, std::mt19937& rng) {
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_real_distribution<double> exponent(-4.0, 0.0);
-  HostBuffer g(dtype, n);
-  for (int64_t i = 0; i < n; ++i) g.set(i, normal(rng) * std::pow(10.0, exponent(rng)));
-  return g;
-}
-
-HostBuffer random_params(DType dtype, int64_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  HostBuffer p(dtype, n);
-  for (int64_t i = 0; i < n; ++i) p.set(i, u(rng));
-  return p;
 }
 
 // The reference of one step at step count t from `before`, in float64; checks `after` (the kernel's
@@ -305,13 +276,13 @@ TEST_CASE("adamw8bit_step_device equals the float64 block algorithm over steps a
           INFO(adamw_isa_name(isa), " ", dtype_name(dtype), with_master ? " with master" : " without master",
                " n = ", n);
           const IsaScope scope(isa);
-          HostBuffer param = random_params(dtype, n, rng);
+          HostBuffer param = random_adamw8bit_params(dtype, n, rng);
           HostBuffer master(DType::f32, n);
           for (int64_t i = 0; i < n; ++i) master.set(i, param.get(i));
           State8 state(n);
           StepCount count;
           for (int64_t t = 1; t <= 5; ++t) {
-            const HostBuffer grad = random_grad(dtype, n, rng);
+            const HostBuffer grad = random_adamw8bit_grad(dtype, n, rng);
             const State8 before = state;
             const std::vector<double> theta_before = values_of(with_master ? master : param);
             if (with_master) param.poison_with_nan();  // an output only: every element must be written
@@ -346,17 +317,17 @@ TEST_CASE("adamw8bit_step_device: n = 0 records the count, and the skip flag cha
   CHECK(count.slots[0] == 7);
 
   const int64_t n = 5000;
-  HostBuffer param = random_params(DType::f32, n, rng);
+  HostBuffer param = random_adamw8bit_params(DType::f32, n, rng);
   State8 state(n);
   StepCount live;
   // Two real steps, so the state is not the initial one.
   for (int t = 0; t < 2; ++t) {
-    const HostBuffer grad = random_grad(DType::f32, n, rng);
+    const HostBuffer grad = random_adamw8bit_grad(DType::f32, n, rng);
     cpu::adamw8bit_step_device(param.data(), nullptr, grad.data(), state.view(), n, live.scalars(nullptr, nullptr),
                                kBeta1, kBeta2, kEps, kDecay, DType::f32);
     live.slots[0] = live.slots[1];
   }
-  const HostBuffer grad = random_grad(DType::f32, n, rng);
+  const HostBuffer grad = random_adamw8bit_grad(DType::f32, n, rng);
   const HostBuffer param_before = param;
   const State8 state_before = state;
   const float found_inf = 1.0f;
@@ -389,9 +360,9 @@ TEST_CASE("adamw8bit_step_device: n = 0 records the count, and the skip flag cha
 TEST_CASE("adamw8bit_step_device: the device lr is read, and results do not depend on the thread count") {
   std::mt19937 rng = hg::testing::seeded_rng();
   const int64_t n = 40 * 2048 + 5;  // above the OpenMP threshold
-  const HostBuffer start = random_params(DType::bf16, n, rng);
+  const HostBuffer start = random_adamw8bit_params(DType::bf16, n, rng);
   std::vector<HostBuffer> grads;
-  for (int t = 0; t < 3; ++t) grads.push_back(random_grad(DType::bf16, n, rng));
+  for (int t = 0; t < 3; ++t) grads.push_back(random_adamw8bit_grad(DType::bf16, n, rng));
   const auto run = [&](int threads, bool device_lr) {
     const int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
@@ -457,13 +428,13 @@ TEST_CASE("adamw8bit AVX-512 path: the scalar path's codes bit for bit, and its 
   // The whole step: moments and theta to an ulp or so (fused multiply-adds), hence the same codes but
   // for a moment on a midpoint.
   const int64_t n = 5 * 2048 + 37;
-  const HostBuffer start = random_params(DType::f32, n, rng);
+  const HostBuffer start = random_adamw8bit_params(DType::f32, n, rng);
   HostBuffer p_scalar = start, p_vector = start;
   State8 s_scalar(n), s_vector(n);
   StepCount c_scalar, c_vector;
   int64_t code_differences = 0;
   for (int t = 1; t <= 4; ++t) {
-    const HostBuffer grad = random_grad(DType::f32, n, rng);
+    const HostBuffer grad = random_adamw8bit_grad(DType::f32, n, rng);
     s_vector = s_scalar;  // each step from the same state
     p_vector = p_scalar;
     {
@@ -498,7 +469,7 @@ TEST_CASE("adamw8bit_offload_step equals the device form") {
   for (const DType param_dtype : {DType::f32, DType::f16, DType::bf16}) {
     const int64_t n = 3 * 2048 + 999;
     INFO(dtype_name(param_dtype));
-    const HostBuffer start = random_params(param_dtype, n, rng);
+    const HostBuffer start = random_adamw8bit_params(param_dtype, n, rng);
     HostBuffer device_master(DType::f32, n), offload_master(DType::f32, n);
     for (int64_t i = 0; i < n; ++i) device_master.set(i, start.get(i));
     offload_master = device_master;
@@ -506,7 +477,7 @@ TEST_CASE("adamw8bit_offload_step equals the device form") {
     State8 device_state(n), offload_state(n);
     StepCount count;
     for (int64_t t = 1; t <= 3; ++t) {
-      const HostBuffer grad = random_grad(param_dtype, n, rng);
+      const HostBuffer grad = random_adamw8bit_grad(param_dtype, n, rng);
       // The offload form sees the gradient times 2 and undoes it with grad_scale (exact in binary).
       HostBuffer doubled(param_dtype, n);
       for (int64_t i = 0; i < n; ++i) doubled.set(i, 2.0 * grad.get(i));
@@ -538,7 +509,7 @@ TEST_CASE("adamw8bit_step_device: an inf, a NaN and a 1e30 gradient change only 
   for (const AdamWIsa isa : isas()) {
     INFO(cpu::adamw_isa_name(isa));
     const IsaScope scope(isa);
-    HostBuffer param = random_params(DType::f32, n, rng);
+    HostBuffer param = random_adamw8bit_params(DType::f32, n, rng);
     State8 state(n);
     StepCount count;
     auto step = [&](HostBuffer& p, State8& s, StepCount& c, const HostBuffer& g) {
@@ -547,7 +518,7 @@ TEST_CASE("adamw8bit_step_device: an inf, a NaN and a 1e30 gradient change only 
       c.slots[0] = c.slots[1];
     };
     auto clean_grad = [&] {
-      HostBuffer g = random_grad(DType::f32, n, rng);
+      HostBuffer g = random_adamw8bit_grad(DType::f32, n, rng);
       for (const auto& [i, value] : bad) g.set(i, 0.0);
       return g;
     };
@@ -580,7 +551,7 @@ TEST_CASE("adamw8bit_step_device: an inf, a NaN and a 1e30 gradient change only 
       }
     }
     // The next step, clean in both: finite everywhere, and the same state.
-    const HostBuffer next = random_grad(DType::f32, n, rng);
+    const HostBuffer next = random_adamw8bit_grad(DType::f32, n, rng);
     step(p_clean, s_clean, c_clean, next);
     step(p_bad, s_bad, c_bad, next);
     for (int64_t i = 0; i < n; ++i) REQUIRE(std::isfinite(p_bad.get(i)));
@@ -598,8 +569,8 @@ TEST_CASE("adamw8bit_step_device: a block whose absmax is subnormal becomes the 
   for (const AdamWIsa isa : isas()) {
     INFO(cpu::adamw_isa_name(isa));
     const IsaScope scope(isa);
-    HostBuffer param = random_params(DType::f32, n, rng);
-    HostBuffer grad = random_grad(DType::f32, n, rng);
+    HostBuffer param = random_adamw8bit_params(DType::f32, n, rng);
+    HostBuffer grad = random_adamw8bit_grad(DType::f32, n, rng);
     for (int64_t i = 0; i < 2048; ++i) grad.set(i, 1e-38 * u(rng));
     grad.set(7, 1e-38);  // block 0's largest: absmax_m = 1e-39 (subnormal)
     State8 state(n);
@@ -607,15 +578,7 @@ TEST_CASE("adamw8bit_step_device: a block whose absmax is subnormal becomes the 
     cpu::adamw8bit_step_device(param.data(), nullptr, grad.data(), state.view(), n, count.scalars(nullptr, nullptr),
                                kBeta1, kBeta2, kEps, kDecay, DType::f32);
     count.slots[0] = count.slots[1];
-    CHECK(state.absmax_m[0] == 0.0f);
-    CHECK(state.absmax_v[0] == 0.0f);
-    CHECK(state.absmax_m[1] > 1e-6f);
-    for (int64_t i = 0; i < 2048; ++i) {
-      INFO("element ", i);
-      REQUIRE(state.m[size_t(i)] == kAdamW8BitSignedZeroCode);
-      REQUIRE(state.v[size_t(i)] == kAdamW8BitUnsignedZeroCode);
-    }
-    for (int64_t i = 0; i < n; ++i) REQUIRE(std::isfinite(param.get(i)));
+    check_subnormal_first_block_zeroed(state, param, n);
     // A state with absmax_m = 1e-39 and spread codes, a zero gradient: m = beta1 m stays below FLT_MIN.
     std::uniform_int_distribution<int> code(0, 255);
     for (int64_t i = 0; i < 2048; ++i) state.m[size_t(i)] = uint8_t(code(rng));

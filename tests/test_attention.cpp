@@ -22,6 +22,7 @@
 #include "engine/ops/attention_internal.h"
 #include "engine/random.h"
 #include "layers/nn.h"
+#include "support/attention_grads.h"
 #include "support/check_error.h"
 #include "support/gradcheck.h"
 
@@ -29,18 +30,12 @@ using namespace hg;
 
 namespace {
 
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (double x : t.to_vector<double>()) m = std::max(m, std::abs(x));
-  return m;
-}
+using hg::testing::max_abs;
 
+// max |a - b| (a NaN difference: infinity) of tensors required to have as many elements.
 double max_abs_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::isnan(x[i] - y[i]) ? INFINITY : std::abs(x[i] - y[i]));
-  return m;
+  REQUIRE(a.numel() == b.numel());
+  return hg::testing::max_abs_diff(a, b);
 }
 
 double eps_of(DType dtype) {
@@ -52,22 +47,12 @@ double eps_of(DType dtype) {
   }
 }
 
-struct Result {
-  Tensor out, dq, dk, dv;
-};
+using Result = hg::testing::AttentionGrads;
 
 // One forward + backward with a fixed upstream gradient and dropout masks drawn from seed 5.
-Result run(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& dout, bool causal, double p,
+Result run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal, double p,
            AttentionImpl impl) {
-  Tensor q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
-  manual_seed(5);
-  Result r;
-  r.out = scaled_dot_product_attention(q, k, v, causal, p, impl);
-  r.out.backward(dout);
-  r.dq = q.grad();
-  r.dk = k.grad();
-  r.dv = v.grad();
-  return r;
+  return hg::testing::attention_forward_backward(q, k, v, dout, causal, p, impl);
 }
 
 }  // namespace

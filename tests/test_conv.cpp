@@ -20,6 +20,7 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "support/check_error.h"
+#include "support/conv_geometry.h"
 #include "support/host_buffer.h"
 
 using namespace hg;
@@ -29,18 +30,12 @@ using hg::testing::HostBuffer;
 
 namespace {
 
+using hg::testing::geometry;
+
 struct Case {
   const char* name;
   Conv2dGeometry g;
 };
-
-Conv2dGeometry geometry(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw, int64_t sh = 1,
-                        int64_t sw = 1, int64_t ph = 0, int64_t pw = 0, int64_t dh = 1, int64_t dw = 1, int64_t groups = 1) {
-  Conv2dGeometry g;
-  g.batch = n, g.in_channels = c, g.height = h, g.width = w, g.out_channels = oc, g.kernel_h = kh, g.kernel_w = kw;
-  g.stride_h = sh, g.stride_w = sw, g.pad_h = ph, g.pad_w = pw, g.dilation_h = dh, g.dilation_w = dw, g.groups = groups;
-  return g;
-}
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> kCases = {

@@ -21,6 +21,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/half.h"
 #include "kernels/step_kernels.h"
+#include "support/adamw8bit_state.h"
 #include "support/check_error.h"
 #include "support/cuda_device.h"
 #include "support/host_buffer.h"
@@ -28,7 +29,8 @@
 
 using namespace hg;
 using namespace hg::kernels;
-using hg::testing::HostBuffer;
+using namespace hg::testing;
+using State8 = AdamW8BitState;
 
 namespace {
 
@@ -72,17 +74,6 @@ class DeviceBytes {
   size_t bytes_, offset_;
 };
 
-struct State8 {
-  std::vector<uint8_t> m, v;
-  std::vector<float> absmax_m, absmax_v;
-  explicit State8(int64_t n)
-      : m(size_t(n), kAdamW8BitSignedZeroCode),
-        v(size_t(n), kAdamW8BitUnsignedZeroCode),
-        absmax_m(size_t(adamw8bit_blocks(n)), 0.0f),
-        absmax_v(size_t(adamw8bit_blocks(n)), 0.0f) {}
-  QuantizedMoments view() { return {m.data(), v.data(), absmax_m.data(), absmax_v.data()}; }
-};
-
 // A State8 on the device (each array misaligned by `offset` elements when asked).
 struct DeviceState8 {
   DeviceBytes m, v, absmax_m, absmax_v;
@@ -107,21 +98,6 @@ struct DeviceState8 {
     return m.canaries_intact() && v.canaries_intact() && absmax_m.canaries_intact() && absmax_v.canaries_intact();
   }
 };
-
-HostBuffer random_grad(DType dtype, int64_t n, std::mt19937& rng) {
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_real_distribution<double> exponent(-4.0, 0.0);
-  HostBuffer g(dtype, n);
-  for (int64_t i = 0; i < n; ++i) g.set(i, normal(rng) * std::pow(10.0, exponent(rng)));
-  return g;
-}
-
-HostBuffer random_params(DType dtype, int64_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  HostBuffer p(dtype, n);
-  for (int64_t i = 0; i < n; ++i) p.set(i, u(rng));
-  return p;
-}
 
 // One slot pair (plus the blocks_done slot) of step counts in device memory.
 struct DeviceCount {
@@ -149,13 +125,13 @@ TEST_CASE("cuda adamw8bit_step_device equals the CPU kernel") {
         for (const size_t offset : {size_t(0), size_t(1)}) {
           if (offset == 1 && n != 5000) continue;  // the element-wise path, once per dtype and master
           INFO(dtype_name(dtype), with_master ? " with master" : " without master", " n = ", n, " offset ", offset);
-          HostBuffer param = random_params(dtype, n, rng);
+          HostBuffer param = random_adamw8bit_params(dtype, n, rng);
           HostBuffer master(DType::f32, n);
           for (int64_t i = 0; i < n; ++i) master.set(i, param.get(i));
           State8 state(n);
           int64_t t = 0;
           for (int step = 0; step < 3; ++step) {
-            const HostBuffer grad = random_grad(dtype, n, rng);
+            const HostBuffer grad = random_adamw8bit_grad(dtype, n, rng);
             // The device starts from the CPU's state of this step.
             const size_t e = dtype_size(dtype);
             // With a master copy the parameter is an output only: the device copy starts as NaN.
@@ -225,14 +201,14 @@ TEST_CASE("cuda adamw8bit_step_device: skip flag, device lr, blocks_done, n = 0"
   SKIP_WITHOUT_DEVICE();
   std::mt19937 rng = hg::testing::seeded_rng();
   const int64_t n = 2 * 2048 + 300;
-  HostBuffer param = random_params(DType::bf16, n, rng);
+  HostBuffer param = random_adamw8bit_params(DType::bf16, n, rng);
   HostBuffer master(DType::f32, n);
   for (int64_t i = 0; i < n; ++i) master.set(i, param.get(i));
   State8 state(n);
   // A non-initial state: two CPU steps.
   int64_t count[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
-    const HostBuffer grad = random_grad(DType::bf16, n, rng);
+    const HostBuffer grad = random_adamw8bit_grad(DType::bf16, n, rng);
     AdamWStepScalars hs;
     hs.lr_value = kLr;
     hs.step = count;
@@ -240,7 +216,7 @@ TEST_CASE("cuda adamw8bit_step_device: skip flag, device lr, blocks_done, n = 0"
                                kDecay, DType::bf16);
     count[0] = count[1];
   }
-  const HostBuffer grad = random_grad(DType::bf16, n, rng);
+  const HostBuffer grad = random_adamw8bit_grad(DType::bf16, n, rng);
   DeviceBytes d_param(param.data(), n * 2), d_master(master.data(), n * 4), d_grad(grad.data(), n * 2);
   DeviceState8 d_state(state, 0);
   DeviceCount d_count(2);
@@ -319,11 +295,11 @@ TEST_CASE("cuda adamw8bit_step_device: an inf, a NaN and a 1e30 gradient change 
   const std::vector<std::pair<int64_t, float>> bad = {
       {5, inf}, {300, std::nanf("")}, {2047, 1e30f}, {2 * 2048 + 35, -inf}};
   auto clean_grad = [&] {
-    HostBuffer g = random_grad(DType::f32, n, rng);
+    HostBuffer g = random_adamw8bit_grad(DType::f32, n, rng);
     for (const auto& [i, value] : bad) g.set(i, 0.0);
     return g;
   };
-  HostBuffer param = random_params(DType::f32, n, rng);
+  HostBuffer param = random_adamw8bit_params(DType::f32, n, rng);
   State8 state(n);
   int64_t count[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
@@ -334,7 +310,7 @@ TEST_CASE("cuda adamw8bit_step_device: an inf, a NaN and a 1e30 gradient change 
                                kDecay, DType::f32);
     count[0] = count[1];
   }
-  const HostBuffer grad = clean_grad(), next = random_grad(DType::f32, n, rng);
+  const HostBuffer grad = clean_grad(), next = random_adamw8bit_grad(DType::f32, n, rng);
   HostBuffer bad_grad = grad;
   for (const auto& [i, value] : bad) bad_grad.set(i, value);
   const auto stream = hg::testing::cuda_test_stream();
@@ -400,8 +376,8 @@ TEST_CASE("cuda adamw8bit_step_device: a block whose absmax is subnormal becomes
   std::mt19937 rng = hg::testing::seeded_rng();
   const int64_t n = 2048 + 100;
   std::uniform_real_distribution<double> u(-1.0, 1.0);
-  const HostBuffer param = random_params(DType::f32, n, rng);
-  HostBuffer grad = random_grad(DType::f32, n, rng);
+  const HostBuffer param = random_adamw8bit_params(DType::f32, n, rng);
+  HostBuffer grad = random_adamw8bit_grad(DType::f32, n, rng);
   for (int64_t i = 0; i < 2048; ++i) grad.set(i, 1e-38 * u(rng));
   grad.set(7, 1e-38);
   // Block 0 starts with spread codes, absmax_m = 1e-39 and absmax_v = 0: its m stays below FLT_MIN.
@@ -420,15 +396,7 @@ TEST_CASE("cuda adamw8bit_step_device: a block whose absmax is subnormal becomes
   const State8 got = d_state.download(n);
   HostBuffer got_param(DType::f32, n);
   d_param.download(got_param.data());
-  CHECK(got.absmax_m[0] == 0.0f);
-  CHECK(got.absmax_v[0] == 0.0f);
-  CHECK(got.absmax_m[1] > 1e-6f);
-  for (int64_t i = 0; i < 2048; ++i) {
-    INFO("element ", i);
-    REQUIRE(got.m[size_t(i)] == kAdamW8BitSignedZeroCode);
-    REQUIRE(got.v[size_t(i)] == kAdamW8BitUnsignedZeroCode);
-  }
-  for (int64_t i = 0; i < n; ++i) REQUIRE(std::isfinite(got_param.get(i)));
+  check_subnormal_first_block_zeroed(got, got_param, n);
 }
 
 TEST_CASE("cuda adamw8bit_step_device: more quantisation blocks than a grid holds is a named error") {

@@ -31,6 +31,7 @@
 #include "support/attention_reference.h"
 #include "support/check_error.h"
 #include "support/cuda_device.h"
+#include "support/device_buffer.h"
 #include "support/host_buffer.h"
 
 #include <algorithm>
@@ -62,34 +63,7 @@ namespace gpu = hg::kernels::cuda;
 gpu::Stream stream() { return hg::testing::cuda_test_stream(); }
 
 // n elements of dtype in device memory, `offset` elements into the allocation; 0xff bytes (NaN) at first.
-class DeviceBuffer {
- public:
-  DeviceBuffer(DType dtype, int64_t n, int64_t offset = 0) : dtype_(dtype), n_(n), offset_(offset) {
-    const size_t bytes = size_t(std::max<int64_t>(n + offset, 1)) * hg::dtype_size(dtype);
-    HG_CUDA_CHECK(cudaMalloc(&base_, bytes));
-    HG_CUDA_CHECK(cudaMemset(base_, 0xff, bytes));
-  }
-  ~DeviceBuffer() { (void)cudaFree(base_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* data() { return static_cast<char*>(base_) + offset_ * int64_t(hg::dtype_size(dtype_)); }
-  void upload(const Buffer& host) {
-    REQUIRE(host.size() == n_);
-    HG_CUDA_CHECK(cudaMemcpy(data(), host.data(), host.bytes(), cudaMemcpyHostToDevice));
-  }
-  Buffer download() {
-    HG_CUDA_CHECK(cudaStreamSynchronize(stream()));
-    Buffer host(dtype_, n_);
-    HG_CUDA_CHECK(cudaMemcpy(host.data(), data(), host.bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  DType dtype_;
-  int64_t n_, offset_;
-  void* base_ = nullptr;
-};
+using hg::testing::DeviceBuffer;
 
 enum class Layout {
   packed,     // q, k, v slices of [B, tk, 3C] (16-byte aligned rows), o in [B, tq, heads, d]

@@ -47,6 +47,7 @@
 #include "kernels/kernels_cuda.h"
 #include "support/attention_reference.h"
 #include "support/cuda_device.h"
+#include "support/device_buffer.h"
 #include "support/host_buffer.h"
 
 namespace {
@@ -67,35 +68,7 @@ namespace gpu = hg::kernels::cuda;
 gpu::Stream stream() { return hg::testing::cuda_test_stream(); }
 
 // A device copy of a host buffer (or n poisoned elements): 0xff bytes (NaN) until written.
-class DeviceBuffer {
- public:
-  DeviceBuffer(DType dtype, int64_t n) : dtype_(dtype), n_(n) {
-    bytes_ = size_t(std::max<int64_t>(n, 1)) * hg::dtype_size(dtype);
-    HG_CUDA_CHECK(cudaMalloc(&data_, bytes_));
-    HG_CUDA_CHECK(cudaMemset(data_, 0xff, bytes_));
-  }
-  explicit DeviceBuffer(const Buffer& host) : DeviceBuffer(host.dtype(), host.size()) {
-    HG_CUDA_CHECK(cudaMemcpy(data_, host.data(), host.bytes(), cudaMemcpyHostToDevice));
-  }
-  ~DeviceBuffer() { (void)cudaFree(data_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* data() { return data_; }
-  void poison() { HG_CUDA_CHECK(cudaMemset(data_, 0xff, bytes_)); }
-  Buffer download() {
-    HG_CUDA_CHECK(cudaStreamSynchronize(stream()));
-    Buffer host(dtype_, n_);
-    HG_CUDA_CHECK(cudaMemcpy(host.data(), data_, host.bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  DType dtype_;
-  int64_t n_;
-  size_t bytes_ = 0;
-  void* data_ = nullptr;
-};
+using hg::testing::DeviceBuffer;
 
 // ---- operand layouts -----------------------------------------------------------------------------
 

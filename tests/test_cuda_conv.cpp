@@ -33,6 +33,7 @@
 #include "kernels/kernels.h"
 #include "kernels/kernels_cuda.h"
 #include "kernels/runtime_counters.h"
+#include "support/conv_geometry.h"
 #include "support/cuda_device.h"
 #include "support/host_buffer.h"
 
@@ -78,13 +79,7 @@ class DeviceMemory {
   size_t bytes_;
 };
 
-Conv2dGeometry geometry(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw, int64_t sh = 1,
-                        int64_t sw = 1, int64_t ph = 0, int64_t pw = 0, int64_t dh = 1, int64_t dw = 1, int64_t groups = 1) {
-  Conv2dGeometry g;
-  g.batch = n, g.in_channels = c, g.height = h, g.width = w, g.out_channels = oc, g.kernel_h = kh, g.kernel_w = kw;
-  g.stride_h = sh, g.stride_w = sw, g.pad_h = ph, g.pad_w = pw, g.dilation_h = dh, g.dilation_w = dw, g.groups = groups;
-  return g;
-}
+using hg::testing::geometry;
 
 struct Case {
   const char* name;

@@ -37,6 +37,7 @@
 #include <doctest/doctest.h>
 
 #include "support/cuda_device.h"
+#include "support/device_buffer.h"
 #include "support/host_buffer.h"
 #include "support/op_cases.h"
 
@@ -85,8 +86,6 @@ const DType kFloatingTypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64}
 // One non-default stream for every launch, so nothing relies on the legacy default stream.
 gpu::Stream stream() { return hg::testing::cuda_test_stream(); }
 
-void sync() { HG_CUDA_CHECK(cudaStreamSynchronize(stream())); }
-
 // ---- host buffers of any dtype -------------------------------------------------------------------
 
 using Buffer = hg::testing::HostBuffer;
@@ -119,48 +118,7 @@ Buffer index_buffer(DType dtype, const std::vector<int64_t>& values) {
 
 // ---- device buffers ------------------------------------------------------------------------------
 
-// n elements of `dtype` in device memory, starting `offset` elements into the allocation (offset 1
-// gives a pointer that is not 16-byte aligned). Poisoned with 0xff bytes when made.
-class DeviceBuffer {
- public:
-  DeviceBuffer(DType dtype, int64_t n, int64_t offset = 0) : dtype_(dtype), n_(n), offset_(offset) {
-    allocated_ = size_t(std::max<int64_t>(n + offset, 1)) * hg::dtype_size(dtype);
-    HG_CUDA_CHECK(cudaMalloc(&base_, allocated_));
-    poison();
-  }
-  explicit DeviceBuffer(const Buffer& host, int64_t offset = 0) : DeviceBuffer(host.dtype(), host.size(), offset) {
-    upload(host);
-  }
-  ~DeviceBuffer() { (void)cudaFree(base_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* data() { return static_cast<char*>(base_) + offset_ * int64_t(hg::dtype_size(dtype_)); }
-  template <class T>
-  T* as() {
-    return static_cast<T*>(data());
-  }
-  void poison() {
-    sync();
-    HG_CUDA_CHECK(cudaMemset(base_, 0xff, allocated_));
-  }
-  void upload(const Buffer& host) {
-    REQUIRE(host.size() == n_);
-    HG_CUDA_CHECK(cudaMemcpy(data(), host.data(), host.bytes(), cudaMemcpyHostToDevice));
-  }
-  Buffer download() {
-    sync();
-    Buffer host(dtype_, n_);
-    HG_CUDA_CHECK(cudaMemcpy(host.data(), data(), host.bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  DType dtype_;
-  int64_t n_, offset_;
-  size_t allocated_ = 0;
-  void* base_ = nullptr;
-};
+using hg::testing::DeviceBuffer;  // support/device_buffer.h: poisoned with 0xff bytes when made
 
 // ---- comparisons ---------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/pair_layout.h"
+#include "kernels/strided_layout.h"
 
 #include <omp.h>
 
@@ -95,13 +96,7 @@ void copy_layout(const E* src, E* dst, const PairLayout& layout) {
 
 void copy_strided(const void* src, const int64_t* src_strides, void* dst, const int64_t* dst_strides,
                   const int64_t* shape, int rank, DType dtype) {
-  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[copy_strided] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
-  for (int d = 0; d < rank; ++d) {
-    HG_CHECK(shape[d] >= 0, "[copy_strided] shape[", d, "] = ", shape[d], ", expected >= 0");
-  }
-  for (int d = 0; d < rank; ++d) {
-    if (shape[d] == 0) return;
-  }
+  if (!strided_shape_has_elements("copy_strided", shape, rank)) return;
   const PairLayout layout = collapse_dimensions(shape, src_strides, dst_strides, rank);
   switch (dtype_size(dtype)) {
     case 1:

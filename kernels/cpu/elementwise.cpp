@@ -43,6 +43,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/pair_layout.h"
+#include "kernels/strided_layout.h"
 
 #include <omp.h>
 
@@ -128,6 +129,18 @@ constexpr bool kHasAvx512Gelu = std::is_same_v<T, float> || std::is_same_v<T, bf
 template <class T>
 constexpr bool kHasGeluTable = std::is_same_v<T, bfloat16>;
 
+// body(begin, count) over [0, n) in kChunk-element chunks, on OpenMP threads from kParallelMinElements
+// elements on: the GELU fast paths' split, as map_elements'.
+template <class Body>
+void for_each_gelu_chunk(int64_t n, const Body& body) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk;
+    body(begin, std::min(kChunk, n - begin));
+  }
+}
+
 // GELU through gelu_avx512.h (bf16: its results looked up, gelu_table.h) when the op is GELU, T has an AVX-512 span and the CPU runs it; false
 // when the caller should take the generic path. Chunks and threshold as map_elements.
 template <class T>
@@ -136,19 +149,16 @@ bool gelu_forward_avx512(UnaryOp op, const T* x, T* y, int64_t n) {
     if ((op != UnaryOp::GeluTanh && op != UnaryOp::GeluErf) || vector_math_active() != VectorMath::avx512) return false;
     const bool erf = op == UnaryOp::GeluErf;
     [[maybe_unused]] const bool lookup = gelu_lookup_enabled();
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * kChunk, count = std::min(kChunk, n - begin);
+    for_each_gelu_chunk(n, [&](int64_t begin, int64_t count) {
       if constexpr (kHasGeluTable<T>) {
         if (lookup) {
           gelu_forward_lookup(erf, x + begin, y + begin, count);
-          continue;
+          return;
         }
       }
       if (erf) simd512::gelu_forward_span<T, true, false>(x + begin, nullptr, y + begin, count);
       else simd512::gelu_forward_span<T, false, false>(x + begin, nullptr, y + begin, count);
-    }
+    });
     return true;
   } else {
     return false;
@@ -163,19 +173,16 @@ bool gelu_backward_avx512(UnaryOp op, const T* x, const T* dy, T* dx, int64_t n)
       return false;
     const bool erf = op == UnaryOp::GeluErf;
     [[maybe_unused]] const bool lookup = gelu_lookup_enabled();
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * kChunk, count = std::min(kChunk, n - begin);
+    for_each_gelu_chunk(n, [&](int64_t begin, int64_t count) {
       if constexpr (kHasGeluTable<T>) {
         if (lookup) {
           gelu_backward_lookup(erf, x + begin, dy + begin, dx + begin, count);
-          continue;
+          return;
         }
       }
       if (erf) simd512::gelu_backward_span<T, true, false>(x + begin, nullptr, dy + begin, dx + begin, nullptr, count);
       else simd512::gelu_backward_span<T, false, false>(x + begin, nullptr, dy + begin, dx + begin, nullptr, count);
-    }
+    });
     return true;
   } else {
     return false;
@@ -389,13 +396,7 @@ void affine(const void* x, void* y, int64_t n, double alpha, double beta, DType 
 
 void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
                     void* y, const int64_t* shape, int rank, DType dtype) {
-  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[binary_forward] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
-  for (int d = 0; d < rank; ++d) {
-    HG_CHECK(shape[d] >= 0, "[binary_forward] shape[", d, "] = ", shape[d], ", expected >= 0");
-  }
-  for (int d = 0; d < rank; ++d) {
-    if (shape[d] == 0) return;
-  }
+  if (!strided_shape_has_elements("binary_forward", shape, rank)) return;
   const PairLayout layout = collapse_dimensions(shape, a_strides, b_strides, rank);
   dispatch_floating(dtype, "binary_forward", [&]<class T>() {
     with_op(op, [&]<BinaryOp kOp>() {

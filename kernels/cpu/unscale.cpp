@@ -166,23 +166,15 @@ int unscale_chunk_any(const Chunk& c, double inv_scale) {
 
 // Every tensor cut into chunks, the spans validated (an hg::Error names the bad one and `op`).
 std::vector<Chunk> chunks_of(const TensorSpan* tensors, int64_t count, const char* op, int64_t& total) {
-  HG_CHECK(count >= 0, "[", op, "] expected count >= 0 tensors, got ", count);
-  HG_CHECK(count == 0 || tensors != nullptr, "[", op, "] null tensor list for count = ", count);
   std::vector<Chunk> chunks;
   total = 0;
-  for (int64_t t = 0; t < count; ++t) {
-    const TensorSpan& s = tensors[t];
-    HG_CHECK(s.n >= 0, "[", op, "] tensor ", t, " has n = ", s.n, "; expected n >= 0");
-    HG_CHECK(is_floating(s.dtype), "[", op, "] tensor ", t, " is ", dtype_name(s.dtype),
-             "; expected a floating dtype (f32, f64, f16, bf16)");
-    if (s.n == 0) continue;
-    HG_CHECK(s.data != nullptr, "[", op, "] tensor ", t, " is null with n = ", s.n);
+  for_each_checked_span(tensors, count, op, [&](const TensorSpan& s) {
     const size_t size = dtype_size(s.dtype);
     for (int64_t begin = 0; begin < s.n; begin += kChunk) {
       chunks.push_back({static_cast<char*>(s.data) + size_t(begin) * size, std::min(kChunk, s.n - begin), s.dtype});
     }
     total += s.n;
-  }
+  });
   return chunks;
 }
 

@@ -26,6 +26,7 @@
 // gradients); otherwise element by element. Elements are independent: the result does not depend
 // on the launch shape.
 #include "kernels/adamw_math.h"
+#include "kernels/cuda/adamw_step_count.h"
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
@@ -95,16 +96,7 @@ __global__ void adamw_device_kernel(T* __restrict__ param, acc_t<T>* __restrict_
         adamw_coefficients<acc_t<T>>(adamw_lr(s), h.beta1, h.beta2, h.eps, h.weight_decay, adamw_next_step(s));
     adamw_elements<T, kMaster>(param, master, grad, exp_avg, exp_avg_sq, n, c, packed);
   }
-  if (s.blocks_done == nullptr) return;  // uniform: every thread of every block returns here
-  __syncthreads();  // every thread of this block has read step[parity]
-  if (threadIdx.x == 0) {
-    const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z;
-    __threadfence();  // this block's reads of step[parity] are done before its ticket is seen
-    if (atomicAdd(s.blocks_done, 1ull) == blocks - 1) {  // every other block has read step[parity]
-      s.step[s.parity] += adamw_skips(s) ? 0 : 1;
-      *s.blocks_done = 0;
-    }
-  }
+  adamw_settle_step_in_last_block(s);
 }
 
 bool all_aligned(const void* param, const void* master, const void* grad, const void* m, const void* v, size_t t,

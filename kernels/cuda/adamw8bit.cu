@@ -31,6 +31,7 @@
 
 #include "kernels/adamw8bit_math.h"
 #include "kernels/adamw_math.h"
+#include "kernels/cuda/adamw_step_count.h"
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
@@ -165,16 +166,7 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_kernel(Operands<T> o, Adam
     __syncthreads();
     adamw8bit_block<T, kMaster>(o, tables, c, reduce_slots);
   }
-  if (s.blocks_done == nullptr) return;  // uniform: every thread of every block returns here
-  __syncthreads();                       // every thread of this block has read step[parity]
-  if (threadIdx.x == 0) {
-    const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z;
-    __threadfence();  // this block's reads of step[parity] are done before its ticket is seen
-    if (atomicAdd(s.blocks_done, 1ull) == blocks - 1) {  // every other block has read step[parity]
-      s.step[s.parity] += adamw_skips(s) ? 0 : 1;
-      *s.blocks_done = 0;
-    }
-  }
+  adamw_settle_step_in_last_block(s);
 }
 
 bool aligned(const void* p, size_t element) {

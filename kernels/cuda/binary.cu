@@ -21,6 +21,7 @@
 #include "kernels/cuda/map.h"
 #include "kernels/kernels_cuda.h"
 #include "kernels/pair_layout.h"
+#include "kernels/strided_layout.h"
 
 namespace hg::kernels::cuda {
 namespace {
@@ -95,13 +96,7 @@ void accumulate(void* y, const void* x, int64_t n, DType dtype, Stream stream) {
 
 void binary_forward(BinaryOp op, const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
                     void* y, const int64_t* shape, int rank, DType dtype, Stream stream) {
-  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[binary_forward] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
-  for (int d = 0; d < rank; ++d) {
-    HG_CHECK(shape[d] >= 0, "[binary_forward] shape[", d, "] = ", shape[d], ", expected >= 0");
-  }
-  for (int d = 0; d < rank; ++d) {
-    if (shape[d] == 0) return;
-  }
+  if (!strided_shape_has_elements("binary_forward", shape, rank)) return;
   const PairLayout layout = collapse_dimensions(shape, a_strides, b_strides, rank);
   int64_t total = 1;
   for (int d = 0; d < layout.rank; ++d) total *= layout.shape[d];

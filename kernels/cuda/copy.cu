@@ -16,6 +16,7 @@
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
 #include "kernels/pair_layout.h"
+#include "kernels/strided_layout.h"
 
 namespace hg::kernels::cuda {
 namespace {
@@ -46,13 +47,7 @@ __global__ void copy_strided_kernel(const E* __restrict__ src, E* __restrict__ d
 
 void copy_strided(const void* src, const int64_t* src_strides, void* dst, const int64_t* dst_strides,
                   const int64_t* shape, int rank, DType dtype, Stream stream) {
-  HG_CHECK(rank >= 0 && rank <= kMaxRank, "[copy_strided] rank ", rank, ", expected 0 <= rank <= ", kMaxRank);
-  for (int d = 0; d < rank; ++d) {
-    HG_CHECK(shape[d] >= 0, "[copy_strided] shape[", d, "] = ", shape[d], ", expected >= 0");
-  }
-  for (int d = 0; d < rank; ++d) {
-    if (shape[d] == 0) return;
-  }
+  if (!strided_shape_has_elements("copy_strided", shape, rank)) return;
   const PairLayout layout = collapse_dimensions(shape, src_strides, dst_strides, rank);
   int64_t total = 1;
   for (int d = 0; d < layout.rank; ++d) total *= layout.shape[d];

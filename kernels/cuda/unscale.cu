@@ -121,16 +121,8 @@ __global__ void scale_gradients_kernel(const UnscaleChunk* __restrict__ chunks, 
 
 // The chunk table of `count` spans (validated; an hg::Error names the bad one and `op`).
 std::vector<UnscaleChunk> chunk_table(const TensorSpan* tensors, int64_t count, const char* op) {
-  HG_CHECK(count >= 0, "[", op, "] expected count >= 0 tensors, got ", count);
-  HG_CHECK(count == 0 || tensors != nullptr, "[", op, "] null tensor list for count = ", count);
   std::vector<UnscaleChunk> chunks;
-  for (int64_t t = 0; t < count; ++t) {
-    const TensorSpan& s = tensors[t];
-    HG_CHECK(s.n >= 0, "[", op, "] tensor ", t, " has n = ", s.n, "; expected n >= 0");
-    HG_CHECK(is_floating(s.dtype), "[", op, "] tensor ", t, " is ", dtype_name(s.dtype),
-             "; expected a floating dtype (f32, f64, f16, bf16)");
-    if (s.n == 0) continue;
-    HG_CHECK(s.data != nullptr, "[", op, "] tensor ", t, " is null with n = ", s.n);
+  for_each_checked_span(tensors, count, op, [&](const TensorSpan& s) {
     dispatch_floating_cuda(s.dtype, op, [&]<class T>() {
       for (int64_t begin = 0; begin < s.n; begin += kChunk) {
         T* data = static_cast<T*>(s.data) + begin;
@@ -138,7 +130,7 @@ std::vector<UnscaleChunk> chunk_table(const TensorSpan* tensors, int64_t count, 
         chunks.push_back({data, n, int32_t(s.dtype), int32_t(pack_head<T>(n, data))});
       }
     });
-  }
+  });
   return chunks;
 }
 

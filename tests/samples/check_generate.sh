@@ -8,6 +8,7 @@
 # A tokenizer with a hole in its ids never has the hole drawn; --no-stop-at-eot runs past <|endoftext|>.
 # Usage: check_generate.sh <generate> <train_gpt> <save_hf_child>
 set -uo pipefail
+source "$(dirname "$0")/gpt2_byte_vocab.sh"  # gpt2_byte_vocab_entries
 generate=$1
 train_gpt=$2
 save_hf=$3
@@ -59,12 +60,7 @@ cmp -s "$work/long1" "$work/long2" || fail "--model DIR: not the file's text: $(
 # alphabet (printable bytes as themselves, the rest from U+0100 in byte order), one merge "h e".
 {
   printf '{'
-  n=0
-  for ((b = 0; b < 256; b++)); do
-    if (( (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255) )); then cp=$b
-    else cp=$((256 + n)); n=$((n + 1)); fi
-    printf '"\\u%04x": %d, ' "$cp" "$b"
-  done
+  gpt2_byte_vocab_entries
   printf '"he": 256, "<|endoftext|>": 257}'
 } > "$work/vocab.json"
 printf '#version: 0.2\nh e\n' > "$work/merges.txt"

@@ -5,21 +5,9 @@
 # bit for bit, in fp32 and bf16. Without a CUDA device it prints SKIPPED (ctest lists it as skipped).
 set -uo pipefail
 bin=$1
+source "$(dirname "$0")/cuda_loss_parity.sh"  # loss_of, expect_losses_agree, expect_cuda_loss_equals_cpu
 tiny=(--layers 1 --heads 2 --dim 32 --batch 16 --steps 40 --eval-every 40 --eval-problems 20 --threads 2 --sample 0)
-out=$("$bin" "${tiny[@]}" --device cuda 2>&1)
-code=$?
-if [[ $code -eq 2 && "$out" == *"is not available"* ]]; then
-  echo "SKIPPED: $out"
-  exit 0
-fi
-[[ $code -eq 0 ]] || { echo "FAIL: exited $code: $out"; exit 1; }
-cpu=$("$bin" "${tiny[@]}" --device cpu 2>&1) || { echo "FAIL: cpu run: $cpu"; exit 1; }
-loss_of() { grep -o "final loss [0-9.]*" <<<"$1" | awk '{print $3}'; }
-echo "cuda final loss $(loss_of "$out"), cpu final loss $(loss_of "$cpu")"
-awk -v a="$(loss_of "$out")" -v b="$(loss_of "$cpu")" 'BEGIN {
-  d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; if (m < 1) m = 1
-  if (a == "" || b == "" || d > 1e-3 * m) { print "FAIL: cuda loss " a " vs cpu loss " b; exit 1 }
-}' || exit 1
+expect_cuda_loss_equals_cpu "${tiny[@]}"
 
 # CUDA graph vs eager: the metrics logs' losses (every logged step) and the saved weights, identical.
 dir=$(mktemp -d)
@@ -49,10 +37,7 @@ out=$("$bin" "${fused_tiny[@]}" --device cuda 2>&1) || { echo "FAIL: fused cuda 
 grep -q "attention: fused" <<<"$out" || { echo "FAIL: the cuda run did not take the fused kernels: $out"; exit 1; }
 cpu=$("$bin" "${fused_tiny[@]}" --device cpu 2>&1) || { echo "FAIL: fused cpu run: $cpu"; exit 1; }
 echo "fused attention: cuda final loss $(loss_of "$out"), cpu final loss $(loss_of "$cpu")"
-awk -v a="$(loss_of "$out")" -v b="$(loss_of "$cpu")" 'BEGIN {
-  d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; if (m < 1) m = 1
-  if (a == "" || b == "" || d > 1e-3 * m) { print "FAIL: fused cuda loss " a " vs cpu loss " b; exit 1 }
-}' || exit 1
+expect_losses_agree "fused cuda" "$(loss_of "$out")" "$(loss_of "$cpu")"
 # --attention fused where the kernels refuse (head dimension 16 on CUDA): a usage error, exit 2.
 out=$("$bin" "${tiny[@]}" --device cuda --attention fused 2>&1)
 [[ $? -eq 2 && "$out" == *"head dimension 64 or 128"* ]] || { echo "FAIL: --attention fused with D = 16 on cuda: $out"; exit 1; }

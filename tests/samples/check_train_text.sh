@@ -8,6 +8,7 @@
 # prepare_data --dtype u16 for a vocabulary past u16.
 # Usage: check_train_text.sh <bin dir> <tests/data/text>
 set -uo pipefail
+source "$(dirname "$0")/gpt2_byte_vocab.sh"  # gpt2_byte_vocab_entries
 bin=$1
 data=$2
 work=$(mktemp -d)
@@ -98,12 +99,7 @@ expect_usage_error train_gpt "--tokenizer .* needs --data" --tokenizer "$work/to
 # A vocabulary past u16: GPT-2's vocab.json layout, the 256 byte tokens and "<|endoftext|>" at id 65600.
 {
   printf '{'
-  n=0
-  for ((b = 0; b < 256; b++)); do
-    if (( (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255) )); then cp=$b
-    else cp=$((256 + n)); n=$((n + 1)); fi
-    printf '"\\u%04x": %d, ' "$cp" "$b"
-  done
+  gpt2_byte_vocab_entries
   printf '"<|endoftext|>": 65600}'
 } > "$work/vocab.json"
 printf '#version: 0.2\n' > "$work/merges.txt"
