@@ -406,6 +406,8 @@ struct InterpolateOptions {
 };
 // x [N, C, L] (Nearest, NearestExact, Linear) or [N, C, H, W] (Nearest, NearestExact, Bilinear), resized.
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
+// PyTorch's name of a mode: "nearest", "nearest-exact", "linear", "bilinear".
+const char* interpolate_mode_name(InterpolateMode mode);
 
 // ---- shape: engine/ops/shape.cpp (the Tensor view methods are these) ----
 Tensor view(const Tensor& x, const Shape& shape);

@@ -7,6 +7,10 @@
 //   constant:       lr(s) = base
 //   linear warmup:  lr(s) = base * (f0 + (1 - f0) * min(s, W) / W)
 //   cosine decay:   lr(s) = min_lr + (base - min_lr) * (1 + cos(pi * min(s, S) / S)) / 2
+//   step decay:     lr(s) = base * gamma^floor(s / S)                       (PyTorch's StepLR)
+//   exponential:    lr(s) = base * gamma^s                                  (ExponentialLR)
+//   anneal:         lr(s) = end + (start - end) / 2 * (cos(pi * p) + 1), or start + (end - start) * p (linear),
+//                   p = clamp((origin + s - from) / (to - from), 0, 1)      (a OneCycleLR phase)
 //   a sequence:     piece k for milestone[k-1] <= s < milestone[k], seeing s - milestone[k-1]
 #include <cmath>
 #include <cstdint>
@@ -18,11 +22,16 @@ namespace hg::kernels {
 inline constexpr int kMaxLrPieces = 8;
 
 struct LrPiece {
-  enum Kind : int32_t { constant, linear_warmup, cosine_decay };
+  enum Kind : int32_t { constant, linear_warmup, cosine_decay, step_decay, exponential, anneal_cos, anneal_linear };
   Kind kind = constant;
-  double base = 0.0;
-  double extra = 0.0;  // linear warmup: start factor f0; cosine decay: min_lr
+  double base = 0.0;   // anneal: start
+  double extra = 0.0;  // linear warmup: start factor f0; cosine decay: min_lr; step decay, exponential: gamma;
+                       // anneal: end
   int64_t steps = 1;   // W or S
+  // Anneal only: the phase [from, to] in the owner's steps (fractional, as OneCycleLR computes them), and
+  // origin, the owner's step where this piece starts (the piece sees s counted from there).
+  int64_t origin = 0;
+  double from = 0.0, to = 1.0;
 };
 
 struct LrScheduleDesc {
@@ -42,12 +51,29 @@ HG_HOST_DEVICE inline double cosine_decay_lr(double base, int64_t steps, double 
   return min_lr + (base - min_lr) * 0.5 * (1.0 + std::cos(pi * progress));
 }
 
+// PyTorch's OneCycleLR._annealing_cos / _annealing_linear, with the phase fraction clamped to [0, 1].
+HG_HOST_DEVICE inline double anneal_lr(const LrPiece& p, int64_t step) {
+  double pct = (double(p.origin + step) - p.from) / (p.to - p.from);
+  pct = pct < 0.0 ? 0.0 : (pct > 1.0 ? 1.0 : pct);
+  if (p.kind == LrPiece::anneal_linear) return (p.extra - p.base) * pct + p.base;
+  const double pi = 3.141592653589793238462643383279502884;
+  const double cos_out = std::cos(pi * pct) + 1.0;
+  return p.extra + (p.base - p.extra) / 2.0 * cos_out;
+}
+
 HG_HOST_DEVICE inline double lr_piece(const LrPiece& p, int64_t step) {
   switch (p.kind) {
     case LrPiece::linear_warmup:
       return linear_warmup_lr(p.base, p.steps, p.extra, step);
     case LrPiece::cosine_decay:
       return cosine_decay_lr(p.base, p.steps, p.extra, step);
+    case LrPiece::step_decay:
+      return p.base * std::pow(p.extra, double(step / p.steps));
+    case LrPiece::exponential:
+      return p.base * std::pow(p.extra, double(step));
+    case LrPiece::anneal_cos:
+    case LrPiece::anneal_linear:
+      return anneal_lr(p, step);
     default:
       return p.base;
   }

@@ -20,21 +20,16 @@ class LeakyReLU : public UnaryModule {
   const double negative_slope;
 };
 
-// x sigmoid(x).
-class SiLU : public UnaryModule {
+// A parameter-free activation: its op as a module. Each is a class of its own, so it prints by its name.
+template <Tensor (*op)(const Tensor&)>
+class Activation : public UnaryModule {
  public:
-  Tensor forward(const Tensor& x) override { return silu(x); }
+  Tensor forward(const Tensor& x) override { return op(x); }
 };
 
-class Tanh : public UnaryModule {
- public:
-  Tensor forward(const Tensor& x) override { return tanh(x); }
-};
-
-class Sigmoid : public UnaryModule {
- public:
-  Tensor forward(const Tensor& x) override { return sigmoid(x); }
-};
+class SiLU : public Activation<silu> {};  // x sigmoid(x)
+class Tanh : public Activation<tanh> {};
+class Sigmoid : public Activation<sigmoid> {};
 
 // log(1 + exp(beta x)) / beta, x itself where beta x > threshold. PyTorch's arguments are ints by default
 // and print as such ("beta=1, threshold=20"); a whole value prints without ".0" here too.

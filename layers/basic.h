@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "kernels/options.h"
+#include "layers/activation.h"
 #include "layers/module.h"
 
 namespace hg::nn {
@@ -72,10 +73,7 @@ class GELU : public UnaryModule {
   const GeluApproximation approximation;
 };
 
-class ReLU : public UnaryModule {
- public:
-  Tensor forward(const Tensor& x) override { return relu(x); }
-};
+class ReLU : public Activation<relu> {};
 
 // Applies its children in order; they are named "0", "1", ...
 class Sequential : public UnaryModule {

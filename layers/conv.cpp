@@ -1,5 +1,6 @@
 #include "layers/conv.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "layers/init.h"
@@ -55,24 +56,32 @@ AvgPool2d::AvgPool2d(Size2d kernel_, Size2d stride_, Size2d padding_)
 
 namespace {
 // "(3, 3)" as PyTorch prints a pair; "2" for a pool's square window (PyTorch prints what it was given).
-std::string pair_repr(Size2d v) { return detail::concat("(", v[0], ", ", v[1], ")"); }
-std::string window_repr(Size2d v) { return v[0] == v[1] ? std::to_string(v[0]) : pair_repr(v); }
+std::string window_repr(Size2d v) { return v[0] == v[1] ? std::to_string(v[0]) : tuple_repr(Shape{v[0], v[1]}); }
 std::string pool_repr(Size2d kernel, Size2d stride, Size2d padding) {
   const Size2d step = stride[0] == 0 && stride[1] == 0 ? kernel : stride;
   return "kernel_size=" + window_repr(kernel) + ", stride=" + window_repr(step) + ", padding=" + window_repr(padding);
 }
 }  // namespace
 
-// PyTorch's Conv2d.extra_repr: padding, dilation, groups and bias only when not the default.
+std::string conv_extra_repr(const ConvRepr& c) {
+  auto all = [](const Shape& s, int64_t v) {
+    return std::all_of(s.begin(), s.end(), [v](int64_t x) { return x == v; });
+  };
+  std::string out = detail::concat(c.in_channels, ", ", c.out_channels, ", kernel_size=", tuple_repr(c.kernel_size),
+                                   ", stride=", tuple_repr(c.stride));
+  if (!all(c.padding, 0)) out += ", padding=" + tuple_repr(c.padding);
+  if (!all(c.dilation, 1)) out += ", dilation=" + tuple_repr(c.dilation);
+  if (!all(c.output_padding, 0)) out += ", output_padding=" + tuple_repr(c.output_padding);
+  if (c.groups != 1) out += ", groups=" + std::to_string(c.groups);
+  if (!c.bias) out += ", bias=False";
+  return out;
+}
+
 std::string Conv2d::extra_repr() const {
   const Conv2dOptions& o = options;
-  std::string out = detail::concat(o.in_channels(), ", ", o.out_channels(),
-                                   ", kernel_size=", pair_repr(o.kernel_size()), ", stride=", pair_repr(o.stride()));
-  if (o.padding() != Size2d{0, 0}) out += ", padding=" + pair_repr(o.padding());
-  if (o.dilation() != Size2d{1, 1}) out += ", dilation=" + pair_repr(o.dilation());
-  if (o.groups() != 1) out += ", groups=" + std::to_string(o.groups());
-  if (!o.bias()) out += ", bias=False";
-  return out;
+  auto shape = [](Size2d v) { return Shape{v[0], v[1]}; };
+  return conv_extra_repr({o.in_channels(), o.out_channels(), o.groups(), shape(o.kernel_size()), shape(o.stride()),
+                          shape(o.padding()), shape(o.dilation()), {}, o.bias()});
 }
 
 std::string MaxPool2d::extra_repr() const {

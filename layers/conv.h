@@ -26,6 +26,15 @@ struct Conv2dOptions {
   Conv2dOptions& dilation(int64_t d) { return dilation(Size2d{d, d}); }
 };
 
+// PyTorch's _ConvNd.extra_repr over tuples of any length: "in, out, kernel_size=(..), stride=(..)", then
+// padding, dilation, output_padding, groups and bias only where they are not the default.
+struct ConvRepr {
+  int64_t in_channels = 0, out_channels = 0, groups = 1;
+  Shape kernel_size, stride, padding, dilation, output_padding;  // output_padding empty: none
+  bool bias = true;
+};
+std::string conv_extra_repr(const ConvRepr& conv);
+
 // y = conv2d(x, weight, bias) with weight [out, in / groups, KH, KW] and bias [out]; initialised like
 // PyTorch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in / groups * KH * KW, for both.
 class Conv2d : public UnaryModule {

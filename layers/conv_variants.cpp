@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "layers/conv.h"
 #include "layers/init.h"
 
 namespace hg::nn {
@@ -15,8 +16,8 @@ void init_like_pytorch(const Tensor& weight, const Tensor& bias, int64_t fan_in)
   if (bias.defined()) init::uniform_(bias, -bound, bound);
 }
 
-std::string one_tuple(int64_t v) { return "(" + std::to_string(v) + ",)"; }
-std::string pair_tuple(Size2d v) { return tuple_repr(Shape{v[0], v[1]}); }
+Shape pair(Size2d v) { return Shape{v[0], v[1]}; }
+std::string pair_tuple(Size2d v) { return tuple_repr(pair(v)); }
 }  // namespace
 
 Conv1d::Conv1d(const Conv1dOptions& o) : options(o) {
@@ -40,16 +41,17 @@ Tensor Conv1d::forward(const Tensor& x) {
   return conv1d(x, weight, bias, options.stride(), options.padding(), options.dilation(), options.groups());
 }
 
-// PyTorch's _ConvNd.extra_repr: padding, dilation, groups and bias only when not the default.
 std::string Conv1d::extra_repr() const {
   const Conv1dOptions& o = options;
-  std::string out = detail::concat(o.in_channels(), ", ", o.out_channels(),
-                                   ", kernel_size=", one_tuple(o.kernel_size()), ", stride=", one_tuple(o.stride()));
-  if (o.padding() != 0) out += ", padding=" + one_tuple(o.padding());
-  if (o.dilation() != 1) out += ", dilation=" + one_tuple(o.dilation());
-  if (o.groups() != 1) out += ", groups=" + std::to_string(o.groups());
-  if (!o.bias()) out += ", bias=False";
-  return out;
+  return conv_extra_repr({o.in_channels(),
+                          o.out_channels(),
+                          o.groups(),
+                          {o.kernel_size()},
+                          {o.stride()},
+                          {o.padding()},
+                          {o.dilation()},
+                          {},
+                          o.bias()});
 }
 
 ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& o) : options(o) {
@@ -79,14 +81,8 @@ Tensor ConvTranspose2d::forward(const Tensor& x) {
 
 std::string ConvTranspose2d::extra_repr() const {
   const ConvTranspose2dOptions& o = options;
-  std::string out = detail::concat(o.in_channels(), ", ", o.out_channels(),
-                                   ", kernel_size=", pair_tuple(o.kernel_size()), ", stride=", pair_tuple(o.stride()));
-  if (o.padding() != Size2d{0, 0}) out += ", padding=" + pair_tuple(o.padding());
-  if (o.dilation() != Size2d{1, 1}) out += ", dilation=" + pair_tuple(o.dilation());
-  if (o.output_padding() != Size2d{0, 0}) out += ", output_padding=" + pair_tuple(o.output_padding());
-  if (o.groups() != 1) out += ", groups=" + std::to_string(o.groups());
-  if (!o.bias()) out += ", bias=False";
-  return out;
+  return conv_extra_repr({o.in_channels(), o.out_channels(), o.groups(), pair(o.kernel_size()), pair(o.stride()),
+                          pair(o.padding()), pair(o.dilation()), pair(o.output_padding()), o.bias()});
 }
 
 }  // namespace hg::nn

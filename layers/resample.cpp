@@ -2,22 +2,6 @@
 
 namespace hg::nn {
 
-namespace {
-const char* mode_name(InterpolateMode mode) {
-  switch (mode) {
-    case InterpolateMode::Nearest:
-      return "nearest";
-    case InterpolateMode::NearestExact:
-      return "nearest-exact";
-    case InterpolateMode::Linear:
-      return "linear";
-    case InterpolateMode::Bilinear:
-      return "bilinear";
-  }
-  return "?";
-}
-}  // namespace
-
 Upsample::Upsample(const UpsampleOptions& o) : options(o) {
   HG_CHECK(o.size().empty() != !o.scale_factor().has_value(), "[Upsample] give either a size or a scale_factor, not ",
            o.size().empty() ? "neither" : "both");
@@ -25,7 +9,7 @@ Upsample::Upsample(const UpsampleOptions& o) : options(o) {
            o.scale_factor().value_or(0));
   const bool linear = o.mode() == InterpolateMode::Linear || o.mode() == InterpolateMode::Bilinear;
   HG_CHECK(linear || !o.align_corners(), "[Upsample] align_corners applies to the linear modes only, not ",
-           mode_name(o.mode()));
+           interpolate_mode_name(o.mode()));
 }
 
 Tensor Upsample::forward(const Tensor& x) {
@@ -44,7 +28,7 @@ Tensor Upsample::forward(const Tensor& x) {
 std::string Upsample::extra_repr() const {
   const std::string what = options.scale_factor() ? "scale_factor=" + repr_float(*options.scale_factor())
                                                   : "size=" + tuple_repr(Shape(options.size()));
-  return what + ", mode=" + mode_name(options.mode());
+  return what + ", mode=" + interpolate_mode_name(options.mode());
 }
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(Size2d size) : output_size(size) {

@@ -18,17 +18,29 @@ void check(const TransformerLayerOptions& o, const char* who) {
   HG_CHECK(o.d_model() > 0 && o.dim_feedforward() > 0, "[", who, "] expected positive d_model and dim_feedforward, ",
            "got ", o.d_model(), " and ", o.dim_feedforward());
 }
-Tensor activate(const Tensor& x, TransformerActivation activation) {
-  return activation == TransformerActivation::relu ? relu(x) : gelu(x, GeluApproximation::Erf);
+// linear1, dropout and linear2 of a layer, registered in PyTorch's order (between the attentions and the norms).
+template <class Layer>
+void register_feed_forward(Layer& layer, const TransformerLayerOptions& o) {
+  layer.linear1 =
+      layer.register_module("linear1", std::make_shared<Linear>(o.d_model(), o.dim_feedforward(), o.bias()));
+  layer.dropout = layer.register_module("dropout", std::make_shared<Dropout>(o.dropout()));
+  layer.linear2 =
+      layer.register_module("linear2", std::make_shared<Linear>(o.dim_feedforward(), o.d_model(), o.bias()));
+}
+// dropoutK(linear2(dropout(activation(linear1(x))))), K the layer's last dropout.
+template <class Layer>
+Tensor feed_forward(Layer& layer, Dropout& last, const Tensor& x) {
+  const Tensor h = layer.linear1->forward(x);
+  const Tensor a =
+      layer.options.activation() == TransformerActivation::relu ? relu(h) : gelu(h, GeluApproximation::Erf);
+  return last.forward(layer.linear2->forward(layer.dropout->forward(a)));
 }
 }  // namespace
 
 TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& o) : options(o) {
   check(o, "TransformerEncoderLayer");
   self_attn = register_module("self_attn", attention(o));
-  linear1 = register_module("linear1", std::make_shared<Linear>(o.d_model(), o.dim_feedforward(), o.bias()));
-  dropout = register_module("dropout", std::make_shared<Dropout>(o.dropout()));
-  linear2 = register_module("linear2", std::make_shared<Linear>(o.dim_feedforward(), o.d_model(), o.bias()));
+  register_feed_forward(*this, o);
   norm1 = register_module("norm1", layer_norm_of(o));
   norm2 = register_module("norm2", layer_norm_of(o));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(o.dropout()));
@@ -38,9 +50,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks& masks) {
   ModuleScope scope(*this);
   auto sa = [&](const Tensor& x) { return dropout1->forward(self_attn->forward(x, x, x, masks)); };
-  auto ff = [&](const Tensor& x) {
-    return dropout2->forward(linear2->forward(dropout->forward(activate(linear1->forward(x), options.activation()))));
-  };
+  auto ff = [&](const Tensor& x) { return feed_forward(*this, *dropout2, x); };
   Tensor x = src;
   if (options.norm_first()) {
     x = x + sa(norm1->forward(x));
@@ -54,9 +64,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
   check(o, "TransformerDecoderLayer");
   self_attn = register_module("self_attn", attention(o));
   multihead_attn = register_module("multihead_attn", attention(o));
-  linear1 = register_module("linear1", std::make_shared<Linear>(o.d_model(), o.dim_feedforward(), o.bias()));
-  dropout = register_module("dropout", std::make_shared<Dropout>(o.dropout()));
-  linear2 = register_module("linear2", std::make_shared<Linear>(o.dim_feedforward(), o.d_model(), o.bias()));
+  register_feed_forward(*this, o);
   norm1 = register_module("norm1", layer_norm_of(o));
   norm2 = register_module("norm2", layer_norm_of(o));
   norm3 = register_module("norm3", layer_norm_of(o));
@@ -72,9 +80,7 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   auto mha = [&](const Tensor& x) {
     return dropout2->forward(multihead_attn->forward(x, memory, memory, memory_masks));
   };
-  auto ff = [&](const Tensor& x) {
-    return dropout3->forward(linear2->forward(dropout->forward(activate(linear1->forward(x), options.activation()))));
-  };
+  auto ff = [&](const Tensor& x) { return feed_forward(*this, *dropout3, x); };
   Tensor x = tgt;
   if (options.norm_first()) {
     x = x + sa(norm1->forward(x));

@@ -142,6 +142,82 @@ WarmupCosine::WarmupCosine(double base_lr, int64_t warmup_steps, int64_t total_s
     : Sequential(warmup_cosine_pieces(base_lr, warmup_steps, total_steps, min_lr),
                  warmup_cosine_milestones(warmup_steps)) {}
 
+double DescribedSchedule::lr(int64_t step) const {
+  check_step(step, name_);
+  return kernels::lr_at(desc_, step);
+}
+
+StepLR::StepLR(double base_lr, int64_t step_size, double gamma) : DescribedSchedule("StepLR") {
+  check_rate(base_lr, "StepLR", "base_lr");
+  check_rate(gamma, "StepLR", "gamma");
+  HG_CHECK(step_size >= 1, "[StepLR] invalid step_size ", step_size, ": expected step_size >= 1");
+  desc_ = one_piece(kernels::LrPiece::step_decay, base_lr, gamma, step_size);
+}
+
+ExponentialLR::ExponentialLR(double base_lr, double gamma) : DescribedSchedule("ExponentialLR") {
+  check_rate(base_lr, "ExponentialLR", "base_lr");
+  check_rate(gamma, "ExponentialLR", "gamma");
+  desc_ = one_piece(kernels::LrPiece::exponential, base_lr, gamma, 1);
+}
+
+namespace {
+std::vector<LrSchedulePtr> multi_step_pieces(double base_lr, size_t milestones, double gamma) {
+  check_rate(base_lr, "MultiStepLR", "base_lr");
+  check_rate(gamma, "MultiStepLR", "gamma");
+  std::vector<LrSchedulePtr> pieces;
+  for (size_t i = 0; i <= milestones; ++i)
+    pieces.push_back(std::make_shared<ConstantLr>(base_lr * std::pow(gamma, double(i))));
+  return pieces;
+}
+}  // namespace
+
+MultiStepLR::MultiStepLR(double base_lr, std::vector<int64_t> milestones, double gamma)
+    : Sequential(multi_step_pieces(base_lr, milestones.size(), gamma), milestones) {}
+
+// PyTorch's phases: each ends at a fractional step (float(pct_start * total) - 1, ...); a piece runs
+// from the first whole step after the previous end, and keeps the phase's fractional start in `from`.
+OneCycleLR::OneCycleLR(double max_lr, int64_t total_steps, const OneCycleOptions& o) : DescribedSchedule("OneCycleLR") {
+  check_rate(max_lr, "OneCycleLR", "max_lr");
+  HG_CHECK(total_steps >= 2, "[OneCycleLR] invalid total_steps ", total_steps, ": expected total_steps >= 2");
+  HG_CHECK(o.pct_start() > 0.0 && o.pct_start() < 1.0, "[OneCycleLR] invalid pct_start ", o.pct_start(),
+           ": expected 0 < pct_start < 1");
+  HG_CHECK(o.div_factor() > 0.0 && o.final_div_factor() > 0.0, "[OneCycleLR] div_factor and final_div_factor must "
+           "be > 0, got ", o.div_factor(), " and ", o.final_div_factor());
+  const double initial = max_lr / o.div_factor(), min_lr = initial / o.final_div_factor();
+  const double total = double(total_steps), up_end = o.pct_start() * total - 1.0;
+  struct Phase {
+    double end, start_lr, end_lr;
+  };
+  std::vector<Phase> phases;
+  if (o.three_phase()) {
+    phases = {{up_end, initial, max_lr},
+              {2.0 * o.pct_start() * total - 2.0, max_lr, initial},
+              {total - 1.0, initial, min_lr}};
+  } else {
+    phases = {{up_end, initial, max_lr}, {total - 1.0, max_lr, min_lr}};
+  }
+  double from = 0.0;
+  int64_t previous_origin = 0;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    HG_CHECK(phases[i].end > from || i + 1 == phases.size(), "[OneCycleLR] pct_start ", o.pct_start(), " over ",
+             total_steps, " steps leaves a phase without steps");
+    const int64_t origin = i == 0 ? 0 : int64_t(std::floor(from)) + 1;
+    HG_CHECK(i == 0 || origin > previous_origin, "[OneCycleLR] pct_start ", o.pct_start(), " over ", total_steps,
+             " steps ends two phases within one step");
+    previous_origin = origin;
+    kernels::LrPiece& p = desc_.pieces[desc_.count];
+    p.kind = o.anneal_linear() ? kernels::LrPiece::anneal_linear : kernels::LrPiece::anneal_cos;
+    p.base = phases[i].start_lr;
+    p.extra = phases[i].end_lr;
+    p.origin = origin;
+    p.from = from;
+    p.to = phases[i].end;
+    if (desc_.count > 0) desc_.milestones[desc_.count - 1] = origin;
+    ++desc_.count;
+    from = phases[i].end;
+  }
+}
+
 void write_lr_on_device(const kernels::LrScheduleDesc& form, const Tensor& step_count, const Tensor& lr) {
   HG_CHECK(step_count.numel() == 1 && step_count.dtype() == DType::i64 && lr.numel() == 1 && lr.dtype() == DType::f64 &&
                step_count.is_contiguous() && lr.is_contiguous() && step_count.device() == lr.device(),

@@ -11,6 +11,15 @@
 //   Sequential({a, b, c}, {m1, m2}):      a(s) for s < m1, b(s - m1) for m1 <= s < m2, c(s - m2) after
 //   WarmupCosine(base, W, total, min_lr): Sequential({LinearWarmup(base, W, 0), CosineDecay(base, total - W,
 //                                         min_lr)}, {W}): the GPT recipe, min_lr from s = total on.
+//   StepLR(base, S, gamma):               lr(s) = base * gamma^floor(s / S)
+//   MultiStepLR(base, {m1, m2..}, gamma): lr(s) = base * gamma^(number of milestones <= s)
+//   ExponentialLR(base, gamma):           lr(s) = base * gamma^s
+//   OneCycleLR(max_lr, total, options):   from max_lr / div_factor up to max_lr over the first pct_start of
+//                                         the steps, then down to that / final_div_factor at total - 1 (cosine
+//                                         or linear annealing; three_phase: back to the start, then down)
+// They are PyTorch's schedulers of the same names, as functions of the step (their closed forms: PyTorch's
+// chained form multiplies as it goes, which differs in the last bits); OneCycleLR holds its last value
+// after total_steps, where PyTorch raises.
 //
 // With a start factor of 0 the warmup's first step (s = 0) has lr 0, as in PyTorch; it still
 // updates Adam's moments. Arguments are checked in the constructors (hg::Error).
@@ -28,6 +37,7 @@
 
 #include "engine/tensor.h"
 #include "kernels/lr_schedule_math.h"
+#include "kernels/options.h"
 
 namespace hg::optim {
 
@@ -97,6 +107,51 @@ class WarmupCosine : public Sequential {
  public:
   // Linear warmup from 0 over warmup_steps (0: none), then cosine decay to min_lr at total_steps.
   WarmupCosine(double base_lr, int64_t warmup_steps, int64_t total_steps, double min_lr = 0.0);
+};
+
+// A schedule that is one device form: lr(step) evaluates it with the kernel's own function.
+class DescribedSchedule : public LrSchedule {
+ public:
+  double lr(int64_t step) const override;
+  std::optional<kernels::LrScheduleDesc> device_form() const override { return desc_; }
+
+ protected:
+  explicit DescribedSchedule(const char* name) : name_(name) {}
+  kernels::LrScheduleDesc desc_;
+
+ private:
+  const char* name_;
+};
+
+class StepLR : public DescribedSchedule {
+ public:
+  StepLR(double base_lr, int64_t step_size, double gamma = 0.1);
+};
+
+class ExponentialLR : public DescribedSchedule {
+ public:
+  ExponentialLR(double base_lr, double gamma);
+};
+
+// milestones strictly increasing and > 0; up to kernels::kMaxLrPieces - 1 of them run on the device.
+class MultiStepLR : public Sequential {
+ public:
+  MultiStepLR(double base_lr, std::vector<int64_t> milestones, double gamma = 0.1);
+};
+
+//   OneCycleOptions().pct_start(0.25).anneal_linear(true)
+struct OneCycleOptions {
+  HG_OPTION(OneCycleOptions, double, pct_start, 0.3);
+  HG_OPTION(OneCycleOptions, double, div_factor, 25.0);
+  HG_OPTION(OneCycleOptions, double, final_div_factor, 1e4);
+  HG_OPTION(OneCycleOptions, bool, anneal_linear, false);  // PyTorch's anneal_strategy="linear"; else "cos"
+  HG_OPTION(OneCycleOptions, bool, three_phase, false);
+};
+
+// PyTorch's OneCycleLR for the learning rate (its momentum cycling is not done here).
+class OneCycleLR : public DescribedSchedule {
+ public:
+  OneCycleLR(double max_lr, int64_t total_steps, const OneCycleOptions& options = {});
 };
 
 }  // namespace hg::optim

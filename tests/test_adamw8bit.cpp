@@ -27,6 +27,7 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "support/check_error.h"
+#include "support/suite_device.h"
 #include "support/temp_dir.h"
 #include "train/trainer.h"
 
@@ -41,13 +42,7 @@ using namespace hg;
 
 namespace {
 
-Device test_device() {
-#if defined(HG_ADAMW8BIT_ON_CUDA)
-  return Device::cuda(0);
-#else
-  return kCPU;
-#endif
-}
+Device test_device() { return testing::suite_device(); }
 
 // True (with a visible note) when the cases need a CUDA device and none answers.
 bool skip() {

@@ -14,16 +14,8 @@
 #include "engine/safetensors.h"
 #include "layers/nn.h"
 #include "support/check_error.h"
+#include "support/suite_device.h"
 #include "support/tensor_compare.h"
-
-#if defined(HG_ATTENTION_LAYERS_ON_CUDA)
-#include "support/skip_cuda.h"
-#define SUITE_PREFIX "cuda: "
-const hg::Device kDevice = hg::Device::cuda(0);
-#else
-#define SUITE_PREFIX ""
-const hg::Device kDevice = hg::kCPU;
-#endif
 
 using namespace hg;
 using namespace hg::nn;
@@ -90,15 +82,10 @@ Tensor run(Module& module, const std::string& call, std::map<std::string, Tensor
       masks_of(masks, "tgt_mask", "tgt_key_padding_mask"), masks_of(masks, "memory_mask", "memory_key_padding_mask"));
 }
 
-double g_worst = 0;
+double g_worst = 0;  // the largest error seen, reported at the end
 
 void check_close(const Tensor& got, const Tensor& expected, const std::string& what) {
-  INFO(what << ": got " << got.describe() << ", expected " << expected.describe());
-  REQUIRE(got.shape() == expected.shape());
-  const double error = testing::max_relative_error(got.to(kCPU).to(DType::f64), expected.to(DType::f64));
-  INFO("max relative error " << error);
-  CHECK(error <= kTolerance);
-  g_worst = std::max(g_worst, error);
+  testing::check_relative(got, expected, what, kTolerance, g_worst);
 }
 
 }  // namespace
@@ -106,9 +93,8 @@ void check_close(const Tensor& got, const Tensor& expected, const std::string& w
 TEST_CASE(SUITE_PREFIX
           "MultiheadAttention and the Transformer layers match PyTorch 1.13: printed tree, output, "
           "gradients") {
-#if defined(HG_ATTENTION_LAYERS_ON_CUDA)
-  if (testing::skip_without_cuda("test_cuda_attention_layers")) return;
-#endif
+  if (testing::skip_without_suite_device("test_cuda_attention_layers")) return;
+  const Device kDevice = testing::suite_device();
   const safetensors::File file = safetensors::load(kVectors);
   const json cases = json::parse(file.metadata.at("cases"));
   REQUIRE(cases.size() == 7);

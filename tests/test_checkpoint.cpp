@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include "support/check_error.h"
+#include "support/suite_device.h"
 
 #include <unistd.h>
 
@@ -47,13 +48,7 @@ namespace {
 
 constexpr int64_t kVocab = 16;
 
-Device model_device() {
-#if defined(HG_CHECKPOINT_ON_CUDA)
-  return Device::cuda(0);
-#else
-  return kCPU;
-#endif
-}
+Device model_device() { return testing::suite_device(); }
 
 std::vector<unsigned char> bytes_of(const Tensor& t) {
   const Tensor host = t.to(kCPU).contiguous();

@@ -685,23 +685,30 @@ const SoftmaxCase kSoftmaxCases[] = {
     {"causal, square", 9, 9, 9},
 };
 
-}  // namespace
-
-TEST_CASE("softmax_forward and log: max-subtracted, causal mask (table), every dtype") {
-  Rng rng(81);
-  for (DType t : kFloatingTypes) {
-    for (const SoftmaxCase& c : kSoftmaxCases) {
+// body(dtype, case, log) for every floating dtype, softmax case and {softmax, log_softmax}, each named
+// in a failure's report.
+template <class Body>
+void for_each_softmax_case(Body&& body) {
+  for (DType t : kFloatingTypes)
+    for (const SoftmaxCase& c : kSoftmaxCases)
       for (bool log : {false, true}) {
         CAPTURE(std::string(c.name));
         CAPTURE(log);
         CAPTURE(std::string(hg::dtype_name(t)));
-        const Buffer x = random_buffer(t, c.rows * c.cols, rng, -8, 8);
-        Buffer y = poisoned(t, c.rows * c.cols);
-        cpu::softmax_forward(x.data(), y.data(), c.rows, c.cols, log, c.causal_rows, t);
-        check_close(y, ref_softmax(x, c, log), "softmax forward", eps(t) * (log ? 4 : 0.1), 4);
+        body(t, c, log);
       }
-    }
-  }
+}
+
+}  // namespace
+
+TEST_CASE("softmax_forward and log: max-subtracted, causal mask (table), every dtype") {
+  Rng rng(81);
+  for_each_softmax_case([&](DType t, const SoftmaxCase& c, bool log) {
+    const Buffer x = random_buffer(t, c.rows * c.cols, rng, -8, 8);
+    Buffer y = poisoned(t, c.rows * c.cols);
+    cpu::softmax_forward(x.data(), y.data(), c.rows, c.cols, log, c.causal_rows, t);
+    check_close(y, ref_softmax(x, c, log), "softmax forward", eps(t) * (log ? 4 : 0.1), 4);
+  });
   // Large logits: without max-subtraction exp overflows.
   Buffer x(DType::f32, 3), y = poisoned(DType::f32, 3);
   x.set(0, 1000);
@@ -713,34 +720,27 @@ TEST_CASE("softmax_forward and log: max-subtracted, causal mask (table), every d
 
 TEST_CASE("softmax_backward: softmax and log_softmax, every dtype") {
   Rng rng(82);
-  for (DType t : kFloatingTypes) {
-    for (const SoftmaxCase& c : kSoftmaxCases) {
-      for (bool log : {false, true}) {
-        CAPTURE(std::string(c.name));
-        CAPTURE(log);
-        CAPTURE(std::string(hg::dtype_name(t)));
-        if (log && c.causal_rows > 0) continue;  // masked log outputs are -inf, whose gradient is undefined
-        const Buffer x = random_buffer(t, c.rows * c.cols, rng, -4, 4);
-        const Buffer dy = random_buffer(t, c.rows * c.cols, rng, -1, 1);
-        Buffer y = poisoned(t, c.rows * c.cols), dx = poisoned(t, c.rows * c.cols);
-        cpu::softmax_forward(x.data(), y.data(), c.rows, c.cols, log, c.causal_rows, t);
-        cpu::softmax_backward(y.data(), dy.data(), dx.data(), c.rows, c.cols, log, t);
-        std::vector<double> ref(static_cast<size_t>(c.rows * c.cols));
-        for (int64_t r = 0; r < c.rows; ++r) {
-          double s = 0;
-          for (int64_t k = 0; k < c.cols; ++k) {
-            const int64_t i = r * c.cols + k;
-            s += log ? dy.get(i) : dy.get(i) * y.get(i);
-          }
-          for (int64_t k = 0; k < c.cols; ++k) {
-            const int64_t i = r * c.cols + k;
-            ref[i] = log ? dy.get(i) - std::exp(y.get(i)) * s : y.get(i) * (dy.get(i) - s);
-          }
-        }
-        check_close(dx, ref, "softmax backward", eps(t) * (log ? 4 : 0.5), 8);
+  for_each_softmax_case([&](DType t, const SoftmaxCase& c, bool log) {
+    if (log && c.causal_rows > 0) return;  // masked log outputs are -inf, whose gradient is undefined
+    const Buffer x = random_buffer(t, c.rows * c.cols, rng, -4, 4);
+    const Buffer dy = random_buffer(t, c.rows * c.cols, rng, -1, 1);
+    Buffer y = poisoned(t, c.rows * c.cols), dx = poisoned(t, c.rows * c.cols);
+    cpu::softmax_forward(x.data(), y.data(), c.rows, c.cols, log, c.causal_rows, t);
+    cpu::softmax_backward(y.data(), dy.data(), dx.data(), c.rows, c.cols, log, t);
+    std::vector<double> ref(static_cast<size_t>(c.rows * c.cols));
+    for (int64_t r = 0; r < c.rows; ++r) {
+      double s = 0;
+      for (int64_t k = 0; k < c.cols; ++k) {
+        const int64_t i = r * c.cols + k;
+        s += log ? dy.get(i) : dy.get(i) * y.get(i);
+      }
+      for (int64_t k = 0; k < c.cols; ++k) {
+        const int64_t i = r * c.cols + k;
+        ref[i] = log ? dy.get(i) - std::exp(y.get(i)) * s : y.get(i) * (dy.get(i) - s);
       }
     }
-  }
+    check_close(dx, ref, "softmax backward", eps(t) * (log ? 4 : 0.5), 8);
+  });
 }
 
 // ==== cross entropy ===============================================================================

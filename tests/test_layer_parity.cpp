@@ -13,14 +13,8 @@
 
 #include "engine/safetensors.h"
 #include "layers/nn.h"
+#include "support/suite_device.h"
 #include "support/tensor_compare.h"
-
-#if defined(HG_LAYER_PARITY_ON_CUDA)
-#include "support/skip_cuda.h"
-#define SUITE_PREFIX "cuda: "
-#else
-#define SUITE_PREFIX ""
-#endif
 
 using namespace hg;
 using namespace hg::nn;
@@ -29,14 +23,6 @@ using json = nlohmann::json;
 namespace {
 
 const std::string kVectors = std::string(HG_TORCH_TEST_DATA) + "/layers.safetensors";
-
-Device test_device() {
-#if defined(HG_LAYER_PARITY_ON_CUDA)
-  return Device::cuda(0);
-#else
-  return kCPU;
-#endif
-}
 
 Shape shape_of(const json& j) { return j.get<std::vector<int64_t>>(); }
 Size2d pair_of(const json& j) {
@@ -115,24 +101,17 @@ NamedTensors under(const safetensors::File& file, const std::string& prefix, con
 
 // f32 rounding of the layers' arithmetic (reductions over at most a few hundred elements).
 constexpr double kTolerance = 5e-6;  // measured: 3.7e-7
-double g_worst = 0;                  // the largest error seen, reported at the end
+double g_worst = 0;  // the largest error seen, reported at the end
 
 void check_close(const Tensor& got, const Tensor& expected, const std::string& what) {
-  INFO(what << ": got " << got.describe() << ", expected " << expected.describe());
-  REQUIRE(got.shape() == expected.shape());
-  const double error = testing::max_relative_error(got.to(kCPU).to(DType::f64), expected.to(DType::f64));
-  INFO("max relative error " << error);
-  CHECK(error <= kTolerance);
-  g_worst = std::max(g_worst, error);
+  testing::check_relative(got, expected, what, kTolerance, g_worst);
 }
 
 }  // namespace
 
 TEST_CASE(SUITE_PREFIX "every layer matches PyTorch 1.13: printed form, outputs, gradients, running statistics") {
-#if defined(HG_LAYER_PARITY_ON_CUDA)
-  if (testing::skip_without_cuda("test_cuda_layer_parity")) return;
-#endif
-  const Device device = test_device();
+  if (testing::skip_without_suite_device("test_cuda_layer_parity")) return;
+  const Device device = testing::suite_device();
   const safetensors::File file = safetensors::load(kVectors);
   const json cases = json::parse(file.metadata.at("cases"));
   REQUIRE(cases.size() >= 25);

@@ -10,22 +10,16 @@
 #include "engine/safetensors.h"
 #include "layers/nn.h"
 #include "support/gradcheck.h"
+#include "support/tensor_compare.h"
 #include "support/temp_dir.h"
 
 using namespace hg;
 using namespace hg::nn;
 
 namespace {
+using testing::max_abs_diff;
 
 GPTConfig tiny_config() { return GPTConfig().vocab_size(11).context(8).n_layer(2).n_head(2).n_embd(8); }
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
-}
 
 std::string temp_path(const std::string& name) {
   return "/tmp/halfgrad_test_layers_" + std::to_string(getpid()) + "_" + name;

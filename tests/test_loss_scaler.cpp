@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include "support/check_error.h"
+#include "support/suite_device.h"
 
 #include <cmath>
 #include <cstdint>
@@ -358,13 +359,7 @@ TEST_CASE("scaler state round trip and malformed state") {
 
 namespace {
 
-Device model_device() {
-#if defined(HG_LOSS_SCALER_ON_CUDA)
-  return Device::cuda(0);
-#else
-  return kCPU;
-#endif
-}
+Device model_device() { return testing::suite_device(); }
 
 // Empty when the model device is usable; otherwise why not (printed as SKIPPED).
 std::string no_device_reason() {

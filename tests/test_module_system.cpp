@@ -13,6 +13,7 @@
 #include "layers/nn.h"
 #include "optim/sgd.h"
 #include "support/check_error.h"
+#include "support/tensor_compare.h"
 #include "support/temp_dir.h"
 
 using namespace hg;
@@ -64,14 +65,6 @@ std::string without_comments(const std::string& text) {
   return out;
 }
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("a PyTorch state dict loads by its own names, and the model then gives PyTorch's output") {
@@ -88,7 +81,7 @@ TEST_CASE("a PyTorch state dict loads by its own names, and the model then gives
   const Tensor& expected = *io.find("y");
   INFO("torch " << io.metadata.at("torch"));
   CHECK(y.shape() == expected.shape());
-  CHECK(max_abs_diff(y, expected) < 1e-5);  // f32 rounding: the logits are O(1)
+  CHECK(testing::max_abs_diff(y, expected) < 1e-5);  // f32 rounding: the logits are O(1)
 }
 
 TEST_CASE("the printed tree is PyTorch's, with each module's shapes and parameter counts after '#'") {
@@ -201,7 +194,7 @@ TEST_CASE("Sequential takes an Embedding and a Functional; the containers name t
   Sequential seq({embed, std::make_shared<Functional>([](const Tensor& x) { return tanh(x); }, "tanh"), linear});
   const Tensor ids = from_vector<int64_t>({1, 7, 3}, {3});
   const Tensor expected = linear->forward(tanh(embed->forward(ids)));
-  CHECK(max_abs_diff(seq.forward(ids), expected) == 0.0);
+  CHECK(testing::max_abs_diff(seq.forward(ids), expected) == 0.0);
   CHECK(seq.repr().find("(1): Functional(tanh)\n") != std::string::npos);
 
   ModuleList list;

@@ -75,7 +75,9 @@ void check_input(const char* op, const Tensor& x, int min_dim, int max_dim, int 
              "; expected a positive size");
 }
 
-const char* mode_name(InterpolateMode mode) {
+}  // namespace
+
+const char* interpolate_mode_name(InterpolateMode mode) {
   switch (mode) {
     case InterpolateMode::Nearest:
       return "nearest";
@@ -88,8 +90,6 @@ const char* mode_name(InterpolateMode mode) {
   }
   return "?";
 }
-
-}  // namespace
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Size2d output_size) {
   const char* op = "adaptive_avg_pool2d";
@@ -116,7 +116,7 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
   ops::check_defined(x, op, "x");
   HG_CHECK((mode == InterpolateMode::Linear && x.dim() == 3) || (mode == InterpolateMode::Bilinear && x.dim() == 4) ||
                (!linear && (x.dim() == 3 || x.dim() == 4)),
-           "[", op, "] mode ", mode_name(mode), " takes x ",
+           "[", op, "] mode ", interpolate_mode_name(mode), " takes x ",
            mode == InterpolateMode::Linear     ? "3-D [N, C, L]"
            : mode == InterpolateMode::Bilinear ? "4-D [N, C, H, W]"
                                                : "3-D [N, C, L] or 4-D [N, C, H, W]",
@@ -124,7 +124,7 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
   const int spatial = x.dim() - 2;
   check_input(op, x, 3, 4, spatial, "3-D [N, C, L] or 4-D [N, C, H, W]");
   HG_CHECK(linear || !options.align_corners, "[", op, "] align_corners is only for the linear modes, not ",
-           mode_name(mode));
+           interpolate_mode_name(mode));
   HG_CHECK(options.size.empty() != options.scale_factor.empty(), "[", op,
            "] expected exactly one of size and scale_factor, got ", options.size.size(), " sizes and ",
            options.scale_factor.size(), " scale factors");

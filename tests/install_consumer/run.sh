@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the build tree into a temporary prefix, builds tests/install_consumer against it with
-# find_package(halfgrad), and runs the results: the consumer program and the README's Trainer example.
+# find_package(halfgrad), and runs the results: the consumer program, the README's Trainer example and
+# docs/building_a_model.md's module example (on the PyTorch weights of tests/data/torch/small_cnn.safetensors).
 set -euo pipefail
 build_dir=$1
 source_dir=$(cd "$(dirname "$0")" && pwd)
@@ -19,3 +20,9 @@ awk -v l="$loss" 'BEGIN { exit !(l != "" && l < 0.25) }' || { cat "$work/first.t
 "$work/build/trainer_example" | grep -q "resumed from checkpoints/step_0000000400.safetensors at step 400" ||
   { echo "trainer_example did not resume"; exit 1; }
 echo "trainer example ok"
+# The walk-through's model loads PyTorch's weights strictly, trains, and classifies (it exits 1 below 90%).
+"$work/build/module_example" "$source_dir/../data/torch/small_cnn.safetensors" > "$work/module.txt" ||
+  { cat "$work/module.txt"; echo "module_example failed"; exit 1; }
+grep -q "^SmallCNN(  # " "$work/module.txt" ||
+  { cat "$work/module.txt"; echo "module_example printed no tree"; exit 1; }
+echo "module example ok: $(grep '^accuracy' "$work/module.txt")"
