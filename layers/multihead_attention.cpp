@@ -79,8 +79,8 @@ Tensor MultiheadAttention::combined_mask(const AttentionMasks& m, int64_t n, int
   if (attn_bool && padding_bool) return logical_and(attn, padding);
   // One of them additive: the other becomes 0 where seen and -inf where hidden, and they add.
   auto additive = [&](const Tensor& mask) {
-    return mask.dtype() == DType::b8 ? where(mask, 0.0, full({1}, -std::numeric_limits<double>::infinity(), dtype))
-                                     : mask;
+    const double hidden = -std::numeric_limits<double>::infinity();
+    return mask.dtype() == DType::b8 ? where(mask, 0.0, full({1}, hidden, dtype, mask.device())) : mask;
   };
   return additive(attn) + additive(padding);
 }
