@@ -258,8 +258,6 @@ namespace {
 
 thread_local std::vector<const Module*> t_modules;  // parallel to engine/anomaly.h's name stack
 
-std::string class_name(const Module& module) { return module.type_name(); }
-
 // The dotted path from `from` down to `target` through registered children, or "" if none.
 bool find_path(const Module& from, const Module* target, std::string& path) {
   for (const auto& [name, child] : from.children()) {
@@ -281,7 +279,7 @@ bool find_path(const Module& from, const Module* target, std::string& path) {
 void ModuleScope::enter(const Module& module) {
   if (!t_modules.empty() && t_modules.back() == &module) return;  // GPT::loss calling GPT::forward
   std::string name;
-  if (t_modules.empty() || !find_path(*t_modules.back(), &module, name)) name = class_name(module);
+  if (t_modules.empty() || !find_path(*t_modules.back(), &module, name)) name = module.type_name();
   t_modules.push_back(&module);
   anomaly::push_module(std::move(name));
   entered_ = true;
