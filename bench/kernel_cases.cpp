@@ -21,6 +21,10 @@ namespace k = hg::kernels::cuda;
 using kernels::UnaryOp;
 using kernels::BinaryOp;
 using kernels::ReduceOp;
+using kernels::RnnCell;
+using kernels::rnn_cell_name;
+using kernels::rnn_gates;
+using kernels::rnn_saved;
 using audit::FlopKind;
 
 uint64_t sector_bytes(uint64_t bytes) { return (bytes + 31) / 32 * 32; }
@@ -483,6 +487,54 @@ std::vector<KernelCase> make_cases() {
                            bytes_of(s.n(), dt), bytes_of(s.cols, dt)}),
                        [=, st = a.stream()] { k::rms_norm_backward(x, w, rstd, dy, dx, dw, s.rows, s.cols, dt, st); });
   });
+  // ---- one recurrent step over [batch, hidden] = [rows, cols]: LSTM (4 gates), GRU (3) and the tanh RNN ----
+  for (const RnnCell cell : {RnnCell::Lstm, RnnCell::Gru, RnnCell::RnnTanh}) {
+    const std::string name = std::string(rnn_cell_name(cell)) + "_cell";
+    add(name + "_forward", kFloats, [cell](S s, DType dt, A a) {
+      const int64_t n = s.n(), g = rnn_gates(cell), saved = rnn_saved(cell);
+      const bool lstm = cell == RnnCell::Lstm, gru = cell == RnnCell::Gru;
+      void* x = a.uniform(g * n, dt);
+      void* hp = a.uniform(g * n, dt);
+      void* bias = a.uniform(g * s.cols, dt);
+      void* h_prev = a.uniform(n, dt);
+      void* c_prev = a.uniform(n, dt);
+      void* h = a.zeros(bytes_of(n, dt));
+      void* c = a.zeros(bytes_of(n, dt));
+      void* keep = a.zeros(bytes_of(saved * n + 1, dt));
+      return memory_case(dims({s.rows, g * s.cols}) + " gates",
+                         io({bytes_of(g * n, dt), bytes_of(g * n, dt), bytes_of(g * s.cols, dt),
+                             gru ? bytes_of(n, dt) : 0, lstm ? bytes_of(n, dt) : 0, bytes_of(n, dt),
+                             lstm ? bytes_of(n, dt) : 0, bytes_of(saved * n, dt)}),
+                         [=, st = a.stream()] {
+                           k::rnn_cell_forward(cell, x, hp, bias, h_prev, c_prev, h, c, keep, s.rows, s.cols, dt, st);
+                         });
+    });
+    add(name + "_backward", kFloats, [cell](S s, DType dt, A a) {
+      const int64_t n = s.n(), g = rnn_gates(cell), saved = rnn_saved(cell);
+      const bool lstm = cell == RnnCell::Lstm, gru = cell == RnnCell::Gru;
+      void* keep = a.uniform(saved * n + 1, dt, 0.05, 0.95);  // activated gates
+      void* h = a.uniform(n, dt);
+      void* c = a.uniform(n, dt);
+      void* h_prev = a.uniform(n, dt);
+      void* c_prev = a.uniform(n, dt);
+      void* dh_next = a.uniform(n, dt);
+      void* dy = a.uniform(n, dt);
+      void* dc = a.uniform(n, dt);
+      void* dx = a.zeros(bytes_of(g * n, dt));
+      void* dhp = a.zeros(bytes_of(g * n, dt));
+      void* dc_prev = a.zeros(bytes_of(n, dt));
+      void* dh_prev = a.zeros(bytes_of(n, dt));
+      const uint64_t unit = bytes_of(n, dt);
+      return memory_case(dims({s.rows, g * s.cols}) + " gates",
+                         io({bytes_of(saved * n, dt), saved == 0 ? unit : 0, lstm ? 2 * unit : 0, gru ? unit : 0,
+                             2 * unit, lstm ? unit : 0, bytes_of(g * n, dt), gru ? bytes_of(g * n, dt) + unit : 0,
+                             lstm ? unit : 0}),
+                         [=, st = a.stream()] {
+                           k::rnn_cell_backward(cell, keep, h, c, h_prev, c_prev, dh_next, dy, dc, dx, dhp, dc_prev,
+                                                dh_prev, s.rows, s.cols, dt, st);
+                         });
+    });
+  }
   for (const bool backward : {false, true}) {
     add(backward ? "group_norm_backward" : "group_norm_forward", kFloats, [backward](S s, DType dt, A a) {
       const DType acc = accumulate_dtype(dt);

@@ -14,6 +14,7 @@
 
 #include "engine/autograd.h"
 #include "engine/tensor.h"
+#include "kernels/rnn_cell_math.h"
 
 namespace hg {
 
@@ -313,6 +314,23 @@ struct AddLayerNorm {
 };
 AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                             double eps = 1e-5);
+// One recurrent layer, one direction, over a whole sequence (engine/ops/recurrence.cpp; nn::RNN, LSTM,
+// GRU and the cells are built on it). cell: RnnCell::RnnTanh, RnnRelu, Lstm or Gru, with G gates
+// (1, 1, 4, 3; PyTorch's order). x_proj [T, B, G H]: every step's input projection x_t W_ih^T + b_ih,
+// which the caller computes as one GEMM over the sequence; w_hh [G H, H]; b_hh [G H] (undefined: none);
+// h0, c0 [B, H] (undefined: zeros; c0 for Lstm only). reverse runs the steps t = T-1 .. 0. Each step is
+// one GEMM (h_prev W_hh^T) and one fused pointwise kernel (the math: kernels/kernels.h rnn_cell_forward).
+// output [T, B, H] holds h_t at t; h_n and c_n (Lstm; else undefined) the states after the last step.
+// The backward walks the steps back, one GEMM and one fused kernel each, then forms dW_hh as one GEMM
+// over the sequence; it is not differentiable again.
+using kernels::RnnCell;
+struct Recurrence {
+  Tensor output;
+  Tensor h_n;
+  Tensor c_n;
+};
+Recurrence recurrence(RnnCell cell, const Tensor& x_proj, const Tensor& w_hh, const Tensor& b_hh = Tensor(),
+                      const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor(), bool reverse = false);
 // weight [V, D], ids i32/i64 of any shape -> [ids.shape, D]. Deterministic backward. An id outside
 // [0, V) is an hg::Error naming its position; on CUDA raised at the next host read (as cross_entropy).
 Tensor embedding(const Tensor& weight, const Tensor& ids);

@@ -25,6 +25,7 @@
 #include "kernels/conv_geometry.h"
 #include "kernels/dtype.h"
 #include "kernels/resample_axis.h"
+#include "kernels/rnn_cell_math.h"
 #include "kernels/unary_math.h"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*, in the CUDA runtime and in the emulator alike
@@ -299,6 +300,29 @@ HG_DECLARE_KERNEL(void, add_layer_norm_forward,
 HG_DECLARE_KERNEL(void, add_layer_norm_backward,
                   (const void* h, const void* weight, const void* mean, const void* rstd, const void* dy,
                    const void* dh, void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype));
+
+// ---- recurrent cells ---------------------------------------------------------------------------
+// One time step of an RNN / LSTM / GRU layer, the pointwise part, over [batch, hidden] units (per-unit math
+// and gate order: kernels/rnn_cell_math.h; kernels/cpu/rnn_cell.cpp, kernels/cuda/rnn_cell.cu; the op:
+// engine/ops/recurrence.cpp). G = rnn_gates(cell), S = rnn_saved(cell); all buffers contiguous, in dtype:
+//   x [batch, G hidden]   this step's input projection x_t W_ih^T + b_ih (gate k of unit j at k hidden + j)
+//   hp [batch, G hidden]  h_prev W_hh^T (no bias);  bias [G hidden] = b_hh (nullable: 0)
+//   h_prev, c_prev [batch, hidden] (c_prev: Lstm only)
+// Forward writes h [batch, hidden], c [batch, hidden] (Lstm only) and saved [batch, S hidden] (what the
+// backward reads: unit j's k-th value at k hidden + j; S = 0: nothing). Computed in acc_t, rounded once.
+HG_DECLARE_KERNEL(void, rnn_cell_forward,
+                  (RnnCell cell, const void* x, const void* hp, const void* bias, const void* h_prev,
+                   const void* c_prev, void* h, void* c, void* saved, int64_t batch, int64_t hidden, DType dtype));
+// Backward of one step. dh = dh_next + dy (dh_next: the gradient reaching h from the next step, required;
+// dy: the layer output's gradient at this step, nullable: 0); dc (Lstm; nullable: 0) the one reaching c.
+// Writes dx [batch, G hidden] (the pre-activation gradients: of x, and for RNN / LSTM of hp and b too);
+// Lstm: dc_prev = the gradient reaching c_prev; Gru: dhp [batch, G hidden] (of hp: its r and z parts equal
+// dx's, its n part is dx_n r) and dh_prev = dh z (the direct part; the caller adds dhp W_hh). Buffers
+// another cell does not use may be null. h is this step's output, read by the plain RNN (act' from h).
+HG_DECLARE_KERNEL(void, rnn_cell_backward,
+                  (RnnCell cell, const void* saved, const void* h, const void* c, const void* h_prev,
+                   const void* c_prev, const void* dh_next, const void* dy, const void* dc, void* dx, void* dhp,
+                   void* dc_prev, void* dh_prev, int64_t batch, int64_t hidden, DType dtype));
 
 // ---- embedding ---------------------------------------------------------------------------------
 // y[i, :] = weight[ids[i], :] for weight [vocab, dim]. An id outside [0, vocab) is an hg::Error

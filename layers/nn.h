@@ -10,6 +10,7 @@
 #include "layers/module.h"
 #include "layers/multihead_attention.h"
 #include "layers/norm.h"
+#include "layers/recurrent.h"
 #include "layers/resample.h"
 #include "layers/transformer.h"
 #include "layers/transformer_layers.h"

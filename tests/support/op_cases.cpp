@@ -115,6 +115,26 @@ const std::vector<OpCase>& op_cases() {
          const AddLayerNorm o = add_layer_norm(x[0].t(), x[1], Tensor(), Tensor());
          return cat({o.normalized, o.sum}, 1);
        }},
+      // ---- recurrence (every output reaches the check with its own upstream gradient) ----
+      {"recurrence lstm", {{3, 2, 12}, {12, 3}, {12}, {2, 3}, {2, 3}}, Domain::Any,
+       [](V x) {
+         const Recurrence r = recurrence(RnnCell::Lstm, x[0], x[1], x[2], x[3], x[4]);
+         return cat({r.output.reshape({-1}), r.h_n.reshape({-1}), r.c_n.reshape({-1})}, 0);
+       }},
+      {"recurrence lstm reverse, zero state", {{4, 2, 8}, {8, 2}}, Domain::Any,
+       [](V x) {
+         const Recurrence r = recurrence(RnnCell::Lstm, x[0], x[1], Tensor(), Tensor(), Tensor(), true);
+         return cat({r.output.reshape({-1}), r.c_n.reshape({-1}) * 2.0}, 0);
+       }},
+      {"recurrence gru", {{3, 2, 9}, {9, 3}, {9}, {2, 3}}, Domain::Any,
+       [](V x) {
+         const Recurrence r = recurrence(RnnCell::Gru, x[0], x[1], x[2], x[3]);
+         return cat({r.output.reshape({-1}), r.h_n.reshape({-1})}, 0);
+       }},
+      {"recurrence gru reverse, h_n only", {{3, 1, 6}, {6, 2}, {6}, {1, 2}}, Domain::Any,
+       [](V x) { return recurrence(RnnCell::Gru, x[0], x[1], x[2], x[3], Tensor(), true).h_n; }},
+      {"recurrence rnn_tanh", {{4, 3, 2}, {2, 2}, {2}, {3, 2}}, Domain::Any,
+       [](V x) { return recurrence(RnnCell::RnnTanh, x[0], x[1], x[2], x[3]).output; }},
       {"layer_norm no affine", {{2, 2, 4}}, Domain::Any, [](V x) { return layer_norm(x[0], Tensor(), Tensor()); }},
       {"layer_norm of strided", {{5, 3}, {5}, {5}}, Domain::Any,
        [](V x) { return layer_norm(x[0].t(), x[1], x[2], 1e-3); }},
