@@ -109,6 +109,20 @@ TrainingState& TrainingState::scaler(optim::LossScaler& scaler) {
   return *this;
 }
 
+TrainingState& TrainingState::optimizer(const std::string& name, optim::Optimizer& optimizer) {
+  check_unique(named_optimizers_, "optimizer", name);
+  HG_CHECK(!optimizer.is_sharded(), "[TrainingState] optimizer '", name, "' is sharded (", optimizer.name(),
+           "); expected a local optimizer (a sharded one saves its shards itself, unnamed)");
+  named_optimizers_.emplace_back(name, &optimizer);
+  return *this;
+}
+
+TrainingState& TrainingState::scaler(const std::string& name, optim::LossScaler& scaler) {
+  check_unique(named_scalers_, "scaler", name);
+  named_scalers_.emplace_back(name, &scaler);
+  return *this;
+}
+
 TrainingState& TrainingState::counter(const std::string& name, int64_t& value) {
   check_unique(counters_, "counter", name);
   counters_.emplace_back(name, &value);
@@ -141,6 +155,8 @@ std::string TrainingState::describe() const {
   if (model_) add("model");
   if (optimizer_) add(optimizer_->is_sharded() ? "optimizer:sharded" : "optimizer");
   if (scaler_) add("scaler");
+  for (const auto& [name, _] : named_optimizers_) add("optimizers:" + name);
+  for (const auto& [name, _] : named_scalers_) add("scalers:" + name);
   for (const auto& [name, _] : counters_) add("counter:" + name);
   for (const auto& [name, _] : generators_) add("generator:" + name);
   for (const auto& [name, _] : engines_) add("mt19937_64:" + name);
@@ -161,6 +177,10 @@ safetensors::NamedTensors TrainingState::tensors() const {
   if (scaler_) {
     for (const auto& [name, t] : scaler_->state_tensors()) out.emplace_back("scaler." + name, t);
   }
+  for (const auto& [name, o] : named_optimizers_)
+    for (const auto& [entry, t] : o->state_tensors()) out.emplace_back("optimizers." + name + "." + entry, t);
+  for (const auto& [name, sc] : named_scalers_)
+    for (const auto& [entry, t] : sc->state_tensors()) out.emplace_back("scalers." + name + "." + entry, t);
   for (const auto& [name, value] : counters_) out.emplace_back("counter." + name, words_tensor({uint64_t(*value)}));
   for (const auto& [name, g] : generators_) {
     const GeneratorState s = g->state();
@@ -190,7 +210,8 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
       {"model", model_ != nullptr},        {"optimizer", optimizer_ != nullptr && !optimizer_->is_sharded()},
       {"scaler", scaler_ != nullptr},      {"counter", !counters_.empty()},
       {"generator", !generators_.empty()}, {"mt19937_64", !engines_.empty()},
-      {"extra", !extras_.empty()}};
+      {"extra", !extras_.empty()},        {"optimizers", !named_optimizers_.empty()},
+      {"scalers", !named_scalers_.empty()}};
   for (const auto& [kind, entries] : by_kind) {
     const auto it = registered.find(kind);
     HG_INPUT_CHECK(it != registered.end(), where, " entry '", kind, ".", entries.front().first,
@@ -257,7 +278,36 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
       throw Error(where + " scaler state: " + e.what());
     }
   }
+  // Named parts: "<name>.<rest>" entries split by name; an entry of a name not registered is refused.
+  auto split_named = [&](const std::string& kind, const std::vector<std::string>& registered_names) {
+    std::map<std::string, safetensors::NamedTensors> out;
+    for (const std::string& name : registered_names) out[name];
+    for (const auto& [entry, t] : by_kind[kind]) {
+      const size_t dot = entry.find('.');
+      const std::string name = entry.substr(0, dot);
+      HG_INPUT_CHECK(dot != std::string::npos && out.count(name) > 0, where, " entry '", kind, ".", entry,
+                     "' names no ", kind == "scalers" ? "scaler" : "optimizer", " of this run; the checkpoint holds: ",
+                     meta("contents"));
+      out[name].emplace_back(entry.substr(dot + 1), t);
+    }
+    return out;
+  };
   std::vector<std::string> names;
+  for (const auto& [name, _] : named_scalers_) names.push_back(name);
+  std::map<std::string, safetensors::NamedTensors> scaler_entries = split_named("scalers", names);
+  std::vector<optim::LossScaler> named_scalers;
+  for (const auto& [name, live] : named_scalers_) {
+    named_scalers.push_back(*live);
+    try {
+      named_scalers.back().load_state_tensors(scaler_entries[name]);
+    } catch (const Error& e) {
+      throw Error(where + " scaler '" + name + "' state: " + e.what());
+    }
+  }
+  names.clear();
+  for (const auto& [name, _] : named_optimizers_) names.push_back(name);
+  std::map<std::string, safetensors::NamedTensors> optimizer_entries = split_named("optimizers", names);
+  names.clear();
   for (const auto& [name, _] : counters_) names.push_back(name);
   const std::vector<Tensor> counters = take_named("counter", names, DType::i64, std::vector<int64_t>(names.size(), 1));
   names.clear();
@@ -305,10 +355,9 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
 
   // ---- apply: the optimizer first (its load checks everything before it changes anything), then
   // the parts that cannot fail any more ----
-  if (optimizer_ && !optimizer_->is_sharded()) {
-    // Buffers go to their parameter's device (the file's tensors are on the CPU).
-    const std::vector<Tensor> params = optimizer_->parameters();
-    safetensors::NamedTensors entries = by_kind["optimizer"];
+  // Buffers go to their parameter's device (the file's tensors are on the CPU).
+  auto load_optimizer = [&](optim::Optimizer& optimizer, safetensors::NamedTensors entries, const std::string& what) {
+    const std::vector<Tensor> params = optimizer.parameters();
     for (auto& [name, t] : entries) {
       size_t index = 0;
       const size_t dot = name.find('.');
@@ -318,14 +367,18 @@ void TrainingState::restore(const safetensors::File& file, const std::string& so
         t = t.to(params[index].device());
     }
     try {
-      optimizer_->load_state_tensors(entries);
+      optimizer.load_state_tensors(entries);
     } catch (const Error& e) {
-      throw Error(where + " optimizer state: " + e.what());
+      throw Error(where + " " + what + " state: " + e.what());
     }
-  }
+  };
+  if (optimizer_ && !optimizer_->is_sharded()) load_optimizer(*optimizer_, by_kind["optimizer"], "optimizer");
+  for (const auto& [name, optimizer] : named_optimizers_)
+    load_optimizer(*optimizer, optimizer_entries[name], "optimizer '" + name + "'");
   NoGradGuard no_grad;
   for (const auto& [live, saved] : model_copies) live.copy_(saved);
   if (scaler_) *scaler_ = std::move(*scaler);
+  for (size_t i = 0; i < named_scalers_.size(); ++i) *named_scalers_[i].second = std::move(named_scalers[i]);
   for (size_t i = 0; i < counters_.size(); ++i) *counters_[i].second = int64_t(tensor_words(counters[i])[0]);
   for (size_t i = 0; i < generators_.size(); ++i) {
     const std::vector<uint64_t> w = tensor_words(generators[i]);

@@ -11,6 +11,9 @@
 //                             a sharded optimizer (ZeRO), whose shards are files of their own
 //                             (train/checkpoint_directory.h writes both)
 //   scaler.<state>            LossScaler::state_tensors
+//   optimizers.<name>.<index>.<state>, scalers.<name>.<state>
+//                             the named optimizers and loss scalers of a custom step
+//                             (train/custom_step.h: one per Update), as the unnamed ones
 //   counter.<name>            i64 [1]
 //   generator.<name>          i64 [2]: Philox seed and offset (bit patterns of the u64s)
 //   mt19937_64.<name>         i64 [313]: the engine's state words and position (bit patterns)
@@ -58,6 +61,11 @@ class TrainingState {
   TrainingState& model(nn::Module& model);
   TrainingState& optimizer(optim::Optimizer& optimizer);
   TrainingState& scaler(optim::LossScaler& scaler);
+  // Named ones (several optimizers, each with its scaler: a GAN's discriminator and generator). A
+  // sharded optimizer is refused here. Note: several optimizers load one after the other, each
+  // checking its own state first; the other parts are all checked before any changes.
+  TrainingState& optimizer(const std::string& name, optim::Optimizer& optimizer);
+  TrainingState& scaler(const std::string& name, optim::LossScaler& scaler);
   TrainingState& counter(const std::string& name, int64_t& value);
   TrainingState& generator(const std::string& name, Generator& generator);
   TrainingState& mt19937_64(const std::string& name, std::mt19937_64& engine);
@@ -89,6 +97,8 @@ class TrainingState {
   nn::Module* model_ = nullptr;
   optim::Optimizer* optimizer_ = nullptr;
   optim::LossScaler* scaler_ = nullptr;
+  std::vector<std::pair<std::string, optim::Optimizer*>> named_optimizers_;
+  std::vector<std::pair<std::string, optim::LossScaler*>> named_scalers_;
   std::vector<std::pair<std::string, int64_t*>> counters_;
   std::vector<std::pair<std::string, Generator*>> generators_;
   std::vector<std::pair<std::string, std::mt19937_64*>> engines_;

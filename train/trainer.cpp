@@ -15,6 +15,7 @@
 #include "engine/random.h"
 #include "engine/host_reads.h"
 #include "engine/safetensors.h"
+#include "optim/clip_value.h"
 #include "train/checkpoint_directory.h"
 #include "train/progress.h"
 
@@ -53,17 +54,63 @@ int64_t bytes_on_disk(const std::string& path) {
   return bytes;
 }
 
+// The first Update's optimizer (the Trainer's optimizer_ in a custom step: device, whole_parameters).
+optim::Optimizer& first_optimizer(const std::vector<Update>& updates) {
+  HG_CHECK(!updates.empty(), kWho, " a custom step without Updates; expected at least one named optimizer");
+  HG_CHECK(updates.front().optimizer != nullptr, kWho, " Update '", updates.front().name,
+           "' has no optimizer; expected a pointer to one");
+  return *updates.front().optimizer;
+}
+
 }  // namespace
 
 Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, data::DataLoader& loader, LossFn loss,
                  TrainerOptions options)
     : model_(model), optimizer_(optimizer), loader_(loader), loss_(std::move(loss)), options_(std::move(options)) {
-  const TrainerOptions& o = options_;
   HG_CHECK(loss_ != nullptr, kWho, " no loss function");
+  init();
+}
+
+Trainer::Trainer(nn::Module& model, std::vector<Update> updates, data::DataLoader& loader, StepFn step,
+                 TrainerOptions options)
+    : model_(model),
+      optimizer_(first_optimizer(updates)),
+      loader_(loader),
+      custom_step_(std::move(step)),
+      options_(std::move(options)) {
+  HG_CHECK(custom_step_ != nullptr, kWho, " no step function");
+  const TrainerOptions& o = options_;
+  HG_CHECK(o.clip() == 0 && o.clip_value() == 0, kWho, " options clip ", o.clip(), " / clip_value ", o.clip_value(),
+           " with a custom step; expected 0: give each Update its own clip / clip_value");
+  HG_CHECK(!o.cuda_graph(), kWho, " cuda_graph with a custom step; expected it off (the custom step runs eagerly)");
+  for (size_t i = 0; i < updates.size(); ++i) {
+    const Update& u = updates[i];
+    HG_CHECK(!u.name.empty() && u.name.find('.') == std::string::npos, kWho, " Update ", i, " is named '", u.name,
+             "'; expected a non-empty name without '.'");
+    HG_CHECK(u.optimizer != nullptr, kWho, " Update '", u.name, "' has no optimizer; expected a pointer to one");
+    HG_CHECK(!u.optimizer->is_sharded(), kWho, " Update '", u.name, "': the optimizer ", u.optimizer->name(),
+             " is sharded; a custom step expects local optimizers");
+    HG_CHECK(std::isfinite(u.clip) && u.clip >= 0 && std::isfinite(u.clip_value) && u.clip_value >= 0, kWho,
+             " Update '", u.name, "': clip ", u.clip, " / clip_value ", u.clip_value, "; expected >= 0 (0: off)");
+    for (size_t j = 0; j < i; ++j) {
+      HG_CHECK(updates[j].name != u.name, kWho, " two Updates are named '", u.name, "'; expected unique names");
+      HG_CHECK(updates[j].optimizer != u.optimizer, kWho, " Updates '", updates[j].name, "' and '", u.name,
+               "' share one optimizer; expected one optimizer per Update");
+    }
+  }
+  updates_.reserve(updates.size());
+  for (Update& u : updates) updates_.push_back(UpdateState{std::move(u)});
+  init();
+}
+
+void Trainer::init() {
+  const TrainerOptions& o = options_;
   HG_CHECK(o.steps() >= 0 && o.stop_after() >= 0, kWho, " steps ", o.steps(), " / stop_after ", o.stop_after(),
            "; expected >= 0");
   HG_CHECK(o.grad_accum() >= 1, kWho, " grad_accum ", o.grad_accum(), "; expected >= 1 micro-batch per step");
   HG_CHECK(std::isfinite(o.clip()) && o.clip() >= 0, kWho, " clip ", o.clip(), "; expected >= 0 (0: off)");
+  HG_CHECK(std::isfinite(o.clip_value()) && o.clip_value() >= 0, kWho, " clip_value ", o.clip_value(),
+           "; expected >= 0 (0: off)");
   HG_CHECK(o.eval_every() >= 0 && o.log_every() >= 1 && o.checkpoint_every() >= 0 && o.keep_checkpoints() >= 1, kWho,
            " eval_every / checkpoint_every >= 0, log_every / keep_checkpoints >= 1 expected");
   HG_CHECK(o.seq_warmup_steps() >= 0 && o.seq_warmup_start() >= 1, kWho, " seq_warmup_steps ", o.seq_warmup_steps(),
@@ -73,7 +120,15 @@ Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, data::DataLoade
   HG_CHECK(!optimizer_.is_sharded() || o.communicator() != nullptr, kWho, " the optimizer ", optimizer_.name(),
            " is sharded across ranks: give the trainer their communicator (TrainerOptions().communicator(...))");
   loader_position_ = loader_.state();
-  state_.model(model_).optimizer(optimizer_).scaler(scaler_).counter("step", completed_steps_);
+  if (custom()) {  // every Update's optimizer, scaler and t, by name
+    state_.model(model_).counter("step", completed_steps_);
+    for (UpdateState& u : updates_) {
+      state_.optimizer(u.spec.name, *u.spec.optimizer).scaler(u.spec.name, u.spec.scaler);
+      state_.counter("steps_" + u.spec.name, u.steps);
+    }
+  } else {
+    state_.model(model_).optimizer(optimizer_).scaler(scaler_).counter("step", completed_steps_);
+  }
   state_.counter("optimizer_steps", optimizer_steps_).generator("default", default_generator());
   state_.extra("loader", loader_position_, [this](const Tensor& saved) { loader_.check_state(saved); });
   state_.run_config(o.run_config());
@@ -85,18 +140,41 @@ Trainer::~Trainer() = default;
 
 Trainer& Trainer::schedule(std::shared_ptr<const optim::LrSchedule> schedule) {
   check_not_started("schedule");
+  HG_CHECK(!custom(), kWho, " schedule() with a custom step; expected each Update's own schedule");
   schedule_ = std::move(schedule);
   return *this;
 }
 
 Trainer& Trainer::loss_scaler(optim::LossScaler scaler) {
   check_not_started("loss_scaler");
+  HG_CHECK(!custom(), kWho, " loss_scaler() with a custom step; expected each Update's own scaler");
   scaler_ = std::move(scaler);  // the TrainingState keeps pointing at scaler_
   return *this;
 }
 
 Trainer& Trainer::evaluator(EvalFn evaluate) {
   evaluate_ = std::move(evaluate);
+  return *this;
+}
+
+Trainer& Trainer::ema(EmaOptions options, std::vector<Tensor> params) {
+  check_not_started("ema");
+  HG_CHECK(ema_ == nullptr, kWho, " ema() twice; expected one EMA");
+  HG_CHECK(!optimizer_.is_sharded(), kWho, " ema() with the sharded optimizer ", optimizer_.name(),
+           "; expected a local optimizer (the EMA keeps whole parameters)");
+  ema_ = std::make_unique<ExponentialMovingAverage>(params.empty() ? model_.parameters() : std::move(params), options);
+  ema_->register_state(state_, "ema_");
+  return *this;
+}
+
+Trainer& Trainer::plateau(std::shared_ptr<optim::ReduceLROnPlateau> plateau) {
+  check_not_started("plateau");
+  HG_CHECK(plateau != nullptr, kWho, " plateau(nullptr); expected a ReduceLROnPlateau");
+  HG_CHECK(!custom(), kWho, " plateau() with a custom step; expected a single optimizer (a custom step sets its lrs)");
+  HG_CHECK(plateau_ == nullptr, kWho, " plateau() twice; expected one");
+  plateau_ = std::move(plateau);
+  plateau_state_ = plateau_->state();
+  state_.extra("plateau", plateau_state_, [](const Tensor& saved) { optim::ReduceLROnPlateau::check_state(saved); });
   return *this;
 }
 
@@ -131,6 +209,7 @@ bool Trainer::resume() {
   try {  // everything, the loader's position included, is checked before anything changes
     checkpoints_->load(*latest, state_);
     loader_.load_state(loader_position_);
+    if (plateau_) plateau_->load_state(plateau_state_);
   } catch (const Error& e) {
     throw Error("--resume from " + *latest + ": " + e.what());
   }
@@ -161,6 +240,7 @@ Tensor Trainer::micro_batch_loss(const data::Batch& batch, int64_t micro_batches
 }
 
 bool Trainer::steps_on_device() const {
+  if (custom() || ema_ || plateau_ || options_.clip_value() > 0) return false;  // host-decided (trainer.h)
   return optimizer_.decides_on_device() && (!schedule_ || schedule_->device_form().has_value());
 }
 
@@ -180,7 +260,9 @@ Trainer::StepFigures Trainer::run_step(int64_t step, bool read) {
   {
     std::optional<HostReadGuard> no_reads;
     if (step_state_ && !read && options_.forbid_host_reads()) no_reads.emplace("a training step that is not logged");
-    if (captured_) {
+    if (custom()) {
+      custom_step_body(batches, step, f);
+    } else if (captured_) {
       captured_->run(step, batches, [&](const std::vector<data::Batch>& step_batches, bool eager) {
         StepFigures unused;  // a captured step reads nothing (its figures stay on the device)
         step_body(step_batches, /*read=*/false, /*ranges=*/eager, eager ? f : unused);
@@ -238,16 +320,37 @@ void Trainer::step_body(const std::vector<data::Batch>& batches, bool read, bool
     // the schedule stay where they are.
     scaler_.unscale_(optimizer_);
     f.grad_norm = options_.clip() > 0 ? optimizer_.clip_grad_norm(options_.clip()) : NAN;
+    if (options_.clip_value() > 0) optim::clip_grad_value_(optimizer_.parameters(), options_.clip_value());
     f.lr = schedule_ ? schedule_->lr(optimizer_steps_) : NAN;
-    if (schedule_) optimizer_.set_lr(f.lr);
-    if (scaler_.step(optimizer_))
+    if (plateau_) f.lr = schedule_ ? std::min(f.lr, plateau_->lr()) : plateau_->lr();
+    if (schedule_ || plateau_) optimizer_.set_lr(f.lr);
+    if (scaler_.step(optimizer_)) {
       ++optimizer_steps_;
-    else if (!scaler_.enabled())
+      if (ema_) ema_->update();
+    } else if (!scaler_.enabled())
       ++unscaled_skips_;  // a sharded optimizer found inf/NaN itself (the scaler counts only its own)
     scaler_.update();
     if (read && scaler_.enabled()) f.scale = scaler_.scale_value(), f.skipped = scaler_.skipped_steps();
   }
   optimizer_.zero_grad();
+}
+
+void Trainer::custom_step_body(const std::vector<data::Batch>& batches, int64_t step, StepFigures& f) {
+  for (UpdateState& u : updates_) {
+    u.spec.optimizer->zero_grad();
+    u.backwards = 0;
+    u.stepped = false;
+    u.lr = u.grad_norm = NAN;
+  }
+  StepContext context(updates_, batches, step);
+  custom_step_(context);
+  bool stepped = false;
+  int64_t steps = 0;
+  for (const UpdateState& u : updates_) stepped = stepped || u.stepped, steps += u.steps;
+  if (stepped && ema_) ema_->update();
+  optimizer_steps_ = steps;
+  f.logged = context.logged();
+  f.loss = f.logged.empty() ? NAN : f.logged.front().second;
 }
 
 void Trainer::check_graph_preconditions() const {
@@ -321,9 +424,22 @@ metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool ke
   const MemoryStats memory = memory_stats(device_);
   std::string line;
   char part[160];
-  std::snprintf(part, sizeof part, "step %6lld/%lld | loss %.4f", (long long)step, (long long)options_.steps(), f.loss);
-  line += part;
-  if (schedule_) std::snprintf(part, sizeof part, " | lr %.2e", f.lr), line += part;
+  if (custom()) {  // the step's logged figures, then each Update's lr and scale
+    std::snprintf(part, sizeof part, "step %6lld/%lld", (long long)step, (long long)options_.steps());
+    line += part;
+    for (const auto& [name, value] : f.logged) line += " | " + name + " " + std::to_string(value);
+    for (const UpdateState& u : updates_) {
+      if (u.spec.schedule) std::snprintf(part, sizeof part, " | lr_%s %.2e", u.spec.name.c_str(), u.lr), line += part;
+      if (u.spec.scaler.enabled())
+        std::snprintf(part, sizeof part, " | scale_%s %g", u.spec.name.c_str(), u.spec.scaler.scale_value()),
+            line += part;
+    }
+  } else {
+    std::snprintf(part, sizeof part, "step %6lld/%lld | loss %.4f", (long long)step, (long long)options_.steps(),
+                  f.loss);
+    line += part;
+  }
+  if (schedule_ || plateau_) std::snprintf(part, sizeof part, " | lr %.2e", f.lr), line += part;
   std::snprintf(part, sizeof part, " | %7.0f %s/s | %6.1f ms/step | mem %s/%s MiB (reserved %s)", f.items / f.seconds,
                 unit_, f.seconds * 1e3, megabytes(memory.allocated_bytes).c_str(),
                 megabytes(memory.peak_allocated_bytes).c_str(), megabytes(memory.reserved_bytes).c_str());
@@ -332,7 +448,8 @@ metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool ke
     std::snprintf(part, sizeof part, " | scale %g | skipped %lld", f.scale, (long long)f.skipped);
     line += part;
   }
-  if (const std::string state = optimizer_.state_summary(); !state.empty()) line += " | " + state;
+  if (const std::string state = custom() ? std::string() : optimizer_.state_summary(); !state.empty())
+    line += " | " + state;
   if (reports_runtime() && !options_.monitor().profile_path().empty()) {  // --profile: what the step asked of CUDA
     const RuntimeCounters& r = f.runtime;
     using C = RuntimeCounter;
@@ -347,8 +464,14 @@ metrics::Record Trainer::report_step(int64_t step, const StepFigures& f, bool ke
   }
   progress_->step_line(line, keep);
   metrics::Record record(step);
-  record.set("loss", f.loss);
-  if (schedule_) record.set("lr", f.lr);
+  if (!custom() || !f.logged.empty()) record.set("loss", f.loss);
+  if (schedule_ || plateau_) record.set("lr", f.lr);
+  for (const auto& [name, value] : f.logged) record.set(name, value);
+  for (const UpdateState& u : updates_) {
+    if (u.spec.schedule) record.set("lr_" + u.spec.name, u.lr);
+    if (u.spec.clip > 0) record.set("grad_norm_" + u.spec.name, u.grad_norm);
+    if (u.spec.scaler.enabled()) record.set("loss_scale_" + u.spec.name, u.spec.scaler.scale_value());
+  }
   record.set(std::strcmp(unit_, "tok") == 0 ? "tokens_per_s" : "examples_per_s", f.items / f.seconds);
   record.set("step_ms", f.seconds * 1e3);
   if (options_.clip() > 0) record.set("grad_norm", f.grad_norm);
@@ -367,6 +490,8 @@ bool Trainer::evaluate(int64_t step, metrics::Record& record, TrainingMonitor& m
       ~EvalMode() { model.train(); }
     } eval_mode{model_};
     model_.eval();
+    std::optional<EmaScope> averaged;  // EmaOptions().evaluate(true): the evaluator sees the EMA weights
+    if (ema_ && ema_->options().evaluate()) averaged.emplace(*ema_);
     evaluation = evaluate_();
   }
   record.set(options_.metric_name(), evaluation.value);
@@ -377,6 +502,7 @@ bool Trainer::evaluate(int64_t step, metrics::Record& record, TrainingMonitor& m
     if (monitor.early_stopping()) whole = optimizer_.whole_parameters();
     stop = monitor.evaluated(step, evaluation.value);
   }
+  if (plateau_) plateau_->step(evaluation.value);
   progress_->line("eval  step " + std::to_string(step) + " | " + evaluation.text);
   evaluations_.emplace_back(step, std::move(evaluation));
   return stop;
@@ -385,6 +511,7 @@ bool Trainer::evaluate(int64_t step, metrics::Record& record, TrainingMonitor& m
 void Trainer::save_checkpoint(int64_t step, double loss) {
   const auto start = Clock::now();
   loader_position_ = loader_.state();
+  if (plateau_) plateau_state_ = plateau_->state();
   std::string path;
   try {
     path = checkpoints_->save(state_, step);
@@ -504,6 +631,7 @@ TrainResult Trainer::fit() {
   result.last_step = completed_steps_;
   result.optimizer_steps = optimizer_steps_;
   result.skipped_steps = scaler_.skipped_steps() + unscaled_skips_;
+  for (const UpdateState& u : updates_) result.skipped_steps += u.spec.scaler.skipped_steps();
   result.final_loss = last_loss;
   result.seconds = seconds_since(start);
   result.data_wait_seconds = loader_.wait_seconds();

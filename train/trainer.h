@@ -15,8 +15,9 @@
 //     parallelism) -> narrowed to the sequence-length warmup's length -> loss(batch) (inside an
 //     ActivationOffload scope when set) / grad_accum -> scaler.scale(loss).backward()
 //     (optimizer.set_gradient_sync(true) only for the last micro-batch)
-//   -> scaler.unscale_(optimizer) -> optimizer.clip_grad_norm(clip) -> optimizer.set_lr(schedule(t))
-//   -> scaler.step(optimizer) (skipped on inf/NaN: t and the schedule stay) -> scaler.update()
+//   -> scaler.unscale_(optimizer) -> optimizer.clip_grad_norm(clip) -> clip_grad_value_(clip_value)
+//   -> optimizer.set_lr(schedule(t)) -> scaler.step(optimizer) (skipped on inf/NaN: t and the schedule
+//   stay) -> ema.update() (a step taken, with an EMA) -> scaler.update()
 //   -> optimizer.zero_grad() -> progress line, metrics record, profiler ranges
 //   -> every eval_every steps (and at the last): the evaluator, early stopping
 //   -> every checkpoint_every steps (and at the last): a checkpoint (train/checkpoint_directory.h)
@@ -54,6 +55,28 @@
 // Evaluation and checkpoints run eagerly between replays. A batch whose shapes differ from the
 // captured ones is an hg::Error.
 //
+// A USER-DEFINED STEP (train/custom_step.h): the second constructor takes named Updates -- each an
+// optimizer with its own schedule, loss scaler and clipping -- and a step function that receives a
+// StepContext with the step's micro-batches, through which it runs backward (scaled) and steps a named
+// Update. The loop, accumulation, evaluation, early stopping, the EMA, checkpoints (every optimizer,
+// scaler and t) and the metrics log work as for one optimizer; the step is taken on the host.
+//
+// EMA (train/ema.h; Trainer::ema): an exponential moving average of the model's (or given) parameters,
+// updated after every optimizer step that was not skipped (a custom step: once after the step function,
+// when any Update stepped), in every checkpoint, and swapped in for the evaluator with
+// EmaOptions().evaluate(true).
+//
+// CLIPPING: options.clip (global norm, clip_grad_norm) and options.clip_value (clip_grad_value_, each
+// gradient element to [-v, v]) both act on the unscaled gradients, after the scaler's unscale_; with
+// both, the norm is clipped first.
+//
+// REDUCE ON PLATEAU (optim/plateau.h; Trainer::plateau): fed the evaluator's value at each evaluation;
+// the lr of a step is plateau.lr(), or min(schedule(t), plateau.lr()) with a schedule as well. Its
+// state is in every checkpoint.
+//
+// clip_value, the EMA and the plateau take the step on the host (the host path above: a host read of the
+// scaler's verdict per step on a CUDA device); they are refused with cuda_graph.
+//
 // CONVENTION
 //   - t, the step the schedule sees, counts optimizer steps that were not skipped.
 //   - Losses printed and logged are the mean over the ranks; only rank 0 writes the metrics log;
@@ -80,7 +103,10 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "train/captured_step.h"
+#include "optim/plateau.h"
 #include "train/checkpoint.h"
+#include "train/custom_step.h"
+#include "train/ema.h"
 #include "train/monitor.h"
 #include "train/step_state.h"
 
@@ -99,6 +125,7 @@ struct TrainerOptions {
   HG_OPTION(TrainerOptions, int64_t, stop_after, 0);
   HG_OPTION(TrainerOptions, int64_t, grad_accum, 1);
   HG_OPTION(TrainerOptions, double, clip, 0.0);        // global gradient-norm clipping (0: off)
+  HG_OPTION(TrainerOptions, double, clip_value, 0.0);  // clip_grad_value_ of each gradient element (0: off)
   HG_OPTION(TrainerOptions, int64_t, eval_every, 0);   // 0: only at the last step
   HG_OPTION(TrainerOptions, int64_t, log_every, 100);  // progress lines kept (others overwritten)
   // Name of the evaluator's value in the metrics log, and whether it is minimised (loss) or
@@ -166,9 +193,14 @@ class Trainer {
   // The loss of one micro-batch (a forward; the trainer divides it by grad_accum and runs backward).
   using LossFn = std::function<Tensor(const data::Batch&)>;
   using EvalFn = std::function<Evaluation()>;
+  // A user-defined step (train/custom_step.h): called once per step with the step's context.
+  using StepFn = std::function<void(StepContext&)>;
 
   // The model, optimizer and loader must outlive the trainer. Options are checked here.
   Trainer(nn::Module& model, optim::Optimizer& optimizer, data::DataLoader& loader, LossFn loss,
+          TrainerOptions options = {});
+  // A user-defined step over named Updates (see A USER-DEFINED STEP); the optimizers must outlive it.
+  Trainer(nn::Module& model, std::vector<Update> updates, data::DataLoader& loader, StepFn step,
           TrainerOptions options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -179,6 +211,10 @@ class Trainer {
   // The fp16 loss scaler (default: none).
   Trainer& loss_scaler(optim::LossScaler scaler);
   Trainer& evaluator(EvalFn evaluate);
+  // The EMA of `params` (default: the model's parameters); see EMA. Set before resume() / fit().
+  Trainer& ema(EmaOptions options, std::vector<Tensor> params = {});
+  // ReduceLROnPlateau fed by the evaluator (see REDUCE ON PLATEAU). Set before resume() / fit().
+  Trainer& plateau(std::shared_ptr<optim::ReduceLROnPlateau> plateau);
 
   // Restores the newest intact checkpoint of checkpoint_dir (fit() does it when options.resume and it
   // has not run yet); newer damaged ones (CheckpointDirectory::latest_intact_for) are skipped with a
@@ -197,6 +233,11 @@ class Trainer {
   void save_model(const std::string& path, const std::function<void(const std::string&)>& write = {});
 
   const optim::LossScaler& scaler() const { return scaler_; }
+  // The EMA (nullptr when none): for evaluation with the averaged weights (EmaScope) or copy_to.
+  ExponentialMovingAverage* ema() const { return ema_.get(); }
+  const optim::ReduceLROnPlateau* plateau() const { return plateau_.get(); }
+  // A custom step's Updates: their t (steps) and scalers.
+  const std::vector<UpdateState>& updates() const { return updates_; }
   // Steps completed (also across a resume).
   int64_t completed_steps() const { return completed_steps_; }
 
@@ -206,7 +247,13 @@ class Trainer {
     double scale = 1;         // the loss scale after the step
     int64_t skipped = 0;      // the scaler's skipped steps so far
     RuntimeCounters runtime;  // the CUDA runtime calls the step made (kernels/runtime_counters.h)
+    std::vector<std::pair<std::string, double>> logged;  // a custom step's log() values
   };
+  // The constructors' common part: the options' checks and the checkpoint's registrations.
+  void init();
+  bool custom() const { return !updates_.empty(); }
+  // A custom step: zero every Update's gradients, the user's step, the EMA.
+  void custom_step_body(const std::vector<data::Batch>& batches, int64_t step, StepFigures& f);
   data::Batch narrowed(const data::Batch& batch, int64_t step) const;
   // Micro-batches, backward and the optimizer; the figures are read (`read`) or left on the device.
   StepFigures run_step(int64_t step, bool read);
@@ -237,6 +284,8 @@ class Trainer {
   optim::Optimizer& optimizer_;
   data::DataLoader& loader_;
   LossFn loss_;
+  StepFn custom_step_;
+  std::vector<UpdateState> updates_;  // a custom step's (never resized after init: the state points in)
   EvalFn evaluate_;
   TrainerOptions options_;
   std::shared_ptr<const optim::LrSchedule> schedule_;
@@ -248,6 +297,9 @@ class Trainer {
   std::optional<kernels::LrScheduleDesc> device_schedule_;
   std::unique_ptr<CapturedStep> captured_;  // cuda_graph, from the first step of fit()
   Tensor loader_position_;
+  std::unique_ptr<ExponentialMovingAverage> ema_;
+  std::shared_ptr<optim::ReduceLROnPlateau> plateau_;
+  Tensor plateau_state_;  // the plateau's state() when saved / as loaded
   TrainingState state_;
   std::unique_ptr<CheckpointDirectory> checkpoints_;
   std::vector<std::pair<int64_t, Evaluation>> evaluations_;  // (step, evaluation), in order
