@@ -25,7 +25,7 @@
 #include "kernels/conv_geometry.h"
 #include "kernels/dtype.h"
 #include "kernels/resample_axis.h"
-#include "kernels/rnn_cell_math.h"
+#include "kernels/rnn_cell.h"
 #include "kernels/unary_math.h"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*, in the CUDA runtime and in the emulator alike
@@ -302,9 +302,9 @@ HG_DECLARE_KERNEL(void, add_layer_norm_backward,
                    const void* dh, void* dx, void* dweight, void* dbias, int64_t rows, int64_t cols, DType dtype));
 
 // ---- recurrent cells ---------------------------------------------------------------------------
-// One time step of an RNN / LSTM / GRU layer, the pointwise part, over [batch, hidden] units (per-unit math
-// and gate order: kernels/rnn_cell_math.h; kernels/cpu/rnn_cell.cpp, kernels/cuda/rnn_cell.cu; the op:
-// engine/ops/recurrence.cpp). G = rnn_gates(cell), S = rnn_saved(cell); all buffers contiguous, in dtype:
+// One time step of an RNN / LSTM / GRU layer, the pointwise part, over [batch, hidden] units (the cell kinds:
+// kernels/rnn_cell.h; per-unit math and gate order: kernels/rnn_cell_math.h; kernels/cpu/rnn_cell.cpp,
+// kernels/cuda/rnn_cell.cu; the op: engine/ops/recurrence.cpp). G = rnn_gates(cell), S = rnn_saved(cell); all buffers contiguous, in dtype:
 //   x [batch, G hidden]   this step's input projection x_t W_ih^T + b_ih (gate k of unit j at k hidden + j)
 //   hp [batch, G hidden]  h_prev W_hh^T (no bias);  bias [G hidden] = b_hh (nullable: 0)
 //   h_prev, c_prev [batch, hidden] (c_prev: Lstm only)

@@ -1,7 +1,8 @@
 #pragma once
 // The pointwise math of one time step of a recurrent layer, per hidden unit, shared by the CPU and CUDA
-// rnn_cell kernels (kernels/kernels.h states the whole kernel; kernels/cpu/rnn_cell.cpp,
-// kernels/cuda/rnn_cell.cu). Gate order and formulas are PyTorch's (torch.nn.RNN / LSTM / GRU):
+// rnn_cell kernels (kernels/kernels.h states the whole kernel and kernels/rnn_cell.h the cell kinds;
+// kernels/cpu/rnn_cell.cpp, kernels/cuda/rnn_cell.cu). Gate order and formulas are PyTorch's (torch.nn.RNN / LSTM /
+// GRU):
 //
 //   RnnTanh, RnnRelu (1 gate):  h = act(a),  a = x + hp + b
 //   Lstm (4 gates i, f, g, o):  i, f, o = sigmoid(a_i, a_f, a_o),  g = tanh(a_g),  a_k = x_k + hp_k + b_k
@@ -10,43 +11,15 @@
 //                               n = tanh(x_n + r (hp_n + b_n)),  h = (1 - z) n + z h_prev
 //
 // x is the step's input projection (x W_ih^T + b_ih), hp = h_prev W_hh^T and b = b_hh. What the backward
-// reads back ("saved", kRnnSaved values per unit): Lstm i, f, g, o; Gru r, z, n, hp_n + b_n; nothing for
+// reads back ("saved", rnn_saved(cell) values per unit): Lstm i, f, g, o; Gru r, z, n, hp_n + b_n; nothing for
 // the plain RNN (its derivative comes from h). The exponential is a parameter: the CPU passes a
 // vectorisable one (kernels/cpu/simd_math.h vexp), CUDA the device's.
-#include <cstdint>
+#include <cmath>
 
-#include "kernels/error.h"
 #include "kernels/host_device.h"
+#include "kernels/rnn_cell.h"
 
 namespace hg::kernels {
-
-enum class RnnCell : uint8_t { RnnTanh, RnnRelu, Lstm, Gru };
-
-// Gates per hidden unit (the G of the [batch, G * hidden] projections) and saved values per unit.
-HG_HOST_DEVICE constexpr int rnn_gates(RnnCell cell) {
-  return cell == RnnCell::Lstm ? 4 : cell == RnnCell::Gru ? 3 : 1;
-}
-HG_HOST_DEVICE constexpr int rnn_saved(RnnCell cell) { return cell == RnnCell::Lstm || cell == RnnCell::Gru ? 4 : 0; }
-inline const char* rnn_cell_name(RnnCell cell) {
-  constexpr const char* kNames[] = {"rnn_tanh", "rnn_relu", "lstm", "gru"};
-  return kNames[int(cell)];
-}
-
-// Calls body.template operator()<kCell>() for the run-time cell (the kernels' dispatch).
-template <class F>
-void with_rnn_cell(RnnCell cell, F&& body) {
-  switch (cell) {
-    case RnnCell::RnnTanh:
-      return body.template operator()<RnnCell::RnnTanh>();
-    case RnnCell::RnnRelu:
-      return body.template operator()<RnnCell::RnnRelu>();
-    case RnnCell::Lstm:
-      return body.template operator()<RnnCell::Lstm>();
-    case RnnCell::Gru:
-      return body.template operator()<RnnCell::Gru>();
-  }
-  HG_CHECK(false, "[rnn_cell] unknown cell kind ", int(cell));
-}
 
 // sigmoid and tanh through one exponential of a non-positive argument (no overflow):
 // tanh(a) = sign(a) (1 - e) / (1 + e) with e = exp(-2 |a|).
@@ -56,9 +29,8 @@ HG_HOST_DEVICE inline A gate_sigmoid(A a, Exp exp) {
 }
 template <class A, class Exp>
 HG_HOST_DEVICE inline A gate_tanh(A a, Exp exp) {
-  const A e = exp(A(-2) * (a < A(0) ? -a : a));
-  const A t = (A(1) - e) / (A(1) + e);
-  return a < A(0) ? -t : t;
+  const A e = exp(A(-2) * std::fabs(a));
+  return std::copysign((A(1) - e) / (A(1) + e), a);
 }
 
 // ---- forward, one unit ------------------------------------------------------------------------
@@ -69,20 +41,28 @@ HG_HOST_DEVICE inline A rnn_unit_forward(RnnCell cell, A a, Exp exp) {
   return gate_tanh(a, exp);
 }
 
-// Out: i, f, g, o (activated), c, h.
+// The results are small structs returned by value (no arrays: GCC vectorises the CPU loops over them).
+template <class A>
+struct LstmUnit {  // the activated gates, the new state and output
+  A i, f, g, o, c, h;
+};
 template <class A, class Exp>
-HG_HOST_DEVICE inline void lstm_unit_forward(A ai, A af, A ag, A ao, A c_prev, Exp exp, A out[6]) {
+HG_HOST_DEVICE inline LstmUnit<A> lstm_unit_forward(A ai, A af, A ag, A ao, A c_prev, Exp exp) {
   const A i = gate_sigmoid(ai, exp), f = gate_sigmoid(af, exp), g = gate_tanh(ag, exp), o = gate_sigmoid(ao, exp);
   const A c = f * c_prev + i * g;
-  out[0] = i, out[1] = f, out[2] = g, out[3] = o, out[4] = c, out[5] = o * gate_tanh(c, exp);
+  return {i, f, g, o, c, o * gate_tanh(c, exp)};
 }
 
-// x_* the input projection's gates, hn = hp_n + b_n; out: r, z, n, h.
+// x_* the input projection's gates, h_* the hidden projection's with b_hh (hn = hp_n + b_n).
+template <class A>
+struct GruUnit {
+  A r, z, n, h;
+};
 template <class A, class Exp>
-HG_HOST_DEVICE inline void gru_unit_forward(A xr, A xz, A xn, A hr, A hz, A hn, A h_prev, Exp exp, A out[4]) {
+HG_HOST_DEVICE inline GruUnit<A> gru_unit_forward(A xr, A xz, A xn, A hr, A hz, A hn, A h_prev, Exp exp) {
   const A r = gate_sigmoid(xr + hr, exp), z = gate_sigmoid(xz + hz, exp);
   const A n = gate_tanh(xn + r * hn, exp);
-  out[0] = r, out[1] = z, out[2] = n, out[3] = (A(1) - z) * n + z * h_prev;
+  return {r, z, n, (A(1) - z) * n + z * h_prev};
 }
 
 // ---- backward, one unit -----------------------------------------------------------------------
@@ -96,30 +76,30 @@ HG_HOST_DEVICE inline A rnn_unit_backward(RnnCell cell, A h, A dh) {
 }
 
 // In: saved i, f, g, o, the state c and c_prev, dh and dc (the gradient reaching c from the next step).
-// Out: da_i, da_f, da_g, da_o, dc_prev.
+// Out: the pre-activation gradients and dc_prev.
+template <class A>
+struct LstmUnitGrad {
+  A di, df, dg, d_o, dc_prev;
+};
 template <class A, class Exp>
-HG_HOST_DEVICE inline void lstm_unit_backward(A i, A f, A g, A o, A c, A c_prev, A dh, A dc, Exp exp, A out[5]) {
+HG_HOST_DEVICE inline LstmUnitGrad<A> lstm_unit_backward(A i, A f, A g, A o, A c, A c_prev, A dh, A dc, Exp exp) {
   const A tc = gate_tanh(c, exp);
   const A dc_total = dc + dh * o * (A(1) - tc * tc);
-  out[0] = dc_total * g * i * (A(1) - i);
-  out[1] = dc_total * c_prev * f * (A(1) - f);
-  out[2] = dc_total * i * (A(1) - g * g);
-  out[3] = dh * tc * o * (A(1) - o);
-  out[4] = dc_total * f;
+  return {dc_total * g * i * (A(1) - i), dc_total * c_prev * f * (A(1) - f), dc_total * i * (A(1) - g * g),
+          dh * tc * o * (A(1) - o), dc_total * f};
 }
 
 // In: saved r, z, n, hn (= hp_n + b_n), h_prev, dh. Out: dx_r, dx_z, dx_n (the input projection's
 // gradient), dhp_n (the hidden projection's n gradient; its r and z gradients equal dx_r, dx_z) and
 // dh_prev's direct part dh z (the rest flows through hp).
 template <class A>
-HG_HOST_DEVICE inline void gru_unit_backward(A r, A z, A n, A hn, A h_prev, A dh, A out[5]) {
+struct GruUnitGrad {
+  A dr, dz, dn, dhn, dh_prev;
+};
+template <class A>
+HG_HOST_DEVICE inline GruUnitGrad<A> gru_unit_backward(A r, A z, A n, A hn, A h_prev, A dh) {
   const A dn = dh * (A(1) - z) * (A(1) - n * n);
-  const A dr = dn * hn * r * (A(1) - r);
-  out[0] = dr;
-  out[1] = dh * (h_prev - n) * z * (A(1) - z);
-  out[2] = dn;
-  out[3] = dn * r;
-  out[4] = dh * z;
+  return {dn * hn * r * (A(1) - r), dh * (h_prev - n) * z * (A(1) - z), dn, dn * r, dh * z};
 }
 
 }  // namespace hg::kernels

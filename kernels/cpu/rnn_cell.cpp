@@ -16,6 +16,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
+#include "kernels/rnn_cell_math.h"
 
 namespace hg::kernels::cpu {
 namespace {
@@ -89,21 +90,20 @@ void forward_row(const A* x, const A* hp, const A* b, const A* h_prev, const A* 
   } else if constexpr (kCell == RnnCell::Lstm) {
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      A o[6];
-      lstm_unit_forward(x[j] + hp[j] + b[j], x[n + j] + hp[n + j] + b[n + j],
-                        x[2 * n + j] + hp[2 * n + j] + b[2 * n + j], x[3 * n + j] + hp[3 * n + j] + b[3 * n + j],
-                        c_prev[j], exp, o);
-      saved[j] = o[0], saved[n + j] = o[1], saved[2 * n + j] = o[2], saved[3 * n + j] = o[3];
-      c[j] = o[4], h[j] = o[5];
+      const LstmUnit<A> u = lstm_unit_forward(x[j] + hp[j] + b[j], x[n + j] + hp[n + j] + b[n + j],
+                                              x[2 * n + j] + hp[2 * n + j] + b[2 * n + j],
+                                              x[3 * n + j] + hp[3 * n + j] + b[3 * n + j], c_prev[j], exp);
+      saved[j] = u.i, saved[n + j] = u.f, saved[2 * n + j] = u.g, saved[3 * n + j] = u.o;
+      c[j] = u.c, h[j] = u.h;
     }
   } else {
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      A o[4];
       const A hn = hp[2 * n + j] + b[2 * n + j];
-      gru_unit_forward(x[j], x[n + j], x[2 * n + j], hp[j] + b[j], hp[n + j] + b[n + j], hn, h_prev[j], exp, o);
-      saved[j] = o[0], saved[n + j] = o[1], saved[2 * n + j] = o[2], saved[3 * n + j] = hn;
-      h[j] = o[3];
+      const GruUnit<A> u =
+          gru_unit_forward(x[j], x[n + j], x[2 * n + j], hp[j] + b[j], hp[n + j] + b[n + j], hn, h_prev[j], exp);
+      saved[j] = u.r, saved[n + j] = u.z, saved[2 * n + j] = u.n, saved[3 * n + j] = hn;
+      h[j] = u.h;
     }
   }
 }
@@ -150,20 +150,19 @@ void backward_row(const A* saved, const A* h, const A* c, const A* h_prev, const
   } else if constexpr (kCell == RnnCell::Lstm) {
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      A o[5];
-      lstm_unit_backward(saved[j], saved[n + j], saved[2 * n + j], saved[3 * n + j], c[j], c_prev[j],
-                         dh_next[j] + dy[j], dc[j], exp, o);
-      dx[j] = o[0], dx[n + j] = o[1], dx[2 * n + j] = o[2], dx[3 * n + j] = o[3];
-      dc_prev[j] = o[4];
+      const LstmUnitGrad<A> d = lstm_unit_backward(saved[j], saved[n + j], saved[2 * n + j], saved[3 * n + j], c[j],
+                                                   c_prev[j], dh_next[j] + dy[j], dc[j], exp);
+      dx[j] = d.di, dx[n + j] = d.df, dx[2 * n + j] = d.dg, dx[3 * n + j] = d.d_o;
+      dc_prev[j] = d.dc_prev;
     }
   } else {
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      A o[5];
-      gru_unit_backward(saved[j], saved[n + j], saved[2 * n + j], saved[3 * n + j], h_prev[j], dh_next[j] + dy[j], o);
-      dx[j] = o[0], dx[n + j] = o[1], dx[2 * n + j] = o[2];
-      dhp[j] = o[0], dhp[n + j] = o[1], dhp[2 * n + j] = o[3];
-      dh_prev[j] = o[4];
+      const GruUnitGrad<A> d =
+          gru_unit_backward(saved[j], saved[n + j], saved[2 * n + j], saved[3 * n + j], h_prev[j], dh_next[j] + dy[j]);
+      dx[j] = d.dr, dx[n + j] = d.dz, dx[2 * n + j] = d.dn;
+      dhp[j] = d.dr, dhp[n + j] = d.dz, dhp[2 * n + j] = d.dhn;
+      dh_prev[j] = d.dh_prev;
     }
   }
 }

@@ -11,6 +11,7 @@
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/rnn_cell_math.h"
 
 namespace hg::kernels::cuda {
 namespace {
@@ -48,19 +49,21 @@ __global__ void rnn_cell_forward_kernel(const T* __restrict__ x, const T* __rest
     if constexpr (kCell == RnnCell::RnnTanh || kCell == RnnCell::RnnRelu) {
       h[u] = from_acc<T>(rnn_unit_forward(kCell, a[0] + hh[0], exp));
     } else if constexpr (kCell == RnnCell::Lstm) {
-      A o[6];
-      lstm_unit_forward(a[0] + hh[0], a[1] + hh[1], a[2] + hh[2], a[3] + hh[3], to_acc(c_prev[u]), exp, o);
-      HG_UNROLL
-      for (int k = 0; k < 4; ++k) sr[k * n + j] = from_acc<T>(o[k]);
-      c[u] = from_acc<T>(o[4]);
-      h[u] = from_acc<T>(o[5]);
+      const LstmUnit<A> o =
+          lstm_unit_forward(a[0] + hh[0], a[1] + hh[1], a[2] + hh[2], a[3] + hh[3], to_acc(c_prev[u]), exp);
+      sr[j] = from_acc<T>(o.i);
+      sr[n + j] = from_acc<T>(o.f);
+      sr[2 * n + j] = from_acc<T>(o.g);
+      sr[3 * n + j] = from_acc<T>(o.o);
+      c[u] = from_acc<T>(o.c);
+      h[u] = from_acc<T>(o.h);
     } else {
-      A o[4];
-      gru_unit_forward(a[0], a[1], a[2], hh[0], hh[1], hh[2], to_acc(h_prev[u]), exp, o);
-      HG_UNROLL
-      for (int k = 0; k < 3; ++k) sr[k * n + j] = from_acc<T>(o[k]);
+      const GruUnit<A> o = gru_unit_forward(a[0], a[1], a[2], hh[0], hh[1], hh[2], to_acc(h_prev[u]), exp);
+      sr[j] = from_acc<T>(o.r);
+      sr[n + j] = from_acc<T>(o.z);
+      sr[2 * n + j] = from_acc<T>(o.n);
       sr[3 * n + j] = from_acc<T>(hh[2]);
-      h[u] = from_acc<T>(o[3]);
+      h[u] = from_acc<T>(o.h);
     }
   }
 }
@@ -82,23 +85,23 @@ __global__ void rnn_cell_backward_kernel(const T* __restrict__ saved, const T* _
     if constexpr (kCell == RnnCell::RnnTanh || kCell == RnnCell::RnnRelu) {
       dxr[j] = from_acc<T>(rnn_unit_backward(kCell, to_acc(h[u]), dh));
     } else if constexpr (kCell == RnnCell::Lstm) {
-      A o[5];
-      lstm_unit_backward(to_acc(sr[j]), to_acc(sr[n + j]), to_acc(sr[2 * n + j]), to_acc(sr[3 * n + j]), to_acc(c[u]),
-                         to_acc(c_prev[u]), dh, load_or_zero(dc, u), exp, o);
-      HG_UNROLL
-      for (int k = 0; k < 4; ++k) dxr[k * n + j] = from_acc<T>(o[k]);
-      dc_prev[u] = from_acc<T>(o[4]);
+      const LstmUnitGrad<A> d =
+          lstm_unit_backward(to_acc(sr[j]), to_acc(sr[n + j]), to_acc(sr[2 * n + j]), to_acc(sr[3 * n + j]),
+                             to_acc(c[u]), to_acc(c_prev[u]), dh, load_or_zero(dc, u), exp);
+      dxr[j] = from_acc<T>(d.di);
+      dxr[n + j] = from_acc<T>(d.df);
+      dxr[2 * n + j] = from_acc<T>(d.dg);
+      dxr[3 * n + j] = from_acc<T>(d.d_o);
+      dc_prev[u] = from_acc<T>(d.dc_prev);
     } else {
-      A o[5];
-      gru_unit_backward(to_acc(sr[j]), to_acc(sr[n + j]), to_acc(sr[2 * n + j]), to_acc(sr[3 * n + j]),
-                        to_acc(h_prev[u]), dh, o);
+      const GruUnitGrad<A> d = gru_unit_backward(to_acc(sr[j]), to_acc(sr[n + j]), to_acc(sr[2 * n + j]),
+                                                 to_acc(sr[3 * n + j]), to_acc(h_prev[u]), dh);
       T* dhpr = dhp + r * kG * n;
-      HG_UNROLL
-      for (int k = 0; k < 3; ++k) dxr[k * n + j] = from_acc<T>(o[k]);
-      dhpr[j] = from_acc<T>(o[0]);
-      dhpr[n + j] = from_acc<T>(o[1]);
-      dhpr[2 * n + j] = from_acc<T>(o[3]);
-      dh_prev[u] = from_acc<T>(o[4]);
+      dxr[j] = dhpr[j] = from_acc<T>(d.dr);
+      dxr[n + j] = dhpr[n + j] = from_acc<T>(d.dz);
+      dxr[2 * n + j] = from_acc<T>(d.dn);
+      dhpr[2 * n + j] = from_acc<T>(d.dhn);
+      dh_prev[u] = from_acc<T>(d.dh_prev);
     }
   }
 }
