@@ -226,6 +226,9 @@ void check_whole_batch_bits(const Device& device, const std::vector<DType>& dtyp
       const Run want = reference_run(dtype, rule, device);
       for (int stage : stages)
         for (bool offload : {false, true}) {
+          // AdamW offloaded from a CUDA device runs the CPU's SIMD pass (kernels/cpu/adamw_offload.cpp), equal
+          // to the device kernel to a few ulp, not to the bit (kernels/kernels.h); test_dist_zero covers it.
+          if (rule == Rule::adamw && offload && !device.is_cpu()) continue;
           INFO(std::string(dtype_name(dtype)), " ", std::string(rule_name(rule)), " stage ", stage,
                std::string(offload ? " + offload" : ""),
                " on ", device.str(), ", rank ", comm().rank(), " of ", comm().world_size());
