@@ -27,31 +27,36 @@ template <class T, int K, class Rule>
 void fused_optimizer_chunk(T* param, acc_t<T>* master, const T* grad, acc_t<T>* const* state, int64_t begin,
                            int64_t count, const Rule& rule) {
   using A = acc_t<T>;
-  A* s[K];
-  for (int k = 0; k < K; ++k) s[k] = state[k] + begin;
+  // The arrays never overlap: restrict pointers, one per state buffer, spare GCC the run-time alias checks
+  // (with three state buffers they outnumber its limit and the loop would stay scalar).
+  A* __restrict s0 = state[0] + begin;
+  A* __restrict s1 = K > 1 ? state[1] + begin : nullptr;
+  A* __restrict s2 = K > 2 ? state[2] + begin : nullptr;
+  const auto element = [&](A& theta, A g, int64_t i) {
+    A v[K];
+    v[0] = s0[i];
+    if constexpr (K > 1) v[1] = s1[i];
+    if constexpr (K > 2) v[2] = s2[i];
+    rule(theta, g, v);
+    s0[i] = v[0];
+    if constexpr (K > 1) s1[i] = v[1];
+    if constexpr (K > 2) s2[i] = v[2];
+  };
   if constexpr (std::is_same_v<T, A>) {
-    T* p = param + begin;
-    const T* g = grad + begin;
+    T* __restrict p = param + begin;
+    const T* __restrict g = grad + begin;
     for (int64_t i = 0; i < count; ++i) {
-      A v[K];
-      for (int k = 0; k < K; ++k) v[k] = s[k][i];
       A theta = p[i];
-      rule(theta, g[i], v);
-      for (int k = 0; k < K; ++k) s[k][i] = v[k];
+      element(theta, g[i], i);
       p[i] = theta;
     }
   } else {
     A widened[kOptimizerChunk];
     A g[kOptimizerChunk];
-    A* theta = master != nullptr ? master + begin : widened;
+    A* __restrict theta = master != nullptr ? master + begin : widened;
     if (master == nullptr) to_float(param + begin, widened, count);
     to_float(grad + begin, g, count);
-    for (int64_t i = 0; i < count; ++i) {
-      A v[K];
-      for (int k = 0; k < K; ++k) v[k] = s[k][i];
-      rule(theta[i], g[i], v);
-      for (int k = 0; k < K; ++k) s[k][i] = v[k];
-    }
+    for (int64_t i = 0; i < count; ++i) element(theta[i], g[i], i);
     from_float(theta, param + begin, count);
   }
 }
