@@ -6,7 +6,7 @@
 // Parallel strategy: the n elements are cut into chunks of kOptimizerChunk and OpenMP spreads the chunks
 // over threads (above kOptimizerParallelMin elements). Elements are independent, so the result is the
 // same whatever the thread count. f32/f64 parameters are updated in place in one plain loop the compiler
-// vectorises (the K state arrays are separate restrict-free pointers read and written once per element);
+// vectorises (AVX-512 with -march=native; each state array a restrict pointer read and written once per element);
 // f16/bf16 ones are staged through float buffers a chunk at a time (convert.h's SIMD conversions): the
 // gradient widened, theta taken from the master copy (or the parameter widened), and the result rounded
 // to nearest even into the parameter.
