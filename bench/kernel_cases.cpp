@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/optimizer_kernels.h"
 #include "kernels/resample_tables.h"
 #include "kernels/step_kernels.h"
 
@@ -736,6 +737,38 @@ std::vector<KernelCase> make_cases() {
       min += io({sizeof lr, sizeof found_inf, sizeof steps, sizeof steps});  // the step counts read and written
       return memory_case(shape + ", scalars on the device", min, [=, st = a.stream()] {
         k::adamw_step_device(param, master, grad, m, v, s.n(), scalars, 0.9, 0.999, 1e-8, 0.01, dt, st);
+      });
+    });
+  }
+  // ---- the fused Adam, RMSprop, Adagrad and Lion steps (kernels/optimizer_kernels.h), each with its
+  // widest state (AMSGrad; momentum and centered): f32 without a master copy, bf16/f16 with an f32 master ----
+  for (const char* name : {"adam_step", "rmsprop_step", "adagrad_step", "lion_step"}) {
+    add(name, kFloats, [kernel = std::string(name)](S s, DType dt, A a) {
+      const DType acc = accumulate_dtype(dt);
+      const bool mixed = dt != acc;
+      const int states = kernel == "adam_step" || kernel == "rmsprop_step" ? 3 : 1;
+      const uint64_t p = bytes_of(s.n(), dt), f = bytes_of(s.n(), acc);
+      void* param = a.uniform(s.n(), dt);
+      void* master = mixed ? a.uniform(s.n(), acc) : nullptr;
+      void* grad = a.uniform(s.n(), dt);
+      void* b[3] = {};
+      for (int k = 0; k < states; ++k) b[k] = a.uniform(s.n(), acc, 0.5, 1.0);  // sums of squares above means^2
+      // param read and written (written only with a master, which is read and written), grad read, every
+      // state buffer read and written.
+      uint64_t min = mixed ? io({p, f, f, p}) : io({p, p, p});
+      for (int k = 0; k < states; ++k) min += io({f, f});
+      const std::string shape = dims({s.n()}) + (mixed ? " with f32 master" : "");
+      return memory_case(shape, min, [=, st = a.stream()] {
+        const int64_t n = s.n();
+        if (kernel == "adam_step") {
+          k::adam_step(param, master, grad, b[0], b[1], b[2], n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 7, dt, st);
+        } else if (kernel == "rmsprop_step") {
+          k::rmsprop_step(param, master, grad, b[0], b[1], b[2], n, 1e-2, 0.99, 1e-8, 0.01, 0.9, dt, st);
+        } else if (kernel == "adagrad_step") {
+          k::adagrad_step(param, master, grad, b[0], n, 1e-2, 0.01, 1e-10, 0.01, 7, dt, st);
+        } else {
+          k::lion_step(param, master, grad, b[0], n, 1e-4, 0.9, 0.99, 0.1, dt, st);
+        }
       });
     });
   }

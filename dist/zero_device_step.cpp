@@ -141,7 +141,6 @@ bool ZeroOptimizer::step_on_device(const Tensor& lr, const Tensor& found_inf) {
 }
 
 void ZeroOptimizer::update_on_device() {
-  const optim::AdamWOptions& o = options_.adamw();
   kernels::AdamWStepScalars s;
   s.lr_value = lr_;
   if (device_lr_.defined()) s.lr = static_cast<const double*>(device_lr_.data_ptr());
@@ -152,6 +151,7 @@ void ZeroOptimizer::update_on_device() {
   bool counted = false;
   for (const StateSlice& slice : slices_) {
     const double weight_decay = weight_decay_of(slice.param);
+    const optim::AdamWOptions o = adamw_options_of(slice.param);
     float* master = master_.defined() ? master_.data<float>() + slice.local : nullptr;
     void* param = params.narrow(0, slice.local, slice.count).data_ptr();
     const void* grad = grads.narrow(0, slice.local, slice.count).data_ptr();

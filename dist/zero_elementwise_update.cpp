@@ -51,7 +51,7 @@ void ZeroOptimizer::adopt_update_rule(std::unique_ptr<optim::LocalOptimizer> rul
   groups_.clear();
   for (const optim::ParamGroup& group : rule->param_groups()) {
     for (const Tensor& p : group.params) group_of_param[p.impl()] = groups_.size();
-    groups_.push_back(optim::ParamGroup{{}, group.lr, group.weight_decay});
+    groups_.push_back(optim::ParamGroup{{}, group.lr, group.weight_decay, group.overrides});
   }
   HG_CHECK(int64_t(group_of_param.size()) == int64_t(params_.size()), who, " ", rule->name(), " updates ",
            group_of_param.size(), " parameters but ZeRO shards ", params_.size(),
@@ -75,6 +75,10 @@ double ZeroOptimizer::weight_decay_of(size_t param) const {
   const double decay = groups_[group_of_[param]].weight_decay;
   if (fused_adamw_ && options_.adamw().decay_only_matrices() && params_[param].dim() < 2) return 0.0;
   return decay;
+}
+
+optim::AdamWOptions ZeroOptimizer::adamw_options_of(size_t param) const {
+  return static_cast<const optim::AdamW&>(*rule_).options_for(groups_[group_of_[param]]);
 }
 
 void ZeroOptimizer::init_rule_state() {

@@ -429,10 +429,10 @@ void ZeroOptimizer::offload_update() {
     return;
   }
   ++step_;
-  const optim::AdamWOptions& o = options_.adamw();
   const size_t element = dtype_size(dtype_);
   for (const StateSlice& slice : slices_) {
     const double weight_decay = weight_decay_of(slice.param);
+    const optim::AdamWOptions o = adamw_options_of(slice.param);
     float* master = master_.data<float>() + slice.local;
     const char* grad = static_cast<const char*>(grads_host.data_ptr()) + slice.local * element;
     char* param = static_cast<char*>(params_host.data_ptr()) + slice.local * element;

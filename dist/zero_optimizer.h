@@ -339,6 +339,8 @@ class ZeroOptimizer final : public optim::Optimizer, public optim::ShardedState 
   bool fused_adamw() const { return fused_adamw_; }
   // The weight decay of parameter `param` (AdamW's decay_only_matrices applied).
   double weight_decay_of(size_t param) const;
+  // AdamW's options for parameter `param`: its group's betas and eps (fused_adamw() only).
+  optim::AdamWOptions adamw_options_of(size_t param) const;
   // An element-wise optimizer's flat state buffers, and each slice's ParamState viewing them.
   void init_rule_state();
   void bind_slice_states();

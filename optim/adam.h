@@ -9,8 +9,9 @@
 //   theta <- theta - lr / (1 - beta1^t) * m / (sqrt(v or v_max) / sqrt(1 - beta2^t) + eps)
 //
 // The moments start at zero and are kept in the parameter's dtype (a half parameter is updated through
-// its fp32 master copy: optim/optimizer.h MIXED PRECISION). Composed from engine ops; element-wise, so
-// ZeRO shards its state (dist/zero_optimizer.h). For decoupled weight decay use AdamW (optim/adamw.h).
+// its fp32 master copy: optim/optimizer.h MIXED PRECISION). One fused kernel per step (adam_step,
+// kernels/adam_math.h); element-wise, so ZeRO shards its state (dist/zero_optimizer.h). For decoupled
+// weight decay use AdamW (optim/adamw.h).
 #include "optim/optimizer.h"
 
 namespace hg::optim {
@@ -32,18 +33,33 @@ class Adam : public LocalOptimizer {
  public:
   // One group with the options' lr and weight_decay.
   Adam(std::vector<Tensor> params, AdamOptions options = {});
-  // Groups with their own lr and weight_decay; betas, eps and amsgrad from the options.
+  // Groups with their own lr and weight_decay; betas, eps and amsgrad from the options unless a group
+  // overrides them (ParamGroup::overrides: beta1, beta2, eps, amsgrad).
   Adam(std::vector<ParamGroup> groups, AdamOptions options);
 
   const AdamOptions& options() const { return options_; }
+  // The options `group` runs with: options() with its overrides.
+  AdamOptions options_for(const ParamGroup& group) const;
+  std::vector<GroupOptionName> group_options() const override;
   bool elementwise() const override { return true; }
+  // Every buffer some group keeps (max_exp_avg_sq when any group has amsgrad).
   std::vector<std::string> state_buffer_names() const override;
   DType state_dtype(const Tensor& param) const override { return accumulate_dtype(param.dtype()); }
 
  protected:
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  // The fused kernel's master-copy path: one pass reads and writes param, master and the state.
+  bool update_with_master(const ParamGroup& group, const Tensor& param, const Tensor& master, const Tensor& grad,
+                          ParamState& state) override;
+  void check_group(const ParamGroup& group, size_t index) const override;
+  std::vector<std::string> state_buffer_names_for(const Tensor& param) const override;
 
  private:
+  void check(const AdamOptions& o, int64_t group) const;
+  // One adam_step kernel call (kernels/optimizer_kernels.h); master is undefined or the fp32 master copy of a
+  // half parameter (the state is created from it: fp32 values, as from the fp32 copy that update() gets).
+  void fused_step(const ParamGroup& group, const Tensor& param, const Tensor& master, const Tensor& grad,
+                  ParamState& state);
   AdamOptions options_;
 };
 

@@ -9,6 +9,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/step_kernels.h"
+#include "optim/group_options.h"
 
 namespace hg::optim {
 
@@ -25,11 +26,35 @@ void AdamW::check_options() const {
   const AdamWOptions& o = options_;
   check_lr(o.lr());
   check_weight_decay(o.weight_decay());
-  HG_CHECK(o.beta1() >= 0.0 && o.beta1() < 1.0, "[AdamW] invalid beta1 ", o.beta1(), ": expected 0 <= beta1 < 1");
-  HG_CHECK(o.beta2() >= 0.0 && o.beta2() < 1.0, "[AdamW] invalid beta2 ", o.beta2(), ": expected 0 <= beta2 < 1");
-  HG_CHECK(std::isfinite(o.eps()) && o.eps() > 0.0, "[AdamW] invalid eps ", o.eps(), ": expected eps > 0");
+  check_moments(o, -1);
   HG_CHECK(o.state_bits() == 32 || o.state_bits() == 8, "[AdamW] invalid state_bits ", o.state_bits(),
            ": expected 32 (fp32 moments) or 8 (block-wise quantised moments)");
+}
+
+namespace {
+
+const GroupOptionTable<AdamWOptions> kGroupOptions = {
+    HG_GROUP_OPTION(AdamWOptions, beta1), HG_GROUP_OPTION(AdamWOptions, beta2), HG_GROUP_OPTION(AdamWOptions, eps)};
+
+}  // namespace
+
+void AdamW::check_moments(const AdamWOptions& o, int64_t group) const {
+  const std::string where = group >= 0 ? detail::concat(" in group ", group) : std::string();
+  HG_CHECK(o.beta1() >= 0.0 && o.beta1() < 1.0, "[AdamW] invalid beta1 ", o.beta1(), where,
+           ": expected 0 <= beta1 < 1");
+  HG_CHECK(o.beta2() >= 0.0 && o.beta2() < 1.0, "[AdamW] invalid beta2 ", o.beta2(), where,
+           ": expected 0 <= beta2 < 1");
+  HG_CHECK(std::isfinite(o.eps()) && o.eps() > 0.0, "[AdamW] invalid eps ", o.eps(), where, ": expected eps > 0");
+}
+
+AdamWOptions AdamW::options_for(const ParamGroup& group) const {
+  return with_overrides(options_, group, kGroupOptions);
+}
+
+std::vector<GroupOptionName> AdamW::group_options() const { return group_option_names(kGroupOptions); }
+
+void AdamW::check_group(const ParamGroup& group, size_t index) const {
+  check_moments(options_for(group), int64_t(index));
 }
 
 std::vector<std::string> AdamW::state_buffer_names() const { return {"exp_avg", "exp_avg_sq"}; }
@@ -58,6 +83,7 @@ void AdamW::fused_step(const ParamGroup& group, const Tensor& param, void* maste
     state.step_count = param.device().is_cpu() ? count : count.to(param.device());
     state.parity = 0;
   }
+  const AdamWOptions o = options_for(group);
   const double weight_decay = options_.decay_only_matrices() && param.dim() < 2 ? 0.0 : group.weight_decay;
   kernels::AdamWStepScalars s;
   s.lr_value = group.lr;
@@ -75,12 +101,12 @@ void AdamW::fused_step(const ParamGroup& group, const Tensor& param, void* maste
   s.parity = state.parity;
   s.blocks_done = reinterpret_cast<unsigned long long*>(s.step + 2);
   if (quantizes(param)) {
-    quantized_step(param, master, grad, state, s, weight_decay);
+    quantized_step(param, master, grad, state, s, o, weight_decay);
     return;
   }
   HG_KERNEL(param.device(), adamw_step_device, param.data_ptr(), master, grad.data_ptr(),
             state.buffers.at("exp_avg").data_ptr(), state.buffers.at("exp_avg_sq").data_ptr(), param.numel(), s,
-            options_.beta1(), options_.beta2(), options_.eps(), weight_decay, param.dtype());
+            o.beta1(), o.beta2(), o.eps(), weight_decay, param.dtype());
   // The count stays in slot 0 (parity 0 for ever): a CUDA graph replays the captured call with the
   // captured arguments, so the slots cannot swap on the host.
 }

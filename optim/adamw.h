@@ -51,10 +51,14 @@ class AdamW : public LocalOptimizer {
  public:
   // One group with the options' lr and weight_decay.
   AdamW(std::vector<Tensor> params, AdamWOptions options = {});
-  // Groups with their own lr and weight_decay; betas, eps and decay_only_matrices from the options.
+  // Groups with their own lr and weight_decay; betas and eps from the options unless a group overrides
+  // them (ParamGroup::overrides: beta1, beta2, eps); decay_only_matrices and state_bits from the options.
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
 
   const AdamWOptions& options() const { return options_; }
+  // The options `group` runs with: options() with its overrides.
+  AdamWOptions options_for(const ParamGroup& group) const;
+  std::vector<GroupOptionName> group_options() const override;
   // Whether `param` keeps 8-bit moments (state_bits(8), an f32/f16/bf16 parameter with at least
   // kernels::kAdamW8BitMinElements elements).
   bool quantizes(const Tensor& param) const { return quantizes(param, options_); }
@@ -80,16 +84,18 @@ class AdamW : public LocalOptimizer {
                           ParamState& state) override;
   std::vector<std::string> state_buffer_names_for(const Tensor& param) const override;
   std::pair<Shape, DType> state_buffer_layout(const Tensor& param, const std::string& buffer) const override;
+  void check_group(const ParamGroup& group, size_t index) const override;
 
  private:
   void check_options() const;
+  void check_moments(const AdamWOptions& o, int64_t group) const;  // betas and eps
   // One adamw_step_device kernel call; master is null or the fp32 master copy of a half param.
   void fused_step(const ParamGroup& group, const Tensor& param, void* master, const Tensor& grad, ParamState& state);
   // Zero moments: fp32 zeros, or the maps' zero codes with zero block scales (adamw8bit_state.cpp).
   void init_moments(const Tensor& param, ParamState& state) const;
-  // The 8-bit kernel call of fused_step (optim/adamw8bit_state.cpp).
+  // The 8-bit kernel call of fused_step (optim/adamw8bit_state.cpp), with the group's betas and eps in `o`.
   void quantized_step(const Tensor& param, void* master, const Tensor& grad, ParamState& state,
-                      const kernels::AdamWStepScalars& scalars, double weight_decay);
+                      const kernels::AdamWStepScalars& scalars, const AdamWOptions& o, double weight_decay);
   AdamWOptions options_;
 };
 

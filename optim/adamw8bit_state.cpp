@@ -53,14 +53,14 @@ void AdamW::init_moments(const Tensor& param, ParamState& state) const {
 }
 
 void AdamW::quantized_step(const Tensor& param, void* master, const Tensor& grad, ParamState& state,
-                           const kernels::AdamWStepScalars& scalars, double weight_decay) {
+                           const kernels::AdamWStepScalars& scalars, const AdamWOptions& o, double weight_decay) {
   kernels::QuantizedMoments moments;
   moments.exp_avg = static_cast<uint8_t*>(state.buffers.at("exp_avg").data_ptr());
   moments.exp_avg_sq = static_cast<uint8_t*>(state.buffers.at("exp_avg_sq").data_ptr());
   moments.absmax_exp_avg = static_cast<float*>(state.buffers.at("exp_avg_absmax").data_ptr());
   moments.absmax_exp_avg_sq = static_cast<float*>(state.buffers.at("exp_avg_sq_absmax").data_ptr());
   HG_KERNEL(param.device(), adamw8bit_step_device, param.data_ptr(), master, grad.data_ptr(), moments, param.numel(),
-            scalars, options_.beta1(), options_.beta2(), options_.eps(), weight_decay, param.dtype());
+            scalars, o.beta1(), o.beta2(), o.eps(), weight_decay, param.dtype());
 }
 
 void AdamW::load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& entries) {

@@ -9,7 +9,8 @@
 //
 // Every element moves by exactly lr (or 0 where the interpolation is 0): use a learning rate 3-10x
 // smaller than AdamW's and a weight decay 3-10x larger (the paper's advice). m starts at zero, in the
-// parameter's dtype. Composed from engine ops; element-wise, so ZeRO shards its state.
+// parameter's dtype. One fused kernel per step (lion_step, kernels/lion_math.h); element-wise, so ZeRO
+// shards its state.
 #include "optim/optimizer.h"
 
 namespace hg::optim {
@@ -28,18 +29,31 @@ struct LionOptions {
 class Lion : public LocalOptimizer {
  public:
   Lion(std::vector<Tensor> params, LionOptions options = {});
-  // Groups with their own lr and weight_decay; betas from the options.
+  // Groups with their own lr and weight_decay; betas from the options unless a group overrides them
+  // (ParamGroup::overrides: beta1, beta2).
   Lion(std::vector<ParamGroup> groups, LionOptions options);
 
   const LionOptions& options() const { return options_; }
+  // The options `group` runs with: options() with its overrides.
+  LionOptions options_for(const ParamGroup& group) const;
+  std::vector<GroupOptionName> group_options() const override;
   bool elementwise() const override { return true; }
   std::vector<std::string> state_buffer_names() const override { return {"exp_avg"}; }
   DType state_dtype(const Tensor& param) const override { return accumulate_dtype(param.dtype()); }
 
  protected:
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  // The fused kernel's master-copy path: one pass reads and writes param, master and the state.
+  bool update_with_master(const ParamGroup& group, const Tensor& param, const Tensor& master, const Tensor& grad,
+                          ParamState& state) override;
+  void check_group(const ParamGroup& group, size_t index) const override;
 
  private:
+  void check(const LionOptions& o, int64_t group) const;
+  // One lion_step kernel call (kernels/optimizer_kernels.h); master is undefined or the fp32 master copy of a
+  // half parameter (the state is created from it: fp32 values, as from the fp32 copy that update() gets).
+  void fused_step(const ParamGroup& group, const Tensor& param, const Tensor& master, const Tensor& grad,
+                  ParamState& state);
   LionOptions options_;
 };
 

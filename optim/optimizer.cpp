@@ -2,6 +2,7 @@
 // The update rule itself is the subclass's (optim/sgd.cpp, optim/adamw.cpp).
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <set>
@@ -59,10 +60,35 @@ void LocalOptimizer::check_weight_decay(double weight_decay) const {
            ": expected weight_decay >= 0");
 }
 
-void LocalOptimizer::check_range(const char* option, double value, double lo, double hi, bool hi_open) const {
+void LocalOptimizer::check_range(const char* option, double value, double lo, double hi, bool hi_open,
+                                 int64_t group) const {
   const bool inside = std::isfinite(value) && value >= lo && (hi_open ? value < hi : value <= hi);
-  HG_CHECK(inside, "[", name_, "] invalid ", option, " ", value, ": expected ", lo, " <= ", option,
+  HG_CHECK(inside, "[", name_, "] invalid ", option, " ", value,
+           group >= 0 ? detail::concat(" in group ", group) : std::string(), ": expected ", lo, " <= ", option,
            hi_open ? " < " : " <= ", hi);
+}
+
+size_t LocalOptimizer::group_index(const Tensor& param) const {
+  const auto it = group_of_.find(param.impl());
+  HG_CHECK(it != group_of_.end(), "[", name_, "] ", param.describe(), " is not one of this optimizer's parameters");
+  return it->second;
+}
+
+void LocalOptimizer::check_overrides(const ParamGroup& group, size_t index) const {
+  const std::vector<GroupOptionName> known = group_options();
+  std::string names;
+  for (const GroupOptionName& option : known) names += (names.empty() ? "" : ", ") + option.name;
+  for (const auto& [key, value] : group.overrides) {
+    const auto it = std::find_if(known.begin(), known.end(), [&key = key](const auto& o) { return o.name == key; });
+    HG_CHECK(key != "lr" && key != "weight_decay", "[", name_, "] group ", index, " overrides '", key,
+             "'; set the group's ", key, " field instead");
+    HG_CHECK(it != known.end(), "[", name_, "] group ", index, " overrides unknown hyper-parameter '", key, "'; ",
+             name_, "'s groups may override: ",
+             names.empty() ? std::string("none besides lr and weight_decay") : names);
+    HG_CHECK(!it->flag || value == 0.0 || value == 1.0, "[", name_, "] group ", index, " sets the flag '", key, "' to ",
+             value, "; expected 0 (false) or 1 (true)");
+  }
+  check_group(group, index);
 }
 
 Tensor& LocalOptimizer::state_buffer(ParamState& state, const std::string& name, const Tensor& param,
@@ -96,6 +122,7 @@ void LocalOptimizer::add_param_group(ParamGroup group) {
   const size_t g = groups_.size();
   check_lr(group.lr);
   check_weight_decay(group.weight_decay);
+  check_overrides(group, g);
   std::unordered_set<const TensorImpl*> seen;
   for (const ParamGroup& existing : groups_) {
     for (const Tensor& p : existing.params) seen.insert(p.impl());
@@ -107,6 +134,7 @@ void LocalOptimizer::add_param_group(ParamGroup group) {
              ") appears more than once; each parameter belongs to exactly one group");
   }
   state_.resize(state_.size() + group.params.size());
+  for (const Tensor& p : group.params) group_of_[p.impl()] = g;
   groups_.push_back(std::move(group));
 }
 

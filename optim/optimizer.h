@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -56,12 +57,33 @@ struct MixedPrecisionOptions {
   HG_OPTION(MixedPrecisionOptions, uint64_t, rounding_seed, 0);
 };
 
-// Parameters sharing a learning rate and weight decay. The other hyperparameters (betas, eps,
-// momentum, ...) are the optimizer's, from its options.
+// Parameters sharing a learning rate, a weight decay and, like PyTorch's param_groups, any other
+// hyper-parameter of the optimizer: `overrides` maps an option's name (as the optimizer's options struct
+// spells it: "beta1", "eps", "momentum", "amsgrad", ...) to this group's value (a flag as 0 or 1); options
+// it does not name are the optimizer's. The optimizer checks the names and the values (the options' own
+// range checks) when the group is added, with an hg::Error naming the optimizer, the group and the key.
+//   ParamGroup{{w}, 1e-3, 0.1}.set("beta2", 0.95).set("amsgrad", 1)
 struct ParamGroup {
   std::vector<Tensor> params;
   double lr = 0.0;
   double weight_decay = 0.0;
+  std::map<std::string, double> overrides;
+
+  ParamGroup(std::vector<Tensor> params = {}, double lr = 0.0, double weight_decay = 0.0,
+             std::map<std::string, double> overrides = {})
+      : params(std::move(params)), lr(lr), weight_decay(weight_decay), overrides(std::move(overrides)) {}
+
+  ParamGroup& set(const std::string& option, double value) {
+    overrides[option] = value;
+    return *this;
+  }
+};
+
+// One hyper-parameter a group may override (LocalOptimizer::group_options): its name, and whether it is a
+// flag (a bool option, given as 0 or 1).
+struct GroupOptionName {
+  std::string name;
+  bool flag = false;
 };
 
 // What an optimizer keeps for one parameter.
@@ -207,6 +229,10 @@ class LocalOptimizer : public Optimizer {
 
   // Read-only: parameters are added through add_param_group, which keeps the state in step.
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // The index of the group `param` belongs to (an error naming it when it is none of this optimizer's).
+  size_t group_index(const Tensor& param) const;
+  // The hyper-parameters a group may override (ParamGroup::overrides), besides lr and weight_decay.
+  virtual std::vector<GroupOptionName> group_options() const { return {}; }
   // Number of parameters over all groups.
   int64_t num_params() const { return int64_t(state_.size()); }
   // The state of parameter `index` (see CONVENTION for the numbering).
@@ -252,8 +278,12 @@ class LocalOptimizer : public Optimizer {
   void check_lr(double lr) const;
   void check_weight_decay(double weight_decay) const;
   // Checks that `value` of option `option` is finite and within [lo, hi] (hi_open: [lo, hi)), with a
-  // message naming both.
-  void check_range(const char* option, double value, double lo, double hi, bool hi_open = false) const;
+  // message naming both, and the group when `group` >= 0 (a group's override).
+  void check_range(const char* option, double value, double lo, double hi, bool hi_open = false,
+                   int64_t group = -1) const;
+  // Checks the options group `index` runs with (its overrides applied) as the constructor checks the
+  // options; called by add_param_group once the override names are known to be group_options().
+  virtual void check_group(const ParamGroup& group, size_t index) const {}
   // State buffer `name` of `state`, created at the parameter's first update filled with `initial`,
   // with `param`'s shape and state_dtype(param).
   Tensor& state_buffer(ParamState& state, const std::string& name, const Tensor& param, double initial = 0.0) const;
@@ -272,9 +302,12 @@ class LocalOptimizer : public Optimizer {
 
  private:
   void check_param(const Tensor& p, size_t group, size_t index_in_group) const;
+  // Checks a group's override names against group_options() and flags' values, then check_group.
+  void check_overrides(const ParamGroup& group, size_t index) const;
   // The state buffers parameter p has once initialised: the optimizer's plus "master" if kept.
   std::vector<std::string> buffers_of(const Tensor& p) const;
   std::string name_;
+  std::unordered_map<const TensorImpl*, size_t> group_of_;  // parameter -> index of its group
   MixedPrecisionOptions mixed_precision_;
   class LocalDeviceStep;  // optimizer.cpp
   std::unique_ptr<DeviceStep> device_step_impl_;

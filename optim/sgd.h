@@ -28,19 +28,26 @@ class SGD : public LocalOptimizer {
  public:
   // One group with the options' lr and weight_decay.
   SGD(std::vector<Tensor> params, SGDOptions options = {});
-  // Groups with their own lr and weight_decay; momentum, dampening and nesterov from the options.
+  // Groups with their own lr and weight_decay; momentum, dampening and nesterov from the options unless
+  // a group overrides them (ParamGroup::overrides: momentum, dampening, nesterov).
   SGD(std::vector<ParamGroup> groups, SGDOptions options);
 
   const SGDOptions& options() const { return options_; }
+  // The options `group` runs with: options() with its overrides.
+  SGDOptions options_for(const ParamGroup& group) const;
+  std::vector<GroupOptionName> group_options() const override;
   bool elementwise() const override { return true; }
+  // Every buffer some group keeps (momentum_buffer when any group has momentum > 0).
   std::vector<std::string> state_buffer_names() const override;
   DType state_dtype(const Tensor& param) const override;
 
  protected:
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void check_group(const ParamGroup& group, size_t index) const override;
+  std::vector<std::string> state_buffer_names_for(const Tensor& param) const override;
 
  private:
-  void check_options() const;
+  void check(const SGDOptions& o, int64_t group) const;
   SGDOptions options_;
 };
 

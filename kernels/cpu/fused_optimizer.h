@@ -1,0 +1,93 @@
+#pragma once
+// The CPU driver of the fused optimizer steps (kernels/optimizer_kernels.h): one pass over n elements that
+// runs a per-element update rule (kernels/adam_math.h, rmsprop_math.h, adagrad_math.h, lion_math.h) on
+// theta, the gradient and K state values, as kernels/cpu/adamw.cpp's staged loop does for AdamW.
+//
+// Parallel strategy: the n elements are cut into chunks of kOptimizerChunk and OpenMP spreads the chunks
+// over threads (above kOptimizerParallelMin elements). Elements are independent, so the result is the
+// same whatever the thread count. f32/f64 parameters are updated in place in one plain loop the compiler
+// vectorises (AVX-512 with -march=native; each state array a restrict pointer read and written once per element);
+// f16/bf16 ones are staged through float buffers a chunk at a time (convert.h's SIMD conversions): the
+// gradient widened, theta taken from the master copy (or the parameter widened), and the result rounded
+// to nearest even into the parameter.
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cpu/convert.h"
+#include "kernels/dispatch.h"
+#include "kernels/error.h"
+
+namespace hg::kernels::cpu {
+
+inline constexpr int64_t kOptimizerChunk = 2048;
+inline constexpr int64_t kOptimizerParallelMin = int64_t(1) << 15;
+
+template <class T, int K, class Rule>
+void fused_optimizer_chunk(T* param, acc_t<T>* master, const T* grad, acc_t<T>* const* state, int64_t begin,
+                           int64_t count, const Rule& rule) {
+  using A = acc_t<T>;
+  // The arrays never overlap: restrict pointers, one per state buffer, spare GCC the run-time alias checks
+  // (with three state buffers they outnumber its limit and the loop would stay scalar).
+  A* __restrict s0 = state[0] + begin;
+  A* __restrict s1 = K > 1 ? state[1] + begin : nullptr;
+  A* __restrict s2 = K > 2 ? state[2] + begin : nullptr;
+  const auto element = [&](A& theta, A g, int64_t i) {
+    A v[K];
+    v[0] = s0[i];
+    if constexpr (K > 1) v[1] = s1[i];
+    if constexpr (K > 2) v[2] = s2[i];
+    rule(theta, g, v);
+    s0[i] = v[0];
+    if constexpr (K > 1) s1[i] = v[1];
+    if constexpr (K > 2) s2[i] = v[2];
+  };
+  if constexpr (std::is_same_v<T, A>) {
+    T* __restrict p = param + begin;
+    const T* __restrict g = grad + begin;
+    for (int64_t i = 0; i < count; ++i) {
+      A theta = p[i];
+      element(theta, g[i], i);
+      p[i] = theta;
+    }
+  } else {
+    A widened[kOptimizerChunk];
+    A g[kOptimizerChunk];
+    A* __restrict theta = master != nullptr ? master + begin : widened;
+    if (master == nullptr) to_float(param + begin, widened, count);
+    to_float(grad + begin, g, count);
+    for (int64_t i = 0; i < count; ++i) element(theta[i], g[i], i);
+    from_float(theta, param + begin, count);
+  }
+}
+
+// Runs make.template operator()<A>() -> rule, then rule(theta, g, v[K]) on every element. `state` holds K
+// non-null pointers to acc_t arrays of n elements.
+template <int K, class Make>
+void fused_optimizer_step(const char* name, void* param, void* master, const void* grad, void* const* state, int64_t n,
+                          DType dtype, const Make& make) {
+  HG_CHECK(n >= 0, "[", name, "] expected n >= 0, got ", n);
+  if (n == 0) return;
+  HG_CHECK(param != nullptr && grad != nullptr, "[", name, "] null param or grad pointer for n = ", n);
+  for (int k = 0; k < K; ++k) HG_CHECK(state[k] != nullptr, "[", name, "] null state buffer ", k, " for n = ", n);
+  dispatch_floating(dtype, name, [&]<class T>() {
+    using A = acc_t<T>;
+    constexpr bool kHalf = !std::is_same_v<T, A>;
+    HG_CHECK(master == nullptr || kHalf, "[", name, "] a master copy is for f16/bf16 parameters; got one for ",
+             dtype_name(dtype));
+    const auto rule = make.template operator()<A>();
+    A* s[K];
+    for (int k = 0; k < K; ++k) s[k] = static_cast<A*>(state[k]);
+    auto* p = static_cast<T*>(param);
+    auto* m = static_cast<A*>(master);
+    auto* g = static_cast<const T*>(grad);
+    const int64_t chunks = (n + kOptimizerChunk - 1) / kOptimizerChunk;
+#pragma omp parallel for schedule(static) if (n >= kOptimizerParallelMin)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * kOptimizerChunk;
+      fused_optimizer_chunk<T, K>(p, m, g, s, begin, std::min(kOptimizerChunk, n - begin), rule);
+    }
+  });
+}
+
+}  // namespace hg::kernels::cpu

@@ -1,0 +1,43 @@
+// The fused RMSprop step on the CPU (kernels/optimizer_kernels.h rmsprop_step).
+//
+// Math (kernels/rmsprop_math.h, PyTorch's RMSprop): g += wd theta;  s = a s + (1-a) g^2;
+//   centered: ga = a ga + (1-a) g, d = sqrt(s - ga^2) + eps; else d = sqrt(s) + eps;
+//   momentum: buf = mu buf + g / d, theta -= buf lr; else theta -= (g / d) lr.
+// Parallel strategy: kernels/cpu/fused_optimizer.h (chunks over OpenMP threads, one vectorisable pass).
+#include "kernels/cpu/fused_optimizer.h"
+#include "kernels/optimizer_kernels.h"
+#include "kernels/rmsprop_math.h"
+
+namespace hg::kernels::cpu {
+namespace {
+
+template <bool kMomentum, bool kCentered>
+void run(void* param, void* master, const void* grad, void* const* state, int64_t n, double lr, double alpha,
+         double eps, double weight_decay, double momentum, DType dtype) {
+  constexpr int K = 1 + int(kMomentum) + int(kCentered);
+  fused_optimizer_step<K>("rmsprop_step", param, master, grad, state, n, dtype, [&]<class A>() {
+    return [c = rmsprop_coefficients<A>(lr, alpha, eps, weight_decay, momentum)](A& theta, A g, A* s) {
+      rmsprop_update<kMomentum, kCentered>(theta, g, s, c);
+    };
+  });
+}
+
+}  // namespace
+
+void rmsprop_step(void* param, void* master, const void* grad, void* square_avg, void* momentum_buffer, void* grad_avg,
+                  int64_t n, double lr, double alpha, double eps, double weight_decay, double momentum, DType dtype) {
+  HG_CHECK((momentum_buffer != nullptr) == (momentum > 0.0),
+           "[rmsprop_step] expected a momentum buffer exactly when momentum > 0; got momentum ", momentum,
+           momentum_buffer ? " with one" : " without one");
+  void* const state[3] = {square_avg, momentum_buffer != nullptr ? momentum_buffer : grad_avg, grad_avg};
+  if (momentum_buffer && grad_avg)
+    run<true, true>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype);
+  else if (momentum_buffer)
+    run<true, false>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype);
+  else if (grad_avg)
+    run<false, true>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype);
+  else
+    run<false, false>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype);
+}
+
+}  // namespace hg::kernels::cpu

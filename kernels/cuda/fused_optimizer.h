@@ -1,0 +1,76 @@
+#pragma once
+// The CUDA driver of the fused optimizer steps (kernels/optimizer_kernels.h): one launch that runs a
+// per-element update rule (kernels/adam_math.h, rmsprop_math.h, adagrad_math.h, lion_math.h; the very
+// functions the CPU backend runs) on theta, the gradient and K state values.
+//
+// Parallel strategy: a grid-stride loop of kFlatThreads-thread blocks (at most kMaxFlatBlocks), one
+// element per thread per iteration: consecutive threads touch consecutive elements of every array, so each
+// warp's loads and stores of the parameter, gradient, master and each state buffer are coalesced (one
+// 128-byte line per fp32 array per warp). Every element is read once and written once: the kernel moves
+// the minimum bytes, in one pass. Elements are independent: the result does not depend on the launch shape.
+#include "kernels/cuda/device_math.h"
+#include "kernels/cuda/dispatch_cuda.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/error.h"
+
+namespace hg::kernels::cuda {
+
+template <class A, int K>
+struct OptimizerStatePointers {
+  A* p[K];
+};
+
+template <class T, int K, bool kMaster, class Rule>
+__global__ void fused_optimizer_kernel(T* __restrict__ param, acc_t<T>* __restrict__ master, const T* __restrict__ grad,
+                                       OptimizerStatePointers<acc_t<T>, K> state, int64_t n, Rule rule) {
+  using A = acc_t<T>;
+  for (int64_t i = flat_worker(); i < n; i += flat_workers()) {
+    A theta;
+    if constexpr (kMaster) {
+      theta = master[i];
+    } else {
+      theta = to_acc(param[i]);
+    }
+    A v[K];
+    HG_UNROLL
+    for (int k = 0; k < K; ++k) v[k] = state.p[k][i];
+    rule(theta, to_acc(grad[i]), v);
+    HG_UNROLL
+    for (int k = 0; k < K; ++k) state.p[k][i] = v[k];
+    if constexpr (kMaster) master[i] = theta;
+    param[i] = from_acc<T>(theta);
+  }
+}
+
+// Launches make.template operator()<A>() -> rule over n elements; `state` holds K non-null pointers to
+// acc_t arrays of n elements.
+template <int K, class Make>
+void fused_optimizer_launch(const char* name, void* param, void* master, const void* grad, void* const* state,
+                            int64_t n, DType dtype, cudaStream_t stream, const Make& make) {
+  HG_CHECK(n >= 0, "[", name, "] expected n >= 0, got ", n);
+  if (n == 0) return;
+  HG_CHECK(param != nullptr && grad != nullptr, "[", name, "] null param or grad pointer for n = ", n);
+  for (int k = 0; k < K; ++k) HG_CHECK(state[k] != nullptr, "[", name, "] null state buffer ", k, " for n = ", n);
+  dispatch_floating_cuda(dtype, name, [&]<class T>() {
+    using A = acc_t<T>;
+    constexpr bool kHalf = !std::is_same_v<T, A>;
+    HG_CHECK(master == nullptr || kHalf, "[", name, "] a master copy is for f16/bf16 parameters; got one for ",
+             dtype_name(dtype));
+    OptimizerStatePointers<A, K> s;
+    for (int k = 0; k < K; ++k) s.p[k] = static_cast<A*>(state[k]);
+    const auto rule = make.template operator()<A>();
+    using Rule = std::decay_t<decltype(rule)>;
+    T* p = static_cast<T*>(param);
+    const T* g = static_cast<const T*>(grad);
+    const dim3 grid = flat_grid(n);
+    if (master != nullptr) {
+      launch(fused_optimizer_kernel<T, K, true, Rule>, grid, dim3(kFlatThreads), 0, stream, p, static_cast<A*>(master),
+             g, s, n, rule);
+    } else {
+      launch(fused_optimizer_kernel<T, K, false, Rule>, grid, dim3(kFlatThreads), 0, stream, p,
+             static_cast<A*>(nullptr), g, s, n, rule);
+    }
+  });
+}
+
+}  // namespace hg::kernels::cuda

@@ -1,0 +1,46 @@
+// The fused RMSprop step on a CUDA device (kernels/optimizer_kernels.h rmsprop_step).
+//
+// Math (kernels/rmsprop_math.h, PyTorch's RMSprop): g += wd theta;  s = a s + (1-a) g^2;
+//   centered: ga = a ga + (1-a) g, d = sqrt(s - ga^2) + eps; else d = sqrt(s) + eps;
+//   momentum: buf = mu buf + g / d, theta -= buf lr; else theta -= (g / d) lr;
+// each product and sum rounded on its own (no fma: the CPU backend's bits).
+// Parallel strategy: kernels/cuda/fused_optimizer.h (grid-stride, one element per thread per iteration,
+// every array read and written once, coalesced).
+#include "kernels/cuda/fused_optimizer.h"
+#include "kernels/kernels_cuda.h"
+#include "kernels/optimizer_kernels.h"
+#include "kernels/rmsprop_math.h"
+
+namespace hg::kernels::cuda {
+namespace {
+
+template <bool kMomentum, bool kCentered>
+void run(void* param, void* master, const void* grad, void* const* state, int64_t n, double lr, double alpha,
+         double eps, double weight_decay, double momentum, DType dtype, Stream stream) {
+  constexpr int K = 1 + int(kMomentum) + int(kCentered);
+  fused_optimizer_launch<K>("rmsprop_step", param, master, grad, state, n, dtype, stream, [&]<class A>() {
+    return RMSpropRule<kMomentum, kCentered, A>{rmsprop_coefficients<A>(lr, alpha, eps, weight_decay, momentum)};
+  });
+}
+
+}  // namespace
+
+void rmsprop_step(void* param, void* master, const void* grad, void* square_avg, void* momentum_buffer, void* grad_avg,
+                  int64_t n, double lr, double alpha, double eps, double weight_decay, double momentum, DType dtype,
+                  Stream stream) {
+  HG_CHECK((momentum_buffer != nullptr) == (momentum > 0.0),
+           "[rmsprop_step] expected a momentum buffer exactly when momentum > 0; got momentum ", momentum,
+           momentum_buffer ? " with one" : " without one");
+  void* const state[3] = {square_avg, momentum_buffer != nullptr ? momentum_buffer : grad_avg, grad_avg};
+  if (momentum_buffer && grad_avg) {
+    run<true, true>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype, stream);
+  } else if (momentum_buffer) {
+    run<true, false>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype, stream);
+  } else if (grad_avg) {
+    run<false, true>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype, stream);
+  } else {
+    run<false, false>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype, stream);
+  }
+}
+
+}  // namespace hg::kernels::cuda

@@ -1,0 +1,41 @@
+#pragma once
+// The fused optimizer steps of Adam, RMSprop, Adagrad and Lion: one pass over the parameter, its gradient,
+// its state buffers (and the fp32 master copy of a half parameter) per step, where the composed update ran
+// one engine op per term. Declared like every kernel of kernels/kernels.h (conventions there):
+// kernels::cpu::name(args...) in kernels/cpu/*.cpp and kernels::cuda::name(args..., stream) in
+// kernels/cuda/*.cu; kept in a header of their own so that the many files including kernels.h do not
+// depend on them (as kernels/step_kernels.h).
+//
+// Common to all: param and grad are n contiguous elements of `dtype` (f32, f64, f16, bf16); the state
+// buffers and master are in accumulate_dtype(dtype) (fp32 for half parameters). master is nullable:
+// without it theta is read from param, updated in acc_t and rounded once on store; with it (mixed
+// precision) theta is read from and written to master and param receives its rounding to nearest even.
+// Elements are independent: the result depends neither on threads nor on the launch shape, and the two
+// backends give the same bits (kernels/optimizer_math.h). The per-element math is in the named headers.
+#include <cstdint>
+
+#include "kernels/declare_kernel.h"
+#include "kernels/dtype.h"
+
+namespace hg::kernels {
+
+// Adam (kernels/adam_math.h) at step >= 1; max_exp_avg_sq non-null: AMSGrad.
+HG_DECLARE_KERNEL(void, adam_step,
+                  (void* param, void* master, const void* grad, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq,
+                   int64_t n, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step,
+                   DType dtype));
+// RMSprop (kernels/rmsprop_math.h); momentum_buffer non-null exactly when momentum > 0, grad_avg
+// non-null: centered.
+HG_DECLARE_KERNEL(void, rmsprop_step,
+                  (void* param, void* master, const void* grad, void* square_avg, void* momentum_buffer, void* grad_avg,
+                   int64_t n, double lr, double alpha, double eps, double weight_decay, double momentum, DType dtype));
+// Adagrad (kernels/adagrad_math.h) at step >= 1.
+HG_DECLARE_KERNEL(void, adagrad_step,
+                  (void* param, void* master, const void* grad, void* sum, int64_t n, double lr, double lr_decay,
+                   double eps, double weight_decay, int64_t step, DType dtype));
+// Lion (kernels/lion_math.h).
+HG_DECLARE_KERNEL(void, lion_step,
+                  (void* param, void* master, const void* grad, void* exp_avg, int64_t n, double lr, double beta1,
+                   double beta2, double weight_decay, DType dtype));
+
+}  // namespace hg::kernels
