@@ -8,6 +8,10 @@ Prints one JSON line per workload with bench_layers' fields: bench "layers", mod
 threads, best_ms, median_ms (of 10 timed steps, --quick 3, after one warm-up). A step is the forward, the
 sum of the output times a fixed random gradient, backward, and the parameters' gradients set to None.
 nn.LSTM / nn.GRU run PyTorch's CPU RNN path (oneDNN where PyTorch 1.13 takes it, its own kernels otherwise).
+Run it with a tuned BLAS as bench/peers/README.md says (Debian's torch links the system libblas.so.3, reference
+BLAS by default, about 50x slower on the GEMMs): LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp,
+OPENBLAS_CORETYPE=SkylakeX on AVX-512 CPUs, LD_PRELOAD of tcmalloc. Each line's "blas" key lists the BLAS
+libraries mapped into the process.
 Tooling only (Debian's python3-torch): halfgrad's build and tests never run it.
 """
 import argparse
@@ -23,6 +27,10 @@ except ImportError:
     if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
         os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
     sys.exit("pytorch_layers.py: cannot import torch; install Debian's python3-torch")
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_train import mapped_blas  # noqa: E402
 
 
 class ResNetBlock(nn.Module):
@@ -78,7 +86,7 @@ def main():
         times.sort()
         print(json.dumps({"bench": "layers", "model": name, "impl": "pytorch", "dtype": "f32",
                           "threads": torch.get_num_threads(), "best_ms": times[0] * 1e3,
-                          "median_ms": times[len(times) // 2] * 1e3}), flush=True)
+                          "median_ms": times[len(times) // 2] * 1e3, "blas": mapped_blas()}), flush=True)
 
 
 if __name__ == "__main__":
