@@ -14,7 +14,7 @@
 
 #include "engine/autograd.h"
 #include "engine/tensor.h"
-#include "kernels/rnn_cell_math.h"
+#include "kernels/rnn_cell.h"
 
 namespace hg {
 
