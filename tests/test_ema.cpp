@@ -10,34 +10,18 @@
 #include "engine/random.h"
 #include "engine/tensor.h"
 #include "support/check_error.h"
+#include "support/flat_values.h"
+#include "support/test_seed.h"
 #include "support/suite_device.h"
 #include "train/ema.h"
 
 using namespace hg;
 
-namespace {
-
-uint64_t fresh_seed() {
-  static const uint64_t seed = std::random_device{}();
-  return seed;
-}
-
-std::vector<float> flat(const std::vector<Tensor>& params) {
-  std::vector<float> out;
-  for (const Tensor& p : params) {
-    const std::vector<float> v = p.to(kCPU).to_vector<float>();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-}  // namespace
-
 TEST_CASE(SUITE_PREFIX "the EMA follows its formula (with and without warmup) and swaps the weights exactly") {
   if (testing::skip_without_suite_device("test_cuda_ema")) return;
   const Device kDevice = testing::suite_device();
-  MESSAGE("seed " << fresh_seed());
-  manual_seed(fresh_seed());
+  MESSAGE("seed " << testing::fresh_seed());
+  manual_seed(testing::fresh_seed());
   for (const bool warmup : {false, true}) {
     INFO("warmup " << warmup);
     const std::vector<Tensor> params = {randn({3, 4}, DType::f32, kDevice), randn({7}, DType::f32, kDevice)};
@@ -62,17 +46,17 @@ TEST_CASE(SUITE_PREFIX "the EMA follows its formula (with and without warmup) an
       const std::vector<float> s = ema.shadow()[i].to(kCPU).to_vector<float>();
       for (size_t k = 0; k < s.size(); ++k) CHECK(double(s[k]) == doctest::Approx(expected[i][k]).epsilon(1e-5));
     }
-    const std::vector<float> live = flat(params), averaged = flat(ema.shadow());
+    const std::vector<float> live = testing::flat_values(params), averaged = testing::flat_values(ema.shadow());
     CHECK(live != averaged);
     {
       train::EmaScope scope(ema);
-      CHECK(flat(params) == averaged);
+      CHECK(testing::flat_values(params) == averaged);
     }
-    CHECK(flat(params) == live);
-    CHECK(flat(ema.shadow()) == averaged);
+    CHECK(testing::flat_values(params) == live);
+    CHECK(testing::flat_values(ema.shadow()) == averaged);
     const std::vector<Tensor> copy = {zeros({3, 4}, DType::f32, kDevice), zeros({7}, DType::f32, kDevice)};
     ema.copy_to(copy);
-    CHECK(flat(copy) == averaged);
+    CHECK(testing::flat_values(copy) == averaged);
   }
   CHECK_ERROR(train::ExponentialMovingAverage({randn({2}, DType::f32, kDevice)}, train::EmaOptions().decay(1.5)),
               "decay 1.5", "expected 0 <= decay <= 1");

@@ -21,6 +21,7 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "support/check_error.h"
+#include "support/flat_values.h"
 #include "train/trainer.h"
 #include "support/temp_dir.h"
 
@@ -49,15 +50,6 @@ struct Blobs final : data::Dataset {
 };
 
 using hg::test::TempDir;
-
-std::vector<float> flat(const std::vector<Tensor>& params) {
-  std::vector<float> out;
-  for (const Tensor& p : params) {
-    const std::vector<float> v = p.to_vector<float>();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
 
 // A fresh model (same seed every time), an optimizer and a loader over Blobs, trained by a Trainer.
 struct Run {
@@ -91,10 +83,10 @@ TEST_CASE("accumulated micro-batches train like the full batch") {
   CHECK(a.optimizer_steps == 12);
   CHECK(b.optimizer_steps == 12);
   CHECK(b.final_loss == doctest::Approx(a.final_loss).epsilon(1e-6));
-  const std::vector<float> pa = flat(full.model->parameters()), pb = flat(accumulated.model->parameters());
+  const std::vector<float> pa = testing::flat_values(full.model->parameters()), pb = testing::flat_values(accumulated.model->parameters());
   REQUIRE(pa.size() == pb.size());
   for (size_t i = 0; i < pa.size(); ++i) CHECK(pb[i] == doctest::Approx(pa[i]).epsilon(1e-5));
-  CHECK(flat(Run(16, train::TrainerOptions(), true).model->parameters()) != pa);  // it trained
+  CHECK(testing::flat_values(Run(16, train::TrainerOptions(), true).model->parameters()) != pa);  // it trained
 }
 
 TEST_CASE("a run stopped and resumed from its checkpoint equals the uninterrupted run bit for bit") {
@@ -114,7 +106,7 @@ TEST_CASE("a run stopped and resumed from its checkpoint equals the uninterrupte
   CHECK(rest.first_step == 5);
   CHECK(rest.last_step == 10);
   CHECK(rest.final_loss == whole.final_loss);
-  CHECK(flat(second.model->parameters()) == flat(straight.model->parameters()));
+  CHECK(testing::flat_values(second.model->parameters()) == testing::flat_values(straight.model->parameters()));
   CHECK(std::filesystem::exists(resumed_dir.path / "step_0000000010.safetensors"));
   CHECK_FALSE(std::filesystem::exists(resumed_dir.path / "step_0000000003.safetensors"));  // keep 2: 9 and 10
 }
@@ -126,7 +118,7 @@ TEST_CASE("an inf loss skips that step under a loss scaler: weights and schedule
   run.loss_of_batch = [&](const data::Batch& b) {
     Tensor loss = cross_entropy(run.model->forward(b[0]), b[1]);
     if (++calls == 4) {
-      before_bad_step = flat(run.model->parameters());
+      before_bad_step = testing::flat_values(run.model->parameters());
       return loss * std::numeric_limits<double>::infinity();
     }
     return loss;
@@ -149,7 +141,7 @@ TEST_CASE("an inf loss skips that step under a loss scaler: weights and schedule
   CHECK(lrs == std::vector<double>{0, 1, 2, 3, 3, 4});  // the skipped 4th step did not advance t
   CHECK(run.trainer->scaler().scale_value() == 512);
   CHECK_FALSE(before_bad_step.empty());
-  CHECK(flat(run.model->parameters()) != before_bad_step);  // the later steps trained
+  CHECK(testing::flat_values(run.model->parameters()) != before_bad_step);  // the later steps trained
 }
 
 TEST_CASE("early stopping restores the best evaluation's weights and reports that evaluation") {
@@ -161,7 +153,7 @@ TEST_CASE("early stopping restores the best evaluation's weights and reports tha
   std::vector<std::vector<float>> weights;
   // A made-up validation loss: best at the 2nd evaluation (step 4), worse after it.
   run.trainer->evaluator([&] {
-    weights.push_back(flat(run.model->parameters()));
+    weights.push_back(testing::flat_values(run.model->parameters()));
     const double value = weights.size() == 2 ? 0.5 : 1.0 + double(weights.size());
     return train::Evaluation{value, "made-up loss " + std::to_string(value)};
   });
@@ -170,7 +162,7 @@ TEST_CASE("early stopping restores the best evaluation's weights and reports tha
   CHECK(r.last_step == 8);  // evaluations at 2, 4, 6, 8: two without improvement after step 4
   REQUIRE(r.evaluation.has_value());
   CHECK(r.evaluation->value == 0.5);
-  CHECK(flat(run.model->parameters()) == weights[1]);
+  CHECK(testing::flat_values(run.model->parameters()) == weights[1]);
 }
 
 TEST_CASE("the sequence-length warmup narrows the fields of rank 2 and more") {
@@ -223,10 +215,10 @@ TEST_CASE("a resume the loader cannot use changes nothing and keeps failing") {
   train::Trainer trainer(
       *model, adamw, loader, [&](const data::Batch& b) { return cross_entropy(model->forward(b[0]), b[1]); },
       train::TrainerOptions().steps(6).checkpoint_dir(dir.path.string()));
-  const std::vector<float> before = flat(model->parameters());
+  const std::vector<float> before = testing::flat_values(model->parameters());
   CHECK_ERROR(trainer.resume(), "--resume from", "step_0000000003.safetensors", "seed 3", "seed 99");
   CHECK(trainer.completed_steps() == 0);
-  CHECK(flat(model->parameters()) == before);
+  CHECK(testing::flat_values(model->parameters()) == before);
   CHECK(adamw.state_tensors().empty());
   CHECK_ERROR(trainer.resume(), "--resume from");  // still refused, not silently "resumed"
   trainer.fit();
@@ -277,10 +269,10 @@ TEST_CASE("resume refuses an entry other than the one the run config was read fr
   REQUIRE(std::filesystem::exists(step4));
   // The run config came from step 2 (say step 4 appeared, or could not be read, in between).
   Run other(8, train::TrainerOptions().steps(6).checkpoint_dir(dir.path.string()).resume_entry(step2));
-  const std::vector<float> before = flat(other.model->parameters());
+  const std::vector<float> before = testing::flat_values(other.model->parameters());
   CHECK_ERROR(other.trainer->resume(), "[Trainer]", "run config was read from", "step_0000000002.safetensors",
               "resumed from", "step_0000000004.safetensors", "from one checkpoint");
-  CHECK(flat(other.model->parameters()) == before);
+  CHECK(testing::flat_values(other.model->parameters()) == before);
   Run same(8, train::TrainerOptions().steps(6).checkpoint_dir(dir.path.string()).resume_entry(step4));
   CHECK(same.trainer->resume());
   CHECK(same.trainer->completed_steps() == 4);

@@ -17,6 +17,8 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "support/check_error.h"
+#include "support/flat_values.h"
+#include "support/test_seed.h"
 #include "support/temp_dir.h"
 #include "train/trainer.h"
 
@@ -53,20 +55,6 @@ struct Gan : nn::Module {
   }
 };
 
-std::vector<float> flat(const std::vector<Tensor>& params) {
-  std::vector<float> out;
-  for (const Tensor& p : params) {
-    const std::vector<float> v = p.to_vector<float>();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-uint32_t fresh_seed() {
-  static const uint32_t seed = std::random_device{}();
-  return seed;
-}
-
 // The GAN trained by a Trainer with a custom step: D (Adam, StepLR, dynamic scaler, clip_value) and
 // G (AdamW, WarmupCosine, dynamic scaler, clip by norm); the standard non-saturating losses.
 struct GanRun {
@@ -87,7 +75,7 @@ struct GanRun {
       d_opt = std::make_unique<optim::Adam>(model->d->parameters(), optim::AdamOptions().lr(0.02));
       g_opt = std::make_unique<optim::AdamW>(model->g->parameters(), optim::AdamWOptions().lr(0.03));
     }
-    loader = std::make_unique<data::DataLoader>(std::make_shared<GanData>(fresh_seed()),
+    loader = std::make_unique<data::DataLoader>(std::make_shared<GanData>(testing::fresh_seed()),
                                                 data::DataLoaderOptions().batch_size(batch).shuffle(true).seed(7));
     auto scaler = [&] {
       return scalers ? optim::LossScaler::dynamic(optim::DynamicLossScaleOptions().init_scale(256).growth_interval(3))
@@ -126,12 +114,12 @@ struct GanRun {
 }  // namespace
 
 TEST_CASE("a custom two-optimizer (GAN) step resumed from its checkpoint equals the uninterrupted run bit for bit") {
-  MESSAGE("data seed " << fresh_seed());
+  MESSAGE("data seed " << testing::fresh_seed());
   hg::test::TempDir straight_dir, resumed_dir;
   const auto options = train::TrainerOptions().steps(10).checkpoint_every(3).keep_checkpoints(2);
   GanRun straight(8, train::TrainerOptions(options).checkpoint_dir(straight_dir.path.string()));
   straight.trainer->ema(train::EmaOptions().decay(0.8).warmup(true), straight.model->g->parameters());
-  const std::vector<float> initial = flat(straight.model->parameters());
+  const std::vector<float> initial = testing::flat_values(straight.model->parameters());
   const train::TrainResult whole = straight.trainer->fit();
   {
     GanRun first(8, train::TrainerOptions(options).checkpoint_dir(resumed_dir.path.string()).stop_after(4));
@@ -147,8 +135,8 @@ TEST_CASE("a custom two-optimizer (GAN) step resumed from its checkpoint equals 
   CHECK(rest.optimizer_steps == whole.optimizer_steps);
   CHECK(std::isfinite(whole.final_loss));
   CHECK(rest.final_loss == whole.final_loss);  // d_loss, the first value logged
-  CHECK(flat(second.model->parameters()) == flat(straight.model->parameters()));
-  CHECK(flat(second.model->parameters()) != initial);  // both trained
+  CHECK(testing::flat_values(second.model->parameters()) == testing::flat_values(straight.model->parameters()));
+  CHECK(testing::flat_values(second.model->parameters()) != initial);  // both trained
   for (size_t i = 0; i < 2; ++i) {
     const train::UpdateState &a = straight.trainer->updates()[i], &b = second.trainer->updates()[i];
     CHECK(a.steps == 10);
@@ -159,8 +147,8 @@ TEST_CASE("a custom two-optimizer (GAN) step resumed from its checkpoint equals 
   }
   CHECK(straight.trainer->updates()[1].lr == doctest::Approx(optim::WarmupCosine(0.03, 2, 10, 0.003).lr(9)));
   CHECK(second.trainer->ema()->updates() == 10);
-  CHECK(flat(second.trainer->ema()->shadow()) == flat(straight.trainer->ema()->shadow()));
-  CHECK(flat(straight.trainer->ema()->shadow()) != flat(straight.model->g->parameters()));
+  CHECK(testing::flat_values(second.trainer->ema()->shadow()) == testing::flat_values(straight.trainer->ema()->shadow()));
+  CHECK(testing::flat_values(straight.trainer->ema()->shadow()) != testing::flat_values(straight.model->g->parameters()));
 }
 
 TEST_CASE("a custom step over accumulated micro-batches equals the full batch") {
@@ -168,11 +156,11 @@ TEST_CASE("a custom step over accumulated micro-batches equals the full batch") 
   GanRun accumulated(8, train::TrainerOptions().steps(6).grad_accum(2), /*sgd=*/true, /*scalers=*/false);
   const train::TrainResult a = full.trainer->fit(), b = accumulated.trainer->fit();
   CHECK(b.final_loss == doctest::Approx(a.final_loss).epsilon(1e-6));
-  const std::vector<float> pa = flat(full.model->parameters()), pb = flat(accumulated.model->parameters());
+  const std::vector<float> pa = testing::flat_values(full.model->parameters()), pb = testing::flat_values(accumulated.model->parameters());
   REQUIRE(pa.size() == pb.size());
   for (size_t i = 0; i < pa.size(); ++i) CHECK(pb[i] == doctest::Approx(pa[i]).epsilon(1e-5));
   GanRun untrained(16, train::TrainerOptions().steps(6), true, false);
-  CHECK(flat(untrained.model->parameters()) != pa);
+  CHECK(testing::flat_values(untrained.model->parameters()) != pa);
 }
 
 TEST_CASE("an inf in one Update's loss skips that Update's step alone") {

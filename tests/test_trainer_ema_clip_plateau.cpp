@@ -18,6 +18,8 @@
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "support/check_error.h"
+#include "support/flat_values.h"
+#include "support/test_seed.h"
 #include "support/temp_dir.h"
 #include "train/trainer.h"
 
@@ -25,26 +27,12 @@ using namespace hg;
 
 namespace {
 
-uint64_t fresh_seed() {
-  static const uint64_t seed = std::random_device{}();
-  return seed;
-}
-
-std::vector<float> flat(const std::vector<Tensor>& params) {
-  std::vector<float> out;
-  for (const Tensor& p : params) {
-    const std::vector<float> v = p.to_vector<float>();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
 // 40 examples, "x" f32 [5] and "label" i64 [] in 0..1, drawn from the fresh seed.
 struct Points final : data::Dataset {
   std::vector<float> x;
   std::vector<int64_t> label;
   Points() {
-    std::mt19937 rng(static_cast<uint32_t>(fresh_seed()));
+    std::mt19937 rng(static_cast<uint32_t>(testing::fresh_seed()));
     std::normal_distribution<float> normal;
     for (int64_t i = 0; i < size(); ++i) {
       label.push_back(i % 2);
@@ -87,13 +75,13 @@ TEST_CASE("the Trainer's EMA resumes bit for bit and the evaluator can see the a
   straight.trainer->ema(ema);
   std::vector<std::vector<float>> seen;
   straight.trainer->evaluator([&] {
-    seen.push_back(flat(straight.model->parameters()));
-    CHECK(seen.back() == flat(straight.trainer->ema()->shadow()));  // swapped in
+    seen.push_back(testing::flat_values(straight.model->parameters()));
+    CHECK(seen.back() == testing::flat_values(straight.trainer->ema()->shadow()));  // swapped in
     return train::Evaluation{1.0, "ema"};
   });
   straight.trainer->fit();
   CHECK(seen.size() == 3);
-  CHECK(flat(straight.model->parameters()) != flat(straight.trainer->ema()->shadow()));  // swapped back
+  CHECK(testing::flat_values(straight.model->parameters()) != testing::flat_values(straight.trainer->ema()->shadow()));  // swapped back
   {
     Run first(train::TrainerOptions(options).checkpoint_dir(resumed_dir.path.string()).stop_after(5));
     first.trainer->ema(ema);
@@ -103,12 +91,12 @@ TEST_CASE("the Trainer's EMA resumes bit for bit and the evaluator can see the a
   second.trainer->ema(ema);
   CHECK(second.trainer->fit().first_step == 6);  // from the step-5 checkpoint (the first run's last)
   CHECK(second.trainer->ema()->updates() == 9);
-  CHECK(flat(second.trainer->ema()->shadow()) == flat(straight.trainer->ema()->shadow()));
-  CHECK(flat(second.model->parameters()) == flat(straight.model->parameters()));
+  CHECK(testing::flat_values(second.trainer->ema()->shadow()) == testing::flat_values(straight.trainer->ema()->shadow()));
+  CHECK(testing::flat_values(second.model->parameters()) == testing::flat_values(straight.model->parameters()));
 }
 
 TEST_CASE("clip_grad_value_ clamps every gradient element like torch.clamp, and refuses a bad bound") {
-  manual_seed(fresh_seed() + 1);
+  manual_seed(testing::fresh_seed() + 1);
   const Tensor a = randn({4, 6}).requires_grad_(), b = randn({5}).requires_grad_(), c = randn({2});
   a.set_grad(randn({4, 6}) * 3.0);
   std::vector<float> bg = (randn({5}) * 3.0).to_vector<float>();
@@ -143,8 +131,8 @@ TEST_CASE("the Trainer's clip_value bounds the unscaled gradients under a loss s
   plain.trainer->fit();
   scaled.trainer->fit();
   unclipped.trainer->fit();
-  CHECK(flat(scaled.model->parameters()) == flat(plain.model->parameters()));
-  CHECK(flat(unclipped.model->parameters()) != flat(plain.model->parameters()));  // the clip was active
+  CHECK(testing::flat_values(scaled.model->parameters()) == testing::flat_values(plain.model->parameters()));
+  CHECK(testing::flat_values(unclipped.model->parameters()) != testing::flat_values(plain.model->parameters()));  // the clip was active
 }
 
 TEST_CASE("ReduceLROnPlateau in the Trainer: fed by the evaluator, chained after a warmup, resumed") {
@@ -193,5 +181,5 @@ TEST_CASE("ReduceLROnPlateau in the Trainer: fed by the evaluator, chained after
   CHECK(second.trainer->fit().first_step == 12);  // from the step-11 checkpoint (the first run's last)
   CHECK(second.trainer->plateau()->lr() == straight.trainer->plateau()->lr());
   CHECK(second.trainer->plateau()->best() == straight.trainer->plateau()->best());
-  CHECK(flat(second.model->parameters()) == flat(straight.model->parameters()));
+  CHECK(testing::flat_values(second.model->parameters()) == testing::flat_values(straight.model->parameters()));
 }
