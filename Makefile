@@ -19,7 +19,7 @@ EMU_BUILD_DIR ?= build-emu
 EMU_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_CUDA=EMULATED -DHALFGRAD_SANITIZE=address \
                    -DHALFGRAD_BUILD_BENCH=OFF
 
-.PHONY: setup configure build test test-emu test-audit fuzz train train-mlp train-cnn plot bench format clean train-text
+.PHONY: setup configure build test test-emu test-audit fuzz train train-mlp train-cnn plot bench format clean train-text zoo
 
 setup:
 	@scripts/setup
@@ -68,6 +68,17 @@ train-mlp: configure
 train-cnn: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_cnn
 	$(BUILD_DIR)/bin/train_cnn $(ARGS)
+
+# The zoo (docs/zoo.md): `make zoo MODEL=lenet [ARGS="--epochs 2"]` trains one model on real data (Fashion-MNIST,
+# Debian's dataset-fashion-mnist, installed here), writes its metrics log and charts under $(BUILD_DIR)/zoo/.
+MODEL ?= mlp
+zoo: configure
+	@scripts/setup dataset-fashion-mnist
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target zoo plot_metrics
+	@mkdir -p $(BUILD_DIR)/zoo
+	$(BUILD_DIR)/bin/zoo --model $(MODEL) --metrics-log $(BUILD_DIR)/zoo/$(MODEL)_metrics.jsonl $(ARGS)
+	$(BUILD_DIR)/bin/plot_metrics $(BUILD_DIR)/zoo/$(MODEL)_metrics.jsonl --title "zoo --model $(MODEL) $(ARGS)" \
+	  -o $(BUILD_DIR)/zoo/$(MODEL)_metrics.svg -o $(BUILD_DIR)/zoo/$(MODEL)_metrics.png
 
 plot: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_gpt plot_metrics

@@ -88,7 +88,7 @@ Batch DataLoader::build(int64_t position) const {
     for (size_t f = 0; f < fields_.size(); ++f)
       rows_out[f] = static_cast<char*>(batch.tensors[f].data_ptr()) +
                     size_t(r * fields_[f].numel()) * dtype_size(fields_[f].dtype);
-    dataset_->get(batch.indices[size_t(r)], rows_out);
+    dataset_->get_in_epoch(batch.indices[size_t(r)], batch.epoch, rows_out);
   }
   return batch;
 }

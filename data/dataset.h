@@ -9,6 +9,9 @@
 //     concurrently and in any order, and the same index must give the same bytes every time (that
 //     is what makes a run independent of the number of workers and resumable). Randomness inside an
 //     example is seeded from the index.
+//   - The DataLoader calls get_in_epoch(index, epoch, out), which is get(index, out) unless a dataset
+//     draws something afresh each epoch (data augmentation, data/image_augment.h): then it is a pure
+//     function of (index, epoch), seeded from both.
 //   - Every example has exactly the shapes fields() declares.
 #include <cstdint>
 #include <string>
@@ -33,6 +36,8 @@ class Dataset {
   // Writes example `index` (0 <= index < size()) into out[f], one pointer per field, each to
   // fields()[f].numel() contiguous elements of fields()[f].dtype.
   virtual void get(int64_t index, const std::vector<void*>& out) const = 0;
+  // Example `index` as seen in `epoch` (the loader's epoch of the stream, from 0).
+  virtual void get_in_epoch(int64_t index, int64_t /*epoch*/, const std::vector<void*>& out) const { get(index, out); }
 };
 
 // One batch: a tensor per field ([B, ...field shape]) in fields() order, and the example indices.

@@ -34,6 +34,7 @@ class MnistDataset : public Dataset {
   std::vector<Field> fields() const override;
   void get(int64_t index, const std::vector<void*>& out) const override;
   const MnistData& data() const { return *data_; }
+  const std::shared_ptr<const MnistData>& shared_data() const { return data_; }
 
  private:
   std::shared_ptr<const MnistData> data_;

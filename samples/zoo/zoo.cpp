@@ -1,0 +1,25 @@
+// zoo: classic small models trained on real data, one command each (docs/zoo.md).
+//
+//   zoo --model mlp          an MLP on Fashion-MNIST
+//   zoo --model lenet        a LeNet-style CNN on Fashion-MNIST
+//   zoo --model resnet       a small ResNet (BatchNorm, skip connections, crops and flips) on Fashion-MNIST
+//   zoo --model vit          a small Vision Transformer on Fashion-MNIST
+//
+// Every model trains through the Trainer (progress, --metrics-log, --checkpoint-dir / --resume,
+// --device cuda, --precision bf16) with its recipe's settings (samples/zoo/zoo_recipes.h) unless a flag
+// says otherwise. Written only against halfgrad's public headers.
+#include "app/cli.h"
+#include "app/thread_defaults.h"
+#include "samples/zoo/classify.h"
+#include "samples/zoo/zoo_config.h"
+
+using namespace hg;
+
+// Nothing escapes: a usage or input error exits 2, any other error 1, on one line (app/cli.h).
+int main(int argc, char** argv) {
+  app::bound_openmp_spin(argv);  // before libgomp's threads or anything else exists
+  return app::guarded_main(samples::zoo::kProgram, [&] {
+    const samples::zoo::ZooConfig config(argc, argv);
+    return samples::zoo::train_image_classifier(config);
+  });
+}

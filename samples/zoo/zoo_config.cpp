@@ -1,0 +1,88 @@
+#include "samples/zoo/zoo_config.h"
+
+#include <algorithm>
+
+#include "optim/by_name.h"
+#include "samples/zoo/image_models.h"
+#include "samples/zoo/zoo_recipes.h"
+#include "train/checkpoint_directory.h"
+#include "train/precision.h"
+
+namespace hg::samples::zoo {
+
+namespace {
+
+// --resume: the newest checkpoint's settings for every key not given now (train/checkpoint_directory.h).
+void restore_run_config(ZooConfig& c) {
+  if (!c.resume || c.checkpoint_dir.empty()) return;
+  const auto stored =
+      app::or_usage_error(kProgram, "--resume", [&] { return train::read_run_config(c.checkpoint_dir, false); });
+  if (stored) c.flags.restore(stored->json, stored->entry, zoo_resume_rules());
+}
+
+// Every flag not given takes the model's recipe value.
+void apply_recipe(ZooConfig& c) {
+  const Recipe r = recipe_for(c.model);
+  if (!c.flags.given("epochs")) c.epochs = r.epochs;
+  if (!c.flags.given("batch")) c.batch = r.batch;
+  if (!c.flags.given("optimizer")) c.optimizer = r.optimizer;
+  if (!c.flags.given("lr")) c.lr = r.lr;
+  if (!c.flags.given("weight-decay")) c.weight_decay = r.weight_decay;
+  if (!c.flags.given("warmup")) c.warmup = r.warmup;
+  if (!c.flags.given("augment-pad")) c.augment_pad = r.augment_pad;
+  if (!c.flags.given("augment-flip")) c.augment_flip = r.augment_flip ? "on" : "off";
+}
+
+void check_settings(const ZooConfig& c) {
+  const std::vector<std::string>& models = image_model_names();
+  if (c.model.empty())
+    app::exit_with_usage_error(kProgram, "no --model; expected one of mlp, lenet, resnet, vit (zoo --help)");
+  if (std::find(models.begin(), models.end(), c.model) == models.end())
+    app::exit_with_usage_error(kProgram, "unknown --model \"" + c.model + "\"; expected mlp, lenet, resnet or vit");
+  app::checked_device(kProgram, c.device);
+  app::or_usage_error(kProgram, [&] { return train::parse_precision(c.precision); });
+  if (c.checkpoint_dir.empty() && c.resume)
+    app::exit_with_usage_error(kProgram, "--resume needs --checkpoint-dir, the directory to resume from");
+  if (c.checkpoint_dir.empty() && c.checkpoint_every > 0)
+    app::exit_with_usage_error(kProgram, "--checkpoint-every-steps needs --checkpoint-dir, where to write them");
+  app::check_at_most(kProgram, {{"batch", c.batch, 1 << 20},
+                                {"epochs", c.epochs, 1 << 20},
+                                {"width", c.width, 1 << 14},
+                                {"augment-pad", c.augment_pad, 64},
+                                {"threads", c.threads, 4096},
+                                {"workers", c.workers, 256}});
+}
+
+// After the recipe filled them: the values that depend on the model's.
+void check_recipe_settings(const ZooConfig& c) {
+  const std::vector<std::string>& names = optim::optimizer_names();
+  if (std::find(names.begin(), names.end(), c.optimizer) == names.end())
+    app::exit_with_usage_error(kProgram,
+                               "unknown --optimizer \"" + c.optimizer + "\"; expected " + optim::optimizer_name_list());
+  if (c.augment_flip != "on" && c.augment_flip != "off")
+    app::exit_with_usage_error(kProgram, "--augment-flip \"" + c.augment_flip + "\"; expected on or off");
+  if (c.batch < 1) app::exit_with_usage_error(kProgram, "--batch must be >= 1");
+}
+
+}  // namespace
+
+const app::ResumeRules& zoo_resume_rules() {
+  static const app::ResumeRules rules{
+      {"model", "data", "precision", "batch", "width", "validation", "train-limit", "seed", "augment-pad",
+       "augment-flip"},
+      {"resume", "checkpoint-dir", "stop-after-steps", "metrics-log", "save", "save-init", "save-batches", "workers", "threads"},
+      {"data"}};
+  return rules;
+}
+
+ZooConfig::ZooConfig(int argc, char** argv) {
+  flags.after_parse([this] {
+    restore_run_config(*this);
+    check_settings(*this);
+    apply_recipe(*this);
+    check_recipe_settings(*this);
+  });
+  flags.parse(argc, argv);
+}
+
+}  // namespace hg::samples::zoo

@@ -1,0 +1,32 @@
+#include "samples/zoo/zoo_recipes.h"
+
+#include "kernels/error.h"
+
+namespace hg::samples::zoo {
+
+Recipe recipe_for(const std::string& name) {
+  Recipe r;
+  if (name == "mlp") return r;
+  if (name == "lenet") {
+    r.lr = 2e-3;
+    return r;
+  }
+  if (name == "resnet") {  // BatchNorm and skip connections take a higher rate; crops and flips against overfitting
+    r.epochs = 15;
+    r.lr = 3e-3;
+    r.weight_decay = 0.05;
+    r.augment_pad = 2;
+    r.augment_flip = true;
+    return r;
+  }
+  if (name == "vit") {  // attention has no convolution's prior: it needs more epochs and the augmentation
+    r.epochs = 20;
+    r.weight_decay = 0.05;
+    r.augment_pad = 2;
+    r.augment_flip = true;
+    return r;
+  }
+  HG_INPUT_FAIL("[zoo] no recipe for model \"", name, "\"");
+}
+
+}  // namespace hg::samples::zoo

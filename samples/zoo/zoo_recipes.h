@@ -1,0 +1,20 @@
+#pragma once
+// Each zoo model's training recipe: what `zoo --model NAME` uses for every flag not given. AdamW with a
+// linear warmup and a cosine decay to lr / 20; the figures in docs/zoo.md are these recipes' results.
+#include <cstdint>
+#include <string>
+
+namespace hg::samples::zoo {
+
+struct Recipe {
+  int64_t epochs = 10, batch = 128, warmup = 100;
+  std::string optimizer = "adamw";
+  double lr = 1e-3, weight_decay = 0.01;
+  int64_t augment_pad = 0;  // random crop from the image padded by this many pixels (0: none)
+  bool augment_flip = false;
+};
+
+// The recipe of model `name` (one of zoo_model_names()).
+Recipe recipe_for(const std::string& name);
+
+}  // namespace hg::samples::zoo

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The zoo end to end on a tiny generated MNIST-format problem (zoo_tiny_data.sh): every model trains a
+# few steps through the Trainer and reports validation and test accuracy; the MLP learns the problem;
+# a ResNet run (BatchNorm running statistics, crops and flips drawn per epoch) stopped and resumed ends
+# with the uninterrupted run's checkpoint byte for byte; the loader's worker count does not change the
+# losses; the recipe fills the flags not given; bad flags and data are one-line usage errors (exit 2).
+set -uo pipefail
+bin=$1
+source "$(dirname "$0")/expect_usage_error.sh"  # fail, expect_usage_error
+source "$(dirname "$0")/zoo_tiny_data.sh"       # make_tiny_mnist
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+seed=${HG_TEST_SEED:-$RANDOM}
+echo "data seed $seed (repeat with HG_TEST_SEED=$seed)"
+make_tiny_mnist "$work/data" "$seed"
+tiny=(--data "$work/data" --validation 16 --batch 8 --threads 1 --workers 0 --warmup 2)
+
+for model in mlp lenet resnet vit; do
+  out=$("$bin" --model $model "${tiny[@]}" --width 8 --epochs 2) || fail "$model exited $?: $out"
+  grep -q "^zoo $model: 8x8 images, 48 training (12 steps of 8" <<<"$out" || fail "$model: no header line: $out"
+  grep -q "eval  step 6 | validation accuracy [0-9.]*% (16 images)" <<<"$out" || fail "$model: no evaluation: $out"
+  grep -q "summary: 12 steps" <<<"$out" || fail "$model: no summary: $out"
+  grep -q "^test accuracy [0-9.]*% (32 images)" <<<"$out" || fail "$model: no test accuracy: $out"
+  grep -q "final loss [0-9]" <<<"$out" || fail "$model: no finite final loss: $out"
+done
+
+# The MLP learns the tiny problem (chance is 25%).
+out=$("$bin" --model mlp "${tiny[@]}" --width 32 --epochs 10 --lr 3e-3) || fail "mlp (10 epochs) exited $?: $out"
+accuracy=$(grep -o "^test accuracy [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
+awk -v a="$accuracy" 'BEGIN { exit !(a != "" && a >= 90) }' || fail "mlp test accuracy $accuracy% < 90%: $out"
+
+# Stopped at step 6 and resumed: the same final checkpoint as 12 steps in one run.
+resnet=(--model resnet "${tiny[@]}" --width 4 --steps 12)
+ck=(--checkpoint-every-steps 6)
+out=$("$bin" "${resnet[@]}" "${ck[@]}" --checkpoint-dir "$work/straight") || fail "straight resnet exited $?: $out"
+out=$("$bin" "${resnet[@]}" "${ck[@]}" --checkpoint-dir "$work/resumed" --stop-after-steps 6) \
+  || fail "first half exited $?: $out"
+out=$("$bin" --checkpoint-dir "$work/resumed" --resume --threads 1 --workers 0) || fail "resumed run exited $?: $out"
+grep -q "resumed from .*step_0000000006.safetensors at step 6" <<<"$out" || fail "did not resume at step 6: $out"
+cmp "$work/straight/step_0000000012.safetensors" "$work/resumed/step_0000000012.safetensors" \
+  || fail "the resumed run's final checkpoint differs from the uninterrupted run's"
+
+# Loader workers build the same augmented batches.
+loss_of() { grep -o "final loss [0-9.e+-]*" <<<"$1" | awk '{print $3}'; }
+one=$("$bin" "${resnet[@]}" --workers 0) || fail "workers 0 exited $?: $one"
+two=$("$bin" "${resnet[@]}" --workers 2) || fail "workers 2 exited $?: $two"
+[[ -n "$(loss_of "$one")" && "$(loss_of "$one")" == "$(loss_of "$two")" ]] \
+  || fail "--workers 2 final loss $(loss_of "$two") != --workers 0's $(loss_of "$one")"
+
+# The recipe fills what is not given; a given flag wins.
+config=$("$bin" --model resnet --print-config) || fail "--print-config exited $?"
+grep -q '"augment-pad": 2' <<<"$config" && grep -q '"augment-flip": "on"' <<<"$config" \
+  && grep -q '"epochs": 15' <<<"$config" || fail "resnet's recipe is not in --print-config: $config"
+grep -q '"epochs": 3' <<<"$("$bin" --model resnet --epochs 3 --print-config)" || fail "--epochs 3 did not win"
+
+expect_usage_error "no --model; expected one of mlp, lenet, resnet, vit" --data "$work/data"
+expect_usage_error "unknown --model \"alexnet\"" --model alexnet
+expect_usage_error "no train-images-idx3-ubyte(.gz) in '$work/none'" --model mlp --data "$work/none"
+expect_usage_error "--batch 100 is larger than the 48 training images" --model mlp "${tiny[@]}" --batch 100
+expect_usage_error "--augment-flip \"maybe\"; expected on or off" --model vit --augment-flip maybe
+expect_usage_error "unknown --optimizer \"adam_w\"" --model mlp --optimizer adam_w
+expect_usage_error "--resume needs --checkpoint-dir" --model mlp --resume
+expect_usage_error "--checkpoint-every-steps needs --checkpoint-dir" --model mlp --checkpoint-every-steps 5
+expect_usage_error "unknown --device" --model mlp --device tpu
+printf 'not an idx file' >"$work/data/t10k-labels-idx1-ubyte"
+expect_usage_error "t10k-labels-idx1-ubyte" --model mlp "${tiny[@]}"
+help=$("$bin" --help); grep -q -- "--augment-pad" <<<"$help" || fail "--help does not list the flags"
+echo "zoo checks ok"

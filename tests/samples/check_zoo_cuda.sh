@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Every zoo model on --device cuda (a GPU, or the SIMT emulator) reaches the CPU run's final loss on a
+# tiny generated problem (zoo_tiny_data.sh); bf16 trains too. Without a CUDA device it prints SKIPPED.
+set -uo pipefail
+bin=$1
+source "$(dirname "$0")/cuda_loss_parity.sh"  # loss_of, expect_losses_agree, expect_cuda_loss_equals_cpu
+source "$(dirname "$0")/zoo_tiny_data.sh"     # make_tiny_mnist
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+make_tiny_mnist "$work/data" "${HG_TEST_SEED:-$RANDOM}"
+for model in mlp lenet resnet vit; do
+  expect_cuda_loss_equals_cpu --model $model --data "$work/data" --validation 16 --batch 8 --steps 4 --warmup 1 \
+    --width 4 --threads 1 --workers 0
+done
+out=$("$bin" --model lenet --data "$work/data" --validation 16 --batch 8 --steps 4 --width 4 --threads 1 \
+  --device cuda --precision bf16 2>&1) || { echo "FAIL: bf16 exited $?: $out"; exit 1; }
+grep -q "final loss [0-9]" <<<"$out" || { echo "FAIL: bf16: no finite final loss: $out"; exit 1; }
+echo "zoo cuda ok"

@@ -1,0 +1,36 @@
+# Sourced by the zoo's scripts (check_zoo.sh, check_zoo_cuda.sh):
+#   make_tiny_mnist DIR SEED   writes the four MNIST-format files of a tiny 4-class problem into DIR:
+#                              8x8 u8 images whose class k has a bright row 2k over dim random noise,
+#                              64 training images (the images file gzip-compressed, as Debian ships
+#                              them) and 32 test images; the noise is drawn from SEED.
+u8() { printf -v hex '%02x' "$1"; printf "\\x$hex"; }
+be32() { u8 $((($1 >> 24) & 255)); u8 $((($1 >> 16) & 255)); u8 $((($1 >> 8) & 255)); u8 $(($1 & 255)); }
+
+# write_tiny_split PREFIX COUNT: PREFIX-images-idx3-ubyte and PREFIX-labels-idx1-ubyte.
+write_tiny_split() {
+  local prefix=$1 count=$2 i y x label
+  {
+    u8 0; u8 0; u8 8; u8 3; be32 "$count"; be32 8; be32 8
+    for ((i = 0; i < count; ++i)); do
+      label=$((i % 4))
+      for ((y = 0; y < 8; ++y)); do
+        for ((x = 0; x < 8; ++x)); do
+          if ((y == 2 * label)); then u8 $((170 + RANDOM % 86)); else u8 $((RANDOM % 90)); fi
+        done
+      done
+    done
+  } >"$prefix-images-idx3-ubyte"
+  {
+    u8 0; u8 0; u8 8; u8 1; be32 "$count"
+    for ((i = 0; i < count; ++i)); do u8 $((i % 4)); done
+  } >"$prefix-labels-idx1-ubyte"
+}
+
+make_tiny_mnist() {
+  local dir=$1
+  RANDOM=$2
+  mkdir -p "$dir"
+  write_tiny_split "$dir/train" 64
+  write_tiny_split "$dir/t10k" 32
+  gzip -n "$dir/train-images-idx3-ubyte"
+}
