@@ -1,0 +1,98 @@
+"""The zoo's image models in PyTorch (samples/zoo/image_models.h), with halfgrad's submodule names, so a
+state dict halfgrad writes (zoo --save-init) loads key for key. Tooling only: used by
+scripts/make-torch-zoo-vectors and bench/peers/pytorch_zoo.py; halfgrad never imports it."""
+import json
+import struct
+
+import torch
+from torch import nn
+
+
+def mlp(c, h, w, classes, width=0):
+    width = width or 256
+    return nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                         nn.Linear(width, classes))
+
+
+def lenet(c, h, w, classes, width=0):
+    width = width or 16
+    return nn.Sequential(nn.Conv2d(c, width, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(width, 2 * width, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(2 * width * (h // 4) * (w // 4), 128), nn.ReLU(), nn.Linear(128, classes))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(out + (self.downsample(x) if self.downsample is not None else x))
+
+
+class ResNet(nn.Module):
+    def __init__(self, c, h, w, classes, width=0, blocks=1):
+        super().__init__()
+        width = width or 16
+
+        def stage(cin, cout, stride):
+            return nn.Sequential(*[BasicBlock(cin if b == 0 else cout, cout, stride if b == 0 else 1)
+                                   for b in range(blocks)])
+
+        self.conv1 = nn.Conv2d(c, width, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.layer1 = stage(width, width, 1)
+        self.layer2 = stage(width, 2 * width, 2)
+        self.layer3 = stage(2 * width, 4 * width, 2)
+        self.fc = nn.Linear(4 * width, classes)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, c, h, w, classes, width=0, patch=4, depth=4, heads=4):
+        super().__init__()
+        width = width or 64
+        self.patch_embed = nn.Conv2d(c, width, patch, patch)
+        self.class_token = nn.Parameter(torch.zeros(1, 1, width))
+        self.pos_embedding = nn.Parameter(torch.zeros(1, 1 + (h // patch) * (w // patch), width))
+        layer = nn.TransformerEncoderLayer(width, heads, 2 * width, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, depth, norm=nn.LayerNorm(width), enable_nested_tensor=False)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        patches = self.patch_embed(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.class_token.expand(x.shape[0], 1, -1), patches], 1) + self.pos_embedding
+        return self.head(self.encoder(tokens)[:, 0])
+
+
+MODELS = {"mlp": mlp, "lenet": lenet, "resnet": ResNet, "vit": VisionTransformer}
+
+DTYPES = {"F32": torch.float32, "I64": torch.int64, "F64": torch.float64, "I32": torch.int32}
+
+
+def load_safetensors(path):
+    """{name: tensor} of a safetensors file (the dtypes halfgrad writes for these models)."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    size = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + size])
+    header.pop("__metadata__", None)
+    out = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        data = bytearray(blob[8 + size + begin:8 + size + end])
+        out[name] = torch.frombuffer(data, dtype=DTYPES[entry["dtype"]]).reshape(entry["shape"]).clone() \
+            if end > begin else torch.zeros(entry["shape"], dtype=DTYPES[entry["dtype"]])
+    return out
