@@ -6,9 +6,8 @@
 //   forward:          y[n, g]  = W_g col + bias            W_g = weight rows of group g, [OCg, R]
 //   backward data:    dcol     = W_g^T dy[n, g]            then dx[n, g] = col2im(dcol)
 //   backward filter:  dW_g    += dy[n, g] col^T            summed over the images
-// col2im is written as a gather: each dx element sums the dcol entries that read it (for every
-// (p, q), the output (i, j) with i sh - ph + p dh = h, if any), so there are no scattered
-// read-modify-writes and every element is owned by one loop iteration.
+// col2im adds each patch row back where im2col read it, into an acc_t plane owned by the image's
+// thread (no races); every dx element receives its terms in tap order (p, q), as a gather would.
 //
 // Precision: the patch matrix, the weights and dy are converted to acc_t (float for f16/bf16/f32,
 // double for f64) as they are staged, the GEMMs run in acc_t, and outputs are rounded once on store.
@@ -43,7 +42,7 @@ Workspace workspace_elements(const Conv2dGeometry& g, ConvPass pass) {
   const int64_t col = g.col_rows() * g.out_pixels(), dy = g.group_out_channels() * g.out_pixels();
   switch (pass) {
     case ConvPass::Forward: return {g.weight_numel(), col + dy};
-    case ConvPass::BackwardData: return {g.weight_numel(), col + dy};
+    case ConvPass::BackwardData: return {g.weight_numel(), col + dy + g.height * g.width};
     case ConvPass::BackwardFilter: return {0, col + dy + g.weight_numel()};
   }
   return {};
@@ -61,7 +60,17 @@ void stage(const T* __restrict in, A* __restrict out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = A(in[i]);
 }
 
-// The patch matrix of one image and group: x points at the group's first channel [Cg, H, W].
+// The outputs j in [first, last) whose tap at offset `tap` (= q dilation - pad) reads inside [0, size):
+// 0 <= j stride + tap < size.
+inline void valid_outputs(int64_t tap, int64_t stride, int64_t size, int64_t out, int64_t& first, int64_t& last) {
+  first = tap >= 0 ? 0 : (-tap + stride - 1) / stride;
+  last = size - tap <= 0 ? 0 : std::min<int64_t>(out, (size - tap + stride - 1) / stride);
+  if (last < first) last = first;
+}
+
+// The patch matrix of one image and group: x points at the group's first channel [Cg, H, W]. Each patch
+// row (c, p, q) holds, for output row i, the input row h = i sh - ph + p dh at columns j sw + tap for the
+// valid columns [j0, j1) (zeros outside): the bounds are computed once per (p, q), not per element.
 template <class T, class A>
 void im2col(const Conv2dGeometry& g, const T* __restrict x, A* __restrict col) {
   const int64_t oh = g.out_h(), ow = g.out_w(), P = oh * ow;
@@ -70,6 +79,9 @@ void im2col(const Conv2dGeometry& g, const T* __restrict x, A* __restrict col) {
     for (int64_t p = 0; p < g.kernel_h; ++p) {
       for (int64_t q = 0; q < g.kernel_w; ++q) {
         A* dst = col + ((c * g.kernel_h + p) * g.kernel_w + q) * P;
+        const int64_t tap = q * g.dilation_w - g.pad_w;
+        int64_t j0, j1;
+        valid_outputs(tap, g.stride_w, g.width, ow, j0, j1);
         for (int64_t i = 0; i < oh; ++i) {
           const int64_t h = i * g.stride_h - g.pad_h + p * g.dilation_h;
           A* row = dst + i * ow;
@@ -77,36 +89,49 @@ void im2col(const Conv2dGeometry& g, const T* __restrict x, A* __restrict col) {
             std::fill(row, row + ow, A(0));
             continue;
           }
-          const T* src = plane + h * g.width;
-          for (int64_t j = 0; j < ow; ++j) {
-            const int64_t w = j * g.stride_w - g.pad_w + q * g.dilation_w;
-            row[j] = (w >= 0 && w < g.width) ? A(src[w]) : A(0);
+          const T* src = plane + h * g.width + tap;
+          std::fill(row, row + j0, A(0));
+          if (g.stride_w == 1) {
+            for (int64_t j = j0; j < j1; ++j) row[j] = A(src[j]);
+          } else {
+            for (int64_t j = j0; j < j1; ++j) row[j] = A(src[j * g.stride_w]);
           }
+          std::fill(row + j1, row + ow, A(0));
         }
       }
     }
   }
 }
 
-// dx of one image and group ([Cg, H, W]) from its dcol, as a gather.
+// dx of one image and group ([Cg, H, W]) from its dcol: dx is zeroed, then every patch row (c, p, q)
+// adds its entries where im2col read them. One thread owns the image, and each dx element receives its
+// terms in (p, q) order, the order a gather over the taps would sum them.
 template <class T, class A>
-void col2im(const Conv2dGeometry& g, const A* __restrict dcol, T* __restrict dx) {
-  const int64_t oh = g.out_h(), ow = g.out_w(), P = oh * ow;
+void col2im(const Conv2dGeometry& g, const A* __restrict dcol, T* __restrict dx, A* __restrict sum) {
+  const int64_t oh = g.out_h(), ow = g.out_w(), P = oh * ow, HW = g.height * g.width;
   for (int64_t c = 0; c < g.group_in_channels(); ++c) {
-    for (int64_t h = 0; h < g.height; ++h) {
-      for (int64_t w = 0; w < g.width; ++w) {
-        A sum = 0;
-        for (int64_t p = 0; p < g.kernel_h; ++p) {
-          const int64_t i = conv_reading_output(h, p, g.stride_h, g.pad_h, g.dilation_h, oh);
-          if (i < 0) continue;
-          for (int64_t q = 0; q < g.kernel_w; ++q) {
-            const int64_t j = conv_reading_output(w, q, g.stride_w, g.pad_w, g.dilation_w, ow);
-            if (j >= 0) sum += dcol[((c * g.kernel_h + p) * g.kernel_w + q) * P + i * ow + j];
+    std::fill(sum, sum + HW, A(0));
+    for (int64_t p = 0; p < g.kernel_h; ++p) {
+      for (int64_t q = 0; q < g.kernel_w; ++q) {
+        const A* src = dcol + ((c * g.kernel_h + p) * g.kernel_w + q) * P;
+        const int64_t tap = q * g.dilation_w - g.pad_w;
+        int64_t j0, j1;
+        valid_outputs(tap, g.stride_w, g.width, ow, j0, j1);
+        for (int64_t i = 0; i < oh; ++i) {
+          const int64_t h = i * g.stride_h - g.pad_h + p * g.dilation_h;
+          if (h < 0 || h >= g.height) continue;
+          A* row = sum + h * g.width + tap;
+          const A* from = src + i * ow;
+          if (g.stride_w == 1) {
+            for (int64_t j = j0; j < j1; ++j) row[j] += from[j];
+          } else {
+            for (int64_t j = j0; j < j1; ++j) row[j * g.stride_w] += from[j];
           }
         }
-        dx[(c * g.height + h) * g.width + w] = T(sum);
       }
     }
+    T* out = dx + c * HW;
+    for (int64_t e = 0; e < HW; ++e) out[e] = T(sum[e]);
   }
 }
 
@@ -165,10 +190,11 @@ void backward_data_typed(const Conv2dGeometry& g, const T* dy, const T* weight, 
   for (int64_t n = 0; n < g.batch; ++n) {
     A* dcol = ws + layout.shared + omp_get_thread_num() * layout.per_thread;
     A* staging = dcol + R * P;
+    A* plane_sums = staging + OCg * P;
     for (int64_t gi = 0; gi < g.groups; ++gi) {
       const A* dy_g = dy_as_acc(dy + (n * g.out_channels + gi * OCg) * P, staging, OCg * P);
       gemm(true, false, R, P, OCg, 1.0, w_acc + gi * OCg * R, R, dy_g, P, 0.0, dcol, P, acc_dtype<A>());
-      col2im(g, dcol, dx + (n * g.in_channels + gi * Cg) * g.height * g.width);
+      col2im(g, dcol, dx + (n * g.in_channels + gi * Cg) * g.height * g.width, plane_sums);
     }
   }
 }

@@ -3,12 +3,16 @@
 //   forward:   y[n, c, i, j] = max / mean over the window rows [i sh - ph, i sh - ph + KH) x columns
 //              [j sw - pw, j sw - pw + KW), clipped to the image; Max records argmax = h W + w of the
 //              first maximum (NaN counts as the maximum); Avg divides by KH KW (padding counts as 0).
-//   backward:  a gather: dx[n, c, h, w] sums dy over the windows covering (h, w)
-//              (covering_windows), where argmax == h W + w (Max) or times 1 / (KH KW) (Avg).
-// Parallel strategy: OpenMP over the N C planes; within a plane, plain loops in acc_t.
+//   backward:  Max: the plane of dx is zeroed and every window adds its dy at its argmax, in window
+//              order (a scatter, O(H W + OH OW)); Avg: a gather, dx[n, c, h, w] sums dy over the
+//              windows covering (h, w) (covering_windows) times 1 / (KH KW).
+// Parallel strategy: OpenMP over the N C planes (a thread owns its planes: the scatter has no races);
+// within a plane, plain loops in acc_t.
 #include <cmath>
 #include <algorithm>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
@@ -56,13 +60,32 @@ void forward_typed(PoolMode mode, const Pool2dGeometry& g, const T* x, T* y, int
 }
 
 template <class T, class A = acc_t<T>>
-void backward_typed(PoolMode mode, const Pool2dGeometry& g, const T* dy, const int32_t* argmax, T* dx) {
+void max_backward(const Pool2dGeometry& g, const T* dy, const int32_t* argmax, T* dx) {
+  const int64_t windows = g.out_h() * g.out_w(), hw = g.height * g.width;
+#pragma omp parallel for schedule(static) if (g.planes() * hw >= 4096)
+  for (int64_t plane = 0; plane < g.planes(); ++plane) {
+    const T* grad = dy + plane * windows;
+    const int32_t* index = argmax + plane * windows;
+    T* out = dx + plane * hw;
+    if constexpr (std::is_same_v<T, A>) {
+      std::fill(out, out + hw, T(0));
+      for (int64_t k = 0; k < windows; ++k) out[index[k]] += grad[k];
+    } else {  // half types: the sums in acc_t, rounded once
+      thread_local std::vector<A> sums;
+      sums.assign(size_t(hw), A(0));
+      for (int64_t k = 0; k < windows; ++k) sums[size_t(index[k])] += A(grad[k]);
+      for (int64_t e = 0; e < hw; ++e) out[e] = T(sums[size_t(e)]);
+    }
+  }
+}
+
+template <class T, class A = acc_t<T>>
+void avg_backward(const Pool2dGeometry& g, const T* dy, T* dx) {
   const int64_t oh = g.out_h(), ow = g.out_w(), hw = g.height * g.width;
   const A inv_area = A(1) / A(g.kernel_h * g.kernel_w);
 #pragma omp parallel for schedule(static) if (g.planes() * hw >= 4096)
   for (int64_t plane = 0; plane < g.planes(); ++plane) {
     const T* grad = dy + plane * oh * ow;
-    const int32_t* index = mode == PoolMode::Max ? argmax + plane * oh * ow : nullptr;
     for (int64_t h = 0; h < g.height; ++h) {
       int64_t i0, i1;
       covering_windows(h, g.kernel_h, g.stride_h, g.pad_h, oh, i0, i1);
@@ -70,19 +93,18 @@ void backward_typed(PoolMode mode, const Pool2dGeometry& g, const T* dy, const i
         int64_t j0, j1;
         covering_windows(w, g.kernel_w, g.stride_w, g.pad_w, ow, j0, j1);
         A sum = 0;
-        for (int64_t i = i0; i <= i1; ++i) {
-          for (int64_t j = j0; j <= j1; ++j) {
-            if (mode == PoolMode::Avg) {
-              sum += A(grad[i * ow + j]);
-            } else if (index[i * ow + j] == h * g.width + w) {
-              sum += A(grad[i * ow + j]);
-            }
-          }
-        }
-        dx[plane * hw + h * g.width + w] = T(mode == PoolMode::Avg ? sum * inv_area : sum);
+        for (int64_t i = i0; i <= i1; ++i)
+          for (int64_t j = j0; j <= j1; ++j) sum += A(grad[i * ow + j]);
+        dx[plane * hw + h * g.width + w] = T(sum * inv_area);
       }
     }
   }
+}
+
+template <class T>
+void backward_typed(PoolMode mode, const Pool2dGeometry& g, const T* dy, const int32_t* argmax, T* dx) {
+  if (mode == PoolMode::Max) max_backward<T>(g, dy, argmax, dx);
+  else avg_backward<T>(g, dy, dx);
 }
 
 }  // namespace
