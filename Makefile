@@ -69,11 +69,12 @@ train-cnn: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target train_cnn
 	$(BUILD_DIR)/bin/train_cnn $(ARGS)
 
-# The zoo (docs/zoo.md): `make zoo MODEL=lenet [ARGS="--epochs 2"]` trains one model on real data (Fashion-MNIST,
-# Debian's dataset-fashion-mnist, installed here), writes its metrics log and charts under $(BUILD_DIR)/zoo/.
+# The zoo (docs/zoo.md): `make zoo MODEL=lenet [ARGS="--epochs 2"]` trains one model on real data (Fashion-MNIST
+# or English words: Debian's dataset-fashion-mnist and wamerican, installed here) and writes its metrics log and
+# charts under $(BUILD_DIR)/zoo/.
 MODEL ?= mlp
 zoo: configure
-	@scripts/setup dataset-fashion-mnist
+	@scripts/setup dataset-fashion-mnist wamerican
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target zoo plot_metrics
 	@mkdir -p $(BUILD_DIR)/zoo
 	$(BUILD_DIR)/bin/zoo --model $(MODEL) --metrics-log $(BUILD_DIR)/zoo/$(MODEL)_metrics.jsonl $(ARGS)

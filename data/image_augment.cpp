@@ -18,8 +18,9 @@ AugmentedImages::AugmentedImages(std::shared_ptr<const Dataset> images, const Im
   channels_ = fields_[0].shape[0];
   height_ = fields_[0].shape[1];
   width_ = fields_[0].shape[2];
-  HG_CHECK(options_.pad() >= 0 && options_.pad() <= std::min(height_, width_), "[AugmentedImages] pad = ",
-           options_.pad(), "; expected 0 <= pad <= the image's smaller side (", std::min(height_, width_), ")");
+  HG_CHECK(options_.pad() >= 0 && options_.pad() <= std::min(height_, width_),
+           "[AugmentedImages] pad = ", options_.pad(), "; expected 0 <= pad <= the image's smaller side (",
+           std::min(height_, width_), ")");
 }
 
 ImageAugmentDraw AugmentedImages::draw(int64_t index, int64_t epoch) const {

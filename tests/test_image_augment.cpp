@@ -26,7 +26,9 @@ class RandomImages final : public Dataset {
     for (float& p : pixels_) p = float(double(mix64(++s) >> 11) / double(1ull << 53)) - 0.5f;
   }
   int64_t size() const override { return count_; }
-  std::vector<Field> fields() const override { return {{"image", DType::f32, {c_, h_, w_}}, {"label", DType::i64, {}}}; }
+  std::vector<Field> fields() const override {
+    return {{"image", DType::f32, {c_, h_, w_}}, {"label", DType::i64, {}}};
+  }
   void get(int64_t index, const std::vector<void*>& out) const override {
     const size_t n = size_t(c_ * h_ * w_);
     std::copy_n(pixels_.data() + size_t(index) * n, n, static_cast<float*>(out[0]));
@@ -150,6 +152,6 @@ TEST_CASE("AugmentedImages refuses datasets without an f32 image first and pads 
   };
   CHECK_ERROR(AugmentedImages(std::make_shared<Labels>(), {}), "expected a dataset whose first field is an f32 image",
               "\"label\"");
-  CHECK_ERROR(AugmentedImages(std::make_shared<RandomImages>(2, 1, 4, 6, 1), ImageAugmentOptions().pad(5)),
-              "pad = 5", "expected 0 <= pad <= the image's smaller side (4)");
+  CHECK_ERROR(AugmentedImages(std::make_shared<RandomImages>(2, 1, 4, 6, 1), ImageAugmentOptions().pad(5)), "pad = 5",
+              "expected 0 <= pad <= the image's smaller side (4)");
 }

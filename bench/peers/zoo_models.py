@@ -77,6 +77,13 @@ class VisionTransformer(nn.Module):
         return self.head(self.encoder(tokens)[:, 0])
 
 
+def char_mlp(width=0, block=3, embedding=10, vocab=27):
+    """makemore's character MLP (samples/zoo/makemore.h)."""
+    width = width or 200
+    return nn.Sequential(nn.Embedding(vocab, embedding), nn.Flatten(), nn.Linear(block * embedding, width, bias=False),
+                         nn.BatchNorm1d(width), nn.Tanh(), nn.Linear(width, vocab))
+
+
 MODELS = {"mlp": mlp, "lenet": lenet, "resnet": ResNet, "vit": VisionTransformer}
 
 DTYPES = {"F32": torch.float32, "I64": torch.int64, "F64": torch.float64, "I32": torch.int32}

@@ -22,9 +22,8 @@ std::shared_ptr<UnaryModule> make_lenet(const ImageModelSpec& s) {
   const int64_t w = s.model_width > 0 ? s.model_width : 16;
   return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<UnaryModule>>{
       std::make_shared<nn::Conv2d>(nn::Conv2dOptions(s.channels, w, 5).padding(2)), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Conv2d>(nn::Conv2dOptions(w, 2 * w, 5).padding(2)), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(nn::Conv2dOptions(w, 2 * w, 5).padding(2)),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
       std::make_shared<nn::Linear>(2 * w * (s.height / 4) * (s.width / 4), 128), std::make_shared<nn::ReLU>(),
       std::make_shared<nn::Linear>(128, s.classes)});
 }
@@ -36,7 +35,8 @@ std::shared_ptr<nn::Conv2d> conv3x3(int64_t in, int64_t out, int64_t stride) {
 // A ResNet stage: `blocks` BasicBlocks, the first with `stride`.
 std::shared_ptr<nn::Sequential> make_stage(int64_t in, int64_t out, int64_t blocks, int64_t stride) {
   auto stage = std::make_shared<nn::Sequential>();
-  for (int64_t b = 0; b < blocks; ++b) stage->push_back(std::make_shared<BasicBlock>(b == 0 ? in : out, out, b == 0 ? stride : 1));
+  for (int64_t b = 0; b < blocks; ++b)
+    stage->push_back(std::make_shared<BasicBlock>(b == 0 ? in : out, out, b == 0 ? stride : 1));
   return stage;
 }
 

@@ -4,6 +4,7 @@
 //   zoo --model lenet        a LeNet-style CNN on Fashion-MNIST
 //   zoo --model resnet       a small ResNet (BatchNorm, skip connections, crops and flips) on Fashion-MNIST
 //   zoo --model vit          a small Vision Transformer on Fashion-MNIST
+//   zoo --model makemore     a character MLP with BatchNorm on English words, generating new ones
 //
 // Every model trains through the Trainer (progress, --metrics-log, --checkpoint-dir / --resume,
 // --device cuda, --precision bf16) with its recipe's settings (samples/zoo/zoo_recipes.h) unless a flag
@@ -11,6 +12,7 @@
 #include "app/cli.h"
 #include "app/thread_defaults.h"
 #include "samples/zoo/classify.h"
+#include "samples/zoo/makemore.h"
 #include "samples/zoo/zoo_config.h"
 
 using namespace hg;
@@ -20,6 +22,7 @@ int main(int argc, char** argv) {
   app::bound_openmp_spin(argv);  // before libgomp's threads or anything else exists
   return app::guarded_main(samples::zoo::kProgram, [&] {
     const samples::zoo::ZooConfig config(argc, argv);
+    if (config.model == "makemore") return samples::zoo::train_makemore(config);
     return samples::zoo::train_image_classifier(config);
   });
 }

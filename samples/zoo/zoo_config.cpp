@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "optim/by_name.h"
-#include "samples/zoo/image_models.h"
 #include "samples/zoo/zoo_recipes.h"
 #include "train/checkpoint_directory.h"
 #include "train/precision.h"
@@ -23,6 +22,7 @@ void restore_run_config(ZooConfig& c) {
 // Every flag not given takes the model's recipe value.
 void apply_recipe(ZooConfig& c) {
   const Recipe r = recipe_for(c.model);
+  if (!c.flags.given("data")) c.data = r.data;
   if (!c.flags.given("epochs")) c.epochs = r.epochs;
   if (!c.flags.given("batch")) c.batch = r.batch;
   if (!c.flags.given("optimizer")) c.optimizer = r.optimizer;
@@ -34,11 +34,12 @@ void apply_recipe(ZooConfig& c) {
 }
 
 void check_settings(const ZooConfig& c) {
-  const std::vector<std::string>& models = image_model_names();
+  const std::vector<std::string>& models = zoo_model_names();
   if (c.model.empty())
-    app::exit_with_usage_error(kProgram, "no --model; expected one of mlp, lenet, resnet, vit (zoo --help)");
+    app::exit_with_usage_error(kProgram, "no --model; expected one of mlp, lenet, resnet, vit, makemore (zoo --help)");
   if (std::find(models.begin(), models.end(), c.model) == models.end())
-    app::exit_with_usage_error(kProgram, "unknown --model \"" + c.model + "\"; expected mlp, lenet, resnet or vit");
+    app::exit_with_usage_error(kProgram,
+                               "unknown --model \"" + c.model + "\"; expected mlp, lenet, resnet, vit or makemore");
   app::checked_device(kProgram, c.device);
   app::or_usage_error(kProgram, [&] { return train::parse_precision(c.precision); });
   if (c.checkpoint_dir.empty() && c.resume)
@@ -67,11 +68,11 @@ void check_recipe_settings(const ZooConfig& c) {
 }  // namespace
 
 const app::ResumeRules& zoo_resume_rules() {
-  static const app::ResumeRules rules{
-      {"model", "data", "precision", "batch", "width", "validation", "train-limit", "seed", "augment-pad",
-       "augment-flip"},
-      {"resume", "checkpoint-dir", "stop-after-steps", "metrics-log", "save", "save-init", "save-batches", "workers", "threads"},
-      {"data"}};
+  static const app::ResumeRules rules{{"model", "data", "precision", "batch", "width", "validation", "train-limit",
+                                       "seed", "augment-pad", "augment-flip"},
+                                      {"resume", "checkpoint-dir", "stop-after-steps", "metrics-log", "save",
+                                       "save-init", "save-batches", "workers", "threads"},
+                                      {"data"}};
   return rules;
 }
 

@@ -16,10 +16,12 @@ struct ZooConfig {
   app::Flags flags{kProgram,
                    "Trains one model of the zoo on real data through the Trainer and reports its held-out result "
                    "(docs/zoo.md)."};
-  std::string& model = flags.add_string("model", "", "the model: mlp, lenet, resnet or vit (Fashion-MNIST)");
+  std::string& model =
+      flags.add_string("model", "", "the model: mlp, lenet, resnet or vit (Fashion-MNIST), makemore (English words)");
   std::string& data = flags.add_string(
-      "data", "/usr/share/datasets/fashion-mnist",
-      "directory of the four MNIST-format files (default: Debian's dataset-fashion-mnist)");
+      "data", "",
+      "the images' directory of four MNIST-format files (default: Debian's dataset-fashion-mnist), or makemore's "
+      "word list (default: /usr/share/dict/words, Debian's wamerican)");
   std::string& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
   std::string& precision = flags.add_string("precision", "fp32", "compute dtype of the model: fp32, bf16 or fp16");
   int64_t& epochs = flags.add_int("epochs", 0, "passes over the training split (0: the model's recipe)", 0);
@@ -28,7 +30,8 @@ struct ZooConfig {
   int64_t& stop_after =
       flags.add_int("stop-after-steps", 0, "end this run after step N (the schedule still spans --steps)", 0);
   int64_t& batch = flags.add_int("batch", 0, "images per step (0: the model's recipe)", 0);
-  std::string& optimizer = flags.add_string("optimizer", "", "the optimizer (\"\": the model's recipe; optim/by_name.h)");
+  std::string& optimizer =
+      flags.add_string("optimizer", "", "the optimizer (\"\": the model's recipe; optim/by_name.h)");
   double& lr = flags.add_double("lr", 0.0, "peak learning rate (0: the model's recipe)", 0.0);
   double& weight_decay = flags.add_double("weight-decay", -1.0, "weight decay (-1: the model's recipe)", -1.0);
   int64_t& warmup = flags.add_int("warmup", -1, "linear warmup steps before the cosine decay (-1: the recipe)", -1);
@@ -36,12 +39,14 @@ struct ZooConfig {
       "augment-pad", -1, "random crop from the image padded by N pixels (0: none; -1: the model's recipe)", -1);
   std::string& augment_flip =
       flags.add_string("augment-flip", "", "random horizontal flips: on or off (\"\": the model's recipe)");
-  int64_t& width = flags.add_int("width", 0, "the model's width: hidden units, channels or model dim (0: default)", 0);
-  int64_t& validation = flags.add_int("validation", 5000, "training images held out for validation", 1);
+  int64_t& width =
+      flags.add_int("width", 0, "the model's width: hidden units, channels or model dim (0: its default)", 0);
+  int64_t& validation = flags.add_int(
+      "validation", 5000, "training images held out for validation (makemore: words, and as many for test)", 1);
   int64_t& train_limit =
-      flags.add_int("train-limit", 0, "train on the first N images of the training split only (0: all)", 0);
+      flags.add_int("train-limit", 0, "train on the first N images (words) of the training split only (0: all)", 0);
   int64_t& eval_limit =
-      flags.add_int("eval-limit", 0, "evaluate on the first N images of each held-out split only (0: all)", 0);
+      flags.add_int("eval-limit", 0, "evaluate on the first N examples of each held-out split only (0: all)", 0);
   int64_t& eval_every = flags.add_int("eval-every", 0, "validate every N steps (0: once per epoch)", 0);
   int64_t& seed = flags.add_int("seed", 1337, "random seed (weights, data order, augmentation)", 0);
   int64_t& threads = flags.add_int(
@@ -60,7 +65,8 @@ struct ZooConfig {
   std::string& save_init = flags.add_string(
       "save-init", "", "save the initial weights to this safetensors file (for the PyTorch side by side)");
   std::string& save_batches = flags.add_string(
-      "save-batches", "", "save the first 64 steps' batches (images.K, labels.K) to this safetensors file");
+      "save-batches", "",
+      "save the first 64 steps' batches (FIELD.K: image, label; context, target) to this safetensors file");
 
   ZooConfig(int argc, char** argv);
   ZooConfig(const ZooConfig&) = delete;

@@ -4,6 +4,11 @@
 
 namespace hg::samples::zoo {
 
+const std::vector<std::string>& zoo_model_names() {
+  static const std::vector<std::string> names{"mlp", "lenet", "resnet", "vit", "makemore"};
+  return names;
+}
+
 Recipe recipe_for(const std::string& name) {
   Recipe r;
   if (name == "mlp") return r;
@@ -24,6 +29,12 @@ Recipe recipe_for(const std::string& name) {
     r.weight_decay = 0.05;
     r.augment_pad = 2;
     r.augment_flip = true;
+    return r;
+  }
+  if (name == "makemore") {  // Debian's wamerican; ~500k characters an epoch
+    r.data = "/usr/share/dict/words";
+    r.epochs = 5;
+    r.lr = 3e-3;
     return r;
   }
   HG_INPUT_FAIL("[zoo] no recipe for model \"", name, "\"");

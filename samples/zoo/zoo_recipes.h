@@ -3,10 +3,12 @@
 // linear warmup and a cosine decay to lr / 20; the figures in docs/zoo.md are these recipes' results.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hg::samples::zoo {
 
 struct Recipe {
+  std::string data = "/usr/share/datasets/fashion-mnist";  // Debian's dataset-fashion-mnist
   int64_t epochs = 10, batch = 128, warmup = 100;
   std::string optimizer = "adamw";
   double lr = 1e-3, weight_decay = 0.01;
@@ -14,6 +16,8 @@ struct Recipe {
   bool augment_flip = false;
 };
 
+// "mlp", "lenet", "resnet", "vit", "makemore".
+const std::vector<std::string>& zoo_model_names();
 // The recipe of model `name` (one of zoo_model_names()).
 Recipe recipe_for(const std::string& name);
 

@@ -24,6 +24,20 @@ for model in mlp lenet resnet vit; do
   grep -q "final loss [0-9]" <<<"$out" || fail "$model: no finite final loss: $out"
 done
 
+# makemore on a tiny word list: validation and test losses in nats per character, then sampled words.
+make_tiny_words "$work/words" "$seed"
+words=(--model makemore --data "$work/words" --validation 40 --batch 16 --threads 1 --workers 0 --warmup 2 --width 16)
+out=$("$bin" "${words[@]}" --epochs 3) || fail "makemore exited $?: $out"
+grep -q "^zoo makemore: 400 words (2 skipped) -> 320 training, 40 validation, 40 test" <<<"$out" \
+  || fail "makemore: no header line: $out"
+grep -q "eval  step [0-9]* | validation loss [0-9.]* nats/char" <<<"$out" || fail "makemore: no evaluation: $out"
+grep -q "^test loss [0-9.]* nats/char" <<<"$out" || fail "makemore: no test loss: $out"
+grep -q "^sampled words: [a-z]" <<<"$out" || fail "makemore: no sampled words: $out"
+test_loss=$(grep -o "^test loss [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
+# ln 27 = 3.30 nats is a uniform guess; the syllables make the words far more predictable.
+awk -v l="$test_loss" 'BEGIN { exit !(l != "" && l < 2.2) }' || fail "makemore test loss $test_loss >= 2.2: $out"
+expect_usage_error "cannot open '$work/no-words'" --model makemore --data "$work/no-words"
+
 # The MLP learns the tiny problem (chance is 25%).
 out=$("$bin" --model mlp "${tiny[@]}" --width 32 --epochs 10 --lr 3e-3) || fail "mlp (10 epochs) exited $?: $out"
 accuracy=$(grep -o "^test accuracy [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every zoo model on --device cuda (a GPU, or the SIMT emulator) reaches the CPU run's final loss on a
+# Every zoo model (makemore on a tiny word list) on --device cuda (a GPU, or the SIMT emulator) reaches the CPU run's final loss on a
 # tiny generated problem (zoo_tiny_data.sh); bf16 trains too. Without a CUDA device it prints SKIPPED.
 set -uo pipefail
 bin=$1
@@ -12,6 +12,9 @@ for model in mlp lenet resnet vit; do
   expect_cuda_loss_equals_cpu --model $model --data "$work/data" --validation 16 --batch 8 --steps 4 --warmup 1 \
     --width 4 --threads 1 --workers 0
 done
+make_tiny_words "$work/words" 7
+expect_cuda_loss_equals_cpu --model makemore --data "$work/words" --validation 40 --batch 16 --steps 6 --warmup 1 \
+  --width 8 --threads 1 --workers 0
 out=$("$bin" --model lenet --data "$work/data" --validation 16 --batch 8 --steps 4 --width 4 --threads 1 \
   --device cuda --precision bf16 2>&1) || { echo "FAIL: bf16 exited $?: $out"; exit 1; }
 grep -q "final loss [0-9]" <<<"$out" || { echo "FAIL: bf16: no finite final loss: $out"; exit 1; }

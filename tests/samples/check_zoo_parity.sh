@@ -10,11 +10,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
+cd "$root" || fail "cannot enter $root"
 models=$(awk '$1 == "args" { print $2 }' "$vectors")
-[[ $(wc -w <<<"$models") -eq 4 ]] || fail "expected 4 models in $vectors, found: $models"
+[[ $(wc -w <<<"$models") -eq 5 ]] || fail "expected 5 models in $vectors, found: $models"
 for model in $models; do
   read -r -a args <<<"$(awk -v m="$model" '$1 == "args" && $2 == m { $1 = ""; $2 = ""; print }' "$vectors")"
-  out=$("$bin" --model "$model" --data "$root/tests/data/zoo/tiny-mnist" "${args[@]}" --metrics-log "$work/$model.jsonl") \
+  out=$("$bin" --model "$model" "${args[@]}" --metrics-log "$work/$model.jsonl") \
     || fail "$model exited $?: $out"
   grep -o '"step":[0-9]*,"loss":[-0-9.e+]*' "$work/$model.jsonl" | sed 's/"step":\([0-9]*\),"loss":/\1 /' \
     >"$work/$model.ours"

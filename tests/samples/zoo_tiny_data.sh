@@ -34,3 +34,18 @@ make_tiny_mnist() {
   write_tiny_split "$dir/t10k" 32
   gzip -n "$dir/train-images-idx3-ubyte"
 }
+
+#   make_tiny_words FILE SEED  writes 400 words of one to three syllables from a set of eight (ba, co, di, ...),
+#                              one per line, and a few lines a word list skips (capitals, apostrophes)
+make_tiny_words() {
+  local syllables=(ba co di ma ne ro su ti) i k word
+  RANDOM=$2
+  {
+    for ((i = 0; i < 400; ++i)); do
+      word=""
+      for ((k = 0; k <= RANDOM % 3; ++k)); do word+=${syllables[RANDOM % 8]}; done
+      echo "$word"
+    done
+    printf "Capital\ndon't\n"
+  } >"$1"
+}

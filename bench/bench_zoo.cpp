@@ -1,0 +1,97 @@
+// bench_zoo: one training step of each zoo image model (samples/zoo/image_models.h) at its recipe's batch,
+// on the CPU, one JSON object per line, on the workloads of bench/peers/pytorch_zoo.py (run both in one
+// session on one machine: scripts/bench-zoo-peers):
+//   mlp, lenet, resnet, vit at their default widths, images [128, 1, 28, 28] ~ N(0, 1), 10 classes;
+//   makemore (samples/zoo/char_mlp.h, 200 hidden units) on 128 contexts of 3 random characters.
+// A step: forward, cross_entropy against fixed random labels, backward, AdamW (lr 1e-3, weight decay 0.01,
+// PyTorch's defaults otherwise), gradients dropped. BatchNorm in training mode.
+// Fields: bench "zoo", model, impl "halfgrad", dtype, threads, batch, best_ms, median_ms (of `repeats`
+// steps after two warm-up steps).
+// Usage: bench_zoo [--quick] [--only NAME] [--batch N]
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "bench_args.h"
+#include "engine/random.h"
+#include "json_line.h"
+#include "optim/adamw.h"
+#include "samples/zoo/char_mlp.h"
+#include "samples/zoo/image_models.h"
+#include "timing.h"
+
+using namespace hg;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: bench_zoo [--quick] [--only NAME] [--batch N]\n"
+    "One training step (forward, cross-entropy, backward, AdamW) of each zoo image model on a batch of\n"
+    "28 x 28 images, on the CPU with OMP_NUM_THREADS threads; one JSON line each.\n"
+    "The same workloads in PyTorch: bench/peers/pytorch_zoo.py (scripts/bench-zoo-peers runs both).\n"
+    "  --quick      3 timed steps instead of 20 (smoke runs)\n"
+    "  --only NAME  only the model NAME (mlp, lenet, resnet, vit, makemore)\n"
+    "  --batch N    images per step (default 128, the recipes')\n"
+    "  -h, --help   this text\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string only;
+  int64_t batch = 128;
+  for (int i = 1; i < argc; ++i) {
+    if (bench::is_help(argv[i])) bench::exit_with_usage(kUsage);
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = argv[++i];
+    } else if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc && std::atoll(argv[i + 1]) > 0) {
+      batch = std::atoll(argv[++i]);
+    } else {
+      bench::exit_unknown_argument("bench_zoo", argv[i], kUsage);
+    }
+  }
+  manual_seed(1);
+  std::vector<std::string> names = samples::zoo::image_model_names();
+  names.push_back("makemore");
+  for (const std::string& name : names) {
+    if (!only.empty() && name != only) continue;
+    const bool chars = name == "makemore";
+    const std::shared_ptr<nn::UnaryModule> model =
+        chars ? std::static_pointer_cast<nn::UnaryModule>(samples::zoo::make_char_mlp(0))
+              : samples::zoo::make_image_model(name, samples::zoo::ImageModelSpec{1, 28, 28, 10, 0});
+    optim::AdamW optimizer(model->parameters(), optim::AdamWOptions().lr(1e-3).weight_decay(0.01));
+    const Tensor inputs =
+        chars ? randint(0, 27, {batch, samples::zoo::kMakemoreBlock}, DType::i64) : randn({batch, 1, 28, 28});
+    const Tensor labels = randint(0, chars ? 27 : 10, {batch}, DType::i64);
+    const auto step = [&] {
+      cross_entropy((*model)(inputs), labels).backward();
+      optimizer.step();
+      optimizer.zero_grad();
+    };
+    const int repeats = quick ? 3 : 20;
+    std::vector<double> times;
+    step();  // warm-up: AdamW's state, the allocator's pools, plan caches
+    step();
+    for (int r = 0; r < repeats; ++r) {
+      const auto start = bench::Clock::now();
+      step();
+      times.push_back(bench::seconds_since(start));
+    }
+    double best = times[0];
+    for (double t : times) best = std::min(best, t);
+    bench::JsonLine("zoo")
+        .add("model", name)
+        .add("impl", "halfgrad")
+        .add("dtype", "f32")
+        .add("threads", (long long)omp_get_max_threads())
+        .add("batch", (long long)batch)
+        .add("best_ms", best * 1e3)
+        .add("median_ms", bench::median(times) * 1e3)
+        .print();
+  }
+  return 0;
+}

@@ -1,0 +1,64 @@
+#pragma once
+// What every zoo model's training shares: the loader's and the Trainer's options from the flags, the
+// schedule, and --save-batches' record of the first steps' batches.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/thread_defaults.h"
+#include "data/data_loader.h"
+#include "engine/safetensors.h"
+#include "layers/module.h"
+#include "optim/optimizer.h"
+#include "samples/zoo/zoo_config.h"
+#include "train/trainer.h"
+
+namespace hg::samples::zoo {
+
+// What a run starts from: the device, the thread settings in force, the model's dtype; the default
+// generator seeded with --seed.
+struct RunSetup {
+  Device device;
+  app::ThreadSettings threads;
+  DType dtype;
+};
+RunSetup start_run(const ZooConfig& c);
+
+// A usage error unless one batch fits in the `examples` training examples (`what`: "images", ...).
+void check_batch_fits(const ZooConfig& c, int64_t examples, const char* what);
+
+// --save-init's file, then the model in the run's dtype on its device, and its optimizer (--optimizer,
+// --lr, --weight-decay).
+std::unique_ptr<optim::LocalOptimizer> prepare_model(nn::Module& model, const ZooConfig& c, const RunSetup& run);
+
+// fp16 trains with a dynamic loss scale.
+void set_loss_scale(train::Trainer& trainer, const RunSetup& run);
+
+// Shuffled batches of --batch, the last partial one dropped, in --seed's order, with `workers` threads.
+data::DataLoaderOptions loader_options(const ZooConfig& c, int workers, const Device& device);
+
+// --steps, or --epochs of `per_epoch` batches; evaluation once per epoch unless --eval-every; the
+// checkpoint, resume, run-config and metrics-log flags.
+int64_t planned_steps(const ZooConfig& c, int64_t per_epoch);
+train::TrainerOptions trainer_options(const ZooConfig& c, int64_t steps, int64_t per_epoch,
+                                      const std::string& metric_name, train::StopMode mode);
+
+// The recipe's schedule: linear warmup from 0 over --warmup steps, cosine decay to lr / 20 at `steps`.
+void set_schedule(train::Trainer& trainer, const ZooConfig& c, int64_t steps);
+
+// --save-batches: the first 64 batches as "<field>.<step - 1>" (on the CPU), written by save().
+class BatchRecorder {
+ public:
+  BatchRecorder(std::string path, std::vector<std::string> field_names)
+      : path_(std::move(path)), names_(std::move(field_names)) {}
+  void record(const data::Batch& batch);
+  void save() const;
+
+ private:
+  std::string path_;
+  std::vector<std::string> names_;
+  safetensors::NamedTensors saved_;
+  int64_t batches_ = 0;
+};
+
+}  // namespace hg::samples::zoo
