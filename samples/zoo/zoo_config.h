@@ -29,7 +29,7 @@ struct ZooConfig {
       flags.add_int("steps", 0, "optimizer steps (0: --epochs x the batches of one epoch); the schedule spans them", 0);
   int64_t& stop_after =
       flags.add_int("stop-after-steps", 0, "end this run after step N (the schedule still spans --steps)", 0);
-  int64_t& batch = flags.add_int("batch", 0, "images per step (0: the model's recipe)", 0);
+  int64_t& batch = flags.add_int("batch", 0, "examples per step: images, or characters (0: the model's recipe)", 0);
   std::string& optimizer =
       flags.add_string("optimizer", "", "the optimizer (\"\": the model's recipe; optim/by_name.h)");
   double& lr = flags.add_double("lr", 0.0, "peak learning rate (0: the model's recipe)", 0.0);
