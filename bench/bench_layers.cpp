@@ -11,6 +11,7 @@
 // Usage: bench_layers [--quick] [--only NAME]
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -119,15 +120,8 @@ int main(int argc, char** argv) {
       built.model->zero_grad();
     };
     const int repeats = quick ? 3 : 10;
-    std::vector<double> times;
-    step();  // warm-up
-    for (int r = 0; r < repeats; ++r) {
-      const auto start = bench::Clock::now();
-      step();
-      times.push_back(bench::seconds_since(start));
-    }
-    double best = times[0];
-    for (double t : times) best = std::min(best, t);
+    const std::vector<double> times = bench::timed_calls(repeats, step);
+    const double best = *std::min_element(times.begin(), times.end());
     bench::JsonLine("layers")
         .add("model", w.name)
         .add("impl", "halfgrad")

@@ -10,6 +10,7 @@
 // Usage: bench_zoo [--quick] [--only NAME] [--batch N]
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -73,16 +74,9 @@ int main(int argc, char** argv) {
       optimizer.zero_grad();
     };
     const int repeats = quick ? 3 : 20;
-    std::vector<double> times;
-    step();  // warm-up: AdamW's state, the allocator's pools, plan caches
-    step();
-    for (int r = 0; r < repeats; ++r) {
-      const auto start = bench::Clock::now();
-      step();
-      times.push_back(bench::seconds_since(start));
-    }
-    double best = times[0];
-    for (double t : times) best = std::min(best, t);
+    // Two warm-up steps: AdamW's state, the allocator's pools, plan caches.
+    const std::vector<double> times = bench::timed_calls(repeats, step, 2);
+    const double best = *std::min_element(times.begin(), times.end());
     bench::JsonLine("zoo")
         .add("model", name)
         .add("impl", "halfgrad")

@@ -33,9 +33,9 @@ double best_seconds(int repeats, F&& fn, int warmups = 1) {
   return best;
 }
 
-// The median of `repeats` timed calls of fn, in seconds, after `warmups` untimed calls.
+// The seconds of each of `repeats` timed calls of fn, after `warmups` untimed calls.
 template <class F>
-double median_seconds(int repeats, F&& fn, int warmups = 1) {
+std::vector<double> timed_calls(int repeats, F&& fn, int warmups = 1) {
   for (int w = 0; w < warmups; ++w) fn();
   std::vector<double> times;
   for (int r = 0; r < repeats; ++r) {
@@ -43,7 +43,13 @@ double median_seconds(int repeats, F&& fn, int warmups = 1) {
     fn();
     times.push_back(seconds_since(start));
   }
-  return median(std::move(times));
+  return times;
+}
+
+// The median of `repeats` timed calls of fn, in seconds, after `warmups` untimed calls.
+template <class F>
+double median_seconds(int repeats, F&& fn, int warmups = 1) {
+  return median(timed_calls(repeats, fn, warmups));
 }
 
 }  // namespace hg::bench
