@@ -77,7 +77,8 @@ zoo: configure
 	@scripts/setup dataset-fashion-mnist wamerican
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target zoo plot_metrics
 	@mkdir -p $(BUILD_DIR)/zoo
-	$(BUILD_DIR)/bin/zoo --model $(MODEL) --metrics-log $(BUILD_DIR)/zoo/$(MODEL)_metrics.jsonl $(ARGS)
+	$(BUILD_DIR)/bin/zoo --model $(MODEL) --metrics-log $(BUILD_DIR)/zoo/$(MODEL)_metrics.jsonl \
+	  $(if $(filter vae dcgan,$(MODEL)),--images $(BUILD_DIR)/zoo) $(ARGS)
 	$(BUILD_DIR)/bin/plot_metrics $(BUILD_DIR)/zoo/$(MODEL)_metrics.jsonl --title "zoo --model $(MODEL) $(ARGS)" \
 	  -o $(BUILD_DIR)/zoo/$(MODEL)_metrics.svg -o $(BUILD_DIR)/zoo/$(MODEL)_metrics.png
 

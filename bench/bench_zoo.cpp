@@ -1,10 +1,13 @@
-// bench_zoo: one training step of each zoo image model (samples/zoo/image_models.h) at its recipe's batch,
-// on the CPU, one JSON object per line, on the workloads of bench/peers/pytorch_zoo.py (run both in one
-// session on one machine: scripts/bench-zoo-peers):
+// bench_zoo: one training step of each zoo model (samples/zoo/image_models.h, char_mlp.h,
+// generative_models.h) at its recipe's batch, on the CPU, one JSON object per line, on the workloads of
+// bench/peers/pytorch_zoo.py (run both in one session on one machine: scripts/bench-zoo-peers):
 //   mlp, lenet, resnet, vit at their default widths, images [128, 1, 28, 28] ~ N(0, 1), 10 classes;
-//   makemore (samples/zoo/char_mlp.h, 200 hidden units) on 128 contexts of 3 random characters.
-// A step: forward, cross_entropy against fixed random labels, backward, AdamW (lr 1e-3, weight decay 0.01,
-// PyTorch's defaults otherwise), gradients dropped. BatchNorm in training mode.
+//   makemore (200 hidden units) on 128 contexts of 3 random characters: forward, cross_entropy against
+//   fixed random labels, backward, AdamW (lr 1e-3, weight decay 0.01, PyTorch's defaults otherwise);
+//   vae on images ~ U(0, 1): noise drawn, forward, negative ELBO, backward, Adam (lr 1e-3);
+//   dcgan on images ~ U(-1, 1): noise drawn, the discriminator's step on real and detached generated
+//   images, then the generator's through it, each with Adam (lr 2e-4, betas (0.5, 0.999)).
+// Gradients dropped after each step; BatchNorm in training mode.
 // Fields: bench "zoo", model, impl "halfgrad", dtype, threads, batch, best_ms, median_ms (of `repeats`
 // steps after two warm-up steps).
 // Usage: bench_zoo [--quick] [--only NAME] [--batch N]
@@ -13,13 +16,17 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "bench_args.h"
 #include "engine/random.h"
 #include "json_line.h"
+#include "optim/adam.h"
 #include "optim/adamw.h"
 #include "samples/zoo/char_mlp.h"
+#include "samples/zoo/generative_models.h"
 #include "samples/zoo/image_models.h"
 #include "timing.h"
 
@@ -29,13 +36,79 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: bench_zoo [--quick] [--only NAME] [--batch N]\n"
-    "One training step (forward, cross-entropy, backward, AdamW) of each zoo image model on a batch of\n"
-    "28 x 28 images, on the CPU with OMP_NUM_THREADS threads; one JSON line each.\n"
+    "One training step (forward, loss, backward, optimizer) of each zoo model on a batch of 28 x 28 images\n"
+    "(makemore: of 3-character contexts), on the CPU with OMP_NUM_THREADS threads; one JSON line each.\n"
     "The same workloads in PyTorch: bench/peers/pytorch_zoo.py (scripts/bench-zoo-peers runs both).\n"
     "  --quick      3 timed steps instead of 20 (smoke runs)\n"
-    "  --only NAME  only the model NAME (mlp, lenet, resnet, vit, makemore)\n"
+    "  --only NAME  only the model NAME (mlp, lenet, resnet, vit, makemore, vae, dcgan)\n"
     "  --batch N    images per step (default 128, the recipes')\n"
     "  -h, --help   this text\n";
+
+// One model's training step, with what it owns.
+struct Workload {
+  std::shared_ptr<nn::Module> model;
+  std::vector<std::unique_ptr<optim::LocalOptimizer>> optimizers;
+  std::function<void()> step;
+};
+
+Workload classifier(const std::string& name, int64_t batch) {
+  const bool chars = name == "makemore";
+  const std::shared_ptr<nn::UnaryModule> model =
+      chars ? std::static_pointer_cast<nn::UnaryModule>(samples::zoo::make_char_mlp(0))
+            : samples::zoo::make_image_model(name, samples::zoo::ImageModelSpec{1, 28, 28, 10, 0});
+  Workload w{model, {}, {}};
+  w.optimizers.push_back(
+      std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions().lr(1e-3).weight_decay(0.01)));
+  const Tensor inputs =
+      chars ? randint(0, 27, {batch, samples::zoo::kMakemoreBlock}, DType::i64) : randn({batch, 1, 28, 28});
+  const Tensor labels = randint(0, chars ? 27 : 10, {batch}, DType::i64);
+  optim::LocalOptimizer* optimizer = w.optimizers[0].get();
+  w.step = [model, optimizer, inputs, labels] {
+    cross_entropy((*model)(inputs), labels).backward();
+    optimizer->step();
+    optimizer->zero_grad();
+  };
+  return w;
+}
+
+Workload vae(int64_t batch) {
+  const auto model = std::make_shared<samples::zoo::VAE>(samples::zoo::ImageModelSpec{1, 28, 28, 0, 0});
+  Workload w{model, {}, {}};
+  w.optimizers.push_back(std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions().lr(1e-3)));
+  const Tensor images = rand({batch, 1, 28, 28});
+  optim::LocalOptimizer* optimizer = w.optimizers[0].get();
+  w.step = [model, optimizer, images] {
+    samples::zoo::vae_loss(model->forward(images), images).backward();
+    optimizer->step();
+    optimizer->zero_grad();
+  };
+  return w;
+}
+
+Workload dcgan(int64_t batch) {
+  const auto gan = std::make_shared<samples::zoo::DCGAN>(samples::zoo::ImageModelSpec{1, 28, 28, 0, 0});
+  Workload w{gan, {}, {}};
+  const auto options = optim::AdamOptions().lr(2e-4).betas(0.5, 0.999);
+  w.optimizers.push_back(std::make_unique<optim::Adam>(gan->discriminator->parameters(), options));
+  w.optimizers.push_back(std::make_unique<optim::Adam>(gan->generator->parameters(), options));
+  const Tensor real = rand({batch, 1, 28, 28}) * 2.0 - 1.0;
+  optim::LocalOptimizer *d_opt = w.optimizers[0].get(), *g_opt = w.optimizers[1].get();
+  w.step = [gan, d_opt, g_opt, real] {
+    nn::Sequential &g = *gan->generator, &d = *gan->discriminator;
+    const auto bce = [](const Tensor& logits, double label) {
+      return binary_cross_entropy_with_logits(logits, full_like(logits, label));
+    };
+    const Tensor fake = g(randn({real.size(0), gan->latent()}));
+    (bce(d(real), 1.0) + bce(d(fake.detach()), 0.0)).backward();
+    d_opt->step();
+    d_opt->zero_grad();
+    bce(d(fake), 1.0).backward();
+    g_opt->step();
+    g_opt->zero_grad();
+    d_opt->zero_grad();  // the generator's backward went through the discriminator
+  };
+  return w;
+}
 
 }  // namespace
 
@@ -57,22 +130,11 @@ int main(int argc, char** argv) {
   }
   manual_seed(1);
   std::vector<std::string> names = samples::zoo::image_model_names();
-  names.push_back("makemore");
+  names.insert(names.end(), {"makemore", "vae", "dcgan"});
   for (const std::string& name : names) {
     if (!only.empty() && name != only) continue;
-    const bool chars = name == "makemore";
-    const std::shared_ptr<nn::UnaryModule> model =
-        chars ? std::static_pointer_cast<nn::UnaryModule>(samples::zoo::make_char_mlp(0))
-              : samples::zoo::make_image_model(name, samples::zoo::ImageModelSpec{1, 28, 28, 10, 0});
-    optim::AdamW optimizer(model->parameters(), optim::AdamWOptions().lr(1e-3).weight_decay(0.01));
-    const Tensor inputs =
-        chars ? randint(0, 27, {batch, samples::zoo::kMakemoreBlock}, DType::i64) : randn({batch, 1, 28, 28});
-    const Tensor labels = randint(0, chars ? 27 : 10, {batch}, DType::i64);
-    const auto step = [&] {
-      cross_entropy((*model)(inputs), labels).backward();
-      optimizer.step();
-      optimizer.zero_grad();
-    };
+    const Workload workload = name == "vae" ? vae(batch) : name == "dcgan" ? dcgan(batch) : classifier(name, batch);
+    const std::function<void()>& step = workload.step;
     const int repeats = quick ? 3 : 20;
     // Two warm-up steps: AdamW's state, the allocator's pools, plan caches.
     const std::vector<double> times = bench::timed_calls(repeats, step, 2);

@@ -95,4 +95,25 @@ Tensor Flatten::forward(const Tensor& x) {
   return x.reshape({x.size(0), -1});
 }
 
+Unflatten::Unflatten(Shape sizes_) : sizes(std::move(sizes_)) {
+  HG_CHECK(!sizes.empty(), "[Unflatten] expected at least one size");
+  for (int64_t s : sizes) HG_CHECK(s > 0, "[Unflatten] sizes must be positive, got ", shape_str(sizes));
+}
+
+Tensor Unflatten::forward(const Tensor& x) {
+  int64_t count = 1;
+  for (int64_t s : sizes) count *= s;
+  HG_CHECK(x.dim() == 2 && x.size(1) == count, "[Unflatten] expected [N, ", count, "] to unflatten into ",
+           shape_str(sizes), ", got ", x.describe());
+  Shape shape{x.size(0)};
+  shape.insert(shape.end(), sizes.begin(), sizes.end());
+  return x.reshape(shape);
+}
+
+std::string Unflatten::extra_repr() const {
+  std::string text = "dim=1, unflattened_size=(";
+  for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
+  return text + (sizes.size() == 1 ? ",)" : ")");
+}
+
 }  // namespace hg::nn

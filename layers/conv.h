@@ -72,4 +72,14 @@ class Flatten : public UnaryModule {
   std::string extra_repr() const override { return "start_dim=1, end_dim=-1"; }
 };
 
+// [N, d1 d2 ...] -> [N, d1, d2, ...]: dimension 1 unflattened into `sizes` (a view when x is contiguous);
+// Flatten's inverse, as a generator's Linear -> feature maps.
+class Unflatten : public UnaryModule {
+ public:
+  explicit Unflatten(Shape sizes);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  const Shape sizes;
+};
+
 }  // namespace hg::nn

@@ -236,7 +236,7 @@ TEST_CASE("max_pool2d and avg_pool2d: known answers with overlapping windows and
   CHECK(std::isnan(max_pool2d(from_vector(values, {1, 1, 4, 4}), {2, 2}).to_vector<float>()[1]));
 }
 
-TEST_CASE("layers: Conv2d parameters and shapes with Flatten and option errors") {
+TEST_CASE("layers: Conv2d parameters and shapes with Flatten, Unflatten and option errors") {
   manual_seed(3);
   nn::Conv2d conv(nn::Conv2dOptions(4, 6, {3, 2}).stride(2).padding(1).groups(2));
   CHECK(conv.weight.shape() == Shape{6, 2, 3, 2});
@@ -247,6 +247,12 @@ TEST_CASE("layers: Conv2d parameters and shapes with Flatten and option errors")
   const Tensor y = conv(randn({2, 4, 7, 6}));
   CHECK(y.shape() == Shape{2, 6, 4, 4});
   CHECK(nn::Flatten()(y).shape() == Shape{2, 96});
+  nn::Unflatten unflatten({6, 4, 4});
+  CHECK(unflatten(nn::Flatten()(y)).to_vector<float>() == y.to_vector<float>());
+  CHECK(unflatten(nn::Flatten()(y)).shape() == y.shape());
+  CHECK(unflatten.extra_repr() == "dim=1, unflattened_size=(6, 4, 4)");
+  CHECK_ERROR(unflatten(randn({2, 95})), "[Unflatten] expected [N, 96] to unflatten into [6, 4, 4], got");
+  CHECK_ERROR(nn::Unflatten({3, 0}), "[Unflatten] sizes must be positive");
   CHECK(nn::MaxPool2d(2)(y).shape() == Shape{2, 6, 2, 2});
   CHECK(nn::AvgPool2d({3, 3}, {1, 1}, {1, 1})(y).shape() == Shape{2, 6, 4, 4});
   CHECK(nn::Conv2d(nn::Conv2dOptions(1, 2, 3).bias(false)).bias.defined() == false);

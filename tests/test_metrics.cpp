@@ -4,6 +4,7 @@
 // where the build found it).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -14,12 +15,14 @@
 #include <zlib.h>
 #endif
 
+#include "metrics/image_grid.h"
 #include "metrics/metrics_log.h"
 #include "metrics/metrics_plot.h"
 #include "metrics/png.h"
 #include "metrics/raster.h"
 #include "metrics/svg.h"
 #include "support/check_error.h"
+#include "support/test_seed.h"
 
 using namespace hg;
 using namespace hg::metrics;
@@ -308,6 +311,45 @@ TEST_CASE("PNG writer output decodes to the pixels it was given") {
 #endif
   CHECK_ERROR(encode_png(2, 2, std::vector<uint8_t>(11)), "expected 12 RGB bytes for 2x2, got 11");
   CHECK_ERROR(encode_png(0, 2, {}), "image size must be positive");
+}
+
+TEST_CASE("image grid tiles images row by row with grey gaps, clamped and scaled") {
+  // Three 2x2 grey images, two to a row, each pixel drawn 2x2, gaps of 1: a 11 x 11 picture.
+  std::mt19937 rng(hg::testing::fresh_seed());
+  std::uniform_real_distribution<float> unit(-0.2f, 1.2f);  // some below low and above high: clamped
+  std::vector<float> pixels(12);
+  for (float& v : pixels) v = unit(rng);
+  pixels[5] = NAN;
+  const RgbImage image = tile_images({pixels.data(), 3, 1, 2, 2}, GridOptions{.columns = 2, .scale = 2, .gap = 1});
+  REQUIRE(image.width == 11);
+  REQUIRE(image.height == 11);
+  const auto at = [&](int x, int y, int c) { return int(image.rgb[size_t((y * image.width + x) * 3 + c)]); };
+  const auto expected = [](float v) { return int(std::lround(std::clamp(v, 0.0f, 1.0f) * 255.0f)); };
+  for (int i : {0, 1, 2})
+    for (int py = 0; py < 2; ++py)
+      for (int px = 0; px < 2; ++px) {
+        const int left = 1 + (i % 2) * 5 + 2 * px, top = 1 + (i / 2) * 5 + 2 * py;
+        const float v = pixels[size_t(i * 4 + py * 2 + px)];
+        for (int dy = 0; dy < 2; ++dy)
+          for (int dx = 0; dx < 2; ++dx)
+            for (int c = 0; c < 3; ++c)
+              CHECK(at(left + dx, top + dy, c) == (std::isnan(v) ? (c == 0 ? 255 : 0) : expected(v)));
+      }
+  CHECK(at(0, 0, 0) == 128);  // the border
+  CHECK(at(5, 3, 1) == 128);  // the gap between the first two images
+  CHECK(at(8, 8, 2) == 128);  // the empty fourth cell
+  // RGB: the channels are planes.
+  const std::vector<float> red{1.0f, 0.0f, 0.0f};
+  const RgbImage rgb = tile_images({red.data(), 1, 3, 1, 1}, GridOptions{.scale = 1, .gap = 0});
+  CHECK(rgb.rgb == std::vector<uint8_t>{255, 0, 0});
+  const std::string path = temp_path("grid.png");
+  save_image_grid(path, {pixels.data(), 3, 1, 2, 2}, GridOptions{.columns = 2, .scale = 2, .gap = 1});
+  const std::string png = read_all(path);
+  CHECK(be32(reinterpret_cast<const uint8_t*>(png.data()) + 16) == 11);
+  std::remove(path.c_str());
+  CHECK_ERROR(tile_images({pixels.data(), 2, 2, 2, 2}), "expected 1 (grey) or 3 (RGB) channels, got 2");
+  CHECK_ERROR(tile_images({pixels.data(), 0, 1, 2, 2}), "expected at least one image");
+  CHECK_ERROR(tile_images({pixels.data(), 1, 1, 2, 2}, GridOptions{.low = 1, .high = 1}), "high > low");
 }
 
 TEST_CASE("raster canvas draws rectangles lines and text where asked") {

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """pytorch_zoo.py: PyTorch 1.13 on the CPU, timed on the workloads of halfgrad's `bench_zoo` (bench/bench_zoo.cpp
 states them): one training step of each zoo model (bench/peers/zoo_models.py, the same architectures,
-default widths) at batch 128 on 28 x 28 images (makemore: contexts of 3 characters) -- forward, cross-entropy, backward, AdamW (lr 1e-3, weight
-decay 0.01), gradients set to None.
+default widths) at batch 128 on 28 x 28 images (makemore: contexts of 3 characters) -- forward, cross-entropy,
+backward, AdamW (lr 1e-3, weight decay 0.01); the VAE's negative ELBO with Adam (lr 1e-3); the DCGAN's
+discriminator step then generator step with Adam (lr 2e-4, betas (0.5, 0.999)) -- gradients set to None.
 
     bench/peers/pytorch_zoo.py [--quick] [--only NAME] [--threads N] [--batch N]
 
@@ -25,33 +26,68 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pytorch_train import mapped_blas  # noqa: E402
-from zoo_models import MODELS, char_mlp  # noqa: E402
+from zoo_models import DCGAN, MODELS, VAE, char_mlp, vae_loss  # noqa: E402
+
+
+def make_step(name, batch):
+    """bench_zoo's step of model `name` (bench/bench_zoo.cpp states them)."""
+    if name == "vae":
+        model = VAE(1, 28, 28)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        images = torch.rand(batch, 1, 28, 28)
+
+        def vae_step():
+            vae_loss(*model(images, torch.randn(batch, 20)), images).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return vae_step
+    if name == "dcgan":
+        gan = DCGAN(1, 28, 28)
+        d_opt = torch.optim.Adam(gan.discriminator.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        g_opt = torch.optim.Adam(gan.generator.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        real = torch.rand(batch, 1, 28, 28) * 2 - 1
+        bce = torch.nn.functional.binary_cross_entropy_with_logits
+
+        def gan_step():
+            fake = gan.generator(torch.randn(batch, 64))
+            real_logits, fake_logits = gan.discriminator(real), gan.discriminator(fake.detach())
+            d_loss = bce(real_logits, torch.ones_like(real_logits)) + bce(fake_logits, torch.zeros_like(fake_logits))
+            d_loss.backward()
+            d_opt.step()
+            d_opt.zero_grad(set_to_none=True)
+            logits = gan.discriminator(fake)
+            bce(logits, torch.ones_like(logits)).backward()
+            g_opt.step()
+            g_opt.zero_grad(set_to_none=True)
+            d_opt.zero_grad(set_to_none=True)
+        return gan_step
+    chars = name == "makemore"
+    model = char_mlp() if chars else MODELS[name](1, 28, 28, 10)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    images = torch.randint(0, 27, (batch, 3)) if chars else torch.randn(batch, 1, 28, 28)
+    labels = torch.randint(0, 27 if chars else 10, (batch,))
+
+    def step():
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 timed steps instead of 20")
-    parser.add_argument("--only", default="", help="only this model (mlp, lenet, resnet, vit, makemore)")
+    parser.add_argument("--only", default="", help="only this model (mlp, lenet, resnet, vit, makemore, vae, dcgan)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--batch", type=int, default=128)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
-    for name in list(MODELS) + ["makemore"]:
+    for name in list(MODELS) + ["makemore", "vae", "dcgan"]:
         if args.only and name != args.only:
             continue
-        chars = name == "makemore"
-        model = char_mlp() if chars else MODELS[name](1, 28, 28, 10)
-        model.train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-        images = torch.randint(0, 27, (args.batch, 3)) if chars else torch.randn(args.batch, 1, 28, 28)
-        labels = torch.randint(0, 27 if chars else 10, (args.batch,))
-
-        def step():
-            torch.nn.functional.cross_entropy(model(images), labels).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
+        step = make_step(name, args.batch)
         step()
         step()
         times = []

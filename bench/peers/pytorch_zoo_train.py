@@ -16,6 +16,7 @@ augmentation, width, validation, data directory), so both sides train the same t
     pixels and a horizontal flip with probability 1/2, drawn per example and epoch.
 The data order and the random draws are PyTorch's own (not halfgrad's): the two runs agree within noise.
 makemore: the same word list and filter, a split of the same sizes (PyTorch's own shuffle), the same contexts.
+vae: pixels / 255 in [0, 1], Adam, the negative ELBO of one draw of z per image (nats per image).
 Prints one JSON line per epoch (validation accuracy or loss) and a final one (test accuracy or loss, seconds).
 Tooling only.
 """
@@ -38,7 +39,7 @@ except ImportError:
     sys.exit("pytorch_zoo_train.py: cannot import torch; install Debian's python3-torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo_models import MODELS, char_mlp  # noqa: E402
+from zoo_models import MODELS, VAE, char_mlp, vae_loss  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MEAN, STD = 0.2860, 0.3530
@@ -132,6 +133,8 @@ def main():
     torch.manual_seed(config["seed"])
     if args.model == "makemore":
         return train_makemore(config)
+    if args.model == "vae":
+        return train_vae(config)
     train_images, train_labels = read_idx(config["data"], "train-images-idx3-ubyte"), read_idx(
         config["data"], "train-labels-idx1-ubyte").long()
     test_images, test_labels = normalised(read_idx(config["data"], "t10k-images-idx3-ubyte")), read_idx(
@@ -163,10 +166,31 @@ def train_makemore(config):
         lambda: {"test_loss": mean_loss(model, tx, ty)})
 
 
-def fit(model, config, targets, epoch_inputs, validate, test):
-    """The recipe's loop: AdamW, warmup-cosine, shuffled batches of `batch` without replacement (drop_last);
-    epoch_inputs() gives each epoch's inputs (augmented afresh); a JSON line per epoch and a last one."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight-decay"])
+def train_vae(config):
+    """The VAE's recipe (samples/zoo/generative_models.h): validation and test negative ELBO in nats per image."""
+    pixels = read_idx(config["data"], "train-images-idx3-ubyte").float().unsqueeze(1) / 255.0
+    test_pixels = read_idx(config["data"], "t10k-images-idx3-ubyte").float().unsqueeze(1) / 255.0
+    kept = len(pixels) - config["validation"]
+    model = VAE(1, 28, 28, config["width"])
+
+    def negative_elbo(images):
+        with torch.no_grad():
+            return sum(vae_loss(*model(x, torch.randn(len(x), 20)), x).item() * len(x)
+                       for x in images.split(500)) / len(images)
+
+    fit(model, config, torch.zeros(kept), lambda: pixels[:kept],
+        lambda: {"val_negative_elbo": negative_elbo(pixels[kept:])},
+        lambda: {"test_negative_elbo": negative_elbo(test_pixels)},
+        loss_of=lambda x: vae_loss(*model(x, torch.randn(len(x), 20)), x))
+
+
+def fit(model, config, targets, epoch_inputs, validate, test, loss_of=None):
+    """The recipe's loop: AdamW (or Adam), warmup-cosine, shuffled batches of `batch` without replacement
+    (drop_last); epoch_inputs() gives each epoch's inputs (augmented afresh); a batch's loss is
+    loss_of(inputs) when given, the cross-entropy of model(inputs) at the targets otherwise; a JSON line per
+    epoch and a last one."""
+    kind = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[config["optimizer"]]
+    optimizer = kind(model.parameters(), lr=config["lr"], weight_decay=config["weight-decay"])
     batch, per_epoch = config["batch"], len(targets) // config["batch"]
     total = config["steps"] or config["epochs"] * per_epoch
     warmup = min(config["warmup"], total - 1)
@@ -179,7 +203,7 @@ def fit(model, config, targets, epoch_inputs, validate, test):
             rows = order[b * batch:(b + 1) * batch]
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, config["lr"], warmup, total)
-            loss = F.cross_entropy(model(inputs[rows]), targets[rows])
+            loss = loss_of(inputs[rows]) if loss_of else F.cross_entropy(model(inputs[rows]), targets[rows])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -84,6 +84,49 @@ def char_mlp(width=0, block=3, embedding=10, vocab=27):
                          nn.BatchNorm1d(width), nn.Tanh(), nn.Linear(width, vocab))
 
 
+class VAE(nn.Module):
+    """The zoo's VAE (samples/zoo/generative_models.h); forward takes the noise eps."""
+
+    def __init__(self, c, h, w, width=0, latent=20):
+        super().__init__()
+        width = width or 400
+        self.shape = (c, h, w)
+        self.fc1 = nn.Linear(c * h * w, width)
+        self.fc_mu = nn.Linear(width, latent)
+        self.fc_logvar = nn.Linear(width, latent)
+        self.fc3 = nn.Linear(latent, width)
+        self.fc4 = nn.Linear(width, c * h * w)
+
+    def forward(self, x, eps):
+        h = torch.relu(self.fc1(x.flatten(1)))
+        mu, logvar = self.fc_mu(h), self.fc_logvar(h)
+        z = mu + eps * torch.exp(0.5 * logvar)
+        return self.fc4(torch.relu(self.fc3(z))).reshape(-1, *self.shape), mu, logvar
+
+
+def vae_loss(logits, mu, logvar, x):
+    """The negative ELBO in nats per image: Bernoulli cross-entropy summed over pixels plus the KL term."""
+    reconstruction = nn.functional.binary_cross_entropy_with_logits(logits, x, reduction="sum")
+    kl = -0.5 * torch.sum(1 + logvar - mu * mu - torch.exp(logvar))
+    return (reconstruction + kl) / x.shape[0]
+
+
+class DCGAN(nn.Module):
+    """The zoo's DCGAN (samples/zoo/generative_models.h): .generator and .discriminator."""
+
+    def __init__(self, c, h, w, width=0, latent=64):
+        super().__init__()
+        width = width or 32
+        h4, w4 = h // 4, w // 4
+        self.generator = nn.Sequential(
+            nn.Linear(latent, 2 * width * h4 * w4, bias=False), nn.BatchNorm1d(2 * width * h4 * w4), nn.ReLU(),
+            nn.Unflatten(1, (2 * width, h4, w4)), nn.ConvTranspose2d(2 * width, width, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(width), nn.ReLU(), nn.ConvTranspose2d(width, c, 4, 2, 1), nn.Tanh())
+        self.discriminator = nn.Sequential(
+            nn.Conv2d(c, width, 4, 2, 1), nn.LeakyReLU(0.2), nn.Conv2d(width, 2 * width, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(2 * width), nn.LeakyReLU(0.2), nn.Flatten(), nn.Linear(2 * width * h4 * w4, 1))
+
+
 MODELS = {"mlp": mlp, "lenet": lenet, "resnet": ResNet, "vit": VisionTransformer}
 
 DTYPES = {"F32": torch.float32, "I64": torch.int64, "F64": torch.float64, "I32": torch.int32}

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "data/image_augment.h"
 #include "data/mnist.h"
 #include "samples/zoo/image_models.h"
 #include "samples/zoo/zoo_training.h"
@@ -58,16 +57,8 @@ int train_image_classifier(const ZooConfig& c) {
   const data::MnistSplits splits =
       app::or_usage_error(kProgram, "--data " + c.data, [&] { return data::load_mnist_splits(c.data, c.validation); });
   const data::MnistData& raw = splits.train->data();
-  std::shared_ptr<const data::Dataset> train_set = splits.train;
-  if (c.train_limit > 0 && c.train_limit < train_set->size())
-    train_set = std::make_shared<data::MnistDataset>(splits.train->shared_data(), 0, c.train_limit);
-  if (c.augment_pad > 0 || c.augment_flip == "on")
-    train_set =
-        std::make_shared<data::AugmentedImages>(train_set, data::ImageAugmentOptions()
-                                                               .pad(c.augment_pad)
-                                                               .hflip(c.augment_flip == "on")
-                                                               .fill(-data::kFashionMnistMean / data::kFashionMnistStd)
-                                                               .seed(uint64_t(c.seed) * 7919 + 3));
+  const std::shared_ptr<const data::Dataset> train_set =
+      training_images(c, splits, -data::kFashionMnistMean / data::kFashionMnistStd);
   check_batch_fits(c, train_set->size(), "images");
 
   const ImageModelSpec spec{1, raw.rows, raw.cols, std::max<int64_t>(raw.classes, 2), c.width};

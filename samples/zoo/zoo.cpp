@@ -4,6 +4,8 @@
 //   zoo --model lenet        a LeNet-style CNN on Fashion-MNIST
 //   zoo --model resnet       a small ResNet (BatchNorm, skip connections, crops and flips) on Fashion-MNIST
 //   zoo --model vit          a small Vision Transformer on Fashion-MNIST
+//   zoo --model vae          a variational autoencoder of Fashion-MNIST's images
+//   zoo --model dcgan        a DCGAN drawing Fashion-MNIST's garments
 //   zoo --model makemore     a character MLP with BatchNorm on English words, generating new ones
 //
 // Every model trains through the Trainer (progress, --metrics-log, --checkpoint-dir / --resume,
@@ -12,6 +14,7 @@
 #include "app/cli.h"
 #include "app/thread_defaults.h"
 #include "samples/zoo/classify.h"
+#include "samples/zoo/generative.h"
 #include "samples/zoo/makemore.h"
 #include "samples/zoo/zoo_config.h"
 
@@ -23,6 +26,8 @@ int main(int argc, char** argv) {
   return app::guarded_main(samples::zoo::kProgram, [&] {
     const samples::zoo::ZooConfig config(argc, argv);
     if (config.model == "makemore") return samples::zoo::train_makemore(config);
+    if (config.model == "vae") return samples::zoo::train_vae(config);
+    if (config.model == "dcgan") return samples::zoo::train_dcgan(config);
     return samples::zoo::train_image_classifier(config);
   });
 }

@@ -33,13 +33,22 @@ void apply_recipe(ZooConfig& c) {
   if (!c.flags.given("augment-flip")) c.augment_flip = r.augment_flip ? "on" : "off";
 }
 
+// "mlp, lenet, ... or makemore".
+std::string model_list() {
+  const std::vector<std::string>& models = zoo_model_names();
+  std::string text;
+  for (size_t i = 0; i < models.size(); ++i) text += (i == 0 ? "" : i + 1 == models.size() ? " or " : ", ") + models[i];
+  return text;
+}
+
 void check_settings(const ZooConfig& c) {
   const std::vector<std::string>& models = zoo_model_names();
   if (c.model.empty())
-    app::exit_with_usage_error(kProgram, "no --model; expected one of mlp, lenet, resnet, vit, makemore (zoo --help)");
+    app::exit_with_usage_error(kProgram, "no --model; expected one of " + model_list() + " (zoo --help)");
   if (std::find(models.begin(), models.end(), c.model) == models.end())
-    app::exit_with_usage_error(kProgram,
-                               "unknown --model \"" + c.model + "\"; expected mlp, lenet, resnet, vit or makemore");
+    app::exit_with_usage_error(kProgram, "unknown --model \"" + c.model + "\"; expected " + model_list());
+  if (!c.images.empty() && c.model != "vae" && c.model != "dcgan")
+    app::exit_with_usage_error(kProgram, "--images is for the generative models; expected --model vae or dcgan");
   app::checked_device(kProgram, c.device);
   app::or_usage_error(kProgram, [&] { return train::parse_precision(c.precision); });
   if (c.checkpoint_dir.empty() && c.resume)

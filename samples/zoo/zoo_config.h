@@ -16,8 +16,8 @@ struct ZooConfig {
   app::Flags flags{kProgram,
                    "Trains one model of the zoo on real data through the Trainer and reports its held-out result "
                    "(docs/zoo.md)."};
-  std::string& model =
-      flags.add_string("model", "", "the model: mlp, lenet, resnet or vit (Fashion-MNIST), makemore (English words)");
+  std::string& model = flags.add_string(
+      "model", "", "the model: mlp, lenet, resnet, vit, vae or dcgan (Fashion-MNIST), makemore (English words)");
   std::string& data = flags.add_string(
       "data", "",
       "the images' directory of four MNIST-format files (default: Debian's dataset-fashion-mnist), or makemore's "
@@ -62,6 +62,8 @@ struct ZooConfig {
   std::string& metrics_log =
       flags.add_string("metrics-log", "", "write one JSON line of metrics per step to this file");
   std::string& save = flags.add_string("save", "", "save the trained model to this safetensors file");
+  std::string& images = flags.add_string(
+      "images", "", "vae, dcgan: write PNG grids of samples (vae: and reconstructions) into this directory");
   std::string& save_init = flags.add_string(
       "save-init", "", "save the initial weights to this safetensors file (for the PyTorch side by side)");
   std::string& save_batches = flags.add_string(

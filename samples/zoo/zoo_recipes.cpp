@@ -5,7 +5,7 @@
 namespace hg::samples::zoo {
 
 const std::vector<std::string>& zoo_model_names() {
-  static const std::vector<std::string> names{"mlp", "lenet", "resnet", "vit", "makemore"};
+  static const std::vector<std::string> names{"mlp", "lenet", "resnet", "vit", "vae", "dcgan", "makemore"};
   return names;
 }
 
@@ -29,6 +29,18 @@ Recipe recipe_for(const std::string& name) {
     r.weight_decay = 0.05;
     r.augment_pad = 2;
     r.augment_flip = true;
+    return r;
+  }
+  if (name == "vae") {  // PyTorch's examples/vae: Adam at 1e-3, no weight decay
+    r.optimizer = "adam";
+    r.weight_decay = 0.0;
+    return r;
+  }
+  if (name == "dcgan") {  // Radford et al.: Adam(lr 2e-4, betas (0.5, 0.999)) for both nets, constant rate
+    r.optimizer = "adam";
+    r.lr = 2e-4;
+    r.weight_decay = 0.0;
+    r.warmup = 0;
     return r;
   }
   if (name == "makemore") {  // Debian's wamerican; ~500k characters an epoch

@@ -1,8 +1,10 @@
 #include "samples/zoo/zoo_training.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 
+#include "data/image_augment.h"
 #include "engine/random.h"
 #include "optim/by_name.h"
 #include "train/precision.h"
@@ -24,11 +26,39 @@ void check_batch_fits(const ZooConfig& c, int64_t examples, const char* what) {
                                              "; expected --batch <= " + std::to_string(examples));
 }
 
-std::unique_ptr<optim::LocalOptimizer> prepare_model(nn::Module& model, const ZooConfig& c, const RunSetup& run) {
+std::shared_ptr<const data::Dataset> training_images(const ZooConfig& c, const data::MnistSplits& splits, float fill) {
+  std::shared_ptr<const data::Dataset> images = splits.train;
+  if (c.train_limit > 0 && c.train_limit < images->size())
+    images = std::make_shared<data::MnistDataset>(splits.train->shared_data(), 0, c.train_limit, splits.train->mean(),
+                                                  splits.train->std());
+  if (c.augment_pad > 0 || c.augment_flip == "on")
+    images = std::make_shared<data::AugmentedImages>(images, data::ImageAugmentOptions()
+                                                                 .pad(c.augment_pad)
+                                                                 .hflip(c.augment_flip == "on")
+                                                                 .fill(fill)
+                                                                 .seed(uint64_t(c.seed) * 7919 + 3));
+  return images;
+}
+
+void place_model(nn::Module& model, const ZooConfig& c, const RunSetup& run) {
   if (!c.save_init.empty()) safetensors::save(c.save_init, model.state_dict());
   model.to(run.dtype);
   model.to(run.device);
+}
+
+std::unique_ptr<optim::LocalOptimizer> prepare_model(nn::Module& model, const ZooConfig& c, const RunSetup& run) {
+  place_model(model, c, run);
   return optim::make_optimizer(c.optimizer, model.parameters(), c.lr, c.weight_decay);
+}
+
+void make_images_dir(const ZooConfig& c) {
+  if (c.images.empty()) return;
+  std::error_code error;
+  std::filesystem::create_directories(c.images, error);
+  if (error || !std::filesystem::is_directory(c.images))
+    app::exit_with_usage_error(kProgram, "--images " + c.images + ": cannot make that directory (" +
+                                             (error ? error.message() : "a file is in the way") +
+                                             "); expected a directory to write the PNG grids into");
 }
 
 void set_loss_scale(train::Trainer& trainer, const RunSetup& run) {
@@ -69,10 +99,15 @@ void set_schedule(train::Trainer& trainer, const ZooConfig& c, int64_t steps) {
   trainer.schedule(std::make_shared<optim::WarmupCosine>(c.lr, std::min(c.warmup, steps - 1), steps, c.lr / 20));
 }
 
-void BatchRecorder::record(const data::Batch& batch) {
+void BatchRecorder::record(const data::Batch& batch, const std::vector<Tensor>& extra) {
   if (path_.empty() || batches_ == 64) return;
-  for (size_t f = 0; f < names_.size(); ++f)
-    saved_.emplace_back(names_[f] + "." + std::to_string(batches_), batch[f].to(kCPU).clone());
+  const size_t fields = batch.tensors.size();
+  HG_CHECK(names_.size() == fields + extra.size(), "[zoo] ", names_.size(), " names for ", fields, " batch fields and ",
+           extra.size(), " more tensors");
+  for (size_t f = 0; f < names_.size(); ++f) {
+    const Tensor& t = f < fields ? batch[f] : extra[f - fields];
+    saved_.emplace_back(names_[f] + "." + std::to_string(batches_), t.to(kCPU).clone());
+  }
   ++batches_;
 }
 

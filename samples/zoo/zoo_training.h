@@ -7,6 +7,8 @@
 
 #include "app/thread_defaults.h"
 #include "data/data_loader.h"
+#include "data/mnist.h"
+#include "engine/random.h"
 #include "engine/safetensors.h"
 #include "layers/module.h"
 #include "optim/optimizer.h"
@@ -27,9 +29,31 @@ RunSetup start_run(const ZooConfig& c);
 // A usage error unless one batch fits in the `examples` training examples (`what`: "images", ...).
 void check_batch_fits(const ZooConfig& c, int64_t examples, const char* what);
 
-// --save-init's file, then the model in the run's dtype on its device, and its optimizer (--optimizer,
-// --lr, --weight-decay).
+// The training images of an MNIST-format directory's splits: the first --train-limit of the training
+// split, with --augment-pad's crops (padded with `fill`, the value of a black pixel) and --augment-flip's flips.
+std::shared_ptr<const data::Dataset> training_images(const ZooConfig& c, const data::MnistSplits& splits, float fill);
+
+// --save-init's file, then the model in the run's dtype on its device.
+void place_model(nn::Module& model, const ZooConfig& c, const RunSetup& run);
+// place_model, then the optimizer of all its parameters (--optimizer, --lr, --weight-decay).
 std::unique_ptr<optim::LocalOptimizer> prepare_model(nn::Module& model, const ZooConfig& c, const RunSetup& run);
+
+// fn() run with the default generator seeded by `seed`, its state restored after: the same noise at every
+// evaluation, and the training's random stream untouched by it.
+template <class Fn>
+auto with_seeded_generator(uint64_t seed, Fn fn) {
+  const GeneratorState saved = default_generator().state();
+  manual_seed(seed);
+  struct Restore {
+    GeneratorState state;
+    ~Restore() { default_generator().set_state(state); }
+  } restore{saved};
+  return fn();
+}
+
+// --images: the directory made (with its parents) before training, so that a path that cannot be one is a
+// usage error now rather than after the run.
+void make_images_dir(const ZooConfig& c);
 
 // fp16 trains with a dynamic loss scale.
 void set_loss_scale(train::Trainer& trainer, const RunSetup& run);
@@ -46,12 +70,13 @@ train::TrainerOptions trainer_options(const ZooConfig& c, int64_t steps, int64_t
 // The recipe's schedule: linear warmup from 0 over --warmup steps, cosine decay to lr / 20 at `steps`.
 void set_schedule(train::Trainer& trainer, const ZooConfig& c, int64_t steps);
 
-// --save-batches: the first 64 batches as "<field>.<step - 1>" (on the CPU), written by save().
+// --save-batches: the first 64 batches as "<field>.<step - 1>" (on the CPU), written by save(); `extra`
+// tensors of a step (the noise a VAE or a GAN drew) are named after the batch's fields.
 class BatchRecorder {
  public:
   BatchRecorder(std::string path, std::vector<std::string> field_names)
       : path_(std::move(path)), names_(std::move(field_names)) {}
-  void record(const data::Batch& batch);
+  void record(const data::Batch& batch, const std::vector<Tensor>& extra = {});
   void save() const;
 
  private:

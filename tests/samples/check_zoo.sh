@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The zoo end to end on a tiny generated MNIST-format problem (zoo_tiny_data.sh): every model trains a
-# few steps through the Trainer and reports validation and test accuracy; the MLP learns the problem;
+# The zoo end to end on a tiny generated MNIST-format problem (zoo_tiny_data.sh): every classifier trains a
+# few steps through the Trainer and reports validation and test accuracy; the MLP learns the problem; the
+# VAE learns it too and writes its PNG grids; the DCGAN trains both nets, writes a grid at every evaluation,
+# and resumes to the uninterrupted run's checkpoint byte for byte;
 # a ResNet run (BatchNorm running statistics, crops and flips drawn per epoch) stopped and resumed ends
 # with the uninterrupted run's checkpoint byte for byte; the loader's worker count does not change the
 # losses; the recipe fills the flags not given; bad flags and data are one-line usage errors (exit 2).
@@ -38,6 +40,32 @@ test_loss=$(grep -o "^test loss [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
 awk -v l="$test_loss" 'BEGIN { exit !(l != "" && l < 2.2) }' || fail "makemore test loss $test_loss >= 2.2: $out"
 expect_usage_error "cannot open '$work/no-words'" --model makemore --data "$work/no-words"
 
+# The VAE: validation and test negative ELBO, sample and reconstruction grids; it learns the bright rows
+# (64 pixels at an untrained decoder's p = 1/2 cost 64 ln 2 = 44.4 nats; trained, about 35.6).
+png_ok() { [[ -s "$1" && "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" == "89504e470d0a1a0a" ]]; }
+out=$("$bin" --model vae "${tiny[@]}" --width 32 --epochs 10 --lr 1e-2 --images "$work/vae") || fail "vae exited $?: $out"
+grep -q "^zoo vae: 8x8 images, 48 training (60 steps of 8" <<<"$out" || fail "vae: no header line: $out"
+grep -q "eval  step 6 | validation negative ELBO [0-9.]* nats/image (16 images)" <<<"$out" || fail "vae: no evaluation: $out"
+for f in vae-samples vae-reconstructions; do png_ok "$work/vae/$f.png" || fail "vae: no PNG $f.png: $out"; done
+elbo=$(grep -o "^test negative ELBO [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
+awk -v l="$elbo" 'BEGIN { exit !(l != "" && l < 40) }' || fail "vae test negative ELBO $elbo >= 40: $out"
+
+# The DCGAN: two optimizers in the Trainer's custom step, a sample grid at every evaluation and at the end;
+# stopped at step 6 and resumed, the same final checkpoint (both optimizers, BatchNorm, the noise stream).
+out=$("$bin" --model dcgan "${tiny[@]}" --width 4 --epochs 2 --images "$work/gan") || fail "dcgan exited $?: $out"
+grep -q "^zoo dcgan: 8x8 images, 48 training (12 steps of 8" <<<"$out" || fail "dcgan: no header line: $out"
+grep -q "step     12/12 | d_loss [0-9.]* | g_loss [0-9.]* | D(x) 0\.[0-9]* | D(G(z)) 0\.[0-9]*" <<<"$out" \
+  || fail "dcgan: no step line with both losses: $out"
+grep -q "eval  step 6 | the discriminator calls [0-9]*% of 16 validation images real, and [0-9]*% of as many" <<<"$out" \
+  || fail "dcgan: no evaluation: $out"
+for f in dcgan-step-6 dcgan-step-12 dcgan-samples; do png_ok "$work/gan/$f.png" || fail "dcgan: no PNG $f.png"; done
+gan=(--model dcgan "${tiny[@]}" --width 4 --steps 12 --checkpoint-every-steps 6)
+out=$("$bin" "${gan[@]}" --checkpoint-dir "$work/gan-straight") || fail "straight dcgan exited $?: $out"
+out=$("$bin" "${gan[@]}" --checkpoint-dir "$work/gan-resumed" --stop-after-steps 6) || fail "dcgan half exited $?: $out"
+out=$("$bin" --checkpoint-dir "$work/gan-resumed" --resume --threads 1 --workers 0) || fail "dcgan resume exited $?: $out"
+cmp "$work/gan-straight/step_0000000012.safetensors" "$work/gan-resumed/step_0000000012.safetensors" \
+  || fail "the resumed DCGAN's final checkpoint differs from the uninterrupted run's"
+
 # The MLP learns the tiny problem (chance is 25%).
 out=$("$bin" --model mlp "${tiny[@]}" --width 32 --epochs 10 --lr 3e-3) || fail "mlp (10 epochs) exited $?: $out"
 accuracy=$(grep -o "^test accuracy [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
@@ -73,6 +101,9 @@ expect_usage_error "no train-images-idx3-ubyte(.gz) in '$work/none'" --model mlp
 expect_usage_error "--batch 100 is larger than the 48 training images" --model mlp "${tiny[@]}" --batch 100
 expect_usage_error "--augment-flip \"maybe\"; expected on or off" --model vit --augment-flip maybe
 expect_usage_error "unknown --optimizer \"adam_w\"" --model mlp --optimizer adam_w
+expect_usage_error "--images is for the generative models; expected --model vae or dcgan" --model mlp --images "$work/i"
+touch "$work/a-file"
+expect_usage_error "--images $work/a-file: cannot make that directory" --model vae "${tiny[@]}" --images "$work/a-file"
 expect_usage_error "--resume needs --checkpoint-dir" --model mlp --resume
 expect_usage_error "--checkpoint-every-steps needs --checkpoint-dir" --model mlp --checkpoint-every-steps 5
 expect_usage_error "unknown --device" --model mlp --device tpu

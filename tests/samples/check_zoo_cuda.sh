@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every zoo model (makemore on a tiny word list) on --device cuda (a GPU, or the SIMT emulator) reaches the CPU run's final loss on a
+# Every zoo model (makemore on a tiny word list; the DCGAN's loss is the discriminator's) on --device cuda (a GPU, or the SIMT emulator) reaches the CPU run's final loss on a
 # tiny generated problem (zoo_tiny_data.sh); bf16 trains too. Without a CUDA device it prints SKIPPED.
 set -uo pipefail
 bin=$1
@@ -8,7 +8,7 @@ source "$(dirname "$0")/zoo_tiny_data.sh"     # make_tiny_mnist
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 make_tiny_mnist "$work/data" "${HG_TEST_SEED:-$RANDOM}"
-for model in mlp lenet resnet vit; do
+for model in mlp lenet resnet vit vae dcgan; do
   expect_cuda_loss_equals_cpu --model $model --data "$work/data" --validation 16 --batch 8 --steps 4 --warmup 1 \
     --width 4 --threads 1 --workers 0
 done
