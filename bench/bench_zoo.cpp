@@ -5,6 +5,8 @@
 //   makemore (200 hidden units) on 128 contexts of 3 random characters: forward, cross_entropy against
 //   fixed random labels, backward, AdamW (lr 1e-3, weight decay 0.01, PyTorch's defaults otherwise);
 //   vae on images ~ U(0, 1): noise drawn, forward, negative ELBO, backward, Adam (lr 1e-3);
+//   seq2seq (width 64) on 128 random sources [128, 6] of digit ids 1..10 and decoder inputs [128, 10] of word
+//   ids 1..32 (no padding; the masks are built all the same), cross_entropy against random word ids, AdamW;
 //   dcgan on images ~ U(-1, 1): noise drawn, the discriminator's step on real and detached generated
 //   images, then the generator's through it, each with Adam (lr 2e-4, betas (0.5, 0.999)).
 // Gradients dropped after each step; BatchNorm in training mode.
@@ -28,6 +30,8 @@
 #include "samples/zoo/char_mlp.h"
 #include "samples/zoo/generative_models.h"
 #include "samples/zoo/image_models.h"
+#include "samples/zoo/number_words.h"
+#include "samples/zoo/seq2seq_model.h"
 #include "timing.h"
 
 using namespace hg;
@@ -40,7 +44,7 @@ constexpr const char* kUsage =
     "(makemore: of 3-character contexts), on the CPU with OMP_NUM_THREADS threads; one JSON line each.\n"
     "The same workloads in PyTorch: bench/peers/pytorch_zoo.py (scripts/bench-zoo-peers runs both).\n"
     "  --quick      3 timed steps instead of 20 (smoke runs)\n"
-    "  --only NAME  only the model NAME (mlp, lenet, resnet, vit, makemore, vae, dcgan)\n"
+    "  --only NAME  only the model NAME (mlp, lenet, resnet, vit, makemore, vae, dcgan, seq2seq)\n"
     "  --batch N    images per step (default 128, the recipes')\n"
     "  -h, --help   this text\n";
 
@@ -79,6 +83,27 @@ Workload vae(int64_t batch) {
   optim::LocalOptimizer* optimizer = w.optimizers[0].get();
   w.step = [model, optimizer, images] {
     samples::zoo::vae_loss(model->forward(images), images).backward();
+    optimizer->step();
+    optimizer->zero_grad();
+  };
+  return w;
+}
+
+Workload seq2seq(int64_t batch) {
+  using namespace samples::zoo;
+  const auto model = std::make_shared<Seq2SeqTransformer>(
+      Seq2SeqSpec{kSourceVocabulary, int64_t(target_vocabulary().size()), kNumberDigits, kNumberWords, 0});
+  Workload w{model, {}, {}};
+  w.optimizers.push_back(
+      std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions().lr(1e-3).weight_decay(0.01)));
+  const int64_t words = int64_t(target_vocabulary().size());
+  const Tensor source = randint(1, kSourceVocabulary, {batch, kNumberDigits}, DType::i64);
+  const Tensor decoder_input = randint(1, words, {batch, kNumberWords}, DType::i64);
+  const Tensor target = randint(1, words, {batch * kNumberWords}, DType::i64);
+  optim::LocalOptimizer* optimizer = w.optimizers[0].get();
+  w.step = [model, optimizer, source, decoder_input, target] {
+    const Tensor logits = model->forward(source, decoder_input);
+    cross_entropy(logits.reshape({-1, logits.size(2)}), target).backward();
     optimizer->step();
     optimizer->zero_grad();
   };
@@ -130,10 +155,13 @@ int main(int argc, char** argv) {
   }
   manual_seed(1);
   std::vector<std::string> names = samples::zoo::image_model_names();
-  names.insert(names.end(), {"makemore", "vae", "dcgan"});
+  names.insert(names.end(), {"makemore", "vae", "dcgan", "seq2seq"});
   for (const std::string& name : names) {
     if (!only.empty() && name != only) continue;
-    const Workload workload = name == "vae" ? vae(batch) : name == "dcgan" ? dcgan(batch) : classifier(name, batch);
+    const Workload workload = name == "vae"       ? vae(batch)
+                              : name == "dcgan"   ? dcgan(batch)
+                              : name == "seq2seq" ? seq2seq(batch)
+                                                  : classifier(name, batch);
     const std::function<void()>& step = workload.step;
     const int repeats = quick ? 3 : 20;
     // Two warm-up steps: AdamW's state, the allocator's pools, plan caches.

@@ -3,7 +3,8 @@
 states them): one training step of each zoo model (bench/peers/zoo_models.py, the same architectures,
 default widths) at batch 128 on 28 x 28 images (makemore: contexts of 3 characters) -- forward, cross-entropy,
 backward, AdamW (lr 1e-3, weight decay 0.01); the VAE's negative ELBO with Adam (lr 1e-3); the DCGAN's
-discriminator step then generator step with Adam (lr 2e-4, betas (0.5, 0.999)) -- gradients set to None.
+discriminator step then generator step with Adam (lr 2e-4, betas (0.5, 0.999)); seq2seq on random ids
+(bench_zoo states the shapes) with AdamW -- gradients set to None.
 
     bench/peers/pytorch_zoo.py [--quick] [--only NAME] [--threads N] [--batch N]
 
@@ -26,7 +27,7 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pytorch_train import mapped_blas  # noqa: E402
-from zoo_models import DCGAN, MODELS, VAE, char_mlp, vae_loss  # noqa: E402
+from zoo_models import DCGAN, MODELS, VAE, Seq2SeqTransformer, char_mlp, vae_loss  # noqa: E402
 
 
 def make_step(name, batch):
@@ -41,6 +42,18 @@ def make_step(name, batch):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         return vae_step
+    if name == "seq2seq":
+        model = Seq2SeqTransformer()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        source, decoder_input = torch.randint(1, 11, (batch, 6)), torch.randint(1, 33, (batch, 10))
+        target = torch.randint(1, 33, (batch * 10,))
+
+        def seq2seq_step():
+            logits = model(source, decoder_input)
+            torch.nn.functional.cross_entropy(logits.flatten(0, 1), target).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return seq2seq_step
     if name == "dcgan":
         gan = DCGAN(1, 28, 28)
         d_opt = torch.optim.Adam(gan.discriminator.parameters(), lr=2e-4, betas=(0.5, 0.999))
@@ -78,13 +91,13 @@ def make_step(name, batch):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 timed steps instead of 20")
-    parser.add_argument("--only", default="", help="only this model (mlp, lenet, resnet, vit, makemore, vae, dcgan)")
+    parser.add_argument("--only", default="", help="only this model (mlp, lenet, resnet, vit, makemore, vae, dcgan, seq2seq)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--batch", type=int, default=128)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
-    for name in list(MODELS) + ["makemore", "vae", "dcgan"]:
+    for name in list(MODELS) + ["makemore", "vae", "dcgan", "seq2seq"]:
         if args.only and name != args.only:
             continue
         step = make_step(name, args.batch)

@@ -127,6 +127,31 @@ class DCGAN(nn.Module):
             nn.BatchNorm2d(2 * width), nn.LeakyReLU(0.2), nn.Flatten(), nn.Linear(2 * width * h4 * w4, 1))
 
 
+class Seq2SeqTransformer(nn.Module):
+    """The zoo's seq2seq model (samples/zoo/seq2seq_model.h): numbers (6 digit ids) to words (10 word ids)."""
+
+    def __init__(self, width=0, source_vocabulary=11, target_vocabulary=33, source_length=6, target_length=10,
+                 layers=2):
+        super().__init__()
+        width = width or 64
+        self.src_embed = nn.Embedding(source_vocabulary, width)
+        self.tgt_embed = nn.Embedding(target_vocabulary, width)
+        self.src_pos = nn.Parameter(torch.zeros(1, source_length, width))
+        self.tgt_pos = nn.Parameter(torch.zeros(1, target_length, width))
+        self.transformer = nn.Transformer(width, 4, layers, layers, 4 * width, dropout=0.0, batch_first=True)
+        self.generator = nn.Linear(width, target_vocabulary)
+
+    def forward(self, source, decoder_input):
+        source_padding, target_padding = source == 0, decoder_input == 0
+        t = decoder_input.shape[1]
+        causal = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+        out = self.transformer(self.src_embed(source) + self.src_pos[:, :source.shape[1]],
+                               self.tgt_embed(decoder_input) + self.tgt_pos[:, :t], tgt_mask=causal,
+                               src_key_padding_mask=source_padding, tgt_key_padding_mask=target_padding,
+                               memory_key_padding_mask=source_padding)
+        return self.generator(out)
+
+
 MODELS = {"mlp": mlp, "lenet": lenet, "resnet": ResNet, "vit": VisionTransformer}
 
 DTYPES = {"F32": torch.float32, "I64": torch.int64, "F64": torch.float64, "I32": torch.int32}

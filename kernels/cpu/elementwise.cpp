@@ -12,7 +12,9 @@
 // Speed: the op is resolved once per call into a compile-time constant (with_op, op_table.h: a
 // template argument), so the inner loops hold no switch and the compiler
 // vectorises them. tanh and erf are declared to the compiler as having SIMD variants (glibc's
-// libmvec), so GELU/Tanh loops vectorise through the very unary_math.h lines the CUDA backend uses.
+// libmvec), so GELU/Tanh loops vectorise through the very unary_math.h lines the CUDA backend uses;
+// exp, sigmoid, silu, softplus and log_sigmoid take unary_math_cpu.h's form of their rows (the same
+// formulas through simd_math.h's vexp and vlog1p), which vectorises the same way.
 // Half types are staged through small float buffers in chunks, so the math loop is a plain float
 // loop: f16 (and bf16 in baseline builds) widened and narrowed by convert.h's SIMD conversions, bf16
 // on AVX2+ builds converted inline in the same loops (convert.h, kFuseConversion).
@@ -39,6 +41,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gelu_avx512.h"
 #include "kernels/cpu/gelu_table.h"
+#include "kernels/cpu/unary_math_cpu.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
@@ -198,20 +201,20 @@ void unary_backward_typed(const T* x, const T* y, const T* dy, T* dx, int64_t n,
   using A = acc_t<T>;
   if (y != nullptr && x != nullptr) {
     map_elements(
-        n, [s](A xv, A yv, A g) { return g * UnaryMath<kOp>::derivative(xv, yv, s); }, dx, x, y, dy);
+        n, [s](A xv, A yv, A g) { return g * CpuUnaryMath<kOp>::derivative(xv, yv, s); }, dx, x, y, dy);
   } else if (x != nullptr) {  // y not given: recompute it when the derivative needs it
     map_elements(
         n,
         [s](A xv, A g) {
-          const A yv = kDerivativeReadsY<kOp> ? UnaryMath<kOp>::value(xv, s) : A(0);
-          return g * UnaryMath<kOp>::derivative(xv, yv, s);
+          const A yv = kDerivativeReadsY<kOp> ? CpuUnaryMath<kOp>::value(xv, s) : A(0);
+          return g * CpuUnaryMath<kOp>::derivative(xv, yv, s);
         },
         dx, x, dy);
   } else {
     HG_CHECK(UnaryMath<kOp>::kReads != DerivativeReads::X, "[unary_backward] op ", UnaryMath<kOp>::kName,
              " needs x for its derivative, got x = nullptr");
     map_elements(
-        n, [s](A yv, A g) { return g * UnaryMath<kOp>::derivative(A(0), yv, s); }, dx, y, dy);
+        n, [s](A yv, A g) { return g * CpuUnaryMath<kOp>::derivative(A(0), yv, s); }, dx, y, dy);
   }
 }
 
@@ -366,7 +369,7 @@ void unary_forward(UnaryOp op, const void* x, void* y, int64_t n, double scalar,
     if (gelu_forward_avx512(op, static_cast<const T*>(x), static_cast<T*>(y), n)) return;
     with_op(op, [&]<UnaryOp kOp>() {
       map_elements(
-          n, [s](A v) { return UnaryMath<kOp>::value(v, s); }, static_cast<T*>(y), static_cast<const T*>(x));
+          n, [s](A v) { return CpuUnaryMath<kOp>::value(v, s); }, static_cast<T*>(y), static_cast<const T*>(x));
     });
   });
 }

@@ -1,14 +1,18 @@
 #pragma once
-// vexp(x): exp that GCC can vectorise. glibc's libmvec has SIMD expf/exp, but GCC only uses them
+// vexp(x), vlog1p(x): exp and log1p that GCC can vectorise. glibc's libmvec has SIMD expf/exp, but GCC only uses them
 // under -ffast-math (math-vector.h) and never for std::exp while errno may be set. These aliases
 // name the same symbols, declared const with SIMD variants, so loops calling vexp vectorise;
-// accuracy is within a few ulp of std::exp. Elsewhere (clang, non-glibc) vexp is std::exp.
+// accuracy is within a few ulp of std::exp / std::log1p. Elsewhere (clang, non-glibc; glibc before 2.35 for
+// log1p, which libmvec gained then) they are std::exp and std::log1p.
 #include <cmath>
 #include <type_traits>
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(_OPENMP) && defined(__GLIBC__)
 #if __GLIBC_PREREQ(2, 22)
 #define HG_SIMD_EXP 1
+#endif
+#if __GLIBC_PREREQ(2, 35)
+#define HG_SIMD_LOG1P 1
 #endif
 #endif
 
@@ -18,6 +22,14 @@ extern "C" {
 float hg_simd_expf(float) noexcept __asm__("expf") __attribute__((const));
 #pragma omp declare simd notinbranch
 double hg_simd_exp(double) noexcept __asm__("exp") __attribute__((const));
+}
+#endif
+#ifdef HG_SIMD_LOG1P
+extern "C" {
+#pragma omp declare simd notinbranch
+float hg_simd_log1pf(float) noexcept __asm__("log1pf") __attribute__((const));
+#pragma omp declare simd notinbranch
+double hg_simd_log1p(double) noexcept __asm__("log1p") __attribute__((const));
 }
 #endif
 
@@ -33,6 +45,19 @@ inline A vexp(A x) {
   }
 #else
   return std::exp(x);
+#endif
+}
+
+template <class A>
+inline A vlog1p(A x) {
+#ifdef HG_SIMD_LOG1P
+  if constexpr (std::is_same_v<A, float>) {
+    return hg_simd_log1pf(x);
+  } else {
+    return hg_simd_log1p(x);
+  }
+#else
+  return std::log1p(x);
 #endif
 }
 

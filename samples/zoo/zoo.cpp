@@ -6,6 +6,7 @@
 //   zoo --model vit          a small Vision Transformer on Fashion-MNIST
 //   zoo --model vae          a variational autoencoder of Fashion-MNIST's images
 //   zoo --model dcgan        a DCGAN drawing Fashion-MNIST's garments
+//   zoo --model seq2seq      an encoder-decoder Transformer writing numbers in words
 //   zoo --model makemore     a character MLP with BatchNorm on English words, generating new ones
 //
 // Every model trains through the Trainer (progress, --metrics-log, --checkpoint-dir / --resume,
@@ -16,6 +17,7 @@
 #include "samples/zoo/classify.h"
 #include "samples/zoo/generative.h"
 #include "samples/zoo/makemore.h"
+#include "samples/zoo/seq2seq.h"
 #include "samples/zoo/zoo_config.h"
 
 using namespace hg;
@@ -28,6 +30,7 @@ int main(int argc, char** argv) {
     if (config.model == "makemore") return samples::zoo::train_makemore(config);
     if (config.model == "vae") return samples::zoo::train_vae(config);
     if (config.model == "dcgan") return samples::zoo::train_dcgan(config);
+    if (config.model == "seq2seq") return samples::zoo::train_seq2seq(config);
     return samples::zoo::train_image_classifier(config);
   });
 }

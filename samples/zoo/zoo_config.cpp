@@ -72,6 +72,8 @@ void check_recipe_settings(const ZooConfig& c) {
   if (c.augment_flip != "on" && c.augment_flip != "off")
     app::exit_with_usage_error(kProgram, "--augment-flip \"" + c.augment_flip + "\"; expected on or off");
   if (c.batch < 1) app::exit_with_usage_error(kProgram, "--batch must be >= 1");
+  if (c.model == "seq2seq" && c.flags.given("data"))
+    app::exit_with_usage_error(kProgram, "--data: seq2seq generates its numbers; expected no --data");
 }
 
 }  // namespace

@@ -17,7 +17,9 @@ struct ZooConfig {
                    "Trains one model of the zoo on real data through the Trainer and reports its held-out result "
                    "(docs/zoo.md)."};
   std::string& model = flags.add_string(
-      "model", "", "the model: mlp, lenet, resnet, vit, vae or dcgan (Fashion-MNIST), makemore (English words)");
+      "model", "",
+      "the model: mlp, lenet, resnet, vit, vae or dcgan (Fashion-MNIST), makemore (English words), seq2seq "
+      "(numbers to words)");
   std::string& data = flags.add_string(
       "data", "",
       "the images' directory of four MNIST-format files (default: Debian's dataset-fashion-mnist), or makemore's "
@@ -41,10 +43,12 @@ struct ZooConfig {
       flags.add_string("augment-flip", "", "random horizontal flips: on or off (\"\": the model's recipe)");
   int64_t& width =
       flags.add_int("width", 0, "the model's width: hidden units, channels or model dim (0: its default)", 0);
-  int64_t& validation = flags.add_int(
-      "validation", 5000, "training images held out for validation (makemore: words, and as many for test)", 1);
-  int64_t& train_limit =
-      flags.add_int("train-limit", 0, "train on the first N images (words) of the training split only (0: all)", 0);
+  int64_t& validation =
+      flags.add_int("validation", 5000,
+                    "training images held out for validation (makemore: words, seq2seq: numbers; as many for test)", 1);
+  int64_t& train_limit = flags.add_int(
+      "train-limit", 0,
+      "train on the first N images (words) of the training split only (0: all; seq2seq: N examples an epoch)", 0);
   int64_t& eval_limit =
       flags.add_int("eval-limit", 0, "evaluate on the first N examples of each held-out split only (0: all)", 0);
   int64_t& eval_every = flags.add_int("eval-every", 0, "validate every N steps (0: once per epoch)", 0);

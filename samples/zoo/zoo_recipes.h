@@ -16,7 +16,7 @@ struct Recipe {
   bool augment_flip = false;
 };
 
-// "mlp", "lenet", "resnet", "vit", "vae", "dcgan", "makemore".
+// "mlp", "lenet", "resnet", "vit", "vae", "dcgan", "makemore", "seq2seq".
 const std::vector<std::string>& zoo_model_names();
 // The recipe of model `name` (one of zoo_model_names()).
 Recipe recipe_for(const std::string& name);
