@@ -17,6 +17,8 @@ augmentation, width, validation, data directory), so both sides train the same t
 The data order and the random draws are PyTorch's own (not halfgrad's): the two runs agree within noise.
 makemore: the same word list and filter, a split of the same sizes (PyTorch's own shuffle), the same contexts.
 vae: pixels / 255 in [0, 1], Adam, the negative ELBO of one draw of z per image (nats per image).
+gcn: the graph, its split and labels from `zoo --save-batches` (halfgrad draws the graph), Adam; also the same
+network on the features alone (self loops only: a 2-layer MLP), to show what the edges add.
 Prints one JSON line per epoch (validation accuracy or loss) and a final one (test accuracy or loss, seconds).
 Tooling only.
 """
@@ -39,7 +41,7 @@ except ImportError:
     sys.exit("pytorch_zoo_train.py: cannot import torch; install Debian's python3-torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo_models import MODELS, VAE, char_mlp, vae_loss  # noqa: E402
+from zoo_models import GCN, MODELS, VAE, char_mlp, gcn_edge_weights, load_safetensors, vae_loss  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MEAN, STD = 0.2860, 0.3530
@@ -135,6 +137,8 @@ def main():
         return train_makemore(config)
     if args.model == "vae":
         return train_vae(config)
+    if args.model == "gcn":
+        return train_gcn(config, args.zoo, zoo_flags)
     train_images, train_labels = read_idx(config["data"], "train-images-idx3-ubyte"), read_idx(
         config["data"], "train-labels-idx1-ubyte").long()
     test_images, test_labels = normalised(read_idx(config["data"], "t10k-images-idx3-ubyte")), read_idx(
@@ -182,6 +186,32 @@ def train_vae(config):
         lambda: {"val_negative_elbo": negative_elbo(pixels[kept:])},
         lambda: {"test_negative_elbo": negative_elbo(test_pixels)},
         loss_of=lambda x: vae_loss(*model(x, torch.randn(len(x), 20)), x))
+
+
+def train_gcn(config, zoo, zoo_flags):
+    """The gcn recipe on halfgrad's graph (zoo --save-batches writes it), then on the features alone."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        path = os.path.join(work, "graph.safetensors")
+        subprocess.run([zoo, "--model", "gcn"] + zoo_flags + ["--steps", "1", "--save-batches", path], check=True,
+                       capture_output=True)
+        graph = load_safetensors(path)
+    x, labels = graph["features"], graph["labels"]
+    train, validation, test = graph["train_nodes"], graph["validation_nodes"], graph["test_nodes"]
+    for name, (src, dst) in (("gcn", (graph["edge_src"], graph["edge_dst"])),
+                             ("gcn_features_only", (torch.arange(len(x)), torch.arange(len(x))))):
+        weight = gcn_edge_weights(src, dst, len(x))
+        model = GCN(x.shape[1], int(labels.max()) + 1, config["width"])
+        config = dict(config, model=name)
+
+        def node_accuracy(nodes, model=model, src=src, dst=dst, weight=weight):
+            with torch.no_grad():
+                return (model(x, src, dst, weight).argmax(1)[nodes] == labels[nodes]).float().mean().item()
+
+        fit(model, config, labels[train], lambda: train,
+            lambda: {"val_accuracy": node_accuracy(validation)}, lambda: {"test_accuracy": node_accuracy(test)},
+            loss_of=lambda nodes, model=model, src=src, dst=dst, weight=weight: F.cross_entropy(
+                model(x, src, dst, weight)[nodes], labels[nodes]))
 
 
 def fit(model, config, targets, epoch_inputs, validate, test, loss_of=None):

@@ -152,6 +152,38 @@ class Seq2SeqTransformer(nn.Module):
         return self.generator(out)
 
 
+class GCNConv(nn.Module):
+    """PyTorch Geometric's GCNConv in plain torch: x' = D^-1/2 (A + I) D^-1/2 x W^T + b by index_add."""
+
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.lin = nn.Linear(cin, cout, bias=False)
+        self.bias = nn.Parameter(torch.zeros(cout))
+
+    def forward(self, x, src, dst, weight):
+        h = self.lin(x)
+        return torch.zeros_like(h).index_add_(0, dst, h[src] * weight) + self.bias
+
+
+class GCN(nn.Module):
+    """The zoo's gcn (samples/zoo/gcn_model.h)."""
+
+    def __init__(self, features, classes, width=0):
+        super().__init__()
+        width = width or 32
+        self.conv1 = GCNConv(features, width)
+        self.conv2 = GCNConv(width, classes)
+
+    def forward(self, x, src, dst, weight):
+        return self.conv2(torch.relu(self.conv1(x, src, dst, weight)), src, dst, weight)
+
+
+def gcn_edge_weights(src, dst, nodes):
+    """1 / sqrt(deg(s) deg(d)) of every edge of A + I (src, dst include the self loops)."""
+    degree = torch.zeros(nodes, dtype=torch.float64).index_add_(0, dst, torch.ones(len(dst), dtype=torch.float64))
+    return (1.0 / torch.sqrt(degree[src] * degree[dst])).float().unsqueeze(1)
+
+
 MODELS = {"mlp": mlp, "lenet": lenet, "resnet": ResNet, "vit": VisionTransformer}
 
 DTYPES = {"F32": torch.float32, "I64": torch.int64, "F64": torch.float64, "I32": torch.int32}

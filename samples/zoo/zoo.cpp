@@ -7,6 +7,7 @@
 //   zoo --model vae          a variational autoencoder of Fashion-MNIST's images
 //   zoo --model dcgan        a DCGAN drawing Fashion-MNIST's garments
 //   zoo --model seq2seq      an encoder-decoder Transformer writing numbers in words
+//   zoo --model gcn          a graph convolutional network classifying the nodes of a generated graph
 //   zoo --model makemore     a character MLP with BatchNorm on English words, generating new ones
 //
 // Every model trains through the Trainer (progress, --metrics-log, --checkpoint-dir / --resume,
@@ -15,6 +16,7 @@
 #include "app/cli.h"
 #include "app/thread_defaults.h"
 #include "samples/zoo/classify.h"
+#include "samples/zoo/gcn.h"
 #include "samples/zoo/generative.h"
 #include "samples/zoo/makemore.h"
 #include "samples/zoo/seq2seq.h"
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
     if (config.model == "vae") return samples::zoo::train_vae(config);
     if (config.model == "dcgan") return samples::zoo::train_dcgan(config);
     if (config.model == "seq2seq") return samples::zoo::train_seq2seq(config);
+    if (config.model == "gcn") return samples::zoo::train_gcn(config);
     return samples::zoo::train_image_classifier(config);
   });
 }

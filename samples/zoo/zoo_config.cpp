@@ -30,6 +30,8 @@ void apply_recipe(ZooConfig& c) {
   if (!c.flags.given("weight-decay")) c.weight_decay = r.weight_decay;
   if (!c.flags.given("warmup")) c.warmup = r.warmup;
   if (!c.flags.given("augment-pad")) c.augment_pad = r.augment_pad;
+  if (!c.flags.given("validation") || c.validation == 0) c.validation = r.validation;
+  if (c.model == "gcn" && c.nodes == 0) c.nodes = 2000;
   if (!c.flags.given("augment-flip")) c.augment_flip = r.augment_flip ? "on" : "off";
 }
 
@@ -60,7 +62,8 @@ void check_settings(const ZooConfig& c) {
                                 {"width", c.width, 1 << 14},
                                 {"augment-pad", c.augment_pad, 64},
                                 {"threads", c.threads, 4096},
-                                {"workers", c.workers, 256}});
+                                {"workers", c.workers, 256},
+                                {"nodes", c.nodes, 20000}});
 }
 
 // After the recipe filled them: the values that depend on the model's.
@@ -72,15 +75,18 @@ void check_recipe_settings(const ZooConfig& c) {
   if (c.augment_flip != "on" && c.augment_flip != "off")
     app::exit_with_usage_error(kProgram, "--augment-flip \"" + c.augment_flip + "\"; expected on or off");
   if (c.batch < 1) app::exit_with_usage_error(kProgram, "--batch must be >= 1");
-  if (c.model == "seq2seq" && c.flags.given("data"))
-    app::exit_with_usage_error(kProgram, "--data: seq2seq generates its numbers; expected no --data");
+  // (By value, not by flags.given: --resume restores every key, these too.)
+  if ((c.model == "seq2seq" || c.model == "gcn") && !c.data.empty())
+    app::exit_with_usage_error(kProgram, "--data: " + c.model + " generates its data; expected no --data");
+  if (c.model != "gcn" && c.nodes != 0)
+    app::exit_with_usage_error(kProgram, "--nodes is gcn's; expected --model gcn");
 }
 
 }  // namespace
 
 const app::ResumeRules& zoo_resume_rules() {
   static const app::ResumeRules rules{{"model", "data", "precision", "batch", "width", "validation", "train-limit",
-                                       "seed", "augment-pad", "augment-flip"},
+                                       "nodes", "seed", "augment-pad", "augment-flip"},
                                       {"resume", "checkpoint-dir", "stop-after-steps", "metrics-log", "save",
                                        "save-init", "save-batches", "workers", "threads"},
                                       {"data"}};

@@ -44,8 +44,11 @@ struct ZooConfig {
   int64_t& width =
       flags.add_int("width", 0, "the model's width: hidden units, channels or model dim (0: its default)", 0);
   int64_t& validation =
-      flags.add_int("validation", 5000,
-                    "training images held out for validation (makemore: words, seq2seq: numbers; as many for test)", 1);
+      flags.add_int("validation", 0,
+                    "held-out examples: training images for validation (makemore: words and seq2seq: numbers, as many "
+                    "again for test; gcn: nodes) (0: the recipe's, 5000; gcn 500)",
+                    0);
+  int64_t& nodes = flags.add_int("nodes", 0, "gcn: nodes of the generated graph (0: 2000)", 0);
   int64_t& train_limit = flags.add_int(
       "train-limit", 0,
       "train on the first N images (words) of the training split only (0: all; seq2seq: N examples an epoch)", 0);

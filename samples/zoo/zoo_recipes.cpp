@@ -5,7 +5,8 @@
 namespace hg::samples::zoo {
 
 const std::vector<std::string>& zoo_model_names() {
-  static const std::vector<std::string> names{"mlp", "lenet", "resnet", "vit", "vae", "dcgan", "makemore", "seq2seq"};
+  static const std::vector<std::string> names{"mlp",   "lenet",    "resnet",  "vit", "vae",
+                                              "dcgan", "makemore", "seq2seq", "gcn"};
   return names;
 }
 
@@ -52,6 +53,17 @@ Recipe recipe_for(const std::string& name) {
   if (name == "seq2seq") {  // generated data: 100,000 examples an epoch; 100% on held-out numbers by epoch 2
     r.data = "";
     r.epochs = 3;
+    return r;
+  }
+  if (name == "gcn") {  // Kipf & Welling: 200 full-graph steps of Adam at 0.01, L2 5e-4, 500 validation nodes
+    r.data = "";
+    r.epochs = 200;
+    r.batch = 100;  // every labelled node, every step
+    r.optimizer = "adam";
+    r.lr = 0.01;
+    r.weight_decay = 5e-4;
+    r.warmup = 0;
+    r.validation = 500;
     return r;
   }
   HG_INPUT_FAIL("[zoo] no recipe for model \"", name, "\"");

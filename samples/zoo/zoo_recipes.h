@@ -14,9 +14,10 @@ struct Recipe {
   double lr = 1e-3, weight_decay = 0.01;
   int64_t augment_pad = 0;  // random crop from the image padded by this many pixels (0: none)
   bool augment_flip = false;
+  int64_t validation = 5000;  // held-out examples (images, words, numbers, nodes)
 };
 
-// "mlp", "lenet", "resnet", "vit", "vae", "dcgan", "makemore", "seq2seq".
+// "mlp", "lenet", "resnet", "vit", "vae", "dcgan", "makemore", "seq2seq", "gcn".
 const std::vector<std::string>& zoo_model_names();
 // The recipe of model `name` (one of zoo_model_names()).
 Recipe recipe_for(const std::string& name);

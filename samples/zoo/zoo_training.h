@@ -61,8 +61,8 @@ void set_loss_scale(train::Trainer& trainer, const RunSetup& run);
 // Shuffled batches of --batch, the last partial one dropped, in --seed's order, with `workers` threads.
 data::DataLoaderOptions loader_options(const ZooConfig& c, int workers, const Device& device);
 
-// --steps, or --epochs of `per_epoch` batches; evaluation once per epoch unless --eval-every; the
-// checkpoint, resume, run-config and metrics-log flags.
+// --steps, or --epochs of `per_epoch` batches; evaluation once per epoch (at most 20 times a run: gcn's epoch
+// is one step) unless --eval-every; the checkpoint, resume, run-config and metrics-log flags.
 int64_t planned_steps(const ZooConfig& c, int64_t per_epoch);
 train::TrainerOptions trainer_options(const ZooConfig& c, int64_t steps, int64_t per_epoch,
                                       const std::string& metric_name, train::StopMode mode);
@@ -77,6 +77,10 @@ class BatchRecorder {
   BatchRecorder(std::string path, std::vector<std::string> field_names)
       : path_(std::move(path)), names_(std::move(field_names)) {}
   void record(const data::Batch& batch, const std::vector<Tensor>& extra = {});
+  // A tensor of the whole run (gcn's graph), saved under `name`.
+  void add(const std::string& name, const Tensor& t) {
+    if (!path_.empty()) saved_.emplace_back(name, t.to(kCPU).clone());
+  }
   void save() const;
 
  private:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The zoo end to end on a tiny generated MNIST-format problem (zoo_tiny_data.sh): every classifier trains a
 # few steps through the Trainer and reports validation and test accuracy; the MLP learns the problem; the
-# VAE learns it too and writes its PNG grids; seq2seq writes held-out numbers in words; the DCGAN trains both nets, writes a grid at every evaluation,
+# VAE learns it too and writes its PNG grids; seq2seq writes held-out numbers in words; gcn classifies a generated graph's nodes; the DCGAN trains both nets, writes a grid at every evaluation,
 # and resumes to the uninterrupted run's checkpoint byte for byte;
 # a ResNet run (BatchNorm running statistics, crops and flips drawn per epoch) stopped and resumed ends
 # with the uninterrupted run's checkpoint byte for byte; the loader's worker count does not change the
@@ -76,8 +76,21 @@ grep -q "eval  step 100 | validation exact match [0-9.]*% (64 numbers)" <<<"$out
 grep -qE "^ +[0-9]+ -> [a-z]" <<<"$out" || fail "seq2seq: no decoded numbers: $out"
 match=$(grep -o "^test exact match [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
 awk -v a="$match" 'BEGIN { exit !(a != "" && a >= 90) }' || fail "seq2seq test exact match $match% < 90%: $out"
-expect_usage_error "--data: seq2seq generates its numbers" --model seq2seq --data "$work/data"
+expect_usage_error "--data: seq2seq generates its data" --model seq2seq --data "$work/data"
 expect_usage_error "50000 held-out numbers asked for; expected at most 40000" --model seq2seq --validation 50000
+
+# gcn on a 200-node graph: 100 labelled nodes, 40 validation, 60 test; 60 full-graph steps classify
+# 98-100% of the test nodes (four seeds measured; chance is 20%); the test asks for 85%.
+out=$("$bin" --model gcn --nodes 200 --validation 40 --epochs 60 --threads 1 --workers 0 --seed "$seed") \
+  || fail "gcn exited $?: $out"
+grep -q "^zoo gcn: a 200-node stochastic block model graph, 5 communities, [0-9]* edges" <<<"$out" \
+  || fail "gcn: no header line: $out"
+grep -q "eval  step 60 | validation accuracy [0-9.]*% (40 nodes)" <<<"$out" || fail "gcn: no evaluation: $out"
+accuracy=$(grep -o "^test accuracy [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
+awk -v a="$accuracy" 'BEGIN { exit !(a != "" && a >= 85) }' || fail "gcn test accuracy $accuracy% < 85%: $out"
+expect_usage_error "--nodes is gcn's; expected --model gcn" --model mlp --nodes 100
+expect_usage_error "20 training nodes per class and 100 validation nodes of 200" \
+  --model gcn --nodes 200 --validation 100
 
 # The MLP learns the tiny problem (chance is 25%).
 out=$("$bin" --model mlp "${tiny[@]}" --width 32 --epochs 10 --lr 3e-3) || fail "mlp (10 epochs) exited $?: $out"
