@@ -14,6 +14,7 @@
 //     function of (index, epoch), seeded from both.
 //   - Every example has exactly the shapes fields() declares.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,20 @@ class Dataset {
   virtual void get(int64_t index, const std::vector<void*>& out) const = 0;
   // Example `index` as seen in `epoch` (the loader's epoch of the stream, from 0).
   virtual void get_in_epoch(int64_t index, int64_t /*epoch*/, const std::vector<void*>& out) const { get(index, out); }
+};
+
+// The first `count` examples of `base` (a training subset, e.g. a --train-limit); epochs pass through.
+class DatasetPrefix : public Dataset {
+ public:
+  DatasetPrefix(std::shared_ptr<const Dataset> base, int64_t count);
+  int64_t size() const override { return count_; }
+  std::vector<Field> fields() const override { return base_->fields(); }
+  void get(int64_t index, const std::vector<void*>& out) const override;
+  void get_in_epoch(int64_t index, int64_t epoch, const std::vector<void*>& out) const override;
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+  int64_t count_;
 };
 
 // One batch: a tensor per field ([B, ...field shape]) in fields() order, and the example indices.

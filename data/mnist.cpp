@@ -46,13 +46,7 @@ std::shared_ptr<const MnistData> read_mnist(const std::string& images_path, cons
 }
 
 MnistDataset::MnistDataset(std::shared_ptr<const MnistData> data, int64_t first, int64_t count, double mean, double std)
-    : data_(std::move(data)),
-      first_(first),
-      count_(count),
-      mean_given_(mean),
-      std_given_(std),
-      mean_(float(mean)),
-      inv_std_(float(1.0 / std)) {
+    : data_(std::move(data)), first_(first), count_(count), mean_(float(mean)), inv_std_(float(1.0 / std)) {
   HG_CHECK(data_ != nullptr, "[MnistDataset] no data");
   HG_CHECK(first >= 0 && count >= 0 && first + count <= data_->count, "[MnistDataset] examples [", first, ", ",
            first + count, ") are outside the ", data_->count, " read");

@@ -35,14 +35,10 @@ class MnistDataset : public Dataset {
   void get(int64_t index, const std::vector<void*>& out) const override;
   const MnistData& data() const { return *data_; }
   const std::shared_ptr<const MnistData>& shared_data() const { return data_; }
-  // The normalisation: pixel / 255 - mean, divided by std.
-  double mean() const { return mean_given_; }
-  double std() const { return std_given_; }
 
  private:
   std::shared_ptr<const MnistData> data_;
   int64_t first_, count_;
-  double mean_given_, std_given_;
   float mean_, inv_std_;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "data/cifar.h"
 #include "data/mnist.h"
 #include "samples/zoo/image_models.h"
 #include "samples/zoo/zoo_training.h"
@@ -12,6 +13,34 @@
 namespace hg::samples::zoo {
 
 namespace {
+
+// An image classification dataset's splits and what a model needs to know of them.
+struct ImageSplits {
+  std::shared_ptr<const data::Dataset> train, validation, test;
+  int64_t channels = 1, height = 0, width = 0, classes = 0;
+  float black = 0.0f;  // a black pixel after normalisation: what crops pad with
+};
+
+// --data: a CIFAR-10 binary directory (its data_batch_1.bin), or else four MNIST-format files.
+ImageSplits load_image_splits(const ZooConfig& c) {
+  if (data::is_cifar10_dir(c.data)) {
+    const data::CifarSplits s = data::load_cifar10_splits(c.data, c.validation);
+    float black = 0.0f;  // the three channels' black differ a little: their mean
+    for (size_t k = 0; k < 3; ++k) black += float(-data::kCifarMean[k] / data::kCifarStd[k] / 3.0);
+    return {s.train,          s.validation,        s.test, data::kCifarChannels, data::kCifarSide,
+            data::kCifarSide, data::kCifarClasses, black};
+  }
+  const data::MnistSplits s = data::load_mnist_splits(c.data, c.validation);
+  const data::MnistData& raw = s.train->data();
+  return {s.train,
+          s.validation,
+          s.test,
+          1,
+          raw.rows,
+          raw.cols,
+          std::max<int64_t>(raw.classes, 2),
+          float(-data::kFashionMnistMean / data::kFashionMnistStd)};
+}
 
 // The first `limit` examples of `dataset` (0: all).
 int64_t evaluated_count(const data::Dataset& dataset, int64_t limit) {
@@ -53,15 +82,12 @@ int train_image_classifier(const ZooConfig& c) {
   const Device& device = run.device;
   const DType dtype = run.dtype;
 
-  // The splits: the last --validation training images validate, the t10k files test.
-  const data::MnistSplits splits =
-      app::or_usage_error(kProgram, "--data " + c.data, [&] { return data::load_mnist_splits(c.data, c.validation); });
-  const data::MnistData& raw = splits.train->data();
-  const std::shared_ptr<const data::Dataset> train_set =
-      training_images(c, splits, -data::kFashionMnistMean / data::kFashionMnistStd);
+  // The splits: the last --validation training images validate, the test files test.
+  const ImageSplits splits = app::or_usage_error(kProgram, "--data " + c.data, [&] { return load_image_splits(c); });
+  const std::shared_ptr<const data::Dataset> train_set = training_images(c, splits.train, splits.black);
   check_batch_fits(c, train_set->size(), "images");
 
-  const ImageModelSpec spec{1, raw.rows, raw.cols, std::max<int64_t>(raw.classes, 2), c.width};
+  const ImageModelSpec spec{splits.channels, splits.height, splits.width, splits.classes, c.width};
   const std::shared_ptr<nn::UnaryModule> model =
       app::or_usage_error(kProgram, [&] { return make_image_model(c.model, spec); });
   const std::unique_ptr<optim::LocalOptimizer> optimizer = prepare_model(*model, c, run);
@@ -88,10 +114,10 @@ int train_image_classifier(const ZooConfig& c) {
   std::printf(
       "zoo %s: %lldx%lld images, %lld training (%lld steps of %lld, %.1f epochs) on %s in %s | %.1fk "
       "parameters | %s %s lr %g wd %g | augment pad %lld flip %s | %s\n",
-      c.model.c_str(), (long long)raw.rows, (long long)raw.cols, (long long)train_set->size(), (long long)steps,
-      (long long)c.batch, double(steps) / double(per_epoch), device.str().c_str(), train::precision_name(dtype),
-      double(model->parameter_count()) / 1e3, c.optimizer.c_str(), "warmup-cosine", c.lr, c.weight_decay,
-      (long long)c.augment_pad, c.augment_flip.c_str(), run.threads.describe().c_str());
+      c.model.c_str(), (long long)splits.height, (long long)splits.width, (long long)train_set->size(),
+      (long long)steps, (long long)c.batch, double(steps) / double(per_epoch), device.str().c_str(),
+      train::precision_name(dtype), double(model->parameter_count()) / 1e3, c.optimizer.c_str(), "warmup-cosine", c.lr,
+      c.weight_decay, (long long)c.augment_pad, c.augment_flip.c_str(), run.threads.describe().c_str());
   trainer.fit();
 
   const int64_t tested = evaluated_count(*splits.test, c.eval_limit);

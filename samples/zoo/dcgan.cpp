@@ -87,7 +87,7 @@ int train_dcgan(const ZooConfig& c) {
   const data::MnistSplits splits = app::or_usage_error(
       kProgram, "--data " + c.data, [&] { return data::load_mnist_splits(c.data, c.validation, 0.5, 0.5); });
   const data::MnistData& raw = splits.train->data();
-  const std::shared_ptr<const data::Dataset> train_set = training_images(c, splits, -1.0f);
+  const std::shared_ptr<const data::Dataset> train_set = training_images(c, splits.train, -1.0f);
   check_batch_fits(c, train_set->size(), "images");
 
   const ImageModelSpec spec{1, raw.rows, raw.cols, 0, c.width};

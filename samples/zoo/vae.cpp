@@ -84,7 +84,7 @@ int train_vae(const ZooConfig& c) {
   const data::MnistSplits splits = app::or_usage_error(
       kProgram, "--data " + c.data, [&] { return data::load_mnist_splits(c.data, c.validation, 0.0, 1.0); });
   const data::MnistData& raw = splits.train->data();
-  const std::shared_ptr<const data::Dataset> train_set = training_images(c, splits, 0.0f);
+  const std::shared_ptr<const data::Dataset> train_set = training_images(c, splits.train, 0.0f);
   check_batch_fits(c, train_set->size(), "images");
 
   const auto model = std::make_shared<VAE>(ImageModelSpec{1, raw.rows, raw.cols, 0, c.width});

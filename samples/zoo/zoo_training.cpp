@@ -26,11 +26,11 @@ void check_batch_fits(const ZooConfig& c, int64_t examples, const char* what) {
                                              "; expected --batch <= " + std::to_string(examples));
 }
 
-std::shared_ptr<const data::Dataset> training_images(const ZooConfig& c, const data::MnistSplits& splits, float fill) {
-  std::shared_ptr<const data::Dataset> images = splits.train;
+std::shared_ptr<const data::Dataset> training_images(const ZooConfig& c, std::shared_ptr<const data::Dataset> train,
+                                                     float fill) {
+  std::shared_ptr<const data::Dataset> images = std::move(train);
   if (c.train_limit > 0 && c.train_limit < images->size())
-    images = std::make_shared<data::MnistDataset>(splits.train->shared_data(), 0, c.train_limit, splits.train->mean(),
-                                                  splits.train->std());
+    images = std::make_shared<data::DatasetPrefix>(images, c.train_limit);
   if (c.augment_pad > 0 || c.augment_flip == "on")
     images = std::make_shared<data::AugmentedImages>(images, data::ImageAugmentOptions()
                                                                  .pad(c.augment_pad)

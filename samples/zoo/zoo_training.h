@@ -29,9 +29,10 @@ RunSetup start_run(const ZooConfig& c);
 // A usage error unless one batch fits in the `examples` training examples (`what`: "images", ...).
 void check_batch_fits(const ZooConfig& c, int64_t examples, const char* what);
 
-// The training images of an MNIST-format directory's splits: the first --train-limit of the training
-// split, with --augment-pad's crops (padded with `fill`, the value of a black pixel) and --augment-flip's flips.
-std::shared_ptr<const data::Dataset> training_images(const ZooConfig& c, const data::MnistSplits& splits, float fill);
+// The training images: the first --train-limit of `train`, with --augment-pad's crops (padded with `fill`,
+// the value of a black pixel) and --augment-flip's flips.
+std::shared_ptr<const data::Dataset> training_images(const ZooConfig& c, std::shared_ptr<const data::Dataset> train,
+                                                     float fill);
 
 // --save-init's file, then the model in the run's dtype on its device.
 void place_model(nn::Module& model, const ZooConfig& c, const RunSetup& run);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The zoo end to end on a tiny generated MNIST-format problem (zoo_tiny_data.sh): every classifier trains a
 # few steps through the Trainer and reports validation and test accuracy; the MLP learns the problem; the
-# VAE learns it too and writes its PNG grids; seq2seq writes held-out numbers in words; gcn classifies a generated graph's nodes; the DCGAN trains both nets, writes a grid at every evaluation,
+# VAE learns it too and writes its PNG grids; seq2seq writes held-out numbers in words; gcn classifies a generated graph's nodes; LeNet and the ResNet train on a CIFAR-10 binary directory; the DCGAN trains both nets, writes a grid at every evaluation,
 # and resumes to the uninterrupted run's checkpoint byte for byte;
 # a ResNet run (BatchNorm running statistics, crops and flips drawn per epoch) stopped and resumed ends
 # with the uninterrupted run's checkpoint byte for byte; the loader's worker count does not change the
@@ -9,7 +9,7 @@
 set -uo pipefail
 bin=$1
 source "$(dirname "$0")/expect_usage_error.sh"  # fail, expect_usage_error
-source "$(dirname "$0")/zoo_tiny_data.sh"       # make_tiny_mnist
+source "$(dirname "$0")/zoo_tiny_data.sh"       # make_tiny_mnist, make_tiny_words, make_tiny_cifar
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 seed=${HG_TEST_SEED:-$RANDOM}
@@ -91,6 +91,18 @@ awk -v a="$accuracy" 'BEGIN { exit !(a != "" && a >= 85) }' || fail "gcn test ac
 expect_usage_error "--nodes is gcn's; expected --model gcn" --model mlp --nodes 100
 expect_usage_error "20 training nodes per class and 100 validation nodes of 200" \
   --model gcn --nodes 200 --validation 100
+
+# A CIFAR-10 binary directory works wherever an MNIST-format one does: 3 channels of 32 x 32.
+make_tiny_cifar "$work/cifar" "$seed"
+for model in lenet resnet; do
+  out=$("$bin" --model $model --data "$work/cifar" --validation 8 --batch 8 --epochs 2 --width 4 --threads 1 \
+    --workers 0 --warmup 2) || fail "$model on CIFAR exited $?: $out"
+  grep -q "^zoo $model: 32x32 images, 32 training (8 steps of 8" <<<"$out" || fail "$model on CIFAR: no header: $out"
+  grep -q "^test accuracy [0-9.]*% (8 images)" <<<"$out" || fail "$model on CIFAR: no test accuracy: $out"
+done
+head -c 3000 "$work/cifar/test_batch.bin" >"$work/cifar/short" && mv "$work/cifar/short" "$work/cifar/test_batch.bin"
+expect_usage_error "test_batch.bin' has 3000 bytes; expected a positive multiple of 3073" --model lenet \
+  --data "$work/cifar" --validation 8
 
 # The MLP learns the tiny problem (chance is 25%).
 out=$("$bin" --model mlp "${tiny[@]}" --width 32 --epochs 10 --lr 3e-3) || fail "mlp (10 epochs) exited $?: $out"

@@ -49,3 +49,16 @@ make_tiny_words() {
     printf "Capital\ndon't\n"
   } >"$1"
 }
+
+#   make_tiny_cifar DIR SEED   writes a tiny CIFAR-10 binary directory: data_batch_1..5.bin of 8 records each
+#                              and test_batch.bin of 8, labels i % 4, pixels 1..255 drawn from SEED
+make_tiny_cifar() {
+  local dir=$1 seed=$2 file index=0
+  mkdir -p "$dir"
+  for file in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do
+    LC_ALL=C awk -v seed=$((seed * 8 + index++)) 'BEGIN {
+      srand(seed)
+      for (r = 0; r < 8; ++r) { printf "%c", r % 4; for (b = 0; b < 3072; ++b) printf "%c", 1 + int(rand() * 255) }
+    }' >"$dir/$file.bin"
+  done
+}
