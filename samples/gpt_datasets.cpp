@@ -86,8 +86,9 @@ std::vector<std::string> split_paths(const std::string& paths) {
 
 // Every shard of one --data list must share the first one's vocabulary (one tokenizer wrote them).
 void check_same_vocab(const std::string& first, uint64_t first_vocab, const std::string& path, uint64_t vocab) {
-  HG_CHECK(vocab == first_vocab, "[train_gpt] token shard \"", path, "\" has a vocabulary of ", vocab, " ids, but \"",
-           first, "\" has ", first_vocab, "; expected every shard of --data to come from the same tokenizer");
+  HG_INPUT_CHECK(vocab == first_vocab, "[token data] token shard \"", path, "\" has a vocabulary of ", vocab,
+                 " ids, but \"", first, "\" has ", first_vocab,
+                 "; expected every shard of --data to come from the same tokenizer");
 }
 
 }  // namespace
@@ -108,10 +109,11 @@ TokenData load_token_data(const std::string& paths, int64_t context) {
                           data::token_dtype_name(shard->dtype()) + " tokens";
       whole_file = data::whole(shard);
     } else {
-      HG_CHECK(files.size() == 1, "[train_gpt] --data \"", path,
-               "\" is not a token shard; a comma-separated list must hold only shards (prepare_data writes them)");
+      HG_INPUT_CHECK(
+          files.size() == 1, "[token data] --data \"", path,
+          "\" is not a token shard; a comma-separated list must hold only shards (prepare_data writes them)");
       std::ifstream file(path, std::ios::binary);
-      HG_CHECK(file.good(), "[train_gpt] cannot read --data file \"", path, "\": ", std::strerror(errno));
+      HG_INPUT_CHECK(file.good(), "[token data] cannot read --data file \"", path, "\": ", std::strerror(errno));
       auto bytes = std::make_shared<std::vector<uint32_t>>();
       for (auto it = std::istreambuf_iterator<char>(file); it != std::istreambuf_iterator<char>(); ++it)
         bytes->push_back((unsigned char)*it);
@@ -120,9 +122,9 @@ TokenData load_token_data(const std::string& paths, int64_t context) {
       whole_file = data::whole(std::shared_ptr<const std::vector<uint32_t>>(bytes));
     }
     const int64_t split = whole_file.size() * 9 / 10;
-    HG_CHECK(whole_file.size() - split > context + 1, "[train_gpt] --data file \"", path, "\" has ", whole_file.size(),
-             " tokens; expected at least ", 10 * (context + 2), " for a context of ", context,
-             " (10% is held out for validation)");
+    HG_INPUT_CHECK(whole_file.size() - split > context + 1, "[token data] --data file \"", path, "\" has ",
+                   whole_file.size(), " tokens; expected at least ", 10 * (context + 2), " for a context of ", context,
+                   " (10% is held out for validation)");
     data::TokenSpan train = whole_file, validation = whole_file;
     train.end = split;
     validation.begin = split;
@@ -164,9 +166,9 @@ void check_model_vocab(int64_t model_vocab, uint64_t data_vocab, const std::stri
 
 void check_tokenizer_vocab(uint64_t tokenizer_vocab, uint64_t data_vocab, const std::string& path,
                            const std::string& data) {
-  HG_CHECK(tokenizer_vocab == data_vocab, "[train_gpt] --tokenizer ", path, " has a vocabulary of ", tokenizer_vocab,
-           " ids, but --data ", data, " has ", data_vocab,
-           " (its shards' header); expected the tokenizer that prepare_data wrote the shards with");
+  HG_INPUT_CHECK(tokenizer_vocab == data_vocab, "[token data] --tokenizer ", path, " has a vocabulary of ",
+                 tokenizer_vocab, " ids, but --data ", data, " has ", data_vocab,
+                 " (its shards' header); expected the tokenizer that prepare_data wrote the shards with");
 }
 
 void check_tokenizer_ids(const TokenData& data, const std::function<std::string(std::span<const uint32_t>)>& decode,
@@ -178,8 +180,8 @@ void check_tokenizer_ids(const TokenData& data, const std::function<std::string(
   std::vector<uint32_t> ids(size_t(std::min(probe, span.size())));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = span.at(int64_t(i));
   auto refuse = [&](const std::string& what) {
-    HG_FAIL("[train_gpt] --tokenizer ", path, " does not encode the text of --data ", data_paths, " to its ids (",
-             what, "); expected the tokenizer that prepare_data wrote the shards with");
+    HG_INPUT_FAIL("[token data] --tokenizer ", path, " does not encode the text of --data ", data_paths,
+                  " to its ids (", what, "); expected the tokenizer that prepare_data wrote the shards with");
   };
   // Each token's text, and where it starts in the decoded text (decode concatenates them).
   std::vector<size_t> starts(ids.size() + 1, 0);

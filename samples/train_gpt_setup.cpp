@@ -11,7 +11,7 @@
 
 #include "app/cli.h"
 #include "optim/optim.h"
-#include "text/tokenizer.h"
+#include "samples/shard_tokenizer.h"
 #include "train/precision.h"
 
 namespace hg::samples {
@@ -20,21 +20,8 @@ namespace {
 // --tokenizer: the tokenizer of --data's shards, as the text task uses it (bits per byte, the sample).
 std::optional<samples::ShardTokenizer> shard_tokenizer(const TrainGptConfig& c) {
   if (c.tokenizer.empty()) return std::nullopt;
-  auto tokenizer = std::make_shared<const text::Tokenizer>(
-      app::or_usage_error(kProgram, "--tokenizer " + c.tokenizer, [&] { return text::Tokenizer::load(c.tokenizer); }));
-  std::vector<uint32_t> lengths(tokenizer->vocab_size(), 0);
-  for (uint32_t id = 0; id < lengths.size(); ++id) {
-    try {
-      lengths[id] = uint32_t(tokenizer->token_bytes(id).size());
-    } catch (const Error&) {  // an id a loaded vocabulary skips: it never occurs in prepare_data's shards
-    }
-  }
-  std::vector<std::string> specials;
-  for (const text::SpecialToken& s : tokenizer->special_tokens()) specials.push_back(s.content);
-  return samples::ShardTokenizer{c.tokenizer, samples::TokenBytes(std::move(lengths)),
-                                 [tokenizer](std::span<const uint32_t> ids) { return tokenizer->decode(ids); },
-                                 [tokenizer](std::string_view text) { return tokenizer->encode(text); },
-                                 std::move(specials)};
+  return app::or_usage_error(kProgram, "--tokenizer " + c.tokenizer,
+                             [&] { return samples::load_shard_tokenizer(c.tokenizer); });
 }
 
 }  // namespace

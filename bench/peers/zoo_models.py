@@ -184,6 +184,20 @@ def gcn_edge_weights(src, dst, nodes):
     return (1.0 / torch.sqrt(degree[src] * degree[dst])).float().unsqueeze(1)
 
 
+class LstmLanguageModel(nn.Module):
+    """The zoo's char-lstm (samples/zoo/lstm_lm.h): embed, lstm (2 layers, batch first), head."""
+
+    def __init__(self, vocab, width=0, layers=2):
+        super().__init__()
+        width = width or 256
+        self.embed = nn.Embedding(vocab, width)
+        self.lstm = nn.LSTM(width, width, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, ids):
+        return self.head(self.lstm(self.embed(ids))[0])
+
+
 MODELS = {"mlp": mlp, "lenet": lenet, "resnet": ResNet, "vit": VisionTransformer}
 
 DTYPES = {"F32": torch.float32, "I64": torch.int64, "F64": torch.float64, "I32": torch.int32}

@@ -64,7 +64,8 @@ int train_gcn(const ZooConfig& c) {
   check_batch_fits(c, train_set->size(), "labelled nodes");
   const Tensor features = from_vector(graph.x, {graph.nodes, graph.features});
   const NormalizedEdges cpu_edges = normalized_edges(graph.src, graph.dst, graph.nodes);
-  const NormalizedEdges edges{cpu_edges.src.to(device), cpu_edges.dst.to(device), cpu_edges.weight.to(dtype).to(device)};
+  const NormalizedEdges edges{cpu_edges.src.to(device), cpu_edges.dst.to(device),
+                              cpu_edges.weight.to(dtype).to(device)};
   const Tensor x = features.to(device).to(dtype);
 
   const auto model = std::make_shared<GCN>(graph.features, graph.communities, c.width);

@@ -8,6 +8,7 @@
 //   zoo --model dcgan        a DCGAN drawing Fashion-MNIST's garments
 //   zoo --model seq2seq      an encoder-decoder Transformer writing numbers in words
 //   zoo --model gcn          a graph convolutional network classifying the nodes of a generated graph
+//   zoo --model char-lstm    an LSTM language model on make train-text's corpus, beside its GPT
 //   zoo --model makemore     a character MLP with BatchNorm on English words, generating new ones
 //
 // Every model trains through the Trainer (progress, --metrics-log, --checkpoint-dir / --resume,
@@ -15,6 +16,7 @@
 // says otherwise. Written only against halfgrad's public headers.
 #include "app/cli.h"
 #include "app/thread_defaults.h"
+#include "samples/zoo/char_lstm.h"
 #include "samples/zoo/classify.h"
 #include "samples/zoo/gcn.h"
 #include "samples/zoo/generative.h"
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
     if (config.model == "dcgan") return samples::zoo::train_dcgan(config);
     if (config.model == "seq2seq") return samples::zoo::train_seq2seq(config);
     if (config.model == "gcn") return samples::zoo::train_gcn(config);
+    if (config.model == "char-lstm") return samples::zoo::train_char_lstm(config);
     return samples::zoo::train_image_classifier(config);
   });
 }

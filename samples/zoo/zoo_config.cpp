@@ -24,6 +24,7 @@ void apply_recipe(ZooConfig& c) {
   const Recipe r = recipe_for(c.model);
   if (!c.flags.given("data")) c.data = r.data;
   if (!c.flags.given("epochs")) c.epochs = r.epochs;
+  if (!c.flags.given("steps") && !c.flags.given("epochs")) c.steps = r.steps;
   if (!c.flags.given("batch")) c.batch = r.batch;
   if (!c.flags.given("optimizer")) c.optimizer = r.optimizer;
   if (!c.flags.given("lr")) c.lr = r.lr;
@@ -78,8 +79,9 @@ void check_recipe_settings(const ZooConfig& c) {
   // (By value, not by flags.given: --resume restores every key, these too.)
   if ((c.model == "seq2seq" || c.model == "gcn") && !c.data.empty())
     app::exit_with_usage_error(kProgram, "--data: " + c.model + " generates its data; expected no --data");
-  if (c.model != "gcn" && c.nodes != 0)
-    app::exit_with_usage_error(kProgram, "--nodes is gcn's; expected --model gcn");
+  if (c.model != "char-lstm" && !c.tokenizer.empty())
+    app::exit_with_usage_error(kProgram, "--tokenizer is char-lstm's; expected --model char-lstm");
+  if (c.model != "gcn" && c.nodes != 0) app::exit_with_usage_error(kProgram, "--nodes is gcn's; expected --model gcn");
 }
 
 }  // namespace

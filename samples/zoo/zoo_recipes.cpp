@@ -6,7 +6,7 @@ namespace hg::samples::zoo {
 
 const std::vector<std::string>& zoo_model_names() {
   static const std::vector<std::string> names{"mlp",   "lenet",    "resnet",  "vit", "vae",
-                                              "dcgan", "makemore", "seq2seq", "gcn"};
+                                              "dcgan", "makemore", "seq2seq", "gcn", "char-lstm"};
   return names;
 }
 
@@ -64,6 +64,14 @@ Recipe recipe_for(const std::string& name) {
     r.weight_decay = 5e-4;
     r.warmup = 0;
     r.validation = 500;
+    return r;
+  }
+  if (name == "char-lstm") {  // make train-text's GPT's budget: 600 steps of 16 windows of 128 tokens
+    r.data = "build/text/v4096/shard_000000.bin";
+    r.steps = 600;
+    r.batch = 16;
+    r.lr = 3e-3;
+    r.warmup = 50;
     return r;
   }
   HG_INPUT_FAIL("[zoo] no recipe for model \"", name, "\"");

@@ -79,13 +79,24 @@ int64_t planned_steps(const ZooConfig& c, int64_t per_epoch) {
   return c.steps > 0 ? c.steps : std::max<int64_t>(c.epochs * per_epoch, 1);
 }
 
+namespace {
+
+// Every `per_epoch` steps, but at most `most` times a run of `steps` (gcn's epoch is one step), and `fewest`
+// times a run shorter than an epoch (char-lstm's).
+int64_t every(int64_t per_epoch, int64_t steps, int64_t most, int64_t fewest) {
+  if (per_epoch >= steps) return std::max<int64_t>(steps / fewest, 1);
+  return std::max({per_epoch, steps / most, int64_t(1)});
+}
+
+}  // namespace
+
 train::TrainerOptions trainer_options(const ZooConfig& c, int64_t steps, int64_t per_epoch,
                                       const std::string& metric_name, train::StopMode mode) {
   return train::TrainerOptions()
       .steps(steps)
       .stop_after(c.stop_after)
-      .eval_every(c.eval_every > 0 ? c.eval_every : std::max(per_epoch, steps / 20))
-      .log_every(std::max<int64_t>({per_epoch / 4, steps / 80, 1}))
+      .eval_every(c.eval_every > 0 ? c.eval_every : every(per_epoch, steps, 20, 3))
+      .log_every(every(per_epoch / 4, steps, 80, 12))
       .metric_name(metric_name)
       .metric_mode(mode)
       .checkpoint_dir(c.checkpoint_dir)

@@ -16,6 +16,8 @@ expect_cuda_loss_equals_cpu --model seq2seq --train-limit 64 --validation 8 --ba
   --width 16 --threads 1 --workers 0
 expect_cuda_loss_equals_cpu --model gcn --nodes 120 --validation 10 --steps 4 --width 8 --threads 1 --workers 0
 make_tiny_words "$work/words" 7
+expect_cuda_loss_equals_cpu --model char-lstm --data "$work/words" --steps 3 --batch 4 --width 16 --warmup 1 \
+  --threads 1 --workers 0
 expect_cuda_loss_equals_cpu --model makemore --data "$work/words" --validation 40 --batch 16 --steps 6 --warmup 1 \
   --width 8 --threads 1 --workers 0
 out=$("$bin" --model lenet --data "$work/data" --validation 16 --batch 8 --steps 4 --width 4 --threads 1 \
