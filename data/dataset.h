@@ -41,6 +41,10 @@ class Dataset {
   virtual void get_in_epoch(int64_t index, int64_t /*epoch*/, const std::vector<void*>& out) const { get(index, out); }
 };
 
+// Examples [first, first + count) of `dataset` as tensors on the CPU, one per field ([count, ...field shape]):
+// how a program reads a held-out split to evaluate on it.
+std::vector<Tensor> read_examples(const Dataset& dataset, int64_t first, int64_t count);
+
 // The first `count` examples of `base` (a training subset, e.g. a --train-limit); epochs pass through.
 class DatasetPrefix : public Dataset {
  public:

@@ -114,6 +114,28 @@ void write_bytes(const std::string& path, const std::string& bytes) { std::ofstr
 
 }  // namespace
 
+TEST_CASE("read_examples gives a range as tensors, and DatasetPrefix the first examples") {
+  const auto set = std::make_shared<NumberDataset>(50);
+  const std::vector<Tensor> range = read_examples(*set, 17, 5);
+  REQUIRE(range.size() == 2);
+  CHECK(range[0].shape() == Shape{5, 3});
+  CHECK(range[1].shape() == Shape{5});
+  const std::vector<int64_t> x = range[0].to_vector<int64_t>();
+  const std::vector<float> y = range[1].to_vector<float>();
+  for (int64_t i = 0; i < 5; ++i) {
+    CHECK(x[size_t(3 * i)] == 17 + i);
+    CHECK(x[size_t(3 * i + 1)] == 7 * (17 + i) + 1);
+    CHECK(y[size_t(i)] == float(17 + i) / 2);
+  }
+  CHECK(read_examples(*set, 50, 0)[0].shape() == Shape{0, 3});
+  CHECK_ERROR(read_examples(*set, 48, 3), "[read_examples] examples [48, 51) of a dataset of 50");
+  const DatasetPrefix prefix(set, 10);
+  CHECK(prefix.size() == 10);
+  CHECK(read_examples(prefix, 0, 10)[0].to_vector<int64_t>() == read_examples(*set, 0, 10)[0].to_vector<int64_t>());
+  CHECK_ERROR(read_examples(prefix, 5, 6), "examples [5, 11) of a dataset of 10");
+  CHECK_ERROR(DatasetPrefix(set, 51), "the first 51 of 50 examples");
+}
+
 TEST_CASE("the distributed sampler equals PyTorch's DistributedSampler and BatchSampler") {
   for (int64_t n : {1, 7, 10, 11, 12, 23}) {
     for (int64_t world : {1, 2, 3, 4, 5}) {

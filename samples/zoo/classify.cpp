@@ -51,19 +51,12 @@ int64_t evaluated_count(const data::Dataset& dataset, int64_t limit) {
 // without grad (the Trainer's evaluator runs so; the final test runs under the same guard).
 double accuracy(nn::UnaryModule& model, const data::Dataset& dataset, int64_t count, const Device& device,
                 DType dtype) {
-  const std::vector<data::Field> fields = dataset.fields();
-  const data::Field& image = fields[0];
   int64_t right = 0;
   for (int64_t first = 0; first < count; first += 500) {
     const int64_t n = std::min<int64_t>(500, count - first);
-    Shape shape{n};
-    shape.insert(shape.end(), image.shape.begin(), image.shape.end());
-    Tensor images = empty(shape, DType::f32), labels = empty({n}, DType::i64);
-    for (int64_t i = 0; i < n; ++i)
-      dataset.get(first + i, {static_cast<float*>(images.data_ptr()) + i * image.numel(),
-                              static_cast<int64_t*>(labels.data_ptr()) + i});
-    const Tensor predicted = max(model(images.to(device).to(dtype)), 1).second.to(kCPU);
-    const std::vector<int64_t> p = predicted.to_vector<int64_t>(), truth = labels.to_vector<int64_t>();
+    const std::vector<Tensor> batch = data::read_examples(dataset, first, n);
+    const Tensor predicted = max(model(batch[0].to(device).to(dtype)), 1).second.to(kCPU);
+    const std::vector<int64_t> p = predicted.to_vector<int64_t>(), truth = batch[1].to_vector<int64_t>();
     for (int64_t i = 0; i < n; ++i) right += p[size_t(i)] == truth[size_t(i)];
   }
   return count > 0 ? double(right) / double(count) : 0.0;

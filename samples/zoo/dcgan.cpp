@@ -53,16 +53,10 @@ struct Judgement {
 };
 Judgement judge(DCGAN& gan, const data::Dataset& held_out, int64_t count, const Device& device, DType dtype) {
   return with_seeded_generator(kFixedNoiseSeed + 1, [&] {
-    const data::Field image = held_out.fields()[0];
     Judgement j;
     for (int64_t first = 0; first < count; first += 500) {
       const int64_t n = std::min<int64_t>(500, count - first);
-      Shape shape{n};
-      shape.insert(shape.end(), image.shape.begin(), image.shape.end());
-      Tensor images = empty(shape, DType::f32), labels = empty({n}, DType::i64);
-      for (int64_t i = 0; i < n; ++i)
-        held_out.get(first + i, {static_cast<float*>(images.data_ptr()) + i * image.numel(),
-                                 static_cast<int64_t*>(labels.data_ptr()) + i});
+      const Tensor images = data::read_examples(held_out, first, n)[0];
       const Tensor fakes = (*gan.generator)(randn({n, gan.latent()}, dtype, device));
       const auto called_real = [&](const Tensor& x) {
         return sum(gt((*gan.discriminator)(x), 0.0).to(DType::f32)).item();

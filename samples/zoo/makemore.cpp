@@ -18,11 +18,8 @@ double mean_loss(nn::Sequential& model, const data::CharContextDataset& set, int
   double total = 0.0;
   for (int64_t first = 0; first < count; first += 4096) {
     const int64_t n = std::min<int64_t>(4096, count - first);
-    Tensor context = empty({n, set.block()}, DType::i64), target = empty({n}, DType::i64);
-    for (int64_t i = 0; i < n; ++i)
-      set.get(first + i, {static_cast<int64_t*>(context.data_ptr()) + i * set.block(),
-                          static_cast<int64_t*>(target.data_ptr()) + i});
-    const Tensor loss = cross_entropy(model(context.to(device)), target.to(device));
+    const std::vector<Tensor> batch = data::read_examples(set, first, n);  // contexts, targets
+    const Tensor loss = cross_entropy(model(batch[0].to(device)), batch[1].to(device));
     total += loss.item() * double(n);
   }
   return count > 0 ? total / double(count) : 0.0;

@@ -21,13 +21,8 @@ struct Examples {
   Tensor source, decoder_input, target;
 };
 Examples examples(const NumberWordsDataset& set, int64_t first, int64_t n) {
-  Examples e{empty({n, kNumberDigits}, DType::i64), empty({n, kNumberWords}, DType::i64),
-             empty({n, kNumberWords}, DType::i64)};
-  for (int64_t i = 0; i < n; ++i)
-    set.get(first + i, {static_cast<int64_t*>(e.source.data_ptr()) + i * kNumberDigits,
-                        static_cast<int64_t*>(e.decoder_input.data_ptr()) + i * kNumberWords,
-                        static_cast<int64_t*>(e.target.data_ptr()) + i * kNumberWords});
-  return e;
+  const std::vector<Tensor> fields = data::read_examples(set, first, n);
+  return {fields[0], fields[1], fields[2]};
 }
 
 // Greedy decoding of a batch of sources [n, S]: the decoder reads <bos> then its own previous words; the

@@ -14,17 +14,8 @@ namespace {
 
 constexpr uint64_t kEvalNoiseSeed = 0x5eed0fe1b0;  // the noise of every evaluation: one estimate each time
 
-// The first `count` images of `dataset` [count, C, H, W] f32 on the CPU, with their labels dropped.
-Tensor first_images(const data::Dataset& dataset, int64_t count) {
-  const data::Field image = dataset.fields()[0];
-  Shape shape{count};
-  shape.insert(shape.end(), image.shape.begin(), image.shape.end());
-  Tensor images = empty(shape, DType::f32), labels = empty({count}, DType::i64);
-  for (int64_t i = 0; i < count; ++i)
-    dataset.get(
-        i, {static_cast<float*>(images.data_ptr()) + i * image.numel(), static_cast<int64_t*>(labels.data_ptr()) + i});
-  return images;
-}
+// The first `count` images of `dataset` [count, C, H, W] f32 on the CPU, without their labels.
+Tensor first_images(const data::Dataset& dataset, int64_t count) { return data::read_examples(dataset, 0, count)[0]; }
 
 // The mean negative ELBO (nats per image) of the first `count` images, one draw of z per image from a
 // generator seeded the same at every call.
