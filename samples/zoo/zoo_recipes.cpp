@@ -70,7 +70,7 @@ Recipe recipe_for(const std::string& name) {
     r.data = "build/text/v4096/shard_000000.bin";
     r.steps = 600;
     r.batch = 16;
-    r.lr = 3e-3;
+    r.lr = 1e-2;  // 2.106 bits per byte after 600 steps; the GPT's 3e-3 gave the LSTM 2.141
     r.warmup = 50;
     return r;
   }
