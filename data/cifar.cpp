@@ -31,12 +31,15 @@ void append_file(const std::string& path, CifarData& data) {
                  " bytes; expected a positive multiple of ", kCifarRecordBytes,
                  " (records of a label byte and a 32x32x3 image)");
   const int64_t records = bytes / kCifarRecordBytes;
-  std::vector<uint8_t> buffer(static_cast<size_t>(bytes));
-  HG_INPUT_CHECK(std::fread(buffer.data(), 1, buffer.size(), file.get()) == buffer.size(), "[read_cifar10] '", path,
-                 "': short read (", errno_text(errno), ")");
+  HG_INPUT_CHECK(records <= kCifarMaxRecordsPerFile, "[read_cifar10] '", path, "' has ", records,
+                 " records; expected at most ", kCifarMaxRecordsPerFile, " (CIFAR-10's files hold 10,000)");
   data.pixels.reserve(data.pixels.size() + size_t(records * kImageBytes));
+  uint8_t record[kCifarRecordBytes];
   for (int64_t r = 0; r < records; ++r) {
-    const uint8_t* record = buffer.data() + r * kCifarRecordBytes;
+    errno = 0;
+    HG_INPUT_CHECK(std::fread(record, 1, sizeof record, file.get()) == sizeof record, "[read_cifar10] '", path,
+                   "': short read at record ", r, " of ", records,
+                   errno != 0 ? " (" + errno_text(errno) + ")" : std::string(" (the file shrank while read)"));
     HG_INPUT_CHECK(record[0] < kCifarClasses, "[read_cifar10] '", path, "' record ", r, " has label ", int(record[0]),
                    "; expected 0..9 (CIFAR-10; CIFAR-100's records have two label bytes)");
     data.labels.push_back(record[0]);

@@ -19,6 +19,7 @@ namespace hg::data {
 
 inline constexpr int64_t kCifarSide = 32, kCifarChannels = 3, kCifarClasses = 10;
 inline constexpr int64_t kCifarRecordBytes = 1 + kCifarChannels * kCifarSide * kCifarSide;  // 3,073
+inline constexpr int64_t kCifarMaxRecordsPerFile = 100000;  // 10x CIFAR-10's files: a bound on what one file asks
 // CIFAR-10's training-set per-channel mean and standard deviation of pixel / 255.
 inline constexpr std::array<double, 3> kCifarMean{0.4914, 0.4822, 0.4465}, kCifarStd{0.2470, 0.2435, 0.2616};
 
@@ -28,9 +29,9 @@ struct CifarData {
   std::vector<uint8_t> labels;  // count
 };
 
-// The records of one or more files, in order. An hg::Error names the file when it cannot be read, when
-// its size is not a whole number of records (or zero), or when a record's label is not 0..9 (naming the
-// record).
+// The records of one or more files, in order, read record by record. An hg::Error names the file when it
+// cannot be read, when its size is not a whole number of records (or zero) or passes kCifarMaxRecordsPerFile
+// records, or when a record's label is not 0..9 (naming the record).
 std::shared_ptr<const CifarData> read_cifar10(const std::vector<std::string>& paths);
 
 class CifarDataset : public Dataset {

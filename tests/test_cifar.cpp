@@ -1,10 +1,12 @@
 // data/cifar.h: CIFAR-10 binary files read back to the labels and pixels written (random records, every
 // channel plane where it belongs, the per-channel normalisation), the splits of a directory, and hostile
-// files -- a partial record, an empty file, a label past 9, a missing file -- each a one-line error that
+// files -- a partial record, an empty file, a label past 9, a missing file, a (sparse) file of too many
+// records -- each a one-line error that
 // names the file.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -93,4 +95,14 @@ TEST_CASE("cifar10: a directory's splits and hostile files") {
               "expected 0..9");
   CHECK_ERROR(data::read_cifar10({(dir.path / "missing.bin").string()}), "cannot open", "missing.bin");
   CHECK_ERROR(data::read_cifar10({dir.path.string()}), "is not a regular file");
+  // A file of more records than any CIFAR file holds is refused before anything is allocated for it.
+  const std::string huge = (dir.path / "huge.bin").string();
+  {
+    FILE* f = std::fopen(huge.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    REQUIRE(std::fseek(f, long((data::kCifarMaxRecordsPerFile + 1) * data::kCifarRecordBytes - 1), SEEK_SET) == 0);
+    REQUIRE(std::fputc(0, f) == 0);
+    std::fclose(f);
+  }
+  CHECK_ERROR(data::read_cifar10({huge}), "huge.bin' has 100001 records; expected at most 100000");
 }

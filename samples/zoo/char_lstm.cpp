@@ -47,8 +47,8 @@ double validation_loss(LstmLanguageModel& model, const ValidationSet& set, const
 }
 
 // Greedy continuation of `prompt` by `count` tokens (the whole window rerun per token: a sample, not a
-// benchmark), decoded by the tokenizer or as bytes.
-std::string greedy_sample(LstmLanguageModel& model, std::vector<int64_t> ids, int64_t count,
+// benchmark), decoded by the tokenizer, as bytes (a vocabulary of 256), or else printed as ids.
+std::string greedy_sample(LstmLanguageModel& model, std::vector<int64_t> ids, int64_t count, int64_t vocab,
                           const std::optional<ShardTokenizer>& tokenizer, const Device& device) {
   for (int64_t i = 0; i < count; ++i) {
     const Tensor logits = model.forward(from_vector(ids, {1, int64_t(ids.size())}).to(device));
@@ -56,6 +56,11 @@ std::string greedy_sample(LstmLanguageModel& model, std::vector<int64_t> ids, in
   }
   if (tokenizer) return tokenizer->decode(std::vector<uint32_t>(ids.begin(), ids.end()));
   std::string text;
+  if (vocab > 256) {
+    text = "(token ids; give --tokenizer to decode)";
+    for (int64_t id : ids) text += " " + std::to_string(id);
+    return text;
+  }
   for (int64_t b : ids) text += char(b);
   return text;
 }
@@ -79,13 +84,16 @@ int train_char_lstm(const ZooConfig& c) {
   const std::optional<TokenBytes> bytes = tokenizer                  ? std::optional(tokenizer->bytes)
                                           : tokens.vocab_size == 256 ? std::optional(TokenBytes::byte_level())
                                                                      : std::nullopt;
+  const auto train_set = std::make_shared<data::TokenWindowDataset>(tokens.train, kContext, 1);
+  check_batch_fits(c, train_set->size(), "windows");  // before the validation batches of --batch windows
   const ValidationSet validation =
       validation_set(tokens, kContext, c.batch, kValidationBatches, bytes ? &*bytes : nullptr);
   const UnigramBaseline unigram = unigram_baseline(tokens, bytes ? &*bytes : nullptr);
-  const auto train_set = std::make_shared<data::TokenWindowDataset>(tokens.train, kContext, 1);
-  check_batch_fits(c, train_set->size(), "windows");
+  const int64_t vocab = app::or_usage_error(kProgram, "--data " + c.data, [&] {
+    return fresh_model_vocab(tokens.vocab_size, std::nullopt, c.data);  // at most 2^20 ids, as train_gpt's
+  });
 
-  const auto model = std::make_shared<LstmLanguageModel>(int64_t(tokens.vocab_size), c.width);
+  const auto model = std::make_shared<LstmLanguageModel>(vocab, c.width);
   const std::unique_ptr<optim::LocalOptimizer> optimizer = prepare_model(*model, c, run);
   data::DataLoader loader(train_set, loader_options(c, run.threads.workers, device));
   const int64_t per_epoch = loader.batches_per_epoch(), steps = planned_steps(c, per_epoch);
@@ -134,7 +142,7 @@ int train_char_lstm(const ZooConfig& c) {
 
   NoGradGuard no_grad;
   model->eval();
-  std::printf("sample: %s\n", greedy_sample(*model, tokens.prompt(8), 48, tokenizer, device).c_str());
+  std::printf("sample: %s\n", greedy_sample(*model, tokens.prompt(8), 48, vocab, tokenizer, device).c_str());
   if (!c.save.empty()) trainer.save_model(c.save);
   recorder.save();
   return 0;

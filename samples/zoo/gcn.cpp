@@ -57,9 +57,9 @@ int train_gcn(const ZooConfig& c) {
 
   const Graph graph = app::or_usage_error(
       kProgram, "--nodes", [&] { return make_sbm_graph(SbmOptions{.nodes = c.nodes, .seed = uint64_t(c.seed)}); });
-  const NodeSplits splits = app::or_usage_error(kProgram, "--validation", [&] {
-    return split_nodes(graph, kLabelledPerClass, c.validation, uint64_t(c.seed) + 1);
-  });
+  const NodeSplits splits = app::or_usage_error(
+      kProgram, "--nodes " + std::to_string(c.nodes) + ", --validation " + std::to_string(c.validation),
+      [&] { return split_nodes(graph, kLabelledPerClass, c.validation, uint64_t(c.seed) + 1); });
   const auto train_set = std::make_shared<LabelledNodes>(splits.train, graph.labels);
   check_batch_fits(c, train_set->size(), "labelled nodes");
   const Tensor features = from_vector(graph.x, {graph.nodes, graph.features});

@@ -38,9 +38,13 @@ Tensor VAE::decode(const Tensor& z) {
 }
 
 Tensor vae_loss(const VAE::Output& out, const Tensor& x) {
+  // In f32 whatever the model's dtype: a batch's sum passes f16's largest value (an untrained model's 784 ln 2
+  // = 543 nats an image) and loses bf16's digits.
   const double batch = double(x.size(0));
-  const Tensor reconstruction = binary_cross_entropy_with_logits(out.logits, x, Tensor(), Tensor(), Reduction::Sum);
-  const Tensor kl = sum(1.0 + out.logvar - out.mu * out.mu - exp(out.logvar)) * -0.5;
+  const Tensor mu = out.mu.to(DType::f32), logvar = out.logvar.to(DType::f32);
+  const Tensor reconstruction =
+      binary_cross_entropy_with_logits(out.logits.to(DType::f32), x.to(DType::f32), Tensor(), Tensor(), Reduction::Sum);
+  const Tensor kl = sum(1.0 + logvar - mu * mu - exp(logvar)) * -0.5;
   return (reconstruction + kl) * (1.0 / batch);
 }
 

@@ -45,8 +45,9 @@ class VAE : public nn::Module {
 };
 
 // The negative ELBO, in nats per image: the decoder's Bernoulli cross-entropy summed over the pixels plus
-// KL(q(z | x) || N(0, I)) = -1/2 sum(1 + logvar - mu^2 - exp(logvar)), averaged over the batch. `x` is the
-// batch of pixels in [0, 1] the output was computed from.
+// KL(q(z | x) || N(0, I)) = -1/2 sum(1 + logvar - mu^2 - exp(logvar)), averaged over the batch; computed in
+// f32 for a half model (its sums would overflow f16). `x` is the batch of pixels in [0, 1] the output was
+// computed from.
 Tensor vae_loss(const VAE::Output& out, const Tensor& x);
 
 class DCGAN : public nn::Module {

@@ -91,6 +91,7 @@ std::vector<data::Field> NumberWordsDataset::fields() const {
 }
 
 int64_t NumberWordsDataset::number(int64_t index) const {
+  HG_CHECK(index >= 0 && index < size_, "[NumberWordsDataset] index ", index, " outside [0, ", size_, ")");
   return held_out_.empty() ? draw(index) : held_out_[size_t(index)];
 }
 

@@ -69,6 +69,15 @@ void check_settings(const ZooConfig& c) {
 
 // After the recipe filled them: the values that depend on the model's.
 void check_recipe_settings(const ZooConfig& c) {
+  // Flags a model would ignore (by value, not flags.given: --resume restores every key).
+  const auto refuse = [&](bool set, const std::string& flag, const std::string& why) {
+    if (set) app::exit_with_usage_error(kProgram, flag + " is not used by " + c.model + ": " + why);
+  };
+  refuse(c.model == "dcgan" && c.warmup > 0, "--warmup", "it trains at a constant rate (Radford et al.)");
+  refuse((c.model == "gcn" || c.model == "char-lstm") && c.train_limit > 0, "--train-limit",
+         c.model == "gcn" ? "its labelled nodes are 20 per community" : "its budget is --steps of --batch windows");
+  refuse((c.model == "gcn" || c.model == "char-lstm") && c.eval_limit > 0, "--eval-limit",
+         c.model == "gcn" ? "--validation sets the validation nodes" : "it validates on train_gpt's 8 batches");
   const std::vector<std::string>& names = optim::optimizer_names();
   if (std::find(names.begin(), names.end(), c.optimizer) == names.end())
     app::exit_with_usage_error(kProgram,

@@ -55,7 +55,9 @@ struct ZooConfig {
       "train on the first N images (words) of the training split only (0: all; seq2seq: N examples an epoch)", 0);
   int64_t& eval_limit =
       flags.add_int("eval-limit", 0, "evaluate on the first N examples of each held-out split only (0: all)", 0);
-  int64_t& eval_every = flags.add_int("eval-every", 0, "validate every N steps (0: once per epoch)", 0);
+  int64_t& eval_every = flags.add_int(
+      "eval-every", 0,
+      "validate every N steps (0: once per epoch, at most 20 times a run, 3 times a run under an epoch)", 0);
   int64_t& seed = flags.add_int("seed", 1337, "random seed (weights, data order, augmentation)", 0);
   int64_t& threads = flags.add_int(
       "threads", 0, "OpenMP threads (0: OMP_NUM_THREADS when set, else the usable cores less the loader workers)", 0);

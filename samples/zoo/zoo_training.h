@@ -62,9 +62,9 @@ void set_loss_scale(train::Trainer& trainer, const RunSetup& run);
 // Shuffled batches of --batch, the last partial one dropped, in --seed's order, with `workers` threads.
 data::DataLoaderOptions loader_options(const ZooConfig& c, int workers, const Device& device);
 
-// --steps, or --epochs of `per_epoch` batches; evaluation once per epoch, but 3 to 20 times a run (gcn's epoch
-// is one step, char-lstm's run a fraction of one) unless --eval-every; the checkpoint, resume, run-config and
-// metrics-log flags.
+// --steps, or --epochs of `per_epoch` batches; evaluation once per epoch but at most 20 times a run (gcn's
+// epoch is one step), and 3 times a run shorter than an epoch (char-lstm's), unless --eval-every; the
+// checkpoint, resume, run-config and metrics-log flags.
 int64_t planned_steps(const ZooConfig& c, int64_t per_epoch);
 train::TrainerOptions trainer_options(const ZooConfig& c, int64_t steps, int64_t per_epoch,
                                       const std::string& metric_name, train::StopMode mode);

@@ -52,14 +52,14 @@ awk -v l="$elbo" 'BEGIN { exit !(l != "" && l < 40) }' || fail "vae test negativ
 
 # The DCGAN: two optimizers in the Trainer's custom step, a sample grid at every evaluation and at the end;
 # stopped at step 6 and resumed, the same final checkpoint (both optimizers, BatchNorm, the noise stream).
-out=$("$bin" --model dcgan "${tiny[@]}" --width 4 --epochs 2 --images "$work/gan") || fail "dcgan exited $?: $out"
+out=$("$bin" --model dcgan "${tiny[@]}" --warmup 0 --width 4 --epochs 2 --images "$work/gan") || fail "dcgan exited $?: $out"
 grep -q "^zoo dcgan: 8x8 images, 48 training (12 steps of 8" <<<"$out" || fail "dcgan: no header line: $out"
 grep -q "step     12/12 | d_loss [0-9.]* | g_loss [0-9.]* | D(x) 0\.[0-9]* | D(G(z)) 0\.[0-9]*" <<<"$out" \
   || fail "dcgan: no step line with both losses: $out"
 grep -q "eval  step 6 | the discriminator calls [0-9]*% of 16 validation images real, and [0-9]*% of as many" <<<"$out" \
   || fail "dcgan: no evaluation: $out"
 for f in dcgan-step-6 dcgan-step-12 dcgan-samples; do png_ok "$work/gan/$f.png" || fail "dcgan: no PNG $f.png"; done
-gan=(--model dcgan "${tiny[@]}" --width 4 --steps 12 --checkpoint-every-steps 6)
+gan=(--model dcgan "${tiny[@]}" --warmup 0 --width 4 --steps 12 --checkpoint-every-steps 6)
 out=$("$bin" "${gan[@]}" --checkpoint-dir "$work/gan-straight") || fail "straight dcgan exited $?: $out"
 out=$("$bin" "${gan[@]}" --checkpoint-dir "$work/gan-resumed" --stop-after-steps 6) || fail "dcgan half exited $?: $out"
 out=$("$bin" --checkpoint-dir "$work/gan-resumed" --resume --threads 1 --workers 0) || fail "dcgan resume exited $?: $out"
@@ -154,6 +154,9 @@ expect_usage_error "no train-images-idx3-ubyte(.gz) in '$work/none'" --model mlp
 expect_usage_error "--batch 100 is larger than the 48 training images" --model mlp "${tiny[@]}" --batch 100
 expect_usage_error "--augment-flip \"maybe\"; expected on or off" --model vit --augment-flip maybe
 expect_usage_error "unknown --optimizer \"adam_w\"" --model mlp --optimizer adam_w
+expect_usage_error "--warmup is not used by dcgan: it trains at a constant rate" --model dcgan --warmup 5
+expect_usage_error "--train-limit is not used by gcn" --model gcn --train-limit 50
+expect_usage_error "--eval-limit is not used by char-lstm" --model char-lstm --eval-limit 50
 expect_usage_error "--images is for the generative models; expected --model vae or dcgan" --model mlp --images "$work/i"
 touch "$work/a-file"
 expect_usage_error "--images $work/a-file: cannot make that directory" --model vae "${tiny[@]}" --images "$work/a-file"

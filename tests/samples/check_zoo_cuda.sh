@@ -9,7 +9,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 make_tiny_mnist "$work/data" "${HG_TEST_SEED:-$RANDOM}"
 for model in mlp lenet resnet vit vae dcgan; do
-  expect_cuda_loss_equals_cpu --model $model --data "$work/data" --validation 16 --batch 8 --steps 4 --warmup 1 \
+  warmup=1
+  [[ $model == dcgan ]] && warmup=0  # a constant rate
+  expect_cuda_loss_equals_cpu --model $model --data "$work/data" --validation 16 --batch 8 --steps 4 --warmup $warmup \
     --width 4 --threads 1 --workers 0
 done
 expect_cuda_loss_equals_cpu --model seq2seq --train-limit 64 --validation 8 --batch 16 --steps 4 --warmup 1 \
