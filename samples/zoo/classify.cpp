@@ -62,12 +62,6 @@ double accuracy(nn::UnaryModule& model, const data::Dataset& dataset, int64_t co
   return count > 0 ? double(right) / double(count) : 0.0;
 }
 
-std::string percent_text(const char* what, double share, int64_t count) {
-  char text[96];
-  std::snprintf(text, sizeof text, "%s accuracy %.2f%% (%lld images)", what, 100.0 * share, (long long)count);
-  return text;
-}
-
 }  // namespace
 
 int train_image_classifier(const ZooConfig& c) {
@@ -101,7 +95,7 @@ int train_image_classifier(const ZooConfig& c) {
   set_loss_scale(trainer, run);
   trainer.evaluator([&] {
     const double share = accuracy(*model, *splits.validation, validated, device, dtype);
-    return train::Evaluation{share, percent_text("validation", share, validated)};
+    return train::Evaluation{share, share_text("validation", "accuracy", share, validated, "images")};
   });
 
   std::printf(
@@ -117,7 +111,7 @@ int train_image_classifier(const ZooConfig& c) {
   NoGradGuard no_grad;
   model->eval();
   const double test = accuracy(*model, *splits.test, tested, device, dtype);
-  std::printf("%s\n", percent_text("test", test, tested).c_str());
+  std::printf("%s\n", share_text("test", "accuracy", test, tested, "images").c_str());
   if (!c.save.empty()) trainer.save_model(c.save);
   recorder.save();
   return 0;

@@ -42,12 +42,6 @@ double accuracy(const Tensor& logits, const std::vector<int64_t>& nodes, const s
   return nodes.empty() ? 0.0 : double(right) / double(nodes.size());
 }
 
-std::string percent_text(const char* what, double share, size_t count) {
-  char text[96];
-  std::snprintf(text, sizeof text, "%s accuracy %.2f%% (%zu nodes)", what, 100.0 * share, count);
-  return text;
-}
-
 }  // namespace
 
 int train_gcn(const ZooConfig& c) {
@@ -91,7 +85,8 @@ int train_gcn(const ZooConfig& c) {
   set_loss_scale(trainer, run);
   trainer.evaluator([&] {
     const double share = accuracy(model->forward(x, edges), splits.validation, graph.labels);
-    return train::Evaluation{share, percent_text("validation", share, splits.validation.size())};
+    return train::Evaluation{share,
+                             share_text("validation", "accuracy", share, int64_t(splits.validation.size()), "nodes")};
   });
 
   std::printf(
@@ -107,7 +102,9 @@ int train_gcn(const ZooConfig& c) {
   NoGradGuard no_grad;
   model->eval();
   const Tensor logits = model->forward(x, edges);
-  std::printf("%s\n", percent_text("test", accuracy(logits, splits.test, graph.labels), splits.test.size()).c_str());
+  std::printf("%s\n", share_text("test", "accuracy", accuracy(logits, splits.test, graph.labels),
+                                 int64_t(splits.test.size()), "nodes")
+                          .c_str());
   if (!c.save.empty()) trainer.save_model(c.save);
   recorder.save();
   return 0;

@@ -80,12 +80,6 @@ void print_translations(Seq2SeqTransformer& model, const NumberWordsDataset& set
   }
 }
 
-std::string match_text(const char* what, double share, int64_t count) {
-  char text[96];
-  std::snprintf(text, sizeof text, "%s exact match %.2f%% (%lld numbers)", what, 100.0 * share, (long long)count);
-  return text;
-}
-
 }  // namespace
 
 int train_seq2seq(const ZooConfig& c) {
@@ -121,7 +115,7 @@ int train_seq2seq(const ZooConfig& c) {
   set_loss_scale(trainer, run);
   trainer.evaluator([&] {
     const double share = exact_match(*model, validation_set, validated, device);
-    return train::Evaluation{share, match_text("validation", share, validated)};
+    return train::Evaluation{share, share_text("validation", "exact match", share, validated, "numbers")};
   });
 
   std::printf(
@@ -137,7 +131,9 @@ int train_seq2seq(const ZooConfig& c) {
   NoGradGuard no_grad;
   model->eval();
   const int64_t tested = c.eval_limit > 0 ? std::min(c.eval_limit, test_set.size()) : test_set.size();
-  std::printf("%s\n", match_text("test", exact_match(*model, test_set, tested, device), tested).c_str());
+  std::printf(
+      "%s\n",
+      share_text("test", "exact match", exact_match(*model, test_set, tested, device), tested, "numbers").c_str());
   std::printf("test numbers, greedy decoding:\n");
   print_translations(*model, test_set, std::min<int64_t>(8, test_set.size()), device);
   if (!c.save.empty()) trainer.save_model(c.save);

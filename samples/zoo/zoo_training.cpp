@@ -1,6 +1,7 @@
 #include "samples/zoo/zoo_training.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 
@@ -59,6 +60,12 @@ void make_images_dir(const ZooConfig& c) {
     app::exit_with_usage_error(kProgram, "--images " + c.images + ": cannot make that directory (" +
                                              (error ? error.message() : "a file is in the way") +
                                              "); expected a directory to write the PNG grids into");
+}
+
+std::string share_text(const char* split, const char* measure, double share, int64_t count, const char* units) {
+  char text[128];
+  std::snprintf(text, sizeof text, "%s %s %.2f%% (%lld %s)", split, measure, 100.0 * share, (long long)count, units);
+  return text;
 }
 
 void set_loss_scale(train::Trainer& trainer, const RunSetup& run) {

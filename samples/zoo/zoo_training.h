@@ -56,6 +56,10 @@ auto with_seeded_generator(uint64_t seed, Fn fn) {
 // usage error now rather than after the run.
 void make_images_dir(const ZooConfig& c);
 
+// "<split> <measure> 97.00% (<count> <units>)": how the zoo prints a held-out share, e.g.
+// share_text("validation", "accuracy", 0.97, 500, "nodes").
+std::string share_text(const char* split, const char* measure, double share, int64_t count, const char* units);
+
 // fp16 trains with a dynamic loss scale.
 void set_loss_scale(train::Trainer& trainer, const RunSetup& run);
 
