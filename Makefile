@@ -70,18 +70,20 @@ train-cnn: configure
 	$(BUILD_DIR)/bin/train_cnn $(ARGS)
 
 # The zoo (docs/zoo.md): `make zoo MODEL=lenet [ARGS="--epochs 2"]` trains one model on real data (Fashion-MNIST
-# or English words: Debian's dataset-fashion-mnist and wamerican, installed here; char-lstm: make train-text's
-# shards, prepared here) and writes its metrics log and charts under $(BUILD_DIR)/zoo/.
+# or English words: Debian's dataset-fashion-mnist and wamerican, installed here; char-lstm and word-lstm: make
+# train-text's shards and corpus, prepared here) and writes its metrics log and charts under $(BUILD_DIR)/zoo/.
 MODEL ?= mlp
 zoo: configure
-	@if [ "$(MODEL)" = char-lstm ]; then cmake --build $(BUILD_DIR) -j $(JOBS) --target prepare_data tokenize && \
+	@if [ "$(MODEL)" = char-lstm ] || [ "$(MODEL)" = word-lstm ]; then \
+	  cmake --build $(BUILD_DIR) -j $(JOBS) --target prepare_data tokenize && \
 	  BUILD_DIR=$(BUILD_DIR) PREPARE_ONLY=1 scripts/train-text; fi
 	@scripts/setup dataset-fashion-mnist wamerican
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target zoo plot_metrics
 	@mkdir -p $(BUILD_DIR)/zoo
 	$(BUILD_DIR)/bin/zoo --model $(MODEL) --metrics-log $(BUILD_DIR)/zoo/$(MODEL)_metrics.jsonl \
-	  $(if $(filter vae dcgan,$(MODEL)),--images $(BUILD_DIR)/zoo) \
-	  $(if $(filter char-lstm,$(MODEL)),--data $(BUILD_DIR)/text/v4096/shard_000000.bin) $(ARGS)
+	  $(if $(filter vae dcgan diffusion,$(MODEL)),--images $(BUILD_DIR)/zoo) \
+	  $(if $(filter char-lstm,$(MODEL)),--data $(BUILD_DIR)/text/v4096/shard_000000.bin) \
+	  $(if $(filter word-lstm,$(MODEL)),--data $(BUILD_DIR)/text/corpus.txt) $(ARGS)
 	$(BUILD_DIR)/bin/plot_metrics $(BUILD_DIR)/zoo/$(MODEL)_metrics.jsonl --title "zoo --model $(MODEL) $(ARGS)" \
 	  -o $(BUILD_DIR)/zoo/$(MODEL)_metrics.svg -o $(BUILD_DIR)/zoo/$(MODEL)_metrics.png
 

@@ -148,7 +148,7 @@ void run_shape(const char* name, const Conv2dGeometry& g, int reps) {
 constexpr const char* kUsage =
     "usage: bench_conv\n"
     "conv2d forward + backward on the CPU, im2col + GEMM against direct loops in the same process, on\n"
-    "three shapes. Prints one JSON line per shape to stdout: GFLOP/s of each pass and the speedup.\n"
+    "five shapes. Prints one JSON line per shape to stdout: GFLOP/s of each pass and the speedup.\n"
     "Takes no options.\n"
     "  -h, --help  this text\n";
 
@@ -160,5 +160,7 @@ int main(int argc, char** argv) {
   run_shape("train_cnn conv2 (16x16 digits)", shape(64, 16, 8, 32, 3, 1, 1), 9);
   run_shape("resnet-like 3x3", shape(16, 64, 28, 64, 3, 1, 1), 3);
   run_shape("strided 5x5", shape(32, 32, 32, 64, 5, 2, 2), 3);
+  run_shape("zoo lenet conv2 (5x5, 16 -> 32 at 14x14)", shape(128, 16, 14, 32, 5, 1, 2), 3);
+  run_shape("zoo diffusion down1 (3x3, 16 -> 16 at 28x28)", shape(128, 16, 28, 16, 3, 1, 1), 3);
   return 0;
 }

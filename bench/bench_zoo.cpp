@@ -8,7 +8,9 @@
 //   seq2seq (width 64) on 128 random sources [128, 6] of digit ids 1..10 and decoder inputs [128, 10] of word
 //   ids 1..32 (no padding; the masks are built all the same), cross_entropy against random word ids, AdamW;
 //   dcgan on images ~ U(-1, 1): noise drawn, the discriminator's step on real and detached generated
-//   images, then the generator's through it, each with Adam (lr 2e-4, betas (0.5, 0.999)).
+//   images, then the generator's through it, each with Adam (lr 2e-4, betas (0.5, 0.999));
+//   diffusion (width 16) on images ~ U(-1, 1): steps t and noise drawn, x_t formed, the U-Net's noise
+//   prediction, its MSE, backward, AdamW (lr 1e-3, no weight decay).
 // Gradients dropped after each step; BatchNorm in training mode.
 // Fields: bench "zoo", model, impl "halfgrad", dtype, threads, batch, best_ms, median_ms (of `repeats`
 // steps after two warm-up steps).
@@ -28,6 +30,7 @@
 #include "optim/adam.h"
 #include "optim/adamw.h"
 #include "samples/zoo/char_mlp.h"
+#include "samples/zoo/diffusion_model.h"
 #include "samples/zoo/generative_models.h"
 #include "samples/zoo/image_models.h"
 #include "samples/zoo/number_words.h"
@@ -44,7 +47,7 @@ constexpr const char* kUsage =
     "(makemore: of 3-character contexts), on the CPU with OMP_NUM_THREADS threads; one JSON line each.\n"
     "The same workloads in PyTorch: bench/peers/pytorch_zoo.py (scripts/bench-zoo-peers runs both).\n"
     "  --quick      3 timed steps instead of 20 (smoke runs)\n"
-    "  --only NAME  only the model NAME (mlp, lenet, resnet, vit, makemore, vae, dcgan, seq2seq)\n"
+    "  --only NAME  only the model NAME (mlp, lenet, resnet, vit, makemore, vae, dcgan, diffusion, seq2seq)\n"
     "  --batch N    images per step (default 128, the recipes')\n"
     "  -h, --help   this text\n";
 
@@ -83,6 +86,23 @@ Workload vae(int64_t batch) {
   optim::LocalOptimizer* optimizer = w.optimizers[0].get();
   w.step = [model, optimizer, images] {
     samples::zoo::vae_loss(model->forward(images), images).backward();
+    optimizer->step();
+    optimizer->zero_grad();
+  };
+  return w;
+}
+
+Workload diffusion(int64_t batch) {
+  const auto model = std::make_shared<samples::zoo::DiffusionUNet>(samples::zoo::ImageModelSpec{1, 28, 28, 0, 0});
+  Workload w{model, {}, {}};
+  w.optimizers.push_back(
+      std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions().lr(1e-3).weight_decay(0.0)));
+  const Tensor images = rand({batch, 1, 28, 28}) * 2.0 - 1.0;
+  const auto schedule = std::make_shared<samples::zoo::NoiseSchedule>();
+  optim::LocalOptimizer* optimizer = w.optimizers[0].get();
+  w.step = [model, optimizer, images, schedule] {
+    const Tensor t = randint(0, schedule->steps(), {images.size(0)});
+    samples::zoo::diffusion_loss(*model, *schedule, images, randn(images.shape()), t).backward();
     optimizer->step();
     optimizer->zero_grad();
   };
@@ -155,13 +175,14 @@ int main(int argc, char** argv) {
   }
   manual_seed(1);
   std::vector<std::string> names = samples::zoo::image_model_names();
-  names.insert(names.end(), {"makemore", "vae", "dcgan", "seq2seq"});
+  names.insert(names.end(), {"makemore", "vae", "dcgan", "diffusion", "seq2seq"});
   for (const std::string& name : names) {
     if (!only.empty() && name != only) continue;
-    const Workload workload = name == "vae"       ? vae(batch)
-                              : name == "dcgan"   ? dcgan(batch)
-                              : name == "seq2seq" ? seq2seq(batch)
-                                                  : classifier(name, batch);
+    const Workload workload = name == "vae"         ? vae(batch)
+                              : name == "dcgan"     ? dcgan(batch)
+                              : name == "diffusion" ? diffusion(batch)
+                              : name == "seq2seq"   ? seq2seq(batch)
+                                                    : classifier(name, batch);
     const std::function<void()>& step = workload.step;
     const int repeats = quick ? 3 : 20;
     // Two warm-up steps: AdamW's state, the allocator's pools, plan caches.

@@ -3,7 +3,8 @@
 states them): one training step of each zoo model (bench/peers/zoo_models.py, the same architectures,
 default widths) at batch 128 on 28 x 28 images (makemore: contexts of 3 characters) -- forward, cross-entropy,
 backward, AdamW (lr 1e-3, weight decay 0.01); the VAE's negative ELBO with Adam (lr 1e-3); the DCGAN's
-discriminator step then generator step with Adam (lr 2e-4, betas (0.5, 0.999)); seq2seq on random ids
+discriminator step then generator step with Adam (lr 2e-4, betas (0.5, 0.999)); the DDPM U-Net's noise
+prediction loss at random steps with AdamW (lr 1e-3, no weight decay); seq2seq on random ids
 (bench_zoo states the shapes) with AdamW -- gradients set to None.
 
     bench/peers/pytorch_zoo.py [--quick] [--only NAME] [--threads N] [--batch N]
@@ -27,7 +28,8 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pytorch_train import mapped_blas  # noqa: E402
-from zoo_models import DCGAN, MODELS, VAE, Seq2SeqTransformer, char_mlp, vae_loss  # noqa: E402
+from zoo_models import (DCGAN, MODELS, VAE, DiffusionUNet, Seq2SeqTransformer, char_mlp, ddpm_alpha_bar,  # noqa: E402
+                        diffusion_loss, vae_loss)
 
 
 def make_step(name, batch):
@@ -42,6 +44,17 @@ def make_step(name, batch):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         return vae_step
+    if name == "diffusion":
+        model = DiffusionUNet(1)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        images, alpha_bar = torch.rand(batch, 1, 28, 28) * 2 - 1, ddpm_alpha_bar()
+
+        def diffusion_step():
+            t = torch.randint(0, 1000, (batch,))
+            diffusion_loss(model, alpha_bar, images, torch.randn_like(images), t).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return diffusion_step
     if name == "seq2seq":
         model = Seq2SeqTransformer()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
@@ -91,13 +104,14 @@ def make_step(name, batch):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 timed steps instead of 20")
-    parser.add_argument("--only", default="", help="only this model (mlp, lenet, resnet, vit, makemore, vae, dcgan, seq2seq)")
+    parser.add_argument("--only", default="",
+                        help="only this model (mlp, lenet, resnet, vit, makemore, vae, dcgan, diffusion, seq2seq)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--batch", type=int, default=128)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
-    for name in list(MODELS) + ["makemore", "vae", "dcgan", "seq2seq"]:
+    for name in list(MODELS) + ["makemore", "vae", "dcgan", "diffusion", "seq2seq"]:
         if args.only and name != args.only:
             continue
         step = make_step(name, args.batch)

@@ -17,6 +17,7 @@ augmentation, width, validation, data directory), so both sides train the same t
 The data order and the random draws are PyTorch's own (not halfgrad's): the two runs agree within noise.
 makemore: the same word list and filter, a split of the same sizes (PyTorch's own shuffle), the same contexts.
 vae: pixels / 255 in [0, 1], Adam, the negative ELBO of one draw of z per image (nats per image).
+diffusion: pixels / 127.5 - 1 in [-1, 1], DDPM's noise-prediction loss at one random step per image.
 gcn: the graph, its split and labels from `zoo --save-batches` (halfgrad draws the graph), Adam; also the same
 network on the features alone (self loops only: a 2-layer MLP), to show what the edges add.
 Prints one JSON line per epoch (validation accuracy or loss) and a final one (test accuracy or loss, seconds).
@@ -41,7 +42,8 @@ except ImportError:
     sys.exit("pytorch_zoo_train.py: cannot import torch; install Debian's python3-torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo_models import GCN, MODELS, VAE, char_mlp, gcn_edge_weights, load_safetensors, vae_loss  # noqa: E402
+from zoo_models import (GCN, MODELS, VAE, DiffusionUNet, char_mlp, ddpm_alpha_bar, diffusion_loss,  # noqa: E402
+                        gcn_edge_weights, load_safetensors, vae_loss)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MEAN, STD = 0.2860, 0.3530
@@ -137,6 +139,8 @@ def main():
         return train_makemore(config)
     if args.model == "vae":
         return train_vae(config)
+    if args.model == "diffusion":
+        return train_diffusion(config)
     if args.model == "gcn":
         return train_gcn(config, args.zoo, zoo_flags)
     train_images, train_labels = read_idx(config["data"], "train-images-idx3-ubyte"), read_idx(
@@ -186,6 +190,24 @@ def train_vae(config):
         lambda: {"val_negative_elbo": negative_elbo(pixels[kept:])},
         lambda: {"test_negative_elbo": negative_elbo(test_pixels)},
         loss_of=lambda x: vae_loss(*model(x, torch.randn(len(x), 20)), x))
+
+
+def train_diffusion(config):
+    """The DDPM's recipe (samples/zoo/diffusion_model.h): validation and test noise-prediction loss."""
+    pixels = read_idx(config["data"], "train-images-idx3-ubyte").float().unsqueeze(1) / 127.5 - 1.0
+    test_pixels = read_idx(config["data"], "t10k-images-idx3-ubyte").float().unsqueeze(1) / 127.5 - 1.0
+    kept = len(pixels) - config["validation"]
+    model, alpha_bar = DiffusionUNet(1, config["width"]), ddpm_alpha_bar()
+
+    def loss_of(x):
+        return diffusion_loss(model, alpha_bar, x, torch.randn_like(x), torch.randint(0, len(alpha_bar), (len(x),)))
+
+    def held_out(images):
+        with torch.no_grad():
+            return sum(loss_of(x).item() * len(x) for x in images.split(500)) / len(images)
+
+    fit(model, config, torch.zeros(kept), lambda: pixels[:kept], lambda: {"val_loss": held_out(pixels[kept:])},
+        lambda: {"test_loss": held_out(test_pixels)}, loss_of=loss_of)
 
 
 def train_gcn(config, zoo, zoo_flags):

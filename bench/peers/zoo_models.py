@@ -2,10 +2,12 @@
 state dict halfgrad writes (zoo --save-init) loads key for key. Tooling only: used by
 scripts/make-torch-zoo-vectors and bench/peers/pytorch_zoo.py; halfgrad never imports it."""
 import json
+import math
 import struct
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 
 def mlp(c, h, w, classes, width=0):
@@ -125,6 +127,80 @@ class DCGAN(nn.Module):
         self.discriminator = nn.Sequential(
             nn.Conv2d(c, width, 4, 2, 1), nn.LeakyReLU(0.2), nn.Conv2d(width, 2 * width, 4, 2, 1, bias=False),
             nn.BatchNorm2d(2 * width), nn.LeakyReLU(0.2), nn.Flatten(), nn.Linear(2 * width * h4 * w4, 1))
+
+
+def timestep_embedding(t, dim):
+    """The sinusoidal embedding of diffusion steps t [B]: [sin(t f), cos(t f)], f_i = 10000^(-i / (dim / 2))."""
+    half = dim // 2
+    frequencies = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64) / half).float()
+    angles = t.float()[:, None] * frequencies[None]
+    return torch.cat([torch.sin(angles), torch.cos(angles)], 1)
+
+
+def group_norm(channels):
+    return nn.GroupNorm(math.gcd(8, channels), channels)
+
+
+class ResBlock(nn.Module):
+    def __init__(self, cin, cout, time_dim):
+        super().__init__()
+        self.norm1 = group_norm(cin)
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.time_proj = nn.Linear(time_dim, cout)
+        self.norm2 = group_norm(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else None
+
+    def forward(self, x, temb):
+        h = self.conv1(F.silu(self.norm1(x))) + self.time_proj(F.silu(temb))[:, :, None, None]
+        h = self.conv2(F.silu(self.norm2(h)))
+        return h + (self.skip(x) if self.skip is not None else x)
+
+
+class DiffusionUNet(nn.Module):
+    """The zoo's DDPM U-Net (samples/zoo/diffusion_model.h); forward takes x_t and the steps t."""
+
+    def __init__(self, c, width=0):
+        super().__init__()
+        w = self.width = width or 16
+        self.time_mlp = nn.Sequential(nn.Linear(w, 4 * w), nn.SiLU(), nn.Linear(4 * w, 4 * w))
+        self.conv_in = nn.Conv2d(c, w, 3, padding=1)
+        self.down1 = ResBlock(w, w, 4 * w)
+        self.downsample1 = nn.Conv2d(w, w, 3, 2, 1)
+        self.down2 = ResBlock(w, 2 * w, 4 * w)
+        self.downsample2 = nn.Conv2d(2 * w, 2 * w, 3, 2, 1)
+        self.mid = ResBlock(2 * w, 2 * w, 4 * w)
+        self.upsample2 = nn.Sequential(nn.Upsample(scale_factor=2.0), nn.Conv2d(2 * w, 2 * w, 3, padding=1))
+        self.up2 = ResBlock(4 * w, 2 * w, 4 * w)
+        self.upsample1 = nn.Sequential(nn.Upsample(scale_factor=2.0), nn.Conv2d(2 * w, w, 3, padding=1))
+        self.up1 = ResBlock(2 * w, w, 4 * w)
+        self.norm_out = group_norm(w)
+        self.conv_out = nn.Conv2d(w, c, 3, padding=1)
+
+    def forward(self, x, t):
+        temb = self.time_mlp(timestep_embedding(t, self.width))
+        h1 = self.down1(self.conv_in(x), temb)
+        h2 = self.down2(self.downsample1(h1), temb)
+        h = self.mid(self.downsample2(h2), temb)
+        h = self.up2(torch.cat([self.upsample2(h), h2], 1), temb)
+        h = self.up1(torch.cat([self.upsample1(h), h1], 1), temb)
+        return self.conv_out(F.silu(self.norm_out(h)))
+
+
+def ddpm_alpha_bar(steps=1000, beta_first=1e-4, beta_last=0.02):
+    """abar_t = prod_{s <= t} (1 - beta_s), betas linear (Ho et al.), in float64 as halfgrad computes them."""
+    out, product = [], 1.0
+    for i in range(steps):
+        product *= 1.0 - (beta_first + (beta_last - beta_first) * i / (steps - 1))
+        out.append(product)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def diffusion_loss(model, alpha_bar, x0, noise, t):
+    """DDPM's simplified loss: the MSE between the noise and its prediction from x_t."""
+    signal = alpha_bar[t].sqrt().float()[:, None, None, None]
+    spread = (1.0 - alpha_bar[t]).sqrt().float()[:, None, None, None]
+    return F.mse_loss(model(x0 * signal + noise * spread, t), noise)
 
 
 class Seq2SeqTransformer(nn.Module):

@@ -38,11 +38,8 @@ std::optional<ShardTokenizer> tokenizer_for(const ZooConfig& c, uint64_t vocab) 
 
 double validation_loss(LstmLanguageModel& model, const ValidationSet& set, const Device& device) {
   double loss = 0.0;
-  for (const auto& [ids, targets] : set.batches) {
-    const Tensor logits = model.forward(ids.to(device));
-    loss += cross_entropy(logits.reshape({-1, logits.size(2)}), targets.to(device).reshape({-1})).item() /
-            double(set.batches.size());
-  }
+  for (const auto& [ids, targets] : set.batches)
+    loss += model.next_token_loss(ids.to(device), targets.to(device)).item() / double(set.batches.size());
   return loss;
 }
 
@@ -105,8 +102,7 @@ int train_char_lstm(const ZooConfig& c) {
       *model, *optimizer, loader,
       [&](const data::Batch& b) {
         recorder.record(b);
-        const Tensor logits = model->forward(b[0]);
-        return cross_entropy(logits.reshape({-1, logits.size(2)}), b[1].reshape({-1}));
+        return model->next_token_loss(b[0], b[1]);
       },
       trainer_options(c, steps, per_epoch, "val_loss", train::StopMode::min));
   set_schedule(trainer, c, steps);

@@ -42,11 +42,6 @@ ImageSplits load_image_splits(const ZooConfig& c) {
           float(-data::kFashionMnistMean / data::kFashionMnistStd)};
 }
 
-// The first `limit` examples of `dataset` (0: all).
-int64_t evaluated_count(const data::Dataset& dataset, int64_t limit) {
-  return limit > 0 ? std::min(limit, dataset.size()) : dataset.size();
-}
-
 // Share of the first `count` examples of `dataset` that `model` classifies right; in eval mode and
 // without grad (the Trainer's evaluator runs so; the final test runs under the same guard).
 double accuracy(nn::UnaryModule& model, const data::Dataset& dataset, int64_t count, const Device& device,
@@ -82,7 +77,7 @@ int train_image_classifier(const ZooConfig& c) {
   data::DataLoader loader(train_set, loader_options(c, run.threads.workers, device));
   const int64_t per_epoch = loader.batches_per_epoch();
   const int64_t steps = planned_steps(c, per_epoch);
-  const int64_t validated = evaluated_count(*splits.validation, c.eval_limit);
+  const int64_t validated = held_out_count(c, *splits.validation);
   BatchRecorder recorder(c.save_batches, {"image", "label"});
   train::Trainer trainer(
       *model, *optimizer, loader,
@@ -107,7 +102,7 @@ int train_image_classifier(const ZooConfig& c) {
       c.weight_decay, (long long)c.augment_pad, c.augment_flip.c_str(), run.threads.describe().c_str());
   trainer.fit();
 
-  const int64_t tested = evaluated_count(*splits.test, c.eval_limit);
+  const int64_t tested = held_out_count(c, *splits.test);
   NoGradGuard no_grad;
   model->eval();
   const double test = accuracy(*model, *splits.test, tested, device, dtype);

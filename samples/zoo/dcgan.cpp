@@ -78,11 +78,10 @@ int train_dcgan(const ZooConfig& c) {
   const DType dtype = run.dtype;
 
   // Pixels in [-1, 1], the generator's Tanh range.
-  const data::MnistSplits splits = app::or_usage_error(
-      kProgram, "--data " + c.data, [&] { return data::load_mnist_splits(c.data, c.validation, 0.5, 0.5); });
+  const GenerativeImages images = load_generative_images(c, 0.5, 0.5);
+  const data::MnistSplits& splits = images.splits;
   const data::MnistData& raw = splits.train->data();
-  const std::shared_ptr<const data::Dataset> train_set = training_images(c, splits.train, -1.0f);
-  check_batch_fits(c, train_set->size(), "images");
+  const std::shared_ptr<const data::Dataset>& train_set = images.train;
 
   const ImageModelSpec spec{1, raw.rows, raw.cols, 0, c.width};
   const auto gan = app::or_usage_error(kProgram, [&] { return std::make_shared<DCGAN>(spec); });
@@ -93,8 +92,7 @@ int train_dcgan(const ZooConfig& c) {
       run.dtype == DType::f16 ? train::parse_loss_scale("", run.dtype) : optim::LossScaler();
   data::DataLoader loader(train_set, loader_options(c, run.threads.workers, device));
   const int64_t per_epoch = loader.batches_per_epoch(), steps = planned_steps(c, per_epoch);
-  const int64_t judged =
-      c.eval_limit > 0 ? std::min(c.eval_limit, splits.validation->size()) : splits.validation->size();
+  const int64_t judged = held_out_count(c, *splits.validation);
   const Tensor fixed_noise = with_seeded_generator(kFixedNoiseSeed,
                                                    [&] {
                                                      return randn({64, gan->latent()});

@@ -12,4 +12,9 @@ LstmLanguageModel::LstmLanguageModel(int64_t vocab, int64_t width, int64_t layer
 
 Tensor LstmLanguageModel::forward(const Tensor& ids) { return (*head)(lstm->forward((*embed)(ids)).output); }
 
+Tensor LstmLanguageModel::next_token_loss(const Tensor& ids, const Tensor& targets) {
+  const Tensor logits = forward(ids);
+  return cross_entropy(logits.reshape({-1, logits.size(2)}).to(DType::f32), targets.reshape({-1}));
+}
+
 }  // namespace hg::samples::zoo

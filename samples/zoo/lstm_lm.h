@@ -16,6 +16,9 @@ class LstmLanguageModel : public nn::Module {
  public:
   LstmLanguageModel(int64_t vocab, int64_t width, int64_t layers = 2);  // width 0: 256
   Tensor forward(const Tensor& ids);
+  // The mean cross-entropy of predicting `targets` [B, T] from `ids` [B, T] (both on the model's device),
+  // in f32 whatever the model's dtype (a bf16 mean keeps 3 digits).
+  Tensor next_token_loss(const Tensor& ids, const Tensor& targets);
   std::shared_ptr<nn::Embedding> embed;
   std::shared_ptr<nn::LSTM> lstm;
   std::shared_ptr<nn::Linear> head;

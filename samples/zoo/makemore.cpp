@@ -71,9 +71,6 @@ int train_makemore(const ZooConfig& c) {
   const std::unique_ptr<optim::LocalOptimizer> optimizer = prepare_model(*model, c, run);
   data::DataLoader loader(train_set, loader_options(c, run.threads.workers, device));
   const int64_t per_epoch = loader.batches_per_epoch(), steps = planned_steps(c, per_epoch);
-  const auto limited = [&](const data::Dataset& set) {
-    return c.eval_limit > 0 ? std::min(c.eval_limit, set.size()) : set.size();
-  };
   BatchRecorder recorder(c.save_batches, {"context", "target"});
   train::Trainer trainer(
       *model, *optimizer, loader,
@@ -85,10 +82,10 @@ int train_makemore(const ZooConfig& c) {
   set_schedule(trainer, c, steps);
   set_loss_scale(trainer, run);
   trainer.evaluator([&] {
-    const double loss = mean_loss(*model, validation_set, limited(validation_set), device);
+    const double loss = mean_loss(*model, validation_set, held_out_count(c, validation_set), device);
     char text[96];
     std::snprintf(text, sizeof text, "validation loss %.4f nats/char (%lld characters)", loss,
-                  (long long)limited(validation_set));
+                  (long long)held_out_count(c, validation_set));
     return train::Evaluation{loss, text};
   });
 
@@ -103,7 +100,7 @@ int train_makemore(const ZooConfig& c) {
 
   NoGradGuard no_grad;
   model->eval();
-  const int64_t tested = limited(test_set);
+  const int64_t tested = held_out_count(c, test_set);
   std::printf("test loss %.4f nats/char (%lld characters)\n", mean_loss(*model, test_set, tested, device),
               (long long)tested);
   std::printf("sampled words:");

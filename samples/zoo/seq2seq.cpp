@@ -101,7 +101,7 @@ int train_seq2seq(const ZooConfig& c) {
   const std::unique_ptr<optim::LocalOptimizer> optimizer = prepare_model(*model, c, run);
   data::DataLoader loader(train_set, loader_options(c, run.threads.workers, device));
   const int64_t per_epoch = loader.batches_per_epoch(), steps = planned_steps(c, per_epoch);
-  const int64_t validated = c.eval_limit > 0 ? std::min(c.eval_limit, validation_set.size()) : validation_set.size();
+  const int64_t validated = held_out_count(c, validation_set);
   BatchRecorder recorder(c.save_batches, {"source", "decoder_input", "target"});
   train::Trainer trainer(
       *model, *optimizer, loader,
@@ -130,7 +130,7 @@ int train_seq2seq(const ZooConfig& c) {
 
   NoGradGuard no_grad;
   model->eval();
-  const int64_t tested = c.eval_limit > 0 ? std::min(c.eval_limit, test_set.size()) : test_set.size();
+  const int64_t tested = held_out_count(c, test_set);
   std::printf(
       "%s\n",
       share_text("test", "exact match", exact_match(*model, test_set, tested, device), tested, "numbers").c_str());

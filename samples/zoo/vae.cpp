@@ -72,19 +72,15 @@ int train_vae(const ZooConfig& c) {
   const DType dtype = run.dtype;
 
   // Pixels in [0, 1]: the decoder's Bernoulli means.
-  const data::MnistSplits splits = app::or_usage_error(
-      kProgram, "--data " + c.data, [&] { return data::load_mnist_splits(c.data, c.validation, 0.0, 1.0); });
+  const GenerativeImages images = load_generative_images(c, 0.0, 1.0);
+  const data::MnistSplits& splits = images.splits;
   const data::MnistData& raw = splits.train->data();
-  const std::shared_ptr<const data::Dataset> train_set = training_images(c, splits.train, 0.0f);
-  check_batch_fits(c, train_set->size(), "images");
+  const std::shared_ptr<const data::Dataset>& train_set = images.train;
 
   const auto model = std::make_shared<VAE>(ImageModelSpec{1, raw.rows, raw.cols, 0, c.width});
   const std::unique_ptr<optim::LocalOptimizer> optimizer = prepare_model(*model, c, run);
   data::DataLoader loader(train_set, loader_options(c, run.threads.workers, device));
   const int64_t per_epoch = loader.batches_per_epoch(), steps = planned_steps(c, per_epoch);
-  const auto limited = [&](const data::Dataset& set) {
-    return c.eval_limit > 0 ? std::min(c.eval_limit, set.size()) : set.size();
-  };
   BatchRecorder recorder(c.save_batches, {"image", "label", "noise"});
   train::Trainer trainer(
       *model, *optimizer, loader,
@@ -97,7 +93,7 @@ int train_vae(const ZooConfig& c) {
   set_schedule(trainer, c, steps);
   set_loss_scale(trainer, run);
   trainer.evaluator([&] {
-    const int64_t n = limited(*splits.validation);
+    const int64_t n = held_out_count(c, *splits.validation);
     const double loss = negative_elbo(*model, *splits.validation, n, device, dtype);
     return train::Evaluation{loss, elbo_text("validation", loss, n)};
   });
@@ -113,7 +109,7 @@ int train_vae(const ZooConfig& c) {
 
   NoGradGuard no_grad;
   model->eval();
-  const int64_t tested = limited(*splits.test);
+  const int64_t tested = held_out_count(c, *splits.test);
   std::printf("%s\n", elbo_text("test", negative_elbo(*model, *splits.test, tested, device, dtype), tested).c_str());
   if (!c.images.empty()) save_vae_grids(*model, *splits.test, c.images, device, dtype);
   if (!c.save.empty()) trainer.save_model(c.save);

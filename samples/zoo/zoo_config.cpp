@@ -50,8 +50,9 @@ void check_settings(const ZooConfig& c) {
     app::exit_with_usage_error(kProgram, "no --model; expected one of " + model_list() + " (zoo --help)");
   if (std::find(models.begin(), models.end(), c.model) == models.end())
     app::exit_with_usage_error(kProgram, "unknown --model \"" + c.model + "\"; expected " + model_list());
-  if (!c.images.empty() && c.model != "vae" && c.model != "dcgan")
-    app::exit_with_usage_error(kProgram, "--images is for the generative models; expected --model vae or dcgan");
+  if (!c.images.empty() && c.model != "vae" && c.model != "dcgan" && c.model != "diffusion")
+    app::exit_with_usage_error(kProgram,
+                               "--images is for the generative models; expected --model vae, dcgan or diffusion");
   app::checked_device(kProgram, c.device);
   app::or_usage_error(kProgram, [&] { return train::parse_precision(c.precision); });
   if (c.checkpoint_dir.empty() && c.resume)
@@ -74,7 +75,7 @@ void check_recipe_settings(const ZooConfig& c) {
     if (set) app::exit_with_usage_error(kProgram, flag + " is not used by " + c.model + ": " + why);
   };
   refuse(c.model == "dcgan" && c.warmup > 0, "--warmup", "it trains at a constant rate (Radford et al.)");
-  refuse((c.model == "gcn" || c.model == "char-lstm") && c.train_limit > 0, "--train-limit",
+  refuse((c.model == "gcn" || c.model == "char-lstm" || c.model == "word-lstm") && c.train_limit > 0, "--train-limit",
          c.model == "gcn" ? "its labelled nodes are 20 per community" : "its budget is --steps of --batch windows");
   refuse((c.model == "gcn" || c.model == "char-lstm") && c.eval_limit > 0, "--eval-limit",
          c.model == "gcn" ? "--validation sets the validation nodes" : "it validates on train_gpt's 8 batches");

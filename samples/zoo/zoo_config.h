@@ -18,13 +18,14 @@ struct ZooConfig {
                    "(docs/zoo.md)."};
   std::string& model = flags.add_string(
       "model", "",
-      "the model: mlp, lenet, resnet, vit, vae or dcgan (Fashion-MNIST), makemore (English words), seq2seq "
-      "(numbers to words), gcn (a generated graph), char-lstm (make train-text's corpus)");
+      "the model: mlp, lenet, resnet, vit, vae, dcgan or diffusion (Fashion-MNIST), makemore (English words), seq2seq "
+      "(numbers to words), gcn (a generated graph), char-lstm and word-lstm (make train-text's corpus)");
   std::string& data = flags.add_string(
       "data", "",
       "the images' directory of four MNIST-format files (default: Debian's dataset-fashion-mnist) or a CIFAR-10 "
       "binary one; makemore's word list (default: /usr/share/dict/words, Debian's wamerican); char-lstm's token "
-      "shards or text file (default: make train-text's build/text/v4096/shard_000000.bin)");
+      "shards or text file (default: make train-text's build/text/v4096/shard_000000.bin); word-lstm's text file "
+      "(default: make train-text's build/text/corpus.txt)");
   std::string& device = flags.add_string("device", "cpu", "device to train on: cpu, cuda or cuda:N");
   std::string& precision = flags.add_string("precision", "fp32", "compute dtype of the model: fp32, bf16 or fp16");
   int64_t& epochs = flags.add_int("epochs", 0, "passes over the training split (0: the model's recipe)", 0);
@@ -76,7 +77,7 @@ struct ZooConfig {
       "tokenizer", "",
       "char-lstm: the tokenizer.json of --data's shards, for bits per byte (default: the one beside them)");
   std::string& images = flags.add_string(
-      "images", "", "vae, dcgan: write PNG grids of samples (vae: and reconstructions) into this directory");
+      "images", "", "vae, dcgan, diffusion: write PNG grids of samples (vae: and reconstructions) into this directory");
   std::string& save_init = flags.add_string(
       "save-init", "", "save the initial weights to this safetensors file (for the PyTorch side by side)");
   std::string& save_batches = flags.add_string(

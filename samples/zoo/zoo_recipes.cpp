@@ -5,8 +5,8 @@
 namespace hg::samples::zoo {
 
 const std::vector<std::string>& zoo_model_names() {
-  static const std::vector<std::string> names{"mlp",   "lenet",    "resnet",  "vit", "vae",
-                                              "dcgan", "makemore", "seq2seq", "gcn", "char-lstm"};
+  static const std::vector<std::string> names{"mlp",       "lenet",    "resnet",  "vit", "vae",       "dcgan",
+                                              "diffusion", "makemore", "seq2seq", "gcn", "char-lstm", "word-lstm"};
   return names;
 }
 
@@ -44,6 +44,11 @@ Recipe recipe_for(const std::string& name) {
     r.warmup = 0;
     return r;
   }
+  if (name == "diffusion") {  // AdamW without decay is Ho et al.'s Adam; this tiny U-Net takes 1e-3, not 2e-4
+    r.epochs = 10;
+    r.weight_decay = 0.0;
+    return r;
+  }
   if (name == "makemore") {  // Debian's wamerican; ~500k characters an epoch
     r.data = "/usr/share/dict/words";
     r.epochs = 5;
@@ -71,6 +76,14 @@ Recipe recipe_for(const std::string& name) {
     r.steps = 600;
     r.batch = 16;
     r.lr = 1e-2;  // 2.106 bits per byte after 600 steps; the GPT's 3e-3 gave the LSTM 2.141
+    r.warmup = 50;
+    return r;
+  }
+  if (name == "word-lstm") {  // make train-text's corpus as words: 90% of its lines, windows of 35 words
+    r.data = "build/text/corpus.txt";
+    r.steps = 1000;
+    r.batch = 20;  // PyTorch's examples/word_language_model
+    r.lr = 3e-3;
     r.warmup = 50;
     return r;
   }

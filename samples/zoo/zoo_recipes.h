@@ -18,7 +18,8 @@ struct Recipe {
   int64_t validation = 5000;  // held-out examples (images, words, numbers, nodes)
 };
 
-// "mlp", "lenet", "resnet", "vit", "vae", "dcgan", "makemore", "seq2seq", "gcn", "char-lstm".
+// "mlp", "lenet", "resnet", "vit", "vae", "dcgan", "diffusion", "makemore", "seq2seq", "gcn", "char-lstm",
+// "word-lstm".
 const std::vector<std::string>& zoo_model_names();
 // The recipe of model `name` (one of zoo_model_names()).
 Recipe recipe_for(const std::string& name);

@@ -41,6 +41,19 @@ std::shared_ptr<const data::Dataset> training_images(const ZooConfig& c, std::sh
   return images;
 }
 
+GenerativeImages load_generative_images(const ZooConfig& c, double mean, double std) {
+  GenerativeImages images{app::or_usage_error(kProgram, "--data " + c.data,
+                                              [&] { return data::load_mnist_splits(c.data, c.validation, mean, std); }),
+                          nullptr};
+  images.train = training_images(c, images.splits.train, float(-mean / std));
+  check_batch_fits(c, images.train->size(), "images");
+  return images;
+}
+
+int64_t held_out_count(const ZooConfig& c, const data::Dataset& split) {
+  return c.eval_limit > 0 ? std::min(c.eval_limit, split.size()) : split.size();
+}
+
 void place_model(nn::Module& model, const ZooConfig& c, const RunSetup& run) {
   if (!c.save_init.empty()) safetensors::save(c.save_init, model.state_dict());
   model.to(run.dtype);
@@ -89,10 +102,12 @@ int64_t planned_steps(const ZooConfig& c, int64_t per_epoch) {
 namespace {
 
 // Every `per_epoch` steps, but at most `most` times a run of `steps` (gcn's epoch is one step), and `fewest`
-// times a run shorter than an epoch (char-lstm's).
+// times a run shorter than an epoch (char-lstm's). Rounded up, so the last lands on the run's last step
+// (1,000 steps: 334, 668, 1000, not 333, 666, 999 and the end's own evaluation at 1000).
 int64_t every(int64_t per_epoch, int64_t steps, int64_t most, int64_t fewest) {
-  if (per_epoch >= steps) return std::max<int64_t>(steps / fewest, 1);
-  return std::max({per_epoch, steps / most, int64_t(1)});
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  if (per_epoch >= steps) return std::max<int64_t>(ceil_div(steps, fewest), 1);
+  return std::max({per_epoch, ceil_div(steps, most), int64_t(1)});
 }
 
 }  // namespace

@@ -34,6 +34,18 @@ void check_batch_fits(const ZooConfig& c, int64_t examples, const char* what);
 std::shared_ptr<const data::Dataset> training_images(const ZooConfig& c, std::shared_ptr<const data::Dataset> train,
                                                      float fill);
 
+// The generative models' images: --data's MNIST-format splits with each pixel p as (p / 255 - mean) / std,
+// and their training images (training_images, crops padded with black), checked against --batch. A data
+// error is a usage error naming --data.
+struct GenerativeImages {
+  data::MnistSplits splits;
+  std::shared_ptr<const data::Dataset> train;
+};
+GenerativeImages load_generative_images(const ZooConfig& c, double mean, double std);
+
+// How many of a held-out split's examples an evaluation reads: the first --eval-limit (0: all).
+int64_t held_out_count(const ZooConfig& c, const data::Dataset& split);
+
 // --save-init's file, then the model in the run's dtype on its device.
 void place_model(nn::Module& model, const ZooConfig& c, const RunSetup& run);
 // place_model, then the optimizer of all its parameters (--optimizer, --lr, --weight-decay).

@@ -12,7 +12,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 cd "$root" || fail "cannot enter $root"
 models=$(awk '$1 == "args" { print $2 }' "$vectors")
-[[ $(wc -w <<<"$models") -eq 10 ]] || fail "expected 10 models in $vectors, found: $models"
+[[ $(wc -w <<<"$models") -eq 12 ]] || fail "expected 12 models in $vectors, found: $models"
 for model in $models; do
   read -r -a args <<<"$(awk -v m="$model" '$1 == "args" && $2 == m { $1 = ""; $2 = ""; print }' "$vectors")"
   out=$("$bin" --model "$model" "${args[@]}" --metrics-log "$work/$model.jsonl") \

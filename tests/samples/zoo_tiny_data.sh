@@ -1,4 +1,4 @@
-# Sourced by the zoo's scripts (check_zoo.sh, check_zoo_cuda.sh):
+# Sourced by the zoo's scripts (check_zoo.sh, check_zoo_cuda.sh); make_tiny_chains is at the end:
 #   make_tiny_mnist DIR SEED   writes the four MNIST-format files of a tiny 4-class problem into DIR:
 #                              8x8 u8 images whose class k has a bright row 2k over dim random noise,
 #                              64 training images (the images file gzip-compressed, as Debian ships
@@ -61,4 +61,17 @@ make_tiny_cifar() {
       for (r = 0; r < 8; ++r) { printf "%c", r % 4; for (b = 0; b < 3072; ++b) printf "%c", 1 + int(rand() * 255) }
     }' >"$dir/$file.bin"
   done
+}
+
+#   make_tiny_chains FILE SEED  writes 400 lines of four words: a random one of the eight syllables and the
+#                              three that follow it in a fixed cycle (ba co di ma ne ro su ti ba ...), so a
+#                              language model can learn all but each line's first word
+make_tiny_chains() {
+  local syllables=(ba co di ma ne ro su ti) i j k line
+  RANDOM=$2
+  for ((i = 0; i < 400; ++i)); do
+    k=$((RANDOM % 8)) line=""
+    for ((j = 0; j < 4; ++j)); do line+="${syllables[$(((k + j) % 8))]} "; done
+    echo "$line"
+  done >"$1"
 }
