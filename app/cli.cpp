@@ -20,8 +20,8 @@ Flags::Flags(std::string program, std::string description)
 namespace {
 // --help, --config and --print-config belong to Flags; a name is declared once.
 void check_new_name(const std::string& program, const std::string& name, bool taken) {
-  HG_CHECK(!name.empty() && name != "help" && name != "config" && name != "print-config" && !taken, "[Flags] ",
-           program, " declares the flag '", name, "' twice or one of Flags' own (help, config, print-config)");
+  HG_CHECK(!name.empty() && name != "help" && name != "config" && name != "print-config" && !taken, "[Flags] ", program,
+           " declares the flag '", name, "' twice or one of Flags' own (help, config, print-config)");
 }
 }  // namespace
 
@@ -102,11 +102,16 @@ size_t utf8_error_offset(const std::string& text) {
     const unsigned lead = bytes[i];
     size_t length = 0;
     uint32_t code = 0, least = 0;
-    if (lead < 0x80) length = 1, code = lead;
-    else if ((lead & 0xE0) == 0xC0) length = 2, code = lead & 0x1F, least = 0x80;
-    else if ((lead & 0xF0) == 0xE0) length = 3, code = lead & 0x0F, least = 0x800;
-    else if ((lead & 0xF8) == 0xF0) length = 4, code = lead & 0x07, least = 0x10000;
-    else return i;  // a continuation byte or 0xF8..0xFF where a character starts
+    if (lead < 0x80)
+      length = 1, code = lead;
+    else if ((lead & 0xE0) == 0xC0)
+      length = 2, code = lead & 0x1F, least = 0x80;
+    else if ((lead & 0xF0) == 0xE0)
+      length = 3, code = lead & 0x0F, least = 0x800;
+    else if ((lead & 0xF8) == 0xF0)
+      length = 4, code = lead & 0x07, least = 0x10000;
+    else
+      return i;  // a continuation byte or 0xF8..0xFF where a character starts
     if (i + length > n) return i;
     for (size_t k = 1; k < length; ++k) {
       if ((bytes[i + k] & 0xC0) != 0x80) return i;
@@ -261,8 +266,8 @@ void Flags::parse(int argc, char** argv) {
     check_readable_file(program_, "config", config_path, /*allow_pipe=*/true);
     std::FILE* file = std::fopen(config_path.c_str(), "rb");
     if (file == nullptr)
-      exit_with_usage_error(program_, "--config \"" + config_path + "\": " + std::strerror(errno) +
-                                          "; expected a readable file");
+      exit_with_usage_error(program_,
+                            "--config \"" + config_path + "\": " + std::strerror(errno) + "; expected a readable file");
     std::string text;
     char buffer[1 << 16];
     size_t got = 0;
@@ -305,6 +310,9 @@ int guarded_main(const std::string& program, const std::function<int()>& body) {
     return body();
   } catch (const UsageExit& e) {  // only while a ThrowUsageExits guard is alive
     throw;
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+    return 2;
   } catch (const Error& e) {
     std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
     return 1;

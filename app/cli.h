@@ -188,7 +188,8 @@ auto or_usage_error(const std::string& program, Fn&& fn) -> decltype(fn()) {
 // nothing escapes it: an exception becomes one line "<program>: error: <message>" on stderr and a
 // non-zero exit -- never an abort (std::terminate) and never a second line from the runtime.
 // Exit codes: what `body` returns; 2 for usage errors (exit_with_usage_error, or_usage_error: wrap
-// every read of a file the user named in or_usage_error, so bad input is 2); 1 for any other error
+// every read of a file the user named in or_usage_error, so bad input is 2) and for an hg::InputError
+// (bad input no flag names: a distributed launch's environment, kernels/error.h); 1 for any other error
 // (an hg::Error while training, e.g. out of device memory; std::bad_alloc: "out of host memory"; any
 // other std::exception: its what()).
 int guarded_main(const std::string& program, const std::function<int()>& body);

@@ -1,9 +1,9 @@
 // The TCP host transport: what RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT processes (torchrun-style,
 // no MPI) use for CPU buffers and for the NCCL unique id.
 //
-// A star through rank 0. Rank 0 listens on MASTER_PORT and accepts one connection from every other
-// rank (the rendezvous; each says hello with its rank and world size). A collective is: every other
-// rank sends rank 0 a header (op, sequence number, bytes) and its data; rank 0 checks that all ranks
+// A star through rank 0. Rank 0 admits one connection from every other rank (the rendezvous,
+// dist/rendezvous.h: its own interface only, a handshake per connection, the job secret). A collective
+// is: every other rank sends rank 0 a header (op, sequence number, bytes) and its data; rank 0 checks that all ranks
 // called the same collective, combines the data in rank order (so the result is deterministic and the
 // same bits on every rank), and sends each rank its result. Traffic at rank 0 is O(world x bytes):
 // fine for the CPU training this serves (a few ranks on one machine), not a replacement for NCCL.
@@ -11,13 +11,7 @@
 // Failures: every socket wait has the collective's deadline (the communicator's timeout); a peer
 // whose connection closes (the process died) is reported by rank; a mismatched call is reported with
 // both calls; after a failure the sockets are closed, so every other rank sees the failure at once.
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -25,29 +19,34 @@
 #include <exception>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 
+#include "dist/rendezvous.h"
+#include "dist/socket.h"
 #include "dist/transport.h"
 #include "kernels/error.h"
 
 namespace hg::dist {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SocketClock;
 
 constexpr uint32_t kMagic = 0x48474454;  // "HGDT"
 
-enum class TcpOp : uint32_t { hello = 1, all_reduce, reduce_scatter, all_gather, broadcast, barrier };
+enum class TcpOp : uint32_t { all_reduce = 2, reduce_scatter, all_gather, broadcast, barrier };
 
 const char* tcp_op_name(uint32_t op) {
   switch (TcpOp(op)) {
-    case TcpOp::hello: return "hello";
-    case TcpOp::all_reduce: return "all_reduce";
-    case TcpOp::reduce_scatter: return "reduce_scatter";
-    case TcpOp::all_gather: return "all_gather";
-    case TcpOp::broadcast: return "broadcast";
-    case TcpOp::barrier: return "barrier";
+    case TcpOp::all_reduce:
+      return "all_reduce";
+    case TcpOp::reduce_scatter:
+      return "reduce_scatter";
+    case TcpOp::all_gather:
+      return "all_gather";
+    case TcpOp::broadcast:
+      return "broadcast";
+    case TcpOp::barrier:
+      return "barrier";
   }
   return "?";
 }
@@ -57,66 +56,8 @@ struct Header {
   uint32_t op = 0;
   uint64_t sequence = 0;
   uint64_t nbytes = 0;  // what this rank sends after the header
-  uint64_t detail = 0;  // hello: world size; broadcast: root; reductions: dtype and op
+  uint64_t detail = 0;  // broadcast: root; reductions: dtype and op
 };
-
-class Socket {
- public:
-  Socket() = default;
-  explicit Socket(int fd) : fd_(fd) {}
-  Socket(Socket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Socket& operator=(Socket&& other) noexcept {
-    close();
-    fd_ = std::exchange(other.fd_, -1);
-    return *this;
-  }
-  ~Socket() { close(); }
-  void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
-void wait_ready(int fd, short events, Clock::time_point deadline, const std::string& peer) {
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    HG_CHECK(left > 0, "[dist] tcp: timed out waiting for ", peer);
-    pollfd p{fd, events, 0};
-    const int ready = ::poll(&p, 1, int(std::min<int64_t>(left, 1000)));
-    if (ready > 0) return;
-    HG_CHECK(ready == 0 || errno == EINTR, "[dist] tcp: poll on the connection to ", peer, " failed: ",
-             std::strerror(errno));
-  }
-}
-
-void send_all(int fd, const void* data, size_t nbytes, Clock::time_point deadline, const std::string& peer) {
-  const char* p = static_cast<const char*>(data);
-  while (nbytes > 0) {
-    wait_ready(fd, POLLOUT, deadline, peer);
-    const ssize_t sent = ::send(fd, p, nbytes, MSG_NOSIGNAL);
-    if (sent < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    HG_CHECK(sent > 0, "[dist] tcp: ", peer, " closed its connection (the process exited or was killed): ",
-             std::strerror(errno));
-    p += sent;
-    nbytes -= size_t(sent);
-  }
-}
-
-void recv_all(int fd, void* data, size_t nbytes, Clock::time_point deadline, const std::string& peer) {
-  char* p = static_cast<char*>(data);
-  while (nbytes > 0) {
-    wait_ready(fd, POLLIN, deadline, peer);
-    const ssize_t got = ::recv(fd, p, nbytes, 0);
-    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    HG_CHECK(got > 0, "[dist] tcp: ", peer, " closed its connection (the process exited or was killed)");
-    p += got;
-    nbytes -= size_t(got);
-  }
-}
 
 // memmove that accepts empty ranges with null pointers (an empty std::vector's data()).
 void copy_bytes(void* dst, const void* src, size_t nbytes) {
@@ -134,11 +75,16 @@ void reduce_into(T* acc, const T* x, int64_t n, ReduceOp op) {
 
 void reduce_into(void* acc, const void* x, int64_t n, DType dtype, ReduceOp op) {
   switch (dtype) {
-    case DType::f32: return reduce_into(static_cast<float*>(acc), static_cast<const float*>(x), n, op);
-    case DType::f64: return reduce_into(static_cast<double*>(acc), static_cast<const double*>(x), n, op);
-    case DType::i32: return reduce_into(static_cast<int32_t*>(acc), static_cast<const int32_t*>(x), n, op);
-    case DType::i64: return reduce_into(static_cast<int64_t*>(acc), static_cast<const int64_t*>(x), n, op);
-    default: HG_FAIL("[dist] tcp: cannot reduce ", dtype_name(dtype), " (halves are widened to f32 first)");
+    case DType::f32:
+      return reduce_into(static_cast<float*>(acc), static_cast<const float*>(x), n, op);
+    case DType::f64:
+      return reduce_into(static_cast<double*>(acc), static_cast<const double*>(x), n, op);
+    case DType::i32:
+      return reduce_into(static_cast<int32_t*>(acc), static_cast<const int32_t*>(x), n, op);
+    case DType::i64:
+      return reduce_into(static_cast<int64_t*>(acc), static_cast<const int64_t*>(x), n, op);
+    default:
+      HG_FAIL("[dist] tcp: cannot reduce ", dtype_name(dtype), " (halves are widened to f32 first)");
   }
 }
 
@@ -147,10 +93,11 @@ class TcpTransport final : public HostTransport {
   TcpTransport(const ProcessInfo& process, std::chrono::milliseconds timeout)
       : rank_(process.rank), world_(process.world_size), timeout_(timeout) {
     const auto deadline = Clock::now() + timeout_;
+    const RendezvousOptions options = rendezvous_options(process);
     if (rank_ == 0) {
-      listen_and_accept(process, deadline);
+      peers_ = admit_ranks(options, world_, deadline);
     } else {
-      connect_to_root(process, deadline);
+      peers_.push_back(join_rendezvous(options, rank_, world_, deadline));
     }
   }
 
@@ -159,10 +106,13 @@ class TcpTransport final : public HostTransport {
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
     const size_t nbytes = size_t(count) * dtype_size(dtype);
     const uint64_t detail = uint64_t(dtype) << 8 | uint64_t(op);
-    run(TcpOp::all_reduce, detail, data, nbytes, [&](std::vector<std::vector<char>>& from, auto deadline) {
-      for (int r = 1; r < world_; ++r) reduce_into(data, from[size_t(r)].data(), count, dtype, op);
-      for (int r = 1; r < world_; ++r) send_all(peers_[size_t(r)].fd(), data, nbytes, deadline, peer_name(r));
-    }, [&](auto deadline) { recv_all(root().fd(), data, nbytes, deadline, peer_name(0)); });
+    run(
+        TcpOp::all_reduce, detail, data, nbytes,
+        [&](std::vector<std::vector<char>>& from, auto deadline) {
+          for (int r = 1; r < world_; ++r) reduce_into(data, from[size_t(r)].data(), count, dtype, op);
+          for (int r = 1; r < world_; ++r) send_all(peers_[size_t(r)].fd(), data, nbytes, deadline, peer_name(r));
+        },
+        [&](auto deadline) { recv_all(root().fd(), data, nbytes, deadline, peer_name(0)); });
   }
 
   void reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
@@ -171,7 +121,8 @@ class TcpTransport final : public HostTransport {
     for (int64_t c : counts) total += c;
     const size_t element = dtype_size(dtype);
     const uint64_t detail = uint64_t(dtype) << 8 | uint64_t(op);
-    run(TcpOp::reduce_scatter, detail, send, size_t(total) * element,
+    run(
+        TcpOp::reduce_scatter, detail, send, size_t(total) * element,
         [&](std::vector<std::vector<char>>& from, auto deadline) {
           std::vector<char> acc(static_cast<const char*>(send), static_cast<const char*>(send) + total * element);
           for (int r = 1; r < world_; ++r) reduce_into(acc.data(), from[size_t(r)].data(), total, dtype, op);
@@ -196,7 +147,8 @@ class TcpTransport final : public HostTransport {
       offsets[r] = total;
       total += counts[r];
     }
-    run(TcpOp::all_gather, uint64_t(dtype), send, size_t(counts[size_t(rank_)]) * element,
+    run(
+        TcpOp::all_gather, uint64_t(dtype), send, size_t(counts[size_t(rank_)]) * element,
         [&](std::vector<std::vector<char>>& from, auto deadline) {
           char* out = static_cast<char*>(recv);
           copy_bytes(out, send, size_t(counts[0]) * element);
@@ -212,7 +164,8 @@ class TcpTransport final : public HostTransport {
   }
 
   void broadcast(void* data, size_t nbytes, int root_rank) override {
-    run(TcpOp::broadcast, uint64_t(root_rank), data, rank_ == root_rank ? nbytes : 0,
+    run(
+        TcpOp::broadcast, uint64_t(root_rank), data, rank_ == root_rank ? nbytes : 0,
         [&](std::vector<std::vector<char>>& from, auto deadline) {
           if (root_rank != 0) copy_bytes(data, from[size_t(root_rank)].data(), nbytes);
           for (int r = 1; r < world_; ++r)
@@ -225,9 +178,12 @@ class TcpTransport final : public HostTransport {
 
   void barrier() override {
     char token = 0;
-    run(TcpOp::barrier, 0, &token, 0, [&](std::vector<std::vector<char>>&, auto deadline) {
-      for (int r = 1; r < world_; ++r) send_all(peers_[size_t(r)].fd(), &token, 1, deadline, peer_name(r));
-    }, [&](auto deadline) { recv_all(root().fd(), &token, 1, deadline, peer_name(0)); });
+    run(
+        TcpOp::barrier, 0, &token, 0,
+        [&](std::vector<std::vector<char>>&, auto deadline) {
+          for (int r = 1; r < world_; ++r) send_all(peers_[size_t(r)].fd(), &token, 1, deadline, peer_name(r));
+        },
+        [&](auto deadline) { recv_all(root().fd(), &token, 1, deadline, peer_name(0)); });
   }
 
   void abort_job() noexcept override {
@@ -287,72 +243,8 @@ class TcpTransport final : public HostTransport {
     HG_CHECK(theirs.op == mine.op && theirs.sequence == mine.sequence && theirs.detail == mine.detail &&
                  (sizes_may_differ || theirs.nbytes == mine.nbytes),
              "[dist] tcp: mismatched collectives: rank 0 called ", tcp_op_name(mine.op), " #", mine.sequence, " (",
-             mine.nbytes, " bytes) but ", peer_name(r), " called ", tcp_op_name(theirs.op), " #", theirs.sequence,
-             " (", theirs.nbytes, " bytes); every rank must make the same collective calls in the same order");
-  }
-
-  void listen_and_accept(const ProcessInfo& process, Clock::time_point deadline) {
-    Socket listener(::socket(AF_INET, SOCK_STREAM, 0));
-    HG_CHECK(listener.fd() >= 0, "[dist] tcp: socket() failed: ", std::strerror(errno));
-    const int one = 1;
-    ::setsockopt(listener.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_ANY);
-    address.sin_port = htons(uint16_t(process.master_port));
-    HG_CHECK(::bind(listener.fd(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0,
-             "[dist] tcp: rank 0 cannot listen on MASTER_PORT=", process.master_port, ": ", std::strerror(errno));
-    HG_CHECK(::listen(listener.fd(), world_) == 0, "[dist] tcp: listen() failed: ", std::strerror(errno));
-    peers_.resize(size_t(world_));
-    for (int accepted = 1; accepted < world_; ++accepted) {
-      wait_ready(listener.fd(), POLLIN, deadline,
-                 "the rendezvous (" + std::to_string(accepted - 1) + " of " + std::to_string(world_ - 1) +
-                     " ranks connected to port " + std::to_string(process.master_port) + ")");
-      Socket peer(::accept(listener.fd(), nullptr, nullptr));
-      HG_CHECK(peer.fd() >= 0, "[dist] tcp: accept() failed: ", std::strerror(errno));
-      Header hello;
-      recv_all(peer.fd(), &hello, sizeof hello, deadline, "a connecting rank");
-      HG_CHECK(hello.magic == kMagic && hello.op == uint32_t(TcpOp::hello), "[dist] tcp: a connection to port ",
-               process.master_port, " is not a halfgrad rank");
-      const int r = int(hello.sequence);
-      HG_CHECK(int(hello.detail) == world_ && r > 0 && r < world_ && peers_[size_t(r)].fd() < 0,
-               "[dist] tcp: a process says it is rank ", r, " of ", hello.detail, " but rank 0 expects ranks 1..",
-               world_ - 1, " of ", world_, " once each");
-      ::setsockopt(peer.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      peers_[size_t(r)] = std::move(peer);
-    }
-  }
-
-  void connect_to_root(const ProcessInfo& process, Clock::time_point deadline) {
-    addrinfo hints{};
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    const std::string port = std::to_string(process.master_port);
-    const int status = ::getaddrinfo(process.master_addr.c_str(), port.c_str(), &hints, &found);
-    HG_CHECK(status == 0 && found, "[dist] tcp: cannot resolve MASTER_ADDR='", process.master_addr,
-             "': ", ::gai_strerror(status));
-    Socket s;
-    for (;;) {  // rank 0 may not be listening yet
-      s = Socket(::socket(AF_INET, SOCK_STREAM, 0));
-      if (::connect(s.fd(), found->ai_addr, found->ai_addrlen) == 0) break;
-      if (Clock::now() > deadline) {
-        ::freeaddrinfo(found);
-        HG_FAIL("[dist] tcp: rank ", rank_, " could not connect to rank 0 at ", process.master_addr, ":", port,
-                " within ", timeout_.count() / 1000.0, " s: ", std::strerror(errno));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ::freeaddrinfo(found);
-    const int one = 1;
-    ::setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    Header hello;
-    hello.op = uint32_t(TcpOp::hello);
-    hello.sequence = uint64_t(rank_);
-    hello.detail = uint64_t(world_);
-    send_all(s.fd(), &hello, sizeof hello, deadline, peer_name(0));
-    peers_.resize(1);
-    peers_[0] = std::move(s);
+             mine.nbytes, " bytes) but ", peer_name(r), " called ", tcp_op_name(theirs.op), " #", theirs.sequence, " (",
+             theirs.nbytes, " bytes); every rank must make the same collective calls in the same order");
   }
 
   int rank_;

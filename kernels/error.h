@@ -13,6 +13,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// An error in what the user supplied that no flag names -- the environment of a distributed launch, its
+// secret file (dist/job_secret.h): programs under app::guarded_main exit 2 on it, as on a usage error.
+class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <class... Parts>
 std::string concat(const Parts&... parts) {
@@ -31,11 +38,11 @@ inline std::string errno_text(int error) {
 }  // namespace hg
 
 // HG_CHECK(cond, parts...): throws hg::Error("parts..." + " (file:line)") when cond is false.
-#define HG_CHECK(cond, ...)                                                                  \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
+#define HG_CHECK(cond, ...)                                                                     \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
       throw ::hg::Error(::hg::detail::concat(__VA_ARGS__, " [", __FILE__, ":", __LINE__, "]")); \
-    }                                                                                        \
+    }                                                                                           \
   } while (0)
 
 #define HG_FAIL(...) throw ::hg::Error(::hg::detail::concat(__VA_ARGS__, " [", __FILE__, ":", __LINE__, "]"))
