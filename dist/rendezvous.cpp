@@ -219,6 +219,7 @@ class Admission {
     }
     const int one = 1;
     ::setsockopt(p.socket.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    log_line("admitted rank " + std::to_string(r) + " from " + p.address);
     ranks_[size_t(r)] = std::move(p.socket);
     ++joined_;
     return false;

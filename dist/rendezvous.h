@@ -17,11 +17,11 @@
 //
 // A connection that fails the handshake -- closed, garbage, the wrong world size, a rank out of range or
 // already joined, the wrong mac, nothing before its deadline -- is closed and logged in one line naming its
-// address, and rank 0 goes on waiting for the real ranks; only the overall deadline ends the rendezvous, with
-// an error naming the ranks that never came. A rank that rank 0 refuses, or whose secret does not match rank
-// 0's, gets a RendezvousRefused saying why. Without a secret, rank 0 of a job not bound to loopback warns
-// once that any host reaching the port can join. Integers travel in host byte order (one architecture
-// per job, as the collectives' payloads).
+// address (an admitted rank is logged too), and rank 0 goes on waiting for the real ranks; only the overall
+// deadline ends the rendezvous, with an error naming the ranks that never came. A rank that rank 0 refuses,
+// or whose secret does not match rank 0's, gets a RendezvousRefused saying why. Without a secret, rank 0 of
+// a job not bound to loopback warns once that any host reaching the port can join. Integers travel in host
+// byte order (one architecture per job, as the collectives' payloads).
 #include <array>
 #include <chrono>
 #include <cstdint>

@@ -96,6 +96,25 @@ grep -q "it sent no complete hello within 1 s" "$work/s0.err" \
   || fail "no handshake timeout logged: $(cat "$work/s0.err")"
 echo "ok: a silent connection was dropped after its 1 s handshake deadline"
 
+# ---- two processes with RANK=1 in a world of 3: the second is refused, rank 2 still joins ----
+export MASTER_PORT=$(fresh_port) WORLD_SIZE=3 HALFGRAD_DIST_TOKEN="job-secret-$RANDOM$RANDOM"
+RANK=0 LOCAL_RANK=0 "$child" >"$work/d0.out" 2>"$work/d0.err" &
+rank0=$!
+pids+=("$rank0")
+RANK=1 LOCAL_RANK=1 "$child" >"$work/d1.out" 2>"$work/d1.err" &
+rank1=$!
+pids+=("$rank1")
+for _ in $(seq 100); do grep -q "admitted rank 1 from 127.0.0.1:" "$work/d0.err" && break; sleep 0.1; done
+out=$(RANK=1 LOCAL_RANK=1 "$child" 2>&1)
+[[ $? -eq 2 ]] && grep -q "already admitted a rank 1: two processes have RANK=1" <<<"$out" \
+  || fail "a second RANK=1 was not refused as a duplicate: $out"
+RANK=2 LOCAL_RANK=2 "$child" >"$work/d2.out" 2>"$work/d2.err" || fail "rank 2 exited $? after a duplicate rank 1"
+wait "$rank0" && wait "$rank1" || fail "ranks 0 and 1 did not finish after a duplicate rank 1"
+grep -q "rank 2 of 3: sum 6" "$work/d2.out" || fail "rank 2's all-reduce: $(cat "$work/d2.out")"
+grep -q "it claims rank 1, which has already joined" "$work/d0.err" || fail "no duplicate logged: $(cat "$work/d0.err")"
+echo "ok: a second RANK=1 exits 2 and the job of 3 forms"
+export WORLD_SIZE=2
+
 # ---- without a secret on loopback: no warning, and the job forms ----
 export MASTER_PORT=$(fresh_port) HALFGRAD_DIST_HANDSHAKE_TIMEOUT=20
 unset HALFGRAD_DIST_TOKEN
