@@ -45,7 +45,7 @@ GenerativeImages load_generative_images(const ZooConfig& c, double mean, double 
   GenerativeImages images{app::or_usage_error(kProgram, "--data " + c.data,
                                               [&] { return data::load_mnist_splits(c.data, c.validation, mean, std); }),
                           nullptr};
-  images.train = training_images(c, images.splits.train, float(-mean / std));
+  images.train = training_images(c, images.splits.train, float(0.0 - mean / std));  // black: +0 when mean is 0
   check_batch_fits(c, images.train->size(), "images");
   return images;
 }
