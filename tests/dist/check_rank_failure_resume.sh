@@ -11,6 +11,7 @@
 set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/free_port.sh"  # free_port
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -25,7 +26,7 @@ tiny=(--layers 2 --heads 2 --dim 32 --batch 8 --eval-problems 20 --eval-every 0 
 kill_mid_run() {
   local name=$1 dir=$2 victim=$3 signal=$4
   shift 4
-  export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((20000 + RANDOM % 30000))
+  export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port)
   RANK=0 LOCAL_RANK=0 "$bin" "${tiny[@]}" --steps 100000 --checkpoint-dir "$dir" "$@" >"$work/rank0.out" 2>&1 &
   local rank0=$!
   RANK=1 LOCAL_RANK=1 "$bin" "${tiny[@]}" --steps 100000 --checkpoint-dir "$dir" "$@" >"$work/rank1.out" 2>&1 &
@@ -68,7 +69,7 @@ resume() {
   [[ -n $newest ]] || fail "$name: no complete checkpoint in $dir: $(ls "$dir")"
   local step=$((10#${newest#step_}))
   # The kill left the entry being written (if any) as a temporary: it is not listed, and goes.
-  out=$(MASTER_PORT=$((20000 + RANDOM % 30000)) "$here/run_env.sh" "$np" "$bin" "${tiny[@]}" --steps $((step + 4)) \
+  out=$(MASTER_PORT=$(free_port) "$here/run_env.sh" "$np" "$bin" "${tiny[@]}" --steps $((step + 4)) \
         --checkpoint-dir "$dir" --resume "$@" 2>&1) || fail "$name: the np $np resume exited $?: $out"
   grep -q "resumed from .*$newest at step $step" <<<"$out" || fail "$name: np $np did not resume at step $step: $out"
   grep -q "checkpoint step $((step + 4)) " <<<"$out" || fail "$name: np $np did not reach step $((step + 4)): $out"

@@ -27,7 +27,7 @@ fail() {
 
 export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 HALFGRAD_DIST_TIMEOUT=60 HALFGRAD_DIST_HANDSHAKE_TIMEOUT=20
 unset HALFGRAD_DIST_TOKEN_FILE HALFGRAD_DIST_BIND
-fresh_port() { echo $((20000 + RANDOM % 30000)); }
+source "$(dirname "$0")/free_port.sh"  # free_port
 
 # wait_listening FILE PORT: rank 0's log line says it listens on 127.0.0.1:PORT.
 wait_listening() {
@@ -39,7 +39,7 @@ wait_listening() {
 }
 
 # ---- strangers before the real rank 1, with a job secret ----
-export MASTER_PORT=$(fresh_port) HALFGRAD_DIST_TOKEN="job-secret-$RANDOM$RANDOM"
+export MASTER_PORT=$(free_port) HALFGRAD_DIST_TOKEN="job-secret-$RANDOM$RANDOM"
 RANK=0 LOCAL_RANK=0 "$child" >"$work/r0.out" 2>"$work/r0.err" &
 rank0=$!
 pids+=("$rank0")
@@ -82,7 +82,7 @@ grep -q "warning" <<<"$log" && fail "rank 0 warned on loopback: $log"
 echo "ok: the job formed in $elapsed_ms ms past $scans scans, garbage, forged, replayed and wrong-secret hellos"
 
 # ---- a silent connection is dropped at its handshake deadline ----
-export MASTER_PORT=$(fresh_port) HALFGRAD_DIST_HANDSHAKE_TIMEOUT=1
+export MASTER_PORT=$(free_port) HALFGRAD_DIST_HANDSHAKE_TIMEOUT=1
 RANK=0 LOCAL_RANK=0 "$child" >"$work/s0.out" 2>"$work/s0.err" &
 rank0=$!
 pids+=("$rank0")
@@ -97,7 +97,7 @@ grep -q "it sent no complete hello within 1 s" "$work/s0.err" \
 echo "ok: a silent connection was dropped after its 1 s handshake deadline"
 
 # ---- two processes with RANK=1 in a world of 3: the second is refused, rank 2 still joins ----
-export MASTER_PORT=$(fresh_port) WORLD_SIZE=3 HALFGRAD_DIST_TOKEN="job-secret-$RANDOM$RANDOM"
+export MASTER_PORT=$(free_port) WORLD_SIZE=3 HALFGRAD_DIST_TOKEN="job-secret-$RANDOM$RANDOM"
 RANK=0 LOCAL_RANK=0 "$child" >"$work/d0.out" 2>"$work/d0.err" &
 rank0=$!
 pids+=("$rank0")
@@ -116,7 +116,7 @@ echo "ok: a second RANK=1 exits 2 and the job of 3 forms"
 export WORLD_SIZE=2
 
 # ---- without a secret on loopback: no warning, and the job forms ----
-export MASTER_PORT=$(fresh_port) HALFGRAD_DIST_HANDSHAKE_TIMEOUT=20
+export MASTER_PORT=$(free_port) HALFGRAD_DIST_HANDSHAKE_TIMEOUT=20
 unset HALFGRAD_DIST_TOKEN
 RANK=0 LOCAL_RANK=0 "$child" >"$work/n0.out" 2>"$work/n0.err" &
 rank0=$!
@@ -128,7 +128,7 @@ grep -q "warning" "$work/n0.err" && fail "rank 0 warned on loopback: $(cat "$wor
 echo "ok: without a secret on loopback"
 
 # ---- a rank that never comes: rank 0 names it at the overall timeout ----
-export MASTER_PORT=$(fresh_port) HALFGRAD_DIST_TIMEOUT=2
+export MASTER_PORT=$(free_port) HALFGRAD_DIST_TIMEOUT=2
 out=$(RANK=0 LOCAL_RANK=0 "$child" 2>&1)
 [[ $? -eq 1 ]] || fail "rank 0 alone did not exit 1: $out"
 grep -q "rank(s) 1 of 2 never joined rank 0 at 127.0.0.1:$MASTER_PORT" <<<"$out" || fail "the timeout's message: $out"

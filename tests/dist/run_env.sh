@@ -5,7 +5,8 @@
 set -uo pipefail
 nproc=$1
 shift
-export WORLD_SIZE=$nproc MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-$((20000 + RANDOM % 30000))}
+source "$(dirname "$0")/free_port.sh"
+export WORLD_SIZE=$nproc MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-$(free_port)}
 # A job secret, as a multi-node job should have (dist/rendezvous.h); unless the caller set one (or a file).
 [[ -n "${HALFGRAD_DIST_TOKEN_FILE:-}" ]] || export HALFGRAD_DIST_TOKEN=${HALFGRAD_DIST_TOKEN:-run-env-$RANDOM$RANDOM}
 pids=()
