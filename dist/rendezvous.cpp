@@ -152,7 +152,12 @@ class Admission {
   void accept_all() {
     for (;;) {
       Socket socket(::accept(listener_.fd(), nullptr, nullptr));
-      if (socket.fd() < 0) return;  // EAGAIN: drained (or a connection reset before accept)
+      if (socket.fd() < 0) {
+        // EAGAIN: drained (or a connection reset before accept). Out of file descriptors, the listener
+        // stays readable: wait a little rather than spin until a handshake ends and frees one.
+        if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        return;
+      }
       Pending p;
       p.address = peer_address(socket.fd());
       p.socket = std::move(socket);
@@ -340,10 +345,7 @@ Socket join_rendezvous(const RendezvousOptions& options, int rank, int world, So
   if (options.secret) hello.mac = wire::hello_mac(*options.secret, challenge, hello);
   send_all(s.fd(), &hello, sizeof hello, deadline, root);
   wire::Verdict verdict;
-  recv_all(s.fd(), &verdict, sizeof verdict, deadline,
-           root +
-               " (which closed the connection instead of admitting "
-               "this rank)");
+  recv_all(s.fd(), &verdict, sizeof verdict, deadline, root);
   HG_CHECK(verdict.magic == wire::kMagic, "[dist] rendezvous: ", root, " answered with garbage");
   switch (wire::Status(verdict.status)) {
     case wire::Status::admitted:
