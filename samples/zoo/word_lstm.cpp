@@ -102,7 +102,8 @@ std::string sample_text(LstmLanguageModel& model, const data::Vocabulary& vocabu
     const std::vector<float> p = softmax(last.to(DType::f32), -1).to(kCPU).to_vector<float>();
     std::discrete_distribution<int64_t> next(p.begin(), p.end());
     ids.push_back(next(rng));
-    text += " " + shown(ids.back());
+    text += ' ';
+    text += shown(ids.back());
   }
   return text;
 }
@@ -119,6 +120,15 @@ int train_word_lstm(const ZooConfig& c) {
       std::make_shared<data::TokenWindowDataset>(std::vector{data::whole(corpus.train)}, kWordContext, kWordContext);
   check_batch_fits(c, train_set->size(), "windows");
   const int64_t limit = c.eval_limit;  // windows, 0: all
+  for (const auto& [split, ids] : {std::pair{"validation", corpus.validation}, std::pair{"test", corpus.test}}) {
+    if (int64_t(ids->size()) > kWordContext) continue;
+    char why[160];
+    std::snprintf(why, sizeof why,
+                  ": the %s split (5%% of the lines) has %zu words; expected at least %lld (a window "
+                  "and its next word)",
+                  split, ids->size(), (long long)kWordContext + 1);
+    app::exit_with_usage_error(kProgram, "--data " + c.data + why);
+  }
   const auto validation = held_out_batches(*corpus.validation, c.batch, limit);
   const auto test = held_out_batches(*corpus.test, c.batch, limit);
   const int64_t validation_words = scored_words(validation);

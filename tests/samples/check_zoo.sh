@@ -144,6 +144,9 @@ ppl=$(grep -o "^test perplexity [0-9.]*" <<<"$out" | grep -o "[0-9.]*$")
 awk -v p="$ppl" 'BEGIN { exit !(p != "" && p < 2.5) }' || fail "word-lstm test perplexity $ppl >= 2.5: $out"
 expect_usage_error "cannot read '$work/no-such-text'" --model word-lstm --data "$work/no-such-text"
 expect_usage_error "--train-limit is not used by word-lstm" --model word-lstm --train-limit 5
+head -n 40 "$work/chains" >"$work/few-chains"  # 2 lines, 10 words, held out for validation: no window of 35
+expect_usage_error "the validation split (5% of the lines) has 10 words; expected at least 36" --model word-lstm \
+  --data "$work/few-chains" --batch 2
 expect_usage_error "cannot read --data file" --model char-lstm --data "$work/no-such-text"
 printf '{"not": "a tokenizer"}' >"$work/t.json"
 expect_usage_error "--tokenizer $work/t.json" --model char-lstm --data "$work/words" --tokenizer "$work/t.json"
