@@ -34,10 +34,11 @@
 #include "engine/cuda/cuda_context.h"
 #include "engine/random.h"
 #include "json_line.h"
-#include "timing.h"
+#include "kernels/cpu/gemm_calibration.h"
 #include "kernels/runtime_counters.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
+#include "timing.h"
 
 using namespace hg;
 using hg::bench::Clock;
@@ -218,10 +219,9 @@ void print_train_step(const std::string& model_name, int64_t params, int64_t bat
       .add("gflops", flops / (step_ms / 1e3) / 1e9)
       .add("threads", omp_get_max_threads())
       .add("device", g_device.str())
-      .add("steps", steps)
-      .add_raw("runtime", g_last_step.json())
-      .add_raw_if("phases_ms", phase_json())
-      .print();
+      .add("steps", steps);
+  if (g_device.is_cpu()) line.add("cpu_gemm", kernels::cpu::gemm_plan_line(g_precision));
+  line.add_raw("runtime", g_last_step.json()).add_raw_if("phases_ms", phase_json()).print();
 }
 
 void bench_gpt(const std::string& name, int64_t L, int64_t H, int64_t C, int64_t T, int64_t B, int steps) {

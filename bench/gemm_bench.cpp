@@ -230,7 +230,7 @@ void bench_gemm_shape(const GemmShape& s, const FmaPeak& peak, bool quick) {
       .add("trans_b", int(s.trans_b))
       .add("path", kernels::cpu::gemm_f32_path())
       .add("tile", kernels::cpu::detail::cpu_has_avx512_gemm()
-                       ? kernels::cpu::detail::gemm_tile_name(kernels::cpu::detail::f32_blocking(s.k).tile)
+                       ? kernels::cpu::detail::gemm_tile_name(kernels::cpu::detail::f32_blocking(s.m, s.n, s.k).tile)
                        : "none")
       .add("threads", omp_get_max_threads())
       .add("ms", t * 1e3)
@@ -553,15 +553,15 @@ struct BlockingCandidate {
   bool chosen;
 };
 
-// The candidates for a product of depth k: f32 under Zen 4's rule (14 x 32, panel-packed A) and
+// The candidates for an m x n x k product: f32 under Zen 4's rule (14 x 32, panel-packed A) and
 // each tile under the 48 KiB-L1d rule (14 x 32 and 6 x 64, A^T packed by rows); bf16 vdpbf16ps under
 // the 1 MiB-L2 (KC = 1024) and 2 MiB-L2 (KC = 2048) rules.
-std::vector<BlockingCandidate> blocking_candidates(bool has_bf16, int64_t k) {
+std::vector<BlockingCandidate> blocking_candidates(bool has_bf16, int64_t m, int64_t n, int64_t k) {
   namespace d = kernels::cpu::detail;
   auto same = [](const d::GemmBlocking& x, const d::GemmBlocking& y) {
     return x.tile == y.tile && x.kc == y.kc && x.mc == y.mc && x.nc == y.nc && x.pack_a_by_rows == y.pack_a_by_rows;
   };
-  const d::GemmBlocking& chosen = d::f32_blocking(k);
+  const d::GemmBlocking chosen = d::f32_blocking(m, n, k);
   const d::GemmBlocking zen4 = d::f32_blocking_for({32 * 1024, 1024 * 1024}, k);
   const d::GemmBlocking l1d48_shallow = d::f32_blocking_for({48 * 1024, 2048 * 1024}, 1);
   const d::GemmBlocking l1d48_deep = d::f32_blocking_for({48 * 1024, 2048 * 1024}, 1 << 20);
@@ -612,7 +612,7 @@ void run_blocking_bench(const FmaPeak& fma_peak, bool quick) {
     const std::vector<bfloat16> a16 = rounded<bfloat16>(a), b16 = rounded<bfloat16>(b);
     std::vector<bfloat16> c16 = rounded<bfloat16>(c);
     const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
-    const std::vector<BlockingCandidate> candidates = blocking_candidates(has_bf16, s.k);
+    const std::vector<BlockingCandidate> candidates = blocking_candidates(has_bf16, s.m, s.n, s.k);
     std::vector<Timing> best(candidates.size(), Timing{1e30, 1e30});
     // Per round, each candidate's time over the first's (the f32 Zen 4 rule): the median of these
     // paired ratios is robust to a load that drifts between rounds.

@@ -20,6 +20,7 @@
 #include "engine/allocator.h"
 #include "engine/anomaly.h"
 #include "engine/random.h"
+#include "kernels/cpu/gemm_calibration.h"
 #include "kernels/cpu/vector_math.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
@@ -96,9 +97,11 @@ int run(const TrainGptConfig& c) {
       trainer.scaler().enabled() ? (std::string(", ") + trainer.scaler().mode_name() + " loss scale").c_str() : "",
       threads.describe().c_str());
   std::printf("attention: %s\n", attention_description(*model).c_str());
-  if (Device::parse(c.device).is_cpu())  // which row kernels run (HG_VECTOR_MATH may choose)
+  if (Device::parse(c.device).is_cpu()) {  // which row kernels and GEMM paths run (HG_VECTOR_MATH, HG_CPU_GEMM)
     std::printf("cpu row kernels: %s (softmax, GELU, LayerNorm)\n",
                 kernels::cpu::vector_math_name(kernels::cpu::vector_math_active()));
+    std::printf("%s\n", kernels::cpu::gemm_plan_line(precision).c_str());
+  }
   if (c.recompute_every > 0 || c.offload != "off")
     std::printf("memory savers: checkpoint every %lld block(s) | activation offload %s\n", (long long)c.recompute_every,
                 c.offload.c_str());

@@ -727,9 +727,10 @@ TEST_CASE("parse_cpu_gemm_choice reads HG_CPU_GEMM's values and names the variab
   CHECK(parse_cpu_gemm_choice("amx4") == CpuGemmChoice::amx4);
   CHECK(parse_cpu_gemm_choice("avx512") == CpuGemmChoice::avx512);
   CHECK(parse_cpu_gemm_choice("fp32") == CpuGemmChoice::fp32);
-  for (const char* bad : {"AMX", "avx2", "amx ", "f32", "amx3"}) {
+  CHECK(parse_cpu_gemm_choice("flags") == CpuGemmChoice::flags);
+  for (const char* bad : {"AMX", "avx2", "amx ", "f32", "amx3", "flag"}) {
     const std::string expected =
-        "HG_CPU_GEMM=\"" + std::string(bad) + "\": expected auto, amx, amx4, avx512 or fp32";
+        "HG_CPU_GEMM=\"" + std::string(bad) + "\": expected auto, flags, amx, amx4, avx512 or fp32";
     CHECK_THROWS_WITH_AS(parse_cpu_gemm_choice(bad), doctest::Contains(expected.c_str()), hg::Error);
   }
 }
@@ -825,8 +826,8 @@ TEST_CASE("f32_blocking_for keeps Zen 4's tile and blocking; a 48 KiB L1d takes 
   CHECK(std::string(cpu::detail::gemm_tile_name(GemmTile::mr14_nr32)) == "14x32");
   const cpu::detail::CpuCaches caches = cpu::detail::detect_cpu_caches();
   MESSAGE("this CPU: L1d ", caches.l1d, " B, L2 ", caches.l2, " B: f32 tile at k = 256 ",
-          cpu::detail::gemm_tile_name(cpu::detail::f32_blocking(256).tile), ", at k = 2048 ",
-          cpu::detail::gemm_tile_name(cpu::detail::f32_blocking(2048).tile));
+          cpu::detail::gemm_tile_name(cpu::detail::f32_blocking(1024, 1024, 256).tile), ", at k = 2048 ",
+          cpu::detail::gemm_tile_name(cpu::detail::f32_blocking(1024, 1024, 2048).tile));
 }
 
 TEST_CASE("both f32 tiles match gemm_reference under small blockings, every transpose, alpha and beta") {

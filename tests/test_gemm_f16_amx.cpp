@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_calibration.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 #include "kernels/kernels.h"
@@ -318,14 +319,15 @@ TEST_CASE("gemm_f16_amx recomputes only the blocks that hold an infinity (2 thre
   CHECK(out_of_bound == 0);
 }
 
-TEST_CASE("gemm() and gemm_bias() on f16 take the AMX split path when the CPU has AMX (HG_CPU_GEMM unset)") {
+TEST_CASE("gemm() and gemm_bias() on f16 take the AMX split path where the plan says AMX") {
   if (skip_without_amx()) return;
-  const char* forced = std::getenv("HG_CPU_GEMM");
-  if (forced && *forced && std::string(forced) != "auto") {
-    MESSAGE("skipped: HG_CPU_GEMM=", forced, " forces another path");
+  const F16Case g{false, true, 70, 90, 130, 1.0f, 0.0f, 0};
+  const auto planned = cpu::detail::planned_gemm_candidate(cpu::detail::GemmPlanDType::f16, g.m, g.n, g.k);
+  if (planned != cpu::detail::GemmCandidate::amx) {
+    MESSAGE("skipped: the plan (", cpu::gemm_plan_source(hg::DType::f16), ") takes ",
+            cpu::detail::gemm_candidate_name(planned), " for this shape");
     return;
   }
-  const F16Case g{false, true, 70, 90, 130, 1.0f, 0.0f, 0};
   const Inputs in = make_inputs(g, 4242);
   const auto direct = run<half>(Path::amx3, g, in, 1);
   std::vector<half> via_gemm(direct.size(), half(std::numeric_limits<float>::quiet_NaN()));

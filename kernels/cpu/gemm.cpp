@@ -49,6 +49,7 @@
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_calibration.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
@@ -168,9 +169,12 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 // A forced path this CPU cannot take is an error too (a benchmark row must never be mislabelled).
 using Bf16GemmChoice = detail::CpuGemmChoice;
 
-Bf16GemmChoice bf16_gemm_choice() {
-  static const Bf16GemmChoice choice = detail::parse_cpu_gemm_choice(std::getenv("HG_CPU_GEMM"));
-  return choice;
+Bf16GemmChoice bf16_gemm_choice() { return detail::cpu_gemm_choice(); }
+
+// HG_CPU_GEMM=auto (the default): the calibrated plan (gemm_calibration.h); flags: the feature-flag
+// rule. Both pass through the shape gates below (AMX never for near-dot products, and so on).
+bool planned(detail::GemmPlanDType dtype, detail::GemmCandidate candidate, int64_t m, int64_t n, int64_t k) {
+  return detail::planned_gemm_candidate(dtype, m, n, k) == candidate;
 }
 
 bool has_amx() {
@@ -205,7 +209,17 @@ bool use_amx_bf16(int64_t m, int64_t n, int64_t k) {
              "avx512 or fp32 here");
     return true;
   }
-  return has_amx() && amx_worth_it(m, n, k);
+  return has_amx() && amx_worth_it(m, n, k) &&
+         planned(detail::GemmPlanDType::bf16, detail::GemmCandidate::amx, m, n, k);
+}
+
+// bf16 off AMX: vdpbf16ps when forced (avx512), or when the plan takes it, or takes AMX for a shape
+// AMX declines (a near-dot product); otherwise the fp32 kernel widening bf16 while packing.
+bool use_vdpbf16ps(int64_t m, int64_t n, int64_t k) {
+  const Bf16GemmChoice choice = bf16_gemm_choice();
+  if (choice == Bf16GemmChoice::fp32 || !has_avx512_bf16()) return false;
+  if (choice != Bf16GemmChoice::automatic) return true;
+  return !planned(detail::GemmPlanDType::bf16, detail::GemmCandidate::fp32, m, n, k);
 }
 
 // f16 on AMX: the same choice, except that avx512 means the fp32 kernel (there is no f16 dot
@@ -219,7 +233,9 @@ bool amx_f16_worth_it(int64_t m, int64_t n, int64_t k) {
 bool use_amx_f16(int64_t m, int64_t n, int64_t k) {
   const Bf16GemmChoice choice = bf16_gemm_choice();
   if (choice == Bf16GemmChoice::avx512) return false;
-  if (choice == Bf16GemmChoice::automatic) return has_amx() && amx_f16_worth_it(m, n, k);
+  if (choice == Bf16GemmChoice::automatic || choice == Bf16GemmChoice::flags)
+    return has_amx() && amx_f16_worth_it(m, n, k) &&
+           planned(detail::GemmPlanDType::f16, detail::GemmCandidate::amx, m, n, k);
   return use_amx_bf16(m, n, k);  // fp32: false; amx, amx4: true, or the error naming what is missing
 }
 int f16_amx_terms() { return bf16_gemm_choice() == Bf16GemmChoice::amx4 ? 4 : 3; }
@@ -295,7 +311,7 @@ void gemm_half(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doub
   if (!has_avx512() || half_better_unpacked(m, n))
     return gemm_via_f32<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if constexpr (std::is_same_v<T, bfloat16>) {
-    if (bf16_gemm_choice() != Bf16GemmChoice::fp32 && has_avx512_bf16())
+    if (use_vdpbf16ps(m, n, k))
       return detail::gemm_bf16_avx512(trans_a, trans_b, m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc,
                                       true);
   }
@@ -322,7 +338,7 @@ void gemm_bias_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 #pragma omp parallel for if (m * n >= (int64_t(1) << 16))
       for (int64_t i = 0; i < m; ++i) std::copy(bias, bias + n, c + i * ldc);
       detail::gemm_bf16_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc, true);
-    } else if (bf16_gemm_choice() != Bf16GemmChoice::fp32 && has_avx512_bf16())
+    } else if (use_vdpbf16ps(m, n, k))
       detail::gemm_bias_bf16_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
     else
       detail::gemm_bias_half_via_f32_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc);
@@ -348,7 +364,9 @@ CpuGemmChoice parse_cpu_gemm_choice(const char* text) {
   if (std::strcmp(text, "amx4") == 0) return CpuGemmChoice::amx4;
   if (std::strcmp(text, "avx512") == 0) return CpuGemmChoice::avx512;
   if (std::strcmp(text, "fp32") == 0) return CpuGemmChoice::fp32;
-  HG_CHECK(false, "[gemm] environment variable HG_CPU_GEMM=\"", text, "\": expected auto, amx, amx4, avx512 or fp32");
+  if (std::strcmp(text, "flags") == 0) return CpuGemmChoice::flags;
+  HG_CHECK(false, "[gemm] environment variable HG_CPU_GEMM=\"", text,
+           "\": expected auto, flags, amx, amx4, avx512 or fp32");
   return CpuGemmChoice::automatic;
 }
 

@@ -441,22 +441,25 @@ CpuCaches detect_cpu_caches() {
   return caches;
 }
 
+GemmBlocking f32_blocking_of_tile(GemmTile tile, const CpuCaches& caches) {
+  if (tile == GemmTile::mr6_nr64) return {GemmTile::mr6_nr64, 512, 6 * 40, 2048, true};
+  return {GemmTile::mr14_nr32, 512, 14 * 16, 2048, caches.l1d >= 48 * 1024};
+}
+
 GemmBlocking f32_blocking_for(const CpuCaches& caches, int64_t k) {
   // Zen 4 (L1d 32 KiB, L2 1 MiB) and anything unknown: the 14 x 32 tile and its tuned blocking.
-  if (caches.l1d < 48 * 1024) return {GemmTile::mr14_nr32, 512, 14 * 16, 2048, false};
+  if (caches.l1d < 48 * 1024) return f32_blocking_of_tile(GemmTile::mr14_nr32, caches);
   // A 48 KiB L1d (Intel since Ice Lake, two FMA pipes): a shallow k whose 14 x 32 B panel (k x 128
   // bytes) fits in 3/4 of L1d keeps the 14 x 32 tile, whose B panel then stays in L1; deeper k
   // takes the 6 x 64 tile (its B panel streams from L2 either way, and it needs 10 loads per 24
   // FMAs where 14 x 32 needs 16 per 28). A transposed A is packed a row at a time on both.
-  if (k <= caches.l1d * 3 / 4 / (32 * int64_t(sizeof(float)))) return {GemmTile::mr14_nr32, 512, 14 * 16, 2048, true};
-  return {GemmTile::mr6_nr64, 512, 6 * 40, 2048, true};
+  if (k <= caches.l1d * 3 / 4 / (32 * int64_t(sizeof(float)))) return f32_blocking_of_tile(GemmTile::mr14_nr32, caches);
+  return f32_blocking_of_tile(GemmTile::mr6_nr64, caches);
 }
 
-const GemmBlocking& f32_blocking(int64_t k) {
-  static const CpuCaches caches = detect_cpu_caches();
-  static const GemmBlocking shallow = f32_blocking_for(caches, 1), deep = f32_blocking_for(caches, INT64_MAX / 1024);
-  return f32_blocking_for(caches, k).tile == shallow.tile ? shallow : deep;
-}
+// f32_blocking(m, n, k) is gemm_calibration.cpp's: this file is compiled for AVX-512, and the
+// standard-library code the plan needs must not be instantiated here (the linker could keep this
+// copy of an inline function for the whole program, and it would fault on a CPU without AVX-512).
 
 void gemm_f32_avx512_blocked(const GemmBlocking& blocking, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                              float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -478,36 +481,39 @@ void gemm_half_via_f32_avx512_blocked(const GemmBlocking& blocking, bool trans_a
 
 void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm_packed(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, OutType::f32);
+  gemm_packed(f32_blocking(m, n, k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, OutType::f32);
 }
 
 void gemm_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                               const half* a, int64_t lda, const half* b, int64_t ldb, float beta, void* c,
                               int64_t ldc, bool c_is_half) {
-  gemm_half_via_f32_avx512_blocked(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                                   c_is_half);
+  gemm_half_via_f32_avx512_blocked(f32_blocking(m, n, k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                   ldc, c_is_half);
 }
 
 void gemm_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                               const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c,
                               int64_t ldc, bool c_is_half) {
-  gemm_half_via_f32_avx512_blocked(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                                   c_is_half);
+  gemm_half_via_f32_avx512_blocked(f32_blocking(m, n, k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                   ldc, c_is_half);
 }
 
 void gemm_bias_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                           int64_t lda, const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
-  gemm_packed(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::f32, bias);
+  gemm_packed(f32_blocking(m, n, k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::f32,
+              bias);
 }
 void gemm_bias_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                                    const half* a, int64_t lda, const half* b, int64_t ldb, const half* bias, half* c,
                                    int64_t ldc) {
-  gemm_packed(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::f16, bias);
+  gemm_packed(f32_blocking(m, n, k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::f16,
+              bias);
 }
 void gemm_bias_half_via_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                                    const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb,
                                    const bfloat16* bias, bfloat16* c, int64_t ldc) {
-  gemm_packed(f32_blocking(k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::bf16, bias);
+  gemm_packed(f32_blocking(m, n, k), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, OutType::bf16,
+              bias);
 }
 
 }  // namespace hg::kernels::cpu::detail

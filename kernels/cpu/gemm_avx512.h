@@ -61,10 +61,11 @@ bool cpu_has_avx512_bf16_gemm();
 void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bfloat16* a,
                       int64_t lda, const bfloat16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_is_bf16);
 
-// HG_CPU_GEMM's value (gemm.cpp, read once per process): which bf16/f16 path gemm takes. Null or
-// "" is automatic; anything but auto, amx, amx4, avx512, fp32 throws an hg::Error naming the
-// variable (amx4: AMX with f16's 4th product, see gemm_f16_amx).
-enum class CpuGemmChoice { automatic, amx, amx4, avx512, fp32 };
+// HG_CPU_GEMM's value (read once per process, gemm_calibration.h): how gemm chooses its paths. Null
+// or "" is automatic (calibrated by timing, gemm_calibration.h); flags is the CPU-feature rule
+// without timing; amx, amx4, avx512, fp32 force the bf16/f16 path (amx4: AMX with f16's 4th
+// product, see gemm_f16_amx). Anything else throws an hg::Error naming the variable.
+enum class CpuGemmChoice { automatic, flags, amx, amx4, avx512, fp32 };
 CpuGemmChoice parse_cpu_gemm_choice(const char* text);
 
 // True when this CPU has AMX-BF16 and the OS granted this process the tile data state

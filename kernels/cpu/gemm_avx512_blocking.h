@@ -34,9 +34,14 @@ CpuCaches detect_cpu_caches();
 // The fp32 kernel's blocking for a CPU with these caches and a product of depth k (pure; the rule
 // is in gemm_avx512.cpp's comment).
 GemmBlocking f32_blocking_for(const CpuCaches& caches, int64_t k);
-// f32_blocking_for(detect_cpu_caches(), k), from values computed once: what gemm_f32_avx512 and
-// the gemm_half_via_f32_avx512 paths use.
-const GemmBlocking& f32_blocking(int64_t k);
+// The blocking that goes with each tile on a CPU with these caches: KC 512 and NC 2048 for both (so
+// both sum every C element in the same order), MC 224 (14 x 32) or 240 (6 x 64); A^T packed by rows
+// for 6 x 64 always and for 14 x 32 where L1d >= 48 KiB.
+GemmBlocking f32_blocking_of_tile(GemmTile tile, const CpuCaches& caches);
+// What gemm_f32_avx512 and the gemm_half_via_f32_avx512 paths use for an m x n x k product: the tile
+// of the calibrated plan for its shape class (gemm_calibration.h), or f32_blocking_for(caches, k)
+// under HG_CPU_GEMM=flags (or any forced value), with f32_blocking_of_tile's blocking.
+GemmBlocking f32_blocking(int64_t m, int64_t n, int64_t k);
 
 // gemm_f32_avx512 / gemm_half_via_f32_avx512 with an explicit blocking (kc >= 1, mc a positive
 // multiple of the tile's rows, nc >= 1). Only call them when cpu_has_avx512_gemm().

@@ -22,6 +22,19 @@ grep -q "cpu row kernels: portable" <<<"$out" || fail "HG_VECTOR_MATH=portable d
 out=$(HG_VECTOR_MATH=bogus "$bin" "${tiny[@]}" --steps 5 --eval-every 0 --sample 0 2>&1) && fail "HG_VECTOR_MATH=bogus was accepted: $out"
 grep -q "HG_VECTOR_MATH=bogus: expected portable, avx512 or auto" <<<"$out" || fail "no clear error for HG_VECTOR_MATH=bogus: $out"
 
+# The GEMM paths are printed in the header: calibrated by default (measured or read from the cache),
+# fixed by HG_CPU_GEMM; a bad HG_CPU_GEMM is refused naming the values.
+out=$("$bin" "${tiny[@]}" --steps 1 --eval-every 0 --sample 0 --precision bf16) || fail "bf16 run exited $?: $out"
+grep -Eq "^cpu gemm: f32 [^ ]+.*, bf16 .*\((measured in [0-9]+ ms|cached in |the only path|measured)" <<<"$out" ||
+  fail "the header does not name the calibrated GEMM paths: $out"
+out=$(HG_CPU_GEMM=fp32 "$bin" "${tiny[@]}" --steps 1 --eval-every 0 --sample 0 --precision bf16) ||
+  fail "HG_CPU_GEMM=fp32 run exited $?: $out"
+grep -Eq "^cpu gemm: f32 [^ ]+, bf16 (fp32|f32 temporaries) \(HG_CPU_GEMM=fp32\)$" <<<"$out" ||
+  fail "HG_CPU_GEMM=fp32 is not what the header reports: $out"
+out=$(HG_CPU_GEMM=bogus "$bin" "${tiny[@]}" --steps 1 --eval-every 0 --sample 0 2>&1) && fail "HG_CPU_GEMM=bogus was accepted: $out"
+grep -q 'HG_CPU_GEMM="bogus": expected auto, flags, amx, amx4, avx512 or fp32' <<<"$out" ||
+  fail "no clear error for HG_CPU_GEMM=bogus: $out"
+
 printf 'hello halfgrad, hello world. %.0s' {1..40} > "$work/text.txt"
 out=$("$bin" --data "$work/text.txt" --layers 1 --heads 2 --dim 32 --batch 8 --steps 20 --eval-every 10 --threads 1 --sample 16) \
   || fail "text run exited $?: $out"
