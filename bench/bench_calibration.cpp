@@ -43,7 +43,7 @@ double median(std::vector<double> v) {
 std::string choices(d::GemmPlanDType dtype) {
   std::string out;
   for (int shape = 0; shape < d::kGemmShapeClasses; ++shape) {
-    const d::GemmShape s = d::representative_shape(d::GemmShapeClass(shape));
+    const d::GemmShape s = d::representative_shape(d::GemmShapeClass(shape), 1);
     if (shape > 0) out += ',';
     out += d::gemm_shape_class_name(d::GemmShapeClass(shape));
     out += '=';

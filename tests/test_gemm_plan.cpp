@@ -84,10 +84,13 @@ TEST_CASE("classify_gemm_shape: skinny below 64 rows or columns, k_small to dept
   CHECK(d::classify_gemm_shape(2048, 768, 64) == GemmShapeClass::k_small);
   CHECK(d::classify_gemm_shape(64, 64, 257) == GemmShapeClass::square);
   CHECK(d::classify_gemm_shape(2048, 3072, 768) == GemmShapeClass::square);
-  for (int shape = 0; shape < d::kGemmShapeClasses; ++shape) {  // each class's representative is of its class
-    const d::GemmShape s = d::representative_shape(GemmShapeClass(shape));
-    CHECK(d::classify_gemm_shape(s.m, s.n, s.k) == GemmShapeClass(shape));
-  }
+  for (int shape = 0; shape < d::kGemmShapeClasses; ++shape)  // each class's representative is of its class
+    for (int threads : {1, 2, 3, 16, 64, 1000}) {
+      const d::GemmShape s = d::representative_shape(GemmShapeClass(shape), threads);
+      CHECK(d::classify_gemm_shape(s.m, s.n, s.k) == GemmShapeClass(shape));
+      const d::GemmShape one = d::representative_shape(GemmShapeClass(shape), 1);
+      CHECK(s.m * s.n * s.k == one.m * one.n * one.k * std::min(threads, 64));  // the same work per thread
+    }
 }
 
 TEST_CASE("choose_gemm_candidate: the fastest, unless the incumbent is within 5% of it; bad times never win") {

@@ -46,10 +46,10 @@ constexpr int kRounds = 3;  // timed rounds after the warm-up one
 template <class T>
 struct Operands {
   std::vector<T> a, b, c;
-  Operands() {
+  explicit Operands(int threads) {
     int64_t a_size = 0, b_size = 0, c_size = 0;
     for (int shape = 0; shape < kGemmShapeClasses; ++shape) {
-      const GemmShape s = representative_shape(GemmShapeClass(shape));
+      const GemmShape s = representative_shape(GemmShapeClass(shape), threads);
       a_size = std::max(a_size, s.m * s.k);
       b_size = std::max(b_size, s.k * s.n);
       c_size = std::max(c_size, s.m * s.n);
@@ -98,10 +98,11 @@ void run_candidate(GemmCandidate candidate, const GemmShape& s, bool weight_grad
 template <class T>
 std::vector<GemmDecisionTimings> measure_typed(GemmPlanDType dtype, const CpuGemmCaps& caps) {
   const std::vector<GemmCandidate> candidates = gemm_candidates(dtype, caps);
-  Operands<T> operands;
+  const int threads = omp_get_max_threads();
+  Operands<T> operands(threads);
   std::vector<GemmDecisionTimings> out;
   for (int shape = 0; shape < kGemmShapeClasses; ++shape) {
-    const GemmShape s = representative_shape(GemmShapeClass(shape));
+    const GemmShape s = representative_shape(GemmShapeClass(shape), threads);
     std::vector<double> best(candidates.size(), std::numeric_limits<double>::infinity());
     for (int round = 0; round <= kRounds; ++round)
       for (size_t i = 0; i < candidates.size(); ++i) {
@@ -366,9 +367,9 @@ std::string gemm_plan_description(DType dtype) {
     if (env == detail::CpuGemmChoice::avx512) return dtype == DType::f16 ? "fp32" : "avx512";
     return "fp32";
   }
-  const detail::GemmShape shapes[] = {detail::representative_shape(detail::GemmShapeClass::square),
-                                      detail::representative_shape(detail::GemmShapeClass::skinny),
-                                      detail::representative_shape(detail::GemmShapeClass::k_small)};
+  const detail::GemmShape shapes[] = {detail::representative_shape(detail::GemmShapeClass::square, 1),
+                                      detail::representative_shape(detail::GemmShapeClass::skinny, 1),
+                                      detail::representative_shape(detail::GemmShapeClass::k_small, 1)};
   std::string names[detail::kGemmShapeClasses];
   for (int shape = 0; shape < detail::kGemmShapeClasses; ++shape)
     names[shape] = detail::gemm_candidate_name(

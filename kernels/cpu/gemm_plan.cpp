@@ -172,7 +172,7 @@ std::vector<GemmCandidate> gemm_candidates(GemmPlanDType dtype, const CpuGemmCap
 GemmCandidate flag_rule_candidate(GemmPlanDType dtype, GemmShapeClass shape, const CpuGemmCaps& caps) {
   switch (dtype) {
     case GemmPlanDType::f32:
-      return f32_blocking_for(caps.caches, representative_shape(shape).k).tile == GemmTile::mr6_nr64
+      return f32_blocking_for(caps.caches, representative_shape(shape, 1).k).tile == GemmTile::mr6_nr64
                  ? GemmCandidate::tile6x64
                  : GemmCandidate::tile14x32;
     case GemmPlanDType::bf16:
@@ -184,16 +184,17 @@ GemmCandidate flag_rule_candidate(GemmPlanDType dtype, GemmShapeClass shape, con
   return GemmCandidate::fp32;
 }
 
-GemmShape representative_shape(GemmShapeClass shape) {
+GemmShape representative_shape(GemmShapeClass shape, int threads) {
+  const int64_t t = std::clamp(threads, 1, 64);
   switch (shape) {
     case GemmShapeClass::square:
-      return {256, 384, 512};
+      return {128 * t, 384, 512};
     case GemmShapeClass::skinny:
-      return {32, 1024, 512};
+      return {32, 512 * t, 512};
     case GemmShapeClass::k_small:
-      return {768, 384, 128};
+      return {384 * t, 384, 128};
   }
-  return {256, 384, 512};
+  return {128 * t, 384, 512};
 }
 
 GemmCandidate choose_gemm_candidate(const std::vector<GemmTiming>& timings, GemmCandidate incumbent) {

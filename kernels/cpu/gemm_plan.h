@@ -55,12 +55,15 @@ std::vector<GemmCandidate> gemm_candidates(GemmPlanDType dtype, const CpuGemmCap
 // vdpbf16ps, else fp32; f16 AMX, else fp32.
 GemmCandidate flag_rule_candidate(GemmPlanDType dtype, GemmShapeClass shape, const CpuGemmCaps& caps);
 
-// The shapes a decision is timed on, [m, n, k]; each is timed as forward (A B^T) plus weight gradient
-// (A^T B), the two layouts a training step spends its GEMM time in.
+// The shape a decision is timed on with `threads` OpenMP threads, [m, n, k]; each is timed as forward
+// (A B^T) plus weight gradient (A^T B), the two layouts a training step spends its GEMM time in. The
+// side the kernels split across threads grows with the thread count (square 128t x 384 x 512, skinny
+// 32 x 512t x 512, k_small 384t x 384 x 128, t capped at 64), so each thread times the same work and
+// calibration costs the same at any thread count.
 struct GemmShape {
   int64_t m, n, k;
 };
-GemmShape representative_shape(GemmShapeClass shape);
+GemmShape representative_shape(GemmShapeClass shape, int threads);
 
 // One candidate's time for one decision: seconds for the representative products, the best of
 // the rounds. A candidate whose time is not finite and positive is never chosen.
