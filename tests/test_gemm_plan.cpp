@@ -179,7 +179,7 @@ TEST_CASE("the cache file round-trips, and every way of being wrong is named") {
     CHECK(parsed.empty());
     CHECK_MESSAGE(why.find(expected) != std::string::npos, "error: ", why, "\nexpected to contain: ", expected);
   };
-  rejects("", "truncated");
+  rejects("", "empty, or not a regular file");
   rejects(text.substr(0, text.size() - 10), "truncated");
   rejects(text.substr(0, text.find("threads")), "truncated");
   rejects(replace_once(text, "calibration 1", "calibration 2"), "line 1 is \"halfgrad cpu gemm calibration 2\"");
@@ -404,6 +404,22 @@ TEST_CASE("a bad cache file is ignored with one line on stderr, measured again a
     CHECK(why.empty());
     CHECK(rewritten.size() == size_t(d::kGemmShapeClasses));
   }
+}
+
+TEST_CASE("a directory where the cache file goes: measured, said once per process, the run goes on") {
+  if (skip_unless_calibrating(GemmPlanDType::f32)) return;
+  CacheHome home;
+  std::filesystem::create_directories(cache_path());
+  const std::string err = capture_stderr([] {
+    (void)d::planned_gemm_candidate(GemmPlanDType::f32, 512, 512, 512);
+    (void)d::planned_gemm_candidate(GemmPlanDType::bf16, 512, 512, 512);  // reads the same directory again
+  });
+  MESSAGE(err);
+  CHECK(std::count(err.begin(), err.end(), '\n') == 2);
+  CHECK(err.find("ignoring the calibration cache " + cache_path() + ": empty, or not a regular file") !=
+        std::string::npos);
+  CHECK(err.find("cannot write the calibration cache " + cache_path() + ": Is a directory") != std::string::npos);
+  CHECK(cpu::gemm_plan_source(hg::DType::f32).find("not cached (") != std::string::npos);
 }
 
 TEST_CASE("a second dtype's calibration keeps the first's lines; without a cache directory it only measures") {

@@ -24,11 +24,16 @@
 //   it would add beta * C (C is not read; no pass to fill C first), and a half C is rounded once. The
 //   AMX path instead starts C as the bias rows (a parallel fill) and accumulates onto them (beta = 1).
 //   Elsewhere every row of C starts as the bias and the GEMM runs with beta = 1 (the same sums).
-// - HG_CPU_GEMM=auto|amx|amx4|avx512|fp32 (read once) forces the bf16 and f16 paths, to compare them
-//   (docs/cpu_gemm.md): amx = AMX for every shape (f16: 3 products), amx4 = the same with f16's
-//   4th product lo*lo (exact products), avx512 = vdpbf16ps for bf16 and the fp32 kernel for f16
-//   (no f16 dot product accumulates in fp32 here), fp32 = the fp32 kernel for both. Forcing a path
-//   this CPU lacks is an hg::Error at the first half GEMM, never a silent fallback.
+// - Which of the packed paths a shape takes (AMX, vdpbf16ps or the fp32 kernel; and the f32 kernel's
+//   tile) is not the CPU flags' call but the calibrated plan's (gemm_calibration.h): the candidates
+//   timed on this CPU per shape class, cached per CPU model. The shape gates above still apply.
+// - HG_CPU_GEMM=auto|flags|amx|amx4|avx512|fp32 (read once): auto (default) is the calibrated plan,
+//   flags the feature-flag rule the bullets above describe (AMX, else vdpbf16ps, else fp32); the rest
+//   force the bf16 and f16 paths, to compare them (docs/cpu_gemm.md): amx = AMX for every shape (f16:
+//   3 products), amx4 = the same with f16's 4th product lo*lo (exact products), avx512 = vdpbf16ps for
+//   bf16 and the fp32 kernel for f16 (no f16 dot product accumulates in fp32 here), fp32 = the fp32
+//   kernel for both. Forcing a path this CPU lacks is an hg::Error at the first half GEMM, never a
+//   silent fallback.
 //
 // beta == 0 means C is never read (NaN or garbage in C is overwritten), and alpha == 0 or k == 0
 // means C = beta * C without reading A or B (the BLAS conventions).
@@ -161,11 +166,10 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 }
 
 // ---- bf16: which path (AMX, vdpbf16ps, fp32) ------------------------------------------------------
-// HG_CPU_GEMM=auto|amx|amx4|avx512|fp32 (read once per process) forces the bf16/f16 path so
-// benchmarks and users can compare them: auto (default) takes AMX for large enough shapes when the
-// CPU has it, amx (and amx4, f16 with 4 products) takes it for every shape when the CPU has it,
-// avx512 is the vdpbf16ps path (f16: the fp32 kernel), fp32 widens to the f32 GEMM. Anything else
-// is an error naming the variable.
+// HG_CPU_GEMM (read once per process, gemm_calibration.h): auto (default) takes the calibrated
+// plan's path within the shape gates, flags the feature-flag rule; amx (and amx4, f16 with 4
+// products) takes AMX for every shape when the CPU has it, avx512 is the vdpbf16ps path (f16: the
+// fp32 kernel), fp32 widens to the f32 GEMM. Anything else is an error naming the variable.
 // A forced path this CPU cannot take is an error too (a benchmark row must never be mislabelled).
 using Bf16GemmChoice = detail::CpuGemmChoice;
 

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -158,10 +159,15 @@ class FileLock {
 };
 
 // The file's bytes (at most `limit` + 1, so that an oversized file is seen as one); false when it
-// does not exist or cannot be read.
+// does not exist. Something that is not a regular file (a directory, a FIFO that would block) is
+// read as empty, which the parser rejects, and not opened.
 bool read_file(const std::string& path, size_t limit, std::string& text) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return false;
+  text.clear();
+  if (!S_ISREG(info.st_mode)) return true;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  if (fd < 0) return true;
   text.assign(limit + 1, '\0');
   size_t got = 0;
   while (got < text.size()) {
@@ -196,6 +202,17 @@ std::string write_file_atomically(const std::string& path, const std::string& te
     return why;
   }
   return "";
+}
+
+// One line on stderr, once per process for each distinct text (f32 and a half dtype settling in turn
+// would otherwise repeat a cache file's fault when it cannot be rewritten).
+void warn_once(const std::string& line) {
+  static std::mutex mutex;
+  static std::vector<std::string> said;
+  const std::lock_guard<std::mutex> guard(mutex);
+  if (std::find(said.begin(), said.end(), line) != said.end()) return;
+  said.push_back(line);
+  std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 // ---- the plan -----------------------------------------------------------------------------------
@@ -250,8 +267,7 @@ void settle(GemmPlanDType dtype, DTypePlan& plan) {
     if (read_file(path, 16 * 1024, text)) {
       cached = parse_gemm_cache(text, identity, threads, caps, error);
       if (!error.empty())
-        std::fprintf(stderr, "[cpu gemm] ignoring the calibration cache %s: %s; measuring again\n", path.c_str(),
-                     error.c_str());
+        warn_once("[cpu gemm] ignoring the calibration cache " + path + ": " + error + "; measuring again");
       mine = of_dtype(cached, dtype);
     }
   }
@@ -273,7 +289,7 @@ void settle(GemmPlanDType dtype, DTypePlan& plan) {
         plan.source += ", cached in " + path;
       } else {
         plan.source += ", not cached (" + path + ": " + failure + ")";
-        std::fprintf(stderr, "[cpu gemm] cannot write the calibration cache %s: %s\n", path.c_str(), failure.c_str());
+        warn_once("[cpu gemm] cannot write the calibration cache " + path + ": " + failure);
       }
     }
   }

@@ -256,7 +256,8 @@ std::vector<GemmDecisionTimings> parse_gemm_cache(std::string_view text, const s
   };
   if (text.size() > kCacheMaxBytes)
     return fail(std::to_string(text.size()) + " bytes, expected at most " + std::to_string(kCacheMaxBytes));
-  if (text.empty() || text.back() != '\n') return fail("truncated (no final newline)");
+  if (text.empty()) return fail("empty, or not a regular file");
+  if (text.back() != '\n') return fail("truncated (no final newline)");
   std::vector<std::string_view> lines;
   for (size_t start = 0; start < text.size();) {
     const size_t end = text.find('\n', start);
