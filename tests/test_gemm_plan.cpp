@@ -200,6 +200,9 @@ TEST_CASE("the cache file round-trips, and every way of being wrong is named") {
   rejects(rewrite_checksum(replace_once(text, "7.500000e-04", "-1")), "a finite time > 0");
   rejects(rewrite_checksum(replace_once(text, "7.500000e-04", "7.5e-04x")), "a finite time > 0");
   rejects(rewrite_checksum(replace_once(text, "7.500000e-04", "1e300")), "a finite time > 0");
+  // Only the spelling format_gemm_cache writes: strtod's other spellings of the same value are refused.
+  for (const char* spelling : {"7.5e-04", "+7.500000e-04", "7.500000E-04", "0x1.89374bc6a7efap-11"})
+    rejects(rewrite_checksum(replace_once(text, "7.500000e-04", spelling)), "a finite time > 0");
   rejects(rewrite_checksum(replace_once(text, "bf16 square", "bf16  square")), "expected \"<f32|bf16|f16>");
   rejects(rewrite_checksum(replace_once(text, "bf16 square", "f64 square")), "expected \"<f32|bf16|f16>");
   rejects(rewrite_checksum(replace_once(text, "bf16 skinny", "bf16 square")), "a second line for this decision");
@@ -267,19 +270,27 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-// Runs `body` with stderr captured to a file; returns what it wrote.
+// Runs `body` with stderr captured to a file; returns what it wrote. stderr comes back even if the
+// body throws.
 template <class Body>
 std::string capture_stderr(Body body) {
   std::fflush(stderr);
   char name[] = "/tmp/hg_gemm_plan_stderr_XXXXXX";
   const int fd = ::mkstemp(name);
   REQUIRE(fd >= 0);
-  const int saved = ::dup(2);
-  ::dup2(fd, 2);
-  body();
-  std::fflush(stderr);
-  ::dup2(saved, 2);
-  ::close(saved);
+  struct Redirect {
+    int saved;
+    explicit Redirect(int to) : saved(::dup(2)) { ::dup2(to, 2); }
+    ~Redirect() {
+      std::fflush(stderr);
+      ::dup2(saved, 2);
+      ::close(saved);
+    }
+  };
+  {
+    const Redirect redirect(fd);
+    body();
+  }
   ::close(fd);
   const std::string text = read_text(name);
   ::unlink(name);
@@ -311,8 +322,24 @@ std::vector<T> random_values(int64_t count, uint32_t seed) {
 TEST_CASE("f32: the injected timings choose the tile gemm() runs, and both tiles give the same bits") {
   if (skip_unless_calibrating(GemmPlanDType::f32)) return;
   const CpuGemmCaps& caps = d::detect_cpu_gemm_caps();
+  CacheHome outer;                          // the direct calls below settle f32 too: never into the user's cache
   const int64_t m = 300, n = 200, k = 520;  // square class
   const std::vector<float> a = random_values<float>(m * k, 1), b = random_values<float>(n * k, 2);
+  // Both tiles sum each element in the same order: the same bits in every layout, with beta != 0 too.
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true}) {
+      const std::vector<float> c0 = random_values<float>(m * n, 5);
+      std::vector<float> narrow_c = c0, wide_c = c0;
+      const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+      const auto run = [&](d::GemmTile tile, std::vector<float>& out) {
+        d::gemm_f32_avx512_blocked(d::f32_blocking_of_tile(tile, caps.caches), ta, tb, m, n, k, 0.75f, a.data(), lda,
+                                   b.data(), ldb, 0.5f, out.data(), n);
+      };
+      run(d::GemmTile::mr14_nr32, narrow_c);
+      run(d::GemmTile::mr6_nr64, wide_c);
+      CHECK_MESSAGE(std::memcmp(narrow_c.data(), wide_c.data(), narrow_c.size() * sizeof(float)) == 0, "trans_a ", ta,
+                    " trans_b ", tb);
+    }
   const auto run_gemm = [&] {
     std::vector<float> c(size_t(m * n), std::numeric_limits<float>::quiet_NaN());
     cpu::gemm(false, true, m, n, k, 1.0, a.data(), k, b.data(), k, 0.0, c.data(), n, hg::DType::f32);
@@ -347,6 +374,7 @@ TEST_CASE("bf16: the injected timings choose between vdpbf16ps and the fp32 kern
     return;
   }
   using hg::bfloat16;
+  CacheHome outer;                          // the direct calls below settle f32 too: never into the user's cache
   const int64_t m = 100, n = 120, k = 600;  // square
   // A is subnormal (|a| < 2^-126): vdpbf16ps counts such inputs as zero and the fp32 kernel does
   // not (gemm_avx512.h), so the two paths give different bits and the result tells which one ran.
@@ -373,6 +401,18 @@ TEST_CASE("bf16: the injected timings choose between vdpbf16ps and the fp32 kern
     cpu::gemm(true, false, m, n, k, 1.0, a.data(), m, b.data(), n, 0.0, c.data(), n, hg::DType::bf16);
     const std::vector<bfloat16>& expected = fastest == GemmCandidate::fp32 ? by_fp32 : by_dot;
     CHECK(std::memcmp(c.data(), expected.data(), c.size() * 2) == 0);
+    // gemm_bias follows the same plan: its bias epilogue on the chosen path, bit for bit.
+    const std::vector<bfloat16> bias = random_values<bfloat16>(n, 6);
+    std::vector<bfloat16> with_bias = poisoned(), expected_bias = poisoned();
+    cpu::gemm_bias(true, false, m, n, k, 1.0, a.data(), m, b.data(), n, bias.data(), with_bias.data(), n,
+                   hg::DType::bf16);
+    if (fastest == GemmCandidate::fp32)
+      d::gemm_bias_half_via_f32_avx512(true, false, m, n, k, 1.0f, a.data(), m, b.data(), n, bias.data(),
+                                       expected_bias.data(), n);
+    else
+      d::gemm_bias_bf16_avx512(true, false, m, n, k, 1.0f, a.data(), m, b.data(), n, bias.data(), expected_bias.data(),
+                               n);
+    CHECK(std::memcmp(with_bias.data(), expected_bias.data(), with_bias.size() * 2) == 0);
     const GemmCandidate other = fastest == GemmCandidate::fp32 ? GemmCandidate::vdpbf16ps : GemmCandidate::fp32;
     CHECK(d::planned_gemm_candidate(GemmPlanDType::bf16, 16, 1024, 1024) == other);  // skinny
     CHECK(d::planned_gemm_candidate(GemmPlanDType::bf16, 1024, 1024, 64) == other);  // k_small

@@ -137,7 +137,8 @@ std::string cache_directory() {
 // that the caller goes on without it rather than hang.
 class FileLock {
  public:
-  explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
+  explicit FileLock(const std::string& path)
+      : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)) {
     if (fd_ < 0) return;
     for (int waited_ms = 0; ::flock(fd_, LOCK_EX | LOCK_NB) != 0; waited_ms += 10) {
       if (errno != EWOULDBLOCK || waited_ms >= 10000) {
@@ -159,15 +160,18 @@ class FileLock {
 };
 
 // The file's bytes (at most `limit` + 1, so that an oversized file is seen as one); false when it
-// does not exist. Something that is not a regular file (a directory, a FIFO that would block) is
-// read as empty, which the parser rejects, and not opened.
+// does not exist. Something unreadable or not a regular file (a directory, a FIFO) reads as empty,
+// which the parser rejects.
 bool read_file(const std::string& path, size_t limit, std::string& text) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) return false;
   text.clear();
-  if (!S_ISREG(info.st_mode)) return true;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true;
+  // Non-blocking, so that a FIFO put there does not hang the open; checked as a regular file after.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno != ENOENT;
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return true;
+  }
   text.assign(limit + 1, '\0');
   size_t got = 0;
   while (got < text.size()) {
@@ -184,24 +188,24 @@ bool read_file(const std::string& path, size_t limit, std::string& text) {
 // Writes `text` to a temporary file beside `path` and renames it over `path`; "" or why not.
 std::string write_file_atomically(const std::string& path, const std::string& text) {
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ::unlink(temporary.c_str());  // a leftover of a killed process that had this pid
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return std::strerror(errno);
-  size_t done = 0;
-  while (done < text.size()) {
+  int failure = 0;  // the errno of the first call that failed
+  for (size_t done = 0; done < text.size() && failure == 0;) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += size_t(n);
+    if (n <= 0)
+      failure = n < 0 ? errno : EIO;
+    else
+      done += size_t(n);
   }
-  const int saved = errno;
-  const bool ok = done == text.size() && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(ok ? errno : saved);
-    ::unlink(temporary.c_str());
-    return why;
-  }
-  return "";
+  if (failure == 0 && ::fsync(fd) != 0) failure = errno;
+  if (::close(fd) != 0 && failure == 0) failure = errno;
+  if (failure == 0 && ::rename(temporary.c_str(), path.c_str()) != 0) failure = errno;
+  if (failure == 0) return "";
+  ::unlink(temporary.c_str());
+  return std::strerror(failure);
 }
 
 // One line on stderr, once per process for each distinct text (f32 and a half dtype settling in turn
@@ -244,11 +248,6 @@ void settle(GemmPlanDType dtype, DTypePlan& plan) {
   const CpuGemmCaps& caps = detect_cpu_gemm_caps();
   for (int shape = 0; shape < kGemmShapeClasses; ++shape)
     plan.choice[size_t(shape)] = flag_rule_candidate(dtype, GemmShapeClass(shape), caps);
-  const CpuGemmChoice env = cpu_gemm_choice();
-  if (env != CpuGemmChoice::automatic) {
-    plan.source = std::string("HG_CPU_GEMM=") + std::getenv("HG_CPU_GEMM");
-    return;
-  }
   if (gemm_candidates(dtype, caps).size() < 2) {
     plan.source = "the only path on this CPU";
     return;
@@ -293,7 +292,12 @@ void settle(GemmPlanDType dtype, DTypePlan& plan) {
       }
     }
   }
-  for (const GemmDecisionTimings& d : mine)
+  // Every process chooses from the timings as the file holds them (6 significant digits), so the one
+  // that measured and the ones that read its file cannot land on different sides of the margin.
+  std::string unused;
+  const std::vector<GemmDecisionTimings> as_filed =
+      parse_gemm_cache(format_gemm_cache(identity, threads, mine), identity, threads, caps, unused);
+  for (const GemmDecisionTimings& d : as_filed.empty() ? mine : as_filed)
     plan.choice[size_t(d.shape)] = choose_gemm_candidate(d.timings, flag_rule_candidate(dtype, d.shape, caps));
 }
 
@@ -323,16 +327,36 @@ GemmPlanDType plan_dtype_of(DType dtype, const char* caller) {
 
 }  // namespace
 
-CpuGemmChoice cpu_gemm_choice() {
-  static const CpuGemmChoice choice = parse_cpu_gemm_choice(std::getenv("HG_CPU_GEMM"));
-  return choice;
+namespace {
+// HG_CPU_GEMM's text and meaning, read once.
+struct CpuGemmEnvironment {
+  std::string text;
+  CpuGemmChoice choice;
+};
+const CpuGemmEnvironment& cpu_gemm_environment() {
+  static const CpuGemmEnvironment env = [] {
+    const char* text = std::getenv("HG_CPU_GEMM");
+    return CpuGemmEnvironment{text != nullptr ? text : "", parse_cpu_gemm_choice(text)};
+  }();
+  return env;
 }
+}  // namespace
+
+CpuGemmChoice cpu_gemm_choice() { return cpu_gemm_environment().choice; }
 
 GemmCandidate planned_gemm_candidate(GemmPlanDType dtype, int64_t m, int64_t n, int64_t k) {
   const GemmShapeClass shape = classify_gemm_shape(m, n, k);
   const DTypePlan* plan = cpu_gemm_choice() == CpuGemmChoice::automatic ? settled_plan(dtype) : nullptr;
-  if (plan == nullptr) return flag_rule_candidate(dtype, shape, detect_cpu_gemm_caps());
-  return plan->choice[size_t(shape)];
+  if (plan != nullptr) return plan->choice[size_t(shape)];
+  // The flag rule. f32 by the product's own depth (what f32_blocking takes), without asking for the
+  // AMX tile state (a forced avx512 or fp32 promises never to) and without running the cache rule's
+  // AVX-512 code on a CPU that lacks it.
+  if (dtype == GemmPlanDType::f32) {
+    if (!cpu_has_avx512_gemm()) return GemmCandidate::tile14x32;
+    return f32_blocking_for(detect_cpu_caches(), k).tile == GemmTile::mr6_nr64 ? GemmCandidate::tile6x64
+                                                                               : GemmCandidate::tile14x32;
+  }
+  return flag_rule_candidate(dtype, shape, detect_cpu_gemm_caps());
 }
 
 std::vector<GemmDecisionTimings> measure_gemm_decisions(GemmPlanDType dtype, const CpuGemmCaps& caps) {
@@ -374,8 +398,7 @@ void reset_gemm_plan() {
 
 std::string gemm_plan_description(DType dtype) {
   const detail::GemmPlanDType plan_dtype = detail::plan_dtype_of(dtype, "gemm_plan_description");
-  const detail::CpuGemmCaps& caps = detail::detect_cpu_gemm_caps();
-  if (!caps.avx512) return dtype == DType::f32 ? "eigen" : "f32 temporaries";
+  if (!detail::cpu_has_avx512_gemm()) return dtype == DType::f32 ? "eigen" : "f32 temporaries";
   const detail::CpuGemmChoice env = detail::cpu_gemm_choice();
   if (dtype != DType::f32 && env != detail::CpuGemmChoice::automatic && env != detail::CpuGemmChoice::flags) {
     if (env == detail::CpuGemmChoice::amx) return "amx";
@@ -404,7 +427,7 @@ std::string gemm_plan_description(DType dtype) {
 std::string gemm_plan_source(DType dtype) {
   const detail::GemmPlanDType plan_dtype = detail::plan_dtype_of(dtype, "gemm_plan_source");
   if (detail::cpu_gemm_choice() != detail::CpuGemmChoice::automatic)
-    return std::string("HG_CPU_GEMM=") + std::getenv("HG_CPU_GEMM");
+    return "HG_CPU_GEMM=" + detail::cpu_gemm_environment().text;
   const detail::DTypePlan* plan = detail::settled_plan(plan_dtype);
   return plan != nullptr ? plan->source : "not settled yet (asked inside an OpenMP parallel region)";
 }

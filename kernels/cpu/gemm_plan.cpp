@@ -39,12 +39,17 @@ std::vector<std::string_view> split_fields(std::string_view line) {
   return fields;
 }
 
+// A time as format_gemm_cache writes it ("%.6e"), and only so: the text must be what formatting its
+// value gives back (no leading blanks, hex floats, '+' signs or other spellings strtod accepts).
 bool parse_seconds(std::string_view text, double& out) {
   if (text.empty() || text.size() > 32) return false;
   const std::string owned(text);
   char* end = nullptr;
   out = std::strtod(owned.c_str(), &end);
-  return end == owned.c_str() + owned.size() && std::isfinite(out) && out > 0.0 && out < 100.0;
+  if (end != owned.c_str() + owned.size() || !std::isfinite(out) || out <= 0.0 || out >= 100.0) return false;
+  char again[32];
+  std::snprintf(again, sizeof again, "%.6e", out);
+  return owned == again;
 }
 
 template <class Enum, int N>
@@ -142,8 +147,9 @@ const CpuGemmCaps& detect_cpu_gemm_caps() {
   static const CpuGemmCaps caps = [] {
     CpuGemmCaps found;
     found.avx512 = cpu_has_avx512_gemm();
-    found.avx512_bf16 = found.avx512 && cpu_has_avx512_bf16_gemm();
-    found.amx = found.avx512 && cpu_has_amx_bf16_gemm();
+    if (!found.avx512) return found;  // detect_cpu_caches is compiled for AVX-512 (gemm_avx512.cpp)
+    found.avx512_bf16 = cpu_has_avx512_bf16_gemm();
+    found.amx = cpu_has_amx_bf16_gemm();
     found.caches = detect_cpu_caches();
     return found;
   }();
@@ -172,6 +178,7 @@ std::vector<GemmCandidate> gemm_candidates(GemmPlanDType dtype, const CpuGemmCap
 GemmCandidate flag_rule_candidate(GemmPlanDType dtype, GemmShapeClass shape, const CpuGemmCaps& caps) {
   switch (dtype) {
     case GemmPlanDType::f32:
+      if (!caps.avx512) return GemmCandidate::tile14x32;  // unused there (Eigen); f32_blocking_for is AVX-512 code
       return f32_blocking_for(caps.caches, representative_shape(shape, 1).k).tile == GemmTile::mr6_nr64
                  ? GemmCandidate::tile6x64
                  : GemmCandidate::tile14x32;
