@@ -21,6 +21,7 @@
 #include "engine/anomaly.h"
 #include "engine/random.h"
 #include "kernels/cpu/gemm_calibration.h"
+#include "kernels/cpu/tier_calibration.h"
 #include "kernels/cpu/vector_math.h"
 #include "layers/nn.h"
 #include "optim/optim.h"
@@ -97,9 +98,9 @@ int run(const TrainGptConfig& c) {
       trainer.scaler().enabled() ? (std::string(", ") + trainer.scaler().mode_name() + " loss scale").c_str() : "",
       threads.describe().c_str());
   std::printf("attention: %s\n", attention_description(*model).c_str());
-  if (Device::parse(c.device).is_cpu()) {  // which row kernels and GEMM paths run (HG_VECTOR_MATH, HG_CPU_GEMM)
-    std::printf("cpu row kernels: %s (softmax, GELU, LayerNorm)\n",
-                kernels::cpu::vector_math_name(kernels::cpu::vector_math_active()));
+  if (Device::parse(c.device).is_cpu()) {  // the CPU kernel tiers and GEMM paths, and how each was chosen
+    std::printf("cpu row kernels: %s | half conversions: %s\n", kernels::cpu::vector_math_description().c_str(),
+                kernels::cpu::convert_tier_description().c_str());
     std::printf("%s\n", kernels::cpu::gemm_plan_line(precision).c_str());
   }
   if (c.recompute_every > 0 || c.offload != "off")

@@ -1,4 +1,5 @@
-// kernels/cpu/gemm_plan.* and gemm_calibration.*: calibrated CPU GEMM dispatch (issue 41).
+// kernels/cpu/gemm_plan.* and gemm_calibration.*: calibrated CPU GEMM dispatch (issue 41), and the
+// timed tiers of tier_calibration.h (row kernels, half conversions).
 // The pure parts with made-up CPUs and timings (shape classes, the choosing rule, the flag rule, the
 // cache file and every way it can be wrong), then the process's plan on this CPU: a cache file with
 // injected timings decides the path gemm() takes (checked bit for bit against the path called
@@ -24,10 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/calibration_rule.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/gemm_avx512_blocking.h"
 #include "kernels/cpu/gemm_calibration.h"
 #include "kernels/cpu/gemm_plan.h"
+#include "kernels/cpu/tier_calibration.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 #include "kernels/kernels.h"
@@ -507,5 +511,84 @@ TEST_CASE("a relative XDG_CACHE_HOME is ignored for HOME's ~/.cache, as the XDG 
   CHECK(path.substr(path.size() - 4 - std::to_string(omp_get_max_threads()).size() - 2) ==
         "-t" + std::to_string(omp_get_max_threads()) + ".txt");
 }
+
+// ---- the row kernels' and conversions' tiers (tier_calibration.h) ------------------------------------
+
+namespace tiers {
+
+TEST_CASE("the conversion tier is the timed choice among the tiers this CPU runs, and converts as the scalar one") {
+  using cpu::ConvertIsa;
+  const auto& timings = d::convert_tier_timings();
+  const ConvertIsa chosen = cpu::convert_default_isa();
+  const std::string description = cpu::convert_tier_description();
+  MESSAGE(description);
+  CHECK(int(chosen) <= int(cpu::convert_best_isa()));
+  CHECK(description.rfind(cpu::convert_isa_name(chosen), 0) == 0);
+  if (cpu::convert_best_isa() == ConvertIsa::scalar) {
+    CHECK(timings.empty());
+    CHECK(description == "scalar (the only tier)");
+  } else {
+    REQUIRE(timings.size() == size_t(cpu::convert_best_isa()) + 1);  // every tier, widest first
+    for (size_t i = 0; i < timings.size(); ++i) {
+      CHECK(int(timings[i].first) == int(cpu::convert_best_isa()) - int(i));
+      CHECK((std::isfinite(timings[i].second) && timings[i].second > 0));
+      CHECK(description.find(cpu::convert_isa_name(timings[i].first)) != std::string::npos);
+    }
+    CHECK(chosen == d::choose_fastest(timings, cpu::convert_best_isa()));
+  }
+  // Whatever was chosen converts bit for bit as the scalar reference (subnormals, NaN, overflow too).
+  std::vector<float> values = random_values<float>(1000, 7);
+  for (float v : {0.0f, -0.0f, 1e-40f, -3e-42f, 70000.0f, -3e38f, std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::infinity()})
+    values.push_back(v);
+  const int64_t n = int64_t(values.size());
+  std::vector<hg::bfloat16> by_default(values.size()), by_scalar(values.size());
+  std::vector<hg::half> h_default(values.size()), h_scalar(values.size());
+  cpu::from_float(values.data(), by_default.data(), n);
+  cpu::from_float(values.data(), by_scalar.data(), n, ConvertIsa::scalar);
+  cpu::from_float(values.data(), h_default.data(), n);
+  cpu::from_float(values.data(), h_scalar.data(), n, ConvertIsa::scalar);
+  CHECK(std::memcmp(by_default.data(), by_scalar.data(), by_default.size() * 2) == 0);
+  CHECK(std::memcmp(h_default.data(), h_scalar.data(), h_default.size() * 2) == 0);
+}
+
+TEST_CASE("the row kernels' default tier is the timed choice unless HG_VECTOR_MATH names one") {
+  using cpu::VectorMath;
+  const std::string description = cpu::vector_math_description();
+  MESSAGE(description);
+  const char* env = std::getenv("HG_VECTOR_MATH");
+  if (env != nullptr && *env != '\0' && std::string(env) != "auto") {
+    CHECK(description.find(std::string("(HG_VECTOR_MATH=") + env + ")") != std::string::npos);
+    CHECK(d::vector_math_timings().empty());
+    return;
+  }
+  const auto& timings = d::vector_math_timings();
+  if (cpu::vector_math_best() == VectorMath::portable) {
+    CHECK(timings.empty());
+    CHECK(description == "portable (the only tier)");
+    return;
+  }
+  REQUIRE(timings.size() == 2);
+  CHECK(timings[0].first == VectorMath::avx512);
+  CHECK(timings[1].first == VectorMath::portable);
+  for (const auto& t : timings) CHECK((std::isfinite(t.second) && t.second > 0));
+  const VectorMath chosen = d::choose_fastest(timings, VectorMath::avx512);
+  CHECK(description.rfind(std::string(cpu::vector_math_name(chosen)) + " (timed: avx512 ", 0) == 0);
+  cpu::vector_math_reset();
+  CHECK(cpu::vector_math_active() == chosen);
+}
+
+TEST_CASE("choose_fastest on the tiers: the widest stays within 5%, a tier 5% faster replaces it") {
+  using cpu::ConvertIsa;
+  using T = std::vector<std::pair<ConvertIsa, double>>;
+  CHECK(d::choose_fastest(T{{ConvertIsa::avx512, 1.0}, {ConvertIsa::avx2, 0.96}}, ConvertIsa::avx512) ==
+        ConvertIsa::avx512);
+  CHECK(d::choose_fastest(T{{ConvertIsa::avx512, 1.0}, {ConvertIsa::avx2, 0.90}, {ConvertIsa::scalar, 5.0}},
+                          ConvertIsa::avx512) == ConvertIsa::avx2);
+  CHECK(d::choose_fastest(T{{ConvertIsa::avx512, kNaN}, {ConvertIsa::scalar, 5.0}}, ConvertIsa::avx512) ==
+        ConvertIsa::scalar);
+}
+
+}  // namespace tiers
 
 }  // namespace

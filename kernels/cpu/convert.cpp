@@ -31,7 +31,14 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "kernels/cpu/calibration_rule.h"
+#include "kernels/cpu/tier_calibration.h"
 #include "kernels/error.h"
 
 namespace hg::kernels::cpu {
@@ -185,12 +192,72 @@ const Table& table_for(ConvertIsa isa) {
   return kTables[int(isa)];
 }
 
+// The tiers' times on this CPU (widest first): each converts 16K f16 and bf16 values to float and
+// back, best of 5 interleaved rounds.
+std::vector<std::pair<ConvertIsa, double>> time_convert_tiers() {
+  constexpr int64_t kElements = 16 * 1024;
+  std::vector<float> wide(kElements);
+  for (int64_t i = 0; i < kElements; ++i) wide[size_t(i)] = float(i % 2001 - 1000) * 0.37f;
+  std::vector<half> narrow_f16(kElements);
+  std::vector<bfloat16> narrow_bf16(kElements);
+  std::vector<ConvertIsa> tiers;
+  std::vector<std::function<void()>> runs;
+  for (int isa = int(convert_best_isa()); isa >= 0; --isa) {
+    tiers.push_back(ConvertIsa(isa));
+    runs.emplace_back([&, &table = kTables[isa]] {
+      table.float_to_half(wide.data(), narrow_f16.data(), kElements);
+      table.half_to_float(narrow_f16.data(), wide.data(), kElements);
+      table.float_to_bf16(wide.data(), narrow_bf16.data(), kElements);
+      table.bf16_to_float(narrow_bf16.data(), wide.data(), kElements);
+    });
+  }
+  const std::vector<double> seconds = detail::interleaved_best_seconds(runs, 5);
+  std::vector<std::pair<ConvertIsa, double>> out;
+  for (size_t i = 0; i < tiers.size(); ++i) out.emplace_back(tiers[i], seconds[i]);
+  return out;
+}
+
+// The tier to_float / from_float take, and the timings it was chosen from (none where the CPU has one
+// tier). Settled at the first conversion.
+struct ConvertChoice {
+  std::vector<std::pair<ConvertIsa, double>> timings;
+  ConvertIsa isa;
+};
+const ConvertChoice& convert_choice() {
+  static const ConvertChoice choice = [] {
+    ConvertChoice c{{}, convert_best_isa()};
+    if (c.isa == ConvertIsa::scalar) return c;
+    c.timings = time_convert_tiers();
+    c.isa = detail::choose_fastest(c.timings, convert_best_isa());
+    return c;
+  }();
+  return choice;
+}
+
 const Table& best_table() {
-  static const Table& table = kTables[int(convert_best_isa())];
+  static const Table& table = kTables[int(convert_choice().isa)];
   return table;
 }
 
 }  // namespace
+
+ConvertIsa convert_default_isa() { return convert_choice().isa; }
+
+const std::vector<std::pair<ConvertIsa, double>>& detail::convert_tier_timings() { return convert_choice().timings; }
+
+std::string convert_tier_description() {
+  const ConvertChoice& c = convert_choice();
+  std::string out = convert_isa_name(c.isa);
+  if (c.timings.empty()) return out + " (the only tier)";
+  out += " (timed:";
+  for (size_t i = 0; i < c.timings.size(); ++i) {
+    char entry[64];
+    std::snprintf(entry, sizeof entry, "%s %s %.3f ms", i == 0 ? "" : ",", convert_isa_name(c.timings[i].first),
+                  c.timings[i].second * 1e3);
+    out += entry;
+  }
+  return out + ")";
+}
 
 ConvertIsa convert_best_isa() {
   static const ConvertIsa best = [] {

@@ -27,10 +27,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <thread>
 
+#include "kernels/cpu/calibration_rule.h"
 #include "kernels/cpu/gemm_avx512_blocking.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
@@ -104,15 +106,13 @@ std::vector<GemmDecisionTimings> measure_typed(GemmPlanDType dtype, const CpuGem
   std::vector<GemmDecisionTimings> out;
   for (int shape = 0; shape < kGemmShapeClasses; ++shape) {
     const GemmShape s = representative_shape(GemmShapeClass(shape), threads);
-    std::vector<double> best(candidates.size(), std::numeric_limits<double>::infinity());
-    for (int round = 0; round <= kRounds; ++round)
-      for (size_t i = 0; i < candidates.size(); ++i) {
-        const auto start = std::chrono::steady_clock::now();
-        run_candidate<T>(candidates[i], s, false, operands, caps);
-        run_candidate<T>(candidates[i], s, true, operands, caps);
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (round > 0) best[i] = std::min(best[i], seconds);
-      }
+    std::vector<std::function<void()>> runs;
+    for (const GemmCandidate candidate : candidates)
+      runs.emplace_back([&, candidate] {
+        run_candidate<T>(candidate, s, false, operands, caps);
+        run_candidate<T>(candidate, s, true, operands, caps);
+      });
+    const std::vector<double> best = interleaved_best_seconds(runs, kRounds);
     GemmDecisionTimings d{dtype, GemmShapeClass(shape), {}};
     for (size_t i = 0; i < candidates.size(); ++i) d.timings.push_back({candidates[i], best[i]});
     out.push_back(std::move(d));

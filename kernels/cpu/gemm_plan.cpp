@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/cpu/calibration_rule.h"
 #include "kernels/cpu/gemm_avx512.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -205,18 +206,9 @@ GemmShape representative_shape(GemmShapeClass shape, int threads) {
 }
 
 GemmCandidate choose_gemm_candidate(const std::vector<GemmTiming>& timings, GemmCandidate incumbent) {
-  const auto usable = [](double s) { return std::isfinite(s) && s > 0.0; };
-  double incumbent_seconds = 0.0;
-  const GemmTiming* fastest = nullptr;
-  for (const GemmTiming& t : timings) {
-    if (!usable(t.seconds)) continue;
-    if (t.candidate == incumbent) incumbent_seconds = t.seconds;
-    // Strictly faster replaces: among equal times the first listed stays (the cache file's order).
-    if (fastest == nullptr || t.seconds < fastest->seconds) fastest = &t;
-  }
-  if (fastest == nullptr) return incumbent;
-  if (incumbent_seconds > 0.0 && fastest->seconds > incumbent_seconds * (1.0 - kGemmSwitchMargin)) return incumbent;
-  return fastest->candidate;
+  std::vector<std::pair<GemmCandidate, double>> pairs;
+  for (const GemmTiming& t : timings) pairs.emplace_back(t.candidate, t.seconds);
+  return choose_fastest(pairs, incumbent);
 }
 
 std::string cpu_identity(const CpuGemmCaps& caps) {

@@ -77,10 +77,10 @@ struct GemmDecisionTimings {
   std::vector<GemmTiming> timings;
 };
 
-// The rule: the fastest candidate, except that the incumbent (the flag rule's choice) stays unless
-// another is at least kGemmSwitchMargin faster, so noise between near-equal paths does not flip the
-// choice from run to run. Deterministic given the timings; the incumbent when none is usable.
-constexpr double kGemmSwitchMargin = 0.05;
+// The rule (choose_fastest, calibration_rule.h): the fastest candidate, except that the incumbent (the
+// flag rule's choice) stays unless another is at least 5% faster, so noise between near-equal paths
+// does not flip the choice from run to run. Deterministic given the timings; the incumbent when none
+// is usable.
 GemmCandidate choose_gemm_candidate(const std::vector<GemmTiming>& timings, GemmCandidate incumbent);
 
 // ---- the cache file -------------------------------------------------------------------------------

@@ -9,15 +9,20 @@
 
 #include "kernels/cpu/vector_math.h"
 
-
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "kernels/cpu/calibration_rule.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/convert_avx512.h"
 #include "kernels/cpu/simd_math_avx512.h"
+#include "kernels/cpu/tier_calibration.h"
 #include "kernels/error.h"
 #include "kernels/unary_math.h"
 
@@ -66,23 +71,62 @@ VectorMath vector_math_best() {
   return convert_best_isa() == ConvertIsa::avx512 ? VectorMath::avx512 : VectorMath::portable;
 }
 
-// The tier when none is forced: vector_math_best(), or HG_VECTOR_MATH=portable|avx512|auto (read once;
-// like HG_CPU_GEMM, for A/B runs of a whole program on one CPU).
-VectorMath default_tier() {
-  static const VectorMath tier = [] {
+namespace {
+
+// The tiers' times on this CPU (avx512 first): exp, tanh, GELU and its slope over 4096 floats (the
+// row kernels' transcendental work, L1-resident), best of 5 interleaved rounds.
+std::vector<std::pair<VectorMath, double>> time_vector_math_tiers() {
+  constexpr int64_t kFloats = 4096;
+  std::vector<float> in(kFloats), out(kFloats);
+  for (int64_t i = 0; i < kFloats; ++i) in[size_t(i)] = float(i - kFloats / 2) * (8.0f / kFloats);
+  const VectorMath tiers[] = {VectorMath::avx512, VectorMath::portable};
+  std::vector<std::function<void()>> runs;
+  for (const VectorMath tier : tiers)
+    runs.emplace_back([&, tier] {
+      for (const VectorFunction f :
+           {VectorFunction::exp, VectorFunction::tanh, VectorFunction::gelu_tanh, VectorFunction::gelu_tanh_slope})
+        vector_math_apply(f, in.data(), out.data(), kFloats, tier);
+    });
+  const std::vector<double> seconds = detail::interleaved_best_seconds(runs, 5);
+  return {{tiers[0], seconds[0]}, {tiers[1], seconds[1]}};
+}
+
+// How the default tier was settled: HG_VECTOR_MATH's text ("" when unset or auto), the timings (none
+// when nothing was timed) and the tier.
+struct DefaultTier {
+  std::string env;
+  std::vector<std::pair<VectorMath, double>> timings;
+  VectorMath tier;
+};
+
+// The tier when none is forced: HG_VECTOR_MATH=portable|avx512 (read once; like HG_CPU_GEMM, for A/B
+// runs of a whole program on one CPU), else (unset or auto) the faster of the tiers this CPU runs,
+// timed once (tier_calibration.h).
+const DefaultTier& default_tier_choice() {
+  static const DefaultTier choice = [] {
     const char* env = std::getenv("HG_VECTOR_MATH");
     const std::string v = env != nullptr ? env : "";
-    if (v.empty() || v == "auto") return vector_math_best();
+    if (v.empty() || v == "auto") {
+      DefaultTier d{"", {}, vector_math_best()};
+      if (d.tier == VectorMath::portable) return d;  // the only tier
+      d.timings = time_vector_math_tiers();
+      d.tier = detail::choose_fastest(d.timings, VectorMath::avx512);
+      return d;
+    }
     HG_CHECK(v == "portable" || v == "avx512", "[vector_math] HG_VECTOR_MATH=", v,
              ": expected portable, avx512 or auto");
     const VectorMath want = v == "avx512" ? VectorMath::avx512 : VectorMath::portable;
     HG_CHECK(int(want) <= int(vector_math_best()), "[vector_math] HG_VECTOR_MATH=", v,
              " but this CPU runs at most ", vector_math_name(vector_math_best()),
              " (avx512 needs AVX-512 F/BW/VL and F16C)");
-    return want;
+    return DefaultTier{v, {}, want};
   }();
-  return tier;
+  return choice;
 }
+
+VectorMath default_tier() { return default_tier_choice().tier; }
+
+}  // namespace
 
 VectorMath vector_math_active() {
   const int forced = g_forced.load(std::memory_order_relaxed);
@@ -100,6 +144,25 @@ void vector_math_reset() { g_forced.store(-1, std::memory_order_relaxed); }
 
 const char* vector_math_name(VectorMath tier) {
   return tier == VectorMath::avx512 ? "avx512" : "portable";
+}
+
+const std::vector<std::pair<VectorMath, double>>& detail::vector_math_timings() {
+  return default_tier_choice().timings;
+}
+
+std::string vector_math_description() {
+  const DefaultTier& d = default_tier_choice();
+  std::string out = vector_math_name(d.tier);
+  if (!d.env.empty()) return out + " (HG_VECTOR_MATH=" + d.env + ")";
+  if (d.timings.empty()) return out + " (the only tier)";
+  out += " (timed:";
+  for (size_t i = 0; i < d.timings.size(); ++i) {
+    char entry[48];
+    std::snprintf(entry, sizeof entry, "%s %s %.3f ms", i == 0 ? "" : ",", vector_math_name(d.timings[i].first),
+                  d.timings[i].second * 1e3);
+    out += entry;
+  }
+  return out + ")";
 }
 
 void vector_math_apply(VectorFunction f, const float* in, float* out, int64_t n, VectorMath tier) {

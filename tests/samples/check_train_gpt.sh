@@ -27,6 +27,8 @@ grep -q "HG_VECTOR_MATH=bogus: expected portable, avx512 or auto" <<<"$out" || f
 out=$("$bin" "${tiny[@]}" --steps 1 --eval-every 0 --sample 0 --precision bf16) || fail "bf16 run exited $?: $out"
 grep -Eq "^cpu gemm: f32 [^ ]+.*, bf16 .*\((measured in [0-9]+ ms|cached in |the only path|measured)" <<<"$out" ||
   fail "the header does not name the calibrated GEMM paths: $out"
+grep -Eq "^cpu row kernels: (avx512|portable) \((timed: avx512 [0-9.]+ ms, portable [0-9.]+ ms|the only tier)\) \| half conversions: [a-z0-9+]+ \((timed: |the only tier)" <<<"$out" ||
+  fail "the header does not say how the row kernels' and conversions' tiers were chosen: $out"
 out=$(HG_CPU_GEMM=fp32 "$bin" "${tiny[@]}" --steps 1 --eval-every 0 --sample 0 --precision bf16) ||
   fail "HG_CPU_GEMM=fp32 run exited $?: $out"
 grep -Eq "^cpu gemm: f32 [^ ]+, bf16 (fp32|f32 temporaries) \(HG_CPU_GEMM=fp32\)$" <<<"$out" ||
