@@ -28,7 +28,9 @@
 #include <vector>
 
 #include "kernels/cpu/bias_gelu.h"
+#include "kernels/cpu/calibration_rule.h"
 #include "kernels/cpu/gelu_table.h"
+#include "kernels/cpu/tier_calibration.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/dtype.h"
 #include "kernels/half.h"
@@ -530,14 +532,19 @@ TEST_CASE("GELU lookup tables: every bf16 input gives the evaluated bits, forwar
   }
 }
 
-TEST_CASE("vector_math_force refuses a tier the CPU lacks, and reset returns to the best") {
+TEST_CASE("vector_math_force refuses a tier the CPU lacks, and reset returns to the default") {
   cpu::vector_math_force(VectorMath::portable);
   CHECK(cpu::vector_math_active() == VectorMath::portable);
   cpu::vector_math_reset();
-  // Back to the default: the best tier, unless HG_VECTOR_MATH chose another for this run.
+  // Back to the default: HG_VECTOR_MATH's tier for this run, else the timed choice (tier_calibration.h),
+  // which is the best tier wherever there is only one.
   const char* env = std::getenv("HG_VECTOR_MATH");
   const std::string chosen = env != nullptr ? env : "";
-  const VectorMath expected = chosen == "portable" ? VectorMath::portable : cpu::vector_math_best();
+  const auto& timings = cpu::detail::vector_math_timings();
+  const VectorMath expected = chosen == "portable" ? VectorMath::portable
+                              : chosen == "avx512" ? VectorMath::avx512
+                              : timings.empty()    ? cpu::vector_math_best()
+                                                   : cpu::detail::choose_fastest(timings, VectorMath::avx512);
   CHECK(cpu::vector_math_active() == expected);
   if (cpu::vector_math_best() != VectorMath::avx512) CHECK_THROWS(cpu::vector_math_force(VectorMath::avx512));
 }
