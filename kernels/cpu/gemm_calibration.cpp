@@ -5,7 +5,7 @@
 // shape twice, forward (A B^T) and weight gradient (A^T B), on pseudo-random values (AMX runs zeros
 // faster than data); one untimed round first (pack buffers are touched, the OpenMP threads woken),
 // then kRounds timed rounds with the candidates interleaved, keeping each one's best. On a 2-core
-// Zen 4 VM the f32 and bf16 decisions take ~10 ms each (docs/cpu_gemm.md, "Calibrated dispatch").
+// Zen 4 VM, f32's decisions take ~20 ms and bf16's ~16 ms (docs/cpu_gemm.md, "Calibrated dispatch").
 //
 // The cache. Processes that start together (MPI ranks, ctest -j) serialise on a lock file beside
 // the cache, so the first measures and writes while the others wait and then read its file: they
@@ -23,12 +23,11 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <limits>
+#include <memory>
 #include <mutex>
 #include <thread>
 
