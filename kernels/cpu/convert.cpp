@@ -31,7 +31,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
-#include <cstdio>
 #include <functional>
 #include <string>
 #include <utility>
@@ -249,14 +248,7 @@ std::string convert_tier_description() {
   const ConvertChoice& c = convert_choice();
   std::string out = convert_isa_name(c.isa);
   if (c.timings.empty()) return out + " (the only tier)";
-  out += " (timed:";
-  for (size_t i = 0; i < c.timings.size(); ++i) {
-    char entry[64];
-    std::snprintf(entry, sizeof entry, "%s %s %.3f ms", i == 0 ? "" : ",", convert_isa_name(c.timings[i].first),
-                  c.timings[i].second * 1e3);
-    out += entry;
-  }
-  return out + ")";
+  return out + detail::timings_text(c.timings, convert_isa_name);
 }
 
 ConvertIsa convert_best_isa() {

@@ -155,14 +155,7 @@ std::string vector_math_description() {
   std::string out = vector_math_name(d.tier);
   if (!d.env.empty()) return out + " (HG_VECTOR_MATH=" + d.env + ")";
   if (d.timings.empty()) return out + " (the only tier)";
-  out += " (timed:";
-  for (size_t i = 0; i < d.timings.size(); ++i) {
-    char entry[48];
-    std::snprintf(entry, sizeof entry, "%s %s %.3f ms", i == 0 ? "" : ",", vector_math_name(d.timings[i].first),
-                  d.timings[i].second * 1e3);
-    out += entry;
-  }
-  return out + ")";
+  return out + detail::timings_text(d.timings, vector_math_name);
 }
 
 void vector_math_apply(VectorFunction f, const float* in, float* out, int64_t n, VectorMath tier) {
