@@ -11,6 +11,11 @@ constexpr const char* kResampleGather =
     "so a warp request fills half its sectors; the neighbouring taps read the other half from L1, and DRAM "
     "stays within 1.2x the minimum. Planned: fixed-width (ELL) tables and tiles staged in shared memory";
 
+constexpr const char* kAttentionBackwardPasses =
+    "the deterministic backward is three kernels (delta, key tiles, query tiles), each reading its operands "
+    "once: q, k, v and dO are read by both tile kernels and o, dO by the delta kernel, 1.63x one pass by "
+    "design (no dQ atomics, the same bits every run)";
+
 }  // namespace
 
 const std::vector<Exemption>& exemptions() {
@@ -28,14 +33,9 @@ const std::vector<Exemption>& exemptions() {
        "the backward GEMM writes the patch-matrix gradient that col2im gathers: the im2col fallback by design"},
       {"conv2d_backward_filter_im2col", Check::dram_ratio,
        "im2col materialises the patch matrix per image by design: the fallback path that cuDNN replaces on a GPU"},
-      {"attention_backward", Check::dram_ratio,
-       "the deterministic backward is three kernels (delta, key tiles, query tiles), each reading its operands "
-       "once: q, k, v and dO are read by both tile kernels and o, dO by the delta kernel, 1.63x one pass by "
-       "design (no dQ atomics, the same bits every run)"},
-      {"attention_backward_d128", Check::dram_ratio,
-       "the deterministic backward is three kernels (delta, key tiles, query tiles), each reading its operands "
-       "once: q, k, v and dO are read by both tile kernels and o, dO by the delta kernel, 1.63x one pass by "
-       "design (no dQ atomics, the same bits every run)"},
+      {"attention_backward", Check::dram_ratio, kAttentionBackwardPasses},
+      {"attention_backward_d128", Check::dram_ratio, kAttentionBackwardPasses},
+      {"attention_backward_padded", Check::dram_ratio, kAttentionBackwardPasses},
       {"bilinear2x_forward", Check::efficiency, kResampleGather},
       {"bilinear2x_backward", Check::efficiency, kResampleGather},
       {"adaptive_avg_pool2d_forward", Check::efficiency, kResampleGather},

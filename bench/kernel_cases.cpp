@@ -944,21 +944,19 @@ std::vector<KernelCase> make_cases() {
   // within the model L2 as they do within the H200's at the timed size). The backward's
   // minimum is the same one pass of its contract: q, k, v, o, dO and lse read, dq, dk, dv written, the
   // `delta` scratch (B H T fp32, D = rowsum(dO o)) written once and read once.
+  struct Attention {
+    kernels::AttentionProblem p;
+    uint64_t qkv_bytes = 0, o_bytes = 0, lse_bytes = 0, mask_bytes = 0;
+    std::string shape;
+    // Views of the [B, T, 3, H, D] projection (which = 0, 1, 2: q, k, v) and of a [B, T, H, D] tensor.
+    kernels::AttentionTensor projection(void* base, int which, DType dt) const {
+      return {static_cast<char*>(base) + bytes_of(which * p.heads * p.d, dt), p.tq * 3 * p.heads * p.d, p.d,
+              3 * p.heads * p.d};
+    }
+    kernels::AttentionTensor heads(void* base) const { return {base, p.tq * p.heads * p.d, p.d, p.heads * p.d}; }
+  };
   for (const int64_t head_dim : {int64_t(64), int64_t(128)}) {
     const std::string suffix = head_dim == 64 ? "" : "_d128";
-    struct Attention {
-      kernels::AttentionProblem p;
-      uint64_t qkv_bytes, o_bytes, lse_bytes;
-      std::string shape;
-      // Views of the [B, T, 3, H, D] projection (which = 0, 1, 2: q, k, v) and of a [B, T, H, D] tensor.
-      kernels::AttentionTensor projection(void* base, int which, DType dt) const {
-        return {static_cast<char*>(base) + bytes_of(which * p.heads * p.d, dt), p.tq * 3 * p.heads * p.d, p.d,
-                3 * p.heads * p.d};
-      }
-      kernels::AttentionTensor heads(void* base) const {
-        return {base, p.tq * p.heads * p.d, p.d, p.heads * p.d};
-      }
-    };
     auto attention = [head_dim](S s, DType dt) {
       Attention at;
       at.p.batch = 1;
@@ -1004,6 +1002,60 @@ std::vector<KernelCase> make_cases() {
       });
     });
   }
+
+  // ---- fused attention with a key-padding mask: a seq2seq encoder's self-attention (not causal) over
+  // the GPT case's q, k, v layout with B = 2, its per-batch bool mask [B, 1, 1, T] (stride 0 over heads
+  // and queries) hiding the last quarter of batch 0's keys and the last eighth of batch 1's. The mask is
+  // B T bytes, read once per tile pair from L1 after the first; its minimum adds those bytes once. ----
+  auto padded = [](S s, DType dt, A a) {
+    Attention at;
+    at.p.batch = 2;
+    at.p.tq = at.p.tk = std::max<int64_t>(1, s.rows * 32 / 64);
+    at.p.heads = std::max<int64_t>(1, s.cols / 1024);
+    at.p.d = 64;
+    at.p.scale = 1.0 / std::sqrt(64.0);
+    at.p.causal = false;
+    const int64_t elements = at.p.batch * at.p.tq * at.p.heads * at.p.d;
+    at.qkv_bytes = bytes_of(3 * elements, dt);
+    at.o_bytes = bytes_of(elements, dt);
+    at.lse_bytes = bytes_of(at.p.rows(), DType::f32);
+    at.shape = "qkv " + dims({at.p.batch, at.p.tq, 3, at.p.heads, at.p.d}) + " key padding";
+    std::vector<uint8_t> keep(size_t(at.p.batch * at.p.tk));
+    for (int64_t b = 0; b < at.p.batch; ++b)
+      for (int64_t j = 0; j < at.p.tk; ++j) keep[size_t(b * at.p.tk + j)] = j < at.p.tk - at.p.tk / (4 << b);
+    at.p.mask.data = a.upload(keep);
+    at.p.mask.batch_stride = at.p.tk, at.p.mask.key_stride = 1;
+    at.mask_bytes = keep.size();
+    return at;
+  };
+  add("attention_forward_padded", kFloats, [padded](S s, DType dt, A a) {
+    const Attention at = padded(s, dt, a);
+    void* qkv = a.uniform(at.qkv_bytes / dtype_size(dt), dt);
+    void* o = a.zeros(at.o_bytes);
+    void* lse = a.zeros(at.lse_bytes);
+    return memory_case(at.shape, io({at.qkv_bytes, at.mask_bytes, at.o_bytes, at.lse_bytes}), [=, st = a.stream()] {
+      k::attention_forward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
+                           at.heads(o), lse, dt, st);
+    });
+  });
+  add("attention_backward_padded", kFloats, [padded](S s, DType dt, A a) {
+    const Attention at = padded(s, dt, a);
+    void* qkv = a.uniform(at.qkv_bytes / dtype_size(dt), dt);
+    void* o = a.zeros(at.o_bytes);
+    void* lse = a.zeros(at.lse_bytes);
+    k::attention_forward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
+                         at.heads(o), lse, dt, a.stream());
+    void* dout = a.uniform(at.o_bytes / dtype_size(dt), dt);
+    void* delta = a.zeros(at.lse_bytes);
+    void* dqkv = a.zeros(at.qkv_bytes);
+    const uint64_t min_bytes = io({at.qkv_bytes, at.mask_bytes, at.o_bytes, at.o_bytes, at.lse_bytes, at.qkv_bytes}) +
+                               2 * sector_bytes(at.lse_bytes);
+    return memory_case(at.shape, min_bytes, [=, st = a.stream()] {
+      k::attention_backward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
+                            at.heads(o), at.heads(dout), lse, delta, at.projection(dqkv, 0, dt),
+                            at.projection(dqkv, 1, dt), at.projection(dqkv, 2, dt), dt, st);
+    });
+  });
 
   // ---- convolution: the im2col + GEMM fallback (cuDNN's path on a GPU; the audit turns cuDNN off) ----
   const char* conv_names[3] = {"conv2d_forward_im2col", "conv2d_backward_data_im2col", "conv2d_backward_filter_im2col"};

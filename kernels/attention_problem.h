@@ -30,7 +30,7 @@ namespace hg::kernels {
 // An attention mask over [batch, heads, tq, tk], read through element strides (0 along a dimension
 // it broadcasts over). Bool (b8: false hides the key, S = -inf) or additive (the operands' dtype, added
 // to the scaled scores). A query that sees no key gets O = NaN and lse = -inf (PyTorch's NaN row).
-// The CPU kernels apply it inside the tiles; the CUDA kernels take none yet (data must be null).
+// The CPU and CUDA kernels apply it inside the tiles (a broadcast mask is never expanded).
 struct AttentionMask {
   const void* data = nullptr;  // null: no mask
   bool additive = false;

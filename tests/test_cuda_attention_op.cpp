@@ -1,7 +1,7 @@
 // scaled_dot_product_attention on a CUDA device: the fused path (kernels/cuda/attention_*.cu) against
-// the CPU's fused path, forward and backward, f16/bf16/f32, with the GPT's strided operands and with
-// dropout (the same Philox masks on both devices); the fallback to the composed path where the CUDA
-// kernels refuse; a GPT step through either path on the device. Runs on a real GPU or on the SIMT
+// the CPU's fused path, forward and backward, f16/bf16/f32, with the GPT's strided operands, with
+// dropout (the same Philox masks on both devices) and with bool and additive attn_masks; the fallback to the composed
+// path where the CUDA kernels refuse; a GPT step through either path on the device. Runs on a real GPU or on the SIMT
 // emulator; without either it skips visibly. Device buffers come from a cache first filled with NaN.
 //
 // Tolerances, relative to the largest CPU value: both devices compute in fp32 from the same rounded
@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "engine/cuda/cuda_context.h"
 #include "engine/ops.h"
@@ -87,7 +89,7 @@ TEST_CASE("fused attention on CUDA equals the CPU's, forward and backward, strid
           const Run cpu = attention_step(qkv, H, causal, p, AttentionImpl::Fused);
           poison_device_cache();
           const Run cuda = attention_step(qkv.to(kCuda), H, causal, p, AttentionImpl::Fused);
-          INFO(dtype_name(dtype), " T = ", T, " causal = ", causal, " p = ", p);
+          INFO(std::string(dtype_name(dtype)), " T = ", T, " causal = ", causal, " p = ", p);
           CHECK(cuda.out.device() == kCuda);
           CHECK(cuda.out.transpose(1, 2).is_contiguous());
           CHECK(rel_error(cpu.out, cuda.out) <= tolerance(dtype));
@@ -96,6 +98,70 @@ TEST_CASE("fused attention on CUDA equals the CPU's, forward and backward, strid
       }
     }
   }
+}
+
+TEST_CASE("fused attention on CUDA applies bool and additive masks in its tiles: the CPU's values and gradients") {
+  // Tq != Tk over several 64 x 64 tiles, with and without causal. The bool mask is a key padding mask
+  // [B, 1, 1, Tk] (broadcast: stride 0 over heads and queries) whose batch 0 hides every key of the first
+  // key tile (the online softmax starts from no key seen); the additive one is per query and key [Tq, Tk]
+  // plus that padding as -inf, and is also read transposed (key stride != 1: the element-wise path).
+  if (skip_without_cuda()) return;
+  struct Case {
+    int64_t tq, tk;
+    bool causal;
+  };
+  for (DType dtype : {bf16, f16, f32})
+    for (const Case c : {Case{70, 130, false}, Case{70, 130, true}})
+      for (int kind = 0; kind < 3; ++kind) {  // bool, additive, additive read transposed
+        const int64_t B = 2, H = 1, D = dtype == f32 ? 128 : 64;
+        manual_seed(uint64_t(c.causal * 10 + kind));
+        const Tensor q0 = randn({B, H, c.tq, D}, f32).to(dtype), k0 = randn({B, H, c.tk, D}, f32).to(dtype);
+        const Tensor v0 = randn({B, H, c.tk, D}, f32).to(dtype), g = randn({B, H, c.tq, D}, f32).to(dtype);
+        const double first = c.causal ? 30.0 : 64.0;
+        const Tensor key = arange(0.0, double(c.tk), 1.0, f32, kCPU).view({1, c.tk});
+        Tensor mask = ge(key, from_vector(std::vector<float>{float(first), 1.0f}, {2, 1}, f32)).view({B, 1, 1, c.tk});
+        const Tensor padding = masked_fill(zeros({B, 1, 1, c.tk}, f32), logical_not(mask), -INFINITY);
+        if (kind == 1) mask = (randn({c.tq, c.tk}, f32) + padding).to(dtype);
+        // Stored [B, 1, Tk, Tq] and transposed on each device below: key stride Tq.
+        if (kind == 2) mask = (randn({c.tk, c.tq}, f32) + padding.transpose(-1, -2)).to(dtype);
+        auto on = [&](const Device& device) {
+          const Tensor m = mask.to(device);
+          return kind == 2 ? m.transpose(-1, -2) : m;
+        };
+        std::vector<Tensor> results[2];
+        for (int on_cuda = 0; on_cuda < 2; ++on_cuda) {
+          const Device device = on_cuda ? kCuda : kCPU;
+          if (on_cuda) poison_device_cache();
+          const Tensor q = q0.to(device).detach().requires_grad_(), k = k0.to(device).detach().requires_grad_();
+          const Tensor v = v0.to(device).detach().requires_grad_();
+          const Tensor y = scaled_dot_product_attention(q, k, v, on(device), c.causal, 0.0, AttentionImpl::Fused);
+          y.backward(g.to(device));
+          results[on_cuda] = {y, q.grad(), k.grad(), v.grad()};
+        }
+        INFO(std::string(dtype_name(dtype)), " causal = ", c.causal, " mask kind = ", kind);
+        for (size_t i = 0; i < 4; ++i) {
+          CAPTURE(i);
+          CHECK(rel_error(results[0][i], results[1][i]) <= tolerance(dtype));
+        }
+      }
+}
+
+TEST_CASE("masked fused attention on CUDA: a query that sees no key is NaN, as on the CPU; the others are not") {
+  if (skip_without_cuda()) return;
+  manual_seed(9);
+  const Tensor q = randn({1, 1, 3, 64}, f32), k = randn({1, 1, 5, 64}, f32), v = randn({1, 1, 5, 64}, f32);
+  // Row 0 hides every key; rows 1 and 2 see some.
+  const Tensor keep =
+      ne(from_vector(std::vector<int32_t>{0, 0, 0, 0, 0, 1, 0, 1, 0, 1, 1, 1, 1, 1, 0}, {3, 5}, i32), 0.0);
+  poison_device_cache();
+  const Tensor on_cuda = scaled_dot_product_attention(q.to(kCuda), k.to(kCuda), v.to(kCuda), keep.to(kCuda), false, 0.0,
+                                                      AttentionImpl::Fused)
+                             .to(kCPU);
+  const Tensor on_cpu = scaled_dot_product_attention(q, k, v, keep, false, 0.0, AttentionImpl::Fused);
+  const std::vector<double> values = on_cuda.to_vector<double>();
+  CHECK(std::all_of(values.begin(), values.begin() + 64, [](double x) { return std::isnan(x); }));
+  CHECK(std::none_of(values.begin() + 64, values.end(), [](double x) { return std::isnan(x); }));
+  CHECK(rel_error(on_cpu.narrow(2, 1, 2), on_cuda.narrow(2, 1, 2)) <= 2e-5);
 }
 
 TEST_CASE("attention on CUDA: head dimensions the kernels refuse run composed under Auto; Fused says why") {

@@ -4,8 +4,8 @@
 // with q [.., Tq, D], k [.., Tk, D] and v [.., Tk, Dv]. Query row i attends to keys j <= i + (Tk - Tq),
 // so a query block at the end of a longer key sequence (a KV cache) sees its whole past. Its backward
 // is that of the composed ops, and it saves the probabilities: O(B H Tq Tk) memory. The fused path
-// (engine/ops/attention_fused.cpp) saves O and the row log-sum-exp only; on CUDA it takes no attn_mask
-// yet: a masked call on CUDA runs here.
+// (engine/ops/attention_fused.cpp) saves O and the row log-sum-exp only, and applies an attn_mask
+// inside its tiles on both devices.
 #include <cmath>
 
 #include "engine/ops.h"

@@ -8,8 +8,8 @@
 //
 // Saved for backward: q, k, v, O and the row log-sum-exp (B H Tq values in fp32): O(B H T D), where the
 // composed path keeps the B H Tq Tk probabilities; an attn_mask is read through broadcast strides by the
-// CPU kernels (the CUDA kernels refuse one) and kept as given. Dropout saves only its Philox state; the
-// backward kernels regenerate the mask.
+// CPU and CUDA kernels and kept as given (a key-padding mask [B, 1, 1, Tk] stays B Tk values). Dropout saves only its
+// Philox state; the backward kernels regenerate the mask.
 #include <cmath>
 
 #include "engine/ops.h"
@@ -66,7 +66,6 @@ kernels::AttentionMask mask_operand(const Tensor& attn_mask, const Tensor& q_in,
 
 std::string attention_fused_refusal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask) {
   const int64_t d = q.size(-1);
-  if (attn_mask.defined() && q.device().is_cuda()) return "the CUDA kernels take no attn_mask yet";
   if (attn_mask.defined() && attn_mask.requires_grad())
     return "the additive attn_mask requires a gradient, which the fused kernels do not compute";
   if (v.size(-1) != d) {

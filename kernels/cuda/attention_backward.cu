@@ -25,6 +25,8 @@
 //
 // Per step of either kernel (a 64 x 64 tile pair; i = query row, j = key row):
 //   S[64][64]  = Q_i K_j^T          (scores)          dP[64][64] = dO_i V_j^T        (fp32 products)
+//   with an attn_mask, mask_score_tile first makes S = scale S + mask (-inf where a bool mask hides the
+//     key; coalesced mask reads, one more block barrier), and the scale below becomes 1;
 //   elementwise, four columns per thread step, in fp32: P = exp(scale S - lse[i]) on the visible
 //     (i, j) (0 elsewhere, rows past tq and keys past tk included), z = keep(i, j) / (1 - p),
 //     Pz = P z, dS = P (dP z - D[i]); Pz and dS rounded to the operand type
@@ -71,10 +73,8 @@
 // Partial unrolling of the product loops keeps the WMMA kernels within 255 registers (no spills).
 #if defined(__CUDACC__)
 #define HG_UNROLL_TWO _Pragma("unroll 2")
-#define HG_NO_UNROLL _Pragma("unroll 1")
 #else
 #define HG_UNROLL_TWO
-#define HG_NO_UNROLL
 #endif
 
 namespace hg::kernels::cuda {
@@ -268,6 +268,7 @@ struct SharedLayout {
 
 struct Args {
   AttentionTensor q, k, v, o, dout, dq, dk, dv;
+  AttentionMask mask;  // data null: none
   const float* lse;
   float* delta;
   int64_t heads, tq, tk;
@@ -361,6 +362,7 @@ template <bool kWithPz, class Op>
 HG_DEVICE void probabilities_and_ds(const float* s, const float* dp, Op* pz, Op* ds, const float* lse,
                                     const float* delta, const Args& a, int64_t bh, int64_t i0, int64_t j0) {
   const int64_t shift = a.tk - a.tq;  // causal: query i sees keys j <= i + shift
+  const float score_scale = a.mask.data != nullptr ? 1.0f : a.scale;  // mask_score_tile scaled them
   constexpr int kGroups = kTile / 4;  // of 4 columns, per row
   for (int e = int(threadIdx.x); e < kTile * kGroups; e += kThreads) {
     const int r = e / kGroups, c0 = (e % kGroups) * 4;
@@ -375,7 +377,7 @@ HG_DEVICE void probabilities_and_ds(const float* s, const float* dp, Op* pz, Op*
     for (int m = 0; m < 4; ++m) {
       const int64_t j = j0 + c0 + m;
       const bool visible = i < a.tq && j < a.tk && (!a.causal || j <= i + shift);
-      const float p = visible ? expf(s4.v[m] * a.scale - row_lse) : 0.0f;
+      const float p = visible ? expf(s4.v[m] * score_scale - row_lse) : 0.0f;
       const float z = keep.keep[m] ? a.dropout.keep_scale : 0.0f;  // keep_scale = 1 without dropout
       pz4.v[m] = from_acc<Op>(p * z);
       ds4.v[m] = from_acc<Op>(p * (dp4.v[m] * z - row_delta));
@@ -385,6 +387,33 @@ HG_DEVICE void probabilities_and_ds(const float* s, const float* dp, Op* pz, Op*
     // each bank 2 (f32: 4) times per request across the warp's two rows.
     if constexpr (kWithPz) store_pack<4>(pz + r * kScoreLd + c0, pz4);
     store_pack<4>(ds + r * kScoreLd + c0, ds4);
+  }
+}
+
+// With an attention mask: S[r][c] = scale S + mask(i0 + r, j0 + c) over the block's score tile, or -inf
+// where a bool mask hides the key, for the query rows below tq and the keys below tk that the causal
+// rule shows (probabilities_and_ds zeroes the rest, and then scales by 1). Consecutive threads take
+// consecutive keys of a row: coalesced mask reads (a key-padding mask's row is one L1-resident row for
+// every query) and consecutive shared-memory words.
+template <class Op>
+HG_DEVICE void mask_score_tile(float* s, const Args& a, int64_t b, int64_t h, int64_t i0, int64_t j0) {
+  HG_NO_UNROLL  // unrolled, its hoisted loads raised every tile kernel's registers by 30-100 (ptxas)
+      for (int e = int(threadIdx.x); e < kTile * kTile; e += kThreads) {
+    const int r = e / kTile, c = e % kTile;
+    const int64_t i = i0 + r, j = j0 + c;
+    // Every thread reads and writes its word; only the mask read is predicated.
+    const float score = s[r * kScoreLd + c];
+    float masked = score;
+    if (i < a.tq && j < a.tk && (!a.causal || j <= i + (a.tk - a.tq))) {
+      const int64_t at = a.mask.offset(b, h, i, j);
+      if (a.mask.additive) {
+        masked = score * a.scale + to_acc(static_cast<const Op*>(a.mask.data)[at]);
+      } else {
+        const bool keep = static_cast<const unsigned char*>(a.mask.data)[at] != 0;
+        masked = keep ? score * a.scale : neg_infinity<float>();
+      }
+    }
+    s[r * kScoreLd + c] = masked;
   }
 }
 
@@ -431,6 +460,10 @@ __global__ void __launch_bounds__(kThreads, 1) key_tile_kernel(Args a, int64_t k
     Products::scores(sm.f32(Layout::s), sm.at(Layout::q), sm.at(Layout::k));
     Products::scores(sm.f32(Layout::dp), sm.at(Layout::dout), sm.at(Layout::v));
     __syncthreads();
+    if (a.mask.data != nullptr) {  // block-uniform
+      mask_score_tile<T>(sm.f32(Layout::s), a, t.b, t.h, i0, j0);
+      __syncthreads();
+    }
     probabilities_and_ds<true>(sm.f32(Layout::s), sm.f32(Layout::dp), sm.pz_tile(), sm.ds_tile(),
                                sm.f32(Layout::lse), sm.f32(Layout::delta), a, t.bh, i0, j0);
     __syncthreads();
@@ -473,6 +506,10 @@ __global__ void __launch_bounds__(kThreads, 1) query_tile_kernel(Args a, int64_t
     Products::scores(sm.f32(Layout::s), sm.at(Layout::q), sm.at(Layout::k));
     Products::scores(sm.f32(Layout::dp), sm.at(Layout::dout), sm.at(Layout::v));
     __syncthreads();
+    if (a.mask.data != nullptr) {  // block-uniform
+      mask_score_tile<T>(sm.f32(Layout::s), a, t.b, t.h, i0, j0);
+      __syncthreads();
+    }
     probabilities_and_ds<false>(sm.f32(Layout::s), sm.f32(Layout::dp), sm.pz_tile(), sm.ds_tile(),
                                 sm.f32(Layout::lse), sm.f32(Layout::delta), a, t.bh, i0, j0);
     __syncthreads();
@@ -533,10 +570,10 @@ using WmmaBfloat16 = WmmaProducts<__nv_bfloat16, D>;
 void attention_backward(const AttentionProblem& p, AttentionTensor q, AttentionTensor k, AttentionTensor v,
                         AttentionTensor o, AttentionTensor dout, const void* lse, void* delta, AttentionTensor dq,
                         AttentionTensor dk, AttentionTensor dv, DType dtype, Stream stream) {
-  HG_CHECK(cuda_attention_supports(p.d, dtype), "[attention_backward] the CUDA kernels take head dimension 64 or 128 "
-           "in f16, bf16 or f32; got head dimension ", p.d, " and dtype ", dtype_name(dtype));
-  HG_CHECK(p.mask.data == nullptr, "[attention_backward] the CUDA kernels take no attention mask yet (masked attention "
-           "takes the composed path on CUDA)");
+  HG_CHECK(cuda_attention_supports(p.d, dtype),
+           "[attention_backward] the CUDA kernels take head dimension 64 or 128 "
+           "in f16, bf16 or f32; got head dimension ",
+           p.d, " and dtype ", dtype_name(dtype));
   HG_CHECK(p.batch >= 0 && p.heads >= 0 && p.tq >= 0 && p.tk >= 0, "[attention_backward] batch = ", p.batch,
            ", heads = ", p.heads, ", tq = ", p.tq, ", tk = ", p.tk, ", expected all >= 0");
   HG_CHECK(p.tq == 0 || p.tk > 0, "[attention_backward] tq = ", p.tq, " queries over tk = 0 keys: expected tk >= 1");
@@ -548,6 +585,7 @@ void attention_backward(const AttentionProblem& p, AttentionTensor q, AttentionT
 
   Args a;
   a.q = q, a.k = k, a.v = v, a.o = o, a.dout = dout, a.dq = dq, a.dk = dk, a.dv = dv;
+  a.mask = p.mask;
   a.lse = static_cast<const float*>(lse);
   a.delta = static_cast<float*>(delta);
   a.heads = p.heads, a.tq = p.tq, a.tk = p.tk;

@@ -1,5 +1,5 @@
 // Fused attention forward, FlashAttention-2 (Dao, 2023): O and the row log-sum-exp of
-//   S = scale Q K^T (causal mask: query i sees keys j <= i + tk - tq),  P = exp(S - lse),
+//   S = scale Q K^T (+ attn_mask; causal mask: query i sees keys j <= i + tk - tq),  P = exp(S - lse),
 //   O = (P * Z / (1 - p)) V,  Z the Philox dropout keep bits of attention_problem.h,
 // without ever storing S or P: the keys are visited a tile at a time with an online softmax, in fp32.
 // (The math, operands and dropout index: kernels/attention_problem.h; reusable pieces:
@@ -12,6 +12,8 @@
 //   2. each warp computes its S block [16, 64] into its float scratch:
 //      f16/bf16: WMMA 16x16x16 (Q fragments loaded once, held in registers; K read as a col-major B
 //      operand), fp32 accumulation; f32: a scalar product on CUDA cores (each lane two keys);
+//      with an attn_mask, the warp then adds it in place (mask_scores: S = scale S + mask, -inf where a
+//      bool mask hides the key; lane-consecutive keys, so coalesced mask reads);
 //   3. online softmax, per row, by the warp's lanes (ScratchLane: 2 lanes per row, 32 columns each,
 //      one shuffle to combine): m' = max(m, rowmax), alpha = exp(m - m'), l' = alpha l + rowsum(exp(S -
 //      m')); P = exp(S - m') times the dropout keep bit is written to the warp's P buffer in T (half P
@@ -189,6 +191,7 @@ struct ScalarTiles {
 
 struct ForwardArgs {
   AttentionTensor q, k, v, o;
+  AttentionMask mask;  // data null: none
   float* lse;
   int64_t heads, tq, tk, q_tiles;
   float scale;
@@ -201,6 +204,38 @@ struct ForwardArgs {
 HG_DEVICE int64_t keys_seen(const ForwardArgs& a, int64_t last_row) {
   const int64_t seen = a.causal ? last_row + (a.tk - a.tq) + 1 : a.tk;
   return seen < a.tk ? seen : a.tk;
+}
+
+// With an attention mask: the warp's scores of rows row0 .. row0 + 15 (below tq) and keys j0 .. j0 + 63
+// (below tk) become scale S + mask(i, j), or -inf where a bool mask hides the key, in place in its
+// scratch [16, Ld], and the softmax then scales by 1. Lane l takes keys l and l + 32 of each row: the
+// lanes read consecutive mask elements (one request of one or two sectors per row; a key-padding
+// mask's row is the same for every query, so those come from L1) and write consecutive scratch words.
+template <class T, int Ld>
+HG_DEVICE void mask_scores(const ForwardArgs& a, int64_t b, int64_t h, int64_t row0, int64_t j0, float* scratch,
+                           int lane) {
+  HG_NO_UNROLL  // keeps the loads in the loop: the kernel's registers stay those of the unmasked path
+      for (int r = 0; r < kWarpRows && row0 + r < a.tq; ++r) {
+    const int64_t seen = keys_seen(a, row0 + r);  // keys past it (past tk, or causal) stay: -inf anyway
+    HG_NO_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      // Every lane reads and writes its word (one conflict-free request each); only the mask read is
+      // predicated.
+      const int c = lane + kWarpSize * half;
+      const float score = scratch[r * Ld + c];
+      float masked = score;
+      if (j0 + c < seen) {
+        const int64_t at = a.mask.offset(b, h, row0 + r, j0 + c);
+        if (a.mask.additive) {
+          masked = score * a.scale + to_acc(static_cast<const T*>(a.mask.data)[at]);
+        } else {
+          const bool keep = static_cast<const unsigned char*>(a.mask.data)[at] != 0;
+          masked = keep ? score * a.scale : neg_infinity<float>();
+        }
+      }
+      scratch[r * Ld + c] = masked;
+    }
+  }
 }
 
 template <class T, int D, class Tiles>
@@ -232,6 +267,8 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardArgs
   Tiles tiles;
   tiles.load_queries(q_tile + warp * kWarpRows * L::kTileLd);
 
+  const bool masked = a.mask.data != nullptr;
+  const float score_scale = masked ? 1.0f : a.scale;  // mask_scores applies the scale itself
   float m = neg_infinity<float>(), l = 0.0f;
   OutputBlock<D> o = {};
   const T* k_rows = static_cast<const T*>(a.k.data) + a.k.offset(b, h, 0);
@@ -246,6 +283,10 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardArgs
 
     tiles.scores(k_tile, scratch, lane);
     __syncwarp();
+    if (masked) {  // block-uniform
+      mask_scores<T, L::kScratchLd>(a, b, h, warp_row0, j0, scratch, lane);
+      __syncwarp();
+    }
 
     // Online softmax of row sl.row over the lane's 32 columns of this tile.
     float s[2 * attention::ScratchLane::kPairSteps];
@@ -254,8 +295,8 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardArgs
     for (int k = 0; k < attention::ScratchLane::kPairSteps; ++k) {
       const int c = sl.pair_column(k);
       const float2 pair = *reinterpret_cast<const float2*>(scratch + sl.row * L::kScratchLd + c);
-      s[2 * k] = j0 + c < visible ? pair.x * a.scale : neg_infinity<float>();
-      s[2 * k + 1] = j0 + c + 1 < visible ? pair.y * a.scale : neg_infinity<float>();
+      s[2 * k] = j0 + c < visible ? pair.x * score_scale : neg_infinity<float>();
+      s[2 * k + 1] = j0 + c + 1 < visible ? pair.y * score_scale : neg_infinity<float>();
       tile_max = fmaxf(tile_max, fmaxf(s[2 * k], s[2 * k + 1]));
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, attention::ScratchLane::kPartnerMask));
@@ -329,8 +370,6 @@ void attention_forward(const AttentionProblem& p, AttentionTensor q, AttentionTe
   HG_CHECK(cuda_attention_supports(p.d, dtype), "[attention_forward] the CUDA kernel takes head dimension 64 or 128 ",
            "in f16, bf16 or f32, got head dimension ", p.d, " in ", dtype_name(dtype),
            " (other shapes take the composed path)");
-  HG_CHECK(p.mask.data == nullptr, "[attention_forward] the CUDA kernels take no attention mask yet (masked attention "
-           "takes the composed path on CUDA)");
   HG_CHECK(p.batch >= 0 && p.heads >= 0 && p.tq >= 0 && p.tk >= 0, "[attention_forward] batch = ", p.batch,
            ", heads = ", p.heads, ", tq = ", p.tq, ", tk = ", p.tk, ", expected all >= 0");
   HG_CHECK(p.tq == 0 || p.tk > 0, "[attention_forward] tq = ", p.tq, " queries over tk = 0 keys, expected tk >= 1");
@@ -350,6 +389,7 @@ void attention_forward(const AttentionProblem& p, AttentionTensor q, AttentionTe
     if constexpr (!std::is_same_v<T, double>) {
       ForwardArgs args;
       args.q = q, args.k = k, args.v = v, args.o = o;
+      args.mask = p.mask;
       args.lse = static_cast<float*>(lse);
       args.heads = p.heads, args.tq = p.tq, args.tk = p.tk, args.q_tiles = q_tiles;
       args.scale = float(p.scale);

@@ -47,6 +47,14 @@
 #include "kernels/cuda/device_math.h"
 #include "kernels/philox.h"
 
+// A loop the compiler must not unroll: the product loops' outer levels, and the mask passes, whose
+// unrolled loads would be hoisted into registers the whole kernel then holds.
+#if defined(__CUDACC__)
+#define HG_NO_UNROLL _Pragma("unroll 1")
+#else
+#define HG_NO_UNROLL
+#endif
+
 namespace hg::kernels::cuda::attention {
 
 inline constexpr int kQueryTile = 64;
