@@ -9,4 +9,7 @@ void run_bandwidth_bench(bool quick);
 // Prints {"bench":"half_ops",...} lines: f32 vs bf16 vs f16 elementwise kernels and the conversions,
 // one thread, thread CPU time, ratios to f32 from the same process (half_ops_bench.cpp).
 void run_half_ops_bench(bool quick);
+// Prints the losses' and conv_transpose2d's lines through the engine's ops, forward and forward + backward
+// (op_bench.cpp).
+void run_op_bench(bool quick);
 }  // namespace hg::bench

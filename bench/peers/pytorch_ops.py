@@ -2,7 +2,7 @@
 """pytorch_ops.py: PyTorch 1.13 on the CPU, timed on the shapes of halfgrad's `bench_ops --bandwidth-only`
 mask and indexing lines (bench/bandwidth_bench.cpp), so the two can be read side by side from one run on one machine.
 
-    bench/peers/pytorch_ops.py [--quick] [--threads N]
+    bench/peers/pytorch_ops.py [--quick] [--threads N] [--ops-only]
 
 Prints one JSON line per op and dtype, with the same fields halfgrad's lines have: bench, dtype, rows, cols,
 bytes, best_ms (best of `repeats` after one warm-up call), gbs, threads.
@@ -18,6 +18,10 @@ bytes, best_ms (best of `repeats` after one warm-up call), gbs, threads.
               rows / 4 planes), forward through the out= forms of F.interpolate's and F.adaptive_avg_pool2d's
               kernels (torch._C._nn), backward as one torch.autograd.grad (which allocates dx)
   topk:       torch.topk(x, 8, dim=1, out=(values, indices)), x [rows, cols]
+--ops-only: instead, the lines of `bench_ops --ops-only` (bench/op_bench.cpp states the shapes, values and
+bytes): the losses through torch.nn.functional and conv_transpose2d, each "forward" under no_grad and
+"forward_backward" as the loss (or the sum of the convolution) then .backward(), the leaves' .grad set to None
+after each call; rows 4096 (--quick 256), cols 4096, best of 5 (--quick 3) after one warm-up call.
 Tooling only (Debian's python3-torch): halfgrad's build and tests never run it.
 """
 import argparse
@@ -48,9 +52,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1/16 of the rows, 3 repeats (as bench_ops --quick)")
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: torch's own)")
+    parser.add_argument("--ops-only", action="store_true", help="the losses and conv_transpose2d (bench_ops --ops-only)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.ops_only:
+        ops(args.quick)
+        return
     rows, cols, repeats = (1024 if args.quick else 16384), 4096, (3 if args.quick else 5)
     gen = torch.Generator().manual_seed(1)
     for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
@@ -171,6 +179,88 @@ def indexing(rows, cols, repeats, x, dtype, name, size, gen):
             report(bench, name, rows, cols, moved, best_ms(repeats, fn))
         except RuntimeError as e:  # an op PyTorch 1.13 lacks for this dtype on the CPU
             print(json.dumps({"bench": bench, "impl": "pytorch", "dtype": name, "error": str(e).splitlines()[0]}))
+
+
+def op_line(bench, name, pass_name, shape, ms, moved=0, flops=0):
+    line = {"bench": bench, "impl": "pytorch", "dtype": name, "pass": pass_name, "shape": shape,
+            "threads": torch.get_num_threads(), "best_ms": ms}
+    if moved:
+        line.update(bytes=moved, gbs=moved / ms / 1e6)
+    if flops:
+        line["gflops"] = flops / ms / 1e6
+    print(json.dumps(line))
+
+
+def time_op(bench, name, shape, leaf, forward, params, repeats, forward_bytes=0, step_bytes=0, flops=0):
+    """forward(leaf) -> a scalar; times it under no_grad, then with the backward, as op_bench.cpp does."""
+    try:
+        with torch.no_grad():
+            op_line(bench, name, "forward", shape, best_ms(repeats, lambda: forward(leaf).item()), forward_bytes, flops)
+        x = leaf.detach().clone().requires_grad_(True)
+
+        def step():
+            forward(x).backward()
+            for t in [x] + params:
+                t.grad = None
+        op_line(bench, name, "forward_backward", shape, best_ms(repeats, step), step_bytes, 3 * flops)
+    except RuntimeError as e:  # an op PyTorch 1.13 lacks for this dtype on the CPU
+        print(json.dumps({"bench": bench, "impl": "pytorch", "dtype": name, "error": str(e).splitlines()[0]}))
+
+
+def ops(quick):
+    F = torch.nn.functional
+    rows, cols, repeats = (256 if quick else 4096), 4096, (3 if quick else 5)
+    gen = torch.Generator().manual_seed(1)
+
+    def uniform(shape, low, high, dtype):
+        return (torch.rand(shape, generator=gen) * (high - low) + low).to(dtype)
+
+    for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        size = torch.tensor([], dtype=dtype).element_size()
+        n = rows * cols
+        x, t = uniform((rows, cols), -2, 2, dtype), uniform((rows, cols), -2, 2, dtype)
+        unit, probs = uniform((rows, cols), 0, 1, dtype), torch.sigmoid(x.float()).to(dtype)
+        row_log_probs, row_probs = F.log_softmax(x, 1), F.softmax(t, 1)
+        class_rows, classes = rows * 4, cols // 4
+        logits = uniform((class_rows, classes), -2, 2, dtype)
+        log_probs = F.log_softmax(logits, 1)
+        targets = torch.randint(0, classes, (class_rows,), generator=gen)
+        pair, classified = f"[{rows}, {cols}]", f"[{class_rows}, {classes}]"
+        elementwise = [
+            ("mse_loss", x, lambda v: F.mse_loss(v, t)),
+            ("l1_loss", x, lambda v: F.l1_loss(v, t)),
+            ("smooth_l1_loss", x, lambda v: F.smooth_l1_loss(v, t, beta=1.0)),
+            ("huber_loss", x, lambda v: F.huber_loss(v, t, delta=1.0)),
+            ("binary_cross_entropy", probs, lambda v: F.binary_cross_entropy(v, unit)),
+            ("binary_cross_entropy_with_logits", x, lambda v: F.binary_cross_entropy_with_logits(v, unit)),
+            ("kl_div", row_log_probs, lambda v: F.kl_div(v, row_probs, reduction="batchmean")),
+            ("cosine_similarity", x, lambda v: F.cosine_similarity(v, t, 1).mean()),
+        ]
+        for bench, leaf, fn in elementwise:
+            time_op(bench, name, pair, leaf, fn, [], repeats, 2 * n * size, 5 * n * size)
+        index_bytes = class_rows * 8
+        classification = [
+            ("cross_entropy", logits, lambda v: F.cross_entropy(v, targets)),
+            ("cross_entropy_label_smoothing", logits, lambda v: F.cross_entropy(v, targets, label_smoothing=0.1)),
+        ]
+        for bench, leaf, fn in classification:
+            time_op(bench, name, classified, leaf, fn, [], repeats, n * size + index_bytes,
+                    3 * n * size + 2 * index_bytes)
+        time_op("nll_loss", name, classified, log_probs, lambda v: F.nll_loss(v, targets), [], repeats,
+                class_rows * (size + 8), 2 * class_rows * (size + 8) + n * size)
+        for bench, batch, c_in, c_out, side, kernel, stride, padding in (
+                ("conv_transpose2d_dcgan", 64, 128, 64, 16, 4, 2, 1),
+                ("conv_transpose2d_unet", 16, 128, 64, 32, 2, 2, 0)):
+            batch = batch // 8 if quick else batch
+            xc = uniform((batch, c_in, side, side), -1, 1, dtype)
+            w = uniform((c_in, c_out, kernel, kernel), -0.1, 0.1, dtype).requires_grad_(True)
+            b = uniform((c_out,), -0.1, 0.1, dtype).requires_grad_(True)
+            shape = f"x [{batch}, {c_in}, {side}, {side}] k{kernel} s{stride} p{padding} -> {c_out} channels"
+            flops = 2.0 * batch * c_in * c_out * side * side * kernel * kernel
+            time_op(bench, name, shape, xc,
+                    lambda v, w=w, b=b, stride=stride, padding=padding:
+                        F.conv_transpose2d(v, w, b, stride=stride, padding=padding).sum(),
+                    [w, b], repeats, flops=flops)
 
 
 if __name__ == "__main__":
