@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "kernels/cuda/check.h"
+#include "kernels/difference_loss.h"
 #include "kernels/kernels_cuda.h"
 #include "kernels/optimizer_kernels.h"
 #include "kernels/resample_tables.h"
@@ -183,6 +184,29 @@ std::vector<KernelCase> make_cases() {
     // GELU's derivative needs x and dy, not y.
     return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
                        [=, st = a.stream()] { k::unary_backward(UnaryOp::GeluTanh, x, y, dy, dx, s.n(), 0.0, dt, st); });
+  });
+  // The losses of a difference (kernels/difference_loss.h), Huber's (the most work per element): the
+  // per-element values, and the backward of their mean (one upstream value, read by every thread).
+  add("huber_loss_forward", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* t = a.uniform(s.n(), dt);
+    void* y = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] {
+                         k::difference_loss_forward(kernels::DifferenceLoss::Huber, 0.5, 1.0, x, t, y, s.n(), dt, st);
+                       });
+  });
+  add("huber_loss_backward", kFloats, [](S s, DType dt, A a) {
+    void* x = a.uniform(s.n(), dt);
+    void* t = a.uniform(s.n(), dt);
+    void* g = a.uniform(1, dt);
+    void* dx = a.zeros(bytes_of(s.n(), dt));
+    return memory_case(dims({s.n()}) + " mean",
+                       io({bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(1, dt), bytes_of(s.n(), dt)}),
+                       [=, st = a.stream()] {
+                         k::difference_loss_backward(kernels::DifferenceLoss::Huber, 0.5, 1.0 / double(s.n()), x, t, g,
+                                                     false, dx, nullptr, s.n(), dt, st);
+                       });
   });
   add("affine", kFloats, [](S s, DType dt, A a) {
     void* x = a.uniform(s.n(), dt);

@@ -1,13 +1,15 @@
-// The standard losses of torch.nn.functional beyond the fused cross_entropy (engine/ops/loss.cpp),
-// composed from engine ops so that their gradients are those ops' backwards; the math of each is
-// stated at its declaration in engine/ops.h. Where PyTorch's backward is not the derivative of its
-// forward (binary_cross_entropy clamps its logs at -100 but differentiates the unclamped form), the
-// op records PyTorch's backward itself. docs/ops.md lists what differs from PyTorch.
+// The standard losses of torch.nn.functional beyond the fused cross_entropy (engine/ops/loss.cpp). The
+// losses of a difference (mse, l1, smooth_l1, huber) run fused kernels (kernels/difference_loss.h: one
+// pass forward, one backward, one graph node); the others are composed from engine ops, so that their
+// gradients are those ops' backwards. The math of each is stated at its declaration in engine/ops.h. Where PyTorch's
+// backward is not the derivative of its forward (binary_cross_entropy clamps its logs at -100 but differentiates the
+// unclamped form), the op records PyTorch's backward itself. docs/ops.md lists what differs from PyTorch.
 #include <cmath>
 #include <string>
 
 #include "engine/ops.h"
 #include "engine/ops/op_support.h"
+#include "kernels/difference_loss.h"
 
 namespace hg {
 
@@ -145,42 +147,63 @@ Tensor binary_cross_entropy_elements(const Tensor& x, const Tensor& t) {
   return out;
 }
 
-// Huber's function of d = input - target, with c = clamp(d, -delta, delta):
-//   c (d - c / 2) = d^2 / 2 where |d| <= delta, and delta (|d| - delta / 2) beyond,
-// whose gradient in d is d inside (c' = 1: (d - c / 2) + c / 2) and c beyond (c' = 0): PyTorch's
-// clamped d, at |d| = delta too. Five elementwise passes, where the two branches and their select took
-// nine; the values are the same bits (d - d / 2 is exact).
-Tensor huber_of_difference(const Tensor& input, const Tensor& target, double delta) {
-  const Tensor d = input - target, c = clamp(d, -delta, delta);
-  return c * (d - 0.5 * c);
+// loss(input - target) reduced, with the per-element loss scale f(d) of kernels/difference_loss.h:
+// one kernel pass for the values, the reduction through sum's kernel, one node whose backward is one
+// kernel pass (the reduced loss's gradient read from device memory, its 1 / n folded into the scale).
+Tensor difference_loss(kernels::DifferenceLoss kind, double delta, double scale, const Tensor& input,
+                       const Tensor& target, Reduction reduction, const char* op) {
+  check_pair(input, target, op);
+  ops::check_backend(input, op);
+  const Tensor x = input.detach().contiguous(), t = target.detach().contiguous();
+  Tensor values = ops::empty_as(x.shape(), x);
+  HG_KERNEL(x.device(), difference_loss_forward, kind, delta, scale, x.data_ptr(), t.data_ptr(), values.data_ptr(),
+            x.numel(), x.dtype());
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = reduce_loss(values, reduction, op);
+  }
+  if (should_record({&input, &target})) {
+    const SavedTensor saved_x(input), saved_t(target);
+    const double grad_scale = reduction == Reduction::Mean ? scale / double(x.numel()) : scale;
+    record_op(op, {input, target}, out, [=](const Tensor& g, const NeedsGrad& needs) {
+      const Tensor xv = saved_x.unpack().contiguous(), tv = saved_t.unpack().contiguous();
+      HG_CHECK(g.dtype() == xv.dtype() && g.device() == xv.device(), "[", op, "] the gradient of the loss is ",
+               g.describe(), "; expected ", dtype_name(xv.dtype()), " on ", xv.device().str(), " like the loss");
+      const bool per_element = reduction == Reduction::None;
+      const Tensor gv = per_element ? g.contiguous() : g.reshape({1}).contiguous();
+      Tensor dx = needs[0] ? ops::empty_as(xv.shape(), xv) : Tensor();
+      Tensor dt = needs[1] ? ops::empty_as(tv.shape(), tv) : Tensor();
+      if (xv.numel() > 0)
+        HG_KERNEL(xv.device(), difference_loss_backward, kind, delta, grad_scale, xv.data_ptr(), tv.data_ptr(),
+                  gv.data_ptr(), per_element, dx.defined() ? dx.data_ptr() : nullptr,
+                  dt.defined() ? dt.data_ptr() : nullptr, xv.numel(), xv.dtype());
+      return std::vector<Tensor>{dx, dt};
+    });
+  }
+  return out;
 }
 
 }  // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  check_pair(input, target, "mse_loss");
-  const Tensor d = input - target;
-  return reduce_loss(d * d, reduction, "mse_loss");
+  return difference_loss(kernels::DifferenceLoss::Squared, 0.0, 1.0, input, target, reduction, "mse_loss");
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  check_pair(input, target, "l1_loss");
-  return reduce_loss(abs(input - target), reduction, "l1_loss");
+  return difference_loss(kernels::DifferenceLoss::Absolute, 0.0, 1.0, input, target, reduction, "l1_loss");
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
-  check_pair(input, target, "smooth_l1_loss");
   HG_CHECK(beta >= 0, "[smooth_l1_loss] beta = ", beta, "; expected beta >= 0");
   if (beta == 0) return l1_loss(input, target, reduction);
   // smooth_l1 with beta is Huber's function with delta = beta, over beta.
-  const Tensor huber = huber_of_difference(input, target, beta);
-  return reduce_loss(beta == 1.0 ? huber : huber * (1.0 / beta), reduction, "smooth_l1_loss");
+  return difference_loss(kernels::DifferenceLoss::Huber, beta, 1.0 / beta, input, target, reduction, "smooth_l1_loss");
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
-  check_pair(input, target, "huber_loss");
   HG_CHECK(delta > 0, "[huber_loss] delta = ", delta, "; expected delta > 0");
-  return reduce_loss(huber_of_difference(input, target, delta), reduction, "huber_loss");
+  return difference_loss(kernels::DifferenceLoss::Huber, delta, 1.0, input, target, reduction, "huber_loss");
 }
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {

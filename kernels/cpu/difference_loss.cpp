@@ -1,0 +1,122 @@
+// difference_loss_forward / _backward on the CPU (the math: kernels/difference_loss.h).
+//
+// Parallel strategy: fixed chunks of kChunk elements spread over OpenMP threads (from
+// kParallelMinElements on), so the results do not depend on the thread count. f32 and f64 compute in
+// place, in loops the compiler vectorises (the loss kind is a template argument: no branch per
+// element); f16 and bf16 chunks are widened to fp32 buffers on the stack (convert.h's SIMD
+// conversions), computed there and rounded back once.
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/cpu/convert.h"
+#include "kernels/difference_loss.h"
+#include "kernels/dispatch.h"
+#include "kernels/error.h"
+
+namespace hg::kernels::cpu {
+namespace {
+
+constexpr int64_t kChunk = 2048;
+constexpr int64_t kParallelMinElements = int64_t(1) << 15;
+
+template <class T>
+constexpr bool kStaged = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
+
+// body(begin, count) over [0, n) in kChunk-element chunks.
+template <class Body>
+void for_each_chunk(int64_t n, const Body& body) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+template <DifferenceLoss kKind, class A>
+void forward_values(const A* __restrict x, const A* __restrict t, A* __restrict y, int64_t n, A delta, A scale) {
+  for (int64_t i = 0; i < n; ++i) y[i] = scale * difference_loss_value<kKind>(x[i] - t[i], delta);
+}
+
+// out[i] = scale g f'(d) for g = g[i] (kPerElement) or g[0]; the loop the compiler vectorises.
+template <DifferenceLoss kKind, bool kPerElement, class A>
+void derivative_values(const A* __restrict x, const A* __restrict t, const A* __restrict g, A* __restrict out,
+                       int64_t n, A delta, A scale) {
+  const A g0 = g[0];
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = scale * (kPerElement ? g[i] : g0) * difference_loss_derivative<kKind>(x[i] - t[i], delta);
+}
+
+// dx = scale g f'(d) and dt = -dx; either may be null.
+template <DifferenceLoss kKind, class A>
+void backward_values(const A* x, const A* t, const A* g, bool per_element, A* dx, A* dt, int64_t n, A delta, A scale) {
+  A* out = dx != nullptr ? dx : dt;
+  const A signed_scale = dx != nullptr ? scale : -scale;
+  if (per_element) {
+    derivative_values<kKind, true>(x, t, g, out, n, delta, signed_scale);
+  } else {
+    derivative_values<kKind, false>(x, t, g, out, n, delta, signed_scale);
+  }
+  if (dx != nullptr && dt != nullptr)
+    for (int64_t i = 0; i < n; ++i) dt[i] = -dx[i];
+}
+
+}  // namespace
+
+void difference_loss_forward(DifferenceLoss kind, double delta, double scale, const void* x, const void* t, void* y,
+                             int64_t n, DType dtype) {
+  HG_CHECK(n >= 0, "[difference_loss_forward] n = ", n, ", expected n >= 0");
+  dispatch_floating(dtype, "difference_loss_forward", [&]<class T>() {
+    using A = acc_t<T>;
+    const T* xt = static_cast<const T*>(x);
+    const T* tt = static_cast<const T*>(t);
+    T* yt = static_cast<T*>(y);
+    with_difference_loss(kind, [&]<DifferenceLoss kKind>() {
+      for_each_chunk(n, [&](int64_t begin, int64_t count) {
+        if constexpr (kStaged<T>) {
+          float xs[kChunk], ts[kChunk], ys[kChunk];
+          to_float(xt + begin, xs, count);
+          to_float(tt + begin, ts, count);
+          forward_values<kKind>(xs, ts, ys, count, float(delta), float(scale));
+          from_float(ys, yt + begin, count);
+        } else {
+          forward_values<kKind>(xt + begin, tt + begin, yt + begin, count, A(delta), A(scale));
+        }
+      });
+    });
+  });
+}
+
+void difference_loss_backward(DifferenceLoss kind, double delta, double scale, const void* x, const void* t,
+                              const void* g, bool g_per_element, void* dx, void* dt, int64_t n, DType dtype) {
+  HG_CHECK(n >= 0, "[difference_loss_backward] n = ", n, ", expected n >= 0");
+  HG_CHECK(dx != nullptr || dt != nullptr, "[difference_loss_backward] dx and dt are both null; expected one");
+  dispatch_floating(dtype, "difference_loss_backward", [&]<class T>() {
+    using A = acc_t<T>;
+    const T* xt = static_cast<const T*>(x);
+    const T* tt = static_cast<const T*>(t);
+    const T* gt = static_cast<const T*>(g);
+    T* dxt = static_cast<T*>(dx);
+    T* dtt = static_cast<T*>(dt);
+    with_difference_loss(kind, [&]<DifferenceLoss kKind>() {
+      for_each_chunk(n, [&](int64_t begin, int64_t count) {
+        if constexpr (kStaged<T>) {
+          float xs[kChunk], ts[kChunk], gs[kChunk], dxs[kChunk], dts[kChunk];
+          to_float(xt + begin, xs, count);
+          to_float(tt + begin, ts, count);
+          if (g_per_element) {
+            to_float(gt + begin, gs, count);
+          } else {
+            gs[0] = float(gt[0]);
+          }
+          backward_values<kKind>(xs, ts, gs, g_per_element, dxt ? dxs : nullptr, dtt ? dts : nullptr, count,
+                                 float(delta), float(scale));
+          if (dxt) from_float(dxs, dxt + begin, count);
+          if (dtt) from_float(dts, dtt + begin, count);
+        } else {
+          backward_values<kKind>(xt + begin, tt + begin, gt + (g_per_element ? begin : 0), g_per_element,
+                                 dxt ? dxt + begin : nullptr, dtt ? dtt + begin : nullptr, count, A(delta), A(scale));
+        }
+      });
+    });
+  });
+}
+
+}  // namespace hg::kernels::cpu
