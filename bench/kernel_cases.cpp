@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "kernels/cuda/check.h"
-#include "kernels/difference_loss.h"
 #include "kernels/kernels_cuda.h"
 #include "kernels/optimizer_kernels.h"
+#include "kernels/pointwise_loss.h"
 #include "kernels/resample_tables.h"
 #include "kernels/step_kernels.h"
 
@@ -185,15 +185,15 @@ std::vector<KernelCase> make_cases() {
     return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
                        [=, st = a.stream()] { k::unary_backward(UnaryOp::GeluTanh, x, y, dy, dx, s.n(), 0.0, dt, st); });
   });
-  // The losses of a difference (kernels/difference_loss.h), Huber's (the most work per element): the
-  // per-element values, and the backward of their mean (one upstream value, read by every thread).
+  // The pointwise losses (kernels/pointwise_loss.h; every kind is the same map_elements kernel), Huber's:
+  // the per-element values, and the backward of their mean (one upstream value, read by every thread).
   add("huber_loss_forward", kFloats, [](S s, DType dt, A a) {
     void* x = a.uniform(s.n(), dt);
     void* t = a.uniform(s.n(), dt);
     void* y = a.zeros(bytes_of(s.n(), dt));
     return memory_case(dims({s.n()}), io({bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(s.n(), dt)}),
                        [=, st = a.stream()] {
-                         k::difference_loss_forward(kernels::DifferenceLoss::Huber, 0.5, 1.0, x, t, y, s.n(), dt, st);
+                         k::pointwise_loss_forward(kernels::PointwiseLoss::Huber, 0.5, 1.0, x, t, y, s.n(), dt, st);
                        });
   });
   add("huber_loss_backward", kFloats, [](S s, DType dt, A a) {
@@ -204,8 +204,8 @@ std::vector<KernelCase> make_cases() {
     return memory_case(dims({s.n()}) + " mean",
                        io({bytes_of(s.n(), dt), bytes_of(s.n(), dt), bytes_of(1, dt), bytes_of(s.n(), dt)}),
                        [=, st = a.stream()] {
-                         k::difference_loss_backward(kernels::DifferenceLoss::Huber, 0.5, 1.0 / double(s.n()), x, t, g,
-                                                     false, dx, nullptr, s.n(), dt, st);
+                         k::pointwise_loss_backward(kernels::PointwiseLoss::Huber, 0.5, 1.0 / double(s.n()), x, t, g,
+                                                    false, dx, nullptr, s.n(), dt, st);
                        });
   });
   add("affine", kFloats, [](S s, DType dt, A a) {

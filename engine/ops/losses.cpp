@@ -1,15 +1,16 @@
 // The standard losses of torch.nn.functional beyond the fused cross_entropy (engine/ops/loss.cpp). The
-// losses of a difference (mse, l1, smooth_l1, huber) run fused kernels (kernels/difference_loss.h: one
-// pass forward, one backward, one graph node); the others are composed from engine ops, so that their
-// gradients are those ops' backwards. The math of each is stated at its declaration in engine/ops.h. Where PyTorch's
-// backward is not the derivative of its forward (binary_cross_entropy clamps its logs at -100 but differentiates the
-// unclamped form), the op records PyTorch's backward itself. docs/ops.md lists what differs from PyTorch.
+// pointwise ones (mse, l1, smooth_l1, huber, binary_cross_entropy, kl_div) run fused kernels
+// (kernels/pointwise_loss.h: one pass forward, one per wanted gradient backward, one graph node); the
+// others are composed from engine ops, so that their gradients are those ops' backwards. The math of each
+// is stated at its declaration in engine/ops.h. Where PyTorch's backward is not the derivative of its
+// forward (binary_cross_entropy clamps its logs at -100 but differentiates the unclamped form), the
+// kernel computes PyTorch's backward. docs/ops.md lists what differs from PyTorch.
 #include <cmath>
 #include <string>
 
 #include "engine/ops.h"
 #include "engine/ops/op_support.h"
-#include "kernels/difference_loss.h"
+#include "kernels/pointwise_loss.h"
 
 namespace hg {
 
@@ -128,35 +129,16 @@ Tensor class_weights_view(const Tensor& weight, const Tensor& input, int class_d
   return weight.view(shape);
 }
 
-Tensor binary_cross_entropy_elements(const Tensor& x, const Tensor& t) {
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    out = -(t * clamp_min(log(x), -100.0) + (1.0 - t) * clamp_min(log(1.0 - x), -100.0));
-  }
-  if (should_record({&x, &t})) {
-    const SavedTensor sx(x), st(t);
-    record_op("binary_cross_entropy", {x, t}, out, [sx, st](const Tensor& g, const NeedsGrad& needs) {
-      const Tensor xv = sx.unpack(), tv = st.unpack();
-      // PyTorch's (1.13): dx = g (x - t) / max(x (1 - x), 1e-12), dt = g (log(1 - x) - log(x)) with the
-      // logs not clamped (infinite where x is 0 or 1).
-      return std::vector<Tensor>{needs[0] ? g * (xv - tv) / clamp_min((1.0 - xv) * xv, 1e-12) : Tensor(),
-                                 needs[1] ? g * (log(1.0 - xv) - log(xv)) : Tensor()};
-    });
-  }
-  return out;
-}
-
-// loss(input - target) reduced, with the per-element loss scale f(d) of kernels/difference_loss.h:
+// The loss reduced, with the per-element loss scale f(x, t) of kernels/pointwise_loss.h:
 // one kernel pass for the values, the reduction through sum's kernel, one node whose backward is one
 // kernel pass (the reduced loss's gradient read from device memory, its 1 / n folded into the scale).
-Tensor difference_loss(kernels::DifferenceLoss kind, double delta, double scale, const Tensor& input,
-                       const Tensor& target, Reduction reduction, const char* op) {
+Tensor pointwise_loss(kernels::PointwiseLoss kind, double delta, double scale, const Tensor& input,
+                      const Tensor& target, Reduction reduction, const char* op) {
   check_pair(input, target, op);
   ops::check_backend(input, op);
   const Tensor x = input.detach().contiguous(), t = target.detach().contiguous();
   Tensor values = ops::empty_as(x.shape(), x);
-  HG_KERNEL(x.device(), difference_loss_forward, kind, delta, scale, x.data_ptr(), t.data_ptr(), values.data_ptr(),
+  HG_KERNEL(x.device(), pointwise_loss_forward, kind, delta, scale, x.data_ptr(), t.data_ptr(), values.data_ptr(),
             x.numel(), x.dtype());
   Tensor out;
   {
@@ -175,7 +157,7 @@ Tensor difference_loss(kernels::DifferenceLoss kind, double delta, double scale,
       Tensor dx = needs[0] ? ops::empty_as(xv.shape(), xv) : Tensor();
       Tensor dt = needs[1] ? ops::empty_as(tv.shape(), tv) : Tensor();
       if (xv.numel() > 0)
-        HG_KERNEL(xv.device(), difference_loss_backward, kind, delta, grad_scale, xv.data_ptr(), tv.data_ptr(),
+        HG_KERNEL(xv.device(), pointwise_loss_backward, kind, delta, grad_scale, xv.data_ptr(), tv.data_ptr(),
                   gv.data_ptr(), per_element, dx.defined() ? dx.data_ptr() : nullptr,
                   dt.defined() ? dt.data_ptr() : nullptr, xv.numel(), xv.dtype());
       return std::vector<Tensor>{dx, dt};
@@ -187,23 +169,23 @@ Tensor difference_loss(kernels::DifferenceLoss kind, double delta, double scale,
 }  // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return difference_loss(kernels::DifferenceLoss::Squared, 0.0, 1.0, input, target, reduction, "mse_loss");
+  return pointwise_loss(kernels::PointwiseLoss::Squared, 0.0, 1.0, input, target, reduction, "mse_loss");
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return difference_loss(kernels::DifferenceLoss::Absolute, 0.0, 1.0, input, target, reduction, "l1_loss");
+  return pointwise_loss(kernels::PointwiseLoss::Absolute, 0.0, 1.0, input, target, reduction, "l1_loss");
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
   HG_CHECK(beta >= 0, "[smooth_l1_loss] beta = ", beta, "; expected beta >= 0");
   if (beta == 0) return l1_loss(input, target, reduction);
   // smooth_l1 with beta is Huber's function with delta = beta, over beta.
-  return difference_loss(kernels::DifferenceLoss::Huber, beta, 1.0 / beta, input, target, reduction, "smooth_l1_loss");
+  return pointwise_loss(kernels::PointwiseLoss::Huber, beta, 1.0 / beta, input, target, reduction, "smooth_l1_loss");
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
   HG_CHECK(delta > 0, "[huber_loss] delta = ", delta, "; expected delta > 0");
-  return difference_loss(kernels::DifferenceLoss::Huber, delta, 1.0, input, target, reduction, "huber_loss");
+  return pointwise_loss(kernels::PointwiseLoss::Huber, delta, 1.0, input, target, reduction, "huber_loss");
 }
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
@@ -213,9 +195,12 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
   HG_CHECK(all(inside).item() != 0, "[binary_cross_entropy] input ", input.describe(),
            " has elements outside [0, 1] (or NaN); expected probabilities (for logits use "
            "binary_cross_entropy_with_logits)");
-  Tensor loss = binary_cross_entropy_elements(input, target);
-  if (weight.defined()) loss = loss * weight;
-  return reduce_loss(loss, reduction, "binary_cross_entropy");
+  // PyTorch's backward is not the derivative of its clamped forward: the kernel's is PyTorch's
+  // (kernels/pointwise_loss.h).
+  const kernels::PointwiseLoss kind = kernels::PointwiseLoss::BinaryCrossEntropy;
+  if (!weight.defined()) return pointwise_loss(kind, 0.0, 1.0, input, target, reduction, "binary_cross_entropy");
+  return reduce_loss(pointwise_loss(kind, 0.0, 1.0, input, target, Reduction::None, "binary_cross_entropy") * weight,
+                     reduction, "binary_cross_entropy");
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
@@ -282,20 +267,14 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bool log_target) {
-  check_pair(input, target, "kl_div");
-  Tensor loss;
-  if (log_target) {
-    loss = exp(target) * (target - input);
-  } else {
-    // xlogy(t, t) - t x, with 0 log 0 = 0; log of a 1 where t == 0 keeps the gradient finite there.
-    const Tensor is_zero = eq(target, 0.0);
-    loss = target * log(where(is_zero, 1.0, target)) - target * input;
-  }
+  // Per element xlogy(t, t) - t x (0 log 0 = 0), or e^t (t - x) for a log target: kernels/pointwise_loss.h.
+  const kernels::PointwiseLoss kind =
+      log_target ? kernels::PointwiseLoss::KlDivLogTarget : kernels::PointwiseLoss::KlDiv;
   if (reduction == Reduction::BatchMean) {
     HG_CHECK(input.dim() >= 1, "[kl_div] reduction 'batchmean' needs a batch dimension; input is ", input.describe());
-    return sum(loss) / double(input.size(0));
+    return pointwise_loss(kind, 0.0, 1.0 / double(input.size(0)), input, target, Reduction::Sum, "kl_div");
   }
-  return reduce_loss(loss, reduction, "kl_div");
+  return pointwise_loss(kind, 0.0, 1.0, input, target, reduction, "kl_div");
 }
 
 Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int dim, double eps) {

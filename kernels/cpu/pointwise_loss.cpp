@@ -1,17 +1,22 @@
-// difference_loss_forward / _backward on the CPU (the math: kernels/difference_loss.h).
+// pointwise_loss_forward / _backward on the CPU (the math: kernels/pointwise_loss.h).
 //
 // Parallel strategy: fixed chunks of kChunk elements spread over OpenMP threads (from
 // kParallelMinElements on), so the results do not depend on the thread count. f32 and f64 compute in
 // place, in loops the compiler vectorises (the loss kind is a template argument: no branch per
-// element); f16 and bf16 chunks are widened to fp32 buffers on the stack (convert.h's SIMD
-// conversions), computed there and rounded back once.
+// element; logs and exps through glibc's libmvec, kernels/cpu/libmvec.h); f16 and bf16
+// chunks are widened to fp32 buffers on the stack (convert.h's SIMD conversions), computed there and
+// rounded back once.
+#define HG_LIBMVEC_LOG_EXP  // binary_cross_entropy's and kl_div's logs and exps vectorised (kernels/cpu/libmvec.h)
+
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "kernels/cpu/convert.h"
-#include "kernels/difference_loss.h"
+#include "kernels/cpu/libmvec.h"
 #include "kernels/dispatch.h"
 #include "kernels/error.h"
+#include "kernels/pointwise_loss.h"
 
 namespace hg::kernels::cpu {
 namespace {
@@ -30,45 +35,49 @@ void for_each_chunk(int64_t n, const Body& body) {
   for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(kChunk, n - c * kChunk));
 }
 
-template <DifferenceLoss kKind, class A>
+template <PointwiseLoss kKind, class A>
 void forward_values(const A* __restrict x, const A* __restrict t, A* __restrict y, int64_t n, A delta, A scale) {
-  for (int64_t i = 0; i < n; ++i) y[i] = scale * difference_loss_value<kKind>(x[i] - t[i], delta);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = scale * pointwise_loss_value<kKind>(x[i], t[i], delta);
 }
 
-// out[i] = scale g f'(d) for g = g[i] (kPerElement) or g[0]; the loop the compiler vectorises.
-template <DifferenceLoss kKind, bool kPerElement, class A>
+// out[i] = scale g df/dx (or df/dt) for g = g[i] (kPerElement) or g[0]; the loop the compiler vectorises.
+template <PointwiseLoss kKind, bool kTarget, bool kPerElement, class A>
 void derivative_values(const A* __restrict x, const A* __restrict t, const A* __restrict g, A* __restrict out,
                        int64_t n, A delta, A scale) {
   const A g0 = g[0];
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i)
-    out[i] = scale * (kPerElement ? g[i] : g0) * difference_loss_derivative<kKind>(x[i] - t[i], delta);
+    out[i] = scale * (kPerElement ? g[i] : g0) * pointwise_loss_derivative<kKind, kTarget>(x[i], t[i], delta);
 }
 
-// dx = scale g f'(d) and dt = -dx; either may be null.
-template <DifferenceLoss kKind, class A>
-void backward_values(const A* x, const A* t, const A* g, bool per_element, A* dx, A* dt, int64_t n, A delta, A scale) {
-  A* out = dx != nullptr ? dx : dt;
-  const A signed_scale = dx != nullptr ? scale : -scale;
+template <PointwiseLoss kKind, bool kTarget, class A>
+void derivative_values(const A* x, const A* t, const A* g, bool per_element, A* out, int64_t n, A delta, A scale) {
   if (per_element) {
-    derivative_values<kKind, true>(x, t, g, out, n, delta, signed_scale);
+    derivative_values<kKind, kTarget, true>(x, t, g, out, n, delta, scale);
   } else {
-    derivative_values<kKind, false>(x, t, g, out, n, delta, signed_scale);
+    derivative_values<kKind, kTarget, false>(x, t, g, out, n, delta, scale);
   }
-  if (dx != nullptr && dt != nullptr)
-    for (int64_t i = 0; i < n; ++i) dt[i] = -dx[i];
+}
+
+// dx = scale g df/dx and dt = scale g df/dt; either may be null.
+template <PointwiseLoss kKind, class A>
+void backward_values(const A* x, const A* t, const A* g, bool per_element, A* dx, A* dt, int64_t n, A delta, A scale) {
+  if (dx != nullptr) derivative_values<kKind, false>(x, t, g, per_element, dx, n, delta, scale);
+  if (dt != nullptr) derivative_values<kKind, true>(x, t, g, per_element, dt, n, delta, scale);
 }
 
 }  // namespace
 
-void difference_loss_forward(DifferenceLoss kind, double delta, double scale, const void* x, const void* t, void* y,
-                             int64_t n, DType dtype) {
-  HG_CHECK(n >= 0, "[difference_loss_forward] n = ", n, ", expected n >= 0");
-  dispatch_floating(dtype, "difference_loss_forward", [&]<class T>() {
+void pointwise_loss_forward(PointwiseLoss kind, double delta, double scale, const void* x, const void* t, void* y,
+                            int64_t n, DType dtype) {
+  HG_CHECK(n >= 0, "[pointwise_loss_forward] n = ", n, ", expected n >= 0");
+  dispatch_floating(dtype, "pointwise_loss_forward", [&]<class T>() {
     using A = acc_t<T>;
     const T* xt = static_cast<const T*>(x);
     const T* tt = static_cast<const T*>(t);
     T* yt = static_cast<T*>(y);
-    with_difference_loss(kind, [&]<DifferenceLoss kKind>() {
+    with_pointwise_loss(kind, [&]<PointwiseLoss kKind>() {
       for_each_chunk(n, [&](int64_t begin, int64_t count) {
         if constexpr (kStaged<T>) {
           float xs[kChunk], ts[kChunk], ys[kChunk];
@@ -84,18 +93,18 @@ void difference_loss_forward(DifferenceLoss kind, double delta, double scale, co
   });
 }
 
-void difference_loss_backward(DifferenceLoss kind, double delta, double scale, const void* x, const void* t,
-                              const void* g, bool g_per_element, void* dx, void* dt, int64_t n, DType dtype) {
-  HG_CHECK(n >= 0, "[difference_loss_backward] n = ", n, ", expected n >= 0");
-  HG_CHECK(dx != nullptr || dt != nullptr, "[difference_loss_backward] dx and dt are both null; expected one");
-  dispatch_floating(dtype, "difference_loss_backward", [&]<class T>() {
+void pointwise_loss_backward(PointwiseLoss kind, double delta, double scale, const void* x, const void* t,
+                             const void* g, bool g_per_element, void* dx, void* dt, int64_t n, DType dtype) {
+  HG_CHECK(n >= 0, "[pointwise_loss_backward] n = ", n, ", expected n >= 0");
+  HG_CHECK(dx != nullptr || dt != nullptr, "[pointwise_loss_backward] dx and dt are both null; expected one");
+  dispatch_floating(dtype, "pointwise_loss_backward", [&]<class T>() {
     using A = acc_t<T>;
     const T* xt = static_cast<const T*>(x);
     const T* tt = static_cast<const T*>(t);
     const T* gt = static_cast<const T*>(g);
     T* dxt = static_cast<T*>(dx);
     T* dtt = static_cast<T*>(dt);
-    with_difference_loss(kind, [&]<DifferenceLoss kKind>() {
+    with_pointwise_loss(kind, [&]<PointwiseLoss kKind>() {
       for_each_chunk(n, [&](int64_t begin, int64_t count) {
         if constexpr (kStaged<T>) {
           float xs[kChunk], ts[kChunk], gs[kChunk], dxs[kChunk], dts[kChunk];
