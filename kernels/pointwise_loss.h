@@ -16,7 +16,11 @@
 //            df/dx = -t,  df/dt = log(t or 1) + (t != 0) - x
 //   KlDivLogTarget (t = log p):        f = e^t (t - x)
 //            df/dx = -e^t,  df/dt = e^t (t - x + 1).
-//   pointwise_loss_forward:  y[i]  = scale f(x[i], t[i])        the per-element losses (the engine reduces)
+//   pointwise_loss_forward:  y[i]  = scale f(x[i], t[i])        the per-element losses (Reduction::None)
+//   pointwise_loss_sum:      y[0]  = scale sum_i f(x[i], t[i])  a reduced loss (scale 1 / n: the mean), n >= 1;
+//                            on the CPU one pass (fp32 sums of fixed chunks, added in double in chunk
+//                            order: the same bits at any thread count); on CUDA the values go to a
+//                            workspace and through the reduce kernel (two launches)
 //   pointwise_loss_backward: dx[i] = scale g df/dx,  dt[i] = scale g df/dt,  g = g[0] for every element
 //                            (g_per_element false: a reduced loss, its 1 / n folded into scale) or g[i];
 //                            dx or dt may be null (not both).
@@ -117,6 +121,9 @@ decltype(auto) with_pointwise_loss(PointwiseLoss kind, F&& body) {
 }
 
 HG_DECLARE_KERNEL(void, pointwise_loss_forward,
+                  (PointwiseLoss kind, double delta, double scale, const void* x, const void* t, void* y, int64_t n,
+                   DType dtype));
+HG_DECLARE_KERNEL(void, pointwise_loss_sum,
                   (PointwiseLoss kind, double delta, double scale, const void* x, const void* t, void* y, int64_t n,
                    DType dtype));
 HG_DECLARE_KERNEL(void, pointwise_loss_backward,

@@ -129,19 +129,25 @@ Tensor class_weights_view(const Tensor& weight, const Tensor& input, int class_d
   return weight.view(shape);
 }
 
-// The loss reduced, with the per-element loss scale f(x, t) of kernels/pointwise_loss.h:
-// one kernel pass for the values, the reduction through sum's kernel, one node whose backward is one
-// kernel pass (the reduced loss's gradient read from device memory, its 1 / n folded into the scale).
+// The loss reduced, with the per-element loss scale f(x, t) of kernels/pointwise_loss.h: a reduced
+// loss in one kernel (pointwise_loss_sum), the values of Reduction::None in another; one node whose
+// backward is one kernel pass per wanted gradient (the reduced loss's gradient read from device memory,
+// its 1 / n folded into the scale).
 Tensor pointwise_loss(kernels::PointwiseLoss kind, double delta, double scale, const Tensor& input,
                       const Tensor& target, Reduction reduction, const char* op) {
   check_pair(input, target, op);
   ops::check_backend(input, op);
   const Tensor x = input.detach().contiguous(), t = target.detach().contiguous();
-  Tensor values = ops::empty_as(x.shape(), x);
-  HG_KERNEL(x.device(), pointwise_loss_forward, kind, delta, scale, x.data_ptr(), t.data_ptr(), values.data_ptr(),
-            x.numel(), x.dtype());
   Tensor out;
-  {
+  if ((reduction == Reduction::Mean || reduction == Reduction::Sum) && x.numel() > 0) {
+    out = ops::empty_as({}, x);
+    const double sum_scale = reduction == Reduction::Mean ? scale / double(x.numel()) : scale;
+    HG_KERNEL(x.device(), pointwise_loss_sum, kind, delta, sum_scale, x.data_ptr(), t.data_ptr(), out.data_ptr(),
+              x.numel(), x.dtype());
+  } else {  // Reduction::None, an empty input (its mean is NaN, as PyTorch's), or a refused reduction
+    Tensor values = ops::empty_as(x.shape(), x);
+    HG_KERNEL(x.device(), pointwise_loss_forward, kind, delta, scale, x.data_ptr(), t.data_ptr(), values.data_ptr(),
+              x.numel(), x.dtype());
     NoGradGuard no_grad;
     out = reduce_loss(values, reduction, op);
   }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/libmvec.h"
@@ -33,6 +34,14 @@ void for_each_chunk(int64_t n, const Body& body) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
   for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+template <PointwiseLoss kKind, class A>
+A sum_of_values(const A* __restrict x, const A* __restrict t, int64_t n, A delta) {
+  A sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += pointwise_loss_value<kKind>(x[i], t[i], delta);
+  return sum;
 }
 
 template <PointwiseLoss kKind, class A>
@@ -90,6 +99,32 @@ void pointwise_loss_forward(PointwiseLoss kind, double delta, double scale, cons
         }
       });
     });
+  });
+}
+
+void pointwise_loss_sum(PointwiseLoss kind, double delta, double scale, const void* x, const void* t, void* y,
+                        int64_t n, DType dtype) {
+  HG_CHECK(n >= 1, "[pointwise_loss_sum] n = ", n, ", expected n >= 1");
+  dispatch_floating(dtype, "pointwise_loss_sum", [&]<class T>() {
+    using A = acc_t<T>;
+    const T* xt = static_cast<const T*>(x);
+    const T* tt = static_cast<const T*>(t);
+    std::vector<double> partial(size_t((n + kChunk - 1) / kChunk));
+    with_pointwise_loss(kind, [&]<PointwiseLoss kKind>() {
+      for_each_chunk(n, [&](int64_t begin, int64_t count) {
+        if constexpr (kStaged<T>) {
+          float xs[kChunk], ts[kChunk];
+          to_float(xt + begin, xs, count);
+          to_float(tt + begin, ts, count);
+          partial[size_t(begin / kChunk)] = sum_of_values<kKind>(xs, ts, count, float(delta));
+        } else {
+          partial[size_t(begin / kChunk)] = sum_of_values<kKind>(xt + begin, tt + begin, count, A(delta));
+        }
+      });
+    });
+    double total = 0;
+    for (double p : partial) total += p;
+    *static_cast<T*>(y) = T(A(scale * total));
   });
 }
 

@@ -1,5 +1,8 @@
 // pointwise_loss_forward / _backward on CUDA (the math: kernels/pointwise_loss.h).
 //
+// pointwise_loss_sum is that forward into a workspace (workspace.h: the caching allocator, no runtime
+// call) and the reduce kernel over it: two launches, where the CPU makes one pass.
+//
 // Parallel strategy: map_elements (map.h): a grid-stride loop in which a thread owns one 16-byte pack
 // of every operand (128-bit loads and store) when all share their alignment, single elements for the
 // head and tail; the loss kind is a template argument, so each kind is its own kernel with no branch
@@ -8,6 +11,7 @@
 // are one map each (the engine asks for dt only when the target needs a gradient).
 #include "kernels/cuda/dispatch_cuda.h"
 #include "kernels/cuda/map.h"
+#include "kernels/cuda/workspace.h"
 #include "kernels/kernels_cuda.h"
 #include "kernels/pointwise_loss.h"
 
@@ -62,6 +66,14 @@ void pointwise_loss_forward(PointwiseLoss kind, double delta, double scale, cons
                    static_cast<const T*>(t));
     });
   });
+}
+
+void pointwise_loss_sum(PointwiseLoss kind, double delta, double scale, const void* x, const void* t, void* y,
+                        int64_t n, DType dtype, Stream stream) {
+  HG_CHECK(n >= 1, "[pointwise_loss_sum] n = ", n, ", expected n >= 1");
+  const Workspace values(size_t(n) * dtype_size(dtype), stream);
+  pointwise_loss_forward(kind, delta, 1.0, x, t, values.as<void>(), n, dtype, stream);
+  reduce(ReduceOp::Sum, values.as<void>(), y, nullptr, 1, n, 1, scale, dtype, stream);
 }
 
 void pointwise_loss_backward(PointwiseLoss kind, double delta, double scale, const void* x, const void* t,
