@@ -39,12 +39,25 @@ namespace hg::kernels {
 
 enum class PointwiseLoss : uint8_t { Squared, Absolute, Huber, BinaryCrossEntropy, KlDiv, KlDivLogTarget };
 
+// The log and exp the math below calls: these on a device; the CPU passes vectorisable ones
+// (kernels/cpu/simd_math.h vlog, vexp).
+struct StdLogExp {
+  template <class A>
+  static HG_HOST_DEVICE A log(A x) {
+    return std::log(x);
+  }
+  template <class A>
+  static HG_HOST_DEVICE A exp(A x) {
+    return std::exp(x);
+  }
+};
+
 template <class A>
 HG_HOST_DEVICE inline A clamp_symmetric(A d, A delta) {
   return d < -delta ? -delta : (d > delta ? delta : d);
 }
 
-template <PointwiseLoss kKind, class A>
+template <PointwiseLoss kKind, class Math = StdLogExp, class A>
 HG_HOST_DEVICE inline A pointwise_loss_value(A x, A t, A delta) {
   const A d = x - t;
   if constexpr (kKind == PointwiseLoss::Squared) {
@@ -55,33 +68,33 @@ HG_HOST_DEVICE inline A pointwise_loss_value(A x, A t, A delta) {
     const A c = clamp_symmetric(d, delta);
     return c * (d - A(0.5) * c);
   } else if constexpr (kKind == PointwiseLoss::BinaryCrossEntropy) {
-    const A log_x = std::log(x), log_1mx = std::log(A(1) - x);
+    const A log_x = Math::log(x), log_1mx = Math::log(A(1) - x);
     return -(t * (log_x < A(-100) ? A(-100) : log_x) + (A(1) - t) * (log_1mx < A(-100) ? A(-100) : log_1mx));
   } else if constexpr (kKind == PointwiseLoss::KlDiv) {
-    return t * std::log(t == A(0) ? A(1) : t) - t * x;
+    return t * Math::log(t == A(0) ? A(1) : t) - t * x;
   } else {
-    return std::exp(t) * (t - x);
+    return Math::exp(t) * (t - x);
   }
 }
 
 // df/dx (kWithRespectToTarget false) or df/dt.
-template <PointwiseLoss kKind, bool kWithRespectToTarget, class A>
+template <PointwiseLoss kKind, bool kWithRespectToTarget, class Math = StdLogExp, class A>
 HG_HOST_DEVICE inline A pointwise_loss_derivative(A x, A t, A delta) {
   if constexpr (kKind == PointwiseLoss::KlDiv) {
     if constexpr (kWithRespectToTarget) {
-      return std::log(t == A(0) ? A(1) : t) + (t == A(0) ? A(0) : A(1)) - x;
+      return Math::log(t == A(0) ? A(1) : t) + (t == A(0) ? A(0) : A(1)) - x;
     } else {
       return -t;
     }
   } else if constexpr (kKind == PointwiseLoss::KlDivLogTarget) {
     if constexpr (kWithRespectToTarget) {
-      return std::exp(t) * (t - x + A(1));
+      return Math::exp(t) * (t - x + A(1));
     } else {
-      return -std::exp(t);
+      return -Math::exp(t);
     }
   } else if constexpr (kKind == PointwiseLoss::BinaryCrossEntropy) {
     if constexpr (kWithRespectToTarget) {
-      return std::log(A(1) - x) - std::log(x);
+      return Math::log(A(1) - x) - Math::log(x);
     } else {
       const A spread = x * (A(1) - x);
       return (x - t) / (spread < A(1e-12) ? A(1e-12) : spread);

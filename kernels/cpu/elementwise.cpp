@@ -41,7 +41,6 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gelu_avx512.h"
 #include "kernels/cpu/gelu_table.h"
-#include "kernels/cpu/libmvec.h"
 #include "kernels/cpu/unary_math_cpu.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/dispatch.h"
@@ -50,6 +49,27 @@
 #include "kernels/strided_layout.h"
 
 #include <omp.h>
+
+// Tell GCC that glibc's libmvec has SIMD versions of these (math-vector.h only says so under
+// -ffast-math; the functions are there regardless, accurate to a few ulp). tanh/erf never set errno,
+// so loops calling them can be vectorised without -fno-math-errno.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(_OPENMP) && defined(__GLIBC__)
+#if __GLIBC_PREREQ(2, 35)
+#define HG_ELEMENTWISE_LIBMVEC 1
+#endif
+#endif
+#ifdef HG_ELEMENTWISE_LIBMVEC
+extern "C" {
+#pragma omp declare simd notinbranch
+float tanhf(float) noexcept;
+#pragma omp declare simd notinbranch
+double tanh(double) noexcept;
+#pragma omp declare simd notinbranch
+float erff(float) noexcept;
+#pragma omp declare simd notinbranch
+double erf(double) noexcept;
+}
+#endif
 
 namespace hg::kernels::cpu {
 namespace {

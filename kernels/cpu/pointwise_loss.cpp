@@ -3,18 +3,16 @@
 // Parallel strategy: fixed chunks of kChunk elements spread over OpenMP threads (from
 // kParallelMinElements on), so the results do not depend on the thread count. f32 and f64 compute in
 // place, in loops the compiler vectorises (the loss kind is a template argument: no branch per
-// element; logs and exps through glibc's libmvec, kernels/cpu/libmvec.h); f16 and bf16
+// element; logs and exps through glibc's libmvec: simd_math.h's vlog, vexp); f16 and bf16
 // chunks are widened to fp32 buffers on the stack (convert.h's SIMD conversions), computed there and
 // rounded back once.
-#define HG_LIBMVEC_LOG_EXP  // binary_cross_entropy's and kl_div's logs and exps vectorised (kernels/cpu/libmvec.h)
-
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/libmvec.h"
+#include "kernels/cpu/simd_math.h"
 #include "kernels/dispatch.h"
 #include "kernels/error.h"
 #include "kernels/pointwise_loss.h"
@@ -24,6 +22,18 @@ namespace {
 
 constexpr int64_t kChunk = 2048;
 constexpr int64_t kParallelMinElements = int64_t(1) << 15;
+
+// The log and exp of kernels/pointwise_loss.h's math, vectorisable.
+struct VectorLogExp {
+  template <class A>
+  static A log(A x) {
+    return vlog(x);
+  }
+  template <class A>
+  static A exp(A x) {
+    return vexp(x);
+  }
+};
 
 template <class T>
 constexpr bool kStaged = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
@@ -40,14 +50,14 @@ template <PointwiseLoss kKind, class A>
 A sum_of_values(const A* __restrict x, const A* __restrict t, int64_t n, A delta) {
   A sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += pointwise_loss_value<kKind>(x[i], t[i], delta);
+  for (int64_t i = 0; i < n; ++i) sum += pointwise_loss_value<kKind, VectorLogExp>(x[i], t[i], delta);
   return sum;
 }
 
 template <PointwiseLoss kKind, class A>
 void forward_values(const A* __restrict x, const A* __restrict t, A* __restrict y, int64_t n, A delta, A scale) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = scale * pointwise_loss_value<kKind>(x[i], t[i], delta);
+  for (int64_t i = 0; i < n; ++i) y[i] = scale * pointwise_loss_value<kKind, VectorLogExp>(x[i], t[i], delta);
 }
 
 // out[i] = scale g df/dx (or df/dt) for g = g[i] (kPerElement) or g[0]; the loop the compiler vectorises.
@@ -57,7 +67,8 @@ void derivative_values(const A* __restrict x, const A* __restrict t, const A* __
   const A g0 = g[0];
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i)
-    out[i] = scale * (kPerElement ? g[i] : g0) * pointwise_loss_derivative<kKind, kTarget>(x[i], t[i], delta);
+    out[i] =
+        scale * (kPerElement ? g[i] : g0) * pointwise_loss_derivative<kKind, kTarget, VectorLogExp>(x[i], t[i], delta);
 }
 
 template <PointwiseLoss kKind, bool kTarget, class A>

@@ -1,9 +1,10 @@
 #pragma once
-// vexp(x), vlog1p(x): exp and log1p that GCC can vectorise. glibc's libmvec has SIMD expf/exp, but GCC only uses them
-// under -ffast-math (math-vector.h) and never for std::exp while errno may be set. These aliases
-// name the same symbols, declared const with SIMD variants, so loops calling vexp vectorise;
-// accuracy is within a few ulp of std::exp / std::log1p. Elsewhere (clang, non-glibc; glibc before 2.35 for
-// log1p, which libmvec gained then) they are std::exp and std::log1p.
+// vexp(x), vlog(x), vlog1p(x): exp, log and log1p that GCC can vectorise. glibc's libmvec has SIMD
+// expf/exp (and logf/log), but GCC only uses them under -ffast-math (math-vector.h) and never for
+// std::exp while errno may be set. These aliases name the same symbols, declared const with SIMD
+// variants, so loops calling vexp vectorise (no caller reads the errno of an overflowing exp or of log
+// at x <= 0); accuracy is within a few ulp of std::exp / std::log / std::log1p. Elsewhere (clang, non-glibc; glibc
+// before 2.35 for log1p, which libmvec gained then) they are std::exp and std::log1p.
 #include <cmath>
 #include <type_traits>
 
@@ -22,6 +23,10 @@ extern "C" {
 float hg_simd_expf(float) noexcept __asm__("expf") __attribute__((const));
 #pragma omp declare simd notinbranch
 double hg_simd_exp(double) noexcept __asm__("exp") __attribute__((const));
+#pragma omp declare simd notinbranch
+float hg_simd_logf(float) noexcept __asm__("logf") __attribute__((const));
+#pragma omp declare simd notinbranch
+double hg_simd_log(double) noexcept __asm__("log") __attribute__((const));
 }
 #endif
 #ifdef HG_SIMD_LOG1P
@@ -45,6 +50,19 @@ inline A vexp(A x) {
   }
 #else
   return std::exp(x);
+#endif
+}
+
+template <class A>
+inline A vlog(A x) {
+#ifdef HG_SIMD_EXP  // libmvec has log from the same glibc (2.22) as exp
+  if constexpr (std::is_same_v<A, float>) {
+    return hg_simd_logf(x);
+  } else {
+    return hg_simd_log(x);
+  }
+#else
+  return std::log(x);
 #endif
 }
 
