@@ -352,6 +352,10 @@ void bench_resample(DType dtype, const Shape& shape, double memcpy_gbs) {
 
 }  // namespace
 
+double run_memcpy_baseline(int64_t rows, int64_t cols, int repeats) {
+  return memcpy_baseline(Shape{rows, cols, repeats});
+}
+
 void run_bandwidth_bench(bool quick) {
   const Shape shape{quick ? 1024 : 16384, 4096, quick ? 3 : 5};
   const double memcpy_gbs = memcpy_baseline(shape);

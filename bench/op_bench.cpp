@@ -20,7 +20,9 @@
 //   dcgan: x [64, 128, 16, 16], weight [128, 64, 4, 4], stride 2, padding 1 -> [64, 64, 32, 32]
 //   unet:  x [16, 128, 32, 32], weight [128, 64, 2, 2], stride 2            -> [16, 64, 64, 64]
 //   (--quick: batch / 8). Bias on, as nn.ConvTranspose2d's default.
-// Fields: bench, impl "halfgrad", dtype (f32, bf16), pass, shape, threads, best_ms, gbs or gflops.
+// Fields: bench, impl "halfgrad", dtype (f32, bf16), pass, shape, threads, best_ms, gbs (with
+// fraction_of_memcpy: of the memcpy baseline's GB/s, whose lines come first, measured in the same
+// process over an f32 [rows, cols] tensor) or gflops.
 #include <omp.h>
 
 #include <functional>
@@ -119,28 +121,32 @@ std::vector<OpCase> conv_transpose_cases(bool quick, DType dtype) {
   return cases;
 }
 
-void report(const OpCase& c, DType dtype, const char* pass, double seconds, double bytes, double flops) {
+void report(const OpCase& c, DType dtype, const char* pass, double seconds, double bytes, double flops,
+            double memcpy_gbs) {
   JsonLine line(c.name);
   line.add("impl", "halfgrad").add("dtype", dtype_name(dtype)).add("pass", pass).add("shape", c.shape);
   line.add("threads", (long long)omp_get_max_threads()).add("best_ms", seconds * 1e3);
-  if (bytes > 0) line.add("bytes", bytes).add("gbs", bytes / seconds / 1e9);
+  if (bytes > 0) {
+    line.add("bytes", bytes).add("gbs", bytes / seconds / 1e9);
+    line.add("fraction_of_memcpy", bytes / seconds / 1e9 / memcpy_gbs);
+  }
   if (flops > 0) line.add("gflops", flops / seconds / 1e9);
   line.print();
 }
 
-void run_case(const OpCase& c, DType dtype, int repeats) {
+void run_case(const OpCase& c, DType dtype, int repeats, double memcpy_gbs) {
   const double forward_s = best_seconds(repeats, [&] {
     NoGradGuard no_grad;
     (void)c.forward(c.input).item();
   });
-  report(c, dtype, "forward", forward_s, c.forward_bytes, c.flops);
+  report(c, dtype, "forward", forward_s, c.forward_bytes, c.flops, memcpy_gbs);
   const Tensor leaf = c.input.detach().requires_grad_();
   const double step_s = best_seconds(repeats, [&] {
     c.forward(leaf).backward();
     leaf.set_grad(Tensor());
     for (const Tensor& p : c.parameters) p.set_grad(Tensor());
   });
-  report(c, dtype, "forward_backward", step_s, c.forward_backward_bytes, 3 * c.flops);
+  report(c, dtype, "forward_backward", step_s, c.forward_backward_bytes, 3 * c.flops, memcpy_gbs);
 }
 
 }  // namespace
@@ -148,10 +154,11 @@ void run_case(const OpCase& c, DType dtype, int repeats) {
 void run_op_bench(bool quick) {
   const int64_t rows = quick ? 256 : 4096, cols = 4096;
   const int repeats = quick ? 3 : 5;
+  const double memcpy_gbs = run_memcpy_baseline(rows, cols, repeats);
   manual_seed(1);
   for (const DType dtype : {f32, bf16}) {
-    for (const OpCase& c : loss_cases(rows, cols, dtype)) run_case(c, dtype, repeats);
-    for (const OpCase& c : conv_transpose_cases(quick, dtype)) run_case(c, dtype, repeats);
+    for (const OpCase& c : loss_cases(rows, cols, dtype)) run_case(c, dtype, repeats, memcpy_gbs);
+    for (const OpCase& c : conv_transpose_cases(quick, dtype)) run_case(c, dtype, repeats, memcpy_gbs);
   }
 }
 

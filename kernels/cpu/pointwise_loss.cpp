@@ -3,9 +3,10 @@
 // Parallel strategy: fixed chunks of kChunk elements spread over OpenMP threads (from
 // kParallelMinElements on), so the results do not depend on the thread count. f32 and f64 compute in
 // place, in loops the compiler vectorises (the loss kind is a template argument: no branch per
-// element; logs and exps through glibc's libmvec: simd_math.h's vlog, vexp); f16 and bf16
-// chunks are widened to fp32 buffers on the stack (convert.h's SIMD conversions), computed there and
-// rounded back once.
+// element; logs and exps through glibc's libmvec: simd_math.h's vlog, vexp); bf16 on AVX2+ builds is
+// widened and rounded inline in those loops (convert.h kFuseConversion), f16 (and bf16 elsewhere)
+// chunks go through fp32 buffers on the stack (convert.h's SIMD conversions). Every value is rounded
+// to the dtype once.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -46,33 +47,35 @@ void for_each_chunk(int64_t n, const Body& body) {
   for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(kChunk, n - c * kChunk));
 }
 
-template <PointwiseLoss kKind, class A>
-A sum_of_values(const A* __restrict x, const A* __restrict t, int64_t n, A delta) {
+// The loops below read E (the operands' type, or float for a staged chunk) and compute in A: a bf16
+// operand on an AVX2+ build is widened inline (convert.h kFuseConversion), so each loop is one pass.
+template <PointwiseLoss kKind, class A, class E>
+A sum_of_values(const E* __restrict x, const E* __restrict t, int64_t n, A delta) {
   A sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += pointwise_loss_value<kKind, VectorLogExp>(x[i], t[i], delta);
+  for (int64_t i = 0; i < n; ++i) sum += pointwise_loss_value<kKind, VectorLogExp>(A(x[i]), A(t[i]), delta);
   return sum;
 }
 
-template <PointwiseLoss kKind, class A>
-void forward_values(const A* __restrict x, const A* __restrict t, A* __restrict y, int64_t n, A delta, A scale) {
+template <PointwiseLoss kKind, class A, class E>
+void forward_values(const E* __restrict x, const E* __restrict t, E* __restrict y, int64_t n, A delta, A scale) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = scale * pointwise_loss_value<kKind, VectorLogExp>(x[i], t[i], delta);
+  for (int64_t i = 0; i < n; ++i) y[i] = E(scale * pointwise_loss_value<kKind, VectorLogExp>(A(x[i]), A(t[i]), delta));
 }
 
-// out[i] = scale g df/dx (or df/dt) for g = g[i] (kPerElement) or g[0]; the loop the compiler vectorises.
-template <PointwiseLoss kKind, bool kTarget, bool kPerElement, class A>
-void derivative_values(const A* __restrict x, const A* __restrict t, const A* __restrict g, A* __restrict out,
+// out[i] = scale g df/dx (or df/dt) for g = g[i] (kPerElement) or g[0].
+template <PointwiseLoss kKind, bool kTarget, bool kPerElement, class A, class E>
+void derivative_values(const E* __restrict x, const E* __restrict t, const E* __restrict g, E* __restrict out,
                        int64_t n, A delta, A scale) {
-  const A g0 = g[0];
+  const A g0 = A(g[0]);
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i)
-    out[i] =
-        scale * (kPerElement ? g[i] : g0) * pointwise_loss_derivative<kKind, kTarget, VectorLogExp>(x[i], t[i], delta);
+    out[i] = E(scale * (kPerElement ? A(g[i]) : g0) *
+               pointwise_loss_derivative<kKind, kTarget, VectorLogExp>(A(x[i]), A(t[i]), delta));
 }
 
-template <PointwiseLoss kKind, bool kTarget, class A>
-void derivative_values(const A* x, const A* t, const A* g, bool per_element, A* out, int64_t n, A delta, A scale) {
+template <PointwiseLoss kKind, bool kTarget, class A, class E>
+void derivative_values(const E* x, const E* t, const E* g, bool per_element, E* out, int64_t n, A delta, A scale) {
   if (per_element) {
     derivative_values<kKind, kTarget, true>(x, t, g, out, n, delta, scale);
   } else {
@@ -81,11 +84,15 @@ void derivative_values(const A* x, const A* t, const A* g, bool per_element, A* 
 }
 
 // dx = scale g df/dx and dt = scale g df/dt; either may be null.
-template <PointwiseLoss kKind, class A>
-void backward_values(const A* x, const A* t, const A* g, bool per_element, A* dx, A* dt, int64_t n, A delta, A scale) {
+template <PointwiseLoss kKind, class A, class E>
+void backward_values(const E* x, const E* t, const E* g, bool per_element, E* dx, E* dt, int64_t n, A delta, A scale) {
   if (dx != nullptr) derivative_values<kKind, false>(x, t, g, per_element, dx, n, delta, scale);
   if (dt != nullptr) derivative_values<kKind, true>(x, t, g, per_element, dt, n, delta, scale);
 }
+
+// Whether T's chunks go through float buffers (f16; bf16 where it does not vectorise inline).
+template <class T>
+constexpr bool kStagedChunks = kStaged<T> && !kFuseConversion<T>;
 
 }  // namespace
 
@@ -99,7 +106,7 @@ void pointwise_loss_forward(PointwiseLoss kind, double delta, double scale, cons
     T* yt = static_cast<T*>(y);
     with_pointwise_loss(kind, [&]<PointwiseLoss kKind>() {
       for_each_chunk(n, [&](int64_t begin, int64_t count) {
-        if constexpr (kStaged<T>) {
+        if constexpr (kStagedChunks<T>) {
           float xs[kChunk], ts[kChunk], ys[kChunk];
           to_float(xt + begin, xs, count);
           to_float(tt + begin, ts, count);
@@ -123,7 +130,7 @@ void pointwise_loss_sum(PointwiseLoss kind, double delta, double scale, const vo
     std::vector<double> partial(size_t((n + kChunk - 1) / kChunk));
     with_pointwise_loss(kind, [&]<PointwiseLoss kKind>() {
       for_each_chunk(n, [&](int64_t begin, int64_t count) {
-        if constexpr (kStaged<T>) {
+        if constexpr (kStagedChunks<T>) {
           float xs[kChunk], ts[kChunk];
           to_float(xt + begin, xs, count);
           to_float(tt + begin, ts, count);
@@ -152,7 +159,7 @@ void pointwise_loss_backward(PointwiseLoss kind, double delta, double scale, con
     T* dtt = static_cast<T*>(dt);
     with_pointwise_loss(kind, [&]<PointwiseLoss kKind>() {
       for_each_chunk(n, [&](int64_t begin, int64_t count) {
-        if constexpr (kStaged<T>) {
+        if constexpr (kStagedChunks<T>) {
           float xs[kChunk], ts[kChunk], gs[kChunk], dxs[kChunk], dts[kChunk];
           to_float(xt + begin, xs, count);
           to_float(tt + begin, ts, count);
