@@ -5,6 +5,8 @@
 // (float64 gradchecks: tests/support/op_cases.cpp; PyTorch's values: tests/test_torch_parity.cpp.)
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -127,6 +129,26 @@ TEST_CASE("conv_transpose2d and the resampling ops in f32, f16 and bf16 agree wi
       CHECK(max_relative_error(results[1][1], results[0][1]) < tol);
       CHECK(max_relative_error(results[1][2], results[0][2]) < 8 * tol);
     }
+}
+
+TEST_CASE("nearest upsampling copies every element's bits, in every floating dtype (-0, NaN, inf, subnormals)") {
+  // The CPU's nearest maps take the gather path (one input, weight 1, per output): a copy, as PyTorch's.
+  const std::vector<double> special = {-0.0, 0.0, 1.5, -2.25, INFINITY, -INFINITY, 3e-42, -7e-39, 65504.0, 1e-6};
+  for (const DType t : {f32, f64, f16, bf16}) {
+    CAPTURE(std::string(dtype_name(t)));
+    std::vector<double> values = special;
+    const Tensor x0 = randn({1, 2, 3, 4}, f64);
+    for (double v : x0.to_vector<double>()) values.push_back(v);
+    values.resize(24);
+    Tensor x = cast(from_vector(values, {1, 2, 3, 4}, f64), t);
+    x = where(eq(arange(0.0, 24.0, 1.0, f64, kCPU).view({1, 2, 3, 4}), 10.0), scalar_tensor(NAN, t), x);
+    const Tensor y = interpolate(x, InterpolateOptions().set_size({7, 9}));  // factors 7/3 and 9/4
+    const Tensor want = index_select(index_select(x, 2, from_vector(std::vector<int64_t>{0, 0, 0, 1, 1, 2, 2}, {7})), 3,
+                                     from_vector(std::vector<int64_t>{0, 0, 0, 1, 1, 2, 2, 3, 3}, {9}));
+    REQUIRE(y.numel() == want.numel());
+    const size_t bytes = size_t(y.numel()) * dtype_size(t);
+    CHECK(std::memcmp(y.contiguous().data_ptr(), want.contiguous().data_ptr(), bytes) == 0);
+  }
 }
 
 TEST_CASE("interpolate and the adaptive pools meet their definitions") {

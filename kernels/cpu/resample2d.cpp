@@ -8,7 +8,11 @@
 //   2. columns: y[p, i, j] = sum_{b in taps(w, j)} w.weight[b] acc[w.index[b]], with the weights in
 //      acc_t once per call and, when every column has 1 or 2 taps (nearest, linear), without the offsets.
 // Each output is summed in the same order whatever the thread count, so the result is the same bits.
+// A map whose every output takes one input with weight 1 on both axes (nearest upsampling by any
+// factor, nearest-exact, the identity) is a gather: its rows are copied element by element as bits,
+// with no widening (PyTorch's nearest copies too; -0 stays -0 there, where 0 + 1 x made it +0).
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
@@ -21,12 +25,43 @@ namespace {
 
 constexpr int64_t kParallelMinWork = int64_t(1) << 15;
 
+// Whether every output of the axis takes exactly one input, with weight 1.
+bool is_unit_gather(const ResampleAxis& axis) {
+  for (int64_t o = 0; o < axis.out; ++o)
+    if (axis.offset[o + 1] - axis.offset[o] != 1 || axis.weight[axis.offset[o]] != 1.0) return false;
+  return true;
+}
+
+// y[p, i, j] = x[p, h.index[i], w.index[j]], the elements moved as E (their bits).
+template <class E>
+void gather_rows(const E* x, E* y, int64_t planes, const ResampleAxis& h, const ResampleAxis& w) {
+  const int64_t rows = planes * h.out;
+#pragma omp parallel for schedule(static) if (rows * w.out >= kParallelMinWork)
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t p = row / h.out, i = row % h.out;
+    const E* in = x + (p * h.in + h.index[h.offset[i]]) * w.in;
+    E* out = y + row * w.out;
+    const int64_t* columns = w.index;  // offset[j] == j: one tap per column
+    for (int64_t j = 0; j < w.out; ++j) out[j] = in[columns[j]];
+  }
+}
+
 }  // namespace
 
 void resample2d(const void* x, void* y, int64_t planes, ResampleAxis h, ResampleAxis w, DType dtype) {
   HG_CHECK(planes >= 0 && h.in >= 0 && h.out >= 0 && w.in >= 0 && w.out >= 0, "[resample2d] planes = ", planes,
            ", input ", h.in, "x", w.in, ", output ", h.out, "x", w.out, ", expected all >= 0");
   if (planes * h.out * w.out == 0) return;
+  if (is_floating(dtype) && is_unit_gather(h) && is_unit_gather(w)) {
+    switch (dtype_size(dtype)) {
+      case 2:
+        return gather_rows(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), planes, h, w);
+      case 4:
+        return gather_rows(static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y), planes, h, w);
+      default:
+        return gather_rows(static_cast<const uint64_t*>(x), static_cast<uint64_t*>(y), planes, h, w);
+    }
+  }
   dispatch_floating(dtype, "resample2d", [&]<class T>() {
     using A = acc_t<T>;
     constexpr bool widened = !std::is_same_v<T, A>;
