@@ -3,10 +3,9 @@
 // Parallel strategy: fixed chunks of kChunk elements spread over OpenMP threads (from
 // kParallelMinElements on), so the results do not depend on the thread count. f32 and f64 compute in
 // place, in loops the compiler vectorises (the loss kind is a template argument: no branch per
-// element; logs and exps through glibc's libmvec: simd_math.h's vlog, vexp); bf16 on AVX2+ builds is
-// widened and rounded inline in those loops (convert.h kFuseConversion), f16 (and bf16 elsewhere)
-// chunks go through fp32 buffers on the stack (convert.h's SIMD conversions). Every value is rounded
-// to the dtype once.
+// element; logs and exps through glibc's libmvec: simd_math.h's vlog, vexp). Half types go through
+// fp32 buffers on the stack (convert.h's SIMD conversions), except that the sum widens bf16 inline on
+// AVX2+ builds (convert.h kFuseConversion): one pass. Every value is rounded to the dtype once.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -47,8 +46,7 @@ void for_each_chunk(int64_t n, const Body& body) {
   for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(kChunk, n - c * kChunk));
 }
 
-// The loops below read E (the operands' type, or float for a staged chunk) and compute in A: a bf16
-// operand on an AVX2+ build is widened inline (convert.h kFuseConversion), so each loop is one pass.
+// The loops below read E (the operands' type, or float for a staged chunk) and compute in A.
 template <PointwiseLoss kKind, class A, class E>
 A sum_of_values(const E* __restrict x, const E* __restrict t, int64_t n, A delta) {
   A sum = 0;
@@ -90,7 +88,9 @@ void backward_values(const E* x, const E* t, const E* g, bool per_element, E* dx
   if (dt != nullptr) derivative_values<kKind, true>(x, t, g, per_element, dt, n, delta, scale);
 }
 
-// Whether T's chunks go through float buffers (f16; bf16 where it does not vectorise inline).
+// Whether the sum reads T's chunks through float buffers (f16; bf16 where it does not widen inline).
+// The loops that write T (the values, the gradients) always stage: rounding to bf16 inline in them
+// measured 6-40x slower than from_float's pass (the narrowing did not vectorise there).
 template <class T>
 constexpr bool kStagedChunks = kStaged<T> && !kFuseConversion<T>;
 
@@ -106,7 +106,7 @@ void pointwise_loss_forward(PointwiseLoss kind, double delta, double scale, cons
     T* yt = static_cast<T*>(y);
     with_pointwise_loss(kind, [&]<PointwiseLoss kKind>() {
       for_each_chunk(n, [&](int64_t begin, int64_t count) {
-        if constexpr (kStagedChunks<T>) {
+        if constexpr (kStaged<T>) {
           float xs[kChunk], ts[kChunk], ys[kChunk];
           to_float(xt + begin, xs, count);
           to_float(tt + begin, ts, count);
@@ -159,7 +159,7 @@ void pointwise_loss_backward(PointwiseLoss kind, double delta, double scale, con
     T* dtt = static_cast<T*>(dt);
     with_pointwise_loss(kind, [&]<PointwiseLoss kKind>() {
       for_each_chunk(n, [&](int64_t begin, int64_t count) {
-        if constexpr (kStagedChunks<T>) {
+        if constexpr (kStaged<T>) {
           float xs[kChunk], ts[kChunk], gs[kChunk], dxs[kChunk], dts[kChunk];
           to_float(xt + begin, xs, count);
           to_float(tt + begin, ts, count);
