@@ -397,8 +397,9 @@ HG_DEVICE void probabilities_and_ds(const float* s, const float* dp, Op* pz, Op*
 // every query) and consecutive shared-memory words.
 template <class Op>
 HG_DEVICE void mask_score_tile(float* s, const Args& a, int64_t b, int64_t h, int64_t i0, int64_t j0) {
-  HG_NO_UNROLL  // unrolled, its hoisted loads raised every tile kernel's registers by 30-100 (ptxas)
-      for (int e = int(threadIdx.x); e < kTile * kTile; e += kThreads) {
+  // Not unrolled: unrolled, its hoisted loads raised every tile kernel's registers by 30-100 (ptxas).
+  HG_NO_UNROLL
+  for (int e = int(threadIdx.x); e < kTile * kTile; e += kThreads) {
     const int r = e / kTile, c = e % kTile;
     const int64_t i = i0 + r, j = j0 + c;
     // Every thread reads and writes its word; only the mask read is predicated.

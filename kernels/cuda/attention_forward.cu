@@ -214,8 +214,9 @@ HG_DEVICE int64_t keys_seen(const ForwardArgs& a, int64_t last_row) {
 template <class T, int Ld>
 HG_DEVICE void mask_scores(const ForwardArgs& a, int64_t b, int64_t h, int64_t row0, int64_t j0, float* scratch,
                            int lane) {
-  HG_NO_UNROLL  // keeps the loads in the loop: the kernel's registers stay those of the unmasked path
-      for (int r = 0; r < kWarpRows && row0 + r < a.tq; ++r) {
+  // Not unrolled: the loads stay in the loop, and the kernel's registers those of the unmasked path.
+  HG_NO_UNROLL
+  for (int r = 0; r < kWarpRows && row0 + r < a.tq; ++r) {
     const int64_t seen = keys_seen(a, row0 + r);  // keys past it (past tk, or causal) stay: -inf anyway
     HG_NO_UNROLL
     for (int half = 0; half < 2; ++half) {
