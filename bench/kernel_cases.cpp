@@ -979,6 +979,34 @@ std::vector<KernelCase> make_cases() {
     }
     kernels::AttentionTensor heads(void* base) const { return {base, p.tq * p.heads * p.d, p.d, p.heads * p.d}; }
   };
+  // The forward and backward cases over a prepared problem; a mask (mask_bytes) counts once in the minimum.
+  auto forward_case = [](const Attention& at, DType dt, A a) {
+    void* qkv = a.uniform(at.qkv_bytes / dtype_size(dt), dt);
+    void* o = a.zeros(at.o_bytes);
+    void* lse = a.zeros(at.lse_bytes);
+    return memory_case(at.shape, io({at.qkv_bytes, at.mask_bytes, at.o_bytes, at.lse_bytes}), [=, st = a.stream()] {
+      k::attention_forward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
+                           at.heads(o), lse, dt, st);
+    });
+  };
+  auto backward_case = [](const Attention& at, DType dt, A a) {
+    void* qkv = a.uniform(at.qkv_bytes / dtype_size(dt), dt);
+    void* o = a.zeros(at.o_bytes);
+    void* lse = a.zeros(at.lse_bytes);
+    // o and lse from the forward (with recording off), so the backward sees a real softmax.
+    k::attention_forward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
+                         at.heads(o), lse, dt, a.stream());
+    void* dout = a.uniform(at.o_bytes / dtype_size(dt), dt);
+    void* delta = a.zeros(at.lse_bytes);
+    void* dqkv = a.zeros(at.qkv_bytes);
+    const uint64_t min_bytes = io({at.qkv_bytes, at.mask_bytes, at.o_bytes, at.o_bytes, at.lse_bytes, at.qkv_bytes}) +
+                               2 * sector_bytes(at.lse_bytes);
+    return memory_case(at.shape, min_bytes, [=, st = a.stream()] {
+      k::attention_backward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
+                            at.heads(o), at.heads(dout), lse, delta, at.projection(dqkv, 0, dt),
+                            at.projection(dqkv, 1, dt), at.projection(dqkv, 2, dt), dt, st);
+    });
+  };
   for (const int64_t head_dim : {int64_t(64), int64_t(128)}) {
     const std::string suffix = head_dim == 64 ? "" : "_d128";
     auto attention = [head_dim](S s, DType dt) {
@@ -996,35 +1024,10 @@ std::vector<KernelCase> make_cases() {
       at.shape = "qkv " + dims({at.p.batch, at.p.tq, 3, at.p.heads, head_dim}) + " causal";
       return at;
     };
-    add("attention_forward" + suffix, kFloats, [attention](S s, DType dt, A a) {
-      const Attention at = attention(s, dt);
-      void* qkv = a.uniform(at.qkv_bytes / dtype_size(dt), dt);
-      void* o = a.zeros(at.o_bytes);
-      void* lse = a.zeros(at.lse_bytes);
-      return memory_case(at.shape, io({at.qkv_bytes, at.o_bytes, at.lse_bytes}), [=, st = a.stream()] {
-        k::attention_forward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
-                             at.heads(o), lse, dt, st);
-      });
-    });
-    add("attention_backward" + suffix, kFloats, [attention](S s, DType dt, A a) {
-      const Attention at = attention(s, dt);
-      void* qkv = a.uniform(at.qkv_bytes / dtype_size(dt), dt);
-      void* o = a.zeros(at.o_bytes);
-      void* lse = a.zeros(at.lse_bytes);
-      // o and lse from the forward (with recording off), so the backward sees a real softmax.
-      k::attention_forward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
-                           at.heads(o), lse, dt, a.stream());
-      void* dout = a.uniform(at.o_bytes / dtype_size(dt), dt);
-      void* delta = a.zeros(at.lse_bytes);
-      void* dqkv = a.zeros(at.qkv_bytes);
-      const uint64_t min_bytes = io({at.qkv_bytes, at.o_bytes, at.o_bytes, at.lse_bytes, at.qkv_bytes}) +
-                                 2 * sector_bytes(at.lse_bytes);
-      return memory_case(at.shape, min_bytes, [=, st = a.stream()] {
-        k::attention_backward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
-                              at.heads(o), at.heads(dout), lse, delta, at.projection(dqkv, 0, dt),
-                              at.projection(dqkv, 1, dt), at.projection(dqkv, 2, dt), dt, st);
-      });
-    });
+    add("attention_forward" + suffix, kFloats,
+        [attention, forward_case](S s, DType dt, A a) { return forward_case(attention(s, dt), dt, a); });
+    add("attention_backward" + suffix, kFloats,
+        [attention, backward_case](S s, DType dt, A a) { return backward_case(attention(s, dt), dt, a); });
   }
 
   // ---- fused attention with a key-padding mask: a seq2seq encoder's self-attention (not causal) over
@@ -1052,34 +1055,10 @@ std::vector<KernelCase> make_cases() {
     at.mask_bytes = keep.size();
     return at;
   };
-  add("attention_forward_padded", kFloats, [padded](S s, DType dt, A a) {
-    const Attention at = padded(s, dt, a);
-    void* qkv = a.uniform(at.qkv_bytes / dtype_size(dt), dt);
-    void* o = a.zeros(at.o_bytes);
-    void* lse = a.zeros(at.lse_bytes);
-    return memory_case(at.shape, io({at.qkv_bytes, at.mask_bytes, at.o_bytes, at.lse_bytes}), [=, st = a.stream()] {
-      k::attention_forward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
-                           at.heads(o), lse, dt, st);
-    });
-  });
-  add("attention_backward_padded", kFloats, [padded](S s, DType dt, A a) {
-    const Attention at = padded(s, dt, a);
-    void* qkv = a.uniform(at.qkv_bytes / dtype_size(dt), dt);
-    void* o = a.zeros(at.o_bytes);
-    void* lse = a.zeros(at.lse_bytes);
-    k::attention_forward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
-                         at.heads(o), lse, dt, a.stream());
-    void* dout = a.uniform(at.o_bytes / dtype_size(dt), dt);
-    void* delta = a.zeros(at.lse_bytes);
-    void* dqkv = a.zeros(at.qkv_bytes);
-    const uint64_t min_bytes = io({at.qkv_bytes, at.mask_bytes, at.o_bytes, at.o_bytes, at.lse_bytes, at.qkv_bytes}) +
-                               2 * sector_bytes(at.lse_bytes);
-    return memory_case(at.shape, min_bytes, [=, st = a.stream()] {
-      k::attention_backward(at.p, at.projection(qkv, 0, dt), at.projection(qkv, 1, dt), at.projection(qkv, 2, dt),
-                            at.heads(o), at.heads(dout), lse, delta, at.projection(dqkv, 0, dt),
-                            at.projection(dqkv, 1, dt), at.projection(dqkv, 2, dt), dt, st);
-    });
-  });
+  add("attention_forward_padded", kFloats,
+      [padded, forward_case](S s, DType dt, A a) { return forward_case(padded(s, dt, a), dt, a); });
+  add("attention_backward_padded", kFloats,
+      [padded, backward_case](S s, DType dt, A a) { return backward_case(padded(s, dt, a), dt, a); });
 
   // ---- convolution: the im2col + GEMM fallback (cuDNN's path on a GPU; the audit turns cuDNN off) ----
   const char* conv_names[3] = {"conv2d_forward_im2col", "conv2d_backward_data_im2col", "conv2d_backward_filter_im2col"};
