@@ -1,5 +1,6 @@
 #include "layers/conv_variants.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "layers/conv.h"
@@ -64,8 +65,9 @@ ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& o) : options(o) {
            " must divide in_channels = ", in, " and out_channels = ", out);
   HG_CHECK(s[0] > 0 && s[1] > 0 && d[0] > 0 && d[1] > 0 && p[0] >= 0 && p[1] >= 0,
            "[ConvTranspose2d] expected stride > 0, dilation > 0 and padding >= 0");
-  HG_CHECK(op[0] >= 0 && op[1] >= 0 && op[0] < s[0] && op[1] < s[1], "[ConvTranspose2d] output_padding ",
-           pair_tuple(op), " must be below the stride ", pair_tuple(s));
+  HG_CHECK(op[0] >= 0 && op[1] >= 0 && op[0] < std::max(s[0], d[0]) && op[1] < std::max(s[1], d[1]),
+           "[ConvTranspose2d] output_padding ", pair_tuple(op), " must be below the stride ", pair_tuple(s),
+           " or the dilation ", pair_tuple(d), " on each axis");
   weight = register_parameter("weight", empty({in, out / groups, k[0], k[1]}));
   if (o.bias()) bias = register_parameter("bias", empty({out}));
   init_like_pytorch(weight, bias, out / groups * k[0] * k[1]);

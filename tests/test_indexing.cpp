@@ -27,8 +27,10 @@ struct Sizes {
   int64_t outer, n, m, inner;
 };
 
-// Edge sizes: empty index, one row, inner 1, inner beyond scatter's 512-column task block.
-const std::vector<Sizes> kSizes = {{3, 5, 4, 7}, {1, 1, 6, 1}, {2, 9, 0, 3}, {1, 4, 33, 700}, {5, 2, 3, 1}};
+// Edge sizes: empty index, one row, inner 1, inner beyond scatter's 512-column task block, and output
+// planes of 300,000 elements (index_add's row chunks hold 262,144: two chunks per plane, two planes).
+const std::vector<Sizes> kSizes = {{3, 5, 4, 7},    {1, 1, 6, 1}, {2, 9, 0, 3},
+                                   {1, 4, 33, 700}, {5, 2, 3, 1}, {2, 600, 700, 500}};
 
 const DType kFloating[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
@@ -227,6 +229,33 @@ TEST_CASE("topk: by value, ties by index, NaN the largest; every dtype, both dir
           }
         }
       }
+}
+
+TEST_CASE("topk on monotone rows: every value enters its row's buffer, or none after the first k") {
+  // Ascending rows make every value of every block a candidate for `largest` (and none for smallest);
+  // descending rows the reverse. 1000 values: 15 full blocks of 64 and a 40-value tail.
+  const int64_t n = 1000, k = 6;
+  for (const DType t : kFloating) {
+    CAPTURE(std::string(dtype_name(t)));
+    HostBuffer x(t, 2 * n), values(t, 2 * k), indices(DType::i64, 2 * k);
+    for (int64_t i = 0; i < n; ++i) {
+      x.set(i, double(i));  // non-decreasing once rounded (bf16 ties values above 256: ties go by index)
+      x.set(n + i, -x.get(i));
+    }
+    for (const bool largest : {true, false}) {
+      CAPTURE(largest);
+      cpu::topk(x.data(), values.data(), static_cast<int64_t*>(indices.data()), 2, n, k, largest, nullptr, 0, t);
+      for (int64_t row = 0; row < 2; ++row) {
+        std::vector<int64_t> order(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+          const double va = x.get(row * n + a), vb = x.get(row * n + b);
+          return largest ? va > vb : va < vb;
+        });
+        for (int64_t j = 0; j < k; ++j) CHECK(indices.get(row * k + j) == double(order[size_t(j)]));
+      }
+    }
+  }
 }
 
 TEST_CASE("topk along any dimension, its gradient and its errors") {

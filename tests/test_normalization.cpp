@@ -2,6 +2,7 @@
 // and the parameters' gradients, the running statistics), eval against training semantics, and the
 // errors. (float64 gradchecks: tests/support/op_cases.cpp; PyTorch's values: tests/test_torch_parity.cpp.)
 #include <doctest/doctest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -92,6 +93,42 @@ TEST_CASE("batch_norm: training updates the running statistics by PyTorch's rule
   const Tensor xg = x.clone().requires_grad_(), w = full({3}, 3.0, f64);
   sum(batch_norm(xg, rm, rv, w, Tensor(), false)).backward();
   CHECK(max_relative_error(xg.grad(), (3.0 / sqrt(rv + 1e-5)).reshape({1, 3, 1}).expand({4, 3, 5})) < 1e-14);
+}
+
+TEST_CASE("batch_norm, both kernel layouts: data far from zero, f64's statistics, the same bits at 1 and 2 threads") {
+  // S = 15 takes the rows layout (per-column sums), S = 16 and 2500 the runs layout (per-run moments
+  // merged; 2500 crosses the 1024-element chunks). 70 rows span every one of the 64 row blocks.
+  for (const int64_t spatial : {int64_t(15), int64_t(16), int64_t(2500)}) {
+    CAPTURE(spatial);
+    const int64_t batch = 70, channels = 20;
+    const Tensor x = cast(randn({batch, channels, spatial}, f64) * 0.5 + 1000.0, f32);
+    const Tensor w = randn({channels}, f32), b = randn({channels}, f32), dy = randn({batch, channels, spatial}, f32);
+    // The statistics in f64 from the same f32 values.
+    const Tensor x64 = cast(x, f64);
+    const std::vector<double> want_mean = mean(x64, {0, 2}).to_vector<double>(),
+                              want_var = var(x64, {0, 2}, 0.0).to_vector<double>();
+    std::vector<std::vector<float>> runs[2];
+    const int threads = omp_get_max_threads();
+    for (const int t : {1, 2}) {
+      omp_set_num_threads(t);
+      Tensor rm = zeros({channels}, f32), rv = ones({channels}, f32);
+      const Tensor xl = x.clone().requires_grad_(), wl = w.clone().requires_grad_(), bl = b.clone().requires_grad_();
+      const Tensor y = batch_norm(xl, rm, rv, wl, bl, true, 1.0);  // momentum 1: the running stats are the batch's
+      y.backward(dy);
+      for (const Tensor& v : {y, rm, rv, xl.grad(), wl.grad(), bl.grad()}) runs[t - 1].push_back(v.to_vector<float>());
+    }
+    omp_set_num_threads(threads);
+    for (size_t i = 0; i < runs[0].size(); ++i) CHECK(runs[0][i] == runs[1][i]);
+    const std::vector<float>& rm = runs[0][1];
+    const std::vector<float>& rv = runs[0][2];
+    const double count = double(batch * spatial);
+    for (int64_t c = 0; c < channels; ++c) {
+      CHECK(rm[size_t(c)] == doctest::Approx(want_mean[size_t(c)]).epsilon(1e-6));
+      // The unbiased variance, about 0.25 on a mean of 1000: a one-pass sum of squares in f32 would
+      // have lost it to cancellation.
+      CHECK(rv[size_t(c)] == doctest::Approx(want_var[size_t(c)] * count / (count - 1)).epsilon(1e-4));
+    }
+  }
 }
 
 TEST_CASE("group_norm with one group per channel is instance norm; rms_norm's default eps is the dtype's") {

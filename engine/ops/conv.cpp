@@ -8,6 +8,7 @@
 // conv2d_workspace_bytes for the pass, and released when the call returns.
 // Pooling: forward saves nothing for Avg and the argmax (i32 plane offsets) for Max; backward
 // gathers dy through the windows (deterministic on both backends).
+#include <algorithm>
 #include <climits>
 
 #include "engine/ops.h"
@@ -104,7 +105,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
 // conv_transpose2d(x, W) is conv2d's input gradient: with g the conv2d that maps the [N, OC, OH, OW]
 // output back to x's [N, C, H, W] (in_channels = OC, out_channels = C, the same weight layout),
 //   y = backward_data_g(x, W),  dx = forward_g(dy, W),  dW = backward_filter_g(dy, x),  db = sum dy.
-// output_padding < stride keeps g's output size at exactly H (floor division absorbs it).
+// output_padding < stride keeps g's output size at exactly H (floor division absorbs it). PyTorch allows
+// output_padding up to max(stride, dilation) - 1; an output_padding >= stride (so below the dilation)
+// would make g map y to more rows than x has, so that case runs the transposed convolution unpadded,
+// over every row it reaches, and takes rows [padding, padding + out) of that: a crop, then zeros where
+// the output reaches past the last row any input touches.
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
                         Size2d output_padding, int64_t groups, Size2d dilation) {
   const char* name = "conv_transpose2d";
@@ -119,8 +124,10 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   check_pair(padding, 0, name, "padding");
   check_pair(dilation, 1, name, "dilation");
   check_pair(output_padding, 0, name, "output_padding");
-  HG_CHECK(output_padding[0] < stride[0] && output_padding[1] < stride[1], "[", name, "] output_padding (",
-           output_padding[0], ", ", output_padding[1], ") must be below the stride (", stride[0], ", ", stride[1], ")");
+  for (int d = 0; d < 2; ++d)
+    HG_CHECK(output_padding[d] < std::max(stride[d], dilation[d]), "[", name, "] output_padding (", output_padding[0],
+             ", ", output_padding[1], ") must be below the stride (", stride[0], ", ", stride[1], ") or the dilation (",
+             dilation[0], ", ", dilation[1], ") on each axis");
   HG_CHECK(groups >= 1 && weight.size(0) % groups == 0, "[", name, "] groups = ", groups,
            " must be >= 1 and divide the weight's ", weight.size(0), " input channels");
   HG_CHECK(x.size(1) == weight.size(0), "[", name, "] x ", x.describe(), " has ", x.size(1), " channels but weight ",
@@ -138,6 +145,12 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   HG_CHECK(x.size(2) > 0 && x.size(3) > 0 && out_h > 0 && out_w > 0, "[", name, "] x ", x.describe(),
            " with weight ", weight.describe(), ", stride (", stride[0], ", ", stride[1], "), padding (", padding[0],
            ", ", padding[1], ") gives an empty ", out_h, "x", out_w, " output; expected a positive size");
+  if (output_padding[0] >= stride[0] || output_padding[1] >= stride[1]) {
+    const Tensor reached = conv_transpose2d(x, weight, Tensor(), stride, {0, 0}, {0, 0}, groups, dilation);
+    const Tensor y = pad(reached, {-padding[1], out_w - (reached.size(3) - padding[1]), -padding[0],
+                                   out_h - (reached.size(2) - padding[0])});
+    return bias.defined() ? add(y, bias.view({1, out_channels, 1, 1})) : y;
+  }
   kernels::Conv2dGeometry g;  // the conv2d from the output y back to x
   g.batch = x.size(0), g.in_channels = out_channels, g.height = out_h, g.width = out_w;
   g.out_channels = x.size(1), g.kernel_h = weight.size(2), g.kernel_w = weight.size(3);

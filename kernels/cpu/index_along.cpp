@@ -8,13 +8,14 @@
 // Per slice, the row is one memcpy of x's row idx(i); per element, each element reads its own row;
 // per element with inner 1 (along the last dimension), one iteration per plane o.
 //
-// index_scatter_add, parallel strategy: the output is split into tasks (o, block of up to kBlock
-// columns k); a task owns those columns of y[o, :, :] outright, so no two threads write one element.
-// It walks i = 0, 1, ..., m - 1 and adds alpha * src[o, i, k] to the running sum of row idx(o, i, k):
-// every output element is summed by one thread in increasing i (deterministic, no atomics). f32 and
-// f64 sum in y itself; f16 / bf16 sum in an fp32 buffer of [n, block] that is rounded into y at the
-// end, with the block narrowed so the buffer stays within kBufferElements. Per element with inner 1
-// (along the last dimension): one plane o per iteration, its n sums in a buffer, the same order.
+// index_scatter_add, per slice (index_add): whole rows; a task owns a chunk of output rows (add_rows
+// below). Per element (scatter_add): the output is split into tasks (o, block of up to kBlock columns
+// k); a task owns those columns of y[o, :, :] outright, so no two threads write one element. It walks
+// i = 0, 1, ..., m - 1 and adds alpha * src[o, i, k] to the running sum of row idx(o, i, k). Either
+// way every output element is summed by one thread in increasing i (deterministic, no atomics). f32
+// and f64 sum in y itself; f16 / bf16 sum in an fp32 buffer of at most kBufferElements that is rounded
+// into y at the end. Per element with inner 1 (along the last dimension): one plane o per iteration,
+// its n sums in a buffer, the same order.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -30,6 +31,9 @@ namespace {
 constexpr int64_t kParallelMinElements = int64_t(1) << 15;
 constexpr int64_t kBlock = 512;
 constexpr int64_t kBufferElements = int64_t(1) << 20;
+constexpr int64_t kChunkElements = int64_t(1) << 18;
+constexpr int64_t kPrefetchPlaneBytes = int64_t(256) << 10;
+constexpr int64_t kCacheLine = 64;
 
 template <class I>
 void check_indices(const char* op, const I* index, int64_t count, int64_t n) {
@@ -45,6 +49,71 @@ void check_sizes(const char* op, int64_t outer, int64_t n, int64_t m, int64_t in
            ", inner = ", inner, ", expected all >= 0");
 }
 
+// index_add: y[o, j, :] = base[o, j, :] + alpha * sum over i with idx(i) = j of src[o, i, :], in
+// increasing i. The output rows of a plane are cut into chunks of up to kChunkElements elements (1 MB
+// of fp32 sums: L2-resident while sources are added in); a task owns one (plane, chunk) and adds into
+// it every source row aimed at it, whole rows at a time.
+// The positions i aimed at each chunk are listed once (a stable counting sort of the index), so each
+// source row is read once, by the one task that needs it. f32 / f64 sum in y itself; the half types
+// in the task's fp32 buffer, rounded into y at the end.
+template <class T, class I, class A = acc_t<T>>
+void add_rows(const T* base, const T* src, const I* idx, T* out, int64_t outer, int64_t n, int64_t m, int64_t inner,
+              A scale) {
+  constexpr bool in_place = std::is_same_v<T, A>;
+  const int64_t chunk_rows = std::max<int64_t>(1, kChunkElements / std::max<int64_t>(inner, 1));
+  const int64_t chunks = (n + chunk_rows - 1) / chunk_rows;
+  // by_chunk[start[c], start[c + 1]) are the positions i aimed at chunk c, increasing.
+  std::vector<int64_t> start(static_cast<size_t>(chunks + 1), 0), by_chunk(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) ++start[size_t(int64_t(idx[i]) / chunk_rows + 1)];
+  for (int64_t c = 0; c < chunks; ++c) start[size_t(c + 1)] += start[size_t(c)];
+  {
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < m; ++i) by_chunk[size_t(next[size_t(int64_t(idx[i]) / chunk_rows)]++)] = i;
+  }
+  const int64_t tasks = outer * chunks;
+#pragma omp parallel if (outer * (n + m) * inner >= kParallelMinElements && tasks > 1)
+  {
+    std::vector<A> buffer(in_place ? 0 : size_t(std::min(n, chunk_rows) * inner));
+    std::vector<float> scratch(std::is_same_v<T, half> ? size_t(inner) : 0);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t o = task / chunks, c = task % chunks, j0 = c * chunk_rows, rows = std::min(chunk_rows, n - j0);
+      T* out_rows = out + (o * n + j0) * inner;
+      A* acc = nullptr;
+      if constexpr (in_place) {
+        acc = out_rows;
+        if (base == nullptr) {
+          std::fill(acc, acc + rows * inner, A(0));
+        } else if (base + (o * n + j0) * inner != out_rows) {
+          std::copy(base + (o * n + j0) * inner, base + (o * n + j0 + rows) * inner, acc);
+        }
+      } else {
+        acc = buffer.data();
+        if (base == nullptr) {
+          std::fill(acc, acc + rows * inner, A(0));
+        } else {
+          to_float(base + (o * n + j0) * inner, acc, rows * inner);
+        }
+      }
+      for (int64_t p = start[size_t(c)]; p < start[size_t(c + 1)]; ++p) {
+        const int64_t i = by_chunk[size_t(p)];
+        const T* src_row = src + (o * m + i) * inner;
+        A* row = acc + (int64_t(idx[i]) - j0) * inner;
+        if constexpr (std::is_same_v<T, half>) {  // f16 widens through a buffer; the others inline
+          to_float(src_row, scratch.data(), inner);
+          const float* add = scratch.data();
+#pragma omp simd
+          for (int64_t k = 0; k < inner; ++k) row[k] += scale * add[k];
+        } else {
+#pragma omp simd
+          for (int64_t k = 0; k < inner; ++k) row[k] += scale * A(src_row[k]);
+        }
+      }
+      if constexpr (!in_place) from_float(acc, out_rows, rows * inner);
+    }
+  }
+}
+
 }  // namespace
 
 void index_gather(const void* x, const void* index, DType index_dtype, void* y, int64_t outer, int64_t n, int64_t m,
@@ -58,9 +127,17 @@ void index_gather(const void* x, const void* index, DType index_dtype, void* y, 
       const T* src = static_cast<const T*>(x);
       T* dst = static_cast<T*>(y);
       if (per_element && inner == 1) {  // along the last dimension: one plane (o) per iteration
+        // Random picks in a plane miss the cache one line at a time, in no order the hardware
+        // prefetcher follows. A plane of up to kPrefetchPlaneBytes is prefetched into L2 line by line
+        // while the one before it is gathered (a static schedule gives each thread consecutive planes).
+        const bool prefetch = n * int64_t(sizeof(T)) <= kPrefetchPlaneBytes;
 #pragma omp parallel for schedule(static) if (outer * m >= kParallelMinElements)
         for (int64_t o = 0; o < outer; ++o) {
           const T* plane = src + o * n;
+          if (prefetch && o + 1 < outer) {
+            const char* next = reinterpret_cast<const char*>(plane + n);
+            for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += kCacheLine) __builtin_prefetch(next + b, 0, 2);
+          }
           const I* plane_index = idx + o * m;
           T* out = dst + o * m;
           for (int64_t i = 0; i < m; ++i) out[i] = plane[int64_t(plane_index[i])];
@@ -127,6 +204,10 @@ void index_scatter_add(const void* base, const void* src, const void* index, DTy
             }
           }
         }
+        return;
+      }
+      if (!per_element) {
+        add_rows<T>(b, s, idx, out, outer, n, m, inner, scale);
         return;
       }
       int64_t block = std::min(kBlock, std::max<int64_t>(inner, 1));

@@ -1,11 +1,10 @@
-// RMSNorm, GroupNorm and BatchNorm on the CPU, forward and backward: the normalisations whose
-// statistics are not LayerNorm's (that one: layer_norm.cpp). The math of each: kernels/kernels.h.
+// RMSNorm and GroupNorm on the CPU, forward and backward: normalisations whose statistics are not
+// LayerNorm's (that one: layer_norm.cpp; BatchNorm: batch_norm.cpp). The math of each: kernels/kernels.h.
 //
-// The three share one shape of work: a set of elements (a row; a group's contiguous span; a channel's
-// N runs of S elements) whose mean / mean square is taken in acc_t, two passes where a mean is
-// subtracted (the elements sit in cache after the first), then an elementwise pass. Half inputs are
-// widened run by run into a per-thread float buffer and results narrowed the same way (convert.h);
-// the sums are `omp simd` reductions.
+// The two share one shape of work: a set of elements (a row; a group's contiguous span) whose mean /
+// mean square is taken in acc_t, two passes where a mean is subtracted (the elements sit in cache
+// after the first), then an elementwise pass. Half inputs are widened into a per-thread float buffer
+// and results narrowed the same way (normalization_runs.h); the sums are `omp simd` reductions.
 //
 // Parallel strategy and determinism:
 //   rms_norm: forward one row per OpenMP iteration; backward in a fixed number of row blocks chosen
@@ -13,85 +12,21 @@
 //     added in block order: the same bits whatever the thread count (as layer_norm.cpp).
 //   group_norm: one (n, group) per iteration, both ways; the backward writes per-(n, channel) partial
 //     sums of dy * xhat and dy, then adds them over n in order per channel.
-//   batch_norm: one channel per iteration, both ways (a channel's sums are one thread's, in order).
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
-#include <type_traits>
 #include <vector>
 
-#include "kernels/cpu/convert.h"
-#include "kernels/dispatch.h"
+#include "kernels/cpu/normalization_runs.h"
 #include "kernels/kernels.h"
 
 namespace hg::kernels::cpu {
+
+using namespace norm;
+
 namespace {
 
 constexpr int64_t kParallelMinElements = int64_t(1) << 14;
 constexpr int64_t kRowBlocks = 64;
-
-// p[0, n) as A: p itself for f32 / f64, widened into `buffer` for the half types.
-template <class T, class A = acc_t<T>>
-const A* widen(const T* p, int64_t n, std::vector<float>& buffer) {
-  if constexpr (std::is_same_v<T, A>) {
-    return p;
-  } else {
-    if (buffer.size() < size_t(n)) buffer.resize(size_t(n));
-    to_float(p, buffer.data(), n);
-    return buffer.data();
-  }
-}
-
-// values[0, n) (in A) written to out as T.
-template <class T, class A = acc_t<T>>
-void narrow(const A* values, T* out, int64_t n) {
-  if constexpr (std::is_same_v<T, A>) {
-    if (values != out) std::copy(values, values + n, out);
-  } else {
-    from_float(values, out, n);
-  }
-}
-
-// A scratch row of A for results: the output itself for f32 / f64, `buffer` for the half types.
-template <class T, class A = acc_t<T>>
-A* result_row(T* out, int64_t n, std::vector<float>& buffer) {
-  if constexpr (std::is_same_v<T, A>) {
-    return out;
-  } else {
-    if (buffer.size() < size_t(n)) buffer.resize(size_t(n));
-    return buffer.data();
-  }
-}
-
-template <class A>
-A sum_of(const A* x, int64_t n) {
-  A s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += x[i];
-  return s;
-}
-
-template <class A>
-A sum_of_squares(const A* x, int64_t n, A center) {
-  A s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += (x[i] - center) * (x[i] - center);
-  return s;
-}
-
-// The weight (or bias) as a row of A (null stays null).
-template <class T, class A = acc_t<T>>
-std::vector<A> param_row(const void* p, int64_t n) {
-  if (p == nullptr) return {};
-  std::vector<A> out(static_cast<size_t>(n));
-  const T* src = static_cast<const T*>(p);
-  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = A(src[i]);
-  return out;
-}
-
-void check_positive(const char* op, std::initializer_list<int64_t> sizes) {
-  for (int64_t s : sizes) HG_CHECK(s >= 0, "[", op, "] negative size ", s);
-}
 
 }  // namespace
 
@@ -108,12 +43,13 @@ void rms_norm_forward(const void* x, const void* weight, void* y, void* rstd, in
       std::vector<float> in_buffer, out_buffer;
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
-        const A* xr = widen(static_cast<const T*>(x) + r * cols, cols, in_buffer);
+        const auto* xr = readable(static_cast<const T*>(x) + r * cols, cols, in_buffer);
         const A inv = A(1) / std::sqrt(sum_of_squares(xr, cols, A(0)) / A(cols) + A(eps));
         if (rstd != nullptr) static_cast<A*>(rstd)[r] = inv;
         T* out = static_cast<T*>(y) + r * cols;
         A* yr = result_row(out, cols, out_buffer);
-        for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * inv * (w.empty() ? A(1) : w[size_t(c)]);
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) yr[c] = A(xr[c]) * inv * (w.empty() ? A(1) : w[size_t(c)]);
         narrow(yr, out, cols);
       }
     }
@@ -231,12 +167,8 @@ void group_norm_backward(const void* x, const void* weight, const void* mean, co
           const int64_t c = first_channel + k;
           const A wc = w.empty() ? A(1) : w[size_t(c)];
           A sdy = 0, sdyx = 0;
-          for (int64_t s = 0; s < spatial; ++s) {
-            const int64_t i = k * spatial + s;
-            const A xhat = (xg[i] - mu) * inv;
-            sdy += dyg[i];
-            sdyx += dyg[i] * xhat;
-          }
+          add_backward_sums(xg + k * spatial, dyg + k * spatial, spatial, mu, sdy, sdyx);
+          sdyx *= inv;
           dw_partial[size_t(n * channels + c)] = sdyx;
           db_partial[size_t(n * channels + c)] = sdy;
           sum_g += wc * sdy;
@@ -263,107 +195,6 @@ void group_norm_backward(const void* x, const void* weight, const void* mean, co
         for (int64_t c = 0; c < channels; ++c) total[size_t(c)] += (*partial)[size_t(n * channels + c)];
       narrow(total.data(), static_cast<T*>(target), channels);
     }
-  });
-}
-
-// ---- batch_norm ---------------------------------------------------------------------------------
-
-void batch_norm_forward(const void* x, const void* weight, const void* bias, void* running_mean, void* running_var,
-                        void* y, void* save_mean, void* save_rstd, int64_t batch, int64_t channels, int64_t spatial,
-                        bool training, double momentum, double eps, DType dtype) {
-  check_positive("batch_norm_forward", {batch, channels, spatial});
-  const int64_t count = batch * spatial;
-  HG_CHECK(!training || count >= 2, "[batch_norm_forward] ", count,
-           " value(s) per channel in training; expected at least 2 (the batch statistics need them)");
-  HG_CHECK(training || (running_mean != nullptr && running_var != nullptr),
-           "[batch_norm_forward] eval mode needs running_mean and running_var");
-  dispatch_floating(dtype, "batch_norm_forward", [&]<class T>() {
-    using A = acc_t<T>;
-    const std::vector<A> w = param_row<T>(weight, channels), b = param_row<T>(bias, channels);
-    A* rm = static_cast<A*>(running_mean);
-    A* rv = static_cast<A*>(running_var);
-#pragma omp parallel if (count * channels >= kParallelMinElements)
-    {
-      std::vector<float> in_buffer, out_buffer;
-#pragma omp for schedule(static)
-      for (int64_t c = 0; c < channels; ++c) {
-        A mu = 0, inv = 0;
-        if (training) {
-          A sum = 0;
-          for (int64_t n = 0; n < batch; ++n)
-            sum += sum_of(widen(static_cast<const T*>(x) + (n * channels + c) * spatial, spatial, in_buffer), spatial);
-          mu = sum / A(count);
-          A squares = 0;
-          for (int64_t n = 0; n < batch; ++n)
-            squares += sum_of_squares(
-                widen(static_cast<const T*>(x) + (n * channels + c) * spatial, spatial, in_buffer), spatial, mu);
-          const A var = squares / A(count);
-          inv = A(1) / std::sqrt(var + A(eps));
-          if (rm != nullptr) rm[c] = (A(1) - A(momentum)) * rm[c] + A(momentum) * mu;
-          if (rv != nullptr) rv[c] = (A(1) - A(momentum)) * rv[c] + A(momentum) * (squares / A(count - 1));
-        } else {
-          mu = rm[c];
-          inv = A(1) / std::sqrt(rv[c] + A(eps));
-        }
-        static_cast<A*>(save_mean)[c] = mu;
-        static_cast<A*>(save_rstd)[c] = inv;
-        const A wc = w.empty() ? A(1) : w[size_t(c)], bc = b.empty() ? A(0) : b[size_t(c)];
-        for (int64_t n = 0; n < batch; ++n) {
-          const int64_t offset = (n * channels + c) * spatial;
-          const A* xr = widen(static_cast<const T*>(x) + offset, spatial, in_buffer);
-          T* out = static_cast<T*>(y) + offset;
-          A* yr = result_row(out, spatial, out_buffer);
-          for (int64_t s = 0; s < spatial; ++s) yr[s] = (xr[s] - mu) * inv * wc + bc;
-          narrow(yr, out, spatial);
-        }
-      }
-    }
-  });
-}
-
-void batch_norm_backward(const void* x, const void* weight, const void* save_mean, const void* save_rstd,
-                         const void* dy, void* dx, void* dweight, void* dbias, int64_t batch, int64_t channels,
-                         int64_t spatial, bool training, DType dtype) {
-  check_positive("batch_norm_backward", {batch, channels, spatial});
-  dispatch_floating(dtype, "batch_norm_backward", [&]<class T>() {
-    using A = acc_t<T>;
-    const std::vector<A> w = param_row<T>(weight, channels);
-    const int64_t count = batch * spatial;
-    std::vector<A> dw(static_cast<size_t>(channels)), db(static_cast<size_t>(channels));
-#pragma omp parallel if (count * channels >= kParallelMinElements)
-    {
-      std::vector<float> x_buffer, dy_buffer, out_buffer;
-#pragma omp for schedule(static)
-      for (int64_t c = 0; c < channels; ++c) {
-        const A mu = static_cast<const A*>(save_mean)[c], inv = static_cast<const A*>(save_rstd)[c];
-        A sdy = 0, sdyx = 0;
-        for (int64_t n = 0; n < batch; ++n) {
-          const int64_t offset = (n * channels + c) * spatial;
-          const A* xr = widen(static_cast<const T*>(x) + offset, spatial, x_buffer);
-          const A* dyr = widen(static_cast<const T*>(dy) + offset, spatial, dy_buffer);
-          for (int64_t s = 0; s < spatial; ++s) {
-            sdy += dyr[s];
-            sdyx += dyr[s] * (xr[s] - mu) * inv;
-          }
-        }
-        dw[size_t(c)] = sdyx;
-        db[size_t(c)] = sdy;
-        if (dx == nullptr) continue;
-        const A wc = w.empty() ? A(1) : w[size_t(c)];
-        const A mean_g = training ? wc * sdy / A(count) : A(0), mean_gx = training ? wc * sdyx / A(count) : A(0);
-        for (int64_t n = 0; n < batch; ++n) {
-          const int64_t offset = (n * channels + c) * spatial;
-          const A* xr = widen(static_cast<const T*>(x) + offset, spatial, x_buffer);
-          const A* dyr = widen(static_cast<const T*>(dy) + offset, spatial, dy_buffer);
-          T* out = static_cast<T*>(dx) + offset;
-          A* dxr = result_row(out, spatial, out_buffer);
-          for (int64_t s = 0; s < spatial; ++s) dxr[s] = inv * (dyr[s] * wc - mean_g - (xr[s] - mu) * inv * mean_gx);
-          narrow(dxr, out, spatial);
-        }
-      }
-    }
-    if (dweight != nullptr) narrow(dw.data(), static_cast<T*>(dweight), channels);
-    if (dbias != nullptr) narrow(db.data(), static_cast<T*>(dbias), channels);
   });
 }
 

@@ -174,6 +174,8 @@ const std::vector<OpCase>& op_cases() {
        [](V x) {
          return conv_transpose2d(x[0].permute({0, 1, 3, 2}), x[1], Tensor(), {1, 2}, {0, 1}, {0, 1}, 2, {2, 1});
        }},
+      {"conv_transpose2d output_padding past the stride", {{1, 2, 3, 3}, {2, 2, 2, 3}, {2}}, Domain::Any,
+       [](V x) { return conv_transpose2d(x[0], x[1], x[2], {1, 2}, {1, 2}, {1, 2}, 1, {2, 3}); }},
       {"conv_transpose1d", {{1, 2, 4}, {2, 3, 2}, {3}}, Domain::Any,
        [](V x) { return conv_transpose1d(x[0], x[1], x[2], 3, 0, 1); }},
       {"interpolate nearest", {{2, 2, 3, 2}}, Domain::Any,
