@@ -195,6 +195,26 @@ TEST_CASE("elementwise and loss errors: clamp without bounds, softplus beta, los
   CHECK_ERROR(huber_loss(x, x, Reduction::Mean, 0.0), "[huber_loss]", "delta > 0");
 }
 
+TEST_CASE("nll_loss on the CPU: the host scan of the targets, with and without ignored ones, i32 and i64") {
+  const Tensor logp = log_softmax(randn({4, 5}, f64), 1).requires_grad_();
+  const std::vector<double> lp = logp.to_vector<double>();
+  // The definition: -sum over counted i of logp[i, t_i], over the count.
+  for (const DType it : {i64, i32}) {
+    CAPTURE(std::string(dtype_name(it)));
+    const Tensor all_counted = cast(from_vector(std::vector<int64_t>{3, 0, 4, 1}, {4}), it);
+    CHECK(nll_loss(logp, all_counted).item() == doctest::Approx(-(lp[3] + lp[5] + lp[14] + lp[16]) / 4));
+    const Tensor some_ignored = cast(from_vector(std::vector<int64_t>{3, -100, 4, -100}, {4}), it);
+    CHECK(nll_loss(logp, some_ignored).item() == doctest::Approx(-(lp[3] + lp[14]) / 2));
+    // The first bad target is named by its position, past ignored ones.
+    CHECK_ERROR(nll_loss(logp, cast(from_vector(std::vector<int64_t>{-100, 2, 5, -1}, {4}), it)), "[nll_loss]",
+                "target 5 at element 2");
+  }
+  // The gradient of the unmasked form: -1/M at each target, 0 elsewhere.
+  nll_loss(logp, from_vector(std::vector<int64_t>{3, 0, 4, 1}, {4})).backward();
+  const std::vector<double> g = logp.grad().to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == (i == 3 || i == 5 || i == 14 || i == 16 ? -0.25 : 0.0));
+}
+
 TEST_CASE("nll_loss: every target ignored gives NaN for the mean, 0 for the sum (PyTorch's)") {
   const Tensor logp = log_softmax(randn({2, 3}), 1);
   const Tensor ignored = from_vector(std::vector<int64_t>{-100, -100}, {2});

@@ -59,8 +59,31 @@ struct NllParts {
   Shape shape;    // the targets' shape (Reduction::None)
 };
 
+// The position of the first target that is neither in [0, classes) nor ignore_index, -1 if none, and
+// whether any target is ignore_index: one scan of CPU targets on the host, in place of the tensor ops
+// (and the host read) the check takes on a device.
+struct TargetScan {
+  int64_t first_bad = -1;
+  bool any_ignored = false;
+};
+
+template <class I>
+TargetScan scan_targets(const I* t, int64_t n, int64_t classes, int64_t ignore_index) {
+  TargetScan scan;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = int64_t(t[i]);
+    if (v == ignore_index) {
+      scan.any_ignored = true;
+    } else if ((v < 0 || v >= classes) && scan.first_bad < 0) {
+      scan.first_bad = i;
+    }
+  }
+  return scan;
+}
+
 // Moves the class dimension (1, or 0 for a [C] input) last and flattens: [M, C]; targets [M].
-// Checks the shapes and the target range (a host read of one bool).
+// Checks the shapes and the target range (CPU targets: one host scan; on a device: a host read of one
+// bool).
 NllParts nll_parts(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index,
                    const char* op) {
   ops::check_floating(input, op, "input");
@@ -92,15 +115,38 @@ NllParts nll_parts(const Tensor& input, const Tensor& target, const Tensor& weig
   }
   logp = logp.reshape({-1, classes});
   const Tensor t = target.reshape({-1, 1});
-  const Tensor valid = ne(t, double(ignore_index));
-  const Tensor out_of_range = valid & (lt(t, 0.0) | ge(t, double(classes)));
-  if (any(out_of_range).item() != 0) {
+  auto fail_at = [&](size_t first) {
     const std::vector<int64_t> ids = t.to_vector<int64_t>();
-    const std::vector<double> bad = cast(out_of_range, f64).to_vector<double>();
-    size_t first = 0;
-    while (first < bad.size() && bad[first] == 0) ++first;
     HG_FAIL("[", op, "] target ", ids[first], " at element ", first, " is out of range; expected 0 <= target < ",
             classes, " (or ignore_index = ", ignore_index, ")");
+  };
+  const bool host_scan = t.device().is_cpu();  // i64 or i32: check_index above
+  if (host_scan) {
+    const Tensor flat = t.contiguous();
+    const TargetScan scan =
+        flat.dtype() == i64
+            ? scan_targets(static_cast<const int64_t*>(flat.data_ptr()), flat.numel(), classes, ignore_index)
+            : scan_targets(static_cast<const int32_t*>(flat.data_ptr()), flat.numel(), classes, ignore_index);
+    if (scan.first_bad >= 0) fail_at(size_t(scan.first_bad));
+    if (!scan.any_ignored) {  // every element counts: no masks, one gather
+      NllParts parts;
+      parts.valid = full({flat.numel()}, 1.0, b8);
+      const Tensor picked = gather(logp, 1, flat).view({-1});
+      parts.weight = weight.defined() ? index_select(weight, 0, flat.view({-1})) : ones_like(picked);
+      parts.loss = weight.defined() ? -(picked * parts.weight) : -picked;
+      parts.shape = target.shape();
+      return parts;
+    }
+  }
+  const Tensor valid = ne(t, double(ignore_index));
+  if (!host_scan) {
+    const Tensor out_of_range = valid & (lt(t, 0.0) | ge(t, double(classes)));
+    if (any(out_of_range).item() != 0) {
+      const std::vector<double> bad = cast(out_of_range, f64).to_vector<double>();
+      size_t first = 0;
+      while (first < bad.size() && bad[first] == 0) ++first;
+      fail_at(first);
+    }
   }
   NllParts parts;
   parts.valid = valid.view({-1});

@@ -128,15 +128,18 @@ void index_gather(const void* x, const void* index, DType index_dtype, void* y, 
       T* dst = static_cast<T*>(y);
       if (per_element && inner == 1) {  // along the last dimension: one plane (o) per iteration
         // Random picks in a plane miss the cache one line at a time, in no order the hardware
-        // prefetcher follows. A plane of up to kPrefetchPlaneBytes is prefetched into L2 line by line
-        // while the one before it is gathered (a static schedule gives each thread consecutive planes).
-        const bool prefetch = n * int64_t(sizeof(T)) <= kPrefetchPlaneBytes;
+        // prefetcher follows. When the picks are at least half as many as the plane's cache lines (so
+        // most lines are read anyway), a plane of up to kPrefetchPlaneBytes is prefetched into L2 line
+        // by line while the one before it is gathered (a static schedule gives each thread consecutive
+        // planes). A few picks per plane (nll_loss's one) prefetch nothing: the lines would be waste.
+        const int64_t plane_bytes = n * int64_t(sizeof(T));
+        const bool prefetch = plane_bytes <= kPrefetchPlaneBytes && 2 * m * kCacheLine >= plane_bytes;
 #pragma omp parallel for schedule(static) if (outer * m >= kParallelMinElements)
         for (int64_t o = 0; o < outer; ++o) {
           const T* plane = src + o * n;
           if (prefetch && o + 1 < outer) {
             const char* next = reinterpret_cast<const char*>(plane + n);
-            for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += kCacheLine) __builtin_prefetch(next + b, 0, 2);
+            for (int64_t b = 0; b < plane_bytes; b += kCacheLine) __builtin_prefetch(next + b, 0, 2);
           }
           const I* plane_index = idx + o * m;
           T* out = dst + o * m;
