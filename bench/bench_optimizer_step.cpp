@@ -10,9 +10,7 @@
 //                                   "bytes_per_param" = what the update must move (parameter read and
 //                                   written, gradient read, each state buffer read and written: 4 B each),
 //                                   gbs = n * bytes_per_param / time, fraction_of_stream = gbs / triad's.
-//                                   "kernel": "fused" for a one-pass kernel (AdamW, Adam, RMSprop, Adagrad,
-//                                   Lion), "composed" for SGD (engine ops, several passes and temporaries:
-//                                   its GB/s counts the minimal bytes, so it reads as a speed of the same work).
+//                                   Every optimizer runs one fused pass (kernels/optimizer_kernels.h).
 // Flags: --n N, --repeats R (default 5), --quick. Run it on a quiet machine: the figures are wall-clock.
 #include <omp.h>
 
@@ -61,7 +59,6 @@ double stream_triad_gbs(int64_t n, int repeats) {
 struct Case {
   const char* name;
   int states;  // state buffers per parameter
-  bool fused;
   std::function<std::unique_ptr<optim::LocalOptimizer>(std::vector<Tensor>)> make;
 };
 
@@ -92,19 +89,19 @@ int main(int argc, char** argv) {
   JsonLine("stream_triad").add("n", (long long)n).add("threads", omp_get_max_threads()).add("gbs", triad).print();
 
   const std::vector<Case> cases = {
-      {"SGD momentum", 1, false,
+      {"SGD momentum", 1,
        [](auto p) { return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions().momentum(0.9)); }},
-      {"AdamW", 2, true, [](auto p) { return std::make_unique<optim::AdamW>(std::move(p)); }},
-      {"Adam", 2, true, [](auto p) { return std::make_unique<optim::Adam>(std::move(p)); }},
-      {"Adam amsgrad", 3, true,
+      {"AdamW", 2, [](auto p) { return std::make_unique<optim::AdamW>(std::move(p)); }},
+      {"Adam", 2, [](auto p) { return std::make_unique<optim::Adam>(std::move(p)); }},
+      {"Adam amsgrad", 3,
        [](auto p) { return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions().amsgrad(true)); }},
-      {"RMSprop", 1, true, [](auto p) { return std::make_unique<optim::RMSprop>(std::move(p)); }},
-      {"RMSprop momentum centered", 3, true,
+      {"RMSprop", 1, [](auto p) { return std::make_unique<optim::RMSprop>(std::move(p)); }},
+      {"RMSprop momentum centered", 3,
        [](auto p) {
          return std::make_unique<optim::RMSprop>(std::move(p), optim::RMSpropOptions().momentum(0.9).centered(true));
        }},
-      {"Adagrad", 1, true, [](auto p) { return std::make_unique<optim::Adagrad>(std::move(p)); }},
-      {"Lion", 1, true, [](auto p) { return std::make_unique<optim::Lion>(std::move(p)); }},
+      {"Adagrad", 1, [](auto p) { return std::make_unique<optim::Adagrad>(std::move(p)); }},
+      {"Lion", 1, [](auto p) { return std::make_unique<optim::Lion>(std::move(p)); }},
   };
   manual_seed(1);
   for (const Case& c : cases) {
@@ -122,7 +119,6 @@ int main(int argc, char** argv) {
     const double gbs = double(bytes_per_param) * double(n) / best / 1e9;
     JsonLine("optimizer_step")
         .add("optimizer", c.name)
-        .add("kernel", c.fused ? "fused" : "composed")
         .add("n", (long long)n)
         .add("threads", omp_get_max_threads())
         .add("bytes_per_param", bytes_per_param)

@@ -764,9 +764,10 @@ std::vector<KernelCase> make_cases() {
       });
     });
   }
-  // ---- the fused Adam, RMSprop, Adagrad and Lion steps (kernels/optimizer_kernels.h), each with its
-  // widest state (AMSGrad; momentum and centered): f32 without a master copy, bf16/f16 with an f32 master ----
-  for (const char* name : {"adam_step", "rmsprop_step", "adagrad_step", "lion_step"}) {
+  // ---- the fused SGD, Adam, RMSprop, Adagrad and Lion steps (kernels/optimizer_kernels.h), each with its
+  // widest state (SGD's momentum; AMSGrad; momentum and centered): f32 without a master copy, bf16/f16 with an f32
+  // master ----
+  for (const char* name : {"sgd_step", "adam_step", "rmsprop_step", "adagrad_step", "lion_step"}) {
     add(name, kFloats, [kernel = std::string(name)](S s, DType dt, A a) {
       const DType acc = accumulate_dtype(dt);
       const bool mixed = dt != acc;
@@ -784,7 +785,9 @@ std::vector<KernelCase> make_cases() {
       const std::string shape = dims({s.n()}) + (mixed ? " with f32 master" : "");
       return memory_case(shape, min, [=, st = a.stream()] {
         const int64_t n = s.n();
-        if (kernel == "adam_step") {
+        if (kernel == "sgd_step") {
+          k::sgd_step(param, master, grad, b[0], n, 1e-2, 0.01, 0.9, 0.1, false, false, dt, st);
+        } else if (kernel == "adam_step") {
           k::adam_step(param, master, grad, b[0], b[1], b[2], n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 7, dt, st);
         } else if (kernel == "rmsprop_step") {
           k::rmsprop_step(param, master, grad, b[0], b[1], b[2], n, 1e-2, 0.99, 1e-8, 0.01, 0.9, dt, st);

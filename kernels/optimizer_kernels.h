@@ -1,5 +1,5 @@
 #pragma once
-// The fused optimizer steps of Adam, RMSprop, Adagrad and Lion: one pass over the parameter, its gradient,
+// The fused optimizer steps of SGD, Adam, RMSprop, Adagrad and Lion: one pass over the parameter, its gradient,
 // its state buffers (and the fp32 master copy of a half parameter) per step, where the composed update ran
 // one engine op per term. Declared like every kernel of kernels/kernels.h (conventions there):
 // kernels::cpu::name(args...) in kernels/cpu/*.cpp and kernels::cuda::name(args..., stream) in
@@ -33,6 +33,11 @@ HG_DECLARE_KERNEL(void, rmsprop_step,
 HG_DECLARE_KERNEL(void, adagrad_step,
                   (void* param, void* master, const void* grad, void* sum, int64_t n, double lr, double lr_decay,
                    double eps, double weight_decay, int64_t step, DType dtype));
+// SGD (kernels/sgd_math.h); momentum_buffer non-null exactly when momentum > 0; first: the parameter's
+// first update (the buffer is set to the gradient, not blended into).
+HG_DECLARE_KERNEL(void, sgd_step,
+                  (void* param, void* master, const void* grad, void* momentum_buffer, int64_t n, double lr,
+                   double weight_decay, double momentum, double dampening, bool nesterov, bool first, DType dtype));
 // Lion (kernels/lion_math.h).
 HG_DECLARE_KERNEL(void, lion_step,
                   (void* param, void* master, const void* grad, void* exp_avg, int64_t n, double lr, double beta1,

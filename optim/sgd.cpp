@@ -1,10 +1,11 @@
-// SGD with momentum, dampening, Nesterov and weight decay (math in optim/sgd.h): composed from
-// engine ops on acc-dtype copies under NoGradGuard, with the parameter and buffer written in place.
+// SGD with momentum, dampening, Nesterov and weight decay (math in optim/sgd.h): options, per-group
+// overrides, state creation and the fused sgd_step kernel call (kernels/optimizer_kernels.h).
 #include "optim/sgd.h"
 
 #include <cmath>
 
-#include "engine/ops.h"
+#include "engine/kernel_dispatch.h"
+#include "kernels/optimizer_kernels.h"
 #include "optim/group_options.h"
 
 namespace hg::optim {
@@ -61,24 +62,28 @@ std::vector<std::string> SGD::state_buffer_names_for(const Tensor& param) const 
 DType SGD::state_dtype(const Tensor& param) const { return accumulate_dtype(param.dtype()); }
 
 void SGD::update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) {
-  const DType acc = accumulate_dtype(param.dtype());
-  const Tensor theta = cast(param, acc);
-  Tensor g = cast(grad, acc);
-  if (group.weight_decay != 0.0) g = g + theta * group.weight_decay;
+  fused_step(group, param, Tensor(), grad, state);
+}
+
+bool SGD::update_with_master(const ParamGroup& group, const Tensor& param, const Tensor& master, const Tensor& grad,
+                             ParamState& state) {
+  fused_step(group, param, master, grad, state);
+  return true;
+}
+
+void SGD::fused_step(const ParamGroup& group, const Tensor& param, const Tensor& master, const Tensor& grad,
+                     ParamState& state) {
+  const Tensor& values = master.defined() ? master : param;  // what the state is created from
+  void* master_ptr = master.defined() ? master.data_ptr() : nullptr;
   const SGDOptions o = options_for(group);
-  const double momentum = o.momentum();
-  if (momentum > 0.0) {
-    auto it = state.buffers.find("momentum_buffer");
-    if (it == state.buffers.end()) {
-      it = state.buffers.emplace("momentum_buffer", g.clone()).first;
-    } else {
-      Tensor& buf = it->second;
-      buf.copy_(buf * momentum + g * (1.0 - o.dampening()));
-    }
-    g = o.nesterov() ? g + it->second * momentum : it->second;
+  void* buffer = nullptr;
+  bool first = false;
+  if (o.momentum() > 0.0) {
+    first = !state.buffers.count("momentum_buffer");  // the kernel sets it to the gradient
+    buffer = state_buffer(state, "momentum_buffer", values).data_ptr();
   }
-  Tensor target = param;
-  target.copy_(theta - g * group.lr);
+  HG_KERNEL(param.device(), sgd_step, param.data_ptr(), master_ptr, grad.data_ptr(), buffer, param.numel(), group.lr,
+            group.weight_decay, o.momentum(), o.dampening(), o.nesterov(), first, param.dtype());
 }
 
 }  // namespace hg::optim

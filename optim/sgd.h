@@ -10,7 +10,9 @@
 //
 // The arithmetic is done in the accumulation dtype (f32 for f16/bf16 parameters, f64 for f64) and
 // the parameter is rounded once when stored; the momentum buffer ("momentum_buffer", only when
-// momentum > 0) is kept in that accumulation dtype.
+// momentum > 0) is kept in that accumulation dtype. One fused kernel per parameter and step
+// (sgd_step, kernels/sgd_math.h), each product and sum rounded on its own: the CPU and CUDA backends
+// give the same bits. Element-wise, so ZeRO shards its state.
 #include "optim/optimizer.h"
 
 namespace hg::optim {
@@ -43,11 +45,17 @@ class SGD : public LocalOptimizer {
 
  protected:
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  // The fused kernel's master-copy path: one pass reads and writes param, master and the buffer.
+  bool update_with_master(const ParamGroup& group, const Tensor& param, const Tensor& master, const Tensor& grad,
+                          ParamState& state) override;
   void check_group(const ParamGroup& group, size_t index) const override;
   std::vector<std::string> state_buffer_names_for(const Tensor& param) const override;
 
  private:
   void check(const SGDOptions& o, int64_t group) const;
+  // One sgd_step kernel call; master is undefined or the fp32 master copy of a half parameter.
+  void fused_step(const ParamGroup& group, const Tensor& param, const Tensor& master, const Tensor& grad,
+                  ParamState& state);
   SGDOptions options_;
 };
 

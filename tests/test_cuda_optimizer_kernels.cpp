@@ -1,9 +1,9 @@
-// The fused optimizer kernels of Adam, RMSprop, Adagrad and Lion (kernels/optimizer_kernels.h) on the CUDA
+// The fused optimizer kernels of SGD, Adam, RMSprop, Adagrad and Lion (kernels/optimizer_kernels.h) on the CUDA
 // device against the CPU ones, through the optimizers: fresh random parameters and a new random gradient
 // every step (5 steps), f32 and f64 parameters, bf16 and f16 ones through the fp32 master copy and without
 // it (an fp32 working copy), sizes of one element, a few, and several blocks' worth (not a multiple of any
-// width), every variant (AMSGrad, L2 decay, momentum, centered, lr decay, decoupled decay), and a group
-// with its own hyper-parameters. Both backends round every product and sum on its own
+// width), every variant (SGD's dampening and Nesterov, AMSGrad, L2 decay, momentum, centered, lr decay, decoupled
+// decay), and a group with its own hyper-parameters. Both backends round every product and sum on its own
 // (kernels/optimizer_math.h): parameters and every state buffer must agree bit for bit. Labelled cuda:
 // runs on the SIMT emulator in CI; skips visibly without a device.
 #include <doctest/doctest.h>
@@ -32,6 +32,11 @@ struct Case {
 
 std::vector<Case> cases() {
   return {
+      {"SGD", [](auto g) { return std::make_unique<SGD>(std::move(g), SGDOptions()); }},
+      {"SGD momentum",
+       [](auto g) { return std::make_unique<SGD>(std::move(g), SGDOptions().momentum(0.9).dampening(0.25)); }},
+      {"SGD nesterov",
+       [](auto g) { return std::make_unique<SGD>(std::move(g), SGDOptions().momentum(0.8).nesterov(true)); }},
       {"Adam", [](auto g) { return std::make_unique<Adam>(std::move(g), AdamOptions().betas(0.8, 0.95)); }},
       {"Adam amsgrad", [](auto g) { return std::make_unique<Adam>(std::move(g), AdamOptions().amsgrad(true)); }},
       {"RMSprop", [](auto g) { return std::make_unique<RMSprop>(std::move(g), RMSpropOptions().alpha(0.9)); }},
@@ -72,6 +77,7 @@ Run start(const Case& c, DType dtype, bool master, const Device& device, const s
   if (name.rfind("Adam", 0) == 0 || name == "Lion") other.set("beta1", 0.7).set("beta2", 0.9);
   if (name.rfind("RMSprop", 0) == 0) other.set("alpha", 0.95).set("eps", 1e-6);
   if (name == "Adagrad") other.set("lr_decay", 0.0).set("eps", 1e-6);
+  if (name == "SGD momentum" || name == "SGD nesterov") other.set("momentum", 0.6);
   r.opt = c.make({ParamGroup{first, 1e-2, 0.05}, other});
   r.opt->set_mixed_precision(MixedPrecisionOptions().master_weights(master));
   return r;

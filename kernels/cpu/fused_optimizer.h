@@ -1,6 +1,6 @@
 #pragma once
 // The CPU driver of the fused optimizer steps (kernels/optimizer_kernels.h): one pass over n elements that
-// runs a per-element update rule (kernels/adam_math.h, rmsprop_math.h, adagrad_math.h, lion_math.h) on
+// runs a per-element update rule (kernels/sgd_math.h, adam_math.h, rmsprop_math.h, adagrad_math.h, lion_math.h) on
 // theta, the gradient and K state values, as kernels/cpu/adamw.cpp's staged loop does for AdamW.
 //
 // Parallel strategy: the n elements are cut into chunks of kOptimizerChunk and OpenMP spreads the chunks
@@ -27,24 +27,27 @@ template <class T, int K, class Rule>
 void fused_optimizer_chunk(T* param, acc_t<T>* master, const T* grad, acc_t<T>* const* state, int64_t begin,
                            int64_t count, const Rule& rule) {
   using A = acc_t<T>;
-  // The arrays never overlap: restrict pointers, one per state buffer, spare GCC the run-time alias checks
-  // (with three state buffers they outnumber its limit and the loop would stay scalar).
-  A* __restrict s0 = state[0] + begin;
+  // The arrays never overlap: restrict pointers, one per state buffer, and `ivdep` on the loops. With three
+  // state buffers GCC 12 left the loop scalar despite the restrict pointers ("no vectype for stmt" on the
+  // parameter's load): AMSGrad and centered RMSprop with momentum ran at 14 cycles per element, 0.4x of
+  // the stream triad; with ivdep they vectorise like the others.
+  A* __restrict s0 = K > 0 ? state[0] + begin : nullptr;
   A* __restrict s1 = K > 1 ? state[1] + begin : nullptr;
   A* __restrict s2 = K > 2 ? state[2] + begin : nullptr;
   const auto element = [&](A& theta, A g, int64_t i) {
-    A v[K];
-    v[0] = s0[i];
+    A v[K > 0 ? K : 1];
+    if constexpr (K > 0) v[0] = s0[i];
     if constexpr (K > 1) v[1] = s1[i];
     if constexpr (K > 2) v[2] = s2[i];
     rule(theta, g, v);
-    s0[i] = v[0];
+    if constexpr (K > 0) s0[i] = v[0];
     if constexpr (K > 1) s1[i] = v[1];
     if constexpr (K > 2) s2[i] = v[2];
   };
   if constexpr (std::is_same_v<T, A>) {
     T* __restrict p = param + begin;
     const T* __restrict g = grad + begin;
+#pragma GCC ivdep
     for (int64_t i = 0; i < count; ++i) {
       A theta = p[i];
       element(theta, g[i], i);
@@ -56,13 +59,14 @@ void fused_optimizer_chunk(T* param, acc_t<T>* master, const T* grad, acc_t<T>* 
     A* __restrict theta = master != nullptr ? master + begin : widened;
     if (master == nullptr) to_float(param + begin, widened, count);
     to_float(grad + begin, g, count);
+#pragma GCC ivdep
     for (int64_t i = 0; i < count; ++i) element(theta[i], g[i], i);
     from_float(theta, param + begin, count);
   }
 }
 
 // Runs make.template operator()<A>() -> rule, then rule(theta, g, v[K]) on every element. `state` holds K
-// non-null pointers to acc_t arrays of n elements.
+// non-null pointers to acc_t arrays of n elements (K may be 0: plain SGD keeps no state).
 template <int K, class Make>
 void fused_optimizer_step(const char* name, void* param, void* master, const void* grad, void* const* state, int64_t n,
                           DType dtype, const Make& make) {
@@ -76,7 +80,7 @@ void fused_optimizer_step(const char* name, void* param, void* master, const voi
     HG_CHECK(master == nullptr || kHalf, "[", name, "] a master copy is for f16/bf16 parameters; got one for ",
              dtype_name(dtype));
     const auto rule = make.template operator()<A>();
-    A* s[K];
+    A* s[K > 0 ? K : 1] = {};
     for (int k = 0; k < K; ++k) s[k] = static_cast<A*>(state[k]);
     auto* p = static_cast<T*>(param);
     auto* m = static_cast<A*>(master);

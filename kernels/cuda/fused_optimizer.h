@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA driver of the fused optimizer steps (kernels/optimizer_kernels.h): one launch that runs a
-// per-element update rule (kernels/adam_math.h, rmsprop_math.h, adagrad_math.h, lion_math.h; the very
+// per-element update rule (kernels/sgd_math.h, adam_math.h, rmsprop_math.h, adagrad_math.h, lion_math.h; the very
 // functions the CPU backend runs) on theta, the gradient and K state values.
 //
 // Parallel strategy: a grid-stride loop of kFlatThreads-thread blocks (at most kMaxFlatBlocks), one
@@ -17,7 +17,7 @@ namespace hg::kernels::cuda {
 
 template <class A, int K>
 struct OptimizerStatePointers {
-  A* p[K];
+  A* p[K > 0 ? K : 1];  // K = 0: plain SGD keeps no state; p[0] unused
 };
 
 template <class T, int K, bool kMaster, class Rule>
@@ -31,7 +31,7 @@ __global__ void fused_optimizer_kernel(T* __restrict__ param, acc_t<T>* __restri
     } else {
       theta = to_acc(param[i]);
     }
-    A v[K];
+    A v[K > 0 ? K : 1];
     HG_UNROLL
     for (int k = 0; k < K; ++k) v[k] = state.p[k][i];
     rule(theta, to_acc(grad[i]), v);
@@ -43,7 +43,7 @@ __global__ void fused_optimizer_kernel(T* __restrict__ param, acc_t<T>* __restri
 }
 
 // Launches make.template operator()<A>() -> rule over n elements; `state` holds K non-null pointers to
-// acc_t arrays of n elements.
+// acc_t arrays of n elements (K may be 0).
 template <int K, class Make>
 void fused_optimizer_launch(const char* name, void* param, void* master, const void* grad, void* const* state,
                             int64_t n, DType dtype, cudaStream_t stream, const Make& make) {
@@ -56,7 +56,7 @@ void fused_optimizer_launch(const char* name, void* param, void* master, const v
     constexpr bool kHalf = !std::is_same_v<T, A>;
     HG_CHECK(master == nullptr || kHalf, "[", name, "] a master copy is for f16/bf16 parameters; got one for ",
              dtype_name(dtype));
-    OptimizerStatePointers<A, K> s;
+    OptimizerStatePointers<A, K> s{};
     for (int k = 0; k < K; ++k) s.p[k] = static_cast<A*>(state[k]);
     const auto rule = make.template operator()<A>();
     using Rule = std::decay_t<decltype(rule)>;
