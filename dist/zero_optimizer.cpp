@@ -304,6 +304,7 @@ void ZeroOptimizer::launch(size_t index) {
 
 void ZeroOptimizer::finish_gradient_sync() {
   if (synced_) return;
+  check_none_frozen();
   HG_CHECK(sync_,
            "[ZeroOptimizer] the gradients have not been communicated: the last backward ran with "
            "set_gradient_sync(false); turn sync on for the last accumulation micro-step");
@@ -317,6 +318,14 @@ void ZeroOptimizer::finish_gradient_sync() {
   end_gradient_sync();
   clip_coef_ = 1.0;
   synced_ = true;
+}
+
+void ZeroOptimizer::check_none_frozen() const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    HG_CHECK(params_[i].requires_grad(), "[ZeroOptimizer] parameter ", i, " (", params_[i].describe(),
+             ") was frozen after the ZeroOptimizer was built: it reduces and updates every parameter it holds, and "
+             "a frozen one would still move (weight decay, momentum); build a new ZeroOptimizer over a model "
+             "without the frozen part, or unfreeze it");
 }
 
 void ZeroOptimizer::end_gradient_sync() {

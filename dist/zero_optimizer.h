@@ -387,6 +387,8 @@ class ZeroOptimizer final : public optim::Optimizer, public optim::ShardedState 
   void launch_ready_buckets();
   void launch(size_t bucket);
   void finish_gradient_sync();
+  // A parameter frozen after construction is an error naming it (it would still be updated).
+  void check_none_frozen() const;
   void end_gradient_sync();  // waits for the collectives in flight and resets the per-step counts
   void release_reduced_buckets();
   // The gradient of flat element `global` (stage 0/1: the flat buffer; stage 2: the shard).

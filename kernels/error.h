@@ -8,9 +8,26 @@
 
 namespace hg {
 
+namespace detail {
+// Where an error was raised, beyond the operation its message names: a function that describes this
+// thread's context, or "" for none. layers/module.cpp installs one at start-up that names the module
+// path a forward is running in ("(in module encoder.layers.0.self_attn, a MultiheadAttention)"), so an
+// error deep inside a model says which layer it came from. Every hg::Error appends it once.
+inline std::string (*error_context)() = nullptr;
+
+inline std::string with_error_context(const std::string& message) {
+  if (error_context == nullptr) return message;
+  const std::string context = error_context();
+  if (context.empty() || message.find(context) != std::string::npos) return message;  // rethrown with it
+  std::string out;  // appended, not message + " " + context: GCC 12 warns falsely (-Wrestrict) on that
+  out.reserve(message.size() + 1 + context.size());
+  return out.append(message).append(" ").append(context);
+}
+}  // namespace detail
+
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message) : std::runtime_error(detail::with_error_context(message)) {}
 };
 
 // An error in what the user supplied that no flag names -- the environment of a distributed launch, its

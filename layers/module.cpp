@@ -4,8 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <typeinfo>
+#include <cstring>
 #include <map>
+#include <typeinfo>
 
 #include "engine/safetensors.h"
 
@@ -56,10 +57,12 @@ Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
 }
 
 void Module::collect(const std::string& prefix, bool parameters, NamedTensors& out,
-                     std::vector<const TensorImpl*>& seen) const {
+                     std::vector<const TensorImpl*>* seen) const {
   for (const auto& [name, tensor] : parameters ? parameters_ : buffers_) {
-    if (std::find(seen.begin(), seen.end(), tensor.impl()) != seen.end()) continue;
-    seen.push_back(tensor.impl());
+    if (seen != nullptr) {
+      if (std::find(seen->begin(), seen->end(), tensor.impl()) != seen->end()) continue;
+      seen->push_back(tensor.impl());
+    }
     out.emplace_back(prefix + name, tensor);
   }
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", parameters, out, seen);
@@ -68,7 +71,7 @@ void Module::collect(const std::string& prefix, bool parameters, NamedTensors& o
 NamedTensors Module::named_parameters() const {
   NamedTensors out;
   std::vector<const TensorImpl*> seen;
-  collect("", true, out, seen);
+  collect("", true, out, &seen);
   return out;
 }
 
@@ -81,7 +84,7 @@ std::vector<Tensor> Module::parameters() const {
 NamedTensors Module::named_buffers() const {
   NamedTensors out;
   std::vector<const TensorImpl*> seen;
-  collect("", false, out, seen);
+  collect("", false, out, &seen);
   return out;
 }
 
@@ -156,31 +159,68 @@ std::string joined(const std::vector<std::string>& parts, const char* separator)
 }
 }  // namespace
 
+namespace {
+
+// Whether two tensors of one shape and dtype hold the same bytes.
+bool same_values(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(kCPU).contiguous(), y = b.to(kCPU).contiguous();
+  return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel()) * dtype_size(x.dtype())) == 0;
+}
+
+}  // namespace
+
 Module::LoadReport Module::load_state_dict(const NamedTensors& state, bool strict) {
   std::map<std::string, const Tensor*> given;
   for (const auto& [name, tensor] : state) {
     HG_CHECK(given.emplace(name, &tensor).second, "[load_state_dict] the state names \"", name, "\" twice");
     HG_CHECK(tensor.defined(), "[load_state_dict] \"", name, "\" is an undefined tensor in the state");
   }
+  // Each tensor of the model under every name it has, in state_dict() order: a tied tensor (registered
+  // twice) loads from whichever of its names the state holds. PyTorch's state_dict lists every name; a
+  // deduplicated file (safetensors' save_model) one of them.
+  NamedTensors every_name;
+  collect("", true, every_name, nullptr);
+  collect("", false, every_name, nullptr);
+  std::vector<std::pair<Tensor, std::vector<std::string>>> targets;
+  std::map<const TensorImpl*, size_t> target_of;
+  for (const auto& [name, tensor] : every_name) {
+    const auto [it, fresh] = target_of.emplace(tensor.impl(), targets.size());
+    if (fresh) targets.push_back({tensor, {}});
+    targets[it->second].second.push_back(name);
+  }
   LoadReport report;
   std::vector<std::string> mismatched;
   std::vector<std::pair<Tensor, const Tensor*>> copies;  // (model tensor, its value), once all is checked
-  for (auto& [name, target] : state_dict()) {
-    auto it = given.find(name);
-    if (it == given.end()) {
-      report.missing.push_back(name);
-      continue;
+  for (const auto& [target, names] : targets) {
+    const Tensor* source = nullptr;
+    std::string source_name;
+    bool named = false;  // the state holds one of its names
+    for (const std::string& name : names) {
+      auto it = given.find(name);
+      if (it == given.end()) continue;
+      named = true;
+      const Tensor& value = *it->second;
+      given.erase(it);
+      if (value.shape() != target.shape()) {
+        mismatched.push_back(detail::concat("\"", name, "\" has shape ", shape_str(value.shape()), " in the state but ",
+                                            shape_str(target.shape()), " in the model"));
+      } else if (value.dtype() != target.dtype()) {
+        mismatched.push_back(detail::concat("\"", name, "\" is ", dtype_name(value.dtype()), " in the state but ",
+                                            dtype_name(target.dtype()), " in the model; convert one with to(dtype)"));
+      } else if (source == nullptr) {
+        source = &value;
+        source_name = name;
+      } else if (!same_values(*source, value)) {
+        mismatched.push_back(
+            detail::concat("\"", source_name, "\" and \"", name,
+                           "\" are one tied tensor in the model but hold different values in the state"));
+      }
     }
-    const Tensor& source = *it->second;
-    if (source.shape() != target.shape())
-      mismatched.push_back(detail::concat("\"", name, "\" has shape ", shape_str(source.shape()), " in the state but ",
-                                          shape_str(target.shape()), " in the model"));
-    else if (source.dtype() != target.dtype())
-      mismatched.push_back(detail::concat("\"", name, "\" is ", dtype_name(source.dtype()), " in the state but ",
-                                          dtype_name(target.dtype()), " in the model; convert one with to(dtype)"));
-    else
-      copies.emplace_back(target, &source);
-    given.erase(it);
+    if (source != nullptr) {
+      copies.emplace_back(target, source);
+    } else if (!named) {
+      report.missing.push_back(names.front());
+    }
   }
   for (const auto& [name, tensor] : given) report.unexpected.push_back(name);
   HG_INPUT_CHECK(mismatched.empty(), "[load_state_dict] ", joined(mismatched, "; "));
@@ -252,11 +292,11 @@ int64_t Module::trainable_parameter_count() const {
   return n;
 }
 
-// ---- anomaly-mode module stack ----
+// ---- the module stack: anomaly mode's names and errors' context ----
 
 namespace {
 
-thread_local std::vector<const Module*> t_modules;  // parallel to engine/anomaly.h's name stack
+thread_local std::vector<const Module*> t_modules;  // the forwards running on this thread, outermost first
 
 // The dotted path from `from` down to `target` through registered children, or "" if none.
 bool find_path(const Module& from, const Module* target, std::string& path) {
@@ -274,20 +314,47 @@ bool find_path(const Module& from, const Module* target, std::string& path) {
   return false;
 }
 
+// kernels/error.h's error_context: "(in encoder.layers.0 (TransformerEncoderLayer) of Seq2Seq)" when a
+// forward runs, "(in LSTM)" at the top, "" outside every module. A module its caller does not own (called
+// from outside the tree) is named by its class after " > ".
+std::string module_error_context() {
+  if (t_modules.empty()) return "";
+  const Module& innermost = *t_modules.back();
+  if (t_modules.size() == 1) return "(in " + innermost.type_name() + ")";
+  std::string path;
+  for (size_t i = 1; i < t_modules.size(); ++i) {
+    std::string step;
+    if (find_path(*t_modules[i - 1], t_modules[i], step)) {
+      path += (path.empty() ? "" : ".") + step;
+    } else {
+      path += (path.empty() ? "" : " > ") + t_modules[i]->type_name();
+    }
+  }
+  return "(in " + path + " (" + innermost.type_name() + ") of " + t_modules.front()->type_name() + ")";
+}
+
+[[maybe_unused]] const bool kErrorContextInstalled = [] {
+  detail::error_context = &module_error_context;
+  return true;
+}();
+
 }  // namespace
 
 void ModuleScope::enter(const Module& module) {
   if (!t_modules.empty() && t_modules.back() == &module) return;  // GPT::loss calling GPT::forward
-  std::string name;
-  if (t_modules.empty() || !find_path(*t_modules.back(), &module, name)) name = module.type_name();
+  if (detect_anomaly_enabled()) {
+    std::string name;
+    if (t_modules.empty() || !find_path(*t_modules.back(), &module, name)) name = module.type_name();
+    anomaly::push_module(std::move(name));
+    named_ = true;
+  }
   t_modules.push_back(&module);
-  anomaly::push_module(std::move(name));
   entered_ = true;
 }
 
 void ModuleScope::leave() {
   t_modules.pop_back();
-  anomaly::pop_module();
+  if (named_) anomaly::pop_module();
 }
 
 }  // namespace hg::nn

@@ -101,7 +101,9 @@ class Module {
   };
   // Copies values in by name, checked before anything changes. A shape or dtype that differs is an
   // error (one message listing every such tensor with both shapes or dtypes); with strict, missing and
-  // unexpected names are errors too (listed), otherwise they are returned.
+  // unexpected names are errors too (listed), otherwise they are returned. A tied tensor loads from any
+  // of its names (PyTorch's state dicts list them all); names of one tied tensor that hold different
+  // values are an error.
   LoadReport load_state_dict(const NamedTensors& state, bool strict = true);
   // load_state_dict from a safetensors file (PyTorch's names, as safetensors.torch.save_file writes them
   // from model.state_dict()); errors name the file.
@@ -122,7 +124,10 @@ class Module {
 
  private:
   void check_name(const std::string& name) const;
-  void collect(const std::string& prefix, bool parameters, NamedTensors& out, std::vector<const TensorImpl*>& seen) const;
+  // Appends this subtree's parameters (or buffers) with their full names; a tensor already in `seen` is
+  // skipped (and each one added to it), or, with seen null, listed under every name it has.
+  void collect(const std::string& prefix, bool parameters, NamedTensors& out,
+               std::vector<const TensorImpl*>* seen) const;
 
   NamedTensors parameters_;
   NamedTensors buffers_;
@@ -139,11 +144,14 @@ class UnaryModule : public Module {
   Tensor operator()(const Tensor& x) { return forward(x); }
 };
 
-// Opened first thing by a layer's forward: runs the module's forward hooks around the forward, and
-// names `module` on this thread's anomaly-mode module stack (engine/anomaly.h) for its scope. Without
-// hooks and off anomaly mode it costs two tests. The name is the module's registered name under the
-// module that called it (the path through the tree, "h.0" when GPT runs its block 0), or its class
-// name at the top of the stack.
+// Opened first thing by a layer's forward: runs the module's forward hooks around the forward, and puts
+// `module` on this thread's module stack for its scope. The stack names where an error was raised: every
+// hg::Error thrown inside the forward ends with the module's path, "(in encoder.layers.0.self_attn
+// (MultiheadAttention) of Seq2Seq)" (kernels/error.h error_context; the path is resolved only when an
+// error is made). In anomaly mode the module is also named on engine/anomaly.h's stack. The name is the
+// module's registered name under the module that called it (the path through the tree, "h.0" when GPT
+// runs its block 0), or its class name at the top of the stack. Off anomaly mode and without hooks it
+// costs a push and a pop of one pointer.
 class ModuleScope {
  public:
   explicit ModuleScope(const Module& module) {
@@ -151,7 +159,7 @@ class ModuleScope {
       module.run_pre_forward();
       hooked_ = &module;
     }
-    if (detect_anomaly_enabled()) enter(module);
+    enter(module);
   }
   ~ModuleScope() {
     if (entered_) leave();
@@ -163,7 +171,7 @@ class ModuleScope {
  private:
   void enter(const Module& module);
   void leave();
-  bool entered_ = false;
+  bool entered_ = false, named_ = false;  // on the module stack; on anomaly mode's too
   const Module* hooked_ = nullptr;
 };
 

@@ -85,9 +85,46 @@ Tensor MultiheadAttention::combined_mask(const AttentionMasks& m, int64_t n, int
   return additive(attn) + additive(padding);
 }
 
+namespace {
+
+// softmax(q k^T / sqrt(D) + mask) @ v with the weights kept (PyTorch's need_weights path: q scaled first,
+// the weights after dropout). q [N, H, L, D], k and v [N, H, S, D]; mask in scaled_dot_product_attention's
+// convention (bool true = seen, or additive), broadcastable to [N, H, L, S], or undefined.
+Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                          double dropout_p, Tensor& weights) {
+  const int64_t l = q.size(2), s = k.size(2);
+  Tensor scores = matmul(q / std::sqrt(double(q.size(3))), k.transpose(-2, -1));
+  if (mask.defined())
+    scores = mask.dtype() == DType::b8 ? masked_fill(scores, logical_not(mask), -INFINITY) : scores + mask;
+  if (causal) {  // query i sees keys j <= i + (S - L)
+    const Tensor rows = arange(double(s - l), double(s), 1.0, DType::f32, q.device()).view({l, 1});
+    const Tensor cols = arange(0.0, double(s), 1.0, DType::f32, q.device()).view({1, s});
+    scores = masked_fill(scores, gt(cols, rows), -INFINITY);
+  }
+  weights = softmax(scores, -1);
+  if (dropout_p > 0.0) weights = dropout(weights, dropout_p);
+  return matmul(weights, v);
+}
+
+}  // namespace
+
 Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                    const AttentionMasks& masks) {
   ModuleScope scope(*this);
+  return attend(query, key, value, masks, nullptr);
+}
+
+AttentionOutput MultiheadAttention::forward_with_weights(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                         const AttentionMasks& masks, bool average_attn_weights) {
+  ModuleScope scope(*this);
+  AttentionOutput out;
+  out.output = attend(query, key, value, masks, &out.weights);
+  if (average_attn_weights) out.weights = mean(out.weights, {1});
+  return out;
+}
+
+Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const Tensor& value,
+                                  const AttentionMasks& masks, Tensor* weights) {
   const char* who = "[MultiheadAttention]";
   const int64_t e = options.embed_dim(), h = options.num_heads(), d = e / h;
   const int64_t kdim = or_embed(options.kdim(), e), vdim = or_embed(options.vdim(), e);
@@ -106,9 +143,14 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   auto heads = [&](const Tensor& t, int64_t len) { return t.reshape({n, len, h, d}).transpose(1, 2); };
   const Tensor mask = combined_mask(masks, n, l, s, q.dtype());
   const double p = is_training() ? options.dropout() : 0.0;
-  const Tensor y = mask.defined()
-                       ? scaled_dot_product_attention(heads(q, l), heads(k, s), heads(v, s), mask, masks.is_causal, p)
-                       : scaled_dot_product_attention(heads(q, l), heads(k, s), heads(v, s), masks.is_causal, p);
+  Tensor y;
+  if (weights != nullptr) {
+    y = composed_attention(heads(q, l), heads(k, s), heads(v, s), mask, masks.is_causal, p, *weights);
+  } else if (mask.defined()) {
+    y = scaled_dot_product_attention(heads(q, l), heads(k, s), heads(v, s), mask, masks.is_causal, p);
+  } else {
+    y = scaled_dot_product_attention(heads(q, l), heads(k, s), heads(v, s), masks.is_causal, p);
+  }
   const Tensor merged = out_proj->forward(y.transpose(1, 2).reshape({n, l, e}));
   return options.batch_first() ? merged : merged.transpose(0, 1);
 }

@@ -36,14 +36,26 @@ struct AttentionMasks {
   bool is_causal = false;   // query i sees keys j <= i + (S - L), on top of the masks
 };
 
+// What forward_with_weights returns: PyTorch's (attn_output, attn_output_weights).
+struct AttentionOutput {
+  Tensor output;   // as forward's
+  Tensor weights;  // [N, L, S] averaged over the heads, or [N, num_heads, L, S]
+};
+
 class MultiheadAttention : public Module {
  public:
   explicit MultiheadAttention(const MultiheadAttentionOptions& options);
   MultiheadAttention(int64_t embed_dim, int64_t num_heads)
       : MultiheadAttention(MultiheadAttentionOptions(embed_dim, num_heads)) {}
   // query [L, N, E] (batch_first: [N, L, E]), key [S, N, kdim], value [S, N, vdim] -> [L, N, E]
-  // (batch_first: [N, L, E]). PyTorch's need_weights=False output (see docs/layers.md).
+  // (batch_first: [N, L, E]). PyTorch's need_weights=False output; the fused attention where it applies.
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value, const AttentionMasks& masks = {});
+  // PyTorch's need_weights=True: the output and the attention weights softmax(q k^T / sqrt(D) + mask),
+  // after dropout as PyTorch returns them, averaged over the heads (average_attn_weights) or per head.
+  // Both are differentiable. The weights are built, so this runs the composed attention (matmul,
+  // softmax, matmul), not the fused kernels: O(N H L S) memory, like PyTorch's need_weights path.
+  AttentionOutput forward_with_weights(const Tensor& query, const Tensor& key, const Tensor& value,
+                                       const AttentionMasks& masks = {}, bool average_attn_weights = true);
   std::string extra_repr() const override { return ""; }
 
   // One projection when kdim == vdim == embed_dim (PyTorch's packed in_proj), else three.
@@ -56,6 +68,9 @@ class MultiheadAttention : public Module {
   std::array<Tensor, 3> project(const Tensor& query, const Tensor& key, const Tensor& value) const;
   // The masks in scaled_dot_product_attention's convention, broadcastable to [N, H, L, S].
   Tensor combined_mask(const AttentionMasks& masks, int64_t n, int64_t l, int64_t s, DType dtype) const;
+  // forward and forward_with_weights: weights (nullable) receives the [N, H, L, S] weights when given.
+  Tensor attend(const Tensor& query, const Tensor& key, const Tensor& value, const AttentionMasks& masks,
+                Tensor* weights);
 };
 
 }  // namespace hg::nn

@@ -2,7 +2,9 @@
 // (written once by scripts/make-torch-attention-vectors, torch 1.13). Each case builds the module from
 // PyTorch's arguments, checks its printed tree, loads PyTorch's state dict by its names, runs the same
 // inputs and masks (bool and additive, key padding, causal patterns, batch first or not, kdim / vdim,
-// cross attention) and compares the output and every input and parameter gradient, to f32 rounding.
+// cross attention) and compares the output and every input and parameter gradient, to f32 rounding;
+// MultiheadAttention's need_weights calls (averaged and per head) compare the weights too, with backward
+// through both outputs.
 // Built twice: on the CPU (test_attention_layers) and on the CUDA device (test_cuda_attention_layers;
 // the emulator in CI).
 #include <doctest/doctest.h>
@@ -61,8 +63,18 @@ AttentionMasks masks_of(const std::map<std::string, Tensor>& given, const char* 
   return m;
 }
 
+// The output; `weights` receives the attention weights of the need_weights calls.
 Tensor run(Module& module, const std::string& call, std::map<std::string, Tensor>& in,
-           const std::map<std::string, Tensor>& masks) {
+           const std::map<std::string, Tensor>& masks, Tensor& weights) {
+  if (call == "self_weights" || call == "qkv_weights_per_head") {
+    auto& mha = dynamic_cast<MultiheadAttention&>(module);
+    const bool self = call == "self_weights";
+    const AttentionOutput out =
+        mha.forward_with_weights(in[self ? "x" : "query"], in[self ? "x" : "key"], in[self ? "x" : "value"],
+                                 masks_of(masks, "attn_mask", "key_padding_mask"), self);
+    weights = out.weights;
+    return out.output;
+  }
   if (call == "self") {
     auto& mha = dynamic_cast<MultiheadAttention&>(module);
     return mha.forward(in["x"], in["x"], in["x"], masks_of(masks, "attn_mask", "key_padding_mask"));
@@ -97,7 +109,7 @@ TEST_CASE(SUITE_PREFIX
   const Device kDevice = testing::suite_device();
   const safetensors::File file = safetensors::load(kVectors);
   const json cases = json::parse(file.metadata.at("cases"));
-  REQUIRE(cases.size() == 7);
+  REQUIRE(cases.size() == 9);
   for (const json& c : cases) {
     const std::string name = c["name"];
     INFO("case " << name);
@@ -121,9 +133,17 @@ TEST_CASE(SUITE_PREFIX
     for (const std::string key : c["inputs"])
       in[key] = file.find(name + ".in." + key)->to(kDevice).detach().requires_grad_();
     for (const std::string key : c["masks"]) masks[key] = file.find(name + ".mask." + key)->to(kDevice);
-    const Tensor y = run(*module, c["call"], in, masks);
+    Tensor weights;
+    const Tensor y = run(*module, c["call"], in, masks, weights);
     check_close(y, *file.find(name + ".y"), "output");
-    y.backward(file.find(name + ".gy")->to(kDevice));
+    const Tensor gy = file.find(name + ".gy")->to(kDevice);
+    if (weights.defined()) {  // need_weights: backward through both outputs
+      check_close(weights, *file.find(name + ".w"), "attention weights");
+      const Tensor gw = file.find(name + ".gw")->to(kDevice);
+      (sum(y * gy) + sum(weights * gw)).backward();
+    } else {
+      y.backward(gy);
+    }
     for (auto& [key, t] : in) check_close(t.grad(), *file.find(name + ".gin." + key), key + "'s gradient");
     for (auto& [key, p] : module->named_parameters())
       check_close(p.grad(), *file.find(name + ".grad." + key), key + "'s gradient");

@@ -359,3 +359,32 @@ TEST_CASE("ZeroOptimizer refuses an optimizer it cannot shard with a message tha
   CHECK_THROWS_WITH_AS(ZeroOptimizer(std::unique_ptr<optim::LocalOptimizer>(), comm()),
                        doctest::Contains("no optimizer to shard"), hg::Error);
 }
+
+TEST_CASE("a parameter frozen before ZeroOptimizer is built, or after, is an error naming it") {
+  for (int stage : {0, 1, 2, 3}) {
+    INFO("stage ", stage);
+    const std::unique_ptr<nn::GPT> model = make_model(DType::f32);
+    Tensor first = model->parameters().front(), last = model->parameters().back();
+    first.requires_grad_(false);
+    auto sgd = [&] {
+      return std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions().lr(0.1).weight_decay(0.1));
+    };
+    const std::string refused =
+        "[ZeroOptimizer] parameter 0 (" + first.describe() + ") is frozen (requires_grad is off)";
+    CHECK_THROWS_WITH_AS(ZeroOptimizer(sgd(), *model, comm(), ZeroOptions().stage(stage)),
+                         doctest::Contains(refused.c_str()), hg::Error);
+    first.requires_grad_(true);
+    ZeroOptimizer zero(sgd(), *model, comm(), ZeroOptions().stage(stage));
+    const size_t index = model->parameters().size() - 1;
+    last.requires_grad_(false);  // after: the step refuses rather than decay a frozen parameter
+    auto [ids, targets] = global_batch(0);
+    model->loss(ids, targets).backward();
+    const std::string expected = "[ZeroOptimizer] parameter " + std::to_string(index) + " (" + last.describe() +
+                                 ") was frozen after the ZeroOptimizer was built";
+    CHECK_THROWS_WITH_AS(zero.step(), doctest::Contains(expected.c_str()), hg::Error);
+    last.requires_grad_(true);  // unfrozen, the next step runs on every rank
+    zero.zero_grad();
+    model->loss(ids, targets).backward();
+    CHECK(zero.step());
+  }
+}

@@ -232,3 +232,65 @@ TEST_CASE("a model assembled from outside through the public register calls") {
   CHECK(repr_float(1.5e-7) == "1.5e-07");
   CHECK(repr_float(100.0) == "100.0");
 }
+
+TEST_CASE("an error raised inside a forward names the module's path in the model") {
+  manual_seed(3);
+  Net net;
+  // Conv2d (features.0) given 3 channels where it takes 1: its own check, with the path appended.
+  CHECK_ERROR(net.forward(randn({2, 3, 8, 8})), "[Conv2d]", "(in features.0 (Conv2d) of Net)");
+  // A shape error of an op inside a layer (the Linear of blocks.0 given 72 features) names the layer too.
+  struct Wider : Module {
+    std::shared_ptr<Net> net = register_module("net", std::make_shared<Net>());
+    Tensor forward(const Tensor& x) {
+      ModuleScope scope(*this);
+      return net->blocks->at<Linear>(0)->forward(x);
+    }
+  } wider;
+  CHECK_ERROR(wider.forward(randn({2, 72})), "[Linear]", "(in net.blocks.0 (Linear) of Wider)");
+  // A module called by a module that does not own it is named by its class after " > ".
+  struct Borrower : Module {
+    std::shared_ptr<Linear> outside = std::make_shared<Linear>(4, 4);  // not registered
+    Tensor forward(const Tensor& x) {
+      ModuleScope scope(*this);
+      return outside->forward(x);
+    }
+  } borrower;
+  CHECK_ERROR(borrower.forward(randn({2, 5})), "(in Linear (Linear) of Borrower)");
+  // At the top, the class alone; outside every forward (the stack unwound by the throws above), nothing.
+  Linear alone(4, 4);
+  CHECK_ERROR(alone.forward(randn({2, 5})), "[Linear]", "(in Linear)");
+  try {
+    (void)matmul(randn({2, 3}), randn({4, 5}));
+    FAIL("matmul of [2, 3] and [4, 5] did not throw");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("(in ") == std::string::npos);
+  }
+}
+
+TEST_CASE("a tied tensor loads from any of its names, as PyTorch's state dicts list them all") {
+  // GPT-2's tie, written as a user would: the head's weight is the embedding's (one tensor, two names).
+  struct TiedLM : Module {
+    std::shared_ptr<Embedding> embed = register_module("embed", std::make_shared<Embedding>(10, 4));
+    std::shared_ptr<Module> lm_head = register_module("lm_head", std::make_shared<Module>());
+    TiedLM() { lm_head->register_parameter("weight", embed->weight); }
+  } model;
+  const NamedTensors listed = model.state_dict();
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].first == "embed.weight");
+  const Tensor x = randn({10, 4}), y = randn({10, 4});
+  // PyTorch's state_dict: both names, the same values.
+  CHECK(model.load_state_dict({{"embed.weight", x}, {"lm_head.weight", x.clone()}}).missing.empty());
+  CHECK(model.embed->weight.to_vector<float>() == x.to_vector<float>());
+  // A deduplicated file that kept the other name.
+  CHECK(model.load_state_dict({{"lm_head.weight", y}}).unexpected.empty());
+  CHECK(model.embed->weight.to_vector<float>() == y.to_vector<float>());
+  // Two names of one tensor with different values, or one of them of another shape, are errors; nothing loads.
+  CHECK_ERROR(model.load_state_dict({{"embed.weight", x}, {"lm_head.weight", y}}),
+              "\"embed.weight\" and \"lm_head.weight\" are one tied tensor in the model but hold different values");
+  CHECK_ERROR(model.load_state_dict({{"embed.weight", x}, {"lm_head.weight", randn({4, 10})}}),
+              "\"lm_head.weight\" has shape [4, 10] in the state but [10, 4] in the model");
+  CHECK(model.embed->weight.to_vector<float>() == y.to_vector<float>());
+  // Neither name: missing, under its state_dict name.
+  const Module::LoadReport report = model.load_state_dict(NamedTensors{}, false);
+  CHECK(report.missing == std::vector<std::string>{"embed.weight"});
+}
