@@ -765,8 +765,8 @@ std::vector<KernelCase> make_cases() {
     });
   }
   // ---- the fused SGD, Adam, RMSprop, Adagrad and Lion steps (kernels/optimizer_kernels.h), each with its
-  // widest state (SGD's momentum; AMSGrad; momentum and centered): f32 without a master copy, bf16/f16 with an f32
-  // master ----
+  // widest state (SGD's momentum; AMSGrad; momentum and centered) and its scalars on the device, as a device
+  // step runs them: f32 without a master copy, bf16/f16 with an f32 master ----
   for (const char* name : {"sgd_step", "adam_step", "rmsprop_step", "adagrad_step", "lion_step"}) {
     add(name, kFloats, [kernel = std::string(name)](S s, DType dt, A a) {
       const DType acc = accumulate_dtype(dt);
@@ -778,23 +778,33 @@ std::vector<KernelCase> make_cases() {
       void* grad = a.uniform(s.n(), dt);
       void* b[3] = {};
       for (int k = 0; k < states; ++k) b[k] = a.uniform(s.n(), acc, 0.5, 1.0);  // sums of squares above means^2
+      // As the optimizers call them: [current, next, blocks done], settled by the last block.
+      const double lr = 1e-3;
+      const int64_t steps[3] = {6, 0, 0};
+      const float found_inf = 0.0f;
+      kernels::AdamWStepScalars scalars;
+      scalars.lr = static_cast<const double*>(a.upload(&lr, sizeof lr));
+      scalars.found_inf = static_cast<const float*>(a.upload(&found_inf, sizeof found_inf));
+      scalars.step = static_cast<int64_t*>(a.upload(steps, sizeof steps));
+      scalars.blocks_done = reinterpret_cast<unsigned long long*>(scalars.step + 2);
       // param read and written (written only with a master, which is read and written), grad read, every
-      // state buffer read and written.
+      // state buffer read and written; the scalars read and the step counts written.
       uint64_t min = mixed ? io({p, f, f, p}) : io({p, p, p});
       for (int k = 0; k < states; ++k) min += io({f, f});
-      const std::string shape = dims({s.n()}) + (mixed ? " with f32 master" : "");
+      min += io({sizeof lr, sizeof found_inf, sizeof steps, sizeof steps});
+      const std::string shape = dims({s.n()}) + (mixed ? " with f32 master" : "") + ", scalars on the device";
       return memory_case(shape, min, [=, st = a.stream()] {
         const int64_t n = s.n();
         if (kernel == "sgd_step") {
-          k::sgd_step(param, master, grad, b[0], n, 1e-2, 0.01, 0.9, 0.1, false, false, dt, st);
+          k::sgd_step(param, master, grad, b[0], n, scalars, 0.01, 0.9, 0.1, false, dt, st);
         } else if (kernel == "adam_step") {
-          k::adam_step(param, master, grad, b[0], b[1], b[2], n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 7, dt, st);
+          k::adam_step(param, master, grad, b[0], b[1], b[2], n, scalars, 0.9, 0.999, 1e-8, 0.01, dt, st);
         } else if (kernel == "rmsprop_step") {
-          k::rmsprop_step(param, master, grad, b[0], b[1], b[2], n, 1e-2, 0.99, 1e-8, 0.01, 0.9, dt, st);
+          k::rmsprop_step(param, master, grad, b[0], b[1], b[2], n, scalars, 0.99, 1e-8, 0.01, 0.9, dt, st);
         } else if (kernel == "adagrad_step") {
-          k::adagrad_step(param, master, grad, b[0], n, 1e-2, 0.01, 1e-10, 0.01, 7, dt, st);
+          k::adagrad_step(param, master, grad, b[0], n, scalars, 0.01, 1e-10, 0.01, dt, st);
         } else {
-          k::lion_step(param, master, grad, b[0], n, 1e-4, 0.9, 0.99, 0.1, dt, st);
+          k::lion_step(param, master, grad, b[0], n, scalars, 0.9, 0.99, 0.1, dt, st);
         }
       });
     });

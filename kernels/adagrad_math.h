@@ -20,8 +20,8 @@ struct AdagradCoefficients {
 };
 
 template <class A>
-inline AdagradCoefficients<A> adagrad_coefficients(double lr, double lr_decay, double eps, double weight_decay,
-                                                   int64_t step) {
+HG_HOST_DEVICE inline AdagradCoefficients<A> adagrad_coefficients(double lr, double lr_decay, double eps,
+                                                                  double weight_decay, int64_t step) {
   return {A(lr / (1.0 + double(step - 1) * lr_decay)), A(eps), A(weight_decay)};
 }
 
@@ -38,6 +38,15 @@ template <class A>
 struct AdagradRule {
   AdagradCoefficients<A> c;
   HG_HOST_DEVICE void operator()(A& theta, A g, A* s) const { adagrad_update(theta, g, s, c); }
+};
+
+// The step's hyper-parameters; rule<A>(lr, t) is update t's rule (kernels/optimizer_kernels.h).
+struct AdagradStep {
+  double lr_decay, eps, weight_decay;
+  template <class A>
+  HG_HOST_DEVICE AdagradRule<A> rule(double lr, int64_t t) const {
+    return {adagrad_coefficients<A>(lr, lr_decay, eps, weight_decay, t)};
+  }
 };
 
 }  // namespace hg::kernels

@@ -29,8 +29,8 @@ struct AdamCoefficients {
 };
 
 template <class A>
-inline AdamCoefficients<A> adam_coefficients(double lr, double beta1, double beta2, double eps, double weight_decay,
-                                             int64_t step) {
+HG_HOST_DEVICE inline AdamCoefficients<A> adam_coefficients(double lr, double beta1, double beta2, double eps,
+                                                            double weight_decay, int64_t step) {
   AdamCoefficients<A> c;
   c.weight_decay = A(weight_decay);
   c.beta1 = A(beta1);
@@ -63,6 +63,16 @@ template <bool kAmsgrad, class A>
 struct AdamRule {
   AdamCoefficients<A> c;
   HG_HOST_DEVICE void operator()(A& theta, A g, A* s) const { adam_update<kAmsgrad>(theta, g, s, c); }
+};
+
+// The step's hyper-parameters; rule<A>(lr, t) is update t's rule (kernels/optimizer_kernels.h).
+template <bool kAmsgrad>
+struct AdamStep {
+  double beta1, beta2, eps, weight_decay;
+  template <class A>
+  HG_HOST_DEVICE AdamRule<kAmsgrad, A> rule(double lr, int64_t t) const {
+    return {adam_coefficients<A>(lr, beta1, beta2, eps, weight_decay, t)};
+  }
 };
 
 }  // namespace hg::kernels

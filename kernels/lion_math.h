@@ -8,6 +8,8 @@
 //
 // in the order of the composed update it replaces, each operation rounded on its own
 // (kernels/optimizer_math.h). sign(0) = 0; sign(NaN) = NaN, as the engine's sign.
+#include <cstdint>
+
 #include "kernels/optimizer_math.h"
 
 namespace hg::kernels {
@@ -19,7 +21,8 @@ struct LionCoefficients {
 };
 
 template <class A>
-inline LionCoefficients<A> lion_coefficients(double lr, double beta1, double beta2, double weight_decay) {
+HG_HOST_DEVICE inline LionCoefficients<A> lion_coefficients(double lr, double beta1, double beta2,
+                                                            double weight_decay) {
   return {A(lr), A(1.0 - lr * weight_decay), A(beta1), A(1.0 - beta1), A(beta2), A(1.0 - beta2), weight_decay != 0.0};
 }
 
@@ -38,6 +41,15 @@ template <class A>
 struct LionRule {
   LionCoefficients<A> c;
   HG_HOST_DEVICE void operator()(A& theta, A g, A* s) const { lion_update(theta, g, s, c); }
+};
+
+// The step's hyper-parameters; rule<A>(lr, t) is update t's rule (kernels/optimizer_kernels.h).
+struct LionStep {
+  double beta1, beta2, weight_decay;
+  template <class A>
+  HG_HOST_DEVICE LionRule<A> rule(double lr, int64_t) const {
+    return {lion_coefficients<A>(lr, beta1, beta2, weight_decay)};
+  }
 };
 
 }  // namespace hg::kernels

@@ -12,6 +12,8 @@
 // in the order of the composed update it replaces, each operation rounded on its own
 // (kernels/optimizer_math.h). State slots: s[0] = square_avg, then momentum_buffer (kMomentum), then
 // grad_avg (kCentered).
+#include <cstdint>
+
 #include "kernels/optimizer_math.h"
 
 namespace hg::kernels {
@@ -22,8 +24,8 @@ struct RMSpropCoefficients {
 };
 
 template <class A>
-inline RMSpropCoefficients<A> rmsprop_coefficients(double lr, double alpha, double eps, double weight_decay,
-                                                   double momentum) {
+HG_HOST_DEVICE inline RMSpropCoefficients<A> rmsprop_coefficients(double lr, double alpha, double eps,
+                                                                  double weight_decay, double momentum) {
   return {A(lr), A(alpha), A(1.0 - alpha), A(eps), A(weight_decay), A(momentum)};
 }
 
@@ -52,6 +54,16 @@ template <bool kMomentum, bool kCentered, class A>
 struct RMSpropRule {
   RMSpropCoefficients<A> c;
   HG_HOST_DEVICE void operator()(A& theta, A g, A* s) const { rmsprop_update<kMomentum, kCentered>(theta, g, s, c); }
+};
+
+// The step's hyper-parameters; rule<A>(lr, t) is update t's rule (kernels/optimizer_kernels.h).
+template <bool kMomentum, bool kCentered>
+struct RMSpropStep {
+  double alpha, eps, weight_decay, momentum;
+  template <class A>
+  HG_HOST_DEVICE RMSpropRule<kMomentum, kCentered, A> rule(double lr, int64_t) const {
+    return {rmsprop_coefficients<A>(lr, alpha, eps, weight_decay, momentum)};
+  }
 };
 
 }  // namespace hg::kernels

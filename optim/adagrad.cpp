@@ -20,6 +20,7 @@ Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions options)
   check_weight_decay(options_.weight_decay());
   check(options_, -1);
   init_groups(std::move(groups));
+  enable_device_step();
 }
 
 namespace {
@@ -61,8 +62,8 @@ void Adagrad::fused_step(const ParamGroup& group, const Tensor& param, const Ten
   void* master_ptr = master.defined() ? master.data_ptr() : nullptr;
   const AdagradOptions o = options_for(group);
   void* sum = state_buffer(state, "sum", values, o.initial_accumulator_value()).data_ptr();
-  HG_KERNEL(param.device(), adagrad_step, param.data_ptr(), master_ptr, grad.data_ptr(), sum, param.numel(), group.lr,
-            o.lr_decay(), o.eps(), group.weight_decay, state.step, param.dtype());
+  HG_KERNEL(param.device(), adagrad_step, param.data_ptr(), master_ptr, grad.data_ptr(), sum, param.numel(),
+            step_scalars(group, param, state), o.lr_decay(), o.eps(), group.weight_decay, param.dtype());
 }
 
 }  // namespace hg::optim

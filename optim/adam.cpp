@@ -19,6 +19,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options) : LocalOptimizer
   check_weight_decay(options_.weight_decay());
   check(options_, -1);
   init_groups(std::move(groups));
+  enable_device_step();
 }
 
 namespace {
@@ -75,7 +76,7 @@ void Adam::fused_step(const ParamGroup& group, const Tensor& param, const Tensor
   void* v = state_buffer(state, "exp_avg_sq", values).data_ptr();
   void* v_max = o.amsgrad() ? state_buffer(state, "max_exp_avg_sq", values).data_ptr() : nullptr;
   HG_KERNEL(param.device(), adam_step, param.data_ptr(), master_ptr, grad.data_ptr(), m, v, v_max, param.numel(),
-            group.lr, o.beta1(), o.beta2(), o.eps(), group.weight_decay, state.step, param.dtype());
+            step_scalars(group, param, state), o.beta1(), o.beta2(), o.eps(), group.weight_decay, param.dtype());
 }
 
 }  // namespace hg::optim

@@ -76,30 +76,9 @@ void AdamW::fused_step(const ParamGroup& group, const Tensor& param, void* maste
   HG_CHECK(param.is_contiguous() && grad.is_contiguous() && grad.device() == param.device(), "[AdamW] parameter ",
            param.describe(), " and its gradient ", grad.describe(), " must be contiguous and on one device");
   if (!state.buffers.count("exp_avg")) init_moments(param, state);
-  if (!state.step_count.defined()) {  // updates so far (state.step counts this one already)
-    // [current, next, blocks done] (kernels/adamw_math.h): the kernel settles the count in slot 0 itself.
-    Tensor count = zeros({3}, DType::i64, kCPU);
-    count.data<int64_t>()[0] = state.step - 1;
-    state.step_count = param.device().is_cpu() ? count : count.to(param.device());
-    state.parity = 0;
-  }
   const AdamWOptions o = options_for(group);
   const double weight_decay = options_.decay_only_matrices() && param.dim() < 2 ? 0.0 : group.weight_decay;
-  kernels::AdamWStepScalars s;
-  s.lr_value = group.lr;
-  if (const Tensor& lr = device_lr(); lr.defined()) {
-    HG_CHECK(lr.device() == param.device(), "[AdamW] the device learning rate is on ", lr.device().str(),
-             " but parameter ", param.describe(), " is not");
-    s.lr = static_cast<const double*>(lr.data_ptr());
-  }
-  if (const Tensor& flag = skip_flag(); flag.defined()) {
-    HG_CHECK(flag.device() == param.device(), "[AdamW] the skip flag is on ", flag.device().str(), " but parameter ",
-             param.describe(), " is not");
-    s.found_inf = static_cast<const float*>(flag.data_ptr());
-  }
-  s.step = static_cast<int64_t*>(state.step_count.data_ptr());
-  s.parity = state.parity;
-  s.blocks_done = reinterpret_cast<unsigned long long*>(s.step + 2);
+  const kernels::AdamWStepScalars s = step_scalars(group, param, state);
   if (quantizes(param)) {
     quantized_step(param, master, grad, state, s, o, weight_decay);
     return;
@@ -107,8 +86,6 @@ void AdamW::fused_step(const ParamGroup& group, const Tensor& param, void* maste
   HG_KERNEL(param.device(), adamw_step_device, param.data_ptr(), master, grad.data_ptr(),
             state.buffers.at("exp_avg").data_ptr(), state.buffers.at("exp_avg_sq").data_ptr(), param.numel(), s,
             o.beta1(), o.beta2(), o.eps(), weight_decay, param.dtype());
-  // The count stays in slot 0 (parity 0 for ever): a CUDA graph replays the captured call with the
-  // captured arguments, so the slots cannot swap on the host.
 }
 
 }  // namespace hg::optim

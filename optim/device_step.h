@@ -3,9 +3,11 @@
 // (optim/optimizer.h Optimizer::device_step; optim/loss_scaler.h ON THE DEVICE; train/trainer.h).
 // The loss scale, the inf/NaN verdict, the gradients' sum of squares and the learning rate are
 // scalars that kernels read and write when they run, so a step reads nothing on the host and can be
-// captured in a CUDA graph. An optimizer that lacks it (SGD, Adam, RMSprop, Adagrad and Lion, whose
-// fused kernels take their scalars from the host; ZeRO with optimizer offload, whose update runs on the
-// host) is driven by the host forms of optim::Optimizer, one read per decision.
+// captured in a CUDA graph. Every built-in local optimizer has it (SGD, AdamW, Adam, RMSprop, Adagrad,
+// Lion: their fused kernels read these scalars, kernels/optimizer_kernels.h). One that lacks it (a user's
+// LocalOptimizer that does not call enable_device_step; ZeRO over an optimizer other than AdamW, or with
+// optimizer offload, whose update runs on the host) is driven by the host forms of optim::Optimizer, one read per
+// decision.
 //
 // The scalars live on the parameters' device: scale and found_inf f32, sum_sq and lr f64, each a
 // contiguous one-element tensor (train/step_state.h keeps the trainer's).

@@ -19,6 +19,7 @@ Lion::Lion(std::vector<ParamGroup> groups, LionOptions options) : LocalOptimizer
   check_weight_decay(options_.weight_decay());
   check(options_, -1);
   init_groups(std::move(groups));
+  enable_device_step();
 }
 
 namespace {
@@ -55,8 +56,8 @@ void Lion::fused_step(const ParamGroup& group, const Tensor& param, const Tensor
   void* master_ptr = master.defined() ? master.data_ptr() : nullptr;
   const LionOptions o = options_for(group);
   void* m = state_buffer(state, "exp_avg", values).data_ptr();
-  HG_KERNEL(param.device(), lion_step, param.data_ptr(), master_ptr, grad.data_ptr(), m, param.numel(), group.lr,
-            o.beta1(), o.beta2(), group.weight_decay, param.dtype());
+  HG_KERNEL(param.device(), lion_step, param.data_ptr(), master_ptr, grad.data_ptr(), m, param.numel(),
+            step_scalars(group, param, state), o.beta1(), o.beta2(), group.weight_decay, param.dtype());
 }
 
 }  // namespace hg::optim

@@ -174,6 +174,34 @@ class LocalOptimizer::LocalDeviceStep final : public DeviceStep {
   LocalOptimizer& owner_;
 };
 
+kernels::AdamWStepScalars LocalOptimizer::step_scalars(const ParamGroup& group, const Tensor& param,
+                                                       ParamState& state) const {
+  if (!state.step_count.defined()) {  // updates so far (state.step counts this one already)
+    Tensor count = zeros({3}, DType::i64, kCPU);
+    count.data<int64_t>()[0] = state.step - 1;
+    state.step_count = param.device().is_cpu() ? count : count.to(param.device());
+    state.parity = 0;
+  }
+  kernels::AdamWStepScalars s;
+  s.lr_value = group.lr;
+  if (const Tensor& lr = device_lr(); lr.defined()) {
+    HG_CHECK(lr.device() == param.device(), "[", name_, "] the device learning rate is on ", lr.device().str(),
+             " but parameter ", param.describe(), " is not");
+    s.lr = static_cast<const double*>(lr.data_ptr());
+  }
+  if (const Tensor& flag = skip_flag(); flag.defined()) {
+    HG_CHECK(flag.device() == param.device(), "[", name_, "] the skip flag is on ", flag.device().str(),
+             " but parameter ", param.describe(), " is not");
+    s.found_inf = static_cast<const float*>(flag.data_ptr());
+  }
+  // The count stays in slot 0 (parity 0 for ever): a CUDA graph replays the captured call with the
+  // captured arguments, so the slots cannot swap on the host.
+  s.step = static_cast<int64_t*>(state.step_count.data_ptr());
+  s.parity = state.parity;
+  s.blocks_done = reinterpret_cast<unsigned long long*>(s.step + 2);
+  return s;
+}
+
 void LocalOptimizer::enable_device_step() {
   device_step_impl_ = std::make_unique<LocalDeviceStep>(*this);
   set_device_step(device_step_impl_.get());

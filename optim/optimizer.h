@@ -43,6 +43,7 @@
 
 #include "engine/autograd.h"
 #include "engine/tensor.h"
+#include "kernels/adamw_math.h"
 #include "kernels/options.h"
 #include "optim/device_step.h"
 #include "optim/sharded_state.h"
@@ -91,7 +92,7 @@ struct ParamState {
   int64_t step = 0;                       // step() calls that reached this parameter (= updates applied,
                                           // unless the device skipped some: see step_count)
   std::map<std::string, Tensor> buffers;  // e.g. "exp_avg", "momentum_buffer"; empty before step 1
-  // An optimizer that skips on the device (AdamW) counts the updates applied there: i64[2] on the
+  // The fused optimizers (step_scalars) count the updates applied where their kernels run: i64[3] on the
   // parameter's device, step_count[parity] current (kernels/adamw_math.h AdamWStepScalars).
   Tensor step_count;
   int32_t parity = 0;
@@ -288,11 +289,16 @@ class LocalOptimizer : public Optimizer {
   // with `param`'s shape and state_dtype(param).
   Tensor& state_buffer(ParamState& state, const std::string& name, const Tensor& param, double initial = 0.0) const;
   // Called from the constructor of an optimizer whose update() honours device_lr() and skip_flag() in
-  // its kernels (AdamW): device_step() then unscales and clips with the fused passes and steps with them.
+  // its kernels (every fused one, through step_scalars): device_step() then unscales and clips with the
+  // fused passes and steps with them.
   void enable_device_step();
   // The learning rate and skip flag of the DeviceStep::step running now (undefined otherwise), for update().
   const Tensor& device_lr() const { return device_lr_; }
   const Tensor& skip_flag() const { return skip_flag_; }
+  // The scalars of one fused kernel call on `param` (kernels/optimizer_kernels.h): device_lr() when a device
+  // step runs (else the group's lr), skip_flag(), and state.step_count, made from state.step at the
+  // parameter's first call on its device ([current, next, blocks done]: the kernel settles the count).
+  kernels::AdamWStepScalars step_scalars(const ParamGroup& group, const Tensor& param, ParamState& state) const;
 
   std::vector<ParamGroup> groups_;
   std::vector<ParamState> state_;  // one per parameter, by index

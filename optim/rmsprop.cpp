@@ -20,6 +20,7 @@ RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options)
   check_weight_decay(options_.weight_decay());
   check(options_, -1);
   init_groups(std::move(groups));
+  enable_device_step();
 }
 
 namespace {
@@ -86,7 +87,8 @@ void RMSprop::fused_step(const ParamGroup& group, const Tensor& param, const Ten
   void* momentum = o.momentum() > 0.0 ? state_buffer(state, "momentum_buffer", values).data_ptr() : nullptr;
   void* grad_avg = o.centered() ? state_buffer(state, "grad_avg", values).data_ptr() : nullptr;
   HG_KERNEL(param.device(), rmsprop_step, param.data_ptr(), master_ptr, grad.data_ptr(), square_avg, momentum, grad_avg,
-            param.numel(), group.lr, o.alpha(), o.eps(), group.weight_decay, o.momentum(), param.dtype());
+            param.numel(), step_scalars(group, param, state), o.alpha(), o.eps(), group.weight_decay, o.momentum(),
+            param.dtype());
 }
 
 }  // namespace hg::optim

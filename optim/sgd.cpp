@@ -18,6 +18,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : LocalOptimizer("S
   check_weight_decay(options_.weight_decay());
   check(options_, -1);
   init_groups(std::move(groups));
+  enable_device_step();
 }
 
 namespace {
@@ -76,14 +77,11 @@ void SGD::fused_step(const ParamGroup& group, const Tensor& param, const Tensor&
   const Tensor& values = master.defined() ? master : param;  // what the state is created from
   void* master_ptr = master.defined() ? master.data_ptr() : nullptr;
   const SGDOptions o = options_for(group);
-  void* buffer = nullptr;
-  bool first = false;
-  if (o.momentum() > 0.0) {
-    first = !state.buffers.count("momentum_buffer");  // the kernel sets it to the gradient
-    buffer = state_buffer(state, "momentum_buffer", values).data_ptr();
-  }
-  HG_KERNEL(param.device(), sgd_step, param.data_ptr(), master_ptr, grad.data_ptr(), buffer, param.numel(), group.lr,
-            group.weight_decay, o.momentum(), o.dampening(), o.nesterov(), first, param.dtype());
+  // Set to the gradient by the kernel at the first update applied (t = 1).
+  void* buffer = o.momentum() > 0.0 ? state_buffer(state, "momentum_buffer", values).data_ptr() : nullptr;
+  HG_KERNEL(param.device(), sgd_step, param.data_ptr(), master_ptr, grad.data_ptr(), buffer, param.numel(),
+            step_scalars(group, param, state), group.weight_decay, o.momentum(), o.dampening(), o.nesterov(),
+            param.dtype());
 }
 
 }  // namespace hg::optim

@@ -125,3 +125,42 @@ TEST_CASE("the fused optimizer kernels on the CUDA device give the CPU's bits" *
       CHECK(bytes(host.params[2]) != initial);  // the update moved the parameters: the kernels ran
     }
 }
+
+TEST_CASE("the fused optimizers' device steps on the CUDA device give the CPU's bits, skips included" *
+          doctest::test_suite("cuda")) {
+  if (testing::skip_without_cuda("test_cuda_optimizer_kernels")) return;
+  const Device cuda = Device::cuda(0);
+  const std::vector<int64_t> sizes = {1, 5, 3001, 67};
+  for (const Case& c : cases())
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      INFO(c.name, " ", std::string(dtype_name(dtype)));
+      Run host = start(c, dtype, true, kCPU, sizes);
+      Run device = start(c, dtype, true, cuda, sizes);
+      REQUIRE(device.opt->device_step() != nullptr);
+      const Tensor lr = full({1}, 0.02, DType::f64);
+      const std::vector<uint8_t> initial = bytes(host.params[2]);
+      for (int step = 0; step < 5; ++step) {
+        manual_seed(200 + step);
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const Tensor g = randn({sizes[i]}).to(dtype);
+          host.params[i].set_grad(g);
+          device.params[i].set_grad(g.to(cuda));
+        }
+        const Tensor flag = full({1}, step == 0 || step == 2 ? 1.0 : 0.0);  // the first update skipped too
+        host.opt->device_step()->step(lr, flag);
+        device.opt->device_step()->step(lr.to(cuda), flag.to(cuda));
+      }
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        INFO("parameter ", i);
+        CHECK(bytes(host.params[i]) == bytes(device.params[i]));
+      }
+      const auto host_state = host.opt->state_tensors(), device_state = device.opt->state_tensors();
+      REQUIRE(host_state.size() == device_state.size());
+      for (size_t k = 0; k < host_state.size(); ++k) {
+        INFO(host_state[k].first);
+        CHECK(bytes(host_state[k].second) == bytes(device_state[k].second));
+      }
+      CHECK(host_state.front().second.item() == 3);  // five calls, two skipped
+      CHECK(bytes(host.params[2]) != initial);
+    }
+}

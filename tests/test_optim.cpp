@@ -17,8 +17,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -781,41 +783,72 @@ TEST_CASE("whole_parameters commit refreshes the fp32 master copies of rewritten
 
 // ---- the device-resident step (kernels/step_kernels.h) --------------------------------------------------
 
-TEST_CASE("AdamW with a set skip flag leaves parameters, masters and moments bit for bit and counts no update") {
+TEST_CASE("every fused optimizer's device step: a set skip flag changes nothing and counts no update, lr is read") {
+  using Make = std::function<std::unique_ptr<optim::LocalOptimizer>(Tensor)>;
+  const std::pair<const char*, Make> optimizers[] = {
+      {"SGD with momentum and dampening",
+       [](Tensor p) {
+         return std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions().momentum(0.9).dampening(0.3));
+       }},
+      {"SGD Nesterov",
+       [](Tensor p) {
+         return std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions().momentum(0.8).nesterov(true));
+       }},
+      {"AdamW", [](Tensor p) { return std::make_unique<optim::AdamW>(std::vector<Tensor>{p}); }},
+      {"Adam with AMSGrad",
+       [](Tensor p) {
+         return std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions().amsgrad(true));
+       }},
+      {"RMSprop centered with momentum",
+       [](Tensor p) {
+         return std::make_unique<optim::RMSprop>(std::vector<Tensor>{p},
+                                                 optim::RMSpropOptions().momentum(0.5).centered(true));
+       }},
+      {"Adagrad with lr decay",
+       [](Tensor p) {
+         return std::make_unique<optim::Adagrad>(std::vector<Tensor>{p}, optim::AdagradOptions().lr_decay(0.1));
+       }},
+      {"Lion", [](Tensor p) { return std::make_unique<optim::Lion>(std::vector<Tensor>{p}); }},
+  };
   manual_seed(11);
-  for (DType dtype : {DType::f32, DType::bf16}) {
-    Tensor a = randn({37}).to(dtype).requires_grad_();
-    Tensor b = a.detach().clone().requires_grad_();
-    optim::AdamW skipping({a}, optim::AdamWOptions().lr(0.01));
-    optim::AdamW plain({b}, optim::AdamWOptions().lr(0.01));
-    const Tensor flag = zeros({1});
-    const Tensor lr = scalar_tensor(0.01, DType::f64).reshape({1});
-    REQUIRE(skipping.device_step() != nullptr);
-    for (int step = 1; step <= 4; ++step) {
-      const Tensor g = randn({37}).to(dtype);
-      a.set_grad(g.clone());
-      b.set_grad(g.clone());
-      const bool skip = step == 2;
-      flag.fill_(skip ? 1.0 : 0.0);
-      const std::vector<float> param_before = a.to_vector<float>();
-      std::vector<std::vector<float>> state_before;
-      for (const auto& [name, t] : skipping.state_tensors()) state_before.push_back(t.to_vector<float>());
-      CHECK(skipping.device_step()->step(lr, flag));
-      if (skip) {
-        CHECK(a.to_vector<float>() == param_before);
-        std::vector<std::vector<float>> state_after;
-        for (const auto& [name, t] : skipping.state_tensors()) state_after.push_back(t.to_vector<float>());
-        CHECK(state_after == state_before);
-      } else {
-        plain.step();  // the same gradients without the skipped one: the same bits
-        CHECK(a.to_vector<float>() == b.to_vector<float>());
+  for (const auto& [name, make] : optimizers)
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      INFO(name, " in ", std::string(dtype_name(dtype)));
+      Tensor a = randn({37}).to(dtype).requires_grad_();
+      Tensor b = a.detach().clone().requires_grad_();
+      const std::vector<float> initial = a.to_vector<float>();
+      const auto skipping = make(a), plain = make(b);
+      REQUIRE(skipping->device_step() != nullptr);
+      // The device step's learning rate, not the group's (left at its default), is the one applied.
+      const Tensor lr = scalar_tensor(0.02, DType::f64).reshape({1});
+      plain->set_lr(0.02);
+      const Tensor flag = zeros({1});
+      for (int step = 1; step <= 5; ++step) {
+        const Tensor g = randn({37}).to(dtype);
+        a.set_grad(g.clone());
+        b.set_grad(g.clone());
+        const bool skip = step == 1 || step == 3;  // the first: SGD's buffer starts at the next update
+        flag.fill_(skip ? 1.0 : 0.0);
+        const std::vector<float> param_before = a.to_vector<float>();
+        std::vector<std::vector<float>> state_before;
+        for (const auto& [key, t] : skipping->state_tensors()) state_before.push_back(t.to_vector<float>());
+        CHECK(skipping->device_step()->step(lr, flag));
+        if (skip) {
+          CHECK(a.to_vector<float>() == param_before);
+          std::vector<std::vector<float>> state_after;
+          for (const auto& [key, t] : skipping->state_tensors()) state_after.push_back(t.to_vector<float>());
+          CHECK(state_after == state_before);
+        } else {
+          plain->step();  // the same gradients without the skipped ones: the same bits
+          CHECK(a.to_vector<float>() == b.to_vector<float>());
+        }
       }
+      CHECK(a.to_vector<float>() != initial);  // the three steps taken moved it
+      const auto entries = skipping->state_tensors();
+      REQUIRE(!entries.empty());
+      CHECK(entries.front().first == "0.step");
+      CHECK(entries.front().second.item() == 3);  // 5 calls, two skipped
     }
-    const auto entries = skipping.state_tensors();
-    REQUIRE(!entries.empty());
-    CHECK(entries.front().first == "0.step");
-    CHECK(entries.front().second.item() == 3);  // 4 calls, one skipped
-  }
 }
 
 TEST_CASE("clip_grad_norm_on_device gives clip_grad_norm's gradients and norm bit for bit") {

@@ -6,7 +6,9 @@
 // accumulation + clipping + a schedule, activation checkpointing, and activation offload; and with the
 // step captured into a CUDA graph (one graph launch per step, no kernel launch from the host), whose
 // losses and weights equal the eager run's bit for bit -- also across an fp16 overflow it skips. A
-// step that would synchronise cannot be captured: CUDA's error, in an hg::Error.
+// step that would synchronise cannot be captured: CUDA's error, in an hg::Error. Every fused optimizer
+// (SGD, AdamW, Adam, RMSprop, Adagrad, Lion) is captured and replayed; a user's optimizer that decides on
+// the host is refused.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -83,7 +85,22 @@ struct Config {
   OffloadMode offload = OffloadMode::off;
   bool cuda_graph = false;
   int64_t poisoned_from = -1, poisoned_to = -1;  // examples whose loss is inf (no shuffle: step = row / batch)
+  const char* optimizer = "AdamW";               // or SGD, Adam, RMSprop, Adagrad, Lion (their widest variants)
 };
+
+std::unique_ptr<optim::LocalOptimizer> make_optimizer(const std::string& name, std::vector<Tensor> params) {
+  if (name == "SGD")
+    return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions().lr(0.05).momentum(0.9).dampening(0.1));
+  if (name == "Adam")
+    return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions().lr(3e-3).amsgrad(true));
+  if (name == "RMSprop")
+    return std::make_unique<optim::RMSprop>(std::move(params),
+                                            optim::RMSpropOptions().lr(1e-3).momentum(0.5).centered(true));
+  if (name == "Adagrad")
+    return std::make_unique<optim::Adagrad>(std::move(params), optim::AdagradOptions().lr(1e-2).lr_decay(0.01));
+  if (name == "Lion") return std::make_unique<optim::Lion>(std::move(params), optim::LionOptions().lr(3e-4));
+  return std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions().lr(3e-3));
+}
 
 constexpr int64_t kBatch = 4, kSteps = 8, kLogEvery = 4;
 
@@ -116,12 +133,12 @@ Outcome train_gpt(const Config& c) {
   model->to(c.dtype);
   model->to(device);
   model->set_recompute_every(c.recompute_every);
-  optim::AdamW optimizer(model->parameters(), optim::AdamWOptions().lr(3e-3));
+  const std::unique_ptr<optim::LocalOptimizer> optimizer = make_optimizer(c.optimizer, model->parameters());
   data::DataLoader loader(std::make_shared<Tokens>(c.poisoned_from, c.poisoned_to),
                           data::DataLoaderOptions().batch_size(kBatch).shuffle(false).device(device));
   TempFile metrics;
   train::Trainer trainer(
-      *model, optimizer, loader,
+      *model, *optimizer, loader,
       [&](const data::Batch& b) {
         const Tensor loss = model->loss(b[0], b[1]);
         return loss * (sum(b[2].to(loss.dtype())) + 1.0);  // x 1 exactly, or inf on a poisoned batch
@@ -226,9 +243,19 @@ TEST_CASE("a GPT step captured into a CUDA graph and replayed equals the eager s
       {"f32", DType::f32},
       {"bf16, 2 micro-batches, clip, warmup-cosine", DType::bf16, false, 2, true},
       // Rows 20-23 are step 6's batch: the overflow happens inside a replay, which must skip it.
-      {"fp16 + dynamic loss scale, overflow planted at step 6", DType::f16, true, 1, false, 0,
-       OffloadMode::off, false, 20, 24},
+      {"fp16 + dynamic loss scale, overflow planted at step 6", DType::f16, true, 1, false, 0, OffloadMode::off, false,
+       20, 24},
       {"f32, activation checkpointing", DType::f32, false, 1, false, 1},
+      // Every fused optimizer takes the step on the device: each is captured, replays and skips alike.
+      {"SGD with momentum, fp16 + dynamic loss scale, overflow at step 6", DType::f16, true, 1, false, 0,
+       OffloadMode::off, false, 20, 24, "SGD"},
+      {"Adam with AMSGrad, bf16, clip, warmup-cosine", DType::bf16, false, 1, true, 0, OffloadMode::off, false, -1, -1,
+       "Adam"},
+      {"RMSprop centered with momentum, f32", DType::f32, false, 1, false, 0, OffloadMode::off, false, -1, -1,
+       "RMSprop"},
+      {"Adagrad, fp16 + dynamic loss scale, overflow at step 1", DType::f16, true, 1, false, 0, OffloadMode::off, false,
+       0, 4, "Adagrad"},
+      {"Lion, bf16", DType::bf16, false, 1, false, 0, OffloadMode::off, false, -1, -1, "Lion"},
   };
   for (Config c : configs) {
     const std::string name = c.name;
@@ -267,17 +294,33 @@ TEST_CASE("capturing a step that reads the device on the host fails with CUDA's 
   CHECK_THROWS_WITH_AS(trainer.fit(), doctest::Contains("cudaErrorStreamCapture"), Error);
 }
 
+// A user's own optimizer, which decides on the host (it has no device step).
+class HostSGD final : public optim::LocalOptimizer {
+ public:
+  explicit HostSGD(std::vector<Tensor> params) : LocalOptimizer("HostSGD") {
+    init_groups({optim::ParamGroup{std::move(params), 0.1, 0.0}});
+  }
+  std::vector<std::string> state_buffer_names() const override { return {}; }
+  DType state_dtype(const Tensor& param) const override { return param.dtype(); }
+
+ protected:
+  void update(const optim::ParamGroup& group, const Tensor& param, const Tensor& grad, optim::ParamState&) override {
+    Tensor target = param;
+    target.copy_(param - grad * group.lr);
+  }
+};
+
 TEST_CASE("cuda_graph is refused where a replay could not equal the eager step") {
   if (skip_without_device()) return;
   const Device device = Device::cuda(0);
-  auto run = [&](double dropout, bool sgd) {
+  auto run = [&](double dropout, bool host_optimizer) {
     manual_seed(3);
     auto model = std::make_shared<nn::GPT>(
         nn::GPTConfig().vocab_size(kVocab).context(kContext).n_layer(1).n_head(2).n_embd(16).dropout(dropout));
     model->to(device);
     std::unique_ptr<optim::LocalOptimizer> optimizer;
-    if (sgd)
-      optimizer = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions().lr(0.1));
+    if (host_optimizer)
+      optimizer = std::make_unique<HostSGD>(model->parameters());
     else
       optimizer = std::make_unique<optim::AdamW>(model->parameters());
     data::DataLoader loader(std::make_shared<Tokens>(), data::DataLoaderOptions().batch_size(kBatch).device(device));

@@ -359,8 +359,10 @@ void Trainer::check_graph_preconditions() const {
   if (!device_.is_cuda())
     why = "the model is not on a CUDA device";
   else if (!step_state_)
-    why = "the step is not taken on the device (it needs an optimizer that decides on the device -- AdamW or "
-          "ZeRO without optimizer offload, not SGD -- and a schedule with a device form)";
+    why =
+        "the step is not taken on the device (it needs an optimizer that decides on the device -- SGD, AdamW, "
+        "Adam, RMSprop, Adagrad, Lion, or ZeRO over AdamW without optimizer offload -- and a schedule with a "
+        "device form)";
   else if ((o.communicator() != nullptr && o.communicator()->world_size() > 1) || optimizer_.is_sharded())
     why = "data parallelism or a sharded (ZeRO) optimizer is on (capturing their collectives is not supported yet)";
   else if (o.offload_activations() != OffloadMode::off)

@@ -26,20 +26,20 @@
 // under ZeRO), the loss scaler, the step and the optimizer-step counters, the default Philox
 // generator (dropout) and the loader's position; and options.run_config, the program's settings.
 //
-// ON THE DEVICE. When the optimizer has a device step (AdamW, ZeRO stages 0-3 over AdamW without
-// optimizer offload; optim/device_step.h) and the schedule, if any, has a device_form(), a step reads
-// nothing from the device. Its scalars are a StepState (train/step_state.h), each written by its owner
-// and read where needed: the micro-batch losses are summed into a device scalar (loss.detach()), the
-// scaler's found_inf decides the skip in the optimizer's kernels, the gradient norm is a device sum of
-// squares, t (the steps taken) is a device count advanced by a kernel unless found_inf is set, and the
+// ON THE DEVICE. When the optimizer has a device step (every fused LocalOptimizer: SGD, AdamW, Adam,
+// RMSprop, Adagrad, Lion; ZeRO stages 0-3 over AdamW without optimizer offload; optim/device_step.h) and the schedule,
+// if any, has a device_form(), a step reads nothing from the device. Its scalars are a StepState (train/step_state.h),
+// each written by its owner and read where needed: the micro-batch losses are summed into a device scalar
+// (loss.detach()), the scaler's found_inf decides the skip in the optimizer's kernels, the gradient norm is a device
+// sum of squares, t (the steps taken) is a device count advanced by a kernel unless found_inf is set, and the
 // schedule's lr is evaluated from it by a kernel into the device scalar the optimizer reads. Only a
 // step that is logged (every log_every, evaluated, checkpointed, or the last) reads its figures --
 // loss, norm, lr, scale, skipped count, t -- with ONE copy to the host. (On the CPU, where that copy
 // costs nothing, every step reads them, so the metrics log keeps a loss per step; forbid_host_reads
 // turns that off.) Without a loss scaler a sharded optimizer, which skips inf/NaN steps by itself,
 // checks on the device too: an unscale pass by 1 writes the skip flag its kernels read. Otherwise
-// (SGD and the other composed optimizers, ZeRO over them or with offload, a host-only schedule) each
-// decision is read on the host as it is taken.
+// (a user's optimizer without a device step, ZeRO over an optimizer other than AdamW or with offload, a
+// host-only schedule) each decision is read on the host as it is taken.
 //
 // CUDA GRAPHS (cuda_graph; train/captured_step.h). A step ON THE DEVICE reads nothing from the host
 // and makes no allocation once warm, so it can be captured (engine/cuda/cuda_graph.h): the first
@@ -47,8 +47,8 @@
 // allocator's pools), the next one is captured -- its batches cloned into the graph's input tensors --
 // and every step from then on copies its batches into those tensors (device-to-device) and replays
 // the graph: one cudaGraphLaunch per step. Logged steps read the figures after the replay as before.
-// Refused, with an hg::Error saying why: a model not on a CUDA device, a step not ON THE DEVICE (SGD,
-// ZeRO-Offload, a host-only schedule), data parallelism or a sharded optimizer (capturing their
+// Refused, with an hg::Error saying why: a model not on a CUDA device, a step not ON THE DEVICE (an optimizer
+// without a device step, ZeRO-Offload, a host-only schedule), data parallelism or a sharded optimizer (capturing their
 // collectives is not done yet), activation offload, the sequence-length warmup (its shapes change),
 // and random ops inside the step (dropout: the captured Philox offsets would repeat every replay;
 // found by the default generator moving during capture).

@@ -3,6 +3,7 @@
 // runs a per-element update rule (kernels/sgd_math.h, adam_math.h, rmsprop_math.h, adagrad_math.h, lion_math.h) on
 // theta, the gradient and K state values, as kernels/cpu/adamw.cpp's staged loop does for AdamW.
 //
+// The step's scalars (learning rate, skip flag, update count) follow kernels/optimizer_kernels.h.
 // Parallel strategy: the n elements are cut into chunks of kOptimizerChunk and OpenMP spreads the chunks
 // over threads (above kOptimizerParallelMin elements). Elements are independent, so the result is the
 // same whatever the thread count. f32/f64 parameters are updated in place in one plain loop the compiler
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/adamw_math.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/dispatch.h"
 #include "kernels/error.h"
@@ -65,33 +67,41 @@ void fused_optimizer_chunk(T* param, acc_t<T>* master, const T* grad, acc_t<T>* 
   }
 }
 
-// Runs make.template operator()<A>() -> rule, then rule(theta, g, v[K]) on every element. `state` holds K
-// non-null pointers to acc_t arrays of n elements (K may be 0: plain SGD keeps no state).
-template <int K, class Make>
+// Update t = step[parity] + 1 of n elements (kernels/optimizer_kernels.h: the scalars' protocol): unless
+// found_inf is set, rule = step.template rule<A>(lr, t), then rule(theta, g, v[K]) on every element; the
+// count is recorded either way. `state` holds K non-null pointers to acc_t arrays of n elements (K may be
+// 0: plain SGD keeps no state).
+template <int K, class Step>
 void fused_optimizer_step(const char* name, void* param, void* master, const void* grad, void* const* state, int64_t n,
-                          DType dtype, const Make& make) {
+                          DType dtype, const AdamWStepScalars& scalars, const Step& step) {
   HG_CHECK(n >= 0, "[", name, "] expected n >= 0, got ", n);
-  if (n == 0) return;
-  HG_CHECK(param != nullptr && grad != nullptr, "[", name, "] null param or grad pointer for n = ", n);
-  for (int k = 0; k < K; ++k) HG_CHECK(state[k] != nullptr, "[", name, "] null state buffer ", k, " for n = ", n);
-  dispatch_floating(dtype, name, [&]<class T>() {
-    using A = acc_t<T>;
-    constexpr bool kHalf = !std::is_same_v<T, A>;
-    HG_CHECK(master == nullptr || kHalf, "[", name, "] a master copy is for f16/bf16 parameters; got one for ",
-             dtype_name(dtype));
-    const auto rule = make.template operator()<A>();
-    A* s[K > 0 ? K : 1] = {};
-    for (int k = 0; k < K; ++k) s[k] = static_cast<A*>(state[k]);
-    auto* p = static_cast<T*>(param);
-    auto* m = static_cast<A*>(master);
-    auto* g = static_cast<const T*>(grad);
-    const int64_t chunks = (n + kOptimizerChunk - 1) / kOptimizerChunk;
+  HG_CHECK(scalars.step != nullptr && (scalars.parity == 0 || scalars.parity == 1), "[", name,
+           "] expected a step count and parity 0 or 1, got ",
+           scalars.step == nullptr ? "a null step pointer" : "parity ", scalars.parity);
+  if (n > 0 && !adamw_skips(scalars)) {
+    HG_CHECK(param != nullptr && grad != nullptr, "[", name, "] null param or grad pointer for n = ", n);
+    for (int k = 0; k < K; ++k) HG_CHECK(state[k] != nullptr, "[", name, "] null state buffer ", k, " for n = ", n);
+    dispatch_floating(dtype, name, [&]<class T>() {
+      using A = acc_t<T>;
+      constexpr bool kHalf = !std::is_same_v<T, A>;
+      HG_CHECK(master == nullptr || kHalf, "[", name, "] a master copy is for f16/bf16 parameters; got one for ",
+               dtype_name(dtype));
+      const auto rule = step.template rule<A>(adamw_lr(scalars), adamw_next_step(scalars));
+      A* s[K > 0 ? K : 1] = {};
+      for (int k = 0; k < K; ++k) s[k] = static_cast<A*>(state[k]);
+      auto* p = static_cast<T*>(param);
+      auto* m = static_cast<A*>(master);
+      auto* g = static_cast<const T*>(grad);
+      const int64_t chunks = (n + kOptimizerChunk - 1) / kOptimizerChunk;
 #pragma omp parallel for schedule(static) if (n >= kOptimizerParallelMin)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * kOptimizerChunk;
-      fused_optimizer_chunk<T, K>(p, m, g, s, begin, std::min(kOptimizerChunk, n - begin), rule);
-    }
-  });
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t begin = c * kOptimizerChunk;
+        fused_optimizer_chunk<T, K>(p, m, g, s, begin, std::min(kOptimizerChunk, n - begin), rule);
+      }
+    });
+  }
+  adamw_record_step(scalars);
+  if (scalars.blocks_done != nullptr) adamw_settle_step(scalars);
 }
 
 }  // namespace hg::kernels::cpu

@@ -9,14 +9,11 @@
 
 namespace hg::kernels::cpu {
 
-void lion_step(void* param, void* master, const void* grad, void* exp_avg, int64_t n, double lr, double beta1,
-               double beta2, double weight_decay, DType dtype) {
+void lion_step(void* param, void* master, const void* grad, void* exp_avg, int64_t n, const AdamWStepScalars& scalars,
+               double beta1, double beta2, double weight_decay, DType dtype) {
   void* const state[1] = {exp_avg};
-  fused_optimizer_step<1>("lion_step", param, master, grad, state, n, dtype, [&]<class A>() {
-    return [c = lion_coefficients<A>(lr, beta1, beta2, weight_decay)](A& theta, A g, A* s) {
-      lion_update(theta, g, s, c);
-    };
-  });
+  fused_optimizer_step<1>("lion_step", param, master, grad, state, n, dtype, scalars,
+                          LionStep{beta1, beta2, weight_decay});
 }
 
 }  // namespace hg::kernels::cpu

@@ -9,35 +9,28 @@
 #include "kernels/rmsprop_math.h"
 
 namespace hg::kernels::cpu {
-namespace {
-
-template <bool kMomentum, bool kCentered>
-void run(void* param, void* master, const void* grad, void* const* state, int64_t n, double lr, double alpha,
-         double eps, double weight_decay, double momentum, DType dtype) {
-  constexpr int K = 1 + int(kMomentum) + int(kCentered);
-  fused_optimizer_step<K>("rmsprop_step", param, master, grad, state, n, dtype, [&]<class A>() {
-    return [c = rmsprop_coefficients<A>(lr, alpha, eps, weight_decay, momentum)](A& theta, A g, A* s) {
-      rmsprop_update<kMomentum, kCentered>(theta, g, s, c);
-    };
-  });
-}
-
-}  // namespace
 
 void rmsprop_step(void* param, void* master, const void* grad, void* square_avg, void* momentum_buffer, void* grad_avg,
-                  int64_t n, double lr, double alpha, double eps, double weight_decay, double momentum, DType dtype) {
+                  int64_t n, const AdamWStepScalars& scalars, double alpha, double eps, double weight_decay,
+                  double momentum, DType dtype) {
   HG_CHECK((momentum_buffer != nullptr) == (momentum > 0.0),
            "[rmsprop_step] expected a momentum buffer exactly when momentum > 0; got momentum ", momentum,
            momentum_buffer ? " with one" : " without one");
   void* const state[3] = {square_avg, momentum_buffer != nullptr ? momentum_buffer : grad_avg, grad_avg};
-  if (momentum_buffer && grad_avg)
-    run<true, true>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype);
-  else if (momentum_buffer)
-    run<true, false>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype);
-  else if (grad_avg)
-    run<false, true>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype);
-  else
-    run<false, false>(param, master, grad, state, n, lr, alpha, eps, weight_decay, momentum, dtype);
+  const auto run = [&]<bool kMomentum, bool kCentered>() {
+    constexpr int K = 1 + int(kMomentum) + int(kCentered);
+    fused_optimizer_step<K>("rmsprop_step", param, master, grad, state, n, dtype, scalars,
+                            RMSpropStep<kMomentum, kCentered>{alpha, eps, weight_decay, momentum});
+  };
+  if (momentum_buffer && grad_avg) {
+    run.template operator()<true, true>();
+  } else if (momentum_buffer) {
+    run.template operator()<true, false>();
+  } else if (grad_avg) {
+    run.template operator()<false, true>();
+  } else {
+    run.template operator()<false, false>();
+  }
 }
 
 }  // namespace hg::kernels::cpu

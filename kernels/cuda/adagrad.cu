@@ -1,6 +1,6 @@
 // The fused Adagrad step on a CUDA device (kernels/optimizer_kernels.h adagrad_step).
 //
-// Math (kernels/adagrad_math.h, PyTorch's Adagrad), at step t >= 1:
+// Math (kernels/adagrad_math.h, PyTorch's Adagrad), at update t >= 1:
 //   g += wd theta;  sum += g^2;  theta -= (g / (sqrt(sum) + eps)) * lr / (1 + (t - 1) lr_decay);
 // each product and sum rounded on its own (no fma: the CPU backend's bits).
 // Parallel strategy: kernels/cuda/fused_optimizer.h (grid-stride, one element per thread per iteration,
@@ -12,13 +12,11 @@
 
 namespace hg::kernels::cuda {
 
-void adagrad_step(void* param, void* master, const void* grad, void* sum, int64_t n, double lr, double lr_decay,
-                  double eps, double weight_decay, int64_t step, DType dtype, Stream stream) {
-  HG_CHECK(step >= 1, "[adagrad_step] expected step >= 1 (the first update is step 1), got ", step);
+void adagrad_step(void* param, void* master, const void* grad, void* sum, int64_t n, const AdamWStepScalars& scalars,
+                  double lr_decay, double eps, double weight_decay, DType dtype, Stream stream) {
   void* const state[1] = {sum};
-  fused_optimizer_launch<1>("adagrad_step", param, master, grad, state, n, dtype, stream, [&]<class A>() {
-    return AdagradRule<A>{adagrad_coefficients<A>(lr, lr_decay, eps, weight_decay, step)};
-  });
+  fused_optimizer_launch<1>("adagrad_step", param, master, grad, state, n, dtype, scalars, stream,
+                            AdagradStep{lr_decay, eps, weight_decay});
 }
 
 }  // namespace hg::kernels::cuda

@@ -11,12 +11,11 @@
 
 namespace hg::kernels::cuda {
 
-void lion_step(void* param, void* master, const void* grad, void* exp_avg, int64_t n, double lr, double beta1,
-               double beta2, double weight_decay, DType dtype, Stream stream) {
+void lion_step(void* param, void* master, const void* grad, void* exp_avg, int64_t n, const AdamWStepScalars& scalars,
+               double beta1, double beta2, double weight_decay, DType dtype, Stream stream) {
   void* const state[1] = {exp_avg};
-  fused_optimizer_launch<1>("lion_step", param, master, grad, state, n, dtype, stream, [&]<class A>() {
-    return LionRule<A>{lion_coefficients<A>(lr, beta1, beta2, weight_decay)};
-  });
+  fused_optimizer_launch<1>("lion_step", param, master, grad, state, n, dtype, scalars, stream,
+                            LionStep{beta1, beta2, weight_decay});
 }
 
 }  // namespace hg::kernels::cuda
