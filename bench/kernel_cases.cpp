@@ -123,6 +123,22 @@ PreparedCase memory_case(std::string shape, uint64_t min_bytes, std::function<vo
   return c;
 }
 
+// The scalars of a capturable optimizer step, as the optimizers pass them (kernels/optimizer_kernels.h): the
+// learning rate (1e-3) and found_inf (0) in device memory and the count [current 6, next, blocks done],
+// settled by the last block. *bytes: what reading them and writing the counts moves.
+kernels::AdamWStepScalars device_step_scalars(DeviceArena& a, uint64_t* bytes) {
+  const double lr = 1e-3;
+  const int64_t steps[3] = {6, 0, 0};
+  const float found_inf = 0.0f;
+  kernels::AdamWStepScalars scalars;
+  scalars.lr = static_cast<const double*>(a.upload(&lr, sizeof lr));
+  scalars.found_inf = static_cast<const float*>(a.upload(&found_inf, sizeof found_inf));
+  scalars.step = static_cast<int64_t*>(a.upload(steps, sizeof steps));
+  scalars.blocks_done = reinterpret_cast<unsigned long long*>(scalars.step + 2);
+  *bytes = io({sizeof lr, sizeof found_inf, sizeof steps, sizeof steps});
+  return scalars;
+}
+
 std::vector<KernelCase> make_cases() {
   std::vector<KernelCase> cases;
   auto add = [&](std::string name, std::vector<DType> dtypes,
@@ -749,16 +765,9 @@ std::vector<KernelCase> make_cases() {
           k::adamw_step(param, master, grad, m, v, s.n(), 1e-3, 0.9, 0.999, 1e-8, 0.01, 7, dt, st);
         });
       }
-      const double lr = 1e-3;
-      // As optim::AdamW calls it: [current, next, blocks done], settled by the last block.
-      const int64_t steps[3] = {6, 0, 0};
-      const float found_inf = 0.0f;
-      kernels::AdamWStepScalars scalars;
-      scalars.lr = static_cast<const double*>(a.upload(&lr, sizeof lr));
-      scalars.found_inf = static_cast<const float*>(a.upload(&found_inf, sizeof found_inf));
-      scalars.step = static_cast<int64_t*>(a.upload(steps, sizeof steps));
-      scalars.blocks_done = reinterpret_cast<unsigned long long*>(scalars.step + 2);
-      min += io({sizeof lr, sizeof found_inf, sizeof steps, sizeof steps});  // the step counts read and written
+      uint64_t scalar_bytes = 0;
+      const kernels::AdamWStepScalars scalars = device_step_scalars(a, &scalar_bytes);
+      min += scalar_bytes;
       return memory_case(shape + ", scalars on the device", min, [=, st = a.stream()] {
         k::adamw_step_device(param, master, grad, m, v, s.n(), scalars, 0.9, 0.999, 1e-8, 0.01, dt, st);
       });
@@ -778,20 +787,13 @@ std::vector<KernelCase> make_cases() {
       void* grad = a.uniform(s.n(), dt);
       void* b[3] = {};
       for (int k = 0; k < states; ++k) b[k] = a.uniform(s.n(), acc, 0.5, 1.0);  // sums of squares above means^2
-      // As the optimizers call them: [current, next, blocks done], settled by the last block.
-      const double lr = 1e-3;
-      const int64_t steps[3] = {6, 0, 0};
-      const float found_inf = 0.0f;
-      kernels::AdamWStepScalars scalars;
-      scalars.lr = static_cast<const double*>(a.upload(&lr, sizeof lr));
-      scalars.found_inf = static_cast<const float*>(a.upload(&found_inf, sizeof found_inf));
-      scalars.step = static_cast<int64_t*>(a.upload(steps, sizeof steps));
-      scalars.blocks_done = reinterpret_cast<unsigned long long*>(scalars.step + 2);
+      uint64_t scalar_bytes = 0;
+      const kernels::AdamWStepScalars scalars = device_step_scalars(a, &scalar_bytes);
       // param read and written (written only with a master, which is read and written), grad read, every
       // state buffer read and written; the scalars read and the step counts written.
       uint64_t min = mixed ? io({p, f, f, p}) : io({p, p, p});
       for (int k = 0; k < states; ++k) min += io({f, f});
-      min += io({sizeof lr, sizeof found_inf, sizeof steps, sizeof steps});
+      min += scalar_bytes;
       const std::string shape = dims({s.n()}) + (mixed ? " with f32 master" : "") + ", scalars on the device";
       return memory_case(shape, min, [=, st = a.stream()] {
         const int64_t n = s.n();
@@ -823,18 +825,12 @@ std::vector<KernelCase> make_cases() {
     q.exp_avg_sq = static_cast<uint8_t*>(a.uniform((n + 3) / 4, DType::f32));
     q.absmax_exp_avg = static_cast<float*>(a.uniform(blocks, DType::f32, 0.5, 1.0));
     q.absmax_exp_avg_sq = static_cast<float*>(a.uniform(blocks, DType::f32, 0.5, 1.0));
-    const double lr = 1e-3;
-    const int64_t steps[3] = {6, 0, 0};
-    const float found_inf = 0.0f;
-    kernels::AdamWStepScalars scalars;
-    scalars.lr = static_cast<const double*>(a.upload(&lr, sizeof lr));
-    scalars.found_inf = static_cast<const float*>(a.upload(&found_inf, sizeof found_inf));
-    scalars.step = static_cast<int64_t*>(a.upload(steps, sizeof steps));
-    scalars.blocks_done = reinterpret_cast<unsigned long long*>(scalars.step + 2);
+    uint64_t scalar_bytes = 0;
+    const kernels::AdamWStepScalars scalars = device_step_scalars(a, &scalar_bytes);
     // param read and written (written only, with a master, which is read and written); grad read; the
-    // codes and the block scales of both moments read and written; the step counts.
+    // codes and the block scales of both moments read and written; the step's scalars.
     uint64_t min = mixed ? io({p, f, f, p}) : io({p, p, p});
-    min += io({c, c, c, c, b, b, b, b}) + io({sizeof lr, sizeof found_inf, sizeof steps, sizeof steps});
+    min += io({c, c, c, c, b, b, b, b}) + scalar_bytes;
     PreparedCase prepared = memory_case(dims({n}) + (mixed ? " with f32 master" : "") + ", scalars on the device", min,
                                         [=, st = a.stream()] {
                                           k::adamw8bit_step_device(param, master, grad, q, n, scalars, 0.9, 0.999,

@@ -25,8 +25,16 @@
 #include "kernels/adamw_math.h"
 #include "kernels/declare_kernel.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 
 namespace hg::kernels {
+
+// What sgd_step and rmsprop_step check on both backends: a momentum buffer exactly when momentum > 0.
+inline void check_momentum_buffer(const char* kernel, const void* momentum_buffer, double momentum) {
+  HG_CHECK((momentum_buffer != nullptr) == (momentum > 0.0), "[", kernel,
+           "] expected a momentum buffer exactly when momentum > 0; got momentum ", momentum,
+           momentum_buffer ? " with one" : " without one");
+}
 
 // SGD (kernels/sgd_math.h); momentum_buffer non-null exactly when momentum > 0 (set to the gradient at
 // t = 1, blended into after).

@@ -83,6 +83,21 @@ Run start(const Case& c, DType dtype, bool master, const Device& device, const s
   return r;
 }
 
+// Every parameter and state tensor of the two runs, byte for byte.
+void check_same_bits(const Run& host, const Run& device) {
+  for (size_t i = 0; i < host.params.size(); ++i) {
+    INFO("parameter ", i);
+    CHECK(bytes(host.params[i]) == bytes(device.params[i]));
+  }
+  const auto host_state = host.opt->state_tensors(), device_state = device.opt->state_tensors();
+  REQUIRE(host_state.size() == device_state.size());
+  for (size_t k = 0; k < host_state.size(); ++k) {
+    INFO(host_state[k].first);
+    CHECK(host_state[k].first == device_state[k].first);
+    CHECK(bytes(host_state[k].second) == bytes(device_state[k].second));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("the fused optimizer kernels on the CUDA device give the CPU's bits" * doctest::test_suite("cuda")) {
@@ -111,17 +126,7 @@ TEST_CASE("the fused optimizer kernels on the CUDA device give the CPU's bits" *
         host.opt->step();
         device.opt->step();
       }
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        INFO("parameter ", i);
-        CHECK(bytes(host.params[i]) == bytes(device.params[i]));
-      }
-      const auto host_state = host.opt->state_tensors(), device_state = device.opt->state_tensors();
-      REQUIRE(host_state.size() == device_state.size());
-      for (size_t k = 0; k < host_state.size(); ++k) {
-        INFO(host_state[k].first);
-        CHECK(host_state[k].first == device_state[k].first);
-        CHECK(bytes(host_state[k].second) == bytes(device_state[k].second));
-      }
+      check_same_bits(host, device);
       CHECK(bytes(host.params[2]) != initial);  // the update moved the parameters: the kernels ran
     }
 }
@@ -150,16 +155,8 @@ TEST_CASE("the fused optimizers' device steps on the CUDA device give the CPU's 
         host.opt->device_step()->step(lr, flag);
         device.opt->device_step()->step(lr.to(cuda), flag.to(cuda));
       }
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        INFO("parameter ", i);
-        CHECK(bytes(host.params[i]) == bytes(device.params[i]));
-      }
-      const auto host_state = host.opt->state_tensors(), device_state = device.opt->state_tensors();
-      REQUIRE(host_state.size() == device_state.size());
-      for (size_t k = 0; k < host_state.size(); ++k) {
-        INFO(host_state[k].first);
-        CHECK(bytes(host_state[k].second) == bytes(device_state[k].second));
-      }
+      check_same_bits(host, device);
+      const auto host_state = host.opt->state_tensors();
       CHECK(host_state.front().second.item() == 3);  // five calls, two skipped
       CHECK(bytes(host.params[2]) != initial);
     }

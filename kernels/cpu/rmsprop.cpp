@@ -13,9 +13,7 @@ namespace hg::kernels::cpu {
 void rmsprop_step(void* param, void* master, const void* grad, void* square_avg, void* momentum_buffer, void* grad_avg,
                   int64_t n, const AdamWStepScalars& scalars, double alpha, double eps, double weight_decay,
                   double momentum, DType dtype) {
-  HG_CHECK((momentum_buffer != nullptr) == (momentum > 0.0),
-           "[rmsprop_step] expected a momentum buffer exactly when momentum > 0; got momentum ", momentum,
-           momentum_buffer ? " with one" : " without one");
+  check_momentum_buffer("rmsprop_step", momentum_buffer, momentum);
   void* const state[3] = {square_avg, momentum_buffer != nullptr ? momentum_buffer : grad_avg, grad_avg};
   const auto run = [&]<bool kMomentum, bool kCentered>() {
     constexpr int K = 1 + int(kMomentum) + int(kCentered);

@@ -15,9 +15,7 @@ namespace hg::kernels::cuda {
 void sgd_step(void* param, void* master, const void* grad, void* momentum_buffer, int64_t n,
               const AdamWStepScalars& scalars, double weight_decay, double momentum, double dampening, bool nesterov,
               DType dtype, Stream stream) {
-  HG_CHECK((momentum_buffer != nullptr) == (momentum > 0.0),
-           "[sgd_step] expected a momentum buffer exactly when momentum > 0; got momentum ", momentum,
-           momentum_buffer ? " with one" : " without one");
+  check_momentum_buffer("sgd_step", momentum_buffer, momentum);
   HG_CHECK(!nesterov || momentum > 0.0, "[sgd_step] Nesterov momentum needs momentum > 0, got ", momentum);
   void* const state[1] = {momentum_buffer};
   const auto run = [&]<int K, bool kMomentum, bool kNesterov>() {
