@@ -11,8 +11,8 @@ namespace hg {
 namespace detail {
 // Where an error was raised, beyond the operation its message names: a function that describes this
 // thread's context, or "" for none. layers/module.cpp installs one at start-up that names the module
-// path a forward is running in ("(in module encoder.layers.0.self_attn, a MultiheadAttention)"), so an
-// error deep inside a model says which layer it came from. Every hg::Error appends it once.
+// path a forward is running in ("(in encoder.layers.0.self_attn (MultiheadAttention) of Seq2Seq)"), so
+// an error deep inside a model says which layer it came from. Every hg::Error appends it once.
 inline std::string (*error_context)() = nullptr;
 
 inline std::string with_error_context(const std::string& message) {
